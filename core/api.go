@@ -14,3 +14,6 @@
 // In place means the same backing array at the offsets NCCL defines (for
 // AllGather: send == recv[rank*sendcount*size:], and so on).
 package core
+
+// Version is the flagcx-go release, set by the Makefile from git.
+var Version = "dev"
