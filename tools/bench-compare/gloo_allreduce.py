@@ -1,0 +1,43 @@
+"""torch.distributed Gloo all_reduce timing in the shape of nccl-tests.
+
+float32 sum on CPU tensors, sizes MIN..MAX bytes by FACTOR, WARMUP + ITERS per
+size; the time is the max over ranks of the average per iteration. Prints one
+line per size: <bytes> <time_us> <busbw_GBps>.
+Usage: python3 gloo_allreduce.py NP MIN MAX FACTOR WARMUP ITERS
+"""
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def rank_main(rank, n, lo, hi, factor, warmup, iters, port):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=n)
+    size = lo
+    while size <= hi:
+        t = torch.ones(size // 4, dtype=torch.float32)
+        for _ in range(warmup):
+            dist.all_reduce(t)
+        dist.barrier()
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            dist.all_reduce(t)
+        dt = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64)
+        dist.all_reduce(dt, op=dist.ReduceOp.MAX)
+        if rank == 0:
+            busbw = size / dt.item() / 1e9 * 2 * (n - 1) / n
+            print(f"{size} {dt.item() * 1e6:.2f} {busbw:.3f}", flush=True)
+        size *= factor
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    n, lo, hi, factor, warmup, iters = (int(a) for a in sys.argv[1:7])
+    port = 29500 + os.getpid() % 1000
+    mp.spawn(rank_main, args=(n, lo, hi, factor, warmup, iters, port), nprocs=n)
