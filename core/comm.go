@@ -2,68 +2,372 @@ package core
 
 import (
 	"errors"
+	"fmt"
+	"math/bits"
+	"os"
+	"sort"
+	"sync"
+	"time"
 
+	"github.com/flagcx/flagcx-go/core/host"
+	"github.com/flagcx/flagcx-go/hostnet"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
 // SplitNoColor is the color of a rank that joins no communicator in Split.
 const SplitNoColor = -1
 
-// Comm is one rank's handle on a communicator.
+// Comm is one rank's handle on a communicator. Like an NCCL communicator it
+// is used by one goroutine at a time; Abort alone may be called from another
+// goroutine to stop an operation in flight.
 type Comm struct {
 	rank, nranks int
+	peers        []PeerInfo
+	cfg          hostnet.Config
+	listener     *hostnet.Listener
+	links        []*hostnet.Link
+	engine       *host.Engine
+
+	group      int        // GroupStart nesting depth
+	groupOps   []host.P2P // deferred Send/Recv of the open group
+	groupErr   error      // first argument error inside the open group
+	closeOnce  sync.Once
+	aborted    chan struct{}
+	closeError error
 }
 
-var errTODO = errors.New("core: not implemented yet")
+// Option configures InitRank.
+type Option func(*options)
+
+type options struct {
+	net     *hostnet.Config
+	timeout time.Duration
+}
+
+// WithNetConfig sets the host transport configuration (default:
+// hostnet.ConfigFromEnv).
+func WithNetConfig(cfg hostnet.Config) Option { return func(o *options) { o.net = &cfg } }
+
+// WithTimeout bounds every wait of the communicator without progress
+// (default FLAGCX_TIMEOUT, 30 s).
+func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
 
 // InitRank joins rank (0 <= rank < nranks) to the communicator of id. All
 // ranks call it concurrently; it returns once every rank has joined and the
 // links between them are up, or with an error naming the missing ranks when
 // the deadline passes.
-func InitRank(id UniqueID, nranks, rank int, opts ...Option) (*Comm, error) { return nil, errTODO }
+func InitRank(id UniqueID, nranks, rank int, opts ...Option) (*Comm, error) {
+	if nranks < 1 {
+		return nil, fmt.Errorf("%w: a communicator needs at least 1 rank, got %d", sdk.ErrInvalidArgument, nranks)
+	}
+	if rank < 0 || rank >= nranks {
+		return nil, fmt.Errorf("%w: rank %d is out of range for %d ranks (use 0..%d)", sdk.ErrInvalidArgument, rank, nranks, nranks-1)
+	}
+	if err := checkAddr(id.Addr); err != nil {
+		return nil, fmt.Errorf("%w: unique id: %v", sdk.ErrInvalidArgument, err)
+	}
+	o := options{}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	var cfg hostnet.Config
+	if o.net != nil {
+		cfg = *o.net
+	} else {
+		c, err := hostnet.ConfigFromEnv()
+		if err != nil {
+			return nil, err
+		}
+		cfg = c
+	}
+	if o.timeout > 0 {
+		cfg.Timeout = o.timeout
+	}
+
+	l, err := hostnet.Listen(cfg, id.Secret)
+	if err != nil {
+		return nil, fmt.Errorf("%w: rank %d: %v", sdk.ErrSystemError, rank, err)
+	}
+	self := announce{PeerInfo: PeerInfo{Rank: rank, Addr: l.Addr(), Host: hostname(), Pid: os.Getpid()}, NRanks: nranks}
+	peers, err := joinRendezvous(id, cfg, self)
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	links, err := buildMesh(l, cfg, id.Secret, peers, rank)
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	c := &Comm{rank: rank, nranks: nranks, peers: peers, cfg: cfg, listener: l, links: links, aborted: make(chan struct{})}
+	c.engine = host.New(meshPeers{c})
+	return c, nil
+}
 
 func (c *Comm) Rank() int  { return c.rank }
 func (c *Comm) Count() int { return c.nranks }
 
+// Peers describes every rank as it announced itself at bootstrap.
+func (c *Comm) Peers() []PeerInfo { return append([]PeerInfo(nil), c.peers...) }
+
 // Destroy releases the communicator after its operations completed.
-func (c *Comm) Destroy() error { return errTODO }
+func (c *Comm) Destroy() error {
+	c.close()
+	return nil
+}
 
 // Abort tears the communicator down at once: operations in flight on this
 // rank fail, and peers waiting on this rank see an error naming it.
-func (c *Comm) Abort() error { return errTODO }
+func (c *Comm) Abort() error {
+	c.closeOnce.Do(func() { close(c.aborted) })
+	c.close()
+	return nil
+}
+
+func (c *Comm) close() {
+	c.listener.Close()
+	for _, l := range c.links {
+		if l != nil {
+			l.Close()
+		}
+	}
+}
+
+func (c *Comm) isAborted() bool {
+	select {
+	case <-c.aborted:
+		return true
+	default:
+		return false
+	}
+}
 
 // Split makes a communicator of the ranks that pass the same color, ordered
-// by key then by rank. A rank passing SplitNoColor gets nil.
-func (c *Comm) Split(color, key int) (*Comm, error) { return nil, errTODO }
+// by key then by rank. A rank passing SplitNoColor gets nil. Every rank of c
+// must call it.
+func (c *Comm) Split(color, key int) (*Comm, error) {
+	if color < 0 && color != SplitNoColor {
+		return nil, fmt.Errorf("%w: split color %d is negative (use a color >= 0, or SplitNoColor)", sdk.ErrInvalidArgument, color)
+	}
+	const rec = 16
+	mine := make([]byte, rec)
+	putInt64(mine[0:], int64(color))
+	putInt64(mine[8:], int64(key))
+	all := make([]byte, rec*c.nranks)
+	if err := c.AllGather(mine, all, rec, sdk.Uint8); err != nil {
+		return nil, fmt.Errorf("split: exchanging colors: %w", err)
+	}
+	if color == SplitNoColor {
+		return nil, nil
+	}
+	type member struct{ rank, key int }
+	var group []member
+	for r := 0; r < c.nranks; r++ {
+		if int(getInt64(all[r*rec:])) == color {
+			group = append(group, member{r, int(getInt64(all[r*rec+8:]))})
+		}
+	}
+	sort.SliceStable(group, func(i, j int) bool { return group[i].key < group[j].key })
+	newRank := 0
+	for i, m := range group {
+		if m.rank == c.rank {
+			newRank = i
+		}
+	}
+	// The first member hosts the new communicator's rendezvous and hands its
+	// id to the others over the parent's links.
+	leader := group[0].rank
+	var idBytes [UniqueIDBytes]byte
+	if c.rank == leader {
+		id, err := GetUniqueID(WithIDNetConfig(c.cfg))
+		if err != nil {
+			return nil, fmt.Errorf("split: %w", err)
+		}
+		idBytes = id.Bytes()
+		ops := make([]host.P2P, 0, len(group)-1)
+		for _, m := range group[1:] {
+			ops = append(ops, host.P2P{Peer: m.rank, Buf: idBytes[:]})
+		}
+		if err := c.engine.Group(ops); err != nil {
+			return nil, c.opError("Split", err)
+		}
+	} else if err := c.engine.Group([]host.P2P{{Peer: leader, Buf: idBytes[:], Recv: true}}); err != nil {
+		return nil, c.opError("Split", err)
+	}
+	id, err := UniqueIDFromBytes(idBytes[:])
+	if err != nil {
+		return nil, fmt.Errorf("split: %w", err)
+	}
+	return InitRank(id, len(group), newRank, WithNetConfig(c.cfg))
+}
+
+func putInt64(b []byte, v int64) {
+	for i := 0; i < 8; i++ {
+		b[i] = byte(v >> (8 * i))
+	}
+}
+
+func getInt64(b []byte) int64 {
+	var v int64
+	for i := 0; i < 8; i++ {
+		v |= int64(b[i]) << (8 * i)
+	}
+	return v
+}
+
+// opError puts the collective's name on an error and, after an abort,
+// says so rather than reporting closed sockets.
+func (c *Comm) opError(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if c.isAborted() {
+		return fmt.Errorf("%w: %s on rank %d: the communicator was aborted", sdk.ErrInvalidUsage, op, c.rank)
+	}
+	return fmt.Errorf("%s on rank %d: %w", op, c.rank, err)
+}
 
 func (c *Comm) AllReduce(send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp) error {
-	return errTODO
+	return c.opError("AllReduce", c.engine.AllReduce(send, recv, count, dt, op))
 }
-func (c *Comm) Reduce(send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp, root int) error {
-	return errTODO
-}
-func (c *Comm) Broadcast(send, recv []byte, count int, dt sdk.DataType, root int) error {
-	return errTODO
-}
-func (c *Comm) AllGather(send, recv []byte, sendcount int, dt sdk.DataType) error { return errTODO }
-func (c *Comm) ReduceScatter(send, recv []byte, recvcount int, dt sdk.DataType, op sdk.RedOp) error {
-	return errTODO
-}
-func (c *Comm) AlltoAll(send, recv []byte, count int, dt sdk.DataType) error { return errTODO }
-func (c *Comm) AlltoAllv(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt sdk.DataType) error {
-	return errTODO
-}
-func (c *Comm) Gather(send, recv []byte, count int, dt sdk.DataType, root int) error {
-	return errTODO
-}
-func (c *Comm) Scatter(send, recv []byte, count int, dt sdk.DataType, root int) error {
-	return errTODO
-}
-func (c *Comm) Send(buf []byte, count int, dt sdk.DataType, peer int) error { return errTODO }
-func (c *Comm) Recv(buf []byte, count int, dt sdk.DataType, peer int) error { return errTODO }
 
-// GroupStart defers Send and Recv until GroupEnd, which runs them together
-// so that any pattern of sends and receives completes without deadlock.
-func (c *Comm) GroupStart()     {}
-func (c *Comm) GroupEnd() error { return errTODO }
-func (c *Comm) Barrier() error  { return errTODO }
+func (c *Comm) Reduce(send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp, root int) error {
+	return c.opError("Reduce", c.engine.Reduce(send, recv, count, dt, op, root))
+}
+
+func (c *Comm) Broadcast(send, recv []byte, count int, dt sdk.DataType, root int) error {
+	return c.opError("Broadcast", c.engine.Broadcast(send, recv, count, dt, root))
+}
+
+func (c *Comm) AllGather(send, recv []byte, sendcount int, dt sdk.DataType) error {
+	return c.opError("AllGather", c.engine.AllGather(send, recv, sendcount, dt))
+}
+
+func (c *Comm) ReduceScatter(send, recv []byte, recvcount int, dt sdk.DataType, op sdk.RedOp) error {
+	return c.opError("ReduceScatter", c.engine.ReduceScatter(send, recv, recvcount, dt, op))
+}
+
+func (c *Comm) AlltoAll(send, recv []byte, count int, dt sdk.DataType) error {
+	return c.opError("AlltoAll", c.engine.AlltoAll(send, recv, count, dt))
+}
+
+func (c *Comm) AlltoAllv(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt sdk.DataType) error {
+	return c.opError("AlltoAllv", c.engine.AlltoAllv(send, sendcounts, sdispls, recv, recvcounts, rdispls, dt))
+}
+
+func (c *Comm) Gather(send, recv []byte, count int, dt sdk.DataType, root int) error {
+	return c.opError("Gather", c.engine.Gather(send, recv, count, dt, root))
+}
+
+func (c *Comm) Scatter(send, recv []byte, count int, dt sdk.DataType, root int) error {
+	return c.opError("Scatter", c.engine.Scatter(send, recv, count, dt, root))
+}
+
+func (c *Comm) Barrier() error { return c.opError("Barrier", c.engine.Barrier()) }
+
+// Send sends count elements of buf to peer. Inside a group it is deferred
+// until GroupEnd; buf must stay untouched until then.
+func (c *Comm) Send(buf []byte, count int, dt sdk.DataType, peer int) error {
+	return c.p2p("Send", buf, count, dt, peer, false)
+}
+
+// Recv receives count elements from peer into buf, deferred like Send.
+func (c *Comm) Recv(buf []byte, count int, dt sdk.DataType, peer int) error {
+	return c.p2p("Recv", buf, count, dt, peer, true)
+}
+
+func (c *Comm) p2p(name string, buf []byte, count int, dt sdk.DataType, peer int, recv bool) error {
+	n, err := byteCount(count, dt, len(buf), "buffer")
+	if err == nil && (peer < 0 || peer >= c.nranks) {
+		err = fmt.Errorf("%w: peer %d is out of range for %d ranks", sdk.ErrInvalidArgument, peer, c.nranks)
+	}
+	if err != nil {
+		err = fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
+		if c.group > 0 && c.groupErr == nil {
+			c.groupErr = err
+		}
+		return err
+	}
+	op := host.P2P{Peer: peer, Buf: buf[:n], Recv: recv}
+	if c.group > 0 {
+		c.groupOps = append(c.groupOps, op)
+		return nil
+	}
+	return c.opError(name, c.engine.Group([]host.P2P{op}))
+}
+
+// GroupStart defers Send and Recv until the matching GroupEnd, which runs
+// them together so that any pattern of sends and receives completes without
+// deadlock. Groups nest; the outermost GroupEnd runs them.
+func (c *Comm) GroupStart() { c.group++ }
+
+// GroupEnd closes a group (see GroupStart).
+func (c *Comm) GroupEnd() error {
+	if c.group == 0 {
+		return fmt.Errorf("%w: GroupEnd without GroupStart on rank %d", sdk.ErrInvalidUsage, c.rank)
+	}
+	c.group--
+	if c.group > 0 {
+		return nil
+	}
+	ops, gerr := c.groupOps, c.groupErr
+	c.groupOps, c.groupErr = nil, nil
+	if gerr != nil {
+		return fmt.Errorf("%w: the group was not run because an operation in it was invalid: %w", sdk.ErrInvalidUsage, gerr)
+	}
+	return c.opError("GroupEnd", c.engine.Group(ops))
+}
+
+// byteCount checks that count elements of dt fit in a buffer of have bytes.
+func byteCount(count int, dt sdk.DataType, have int, what string) (int, error) {
+	if !dt.Valid() {
+		return 0, fmt.Errorf("%w: %v is not a data type", sdk.ErrInvalidArgument, dt)
+	}
+	if count < 0 {
+		return 0, fmt.Errorf("%w: count %d is negative", sdk.ErrInvalidArgument, count)
+	}
+	hi, n := bits.Mul64(uint64(count), uint64(dt.Size()))
+	if hi != 0 || n > uint64(maxInt) {
+		return 0, fmt.Errorf("%w: %d elements of %v overflow the address space", sdk.ErrInvalidArgument, count, dt)
+	}
+	if int(n) > have {
+		return 0, fmt.Errorf("%w: %s holds %d bytes, %d elements of %v need %d", sdk.ErrInvalidArgument, what, have, count, dt, n)
+	}
+	return int(n), nil
+}
+
+const maxInt = int(^uint(0) >> 1)
+
+// meshPeers gives the host engine this communicator's links, with errors
+// that name the peer and what was being waited for.
+type meshPeers struct{ c *Comm }
+
+func (m meshPeers) Rank() int { return m.c.rank }
+func (m meshPeers) Size() int { return m.c.nranks }
+
+func (m meshPeers) Send(peer int, buf []byte) error {
+	if err := m.c.links[peer].Send(buf); err != nil {
+		return linkError(err, fmt.Sprintf("sending %d bytes to rank %d", len(buf), peer), peer)
+	}
+	return nil
+}
+
+func (m meshPeers) Recv(peer int, buf []byte) error {
+	if err := m.c.links[peer].Recv(buf); err != nil {
+		return linkError(err, fmt.Sprintf("waiting for %d bytes from rank %d", len(buf), peer), peer)
+	}
+	return nil
+}
+
+func linkError(err error, doing string, peer int) error {
+	var le *hostnet.LengthError
+	switch {
+	case errors.As(err, &le):
+		return fmt.Errorf("%w: %s: rank %d sent %d bytes: the ranks disagree on the count or data type of this operation", sdk.ErrInvalidUsage, doing, peer, le.Got)
+	case errors.Is(err, hostnet.ErrTimeout):
+		return fmt.Errorf("%w: %s: no progress before the deadline (is rank %d stuck or in another operation? FLAGCX_TIMEOUT sets the deadline): %v", sdk.ErrRemoteError, doing, peer, err)
+	case errors.Is(err, hostnet.ErrClosed):
+		return fmt.Errorf("%w: %s: rank %d closed the connection (it died, aborted or destroyed its communicator)", sdk.ErrRemoteError, doing, peer)
+	}
+	return fmt.Errorf("%w: %s: %v", sdk.ErrSystemError, doing, err)
+}

@@ -1,9 +1,21 @@
 package core
 
-import "github.com/flagcx/flagcx-go/hostnet"
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/flagcx/flagcx-go/hostnet"
+	"github.com/flagcx/flagcx-go/sdk"
+)
 
 // UniqueID names one communicator: where its rendezvous listens and the
-// secret its ranks prove.
+// secret its ranks must prove. It is created once (GetUniqueID) and handed
+// to every rank, as a string or as FlagCX's 256-byte flagcxUniqueId.
 type UniqueID struct {
 	Addr   string
 	Secret hostnet.Secret
@@ -12,20 +24,119 @@ type UniqueID struct {
 // UniqueIDBytes is the size of FlagCX's flagcxUniqueId.
 const UniqueIDBytes = 256
 
-// GetUniqueID makes a new id and starts its rendezvous in this process,
-// which must live until every rank has joined.
-func GetUniqueID(opts ...IDOption) (UniqueID, error) { return UniqueID{}, errTODO }
+// idMagic opens the 256-byte form so that bytes of another origin (an NCCL
+// id, zeros) are refused instead of being read as an address.
+var idMagic = [4]byte{'F', 'C', 'X', '1'}
 
-// NewUniqueID names a rendezvous hosted elsewhere (for ranks that learn the
-// address and secret from their launcher rather than from a string).
+// The 256-byte form: magic[4] | secret[16] | address length (uint16 LE) | address | zeros.
+const idAddrOffset = 4 + len(hostnet.Secret{}) + 2
+
+// GetUniqueID makes a new id and starts its rendezvous in this process. The
+// process must stay alive until every rank has joined (the rendezvous ends by
+// itself then, or after the deadline when ranks are missing).
+func GetUniqueID(opts ...IDOption) (UniqueID, error) {
+	o := idOptions{}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	cfg := o.net
+	if cfg == nil {
+		c, err := hostnet.ConfigFromEnv()
+		if err != nil {
+			return UniqueID{}, err
+		}
+		cfg = &c
+	}
+	id := UniqueID{}
+	if o.secret != nil {
+		id.Secret = *o.secret
+	} else if _, err := rand.Read(id.Secret[:]); err != nil {
+		return UniqueID{}, fmt.Errorf("%w: reading random secret: %v", sdk.ErrSystemError, err)
+	}
+	addr, err := startRendezvous(o.addr, *cfg, id.Secret)
+	if err != nil {
+		return UniqueID{}, err
+	}
+	id.Addr = addr
+	return id, nil
+}
+
+// NewUniqueID names a rendezvous hosted elsewhere, for ranks that learn the
+// address and secret from their launcher rather than from a string.
 func NewUniqueID(addr string, secret hostnet.Secret) UniqueID {
 	return UniqueID{Addr: addr, Secret: secret}
 }
 
-// ParseUniqueID reads the form String writes.
-func ParseUniqueID(s string) (UniqueID, error) { return UniqueID{}, errTODO }
+// String is "<host:port>#<secret in hex>"; ParseUniqueID reads it back.
+func (id UniqueID) String() string {
+	return id.Addr + "#" + hex.EncodeToString(id.Secret[:])
+}
 
-func (id UniqueID) String() string { return "" }
+// ParseUniqueID reads the form String writes.
+func ParseUniqueID(s string) (UniqueID, error) {
+	bad := func(why string) (UniqueID, error) {
+		return UniqueID{}, fmt.Errorf("%w: malformed unique id %q: %s (expected host:port#<32 hex digits>, as printed by the rank that created it)", sdk.ErrInvalidArgument, s, why)
+	}
+	i := strings.LastIndexByte(s, '#')
+	if i < 0 {
+		return bad("no '#' before the secret")
+	}
+	addr, secretHex := s[:i], s[i+1:]
+	var id UniqueID
+	if len(secretHex) != 2*len(id.Secret) {
+		return bad("the secret is not 32 hex digits")
+	}
+	if _, err := hex.Decode(id.Secret[:], []byte(secretHex)); err != nil {
+		return bad("the secret is not hexadecimal")
+	}
+	if err := checkAddr(addr); err != nil {
+		return bad(err.Error())
+	}
+	id.Addr = addr
+	return id, nil
+}
+
+// Bytes is FlagCX's 256-byte form of the id.
+func (id UniqueID) Bytes() [UniqueIDBytes]byte {
+	var b [UniqueIDBytes]byte
+	copy(b[:], idMagic[:])
+	copy(b[4:], id.Secret[:])
+	binary.LittleEndian.PutUint16(b[idAddrOffset-2:], uint16(len(id.Addr)))
+	copy(b[idAddrOffset:], id.Addr)
+	return b
+}
+
+// UniqueIDFromBytes reads the 256-byte form.
+func UniqueIDFromBytes(b []byte) (UniqueID, error) {
+	bad := func(why string) (UniqueID, error) {
+		return UniqueID{}, fmt.Errorf("%w: malformed %d-byte unique id: %s", sdk.ErrInvalidArgument, UniqueIDBytes, why)
+	}
+	if len(b) != UniqueIDBytes {
+		return bad(fmt.Sprintf("got %d bytes", len(b)))
+	}
+	if !bytes.Equal(b[:4], idMagic[:]) {
+		return bad("it was not made by flagcx-go (wrong magic)")
+	}
+	var id UniqueID
+	copy(id.Secret[:], b[4:])
+	n := int(binary.LittleEndian.Uint16(b[idAddrOffset-2:]))
+	if n == 0 || idAddrOffset+n > UniqueIDBytes {
+		return bad("address length out of range")
+	}
+	id.Addr = string(b[idAddrOffset : idAddrOffset+n])
+	if err := checkAddr(id.Addr); err != nil {
+		return bad(err.Error())
+	}
+	return id, nil
+}
+
+func checkAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host == "" || port == "" {
+		return fmt.Errorf("%q is not host:port", addr)
+	}
+	return nil
+}
 
 // IDOption configures GetUniqueID.
 type IDOption func(*idOptions)
@@ -33,6 +144,7 @@ type IDOption func(*idOptions)
 type idOptions struct {
 	addr   string
 	secret *hostnet.Secret
+	net    *hostnet.Config
 }
 
 // WithRendezvousAddr makes the rendezvous listen on addr (host:port), as
@@ -42,7 +154,6 @@ func WithRendezvousAddr(addr string) IDOption { return func(o *idOptions) { o.ad
 // WithSecret uses a secret the launcher shares instead of a random one.
 func WithSecret(s hostnet.Secret) IDOption { return func(o *idOptions) { o.secret = &s } }
 
-// Option configures InitRank.
-type Option func(*options)
-
-type options struct{}
+// WithIDNetConfig sets the transport configuration of the rendezvous
+// (default: hostnet.ConfigFromEnv).
+func WithIDNetConfig(cfg hostnet.Config) IDOption { return func(o *idOptions) { o.net = &cfg } }
