@@ -1,0 +1,219 @@
+package hostnet
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
+	"time"
+)
+
+// The handshake. Every new connection starts with it; only a peer that
+// proves it holds the communicator's Secret (without sending it) gets a
+// Conn. All integers are little endian.
+//
+//  1. Acceptor -> dialer, challenge, 28 bytes:
+//     [0:8] magic "FLAGCXHN", [8:10] protocol version (1), [10:12] zero,
+//     [12:28] nonce A (16 random bytes, fresh per connection).
+//  2. Dialer -> acceptor, answer, 64+n bytes:
+//     [0:8] magic, [8:10] version, [10:12] zero, [12:16] n = len(hello)
+//     (at most MaxHello), [16:32] nonce D (16 random bytes),
+//     [32:64] HMAC-SHA256(secret, "flagcx-hostnet dial v1" || A || D || n || hello),
+//     [64:64+n] hello (any bytes the caller wants the acceptor to see,
+//     e.g. its rank and stream index).
+//  3. Acceptor -> dialer, verdict, 33 bytes:
+//     [0] status: 0 accepted, 1 refused (wrong secret), 2 refused (protocol
+//     or version mismatch; [1:3] then holds the acceptor's version);
+//     [1:33] when accepted: HMAC-SHA256(secret, "flagcx-hostnet accept v1"
+//     || A || D || answer MAC), so the dialer knows the acceptor holds the
+//     secret too (mutual authentication, fresh on both sides thanks to A
+//     and D).
+//
+// The acceptor compares MACs with hmac.Equal (constant time). Each step
+// has its own deadline (Config.Timeout, or DefaultTimeout if that is not
+// positive), so a silent or slow peer cannot hold a handshake forever.
+// After the verdict the connection carries frames (see conn.go). Frames are
+// not encrypted nor authenticated: like NCCL, hostnet trusts the network
+// once a peer has joined.
+const (
+	hsMagic       = "FLAGCXHN"
+	hsVersion     = 1
+	hsChallLen    = 28
+	hsAnswerLen   = 64
+	hsVerdictLen  = 33
+	hsDialLabel   = "flagcx-hostnet dial v1"
+	hsAcceptLabel = "flagcx-hostnet accept v1"
+
+	verdictOK       = 0
+	verdictBadAuth  = 1
+	verdictProtocol = 2
+)
+
+func hsTimeout(cfg Config) time.Duration {
+	if cfg.Timeout > 0 {
+		return cfg.Timeout
+	}
+	return DefaultTimeout
+}
+
+func dialMAC(secret Secret, a, d []byte, hello []byte) []byte {
+	m := hmac.New(sha256.New, secret[:])
+	m.Write([]byte(hsDialLabel))
+	m.Write(a)
+	m.Write(d)
+	var n [4]byte
+	binary.LittleEndian.PutUint32(n[:], uint32(len(hello)))
+	m.Write(n[:])
+	m.Write(hello)
+	return m.Sum(nil)
+}
+
+func acceptMAC(secret Secret, a, d, answerMAC []byte) []byte {
+	m := hmac.New(sha256.New, secret[:])
+	m.Write([]byte(hsAcceptLabel))
+	m.Write(a)
+	m.Write(d)
+	m.Write(answerMAC)
+	return m.Sum(nil)
+}
+
+// hsIO runs one handshake step under its own deadline.
+func hsIO(nc net.Conn, timeout time.Duration, f func() error) error {
+	_ = nc.SetDeadline(time.Now().Add(timeout))
+	return f()
+}
+
+// pendingAccept is a handshake the acceptor has verified but not yet
+// acknowledged.
+type pendingAccept struct {
+	hello  []byte
+	answer []byte // the dialer's MAC
+	a, d   []byte
+}
+
+// acceptHandshake runs steps 1 and 2 on the acceptor side. On a refusal it
+// tries to tell the dialer why (status byte) before the caller closes.
+func acceptHandshake(nc net.Conn, cfg Config, secret Secret) (*pendingAccept, error) {
+	timeout := hsTimeout(cfg)
+	chall := make([]byte, hsChallLen)
+	copy(chall, hsMagic)
+	binary.LittleEndian.PutUint16(chall[8:], hsVersion)
+	if _, err := rand.Read(chall[12:28]); err != nil {
+		return nil, fmt.Errorf("drawing a nonce: %w", err)
+	}
+	if err := hsIO(nc, timeout, func() error { _, err := nc.Write(chall); return err }); err != nil {
+		return nil, hsErr("sending the challenge", timeout, err)
+	}
+	ans := make([]byte, hsAnswerLen)
+	// The first 12 bytes alone, so garbage is refused without waiting for more.
+	if err := hsIO(nc, timeout, func() error { _, err := io.ReadFull(nc, ans[:12]); return err }); err != nil {
+		return nil, hsErr("waiting for the answer", timeout, err)
+	}
+	if string(ans[:8]) != hsMagic {
+		return nil, fmt.Errorf("not a flagcx hostnet peer (first bytes % x): %w", ans[:8], ErrProtocol)
+	}
+	if v := binary.LittleEndian.Uint16(ans[8:10]); v != hsVersion {
+		verdict := make([]byte, hsVerdictLen)
+		verdict[0] = verdictProtocol
+		binary.LittleEndian.PutUint16(verdict[1:], hsVersion)
+		_ = hsIO(nc, timeout, func() error { _, err := nc.Write(verdict); return err })
+		return nil, fmt.Errorf("peer speaks hostnet protocol version %d, this side %d (run the same flagcx version on every rank): %w", v, hsVersion, ErrProtocol)
+	}
+	if err := hsIO(nc, timeout, func() error { _, err := io.ReadFull(nc, ans[12:]); return err }); err != nil {
+		return nil, hsErr("waiting for the answer", timeout, err)
+	}
+	n := binary.LittleEndian.Uint32(ans[12:16])
+	if n > MaxHello {
+		return nil, fmt.Errorf("peer announced a %d-byte hello, above the %d-byte limit: %w", n, MaxHello, ErrProtocol)
+	}
+	hello := make([]byte, n)
+	if err := hsIO(nc, timeout, func() error { _, err := io.ReadFull(nc, hello); return err }); err != nil {
+		return nil, hsErr("waiting for the hello", timeout, err)
+	}
+	want := dialMAC(secret, chall[12:28], ans[16:32], hello)
+	if !hmac.Equal(want, ans[32:64]) {
+		verdict := make([]byte, hsVerdictLen)
+		verdict[0] = verdictBadAuth
+		_ = hsIO(nc, timeout, func() error { _, err := nc.Write(verdict); return err })
+		return nil, fmt.Errorf("peer does not hold this communicator's secret (another job, or a stale unique id?): %w", ErrAuth)
+	}
+	return &pendingAccept{hello: hello, answer: ans[32:64], a: chall[12:28], d: ans[16:32]}, nil
+}
+
+// acceptVerdict runs step 3 for a verified peer.
+func acceptVerdict(nc net.Conn, cfg Config, secret Secret, p *pendingAccept) error {
+	timeout := hsTimeout(cfg)
+	verdict := make([]byte, 1, hsVerdictLen)
+	verdict[0] = verdictOK
+	verdict = append(verdict, acceptMAC(secret, p.a, p.d, p.answer)...)
+	if err := hsIO(nc, timeout, func() error { _, err := nc.Write(verdict); return err }); err != nil {
+		return hsErr("sending the verdict", timeout, err)
+	}
+	return nil
+}
+
+// dialHandshake runs the dialer's side of all three steps.
+func dialHandshake(nc net.Conn, addr string, cfg Config, secret Secret, hello []byte) error {
+	timeout := hsTimeout(cfg)
+	wrap := func(err error) error { return fmt.Errorf("hostnet: dial %s: handshake: %w", addr, err) }
+	chall := make([]byte, hsChallLen)
+	if err := hsIO(nc, timeout, func() error { _, err := io.ReadFull(nc, chall); return err }); err != nil {
+		return wrap(hsErr("waiting for the listener's challenge", timeout, err))
+	}
+	if string(chall[:8]) != hsMagic {
+		return wrap(fmt.Errorf("%s is not a flagcx hostnet listener (first bytes % x): %w", addr, chall[:8], ErrProtocol))
+	}
+	if v := binary.LittleEndian.Uint16(chall[8:10]); v != hsVersion {
+		return wrap(fmt.Errorf("listener speaks hostnet protocol version %d, this side %d (run the same flagcx version on every rank): %w", v, hsVersion, ErrProtocol))
+	}
+	ans := make([]byte, hsAnswerLen, hsAnswerLen+len(hello))
+	copy(ans, hsMagic)
+	binary.LittleEndian.PutUint16(ans[8:], hsVersion)
+	binary.LittleEndian.PutUint32(ans[12:], uint32(len(hello)))
+	if _, err := rand.Read(ans[16:32]); err != nil {
+		return wrap(fmt.Errorf("drawing a nonce: %w", err))
+	}
+	mac := dialMAC(secret, chall[12:28], ans[16:32], hello)
+	copy(ans[32:64], mac)
+	ans = append(ans, hello...)
+	if err := hsIO(nc, timeout, func() error { _, err := nc.Write(ans); return err }); err != nil {
+		return wrap(hsErr("sending the answer", timeout, err))
+	}
+	verdict := make([]byte, hsVerdictLen)
+	if err := hsIO(nc, timeout, func() error { _, err := io.ReadFull(nc, verdict); return err }); err != nil {
+		// A refusing acceptor may close before we read the status byte.
+		return wrap(hsErr("waiting for the listener's verdict", timeout, err))
+	}
+	switch verdict[0] {
+	case verdictOK:
+	case verdictBadAuth:
+		return wrap(fmt.Errorf("the listener refused this peer: it holds another secret (is every rank using the same unique id?): %w", ErrAuth))
+	case verdictProtocol:
+		return wrap(fmt.Errorf("the listener speaks hostnet protocol version %d, this side %d (run the same flagcx version on every rank): %w",
+			binary.LittleEndian.Uint16(verdict[1:3]), hsVersion, ErrProtocol))
+	default:
+		return wrap(fmt.Errorf("unknown verdict %d from the listener: %w", verdict[0], ErrProtocol))
+	}
+	if !hmac.Equal(verdict[1:33], acceptMAC(secret, chall[12:28], ans[16:32], mac)) {
+		return wrap(fmt.Errorf("the listener at %s could not prove the communicator's secret: %w", addr, ErrAuth))
+	}
+	return nil
+}
+
+// hsErr names a failed handshake step and maps the socket error.
+func hsErr(step string, timeout time.Duration, err error) error {
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		return fmt.Errorf("%s: nothing for %v: %w", step, timeout, ErrTimeout)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		return fmt.Errorf("%s: %w (%w)", step, ErrClosed, err)
+	}
+	return fmt.Errorf("%s: %w", step, err)
+}
