@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/flagcx/flagcx-go/hostnet"
 	"github.com/flagcx/flagcx-go/sdk"
@@ -155,6 +156,11 @@ func missingRanks(arrived []arrival, nranks int) string {
 // joinRendezvous announces this rank and waits for the table.
 func joinRendezvous(id UniqueID, cfg hostnet.Config, self announce) ([]PeerInfo, error) {
 	hello, _ := json.Marshal(self)
+	// Wait longer than the rendezvous does, so that when ranks are missing
+	// its answer naming them arrives before our own deadline.
+	if cfg.Timeout > 0 {
+		cfg.Timeout = 2*cfg.Timeout + time.Second
+	}
 	conn, err := hostnet.Dial(id.Addr, cfg, id.Secret, hello)
 	if err != nil {
 		if errors.Is(err, hostnet.ErrAuth) {
