@@ -1,0 +1,15 @@
+package main
+
+import "github.com/flagcx/flagcx-go/cmd/flagcx/internal/bench"
+
+func init() {
+	addCommand("bench", "Benchmark a collective (or all) and check its results, as nccl-tests does.", &benchCmd{})
+}
+
+type benchCmd struct {
+	bench.Flags
+}
+
+func (c *benchCmd) Run(*Globals) error {
+	return bench.Run(&c.Flags, bench.ProcessEnv())
+}

@@ -1,0 +1,267 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/flagcx/flagcx-go/core"
+	"github.com/flagcx/flagcx-go/sdk"
+)
+
+// Result is one row: one collective, type, reduction and size, timed and
+// checked out of place and in place.
+type Result struct {
+	Collective string `json:"op"`
+	Datatype   string `json:"datatype"`
+	RedOp      string `json:"redop"`
+	Root       int    `json:"root"`
+	Size       int64  `json:"size"`  // bytes, as nccl-tests counts them
+	Count      int    `json:"count"` // the count argument of the call
+	OutOfPlace Half   `json:"out_of_place"`
+	InPlace    Half   `json:"in_place"`
+
+	printed string // -p: rank 0's first output elements
+}
+
+// Half is the out-of-place or in-place half of a row.
+type Half struct {
+	TimeUS float64 `json:"time_us"` // the slowest rank's mean time per iteration
+	AlgBW  float64 `json:"algbw"`   // GB/s (1e9)
+	BusBW  float64 `json:"busbw"`   // GB/s
+	// Wrong is the number of wrong elements over all ranks; nil when the
+	// result was not checked (-c 0, or in place where undefined).
+	Wrong *int64 `json:"wrong"`
+}
+
+// reporter writes rank 0's output in one format.
+type reporter interface {
+	header(cfg *Config, devs []device)
+	section(op *opSpec)
+	row(res *Result)
+	print(elems string)
+	footer(badRows int, avgBusBW float64)
+}
+
+// tableReporter writes nccl-tests' table.
+type tableReporter struct {
+	w     io.Writer
+	multi bool // several collectives: name each section
+}
+
+func (t *tableReporter) header(cfg *Config, devs []device) {
+	check := 0
+	if cfg.Check {
+		check = 1
+	}
+	fmt.Fprintf(t.w, "# nThread 1 nGpus 1 minBytes %d maxBytes %d step: %d(factor) warmup iters: %d iters: %d agg iters: 1 validation: %d graph: 0\n",
+		cfg.MinBytes, cfg.MaxBytes, cfg.StepFactor, cfg.Warmup, cfg.Iters, check)
+	fmt.Fprintf(t.w, "#\n# Using devices\n")
+	for _, d := range devs {
+		fmt.Fprintf(t.w, "#  Rank %2d Group %2d Pid %6d on %10s backend %s\n", d.Rank, 0, d.Pid, d.Host, d.Backend)
+	}
+}
+
+func (t *tableReporter) section(op *opSpec) {
+	fmt.Fprintf(t.w, "#\n")
+	if t.multi {
+		fmt.Fprintf(t.w, "# %s\n#\n", op.name())
+	}
+	fmt.Fprintf(t.w, "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "", "", "", "")
+	fmt.Fprintf(t.w, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n",
+		"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong")
+	fmt.Fprintf(t.w, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n",
+		"(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "")
+}
+
+// timeString formats microseconds as nccl-tests does.
+func timeString(us float64) string {
+	switch {
+	case us >= 10000:
+		return fmt.Sprintf("%7.0f", us)
+	case us >= 100:
+		return fmt.Sprintf("%7.1f", us)
+	}
+	return fmt.Sprintf("%7.2f", us)
+}
+
+func halfString(h Half) string {
+	wrong := "N/A"
+	if h.Wrong != nil {
+		wrong = fmt.Sprintf("%d", *h.Wrong)
+	}
+	return fmt.Sprintf("  %7s  %6.2f  %6.2f  %5s", timeString(h.TimeUS), h.AlgBW, h.BusBW, wrong)
+}
+
+func (t *tableReporter) row(res *Result) {
+	fmt.Fprintf(t.w, "%12d  %12d  %8s  %6s  %6d%s%s\n", res.Size, res.Count, res.Datatype, res.RedOp, res.Root,
+		halfString(res.OutOfPlace), halfString(res.InPlace))
+}
+
+func (t *tableReporter) print(elems string) {
+	fmt.Fprintf(t.w, "# rank 0 recvbuff = %s\n", elems)
+}
+
+func (t *tableReporter) footer(badRows int, avg float64) {
+	status := "OK"
+	if badRows > 0 {
+		status = "FAILED"
+	}
+	fmt.Fprintf(t.w, "# Out of bounds values : %d %s\n", badRows, status)
+	fmt.Fprintf(t.w, "# Avg bus bandwidth    : %.6g \n", avg) // C's %g
+	fmt.Fprintf(t.w, "#\n")
+}
+
+// flagcxReporter writes FlagCX's test programs' line per size.
+type flagcxReporter struct {
+	w     io.Writer
+	multi bool // several (collective, type, reduction): name each
+	last  string
+}
+
+func (f *flagcxReporter) header(*Config, []device) {}
+func (f *flagcxReporter) section(*opSpec)          {}
+
+func (f *flagcxReporter) row(res *Result) {
+	if f.multi {
+		name := res.Collective + " " + res.Datatype
+		if res.RedOp != "none" {
+			name += " " + res.RedOp
+		}
+		if name != f.last {
+			fmt.Fprintf(f.w, "# %s\n", name)
+			f.last = name
+		}
+	}
+	sec := res.OutOfPlace.TimeUS / 1e6
+	fmt.Fprintf(f.w, "Comm size: %d bytes; Elapsed time: %f sec; Algo bandwidth: %f GB/s; Bus bandwidth: %f GB/s\n",
+		res.Size, sec, res.OutOfPlace.AlgBW, res.OutOfPlace.BusBW)
+}
+
+func (f *flagcxReporter) print(elems string) {
+	fmt.Fprintf(f.w, "rank 0 recvbuff = %s\n", elems)
+}
+
+func (f *flagcxReporter) footer(int, float64) {}
+
+// jsonReport is --json's document.
+type jsonReport struct {
+	FlagcxVersion string    `json:"flagcx_version"`
+	GoVersion     string    `json:"go_version"`
+	Date          string    `json:"date"`
+	ElapsedSec    float64   `json:"elapsed_sec"`
+	Launcher      string    `json:"launcher"`
+	NRanks        int       `json:"nranks"`
+	Devices       []device  `json:"devices"`
+	Params        jsonParam `json:"params"`
+	Results       []Result  `json:"results"`
+	AvgBusBW      float64   `json:"avg_busbw"`
+	WrongResults  int       `json:"wrong_results"`
+	WrongElements int64     `json:"wrong_elements"`
+	Error         string    `json:"error,omitempty"`
+}
+
+type jsonParam struct {
+	MinBytes    int64    `json:"minbytes"`
+	MaxBytes    int64    `json:"maxbytes"`
+	StepFactor  int      `json:"stepfactor"`
+	Warmup      int      `json:"warmup_iters"`
+	Iters       int      `json:"iters"`
+	Check       bool     `json:"check"`
+	Root        int      `json:"root"`
+	Collectives []string `json:"collectives"`
+	Datatypes   []string `json:"datatypes"`
+	RedOps      []string `json:"redops"`
+}
+
+func (r *rankRun) writeJSON(runErr error) error {
+	doc := jsonReport{
+		FlagcxVersion: core.Version,
+		GoVersion:     runtime.Version(),
+		Date:          r.start.UTC().Format(time.RFC3339),
+		ElapsedSec:    time.Since(r.start).Seconds(),
+		Launcher:      r.launcher,
+		NRanks:        r.n,
+		Devices:       r.devices,
+		Results:       r.results,
+		WrongResults:  r.badRows,
+		WrongElements: r.wrongEls,
+		Params: jsonParam{
+			MinBytes: int64(r.cfg.MinBytes), MaxBytes: int64(r.cfg.MaxBytes), StepFactor: r.cfg.StepFactor,
+			Warmup: r.cfg.Warmup, Iters: r.cfg.Iters, Check: r.cfg.Check, Root: r.cfg.Root,
+		},
+	}
+	if doc.Results == nil {
+		doc.Results = []Result{}
+	}
+	if r.busCount > 0 {
+		doc.AvgBusBW = r.busSum / float64(r.busCount)
+	}
+	for _, o := range r.cfg.Ops {
+		doc.Params.Collectives = append(doc.Params.Collectives, o.name())
+	}
+	for _, t := range r.cfg.Types {
+		doc.Params.Datatypes = append(doc.Params.Datatypes, t.String())
+	}
+	for _, o := range r.cfg.RedOps {
+		doc.Params.RedOps = append(doc.Params.RedOps, o.String())
+	}
+	if runErr != nil {
+		doc.Error = runErr.Error()
+	}
+	b, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return fmt.Errorf("--json: %v", err)
+	}
+	if err := os.WriteFile(r.cfg.JSON, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("--json: %v", err)
+	}
+	return nil
+}
+
+// progress draws one line on stderr while rank 0 works: a segment ending
+// in a carriage return, redrawn in place (the local launcher passes such
+// segments through without its "rank N: " prefix).
+type progress struct {
+	w     io.Writer
+	total int
+	shown bool
+}
+
+// show draws the step about to run.
+func (p *progress) show(op string, dt sdk.DataType, redop sdk.RedOp, size Size, done int) {
+	if p == nil {
+		return
+	}
+	name := ""
+	if redop.Valid() {
+		name = redop.String()
+	}
+	fmt.Fprint(p.w, progressLine(op, dt.String(), name, size, done, p.total)+"\x1b[K\r")
+	p.shown = true
+}
+
+func (p *progress) clear() {
+	if p == nil || !p.shown {
+		return
+	}
+	fmt.Fprint(p.w, "\x1b[K\r")
+	p.shown = false
+}
+
+func progressLine(op string, dt, redop string, size Size, done, total int) string {
+	pct := 100
+	if total > 0 {
+		pct = 100 * done / total
+	}
+	parts := []string{"flagcx bench:", op, dt}
+	if redop != "" {
+		parts = append(parts, redop)
+	}
+	parts = append(parts, human(int64(size)), fmt.Sprintf("%3d%%", pct))
+	return strings.Join(parts, " ")
+}

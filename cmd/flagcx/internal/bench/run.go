@@ -1,0 +1,550 @@
+// Package bench is `flagcx bench`: nccl-tests' performance and correctness
+// benchmark of one collective (or all of them) over a communicator, with
+// results checked against conformance/reference.
+package bench
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/flagcx/flagcx-go/conformance/reference"
+	"github.com/flagcx/flagcx-go/core"
+	"github.com/flagcx/flagcx-go/core/launch"
+	"github.com/flagcx/flagcx-go/sdk"
+)
+
+// Env is what a benchmark takes from its process.
+type Env struct {
+	// Args are the program's arguments after its name: the local launcher
+	// starts its ranks with them.
+	Args    []string
+	Lookup  func(string) (string, bool)
+	Environ []string
+	Stdout  io.Writer
+	Stderr  io.Writer
+	// StderrTTY enables the progress line.
+	StderrTTY bool
+}
+
+// ProcessEnv is this process's Env.
+func ProcessEnv() Env {
+	return Env{
+		Args: os.Args[1:], Lookup: os.LookupEnv, Environ: os.Environ(),
+		Stdout: os.Stdout, Stderr: os.Stderr, StderrTTY: isTerminal(os.Stderr),
+	}
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// WrongError reports results that differ from the reference.
+type WrongError struct {
+	Results, Checked int   // results (out-of-place or in-place rows) with wrong elements, of those checked
+	Elements         int64 // wrong elements in all
+}
+
+func (e *WrongError) Error() string {
+	return fmt.Sprintf("%d of %d checked results were wrong (%d wrong elements in all): the collectives returned data that differs from the exact reference",
+		e.Results, e.Checked, e.Elements)
+}
+
+// Run runs the benchmark as this process's part of the job: it starts the
+// ranks itself for --np, joins the job of an external launcher, or runs a
+// single rank. Only rank 0 writes results; only rank 0 reports wrong
+// results as an error (a *WrongError).
+func Run(f *Flags, e Env) error {
+	cfg, err := f.Config()
+	if err != nil {
+		return err
+	}
+	job, launched, err := launch.FromEnv(e.Lookup)
+	if err != nil {
+		return err
+	}
+	if cfg.NP > 0 {
+		switch {
+		case !launched:
+			if err := cfg.CheckRanks(cfg.NP); err != nil {
+				return err
+			}
+			if err := checkMemory(cfg.MaxBytes, cfg.Check, cfg.NP); err != nil {
+				return err
+			}
+			if cfg.JSON != "" {
+				if err := touch(cfg.JSON); err != nil {
+					return err
+				}
+			}
+			return launch.Local(cfg.NP, e.Args, e.Environ, e.Stdout, e.Stderr)
+		case job.Launcher != "flagcx" || job.NRanks != cfg.NP:
+			return fmt.Errorf("--np %d starts ranks itself, but %s already started this process as rank %d of %d: drop --np", cfg.NP, job.Launcher, job.Rank, job.NRanks)
+		}
+	}
+	rank, nranks := 0, 1
+	if launched {
+		rank, nranks = job.Rank, job.NRanks
+	}
+	if err := cfg.CheckRanks(nranks); err != nil {
+		return err
+	}
+	local := 1
+	if launched && job.LocalSize > 0 {
+		local = job.LocalSize
+	}
+	if err := checkMemory(cfg.MaxBytes, cfg.Check, local); err != nil {
+		return err
+	}
+
+	var id core.UniqueID
+	if launched {
+		id, err = job.ID()
+	} else {
+		id, err = core.GetUniqueID()
+	}
+	if err != nil {
+		return err
+	}
+	comm, err := core.InitRank(id, nranks, rank)
+	job.Joined()
+	if err != nil {
+		return fmt.Errorf("rank %d of %d could not join the communicator: %w", rank, nranks, err)
+	}
+
+	r := newRankRun(cfg, comm, HostMem{}, io.Discard)
+	if rank == 0 {
+		r.out = e.Stdout
+		tty := e.StderrTTY
+		if v, ok := e.Lookup(launch.EnvProgress); ok && v == "1" {
+			tty = true
+		}
+		if tty {
+			r.prog = &progress{w: e.Stderr, total: cfg.steps()}
+		}
+	}
+	r.launcher = "none"
+	if launched {
+		r.launcher = job.Launcher
+	}
+	runErr := r.run()
+	if runErr != nil {
+		_ = comm.Abort()
+		return runErr
+	}
+	if err := comm.Destroy(); err != nil {
+		return fmt.Errorf("destroying the communicator: %w", err)
+	}
+	return r.verdict()
+}
+
+// verdict is how a finished run ends: rank 0 reports wrong results (every
+// rank knows them; one report is enough, and a launcher that sees rank 0
+// fail reports the job as failed).
+func (r *rankRun) verdict() error {
+	if r.wrong != nil && r.rank == 0 {
+		return r.wrong
+	}
+	return nil
+}
+
+// touch makes sure the JSON file can be written before the run starts.
+func touch(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("--json: %v", err)
+	}
+	return f.Close()
+}
+
+func newRankRun(cfg *Config, comm Comm, mem Mem, out io.Writer) *rankRun {
+	return &rankRun{cfg: cfg, comm: comm, rank: comm.Rank(), n: comm.Count(), mem: mem, out: out}
+}
+
+// rankRun is one rank's benchmark.
+type rankRun struct {
+	cfg      *Config
+	comm     Comm
+	rank, n  int
+	mem      Mem
+	launcher string
+	out      io.Writer // rank 0: stdout; others: nowhere
+	prog     *progress
+
+	send, recv       Buf
+	inputImg, expImg []byte
+	scratch          []byte
+	devices          []device
+	results          []Result
+	rep              reporter
+	wrong            *WrongError
+	busSum           float64
+	busCount         int
+	checked, badRows int
+	wrongEls         int64
+	done             int
+	start            time.Time
+}
+
+func (r *rankRun) run() (err error) {
+	r.start = time.Now()
+	if r.devices, err = r.gatherDevices(); err != nil {
+		return err
+	}
+	bufBytes := int(r.cfg.MaxBytes)
+	if r.send, err = r.mem.Alloc(bufBytes); err != nil {
+		return err
+	}
+	defer r.send.Free()
+	if r.recv, err = r.mem.Alloc(bufBytes); err != nil {
+		return err
+	}
+	defer r.recv.Free()
+	if r.cfg.Check {
+		r.inputImg = make([]byte, bufBytes)
+		r.expImg = make([]byte, bufBytes)
+	}
+
+	if r.cfg.Format == "flagcx" {
+		r.rep = &flagcxReporter{w: r.out, multi: len(r.cfg.Ops)*len(r.cfg.Types)*len(r.cfg.RedOps) > 1}
+	} else {
+		r.rep = &tableReporter{w: r.out, multi: len(r.cfg.Ops) > 1}
+	}
+	r.rep.header(r.cfg, r.devices)
+	defer func() {
+		if r.rank == 0 && r.cfg.JSON != "" {
+			if jerr := r.writeJSON(err); jerr != nil && err == nil {
+				err = jerr
+			}
+		}
+	}()
+	for _, op := range r.cfg.Ops {
+		r.prog.clear()
+		r.rep.section(op)
+		for _, dt := range r.cfg.Types {
+			for _, redop := range r.cfg.redOpsFor(op) {
+				for i, size := range r.cfg.Sizes {
+					r.prog.show(op.name(), dt, redop, size, r.done)
+					res, err := r.bench(op, dt, redop, i, size)
+					r.prog.clear()
+					if err != nil {
+						return err
+					}
+					r.rep.row(res)
+					if r.cfg.Print {
+						r.rep.print(res.printed)
+					}
+					r.done++
+				}
+			}
+		}
+	}
+	r.prog.clear()
+	avg := 0.0
+	if r.busCount > 0 {
+		avg = r.busSum / float64(r.busCount)
+	}
+	r.rep.footer(r.badRows, avg)
+	if r.badRows > 0 {
+		r.wrong = &WrongError{Results: r.badRows, Checked: r.checked, Elements: r.wrongEls}
+	}
+	return nil
+}
+
+// bench runs one size: timing and checking out of place, then in place.
+func (r *rankRun) bench(op *opSpec, dt sdk.DataType, redop sdk.RedOp, sizeIdx int, size Size) (*Result, error) {
+	ts := dt.Size()
+	c := reference.Case{
+		Coll: op.coll, Type: dt, Op: redop, NRanks: r.n, Root: r.cfg.Root,
+		Count: op.callCount(int(size)/ts, r.n),
+	}
+	if !op.coll.Rooted() {
+		c.Root = 0
+	}
+	sendN, recvN := c.SendCount()*ts, c.RecvCount()*ts
+	s, v := r.send.Host(), r.recv.Host()
+	so, ro := op.inPlace.offsets(r.rank, c.Count)
+	oop := &call{send: s[:sendN], recv: v[:recvN], count: c.Count, dt: dt, op: redop, root: c.Root}
+	ip := &call{send: v[so*ts : so*ts+sendN], recv: v[ro*ts : ro*ts+recvN], count: c.Count, dt: dt, op: redop, root: c.Root}
+	if op.coll == reference.AlltoAllv {
+		sc, sd, rc, rd := reference.AlltoAllvCounts(r.n, c.Count, r.rank)
+		for _, x := range []*call{oop, ip} {
+			x.sendcounts, x.sdispls, x.recvcounts, x.rdispls = sc, sd, rc, rd
+		}
+	}
+	seed := uint64(op.coll)<<48 ^ uint64(dt)<<40 ^ uint64(uint8(redop+1))<<32 ^ uint64(sizeIdx)<<8
+	res := &Result{
+		Collective: op.name(), Datatype: dt.String(), RedOp: "none", Root: -1,
+		Size: int64(max(sendN, recvN)), Count: c.Count,
+	}
+	if op.coll.Reduces() {
+		res.RedOp = redop.String()
+	}
+	if op.coll.Rooted() {
+		res.Root = c.Root
+	}
+
+	var times [2]float64
+	var wrong [2]int64
+	for phase, inPlace := range []bool{false, true} {
+		x := oop
+		if inPlace {
+			x = ip
+		}
+		// Inputs for timing.
+		c.Seed = seed | uint64(2*phase)
+		if err := r.prepare(op, c, inPlace, false); err != nil {
+			return nil, err
+		}
+		if !inPlace {
+			for i := 0; i < r.cfg.Warmup; i++ {
+				if err := op.run(r.comm, x); err != nil {
+					return nil, r.collError(op, c, inPlace, err)
+				}
+			}
+		}
+		if err := r.comm.Barrier(); err != nil {
+			return nil, fmt.Errorf("barrier before timing: %w", err)
+		}
+		t0 := time.Now()
+		for i := 0; i < r.cfg.Iters; i++ {
+			if err := op.run(r.comm, x); err != nil {
+				return nil, r.collError(op, c, inPlace, err)
+			}
+		}
+		times[phase] = time.Since(t0).Seconds() / float64(r.cfg.Iters)
+
+		if r.cfg.Check {
+			c.Seed = seed | uint64(2*phase+1)
+			if err := r.prepare(op, c, inPlace, true); err != nil {
+				return nil, err
+			}
+			if err := op.run(r.comm, x); err != nil {
+				return nil, r.collError(op, c, inPlace, err)
+			}
+			off := 0
+			if inPlace {
+				off = ro * ts
+			}
+			got, err := view(r.recv, off, recvN, &r.scratch)
+			if err != nil {
+				return nil, err
+			}
+			wrong[phase] = int64(reference.Compare(dt, got, r.expImg[:recvN]))
+		}
+		if !inPlace && r.cfg.Print && r.rank == 0 {
+			got, err := view(r.recv, 0, recvN, &r.scratch)
+			if err != nil {
+				return nil, err
+			}
+			res.printed = formatElements(dt, got, 10)
+		}
+	}
+
+	// Agree on the results: the slowest rank's time, every rank's errors.
+	t, err := r.allReduceFloat64(times[:], sdk.Max)
+	if err != nil {
+		return nil, err
+	}
+	w, err := r.allReduceInt64(wrong[:], sdk.Sum)
+	if err != nil {
+		return nil, err
+	}
+	for phase, h := range []*Half{&res.OutOfPlace, &res.InPlace} {
+		h.TimeUS = t[phase] * 1e6
+		if t[phase] > 0 {
+			h.AlgBW = float64(res.Size) / 1e9 / t[phase]
+		}
+		h.BusBW = h.AlgBW * op.busFactor(r.n)
+		if r.cfg.Check && (phase == 0 || op.inPlaceChecked) {
+			n := w[phase]
+			h.Wrong = &n
+			r.checked++
+			if n != 0 {
+				r.badRows++
+				r.wrongEls += n
+			}
+		}
+		r.busSum += h.BusBW
+		r.busCount++
+	}
+	r.results = append(r.results, *res)
+	return res, nil
+}
+
+// prepare writes the inputs of one call (and, for a check, its expected
+// result into expImg): zeroed receive buffer, this rank's input in the send
+// buffer or at its in-place offset.
+func (r *rankRun) prepare(op *opSpec, c reference.Case, inPlace, forCheck bool) error {
+	ts := c.Type.Size()
+	sendN, recvN := c.SendCount()*ts, c.RecvCount()*ts
+	var input []byte
+	if forCheck {
+		input = r.inputImg[:sendN]
+	} else {
+		// Timing inputs go straight into the buffer when the host can
+		// address it.
+		if inPlace {
+			if h := r.recv.Host(); h != nil {
+				so, _ := op.inPlace.offsets(r.rank, c.Count)
+				input = h[so*ts : so*ts+sendN]
+			}
+		} else if h := r.send.Host(); h != nil {
+			input = h[:sendN]
+		}
+		if input == nil {
+			if cap(r.scratch) < sendN {
+				r.scratch = make([]byte, sendN)
+			}
+			input = r.scratch[:sendN]
+		}
+	}
+	reference.FillInput(c, r.rank, input)
+	so, ro := op.inPlace.offsets(r.rank, c.Count)
+	if inPlace {
+		// The receive buffer holds both: zero it, put the input in place.
+		if forCheck {
+			if err := r.recv.Zero(max(so*ts+sendN, ro*ts+recvN)); err != nil {
+				return err
+			}
+		}
+		if err := r.recv.Write(so*ts, input); err != nil {
+			return err
+		}
+	} else {
+		if err := r.send.Write(0, input); err != nil {
+			return err
+		}
+		if err := r.recv.Zero(recvN); err != nil {
+			return err
+		}
+	}
+	if !forCheck {
+		return nil
+	}
+	// The expected image starts as the receive region does: zeros, with
+	// the input where an in-place input overlaps it.
+	exp := r.expImg[:recvN]
+	clear(exp)
+	if inPlace {
+		lo, hi := max(so, ro)*ts, min(so*ts+sendN, ro*ts+recvN)
+		if lo < hi {
+			copy(exp[lo-ro*ts:hi-ro*ts], input[lo-so*ts:hi-so*ts])
+		}
+	}
+	reference.ExpectedInto(c, r.rank, exp)
+	return nil
+}
+
+func (r *rankRun) collError(op *opSpec, c reference.Case, inPlace bool, err error) error {
+	where := "out of place"
+	if inPlace {
+		where = "in place"
+	}
+	what := op.name() + " " + c.Type.String()
+	if op.coll.Reduces() {
+		what += " " + c.Op.String()
+	}
+	return fmt.Errorf("rank %d: %s %s with count %d failed: %w", r.rank, what, where, c.Count, err)
+}
+
+func (r *rankRun) allReduceFloat64(v []float64, op sdk.RedOp) ([]float64, error) {
+	send := make([]byte, 8*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint64(send[8*i:], math.Float64bits(x))
+	}
+	recv := make([]byte, len(send))
+	if err := r.comm.AllReduce(send, recv, len(v), sdk.Float64, op); err != nil {
+		return nil, fmt.Errorf("rank %d: agreeing on the timings: %w", r.rank, err)
+	}
+	out := make([]float64, len(v))
+	for i := range out {
+		out[i] = math.Float64frombits(binary.LittleEndian.Uint64(recv[8*i:]))
+	}
+	return out, nil
+}
+
+func (r *rankRun) allReduceInt64(v []int64, op sdk.RedOp) ([]int64, error) {
+	send := make([]byte, 8*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint64(send[8*i:], uint64(x))
+	}
+	recv := make([]byte, len(send))
+	if err := r.comm.AllReduce(send, recv, len(v), sdk.Int64, op); err != nil {
+		return nil, fmt.Errorf("rank %d: agreeing on the error counts: %w", r.rank, err)
+	}
+	out := make([]int64, len(v))
+	for i := range out {
+		out[i] = int64(binary.LittleEndian.Uint64(recv[8*i:]))
+	}
+	return out, nil
+}
+
+// device is one rank's line of the "# Using devices" block.
+type device struct {
+	Rank    int    `json:"rank"`
+	Pid     int    `json:"pid"`
+	Host    string `json:"host"`
+	Backend string `json:"backend"`
+}
+
+const (
+	deviceRecord = 256
+	hostField    = 120
+	nameField    = 128
+)
+
+// gatherDevices collects every rank's device with one AllGather of a
+// fixed-size record: rank, pid, host name, backend.
+func (r *rankRun) gatherDevices() ([]device, error) {
+	host, _ := os.Hostname()
+	rec := make([]byte, deviceRecord)
+	binary.LittleEndian.PutUint32(rec[0:], uint32(r.rank))
+	binary.LittleEndian.PutUint32(rec[4:], uint32(os.Getpid()))
+	copy(rec[8:8+hostField-1], host)
+	copy(rec[8+hostField:8+hostField+nameField-1], r.mem.Name())
+	all := make([]byte, deviceRecord*r.n)
+	if err := r.comm.AllGather(rec, all, deviceRecord, sdk.Uint8); err != nil {
+		return nil, fmt.Errorf("rank %d: gathering the ranks' devices: %w", r.rank, err)
+	}
+	devs := make([]device, r.n)
+	for i := range devs {
+		b := all[i*deviceRecord:]
+		devs[i] = device{
+			Rank:    int(binary.LittleEndian.Uint32(b[0:])),
+			Pid:     int(binary.LittleEndian.Uint32(b[4:])),
+			Host:    cstring(b[8 : 8+hostField]),
+			Backend: cstring(b[8+hostField : 8+hostField+nameField]),
+		}
+	}
+	return devs, nil
+}
+
+func cstring(b []byte) string {
+	if i := strings.IndexByte(string(b), 0); i >= 0 {
+		b = b[:i]
+	}
+	return string(b)
+}
+
+// formatElements renders the first n elements of buf, FlagCX style.
+func formatElements(dt sdk.DataType, buf []byte, n int) string {
+	sz := dt.Size()
+	var parts []string
+	for i := 0; i < n && (i+1)*sz <= len(buf); i++ {
+		parts = append(parts, reference.Format(dt, buf[i*sz:(i+1)*sz]))
+	}
+	return strings.Join(parts, " ")
+}
+
+// IsWrong reports whether err is a wrong-results error.
+func IsWrong(err error) bool {
+	var w *WrongError
+	return errors.As(err, &w)
+}

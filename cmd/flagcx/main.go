@@ -1,0 +1,96 @@
+// Command flagcx is flagcx-go's command line: benchmarks (bench), and as
+// they come, conformance runs, plugin and device listings.
+//
+// Each subcommand lives in a file of its own that registers it from an init
+// function with addCommand; main only wires kong and reports errors, one
+// line on stderr each: "flagcx: error: ...", exit status 1.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/alecthomas/kong"
+)
+
+// Globals are the flags every subcommand accepts, before or after its name.
+// Run methods receive them as a *Globals argument.
+type Globals struct {
+	PluginDir string `name:"plugin-dir" env:"FLAGCX_PLUGIN_DIR" placeholder:"DIR" help:"Directory to load vendor plugins from."`
+	Debug     bool   `name:"debug" help:"Log what flagcx does to stderr (sets FLAGCX_DEBUG=INFO unless FLAGCX_DEBUG is set)."`
+}
+
+// cli is the root of the command line; subcommands are added dynamically.
+type cli struct {
+	Globals
+}
+
+// command is one registered subcommand.
+type command struct {
+	name, help string
+	cmd        any
+}
+
+var commands []command
+
+// addCommand registers a subcommand: cmd is a kong command struct with a
+// Run(*Globals) error method. Call it from an init function.
+func addCommand(name, help string, cmd any) {
+	commands = append(commands, command{name, help, cmd})
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run parses args, runs the chosen subcommand and returns the exit status.
+func run(args []string, stdout, stderr io.Writer) int {
+	var root cli
+	opts := []kong.Option{
+		kong.Name("flagcx"),
+		kong.Description("Heterogeneous collective communication: benchmarks and tools."),
+		kong.Writers(stdout, stderr),
+		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+	}
+	for _, c := range commands {
+		opts = append(opts, kong.DynamicCommand(c.name, c.help, "", c.cmd))
+	}
+	parser, err := kong.New(&root, opts...)
+	if err != nil {
+		return fail(stderr, err)
+	}
+	ctx, err := parser.Parse(args)
+	if err != nil {
+		return fail(stderr, err)
+	}
+	if root.Debug {
+		if _, set := os.LookupEnv("FLAGCX_DEBUG"); !set {
+			_ = os.Setenv("FLAGCX_DEBUG", "INFO")
+		}
+	}
+	if err := ctx.Run(&root.Globals); err != nil {
+		return fail(stderr, err)
+	}
+	return 0
+}
+
+// fail reports err as one line and returns the exit status.
+func fail(stderr io.Writer, err error) int {
+	var pe *kong.ParseError
+	msg := err.Error()
+	if errors.As(err, &pe) {
+		path := "flagcx"
+		if pe.Context != nil {
+			if n := pe.Context.Selected(); n != nil {
+				path = n.FullPath()
+			}
+		}
+		msg += " (see " + path + " --help)"
+	}
+	msg = strings.Join(strings.Fields(strings.ReplaceAll(msg, "\n", " ")), " ")
+	fmt.Fprintf(stderr, "flagcx: error: %s\n", msg)
+	return 1
+}

@@ -1,0 +1,339 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flagcx/flagcx-go/core"
+	"github.com/flagcx/flagcx-go/core/launch"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+	binDir    string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// flagcxBin builds the command once per test run (go build -o).
+func flagcxBin(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "flagcx-e2e-")
+		if buildErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "flagcx")
+		cmd := exec.Command("go", "build", "-o", binPath, ".")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	require.NoError(t, buildErr)
+	return binPath
+}
+
+// cleanEnv is this process's environment without anything that would make
+// the command think a launcher started it.
+func cleanEnv(extra ...string) []string {
+	drop := map[string]bool{}
+	for _, v := range launch.LauncherVars() {
+		drop[v] = true
+	}
+	drop[launch.EnvProgress] = true
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if !drop[name] && !strings.HasPrefix(name, "FLAGCX_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+	took           time.Duration
+}
+
+func runFlagcx(t *testing.T, limit time.Duration, env []string, args ...string) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, flagcxBin(t), args...)
+	cmd.Env = env
+	cmd.Dir = t.TempDir()
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	start := time.Now()
+	err := cmd.Run()
+	r := result{stdout: out.String(), stderr: errb.String(), took: time.Since(start)}
+	require.NoError(t, ctx.Err(), "flagcx %s did not finish within %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), limit, r.stdout, r.stderr)
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		r.code = ee.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	return r
+}
+
+func errorLines(stderr string) []string {
+	var ls []string
+	for _, l := range strings.Split(stderr, "\n") {
+		if strings.HasPrefix(l, "flagcx: error:") {
+			ls = append(ls, l)
+		}
+	}
+	return ls
+}
+
+// TestBadInputs: every mistake ends quickly with exit status 1 and exactly
+// one error line, never a panic.
+func TestBadInputs(t *testing.T) {
+	cases := []struct {
+		name string
+		env  []string
+		args []string
+		want []string // substrings of the error line
+	}{
+		{"unknown op", nil, []string{"bench", "allreducex"}, []string{`unknown collective "allreducex"`}},
+		{"unknown dtype", nil, []string{"bench", "allreduce", "-d", "float8"}, []string{"-d/--datatype", "float8"}},
+		{"unknown redop", nil, []string{"bench", "allreduce", "-o", "xor"}, []string{"-o/--op"}},
+		{"malformed size", nil, []string{"bench", "allreduce", "-b", "12Q"}, []string{"--minbytes", "12Q"}},
+		{"min above max", nil, []string{"bench", "allreduce", "-b", "1M", "-e", "64K"}, []string{"-b/--minbytes 1M is above -e/--maxbytes 64K"}},
+		{"step factor 1", nil, []string{"bench", "allreduce", "-f", "1"}, []string{"-f/--stepfactor 1"}},
+		{"root out of range", nil, []string{"bench", "reduce", "-r", "2", "--np", "2"}, []string{"-r/--root 2", "ranks 0..1"}},
+		{"overflowing size", nil, []string{"bench", "allreduce", "-e", "99999999999G"}, []string{"--maxbytes", "larger than the largest size"}},
+		{"more memory than the host has", nil, []string{"bench", "allreduce", "-e", "1048576G"}, []string{"lower -e/--maxbytes"}},
+		{"garbage unique id", []string{"FLAGCX_UNIQUE_ID=garbage", "FLAGCX_RANK=0", "FLAGCX_NRANKS=2"},
+			[]string{"bench", "allreduce"}, []string{"FLAGCX_UNIQUE_ID"}},
+		{"rank beyond size", []string{"FLAGCX_RANK=2", "FLAGCX_NRANKS=2"}, []string{"bench", "allreduce"}, []string{"FLAGCX_RANK=2"}},
+		{"np under mpirun", []string{"OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=2", "FLAGCX_COMM_ID=127.0.0.1:1"},
+			[]string{"bench", "allreduce", "--np", "2"}, []string{"--np 2", "mpirun", "drop --np"}},
+		{"unknown flag", nil, []string{"bench", "allreduce", "--bogus"}, []string{"unknown flag --bogus"}},
+		{"missing op", nil, []string{"bench"}, []string{"<collective>"}},
+		{"unknown command", nil, []string{"benchmark"}, []string{"unexpected argument benchmark"}},
+		{"bad format", nil, []string{"bench", "allreduce", "--format", "csv"}, []string{"--format"}},
+		{"bad json path", nil, []string{"bench", "allreduce", "--np", "2", "--json", "/nonexistent/dir/r.json"}, []string{"--json"}},
+		{"bad timeout", []string{"FLAGCX_TIMEOUT=soon", "PMI_RANK=0", "PMI_SIZE=1"}, []string{"bench", "allreduce"}, []string{"FLAGCX_TIMEOUT"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := runFlagcx(t, 10*time.Second, cleanEnv(c.env...), c.args...)
+			all := r.stdout + r.stderr
+			require.NotZero(t, r.code, all)
+			lines := errorLines(r.stderr)
+			require.Len(t, lines, 1, "stderr:\n%s", r.stderr)
+			for _, w := range c.want {
+				require.Contains(t, lines[0], w)
+			}
+			require.NotContains(t, all, "panic")
+			require.NotContains(t, all, "goroutine")
+			require.Less(t, r.took, 5*time.Second)
+		})
+	}
+}
+
+func TestVersion(t *testing.T) {
+	r := runFlagcx(t, 10*time.Second, cleanEnv(), "version")
+	require.Zero(t, r.code, r.stderr)
+	require.Regexp(t, `^flagcx version \S+\ngo version go\S+ \S+/\S+\nplugin ABI version \d+\n$`, r.stdout)
+}
+
+func TestHelp(t *testing.T) {
+	r := runFlagcx(t, 10*time.Second, cleanEnv(), "bench", "--help")
+	require.Zero(t, r.code)
+	for _, f := range []string{"--minbytes", "--maxbytes", "--stepfactor", "--warmup_iters", "--iters", "--check",
+		"--datatype", "--op", "--root", "--print", "--np", "--format", "--json", "--plugin-dir", "--debug"} {
+		require.Contains(t, r.stdout, f)
+	}
+}
+
+// coreReady reports whether core's communicators work yet (another part of
+// the project, written in parallel); the tests that need them skip until
+// then.
+func coreReady(t *testing.T) {
+	t.Helper()
+	id, err := core.GetUniqueID()
+	if err != nil && strings.Contains(err.Error(), "not implemented") {
+		t.Skip("core.GetUniqueID is not implemented yet")
+	}
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		c, err := core.InitRank(id, 1, 0)
+		if err == nil {
+			err = c.Destroy()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err != nil && strings.Contains(err.Error(), "not implemented") {
+			t.Skip("core.InitRank is not implemented yet")
+		}
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("core.InitRank of a single rank did not return within 20s")
+	}
+}
+
+var rowRE = regexp.MustCompile(`^ +(\d+) +(\d+) +(\S+) +(\S+) +(-?\d+) +([\d.]+) +([\d.]+) +([\d.]+) +(\S+) +([\d.]+) +([\d.]+) +([\d.]+) +(\S+)$`)
+
+// tableRows checks every data row of a table and returns them.
+func tableRows(t *testing.T, out string) [][]string {
+	t.Helper()
+	var rows [][]string
+	for _, l := range strings.Split(out, "\n") {
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		m := rowRE.FindStringSubmatch(l)
+		require.NotNil(t, m, "not a table row: %q", l)
+		require.Equal(t, "0", m[9], "wrong elements out of place: %q", l)
+		require.Contains(t, []string{"0", "N/A"}, m[13], "wrong elements in place: %q", l)
+		rows = append(rows, m[1:])
+	}
+	require.Contains(t, out, "# Out of bounds values : 0 OK\n")
+	return rows
+}
+
+func TestBenchAllTypesAndOps(t *testing.T) {
+	coreReady(t)
+	r := runFlagcx(t, 3*time.Minute, cleanEnv(), "bench", "allreduce", "--np", "3", "-b", "1", "-e", "64K", "-f", "4", "-d", "all", "-o", "all")
+	require.Zero(t, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	rows := tableRows(t, r.stdout)
+	require.Len(t, rows, 10*5*9)
+	require.Equal(t, "1", rows[0][0])
+	require.Equal(t, "1", rows[0][1], "1 byte of int8 is one element")
+	require.Equal(t, "int8", rows[0][2])
+	require.Equal(t, "sum", rows[0][3])
+	require.Equal(t, 3, strings.Count(r.stdout, "backend host (cpu)"))
+}
+
+func TestBenchEveryCollective(t *testing.T) {
+	coreReady(t)
+	r := runFlagcx(t, 3*time.Minute, cleanEnv(), "bench", "all", "--np", "3", "-b", "0", "-e", "8K", "-f", "8", "-r", "1", "-d", "all", "-w", "1", "-n", "2")
+	require.Zero(t, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	rows := tableRows(t, r.stdout)
+	require.Len(t, rows, 10*6*(3+7)) // 0,1,8,64,512,4K... sizes: 0 1 8 64 512 4096
+}
+
+func TestBenchSingleRank(t *testing.T) {
+	coreReady(t)
+	r := runFlagcx(t, time.Minute, cleanEnv(), "bench", "all", "-b", "8", "-e", "1K", "-f", "4")
+	require.Zero(t, r.code, r.stderr)
+	tableRows(t, r.stdout)
+	require.Equal(t, 1, strings.Count(r.stdout, "backend host (cpu)"))
+}
+
+func TestBenchFlagcxFormatAndJSON(t *testing.T) {
+	coreReady(t)
+	path := filepath.Join(t.TempDir(), "r.json")
+	r := runFlagcx(t, time.Minute, cleanEnv(), "bench", "broadcast", "--np", "2", "-b", "1K", "-e", "4K", "--format", "flagcx", "-p", "1", "-r", "1", "--json", path)
+	require.Zero(t, r.code, r.stderr)
+	lines := strings.Split(strings.TrimSuffix(r.stdout, "\n"), "\n")
+	require.Len(t, lines, 6)
+	require.Regexp(t, `^Comm size: 1024 bytes; Elapsed time: \d+\.\d{6} sec; Algo bandwidth: \d+\.\d{6} GB/s; Bus bandwidth: \d+\.\d{6} GB/s$`, lines[0])
+	require.Regexp(t, `^rank 0 recvbuff = `, lines[1])
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var doc struct {
+		NRanks   int    `json:"nranks"`
+		Launcher string `json:"launcher"`
+		Results  []struct {
+			Root       int `json:"root"`
+			OutOfPlace struct {
+				Wrong *int64 `json:"wrong"`
+			} `json:"out_of_place"`
+		} `json:"results"`
+	}
+	require.NoError(t, json.Unmarshal(b, &doc))
+	require.Equal(t, 2, doc.NRanks)
+	require.Equal(t, "flagcx", doc.Launcher)
+	require.Len(t, doc.Results, 3)
+	require.Equal(t, 1, doc.Results[0].Root)
+	require.NotNil(t, doc.Results[0].OutOfPlace.Wrong)
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// TestExternalLaunchers starts the ranks as an external launcher would:
+// with its variables and no --np.
+func TestExternalLaunchers(t *testing.T) {
+	coreReady(t)
+	job := fmt.Sprintf("e2e-%d", time.Now().UnixNano())
+	cases := []struct {
+		name string
+		env  func(rank int) []string
+	}{
+		{"mpirun on one host (file rendezvous)", func(r int) []string {
+			return []string{fmt.Sprintf("OMPI_COMM_WORLD_RANK=%d", r), "OMPI_COMM_WORLD_SIZE=2",
+				"OMPI_COMM_WORLD_LOCAL_SIZE=2", "OMPI_MCA_ess_base_jobid=" + job}
+		}},
+		{"torchrun (MASTER_ADDR)", func() func(int) []string {
+			port := freePort(t)
+			return func(r int) []string {
+				return []string{fmt.Sprintf("RANK=%d", r), "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
+					fmt.Sprintf("MASTER_PORT=%d", port), "TORCHELASTIC_RUN_ID=" + job}
+			}
+		}()},
+		{"by hand (FLAGCX_COMM_ID)", func() func(int) []string {
+			port := freePort(t)
+			return func(r int) []string {
+				return []string{fmt.Sprintf("FLAGCX_RANK=%d", r), "FLAGCX_NRANKS=2",
+					fmt.Sprintf("FLAGCX_COMM_ID=127.0.0.1:%d", port), "FLAGCX_COMM_SECRET=" + strings.Repeat("5a", 16)}
+			}
+		}()},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var wg sync.WaitGroup
+			res := make([]result, 2)
+			for r := 0; r < 2; r++ {
+				wg.Add(1)
+				go func(r int) {
+					defer wg.Done()
+					res[r] = runFlagcx(t, time.Minute, cleanEnv(c.env(r)...), "bench", "sendrecv", "-b", "1K", "-e", "64K", "-f", "8")
+				}(r)
+			}
+			wg.Wait()
+			for r := range res {
+				require.Zero(t, res[r].code, "rank %d stderr:\n%s", r, res[r].stderr)
+			}
+			tableRows(t, res[0].stdout)
+			require.Empty(t, res[1].stdout, "only rank 0 prints")
+		})
+	}
+}

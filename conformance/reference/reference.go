@@ -1,0 +1,326 @@
+// Package reference computes the inputs and the exact expected outputs of
+// every collective analytically, so that results are checked against
+// arithmetic rather than against a second implementation.
+//
+// Inputs are small integers that every data type represents exactly, and
+// they are chosen per reduction so that the reduced result is exact as well,
+// whatever order an implementation combines them in and in whatever type it
+// accumulates:
+//
+//   - sum: per-rank values bounded so that the sum of their magnitudes over
+//     all ranks stays within the type's exact range (<= 120 for int8,
+//     <= 256 for bfloat16, <= 2048 for float16), so every partial sum is
+//     exact too (with more ranks than that budget, only the first ranks
+//     contribute, 0 or +-1);
+//   - prod: every rank contributes 1 except at most two ranks per element,
+//     which contribute 2 or -1 (2 or 3 for unsigned types): no overflow for
+//     any rank count;
+//   - max, min: each rank holds a distinct value (consecutive integers from a
+//     random base, rotated per element), so picking the wrong rank shows;
+//   - avg: base + deviation, the deviations summing to zero over the ranks,
+//     so sum/n is exactly the base; deviations and values are non-zero, so a
+//     result that skipped a rank differs whether it divided by n or n-1. (An implementation that
+//     averages floats by pre-multiplying each input by 1/n, as NCCL does,
+//     rounds for rank counts that are not powers of two.)
+//   - data movement (NoOp): values spread over the type's exact range.
+//
+// Values depend only on (data type, op, rank count, rank, element index,
+// seed). Receive buffers are modelled as starting zeroed: ExpectedInto writes
+// the elements a rank receives and leaves the rest of the buffer alone, so
+// ranks that receive nothing (non-roots of Reduce and Gather) and the gaps of
+// AlltoAllv must come back unchanged.
+//
+// Elements are little-endian. Float16 and bfloat16 are converted here
+// (Float32ToFloat16, Float32ToBfloat16 and back).
+package reference
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/flagcx/flagcx-go/sdk"
+)
+
+// Collective names one collective operation.
+type Collective int
+
+// The collectives, in the order `flagcx bench all` runs them.
+const (
+	AllReduce Collective = iota
+	Reduce
+	Broadcast
+	AllGather
+	ReduceScatter
+	AlltoAll
+	AlltoAllv
+	Gather
+	Scatter
+	SendRecv
+	NumCollectives
+)
+
+var collectiveNames = [NumCollectives]string{
+	"allreduce", "reduce", "broadcast", "allgather", "reducescatter",
+	"alltoall", "alltoallv", "gather", "scatter", "sendrecv",
+}
+
+// AllCollectives lists every collective in order.
+func AllCollectives() []Collective {
+	all := make([]Collective, NumCollectives)
+	for i := range all {
+		all[i] = Collective(i)
+	}
+	return all
+}
+
+func (c Collective) Valid() bool { return c >= 0 && c < NumCollectives }
+
+func (c Collective) String() string {
+	if !c.Valid() {
+		return fmt.Sprintf("collective(%d)", int(c))
+	}
+	return collectiveNames[c]
+}
+
+// CollectiveNames lists the names ParseCollective accepts.
+func CollectiveNames() []string { return append([]string(nil), collectiveNames[:]...) }
+
+// ParseCollective reads a collective name ("allreduce", "sendrecv", ...).
+func ParseCollective(s string) (Collective, error) {
+	name := strings.ToLower(strings.TrimSpace(s))
+	for i, n := range collectiveNames {
+		if n == name {
+			return Collective(i), nil
+		}
+	}
+	return 0, fmt.Errorf("%w: unknown collective %q (use one of %s)", sdk.ErrInvalidArgument, s, strings.Join(collectiveNames[:], ", "))
+}
+
+// Reduces reports whether c takes a reduction operation.
+func (c Collective) Reduces() bool { return c == AllReduce || c == Reduce || c == ReduceScatter }
+
+// Rooted reports whether c takes a root rank.
+func (c Collective) Rooted() bool {
+	return c == Reduce || c == Broadcast || c == Gather || c == Scatter
+}
+
+// Case is one call of a collective.
+type Case struct {
+	Coll   Collective
+	Type   sdk.DataType
+	Op     sdk.RedOp // reducing collectives only
+	NRanks int
+	Root   int // rooted collectives only
+	// Count is the count argument of the call: elements per rank for
+	// AllReduce, Reduce, Broadcast and SendRecv; per-rank chunk for
+	// AllGather (sendcount), ReduceScatter (recvcount), AlltoAll (per
+	// peer), Gather and Scatter; the slot per peer for AlltoAllv (see
+	// AlltoAllvCounts).
+	Count int
+	Seed  uint64
+}
+
+// Validate reports a case that names no real call.
+func (c Case) Validate() error {
+	switch {
+	case !c.Coll.Valid():
+		return fmt.Errorf("%w: invalid collective %d", sdk.ErrInvalidArgument, int(c.Coll))
+	case !c.Type.Valid():
+		return fmt.Errorf("%w: invalid data type %d", sdk.ErrInvalidArgument, int32(c.Type))
+	case c.Coll.Reduces() && !c.Op.Valid():
+		return fmt.Errorf("%w: invalid reduction op %d", sdk.ErrInvalidArgument, int32(c.Op))
+	case c.NRanks < 1:
+		return fmt.Errorf("%w: %d ranks (need at least 1)", sdk.ErrInvalidArgument, c.NRanks)
+	case c.Coll.Rooted() && (c.Root < 0 || c.Root >= c.NRanks):
+		return fmt.Errorf("%w: root %d outside 0..%d", sdk.ErrInvalidArgument, c.Root, c.NRanks-1)
+	case c.Count < 0:
+		return fmt.Errorf("%w: negative count %d", sdk.ErrInvalidArgument, c.Count)
+	}
+	return nil
+}
+
+func (c Case) op() sdk.RedOp {
+	if c.Coll.Reduces() {
+		return c.Op
+	}
+	return NoOp
+}
+
+// SendCount is the number of elements in a rank's send buffer. Every rank
+// has one of this size, as nccl-tests allocates them (Scatter's non-roots and
+// Broadcast's non-roots included).
+func (c Case) SendCount() int {
+	switch c.Coll {
+	case ReduceScatter, AlltoAll, AlltoAllv, Scatter:
+		return c.NRanks * c.Count
+	}
+	return c.Count
+}
+
+// RecvCount is the number of elements in a rank's receive buffer (the
+// non-roots of Reduce and Gather included).
+func (c Case) RecvCount() int {
+	switch c.Coll {
+	case AllGather, AlltoAll, AlltoAllv, Gather:
+		return c.NRanks * c.Count
+	}
+	return c.Count
+}
+
+// Input is element j of rank's send buffer.
+func (c Case) Input(rank, j int) int64 {
+	return newGen(c.Type, c.op(), c.NRanks, c.Seed).value(rank, j)
+}
+
+// FillInput writes rank's send buffer: SendCount() elements into dst.
+func FillInput(c Case, rank int, dst []byte) {
+	g := newGen(c.Type, c.op(), c.NRanks, c.Seed)
+	sz := c.Type.Size()
+	n := min(c.SendCount(), len(dst)/sz)
+	for j := 0; j < n; j++ {
+		Encode(c.Type, g.value(rank, j), dst[j*sz:])
+	}
+}
+
+// Expected is rank's receive buffer after the call, starting from a zeroed
+// buffer of RecvCount() elements.
+func Expected(c Case, rank int) []byte {
+	dst := make([]byte, c.RecvCount()*c.Type.Size())
+	ExpectedInto(c, rank, dst)
+	return dst
+}
+
+// ExpectedInto writes, into rank's receive buffer image dst (RecvCount()
+// elements), every element the call delivers to rank, and leaves every
+// other element as it is.
+func ExpectedInto(c Case, rank int, dst []byte) {
+	g := newGen(c.Type, c.op(), c.NRanks, c.Seed)
+	sz := c.Type.Size()
+	n, C := c.NRanks, c.Count
+	put := func(at int, v int64) {
+		if off := at * sz; at >= 0 && off+sz <= len(dst) {
+			Encode(c.Type, v, dst[off:])
+		}
+	}
+	switch c.Coll {
+	case AllReduce:
+		for i := 0; i < C; i++ {
+			put(i, g.reduced(i))
+		}
+	case Reduce:
+		if rank == c.Root {
+			for i := 0; i < C; i++ {
+				put(i, g.reduced(i))
+			}
+		}
+	case Broadcast:
+		for i := 0; i < C; i++ {
+			put(i, g.value(c.Root, i))
+		}
+	case AllGather:
+		for p := 0; p < n; p++ {
+			for i := 0; i < C; i++ {
+				put(p*C+i, g.value(p, i))
+			}
+		}
+	case ReduceScatter:
+		for i := 0; i < C; i++ {
+			put(i, g.reduced(rank*C+i))
+		}
+	case AlltoAll:
+		for p := 0; p < n; p++ {
+			for i := 0; i < C; i++ {
+				put(p*C+i, g.value(p, rank*C+i))
+			}
+		}
+	case AlltoAllv:
+		_, _, recvcounts, rdispls := AlltoAllvCounts(n, C, rank)
+		for p := 0; p < n; p++ {
+			_, sdispls, _, _ := AlltoAllvCounts(n, C, p)
+			for k := 0; k < recvcounts[p]; k++ {
+				put(rdispls[p]+k, g.value(p, sdispls[rank]+k))
+			}
+		}
+	case Gather:
+		if rank == c.Root {
+			for p := 0; p < n; p++ {
+				for i := 0; i < C; i++ {
+					put(p*C+i, g.value(p, i))
+				}
+			}
+		}
+	case Scatter:
+		for i := 0; i < C; i++ {
+			put(i, g.value(c.Root, rank*C+i))
+		}
+	case SendRecv:
+		from := (rank - 1 + n) % n
+		for i := 0; i < C; i++ {
+			put(i, g.value(from, i))
+		}
+	}
+}
+
+// AlltoAllvCount is how many elements rank src sends to rank dst in AlltoAllv
+// with a slot of count elements per peer: an uneven pattern between 0 and
+// count, count*((src+2*dst+1) mod (n+1))/n, which includes zero counts for
+// every n >= 2 (from rank n-2 to rank 1, among others).
+func AlltoAllvCount(nranks, count, src, dst int) int {
+	return count * ((src + 2*dst + 1) % (nranks + 1)) / nranks
+}
+
+// AlltoAllvCounts gives rank's arguments for AlltoAllv with a slot of count
+// elements per peer: the send and receive buffers hold nranks*count
+// elements; the data for (from) peer p sits at the start of slot p
+// (displacement p*count), and the rest of each slot is a gap that the call
+// must leave alone.
+func AlltoAllvCounts(nranks, count, rank int) (sendcounts, sdispls, recvcounts, rdispls []int) {
+	sendcounts = make([]int, nranks)
+	sdispls = make([]int, nranks)
+	recvcounts = make([]int, nranks)
+	rdispls = make([]int, nranks)
+	for p := 0; p < nranks; p++ {
+		sendcounts[p] = AlltoAllvCount(nranks, count, rank, p)
+		recvcounts[p] = AlltoAllvCount(nranks, count, p, rank)
+		sdispls[p] = p * count
+		rdispls[p] = p * count
+	}
+	return
+}
+
+// Compare counts the elements of type dt that differ between got and want.
+// Integers compare bitwise; floating-point elements compare by value, so +0
+// equals -0 and a NaN is always wrong (none is ever expected). Elements past
+// the end of the shorter buffer count as wrong.
+func Compare(dt sdk.DataType, got, want []byte) int {
+	sz := dt.Size()
+	if sz == 0 {
+		return max(len(got), len(want))
+	}
+	ng, nw := len(got)/sz, len(want)/sz
+	n := min(ng, nw)
+	wrong := max(ng, nw) - n
+	if !dt.IsFloat() {
+		for i := 0; i < n; i++ {
+			o := i * sz
+			for k := 0; k < sz; k++ {
+				if got[o+k] != want[o+k] {
+					wrong++
+					break
+				}
+			}
+		}
+		return wrong
+	}
+	for i := 0; i < n; i++ {
+		o := i * sz
+		g, w := got[o:o+sz], want[o:o+sz]
+		if string(g) == string(w) && Decode(dt, w) == Decode(dt, w) {
+			continue // identical and not NaN
+		}
+		if Decode(dt, g) != Decode(dt, w) {
+			wrong++
+		}
+	}
+	return wrong
+}

@@ -1,0 +1,376 @@
+package launch
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/flagcx/flagcx-go/core"
+	"github.com/flagcx/flagcx-go/sdk"
+)
+
+// EnvProgress tells rank 0 of a local launch that the launcher's stderr is a
+// terminal, so that it may draw a progress line there (its own stderr is a
+// pipe to the launcher).
+const EnvProgress = "FLAGCX_PROGRESS_TTY"
+
+// Timings of a local launch after the first rank fails: the others get
+// GracePeriod to fail on their own (they normally do, as their peer is
+// gone), then they are killed, and after KillWait more the launcher returns
+// whatever state they are in.
+var (
+	GracePeriod = 3 * time.Second
+	KillWait    = 5 * time.Second
+)
+
+// RankError reports how one rank of a local launch ended.
+type RankError struct {
+	Rank int
+	// ExitCode is the exit status, or -1 when a signal ended the rank.
+	ExitCode int
+	Signal   os.Signal
+	// Killed is true when the launcher killed the rank after another failed.
+	Killed bool
+	Err    error // a failure to start or wait for the process
+}
+
+func (e *RankError) Error() string {
+	switch {
+	case e.Err != nil:
+		return fmt.Sprintf("rank %d: %v", e.Rank, e.Err)
+	case e.Signal != nil:
+		if n, ok := e.Signal.(syscall.Signal); ok {
+			return fmt.Sprintf("rank %d was killed by signal %d (%v)", e.Rank, int(n), e.Signal)
+		}
+		return fmt.Sprintf("rank %d was killed by signal %v", e.Rank, e.Signal)
+	}
+	return fmt.Sprintf("rank %d exited with status %d", e.Rank, e.ExitCode)
+}
+
+func (e *RankError) short() string {
+	switch {
+	case e.Err != nil:
+		return "failed"
+	case e.Signal != nil:
+		return e.Signal.String()
+	}
+	return "status " + strconv.Itoa(e.ExitCode)
+}
+
+// Local runs np ranks of this program on this machine: it makes a unique id
+// (hosting its rendezvous in this process, which therefore waits for the
+// ranks), and starts np copies of os.Executable() with arguments argv (the
+// arguments after the program name) and environment env (usually
+// os.Environ()), minus every launcher variable an outer launcher set, plus
+// FLAGCX_UNIQUE_ID, FLAGCX_RANK, FLAGCX_NRANKS, FLAGCX_LOCAL_RANK and
+// FLAGCX_LOCAL_SIZE.
+//
+// Rank 0's stdout goes to stdout (the other ranks' to nowhere); every rank's
+// stderr goes to stderr with "rank N: " before each line. SIGINT and SIGTERM
+// are passed on to the ranks. When a rank fails, the others get GracePeriod
+// to end, then are killed; Local returns a *RankError naming the first rank
+// that failed and how (wrapped with the others that failed), or nil when
+// every rank exited with status 0.
+func Local(np int, argv []string, env []string, stdout, stderr io.Writer) error {
+	if np < 1 {
+		return fmt.Errorf("%w: --np %d: need at least one rank", sdk.ErrInvalidArgument, np)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("%w: cannot find this program to start its ranks: %v", sdk.ErrSystemError, err)
+	}
+	id, err := core.GetUniqueID()
+	if err != nil {
+		return fmt.Errorf("local launcher: %w", err)
+	}
+	return runLocal(exe, np, argv, env, id.String(), stdout, stderr)
+}
+
+// runLocal is Local once the unique id exists.
+func runLocal(exe string, np int, argv, env []string, id string, stdout, stderr io.Writer) error {
+	base := stripLauncherEnv(env)
+	if isTerminal(stderr) {
+		base = append(base, EnvProgress+"=1")
+	}
+
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	var mu sync.Mutex // one line at a time on stderr
+	l := &localRun{procs: make([]*exec.Cmd, np), done: make(chan rankExit, np)}
+	prefixers := make([]*prefixWriter, np)
+	for r := 0; r < np; r++ {
+		cmd := exec.Command(exe, argv...)
+		cmd.Env = append(append([]string(nil), base...),
+			EnvUniqueID+"="+id,
+			EnvRank+"="+strconv.Itoa(r),
+			EnvNRanks+"="+strconv.Itoa(np),
+			EnvLocalRank+"="+strconv.Itoa(r),
+			EnvLocalSize+"="+strconv.Itoa(np),
+		)
+		if r == 0 {
+			cmd.Stdout = stdout
+		}
+		prefixers[r] = &prefixWriter{w: stderr, mu: &mu, prefix: []byte(fmt.Sprintf("rank %d: ", r))}
+		cmd.Stderr = prefixers[r]
+		cmd.WaitDelay = time.Second // a grandchild holding the pipe does not hold us
+		setProcAttr(cmd)
+		if err := cmd.Start(); err != nil {
+			l.killAll()
+			l.waitStarted(r, KillWait)
+			return &RankError{Rank: r, ExitCode: -1, Err: fmt.Errorf("could not start %s: %w", exe, err)}
+		}
+		l.procs[r] = cmd
+		go func(r int, cmd *exec.Cmd) {
+			err := cmd.Wait()
+			prefixers[r].Flush()
+			l.done <- rankExit{rank: r, err: err}
+		}(r, cmd)
+	}
+
+	exited := make([]bool, np)
+	var failures []*RankError
+	var interrupted os.Signal
+	var grace, kill <-chan time.Time
+	killed := false
+	for remaining := np; remaining > 0; {
+		select {
+		case x := <-l.done:
+			remaining--
+			exited[x.rank] = true
+			if re := exitError(x); re != nil {
+				re.Killed = killed
+				failures = append(failures, re)
+				if grace == nil {
+					grace = time.After(GracePeriod)
+				}
+			}
+		case s := <-sigs:
+			interrupted = s
+			l.signalAll(s, exited)
+			if grace == nil {
+				grace = time.After(GracePeriod)
+			}
+		case <-grace:
+			grace = make(chan time.Time) // never again
+			killed = true
+			l.killRemaining(exited)
+			kill = time.After(KillWait)
+		case <-kill:
+			var stuck []string
+			for r, e := range exited {
+				if !e {
+					stuck = append(stuck, strconv.Itoa(r))
+				}
+			}
+			return fmt.Errorf("%w (ranks %s did not exit %v after being killed)", summarize(failures, interrupted), strings.Join(stuck, ", "), KillWait)
+		}
+	}
+	if interrupted != nil || len(failures) > 0 {
+		return summarize(failures, interrupted)
+	}
+	return nil
+}
+
+type rankExit struct {
+	rank int
+	err  error
+}
+
+type localRun struct {
+	procs []*exec.Cmd
+	done  chan rankExit
+}
+
+func (l *localRun) killAll() {
+	for _, p := range l.procs {
+		if p != nil && p.Process != nil {
+			_ = p.Process.Kill()
+		}
+	}
+}
+
+// waitStarted collects the ranks started before a start failure.
+func (l *localRun) waitStarted(n int, limit time.Duration) {
+	deadline := time.After(limit)
+	for i := 0; i < n; i++ {
+		select {
+		case <-l.done:
+		case <-deadline:
+			return
+		}
+	}
+}
+
+func (l *localRun) signalAll(s os.Signal, exited []bool) {
+	for r, p := range l.procs {
+		if !exited[r] && p.Process != nil {
+			_ = p.Process.Signal(s)
+		}
+	}
+}
+
+func (l *localRun) killRemaining(exited []bool) {
+	for r, p := range l.procs {
+		if !exited[r] && p.Process != nil {
+			_ = p.Process.Kill()
+		}
+	}
+}
+
+func exitError(x rankExit) *RankError {
+	if x.err == nil {
+		return nil
+	}
+	var ee *exec.ExitError
+	if errors.As(x.err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return &RankError{Rank: x.rank, ExitCode: -1, Signal: ws.Signal()}
+		}
+		return &RankError{Rank: x.rank, ExitCode: ee.ExitCode()}
+	}
+	return &RankError{Rank: x.rank, ExitCode: -1, Err: x.err}
+}
+
+// summarize names the first failure (the cause; the rest usually follow
+// from it) and lists the others.
+func summarize(failures []*RankError, interrupted os.Signal) error {
+	var first *RankError
+	var others []string
+	for _, f := range failures {
+		if f.Killed {
+			continue
+		}
+		if first == nil {
+			first = f
+			continue
+		}
+		others = append(others, fmt.Sprintf("rank %d (%s)", f.Rank, f.short()))
+	}
+	var killed []string
+	for _, f := range failures {
+		if f.Killed {
+			killed = append(killed, strconv.Itoa(f.Rank))
+		}
+	}
+	sort.Strings(others)
+	var extra []string
+	if len(others) > 0 {
+		extra = append(extra, "also failed: "+strings.Join(others, ", "))
+	}
+	if len(killed) > 0 {
+		extra = append(extra, "killed after "+GracePeriod.String()+": ranks "+strings.Join(killed, ", "))
+	}
+	tail := ""
+	if len(extra) > 0 {
+		tail = " (" + strings.Join(extra, "; ") + ")"
+	}
+	if interrupted != nil {
+		return &launchError{first: first, msg: fmt.Sprintf("interrupted (%v, passed on to every rank)", interrupted)}
+	}
+	if first == nil {
+		return nil
+	}
+	return &launchError{first: first, msg: first.Error() + tail}
+}
+
+// launchError is a local launch's failure: its message covers every rank;
+// errors.As finds the first failing rank's *RankError.
+type launchError struct {
+	first *RankError
+	msg   string
+}
+
+func (e *launchError) Error() string { return e.msg }
+func (e *launchError) Unwrap() error {
+	if e.first == nil {
+		return nil
+	}
+	return e.first
+}
+
+// stripLauncherEnv drops the variables by which an outer launcher (or an
+// outer local launch) would give a child its rank.
+func stripLauncherEnv(env []string) []string {
+	drop := map[string]bool{}
+	for _, v := range LauncherVars() {
+		drop[v] = true
+	}
+	drop[EnvProgress] = true
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if drop[name] || strings.HasPrefix(name, "OMPI_COMM_WORLD_") || strings.HasPrefix(name, "PMIX_RANK") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// prefixWriter puts a prefix before every line. A segment that ends in a
+// carriage return (a progress line being redrawn) passes through without
+// one, so that it keeps redrawing in place.
+type prefixWriter struct {
+	w      io.Writer
+	mu     *sync.Mutex
+	prefix []byte
+	buf    []byte
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.buf = append(p.buf, b...)
+	for {
+		i := bytes.IndexAny(p.buf, "\n\r")
+		if i < 0 {
+			break
+		}
+		var out []byte
+		if p.buf[i] == '\n' {
+			out = append(append(append(out, p.prefix...), p.buf[:i]...), '\n')
+		} else {
+			out = append(out, p.buf[:i+1]...)
+		}
+		p.buf = p.buf[i+1:]
+		if _, err := p.w.Write(out); err != nil {
+			return len(b), nil // the launcher's stderr is gone; keep the rank running
+		}
+	}
+	if len(p.buf) > 64<<10 { // a very long line: pass it on in pieces
+		_, _ = p.w.Write(append(append([]byte(nil), p.prefix...), p.buf...))
+		p.buf = p.buf[:0]
+	}
+	return len(b), nil
+}
+
+// Flush writes a last line that had no newline.
+func (p *prefixWriter) Flush() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.buf) > 0 {
+		_, _ = p.w.Write(append(append(append([]byte(nil), p.prefix...), p.buf...), '\n'))
+		p.buf = nil
+	}
+}
