@@ -1,0 +1,724 @@
+/*
+ * libflagcx-nvidia.so: the flagcx-go plugin ABI (sdk/include/flagcx_plugin.h)
+ * mapped onto the CUDA runtime, NCCL and NVML.
+ *
+ * Every vendor library is dlopen'ed at init, so this file builds with gcc
+ * alone: the few vendor types and prototypes it needs are declared below,
+ * from the public headers (sources and evidence: vendor-apis.md section 1).
+ * Names marked "not in vendor-apis.md" are standard CUDA/NVML API this shim
+ * treats as OPTIONAL: when dlsym does not find them, the feature they serve
+ * degrades (reduced device info, pointer checks off) instead of failing.
+ */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <dlfcn.h>
+#include <link.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flagcx_plugin.h"
+
+/* ---- Vendor declarations (no CUDA SDK needed) ---------------------------- */
+typedef int cudaError_t;
+typedef void* cudaStream_t;
+typedef void* cudaEvent_t;
+enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorNoDevice = 100, cudaErrorNotReady = 600 };
+enum { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3 };
+enum { cudaStreamNonBlocking = 0x01, cudaEventDefault = 0x00, cudaHostAllocPortable = 0x01 };
+/* Not in vendor-apis.md: cudaPointerAttributes as of CUDA 11+, and
+ * cudaMemoryType Unregistered 0, Host 1, Device 2, Managed 3. Newer CUDA
+ * appends reserved fields (CUDA 13 crashed on a 32-byte struct), so it is
+ * always passed inside a larger zeroed buffer. */
+struct cudaPointerAttributes { int type; int device; void* devicePointer; void* hostPointer; };
+union cudaPointerAttributesBuf { struct cudaPointerAttributes a; char room[1024]; };
+
+typedef int ncclResult_t; /* ncclSuccess 0 ... ncclInProgress 7, ncclTimeout 8 (2.30+) */
+typedef void* ncclComm_t;
+typedef struct { char internal[128]; } ncclUniqueId; /* passed BY VALUE to ncclCommInitRank */
+#define NCCL_AVG_MIN_VERSION 21000                   /* ncclAvg appeared in 2.10 */
+
+typedef int nvmlReturn_t; /* NVML_SUCCESS 0 */
+typedef void* nvmlDevice_t;
+/* Not in vendor-apis.md: nvmlMemory_t {total, free, used} in bytes. */
+typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
+enum { NVML_P2P_CAPS_INDEX_NVLINK = 2, NVML_P2P_STATUS_OK = 0, NVML_FEATURE_ENABLED = 1 };
+#define NVML_NVLINK_MAX_LINKS 18
+
+/* Function pointers, filled by dlsym at init. REQ: init fails without it;
+ * OPT: NULL means the feature is unavailable. */
+#define CUDART_FUNCS(REQ, OPT)                                                  \
+  REQ(cudaError_t, cudaGetDeviceCount, (int*))                                  \
+  REQ(cudaError_t, cudaSetDevice, (int))                                        \
+  REQ(cudaError_t, cudaMalloc, (void**, size_t))                                \
+  REQ(cudaError_t, cudaFree, (void*))                                           \
+  REQ(cudaError_t, cudaHostAlloc, (void**, size_t, unsigned))                   \
+  REQ(cudaError_t, cudaFreeHost, (void*))                                       \
+  REQ(cudaError_t, cudaMemcpy, (void*, const void*, size_t, int))               \
+  REQ(cudaError_t, cudaMemcpyAsync, (void*, const void*, size_t, int, cudaStream_t)) \
+  REQ(cudaError_t, cudaMemsetAsync, (void*, int, size_t, cudaStream_t))         \
+  REQ(cudaError_t, cudaStreamCreateWithFlags, (cudaStream_t*, unsigned))        \
+  REQ(cudaError_t, cudaStreamDestroy, (cudaStream_t))                           \
+  REQ(cudaError_t, cudaStreamSynchronize, (cudaStream_t))                       \
+  REQ(cudaError_t, cudaStreamWaitEvent, (cudaStream_t, cudaEvent_t, unsigned))  \
+  REQ(cudaError_t, cudaEventCreateWithFlags, (cudaEvent_t*, unsigned))          \
+  REQ(cudaError_t, cudaEventDestroy, (cudaEvent_t))                             \
+  REQ(cudaError_t, cudaEventRecord, (cudaEvent_t, cudaStream_t))                \
+  REQ(cudaError_t, cudaEventSynchronize, (cudaEvent_t))                         \
+  REQ(cudaError_t, cudaDeviceGetPCIBusId, (char*, int, int))                    \
+  REQ(const char*, cudaGetErrorString, (cudaError_t))                           \
+  OPT(cudaError_t, cudaStreamQuery, (cudaStream_t))                             \
+  OPT(cudaError_t, cudaEventQuery, (cudaEvent_t))                               \
+  OPT(cudaError_t, cudaEventElapsedTime, (float*, cudaEvent_t, cudaEvent_t))    \
+  OPT(cudaError_t, cudaRuntimeGetVersion, (int*))                               \
+  OPT(cudaError_t, cudaGetLastError, (void))                                    \
+  OPT(cudaError_t, cudaPointerGetAttributes, (union cudaPointerAttributesBuf*, const void*))
+
+#define NCCL_FUNCS(REQ, OPT)                                                    \
+  REQ(ncclResult_t, ncclGetVersion, (int*))                                     \
+  REQ(ncclResult_t, ncclGetUniqueId, (ncclUniqueId*))                           \
+  REQ(ncclResult_t, ncclCommInitRank, (ncclComm_t*, int, ncclUniqueId, int))    \
+  REQ(ncclResult_t, ncclCommDestroy, (ncclComm_t))                              \
+  REQ(ncclResult_t, ncclAllReduce, (const void*, void*, size_t, int, int, ncclComm_t, cudaStream_t)) \
+  REQ(ncclResult_t, ncclReduce, (const void*, void*, size_t, int, int, int, ncclComm_t, cudaStream_t)) \
+  REQ(ncclResult_t, ncclBroadcast, (const void*, void*, size_t, int, int, ncclComm_t, cudaStream_t)) \
+  REQ(ncclResult_t, ncclAllGather, (const void*, void*, size_t, int, ncclComm_t, cudaStream_t)) \
+  REQ(ncclResult_t, ncclReduceScatter, (const void*, void*, size_t, int, int, ncclComm_t, cudaStream_t)) \
+  REQ(ncclResult_t, ncclSend, (const void*, size_t, int, int, ncclComm_t, cudaStream_t)) \
+  REQ(ncclResult_t, ncclRecv, (void*, size_t, int, int, ncclComm_t, cudaStream_t)) \
+  REQ(ncclResult_t, ncclGroupStart, (void))                                     \
+  REQ(ncclResult_t, ncclGroupEnd, (void))                                       \
+  REQ(const char*, ncclGetErrorString, (ncclResult_t))                          \
+  OPT(ncclResult_t, ncclCommAbort, (ncclComm_t))                                \
+  OPT(ncclResult_t, ncclCommGetAsyncError, (ncclComm_t, ncclResult_t*))         \
+  OPT(const char*, ncclGetLastError, (ncclComm_t))                              \
+  OPT(ncclResult_t, ncclAlltoAll, (const void*, void*, size_t, int, ncclComm_t, cudaStream_t))
+
+/* NVML is optional as a whole; every symbol is looked up on its own. The
+ * last five are not in vendor-apis.md (standard NVML API). */
+#define NVML_FUNCS(REQ, OPT)                                                    \
+  OPT(nvmlReturn_t, nvmlInit_v2, (void))                                        \
+  OPT(nvmlReturn_t, nvmlInit, (void))                                           \
+  OPT(nvmlReturn_t, nvmlDeviceGetHandleByPciBusId_v2, (const char*, nvmlDevice_t*)) \
+  OPT(nvmlReturn_t, nvmlDeviceGetP2PStatus, (nvmlDevice_t, nvmlDevice_t, int, int*)) \
+  OPT(nvmlReturn_t, nvmlDeviceGetNvLinkState, (nvmlDevice_t, unsigned, int*))   \
+  OPT(nvmlReturn_t, nvmlDeviceGetTopologyCommonAncestor, (nvmlDevice_t, nvmlDevice_t, int*)) \
+  OPT(const char*, nvmlErrorString, (nvmlReturn_t))                             \
+  OPT(nvmlReturn_t, nvmlDeviceGetName, (nvmlDevice_t, char*, unsigned))         \
+  OPT(nvmlReturn_t, nvmlDeviceGetUUID, (nvmlDevice_t, char*, unsigned))         \
+  OPT(nvmlReturn_t, nvmlDeviceGetMemoryInfo, (nvmlDevice_t, nvmlMemory_t*))     \
+  OPT(nvmlReturn_t, nvmlDeviceGetNumaNodeId, (nvmlDevice_t, unsigned*))         \
+  OPT(nvmlReturn_t, nvmlSystemGetDriverVersion, (char*, unsigned))
+
+#define DECLARE(ret, name, args) static ret(*f_##name) args;
+CUDART_FUNCS(DECLARE, DECLARE)
+NCCL_FUNCS(DECLARE, DECLARE)
+NVML_FUNCS(DECLARE, DECLARE)
+
+/* ---- State, errors, logging ---------------------------------------------- */
+enum { LIB_CUDART, LIB_NCCL, LIB_NVML, NUM_LIBS };
+static const flagcxPluginLibrary_v1_t libraries[NUM_LIBS + 1] = {
+    {"runtime", "FLAGCX_NVIDIA_CUDART",
+     "libcudart.so.13:libcudart.so.12:/usr/local/cuda/lib64/libcudart.so.13:/usr/local/cuda/lib64/libcudart.so.12", 0, 0},
+    {"ccl", "FLAGCX_NVIDIA_NCCL", "libnccl.so.2", 0, 0},
+    {"management", "FLAGCX_NVIDIA_NVML", "libnvidia-ml.so.1", 1, 0},
+    {NULL, NULL, NULL, 0, 0}};
+
+static void* handles[NUM_LIBS];
+static flagcxLibraryStatus_v1_t status[NUM_LIBS];
+static int ready, nvmlReady, ncclVersion;
+static flagcxLogFn_t logFn;
+static void* logCtx;
+/* Per thread, as the ABI asks: the Go side pins the goroutine to its thread
+ * from the failing call to the getLastError call. */
+static __thread char lastError[1024];
+
+/* snprintf that may truncate on purpose (messages into fixed ABI fields). */
+static void bprintf(char* buf, size_t n, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+static void bprintf(char* buf, size_t n, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, n, fmt, ap);
+  va_end(ap);
+}
+
+static void logf_(int level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+static void logf_(int level, const char* fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  if (!logFn) return;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  logFn(logCtx, level, msg);
+}
+
+static flagcxResult_t fail(flagcxResult_t r, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+static flagcxResult_t fail(flagcxResult_t r, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(lastError, sizeof lastError, fmt, ap);
+  va_end(ap);
+  return r;
+}
+
+static flagcxResult_t cudaCheck(cudaError_t e, const char* call) {
+  if (e == cudaSuccess) return flagcxSuccess;
+  if (f_cudaGetLastError) f_cudaGetLastError(); /* clear a non-sticky error */
+  return fail(flagcxUnhandledDeviceError, "%s: %s (cudaError %d)", call, f_cudaGetErrorString(e), e);
+}
+
+/* NCCL codes 1..7 equal ours; anything newer (ncclTimeout 8 in 2.30 is not
+ * our 8) becomes "unhandled CCL error", with NCCL's own text kept. */
+static flagcxResult_t ncclCheck(ncclResult_t r, const char* call, ncclComm_t comm) {
+  const char* last;
+  if (r == 0) return flagcxSuccess;
+  last = f_ncclGetLastError ? f_ncclGetLastError(comm) : NULL;
+  return fail(r >= 1 && r <= 7 ? (flagcxResult_t)r : flagcxUnhandledCclError, "%s: %s%s%s (ncclResult %d)", call,
+              f_ncclGetErrorString(r), last && *last ? ": " : "", last ? last : "", r);
+}
+
+#define READY()                                                                      \
+  do {                                                                               \
+    if (!ready) return fail(flagcxInvalidUsage, "%s: plugin not initialized", __func__); \
+  } while (0)
+#define CUDA(fn, args) \
+  do { flagcxResult_t r_ = cudaCheck(f_##fn args, #fn); if (r_ != flagcxSuccess) return r_; } while (0)
+
+/* ---- Init: load libraries ------------------------------------------------- */
+static void versionString(char* out, size_t n, int v, int ncclStyle) {
+  if (v <= 0) return;
+  if (!ncclStyle) bprintf(out, n, "%d.%d", v / 1000, v % 1000 / 10); /* CUDA: 13000 -> 13.0 */
+  else if (v >= 10000) bprintf(out, n, "%d.%d.%d", v / 10000, v / 100 % 100, v % 100);
+  else bprintf(out, n, "%d.%d.%d", v / 1000, v / 100 % 10, v % 100); /* NCCL <= 2.8 */
+}
+
+/* dlopen library i from its env var, else from its candidate names. */
+static void* openLib(int i) {
+  const flagcxPluginLibrary_v1_t* lib = &libraries[i];
+  flagcxLibraryStatus_v1_t* st = &status[i];
+  const char* env = getenv(lib->envVar);
+  char names[512], *save = NULL, *name;
+  void* h = NULL;
+  struct link_map* lm = NULL;
+  const int* marker;
+
+  bprintf(names, sizeof names, "%s", lib->sonames);
+  if (env && *env) {
+    bprintf(st->path, sizeof st->path, "%s", env);
+    if (!(h = dlopen(env, RTLD_NOW | RTLD_LOCAL)))
+      bprintf(st->error, sizeof st->error, "cannot load %s from %s=%s: %s (fix or unset %s)",
+              strtok_r(names, ":", &save), lib->envVar, env, dlerror(), lib->envVar);
+  } else {
+    const char* first = NULL;
+    for (name = strtok_r(names, ":", &save); name && !h; name = strtok_r(NULL, ":", &save)) {
+      if (!first) first = name;
+      h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+    }
+    if (!h)
+      bprintf(st->error, sizeof st->error, "cannot load %s (tried %s; last error: %s): install it or set %s to its path",
+              first, lib->sonames, dlerror(), lib->envVar);
+  }
+  if (!h) return NULL;
+  if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name[0])
+    bprintf(st->path, sizeof st->path, "%s", lm->l_name);
+  /* Emulators (conformance/vendorsim) export this marker; the host then says
+   * "emulated" wherever it prints results. */
+  marker = (const int*)dlsym(h, "flagcxVendorsimEmulated");
+  st->emulated = marker && *marker;
+  return h;
+}
+
+static flagcxResult_t missing(int i, const char* sym) {
+  bprintf(status[i].error, sizeof status[i].error, "%s lacks %s: it is too old or not %s; point %s at another one",
+          status[i].path, sym, libraries[i].sonames, libraries[i].envVar);
+  return flagcxSystemError;
+}
+
+#define LOAD_REQ(ret, name, args) \
+  if (!(f_##name = (ret(*) args)dlsym(h, #name))) return missing(lib, #name);
+#define LOAD_OPT(ret, name, args) f_##name = (ret(*) args)dlsym(h, #name);
+
+static flagcxResult_t loadCudart(void* h) {
+  int lib = LIB_CUDART, v = 0;
+  CUDART_FUNCS(LOAD_REQ, LOAD_OPT)
+  if (f_cudaRuntimeGetVersion && f_cudaRuntimeGetVersion(&v) == cudaSuccess)
+    versionString(status[lib].version, sizeof status[lib].version, v, 0);
+  return flagcxSuccess;
+}
+
+static flagcxResult_t loadNccl(void* h) {
+  int lib = LIB_NCCL;
+  NCCL_FUNCS(LOAD_REQ, LOAD_OPT)
+  if (f_ncclGetVersion(&ncclVersion) != 0) ncclVersion = 0;
+  versionString(status[lib].version, sizeof status[lib].version, ncclVersion, 1);
+  return flagcxSuccess;
+}
+
+static flagcxResult_t loadNvml(void* h) {
+  int lib = LIB_NVML;
+  nvmlReturn_t r;
+  NVML_FUNCS(LOAD_REQ, LOAD_OPT)
+  if (!f_nvmlInit_v2) f_nvmlInit_v2 = f_nvmlInit;
+  if (!f_nvmlInit_v2 || !f_nvmlDeviceGetHandleByPciBusId_v2) return missing(lib, "nvmlInit_v2");
+  if ((r = f_nvmlInit_v2()) != 0) {
+    bprintf(status[lib].error, sizeof status[lib].error, "nvmlInit_v2: %s (nvmlReturn %d)",
+            f_nvmlErrorString ? f_nvmlErrorString(r) : "error", r);
+    return flagcxSystemError;
+  }
+  if (f_nvmlSystemGetDriverVersion) f_nvmlSystemGetDriverVersion(status[lib].version, sizeof status[lib].version);
+  nvmlReady = 1;
+  return flagcxSuccess;
+}
+
+static void fillInfo(flagcxPluginInfo_v1_t* info) {
+  int i;
+  if (!info) return;
+  memset(info, 0, sizeof *info);
+  info->numLibraries = NUM_LIBS;
+  for (i = 0; i < NUM_LIBS; i++) {
+    info->libraries[i] = status[i];
+    info->emulated |= status[i].loaded && status[i].emulated;
+  }
+  info->dataTypeMask = (1u << flagcxNumTypes) - 1; /* NCCL has all ten */
+  info->redOpMask = 0xf | (ncclVersion >= NCCL_AVG_MIN_VERSION ? 1u << flagcxAvg : 0);
+}
+
+static flagcxResult_t (*const loaders[NUM_LIBS])(void*) = {loadCudart, loadNccl, loadNvml};
+
+static flagcxResult_t nvInit(flagcxLogFn_t log, void* ctx, flagcxPluginInfo_v1_t* info) {
+  int i;
+  if (ready) { fillInfo(info); return flagcxSuccess; }
+  logFn = log;
+  logCtx = ctx;
+  memset(status, 0, sizeof status);
+  for (i = 0; i < NUM_LIBS; i++) {
+    if ((handles[i] = openLib(i)) && loaders[i](handles[i]) == flagcxSuccess) {
+      status[i].loaded = 1;
+      logf_(flagcxLogInfo, "loaded %s %s from %s%s", libraries[i].role, status[i].version, status[i].path,
+            status[i].emulated ? " (EMULATED)" : "");
+      continue;
+    }
+    if (libraries[i].optional) { /* NVML: device info reduced, links unknown */
+      logf_(flagcxLogWarn, "%s; device names, memory and links will be reduced or unknown", status[i].error);
+      continue;
+    }
+    fail(flagcxSystemError, "%s", status[i].error);
+    fillInfo(info);
+    for (i = 0; i < NUM_LIBS; i++) /* a later init may retry with other paths */
+      if (handles[i]) dlclose(handles[i]), handles[i] = NULL;
+    nvmlReady = 0;
+    return flagcxSystemError;
+  }
+  ready = 1;
+  fillInfo(info);
+  return flagcxSuccess;
+}
+
+static const char* nvGetLastError(void) { return lastError; }
+
+/* ---- Device runtime ------------------------------------------------------- */
+static flagcxResult_t nvGetDeviceCount(int* count) {
+  cudaError_t e;
+  READY();
+  e = f_cudaGetDeviceCount(count);
+  if (e == cudaErrorNoDevice) { /* no GPU is an answer, not a failure */
+    if (f_cudaGetLastError) f_cudaGetLastError();
+    *count = 0;
+    return flagcxSuccess;
+  }
+  return cudaCheck(e, "cudaGetDeviceCount");
+}
+
+static flagcxResult_t nvSetDevice(int dev) {
+  READY();
+  return cudaCheck(f_cudaSetDevice(dev), "cudaSetDevice");
+}
+
+static int nvmlHandle(int dev, nvmlDevice_t* d) {
+  char bus[32];
+  return nvmlReady && f_cudaDeviceGetPCIBusId(bus, sizeof bus, dev) == cudaSuccess &&
+         f_nvmlDeviceGetHandleByPciBusId_v2(bus, d) == 0;
+}
+
+static flagcxResult_t nvGetDeviceInfo(int dev, flagcxDeviceInfo_v1_t* info) {
+  nvmlDevice_t d;
+  nvmlMemory_t mem;
+  unsigned numa;
+  char path[96];
+  FILE* f;
+  char* c;
+  READY();
+  memset(info, 0, sizeof *info);
+  info->numaNode = -1;
+  CUDA(cudaDeviceGetPCIBusId, (info->pciBusId, sizeof info->pciBusId, dev));
+  for (c = info->pciBusId; *c; c++) *c = tolower((unsigned char)*c); /* sysfs spelling */
+  bprintf(info->name, sizeof info->name, "NVIDIA GPU %d", dev);
+  if (nvmlHandle(dev, &d)) {
+    if (f_nvmlDeviceGetName) f_nvmlDeviceGetName(d, info->name, sizeof info->name);
+    if (f_nvmlDeviceGetUUID) f_nvmlDeviceGetUUID(d, info->uuid, sizeof info->uuid);
+    if (f_nvmlDeviceGetMemoryInfo && f_nvmlDeviceGetMemoryInfo(d, &mem) == 0) info->totalMemory = mem.total;
+    if (f_nvmlDeviceGetNumaNodeId && f_nvmlDeviceGetNumaNodeId(d, &numa) == 0) info->numaNode = (int)numa;
+  }
+  /* NVML often says "not supported" for NUMA; the kernel knows. */
+  bprintf(path, sizeof path, "/sys/bus/pci/devices/%s/numa_node", info->pciBusId);
+  if (info->numaNode < 0 && (f = fopen(path, "r"))) {
+    if (fscanf(f, "%d", &info->numaNode) != 1) info->numaNode = -1;
+    fclose(f);
+  }
+  return flagcxSuccess;
+}
+
+static flagcxResult_t nvGetLinkInfo(int a, int b, flagcxLinkInfo_v1_t* link) {
+  /* nvmlGpuTopologyLevel_t: INTERNAL 0, SINGLE 10, MULTIPLE 20, HOSTBRIDGE 30, NODE 40, SYSTEM 50 */
+  static const struct { int type; const char* name; } levels[6] = {
+      {flagcxLinkSameSwitch, "PIX"}, {flagcxLinkSameSwitch, "PIX"}, {flagcxLinkSameSwitch, "PXB"},
+      {flagcxLinkHostBridge, "PHB"}, {flagcxLinkNumaNode, "NODE"}, {flagcxLinkSystem, "SYS"}};
+  nvmlDevice_t da, db;
+  int p2p = -1, level = -1, state;
+  unsigned l;
+  READY();
+  memset(link, 0, sizeof *link);
+  if (a == b) {
+    link->type = flagcxLinkSelf;
+    bprintf(link->name, sizeof link->name, "X");
+    return flagcxSuccess;
+  }
+  link->type = flagcxLinkUnknown;
+  bprintf(link->name, sizeof link->name, "unknown");
+  if (!nvmlHandle(a, &da) || !nvmlHandle(b, &db)) return flagcxSuccess; /* no NVML: unknown */
+  if (f_nvmlDeviceGetP2PStatus && f_nvmlDeviceGetP2PStatus(da, db, NVML_P2P_CAPS_INDEX_NVLINK, &p2p) == 0 &&
+      p2p == NVML_P2P_STATUS_OK) {
+    link->type = flagcxLinkFabric;
+    /* Counts a's active links: right for direct NVLink and for NVSwitch
+     * systems (all links reach the switch), as nvidia-smi topo prints NV<n>. */
+    for (l = 0; f_nvmlDeviceGetNvLinkState && l < NVML_NVLINK_MAX_LINKS; l++)
+      if (f_nvmlDeviceGetNvLinkState(da, l, &state) == 0 && state == NVML_FEATURE_ENABLED) link->fabricLinks++;
+    if (link->fabricLinks) bprintf(link->name, sizeof link->name, "NV%d", link->fabricLinks);
+    else bprintf(link->name, sizeof link->name, "NVLink");
+  } else if (f_nvmlDeviceGetTopologyCommonAncestor &&
+             f_nvmlDeviceGetTopologyCommonAncestor(da, db, &level) == 0 && level >= 0 && level <= 50 &&
+             level % 10 == 0) {
+    link->type = levels[level / 10].type;
+    bprintf(link->name, sizeof link->name, "%s", levels[level / 10].name);
+  }
+  return flagcxSuccess;
+}
+
+static flagcxResult_t nvDeviceMalloc(int dev, void** ptr, size_t bytes) {
+  READY();
+  CUDA(cudaSetDevice, (dev));
+  return cudaCheck(f_cudaMalloc(ptr, bytes), "cudaMalloc");
+}
+static flagcxResult_t nvDeviceFree(void* ptr) { READY(); return cudaCheck(f_cudaFree(ptr), "cudaFree"); }
+static flagcxResult_t nvHostMalloc(void** ptr, size_t bytes) {
+  READY(); /* portable: pinned for every device, not only the current one */
+  return cudaCheck(f_cudaHostAlloc(ptr, bytes, cudaHostAllocPortable), "cudaHostAlloc");
+}
+static flagcxResult_t nvHostFree(void* ptr) { READY(); return cudaCheck(f_cudaFreeHost(ptr), "cudaFreeHost"); }
+
+static flagcxResult_t nvPointerKind(const void* ptr, flagcxMemoryKind_t* kind) {
+  static const flagcxMemoryKind_t kinds[4] = {flagcxMemHost, flagcxMemHostPinned, flagcxMemDevice, flagcxMemManaged};
+  union cudaPointerAttributesBuf attr;
+  cudaError_t e;
+  READY();
+  if (!f_cudaPointerGetAttributes) return fail(flagcxNotSupported, "cudaPointerGetAttributes not found in libcudart");
+  memset(&attr, 0, sizeof attr);
+  e = f_cudaPointerGetAttributes(&attr, ptr);
+  if (e == cudaErrorInvalidValue) { /* CUDA < 11 for memory it does not know */
+    if (f_cudaGetLastError) f_cudaGetLastError();
+    *kind = flagcxMemHost;
+    return flagcxSuccess;
+  }
+  if (e != cudaSuccess) return cudaCheck(e, "cudaPointerGetAttributes");
+  *kind = attr.a.type >= 0 && attr.a.type < 4 ? kinds[attr.a.type] : flagcxMemUnknown;
+  return flagcxSuccess;
+}
+
+static flagcxResult_t nvMemCopy(void* dst, const void* src, size_t bytes, flagcxMemcpyKind_t kind, flagcxStream_t s) {
+  /* flagcx H2D 0, D2H 1, D2D 2 -> cudaMemcpyKind 1, 2, 3 */
+  static const int cudaKind[3] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice};
+  READY();
+  if ((unsigned)kind > flagcxMemcpyDeviceToDevice)
+    return fail(flagcxInvalidArgument, "memCopy: direction %d is not 0 (H2D), 1 (D2H) or 2 (D2D)", (int)kind);
+  if (!s) return cudaCheck(f_cudaMemcpy(dst, src, bytes, cudaKind[kind]), "cudaMemcpy");
+  return cudaCheck(f_cudaMemcpyAsync(dst, src, bytes, cudaKind[kind], (cudaStream_t)s), "cudaMemcpyAsync");
+}
+
+static flagcxResult_t nvMemSet(void* dst, int value, size_t bytes, flagcxStream_t s) {
+  READY();
+  CUDA(cudaMemsetAsync, (dst, value, bytes, (cudaStream_t)s));
+  return s ? flagcxSuccess : cudaCheck(f_cudaStreamSynchronize(NULL), "cudaStreamSynchronize");
+}
+
+static flagcxResult_t nvStreamCreate(int dev, flagcxStream_t* s) {
+  READY();
+  CUDA(cudaSetDevice, (dev));
+  /* Non-blocking: collectives must not serialize with the legacy stream. */
+  return cudaCheck(f_cudaStreamCreateWithFlags((cudaStream_t*)s, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
+}
+static flagcxResult_t nvStreamDestroy(flagcxStream_t s) {
+  READY();
+  return cudaCheck(f_cudaStreamDestroy((cudaStream_t)s), "cudaStreamDestroy");
+}
+static flagcxResult_t nvStreamSynchronize(flagcxStream_t s) {
+  READY();
+  return cudaCheck(f_cudaStreamSynchronize((cudaStream_t)s), "cudaStreamSynchronize");
+}
+/* cudaErrorNotReady is an answer ("pending"), not a failure. */
+static flagcxResult_t queryResult(cudaError_t e, const char* call) {
+  if (e == cudaErrorNotReady) {
+    if (f_cudaGetLastError) f_cudaGetLastError();
+    return flagcxInProgress;
+  }
+  return cudaCheck(e, call);
+}
+static flagcxResult_t nvStreamQuery(flagcxStream_t s) {
+  READY();
+  if (!f_cudaStreamQuery) return fail(flagcxNotSupported, "cudaStreamQuery not found in libcudart");
+  return queryResult(f_cudaStreamQuery((cudaStream_t)s), "cudaStreamQuery");
+}
+static flagcxResult_t nvStreamWaitEvent(flagcxStream_t s, flagcxEvent_t e) {
+  READY();
+  return cudaCheck(f_cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)e, 0), "cudaStreamWaitEvent");
+}
+
+static flagcxResult_t nvEventCreate(int dev, flagcxEvent_t* e) {
+  READY();
+  CUDA(cudaSetDevice, (dev));
+  return cudaCheck(f_cudaEventCreateWithFlags((cudaEvent_t*)e, cudaEventDefault), "cudaEventCreateWithFlags");
+}
+static flagcxResult_t nvEventDestroy(flagcxEvent_t e) {
+  READY();
+  return cudaCheck(f_cudaEventDestroy((cudaEvent_t)e), "cudaEventDestroy");
+}
+static flagcxResult_t nvEventRecord(flagcxEvent_t e, flagcxStream_t s) {
+  READY();
+  return cudaCheck(f_cudaEventRecord((cudaEvent_t)e, (cudaStream_t)s), "cudaEventRecord");
+}
+static flagcxResult_t nvEventQuery(flagcxEvent_t e) {
+  READY();
+  if (!f_cudaEventQuery) return fail(flagcxNotSupported, "cudaEventQuery not found in libcudart");
+  return queryResult(f_cudaEventQuery((cudaEvent_t)e), "cudaEventQuery");
+}
+static flagcxResult_t nvEventSynchronize(flagcxEvent_t e) {
+  READY();
+  return cudaCheck(f_cudaEventSynchronize((cudaEvent_t)e), "cudaEventSynchronize");
+}
+static flagcxResult_t nvEventElapsedTime(float* ms, flagcxEvent_t start, flagcxEvent_t end) {
+  READY();
+  if (!f_cudaEventElapsedTime) return fail(flagcxNotSupported, "cudaEventElapsedTime not found in libcudart");
+  return cudaCheck(f_cudaEventElapsedTime(ms, (cudaEvent_t)start, (cudaEvent_t)end), "cudaEventElapsedTime");
+}
+
+/* ---- Collective library --------------------------------------------------- */
+/* Our handle wraps ncclComm_t with rank and size, which the grouped
+ * Gather/Scatter/AlltoAll need without extra NCCL calls. */
+typedef struct { ncclComm_t nccl; int rank, nranks; } nvComm;
+#define NC(c) (((nvComm*)(c))->nccl)
+static const size_t typeSize[flagcxNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+
+/* Our dtype and op numbers are NCCL's, so they pass unchanged once checked. */
+static flagcxResult_t checkTypeOp(const char* call, flagcxDataType_t t, int op) {
+  if ((unsigned)t >= flagcxNumTypes) return fail(flagcxInvalidArgument, "%s: data type %d is unknown", call, (int)t);
+  if (op < 0) return flagcxSuccess;
+  if (op >= flagcxNumRedOps) return fail(flagcxInvalidArgument, "%s: reduction op %d is unknown", call, op);
+  if (op == flagcxAvg && ncclVersion < NCCL_AVG_MIN_VERSION)
+    return fail(flagcxNotSupported, "%s: avg needs NCCL >= 2.10, loaded %s", call, status[LIB_NCCL].version);
+  return flagcxSuccess;
+}
+#define CHECK_TYPE_OP(call, t, op) \
+  do { flagcxResult_t r_ = checkTypeOp(call, t, op); if (r_ != flagcxSuccess) return r_; } while (0)
+
+static flagcxResult_t nvGetUniqueIdBytes(size_t* bytes) { *bytes = sizeof(ncclUniqueId); return flagcxSuccess; }
+
+static flagcxResult_t nvGetUniqueId(void* id) {
+  ncclUniqueId u;
+  flagcxResult_t r;
+  READY();
+  if ((r = ncclCheck(f_ncclGetUniqueId(&u), "ncclGetUniqueId", NULL)) == flagcxSuccess) memcpy(id, &u, sizeof u);
+  return r;
+}
+
+static flagcxResult_t nvCommInitRank(flagcxVendorComm_t* comm, int nranks, const void* id, int rank, int dev) {
+  ncclUniqueId u;
+  nvComm* c;
+  flagcxResult_t r;
+  READY();
+  CUDA(cudaSetDevice, (dev)); /* NCCL binds the communicator to the current device */
+  if (!(c = calloc(1, sizeof *c))) return fail(flagcxSystemError, "commInitRank: out of memory");
+  memcpy(&u, id, sizeof u);
+  c->rank = rank;
+  c->nranks = nranks;
+  if ((r = ncclCheck(f_ncclCommInitRank(&c->nccl, nranks, u, rank), "ncclCommInitRank", NULL)) != flagcxSuccess) {
+    free(c);
+    return r;
+  }
+  *comm = (flagcxVendorComm_t)c;
+  return flagcxSuccess;
+}
+
+static flagcxResult_t nvCommDestroy(flagcxVendorComm_t comm) {
+  flagcxResult_t r;
+  READY();
+  if ((r = ncclCheck(f_ncclCommDestroy(NC(comm)), "ncclCommDestroy", NC(comm))) == flagcxSuccess) free(comm);
+  return r;
+}
+
+static flagcxResult_t nvCommAbort(flagcxVendorComm_t comm) {
+  flagcxResult_t r;
+  READY();
+  if (!f_ncclCommAbort) return fail(flagcxNotSupported, "ncclCommAbort not found in libnccl");
+  if ((r = ncclCheck(f_ncclCommAbort(NC(comm)), "ncclCommAbort", NULL)) == flagcxSuccess) free(comm);
+  return r;
+}
+
+static flagcxResult_t nvCommGetAsyncError(flagcxVendorComm_t comm, flagcxResult_t* asyncError) {
+  ncclResult_t a = 0;
+  flagcxResult_t r;
+  READY();
+  if (!f_ncclCommGetAsyncError) return fail(flagcxNotSupported, "ncclCommGetAsyncError not found in libnccl");
+  if ((r = ncclCheck(f_ncclCommGetAsyncError(NC(comm), &a), "ncclCommGetAsyncError", NC(comm))) != flagcxSuccess)
+    return r;
+  *asyncError = a >= 0 && a <= 7 ? (flagcxResult_t)a : flagcxUnhandledCclError;
+  if (a != 0) ncclCheck(a, "asynchronous NCCL error", NC(comm)); /* keep NCCL's text for getLastError */
+  return flagcxSuccess;
+}
+
+static flagcxResult_t nvAllReduce(const void* s, void* r, size_t n, flagcxDataType_t t, flagcxRedOp_t op,
+                                  flagcxVendorComm_t c, flagcxStream_t st) {
+  READY();
+  CHECK_TYPE_OP("ncclAllReduce", t, op);
+  return ncclCheck(f_ncclAllReduce(s, r, n, t, op, NC(c), (cudaStream_t)st), "ncclAllReduce", NC(c));
+}
+static flagcxResult_t nvReduce(const void* s, void* r, size_t n, flagcxDataType_t t, flagcxRedOp_t op, int root,
+                               flagcxVendorComm_t c, flagcxStream_t st) {
+  READY();
+  CHECK_TYPE_OP("ncclReduce", t, op);
+  return ncclCheck(f_ncclReduce(s, r, n, t, op, root, NC(c), (cudaStream_t)st), "ncclReduce", NC(c));
+}
+static flagcxResult_t nvBroadcast(const void* s, void* r, size_t n, flagcxDataType_t t, int root,
+                                  flagcxVendorComm_t c, flagcxStream_t st) {
+  READY();
+  CHECK_TYPE_OP("ncclBroadcast", t, -1);
+  return ncclCheck(f_ncclBroadcast(s, r, n, t, root, NC(c), (cudaStream_t)st), "ncclBroadcast", NC(c));
+}
+static flagcxResult_t nvAllGather(const void* s, void* r, size_t n, flagcxDataType_t t, flagcxVendorComm_t c,
+                                  flagcxStream_t st) {
+  READY();
+  CHECK_TYPE_OP("ncclAllGather", t, -1);
+  return ncclCheck(f_ncclAllGather(s, r, n, t, NC(c), (cudaStream_t)st), "ncclAllGather", NC(c));
+}
+static flagcxResult_t nvReduceScatter(const void* s, void* r, size_t n, flagcxDataType_t t, flagcxRedOp_t op,
+                                      flagcxVendorComm_t c, flagcxStream_t st) {
+  READY();
+  CHECK_TYPE_OP("ncclReduceScatter", t, op);
+  return ncclCheck(f_ncclReduceScatter(s, r, n, t, op, NC(c), (cudaStream_t)st), "ncclReduceScatter", NC(c));
+}
+static flagcxResult_t nvSend(const void* s, size_t n, flagcxDataType_t t, int peer, flagcxVendorComm_t c,
+                             flagcxStream_t st) {
+  READY();
+  CHECK_TYPE_OP("ncclSend", t, -1);
+  return ncclCheck(f_ncclSend(s, n, t, peer, NC(c), (cudaStream_t)st), "ncclSend", NC(c));
+}
+static flagcxResult_t nvRecv(void* r, size_t n, flagcxDataType_t t, int peer, flagcxVendorComm_t c,
+                             flagcxStream_t st) {
+  READY();
+  CHECK_TYPE_OP("ncclRecv", t, -1);
+  return ncclCheck(f_ncclRecv(r, n, t, peer, NC(c), (cudaStream_t)st), "ncclRecv", NC(c));
+}
+static flagcxResult_t nvGroupStart(void) { READY(); return ncclCheck(f_ncclGroupStart(), "ncclGroupStart", NULL); }
+static flagcxResult_t nvGroupEnd(void) { READY(); return ncclCheck(f_ncclGroupEnd(), "ncclGroupEnd", NULL); }
+
+/* NCCL has no Gather, Scatter or AlltoAllv (nor AlltoAll before it gained
+ * ncclAlltoAll): they are grouped point-to-point, as FlagCX does. Counts
+ * and displacements are in elements; sc/sd/rc/rd == NULL means count for
+ * every peer at p*count. sendTo/recvFrom: ALL peers, NONE, or one peer (a
+ * single buffer, at offset 0). The group is closed even after a failure. */
+enum { ALL = -1, NONE = -2 };
+static flagcxResult_t grouped(const char* call, const char* s, const size_t* sc, const size_t* sd, char* r,
+                              const size_t* rc, const size_t* rd, size_t count, flagcxDataType_t t, int sendTo,
+                              int recvFrom, flagcxVendorComm_t comm, flagcxStream_t st) {
+  nvComm* c = (nvComm*)comm;
+  ncclResult_t res, end;
+  size_t sz;
+  int p;
+  READY();
+  CHECK_TYPE_OP(call, t, -1);
+  sz = typeSize[t];
+  res = f_ncclGroupStart();
+  for (p = 0; p < c->nranks && res == 0; p++) {
+    size_t ns = sc ? sc[p] : count, nr = rc ? rc[p] : count;
+    size_t os = sendTo == ALL ? (sd ? sd[p] : p * count) * sz : 0;
+    size_t orr = recvFrom == ALL ? (rd ? rd[p] : p * count) * sz : 0;
+    if ((sendTo == ALL || sendTo == p) && ns) res = f_ncclSend(s + os, ns, t, p, c->nccl, (cudaStream_t)st);
+    if (res == 0 && (recvFrom == ALL || recvFrom == p) && nr)
+      res = f_ncclRecv(r + orr, nr, t, p, c->nccl, (cudaStream_t)st);
+  }
+  end = f_ncclGroupEnd();
+  return ncclCheck(res ? res : end, call, c->nccl);
+}
+
+static flagcxResult_t nvGather(const void* s, void* r, size_t n, flagcxDataType_t t, int root, flagcxVendorComm_t c,
+                               flagcxStream_t st) {
+  READY(); /* every rank sends n to root; root receives peer p's n at p*n */
+  return grouped("gather (grouped ncclSend/ncclRecv)", s, NULL, NULL, r, NULL, NULL, n, t, root,
+                 ((nvComm*)c)->rank == root ? ALL : NONE, c, st);
+}
+static flagcxResult_t nvScatter(const void* s, void* r, size_t n, flagcxDataType_t t, int root, flagcxVendorComm_t c,
+                                flagcxStream_t st) {
+  READY(); /* root sends p*n.. to peer p; every rank receives n from root */
+  return grouped("scatter (grouped ncclSend/ncclRecv)", s, NULL, NULL, r, NULL, NULL, n, t,
+                 ((nvComm*)c)->rank == root ? ALL : NONE, root, c, st);
+}
+static flagcxResult_t nvAlltoAll(const void* s, void* r, size_t n, flagcxDataType_t t, flagcxVendorComm_t c,
+                                 flagcxStream_t st) {
+  READY();
+  if (f_ncclAlltoAll) { /* only in recent NCCL */
+    CHECK_TYPE_OP("ncclAlltoAll", t, -1);
+    return ncclCheck(f_ncclAlltoAll(s, r, n, t, NC(c), (cudaStream_t)st), "ncclAlltoAll", NC(c));
+  }
+  return grouped("alltoAll (grouped ncclSend/ncclRecv)", s, NULL, NULL, r, NULL, NULL, n, t, ALL, ALL, c, st);
+}
+static flagcxResult_t nvAlltoAllv(const void* s, const size_t* sc, const size_t* sd, void* r, const size_t* rc,
+                                  const size_t* rd, flagcxDataType_t t, flagcxVendorComm_t c, flagcxStream_t st) {
+  return grouped("alltoAllv (grouped ncclSend/ncclRecv)", s, sc, sd, r, rc, rd, 0, t, ALL, ALL, c, st);
+}
+
+static const char* nvGetErrorString(flagcxResult_t r) {
+  if (r >= 0 && r <= 7 && f_ncclGetErrorString) return f_ncclGetErrorString(r);
+  return r == flagcxUnhandledCclError ? "unhandled NCCL error" : r == flagcxNotSupported ? "not supported" : "unknown result";
+}
+
+/* ---- The exported table ---------------------------------------------------- */
+__attribute__((visibility("default"))) const flagcxVendorPlugin_v1_t flagcxVendorPlugin_v1 = {
+    .size = sizeof(flagcxVendorPlugin_v1_t),
+    .abiVersion = FLAGCX_PLUGIN_ABI_VERSION,
+    .name = "nvidia",
+    .vendor = "NVIDIA",
+    .version = "1.0.0",
+    .caps = FLAGCX_PLUGIN_CAP_DEVICE | FLAGCX_PLUGIN_CAP_CCL,
+    .libraries = libraries,
+    .init = nvInit,
+    .fini = NULL,
+    .getLastError = nvGetLastError,
+    .device = {
+        .getDeviceCount = nvGetDeviceCount, .setDevice = nvSetDevice, .getDeviceInfo = nvGetDeviceInfo,
+        .getLinkInfo = nvGetLinkInfo, .deviceMalloc = nvDeviceMalloc, .deviceFree = nvDeviceFree,
+        .hostMalloc = nvHostMalloc, .hostFree = nvHostFree, .pointerKind = nvPointerKind,
+        .memCopy = nvMemCopy, .memSet = nvMemSet, .streamCreate = nvStreamCreate,
+        .streamDestroy = nvStreamDestroy, .streamSynchronize = nvStreamSynchronize,
+        .streamQuery = nvStreamQuery, .streamWaitEvent = nvStreamWaitEvent, .eventCreate = nvEventCreate,
+        .eventDestroy = nvEventDestroy, .eventRecord = nvEventRecord, .eventQuery = nvEventQuery,
+        .eventSynchronize = nvEventSynchronize, .eventElapsedTime = nvEventElapsedTime,
+    },
+    .ccl = {
+        .getUniqueIdBytes = nvGetUniqueIdBytes, .getUniqueId = nvGetUniqueId, .commInitRank = nvCommInitRank,
+        .commDestroy = nvCommDestroy, .commAbort = nvCommAbort, .commGetAsyncError = nvCommGetAsyncError,
+        .allReduce = nvAllReduce, .reduce = nvReduce, .broadcast = nvBroadcast, .allGather = nvAllGather,
+        .reduceScatter = nvReduceScatter, .alltoAll = nvAlltoAll, .alltoAllv = nvAlltoAllv,
+        .gather = nvGather, .scatter = nvScatter, .send = nvSend, .recv = nvRecv,
+        .groupStart = nvGroupStart, .groupEnd = nvGroupEnd, .getErrorString = nvGetErrorString,
+    },
+};

@@ -1,0 +1,15 @@
+# Vendor plugins: C shims against sdk/include/flagcx_plugin.h. Each dlopens
+# its vendor runtime at init, so they build with $(CC) alone (no vendor SDK).
+PLUGIN_NAMES   := nvidia
+PLUGIN_DIR     := $(BUILD)/plugins
+PLUGIN_CFLAGS  ?= -O2
+PLUGIN_SOS     := $(PLUGIN_NAMES:%=$(PLUGIN_DIR)/libflagcx-%.so)
+
+.PHONY: plugins
+all: plugins
+plugins: $(PLUGIN_SOS)
+
+# Only the versioned table is exported; everything else is static.
+$(PLUGIN_DIR)/libflagcx-%.so: plugins/%/*.c sdk/include/flagcx_plugin.h
+	@mkdir -p $(PLUGIN_DIR)
+	$(CC) -shared -fPIC $(PLUGIN_CFLAGS) -Wall -Werror -Isdk/include -fvisibility=hidden -o $@ $(filter %.c,$^) -ldl

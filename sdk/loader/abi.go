@@ -1,0 +1,159 @@
+package loader
+
+import (
+	"bytes"
+	"unsafe"
+)
+
+// Go mirrors of the C structs of sdk/include/flagcx_plugin.h, ABI v1. Every
+// field is declared at its C offset (no implicit padding: each struct is
+// ordered so that Go and C agree, and TestABILayout checks every offset
+// against the C compiler). The c tag names the C field; ",optional" marks
+// entries a plugin may leave NULL.
+
+type libraryV1 struct {
+	Role     uintptr `c:"role"`
+	EnvVar   uintptr `c:"envVar"`
+	Sonames  uintptr `c:"sonames"`
+	Optional int32   `c:"optional"`
+	Reserved int32   `c:"reserved"`
+}
+
+type libraryStatusV1 struct {
+	Loaded   int32     `c:"loaded"`
+	Emulated int32     `c:"emulated"`
+	Path     [512]byte `c:"path"`
+	Version  [64]byte  `c:"version"`
+	Error    [512]byte `c:"error"`
+}
+
+const maxLibraries = 4 // FLAGCX_PLUGIN_MAX_LIBRARIES
+
+type pluginInfoV1 struct {
+	Emulated     int32                         `c:"emulated"`
+	DataTypeMask uint32                        `c:"dataTypeMask"`
+	RedOpMask    uint32                        `c:"redOpMask"`
+	NumLibraries int32                         `c:"numLibraries"`
+	Libraries    [maxLibraries]libraryStatusV1 `c:"libraries"`
+}
+
+type deviceInfoV1 struct {
+	TotalMemory uint64    `c:"totalMemory"`
+	NumaNode    int32     `c:"numaNode"`
+	Reserved    int32     `c:"reserved"`
+	Name        [128]byte `c:"name"`
+	UUID        [96]byte  `c:"uuid"`
+	PCIBusID    [32]byte  `c:"pciBusId"`
+}
+
+type linkInfoV1 struct {
+	Type        int32    `c:"type"`
+	FabricLinks int32    `c:"fabricLinks"`
+	Name        [32]byte `c:"name"`
+}
+
+type deviceV1 struct {
+	GetDeviceCount    uintptr `c:"getDeviceCount"`
+	SetDevice         uintptr `c:"setDevice"`
+	GetDeviceInfo     uintptr `c:"getDeviceInfo"`
+	GetLinkInfo       uintptr `c:"getLinkInfo,optional"`
+	DeviceMalloc      uintptr `c:"deviceMalloc"`
+	DeviceFree        uintptr `c:"deviceFree"`
+	HostMalloc        uintptr `c:"hostMalloc"`
+	HostFree          uintptr `c:"hostFree"`
+	PointerKind       uintptr `c:"pointerKind,optional"`
+	MemCopy           uintptr `c:"memCopy"`
+	MemSet            uintptr `c:"memSet"`
+	StreamCreate      uintptr `c:"streamCreate"`
+	StreamDestroy     uintptr `c:"streamDestroy"`
+	StreamSynchronize uintptr `c:"streamSynchronize"`
+	StreamQuery       uintptr `c:"streamQuery,optional"`
+	StreamWaitEvent   uintptr `c:"streamWaitEvent"`
+	EventCreate       uintptr `c:"eventCreate"`
+	EventDestroy      uintptr `c:"eventDestroy"`
+	EventRecord       uintptr `c:"eventRecord"`
+	EventQuery        uintptr `c:"eventQuery,optional"`
+	EventSynchronize  uintptr `c:"eventSynchronize"`
+	EventElapsedTime  uintptr `c:"eventElapsedTime,optional"`
+}
+
+type cclV1 struct {
+	GetUniqueIDBytes  uintptr `c:"getUniqueIdBytes"`
+	GetUniqueID       uintptr `c:"getUniqueId"`
+	CommInitRank      uintptr `c:"commInitRank"`
+	CommDestroy       uintptr `c:"commDestroy"`
+	CommAbort         uintptr `c:"commAbort,optional"`
+	CommGetAsyncError uintptr `c:"commGetAsyncError,optional"`
+	AllReduce         uintptr `c:"allReduce"`
+	Reduce            uintptr `c:"reduce"`
+	Broadcast         uintptr `c:"broadcast"`
+	AllGather         uintptr `c:"allGather"`
+	ReduceScatter     uintptr `c:"reduceScatter"`
+	AlltoAll          uintptr `c:"alltoAll,optional"`
+	AlltoAllv         uintptr `c:"alltoAllv,optional"`
+	Gather            uintptr `c:"gather,optional"`
+	Scatter           uintptr `c:"scatter,optional"`
+	Send              uintptr `c:"send"`
+	Recv              uintptr `c:"recv"`
+	GroupStart        uintptr `c:"groupStart"`
+	GroupEnd          uintptr `c:"groupEnd"`
+	GetErrorString    uintptr `c:"getErrorString,optional"`
+}
+
+type tableV1 struct {
+	Size         uint32   `c:"size"`
+	ABIVersion   uint32   `c:"abiVersion"`
+	Name         uintptr  `c:"name"`
+	Vendor       uintptr  `c:"vendor"`
+	Version      uintptr  `c:"version"`
+	Caps         uint64   `c:"caps"`
+	Libraries    uintptr  `c:"libraries"`
+	Init         uintptr  `c:"init"`
+	Fini         uintptr  `c:"fini,optional"`
+	GetLastError uintptr  `c:"getLastError"`
+	Device       deviceV1 `c:"device"`
+	CCL          cclV1    `c:"ccl"`
+}
+
+// tableHeader is the start shared by every table version: enough to learn
+// which version and size a symbol claims before reading further.
+type tableHeader struct {
+	Size       uint32
+	ABIVersion uint32
+}
+
+// cPtr turns the address of C memory (a dlsym result, a pointer a plugin
+// returned) into an unsafe.Pointer. The memory is not Go's, so the garbage
+// collector never follows it; going through a *uintptr keeps vet quiet.
+func cPtr(addr uintptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&addr)) }
+
+// goString copies a NUL-terminated C string ("" for NULL).
+func goString(addr uintptr) string {
+	if addr == 0 {
+		return ""
+	}
+	p := cPtr(addr)
+	n := 0
+	for *(*byte)(unsafe.Add(p, n)) != 0 {
+		n++
+	}
+	return string(unsafe.Slice((*byte)(p), n))
+}
+
+// cString reads a fixed-size char array filled by C.
+func cString(b []byte) string {
+	if i := bytes.IndexByte(b, 0); i >= 0 {
+		b = b[:i]
+	}
+	return string(b)
+}
+
+// HostSlice views n bytes of C memory at ptr (pinned memory from
+// HostMalloc) as a Go slice without copying. The slice is valid until the
+// memory is freed; the garbage collector never owns it.
+func HostSlice(ptr uintptr, n int) []byte {
+	if ptr == 0 || n <= 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(cPtr(ptr)), n)
+}

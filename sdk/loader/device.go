@@ -1,0 +1,392 @@
+package loader
+
+import (
+	"fmt"
+	"runtime"
+	"time"
+	"unsafe"
+
+	"github.com/flagcx/flagcx-go/sdk"
+)
+
+// MemcpyKind is a copy direction, numbered as FlagCX's (not CUDA's).
+type MemcpyKind int32
+
+const (
+	HostToDevice   MemcpyKind = 0
+	DeviceToHost   MemcpyKind = 1
+	DeviceToDevice MemcpyKind = 2
+)
+
+func (k MemcpyKind) String() string {
+	switch k {
+	case HostToDevice:
+		return "host-to-device"
+	case DeviceToHost:
+		return "device-to-host"
+	case DeviceToDevice:
+		return "device-to-device"
+	}
+	return fmt.Sprintf("memcpykind(%d)", int32(k))
+}
+
+// MemoryKind is what the plugin's runtime knows about an address.
+type MemoryKind int32
+
+const (
+	MemUnknown    MemoryKind = iota // the runtime cannot tell
+	MemHost                         // ordinary (pageable) host memory
+	MemHostPinned                   // page-locked host memory
+	MemDevice                       // device memory
+	MemManaged                      // unified/managed memory
+)
+
+var memoryKindNames = []string{"unknown memory", "pageable host memory", "pinned host memory", "device memory", "managed memory"}
+
+func (k MemoryKind) String() string {
+	if k < 0 || int(k) >= len(memoryKindNames) {
+		return fmt.Sprintf("memorykind(%d)", int32(k))
+	}
+	return memoryKindNames[k]
+}
+
+// LinkType is how two local devices reach each other, best first.
+type LinkType int32
+
+const (
+	LinkUnknown LinkType = iota
+	LinkSelf
+	LinkFabric // vendor fabric: NVLink, XPU Link, MLU-Link...
+	LinkSameSwitch
+	LinkHostBridge
+	LinkNumaNode
+	LinkSystem
+)
+
+var linkTypeNames = []string{"unknown", "self", "fabric", "same PCIe switch", "host bridge", "same NUMA node", "system"}
+
+func (t LinkType) String() string {
+	if t < 0 || int(t) >= len(linkTypeNames) {
+		return fmt.Sprintf("link(%d)", int32(t))
+	}
+	return linkTypeNames[t]
+}
+
+// Stream and Event are the vendor's handles (0 is the NULL stream:
+// synchronous copies).
+type (
+	Stream uintptr
+	Event  uintptr
+)
+
+// DeviceInfo describes one device.
+type DeviceInfo struct {
+	Index       int
+	Name        string
+	UUID        string // "" when unknown
+	PCIBusID    string // "0000:3b:00.0"
+	TotalMemory uint64 // bytes; 0 when unknown
+	NUMANode    int    // -1 when unknown
+}
+
+// LinkInfo is how one device reaches another.
+type LinkInfo struct {
+	Type        LinkType
+	FabricLinks int    // number of fabric links (NVLinks) when Type is LinkFabric
+	Name        string // vendor's short label: "NV18", "PIX", "PHB", "SYS", "X"
+}
+
+func (p *Plugin) needDevice(entry string) error {
+	if p.Caps&CapDevice == 0 {
+		return p.errorf(entry, sdk.NotSupported, "the plugin has no device runtime")
+	}
+	if !p.Initialized() {
+		return p.errorf(entry, sdk.InvalidUsage, "call Init first")
+	}
+	return nil
+}
+
+// DeviceCount is the number of devices the vendor runtime sees.
+func (p *Plugin) DeviceCount() (int, error) {
+	if err := p.needDevice("getDeviceCount"); err != nil {
+		return 0, err
+	}
+	var n int32
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return int(n), p.result("getDeviceCount", p.fn.getDeviceCount(&n))
+}
+
+// SetDevice sets the calling OS thread's current device. Goroutines move
+// between threads: lock the goroutine (runtime.LockOSThread) first if the
+// setting must last. The other entries take the device explicitly.
+func (p *Plugin) SetDevice(dev int) error {
+	if err := p.needDevice("setDevice"); err != nil {
+		return err
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return p.result("setDevice", p.fn.setDevice(int32(dev)))
+}
+
+// DeviceInfo describes device dev.
+func (p *Plugin) DeviceInfo(dev int) (DeviceInfo, error) {
+	if err := p.needDevice("getDeviceInfo"); err != nil {
+		return DeviceInfo{}, err
+	}
+	var ci deviceInfoV1
+	runtime.LockOSThread()
+	err := p.result("getDeviceInfo", p.fn.getDeviceInfo(int32(dev), &ci))
+	runtime.UnlockOSThread()
+	if err != nil {
+		return DeviceInfo{}, err
+	}
+	return DeviceInfo{Index: dev, Name: cString(ci.Name[:]), UUID: cString(ci.UUID[:]), PCIBusID: cString(ci.PCIBusID[:]),
+		TotalMemory: ci.TotalMemory, NUMANode: int(ci.NumaNode)}, nil
+}
+
+// Link says how device a reaches device b. A plugin without getLinkInfo
+// answers LinkUnknown with an error wrapping sdk.ErrNotSupported.
+func (p *Plugin) Link(a, b int) (LinkInfo, error) {
+	unknown := LinkInfo{Type: LinkUnknown, Name: "unknown"}
+	if err := p.needDevice("getLinkInfo"); err != nil {
+		return unknown, err
+	}
+	if p.fn.getLinkInfo == nil {
+		return unknown, p.unsupported("getLinkInfo")
+	}
+	var cl linkInfoV1
+	runtime.LockOSThread()
+	err := p.result("getLinkInfo", p.fn.getLinkInfo(int32(a), int32(b), &cl))
+	runtime.UnlockOSThread()
+	if err != nil {
+		return unknown, err
+	}
+	return LinkInfo{Type: LinkType(cl.Type), FabricLinks: int(cl.FabricLinks), Name: cString(cl.Name[:])}, nil
+}
+
+// DeviceMalloc allocates bytes of device memory on dev.
+func (p *Plugin) DeviceMalloc(dev, bytes int) (uintptr, error) {
+	if err := p.needDevice("deviceMalloc"); err != nil {
+		return 0, err
+	}
+	if bytes < 0 {
+		return 0, p.errorf("deviceMalloc", sdk.InvalidArgument, "negative size %d", bytes)
+	}
+	var ptr uintptr
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return ptr, p.result("deviceMalloc", p.fn.deviceMalloc(int32(dev), &ptr, uintptr(bytes)))
+}
+
+// DeviceFree frees memory from DeviceMalloc.
+func (p *Plugin) DeviceFree(ptr uintptr) error {
+	if err := p.needDevice("deviceFree"); err != nil {
+		return err
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return p.result("deviceFree", p.fn.deviceFree(ptr))
+}
+
+// HostMalloc allocates pinned host memory (view it with HostSlice).
+func (p *Plugin) HostMalloc(bytes int) (uintptr, error) {
+	if err := p.needDevice("hostMalloc"); err != nil {
+		return 0, err
+	}
+	if bytes < 0 {
+		return 0, p.errorf("hostMalloc", sdk.InvalidArgument, "negative size %d", bytes)
+	}
+	var ptr uintptr
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return ptr, p.result("hostMalloc", p.fn.hostMalloc(&ptr, uintptr(bytes)))
+}
+
+// HostFree frees memory from HostMalloc.
+func (p *Plugin) HostFree(ptr uintptr) error {
+	if err := p.needDevice("hostFree"); err != nil {
+		return err
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return p.result("hostFree", p.fn.hostFree(ptr))
+}
+
+// PointerKind asks the runtime what ptr is (never dereferences it).
+func (p *Plugin) PointerKind(ptr uintptr) (MemoryKind, error) {
+	if err := p.needDevice("pointerKind"); err != nil {
+		return MemUnknown, err
+	}
+	var k int32
+	err := p.sys("pointerKind", p.t.Device.PointerKind, ptr, uintptr(unsafe.Pointer(&k)))
+	return MemoryKind(k), err
+}
+
+// CheckDeviceMemory refuses buffers the runtime knows to be pageable host
+// memory (a host slice handed to a device operation). Pinned and managed
+// memory pass; so does everything when the plugin cannot tell.
+func (p *Plugin) CheckDeviceMemory(entry string, names []string, ptrs ...uintptr) error {
+	return p.checkKinds(entry, names, ptrs, MemHost,
+		"a device operation needs device memory (DeviceMalloc) or pinned host memory (HostMalloc)")
+}
+
+// CheckHostMemory refuses buffers the runtime knows to be device memory
+// (a device pointer handed to the host backend).
+func (p *Plugin) CheckHostMemory(entry string, names []string, ptrs ...uintptr) error {
+	return p.checkKinds(entry, names, ptrs, MemDevice,
+		"the host backend needs host memory: copy device data to host first (Memcpy DeviceToHost)")
+}
+
+func (p *Plugin) checkKinds(entry string, names []string, ptrs []uintptr, refuse MemoryKind, why string) error {
+	if p.t.Device.PointerKind == 0 {
+		return nil
+	}
+	for i, ptr := range ptrs {
+		if ptr == 0 {
+			continue
+		}
+		k, err := p.PointerKind(ptr)
+		if err != nil || k != refuse {
+			continue // a runtime that cannot tell must not block the operation
+		}
+		name := "buffer"
+		if i < len(names) {
+			name = names[i]
+		}
+		return p.errorf(entry, sdk.InvalidArgument, "%s %#x is %s: %s", name, ptr, k, why)
+	}
+	return nil
+}
+
+// Memcpy copies bytes. With a stream it is enqueued (host memory must be
+// pinned and outlive the copy); with stream 0 it returns when done.
+func (p *Plugin) Memcpy(dst, src uintptr, bytes int, kind MemcpyKind, s Stream) error {
+	if err := p.needDevice("memCopy"); err != nil {
+		return err
+	}
+	if bytes < 0 || kind < HostToDevice || kind > DeviceToDevice {
+		return p.errorf("memCopy", sdk.InvalidArgument, "bad size %d or direction %s", bytes, kind)
+	}
+	return p.sys("memCopy", p.t.Device.MemCopy, dst, src, uintptr(bytes), uintptr(kind), uintptr(s))
+}
+
+// CopyToDevice copies a Go slice to device memory and waits for the copy.
+func (p *Plugin) CopyToDevice(dst uintptr, src []byte) error {
+	if len(src) == 0 {
+		return nil
+	}
+	if err := p.needDevice("memCopy"); err != nil {
+		return err
+	}
+	return p.sys("memCopy", p.t.Device.MemCopy, dst, uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)), uintptr(HostToDevice), 0)
+}
+
+// CopyFromDevice copies device memory into a Go slice and waits for it.
+func (p *Plugin) CopyFromDevice(dst []byte, src uintptr) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	if err := p.needDevice("memCopy"); err != nil {
+		return err
+	}
+	return p.sys("memCopy", p.t.Device.MemCopy, uintptr(unsafe.Pointer(&dst[0])), src, uintptr(len(dst)), uintptr(DeviceToHost), 0)
+}
+
+// Memset sets bytes of device memory to value; stream as Memcpy.
+func (p *Plugin) Memset(dst uintptr, value byte, bytes int, s Stream) error {
+	if err := p.needDevice("memSet"); err != nil {
+		return err
+	}
+	if bytes < 0 {
+		return p.errorf("memSet", sdk.InvalidArgument, "negative size %d", bytes)
+	}
+	return p.sys("memSet", p.t.Device.MemSet, dst, uintptr(value), uintptr(bytes), uintptr(s))
+}
+
+// StreamCreate makes a stream on dev.
+func (p *Plugin) StreamCreate(dev int) (Stream, error) {
+	if err := p.needDevice("streamCreate"); err != nil {
+		return 0, err
+	}
+	var s uintptr
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return Stream(s), p.result("streamCreate", p.fn.streamCreate(int32(dev), &s))
+}
+
+func (p *Plugin) StreamDestroy(s Stream) error {
+	return p.sys("streamDestroy", p.t.Device.StreamDestroy, uintptr(s))
+}
+
+// StreamSynchronize blocks until the stream's work is done.
+func (p *Plugin) StreamSynchronize(s Stream) error {
+	return p.sys("streamSynchronize", p.t.Device.StreamSynchronize, uintptr(s))
+}
+
+// StreamQuery reports whether the stream's work is done.
+func (p *Plugin) StreamQuery(s Stream) (done bool, err error) {
+	return p.query("streamQuery", p.t.Device.StreamQuery, uintptr(s))
+}
+
+// StreamWaitEvent makes later work on s wait for e's last record.
+func (p *Plugin) StreamWaitEvent(s Stream, e Event) error {
+	return p.sys("streamWaitEvent", p.t.Device.StreamWaitEvent, uintptr(s), uintptr(e))
+}
+
+// EventCreate makes an event on dev (timing enabled where the runtime can).
+func (p *Plugin) EventCreate(dev int) (Event, error) {
+	if err := p.needDevice("eventCreate"); err != nil {
+		return 0, err
+	}
+	var e uintptr
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	return Event(e), p.result("eventCreate", p.fn.eventCreate(int32(dev), &e))
+}
+
+func (p *Plugin) EventDestroy(e Event) error {
+	return p.sys("eventDestroy", p.t.Device.EventDestroy, uintptr(e))
+}
+
+func (p *Plugin) EventRecord(e Event, s Stream) error {
+	return p.sys("eventRecord", p.t.Device.EventRecord, uintptr(e), uintptr(s))
+}
+
+// EventQuery reports whether the event was reached.
+func (p *Plugin) EventQuery(e Event) (done bool, err error) {
+	return p.query("eventQuery", p.t.Device.EventQuery, uintptr(e))
+}
+
+// EventSynchronize blocks until the event was reached.
+func (p *Plugin) EventSynchronize(e Event) error {
+	return p.sys("eventSynchronize", p.t.Device.EventSynchronize, uintptr(e))
+}
+
+// HasEventTiming reports whether EventElapsed can work; without it, time
+// with host timers around StreamSynchronize.
+func (p *Plugin) HasEventTiming() bool { return p.fn.eventElapsedTime != nil }
+
+// EventElapsed is the device time from start to end (both reached).
+func (p *Plugin) EventElapsed(start, end Event) (time.Duration, error) {
+	if p.fn.eventElapsedTime == nil {
+		return 0, p.unsupported("eventElapsedTime")
+	}
+	var ms float32
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	err := p.result("eventElapsedTime", p.fn.eventElapsedTime(&ms, uintptr(start), uintptr(end)))
+	return time.Duration(float64(ms) * float64(time.Millisecond)), err
+}
+
+// query maps Success to done, InProgress to not done, anything else to err.
+func (p *Plugin) query(entry string, fn uintptr, h uintptr) (bool, error) {
+	err := p.sys(entry, fn, h)
+	if err == nil {
+		return true, nil
+	}
+	if sdk.ResultOf(err) == sdk.InProgress {
+		return false, nil
+	}
+	return false, err
+}
