@@ -1,0 +1,160 @@
+package host
+
+import (
+	"math/bits"
+
+	"github.com/flagcx/flagcx-go/core/host/reduce"
+	"github.com/flagcx/flagcx-go/sdk"
+)
+
+// AllReduce leaves in recv, on every rank, the elementwise reduction of all
+// ranks' send (count elements of dt). In place: send and recv are the same
+// buffer. Avg divides the sum by the rank count once at the end.
+func (e *Engine) AllReduce(send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp) error {
+	const name = "AllReduce"
+	bytes, err := checkCount(name, "count", count, dt, 1)
+	if err == nil {
+		err = checkOp(name, op)
+	}
+	if err == nil {
+		err = checkBuf(name, "send", send, bytes, count, dt, 1)
+	}
+	if err == nil {
+		err = checkBuf(name, "recv", recv, bytes, count, dt, 1)
+	}
+	if err == nil {
+		err = checkPlace(name, send[:bytes], recv[:bytes], 0, "(send == recv)")
+	}
+	if err != nil || count == 0 {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	send, recv = send[:bytes], recv[:bytes]
+	switch {
+	case e.n == 1:
+		copyIn(recv, send) // the reduction of one; Avg divides by 1
+		return nil
+	case bytes <= e.smallLimit:
+		return e.allReduceDoubling(name, send, recv, dt, op)
+	default:
+		return e.allReduceRing(name, send, recv, count, dt, op)
+	}
+}
+
+// allReduceDoubling is recursive doubling: log2(p) rounds in which partners
+// at distance 1, 2, 4, ... exchange their whole partial results, where p is
+// the largest power of two <= n. The first 2*(n-p) ranks pair up first: the
+// even one of each pair hands its data to the odd one, sits out, and gets
+// the result back at the end. Both partners of an exchange compute
+// (lower rank's data) op (higher rank's data), so every rank ends with the
+// same bits.
+func (e *Engine) allReduceDoubling(name string, send, recv []byte, dt sdk.DataType, op sdk.RedOp) error {
+	n, r := e.n, e.rank
+	p := 1 << (bits.Len(uint(n)) - 1)
+	extra := n - p
+	tmp := e.buf(scratchA, len(recv))
+
+	var vrank int
+	switch {
+	case r < 2*extra && r%2 == 0:
+		if err := e.send(name, r+1, send); err != nil {
+			return err
+		}
+		return e.recv(name, r+1, recv)
+	case r < 2*extra:
+		if err := e.recv(name, r-1, tmp); err != nil {
+			return err
+		}
+		reduce.Into(recv, tmp, send, dt, op)
+		vrank = r / 2
+	default:
+		copyIn(recv, send)
+		vrank = r - extra
+	}
+	for mask := 1; mask < p; mask <<= 1 {
+		pv := vrank ^ mask
+		peer := pv + extra
+		if pv < extra {
+			peer = 2*pv + 1
+		}
+		if err := e.sendrecv(name, peer, recv, peer, tmp); err != nil {
+			return err
+		}
+		if peer < r {
+			reduce.Into(recv, tmp, recv, dt, op)
+		} else {
+			reduce.Into(recv, recv, tmp, dt, op)
+		}
+	}
+	if op == sdk.Avg {
+		reduce.Scale(recv, dt, n)
+	}
+	if r < 2*extra {
+		return e.send(name, r-1, recv)
+	}
+	return nil
+}
+
+// allReduceRing is a ring reduce-scatter followed by a ring allgather, as
+// one pipe of 2(n-1) steps. The buffer is cut into n blocks (sizes differ
+// by at most one element, possibly zero) and every block into C chunks; in
+// step s rank r sends block r-s to r+1 and receives block r-s-1 from r-1.
+// In the first n-1 steps a received chunk lands in a slot and is reduced
+// into recv (recv[b] = send[b] op slot: the first write of recv[b], so
+// nothing is copied first); after step n-2 rank r holds the final block
+// r+1 (scaled there for Avg). The last n-1 steps circulate final blocks,
+// received straight into recv and forwarded from there.
+//
+// Messages are numbered j = s*C + c. Waits: sending j (s > 0) needs j-C
+// processed (the same chunk of the previous step); receiving into slot
+// j%K needs j-K processed; receiving a final chunk over recv needs the
+// send that last read that region, j-(n-1)C, done.
+func (e *Engine) allReduceRing(name string, send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp) error {
+	n, r, size := e.n, e.rank, dt.Size()
+	maxBlock := (count + n - 1) / n
+	C := e.nchunks(maxBlock, size)
+	slotBytes := ((maxBlock + C - 1) / C) * size
+	const K = pipeSlots
+	slots := e.buf(scratchA, K*slotBytes)
+	slot := func(j, length int) []byte { return slots[(j%K)*slotBytes:][:length] }
+	// chunk returns the byte range of chunk c of block b.
+	chunk := func(b, c int) (lo, hi int) {
+		bs, bn := split(count, n, b)
+		cs, cn := split(bn, C, c)
+		return (bs + cs) * size, (bs + cs + cn) * size
+	}
+	return e.runPipe(&pipe{
+		name:  name,
+		total: 2 * (n - 1) * C,
+		to:    (r + 1) % n,
+		from:  mod(r-1, n),
+		sendMsg: func(j int) ([]byte, int) {
+			s, c := j/C, j%C
+			lo, hi := chunk(mod(r-s, n), c)
+			if s == 0 {
+				return send[lo:hi], -1
+			}
+			return recv[lo:hi], j - C
+		},
+		recvMsg: func(j int) ([]byte, int, int) {
+			s, c := j/C, j%C
+			lo, hi := chunk(mod(r-s-1, n), c)
+			if s < n-1 {
+				return slot(j, hi-lo), j - K, -1
+			}
+			return recv[lo:hi], -1, j - (n-1)*C
+		},
+		process: func(j int, data []byte) {
+			s, c := j/C, j%C
+			if s >= n-1 {
+				return
+			}
+			lo, hi := chunk(mod(r-s-1, n), c)
+			e.reduceInto(recv[lo:hi], send[lo:hi], data, dt, op)
+			if s == n-2 && op == sdk.Avg {
+				e.scale(recv[lo:hi], dt)
+			}
+		},
+	})
+}

@@ -1,0 +1,283 @@
+package host
+
+import (
+	"cmp"
+	"slices"
+	"sync"
+
+	"github.com/flagcx/flagcx-go/sdk"
+)
+
+// P2P is one send (Recv false) or receive (Recv true) of a Group: all of
+// Buf goes to, or comes from, rank Peer.
+type P2P struct {
+	Peer int
+	Buf  []byte
+	Recv bool
+}
+
+// Group runs all the sends and receives of ops together, so that any
+// pattern completes without deadlock (everyone sending to the next rank
+// before receiving, say). Per peer, sends keep their order and receives
+// keep theirs; different peers and the two directions run concurrently.
+// Sends to this rank itself are matched in order with its receives from
+// itself and done by copying; their numbers and lengths must agree.
+// Buffers must not be touched until Group returns.
+func (e *Engine) Group(ops []P2P) error {
+	const name = "Group"
+	var selfSends, selfRecvs [][]byte
+	others := 0
+	for i, o := range ops {
+		if o.Peer < 0 || o.Peer >= e.n {
+			return argErr(name, "operation %d: peer %d is out of range for %d ranks: use a rank in 0..%d", i, o.Peer, e.n, e.n-1)
+		}
+		switch {
+		case o.Peer != e.rank:
+			others++
+		case o.Recv:
+			selfRecvs = append(selfRecvs, o.Buf)
+		default:
+			selfSends = append(selfSends, o.Buf)
+		}
+	}
+	if len(selfSends) != len(selfRecvs) {
+		return argErr(name, "rank %d sends %d messages to itself but receives %d from itself: pair every send to self with a receive from self in the same group",
+			e.rank, len(selfSends), len(selfRecvs))
+	}
+	for i := range selfSends {
+		if len(selfSends[i]) != len(selfRecvs[i]) {
+			return argErr(name, "send %d to self has %d bytes but receive %d from self has %d: make the lengths agree",
+				i, len(selfSends[i]), i, len(selfRecvs[i]))
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for i := range selfSends {
+		copy(selfRecvs[i], selfSends[i])
+	}
+	if others == len(ops) {
+		return e.run(name, ops)
+	}
+	rest := make([]P2P, 0, others)
+	for _, o := range ops {
+		if o.Peer != e.rank {
+			rest = append(rest, o)
+		}
+	}
+	return e.run(name, rest)
+}
+
+// run performs ops (none to self) concurrently: one goroutine per peer and
+// direction, which keeps that peer's sends (or receives) in order and never
+// has two Sends (or two Recvs) to one peer in flight.
+func (e *Engine) run(name string, ops []P2P) error {
+	switch len(ops) {
+	case 0:
+		return nil
+	case 1:
+		return e.do(name, ops[0])
+	}
+	// Stable sort by (peer, direction): each run of equal keys is one
+	// goroutine's list, in the caller's order.
+	key := func(o P2P) int {
+		if o.Recv {
+			return 2*o.Peer + 1
+		}
+		return 2 * o.Peer
+	}
+	sorted := slices.Clone(ops)
+	slices.SortStableFunc(sorted, func(a, b P2P) int { return cmp.Compare(key(a), key(b)) })
+	var lists [][]P2P
+	for i := 0; i < len(sorted); {
+		j := i + 1
+		for j < len(sorted) && key(sorted[j]) == key(sorted[i]) {
+			j++
+		}
+		lists = append(lists, sorted[i:j])
+		i = j
+	}
+	errs := make([]error, len(lists))
+	var wg sync.WaitGroup
+	wg.Add(len(lists) - 1)
+	for i := 1; i < len(lists); i++ {
+		go func() {
+			defer wg.Done()
+			errs[i] = e.doAll(name, lists[i])
+		}()
+	}
+	errs[0] = e.doAll(name, lists[0])
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (e *Engine) doAll(name string, ops []P2P) error {
+	for _, o := range ops {
+		if err := e.do(name, o); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (e *Engine) do(name string, o P2P) error {
+	if o.Recv {
+		return e.recv(name, o.Peer, o.Buf)
+	}
+	return e.send(name, o.Peer, o.Buf)
+}
+
+// Barrier returns once every rank has entered it: dissemination, in which
+// round k (1, 2, 4, ...) sends one byte to rank+k and waits for one from
+// rank-k; ceil(log2(n)) rounds for any n.
+func (e *Engine) Barrier() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out, in [1]byte
+	for k := 1; k < e.n; k <<= 1 {
+		if err := e.sendrecv("Barrier", (e.rank+k)%e.n, out[:], mod(e.rank-k, e.n), in[:]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AlltoAll sends block p of send (count elements) to rank p, which stores
+// it as block rank of its recv. All pairs exchange at once. send and recv
+// may be the same buffer (send is then copied aside first).
+func (e *Engine) AlltoAll(send, recv []byte, count int, dt sdk.DataType) error {
+	const name = "AlltoAll"
+	bytes, err := checkCount(name, "count", count, dt, 1)
+	var total int
+	if err == nil {
+		total, err = checkCount(name, "count", count, dt, e.n)
+	}
+	if err == nil {
+		err = checkBuf(name, "send", send, total, count, dt, e.n)
+	}
+	if err == nil {
+		err = checkBuf(name, "recv", recv, total, count, dt, e.n)
+	}
+	if err != nil || count == 0 {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	send, recv = send[:total], recv[:total]
+	if overlap(send, recv) {
+		tmp := e.buf(scratchA, total)
+		copy(tmp, send)
+		send = tmp
+	}
+	ops := make([]P2P, 0, 2*(e.n-1))
+	for p := 0; p < e.n; p++ {
+		if p != e.rank {
+			blk := func(b []byte) []byte { return b[p*bytes : (p+1)*bytes] }
+			ops = append(ops, P2P{Peer: p, Buf: blk(send)}, P2P{Peer: p, Buf: blk(recv), Recv: true})
+		}
+	}
+	r := e.rank
+	copy(recv[r*bytes:(r+1)*bytes], send[r*bytes:(r+1)*bytes])
+	return e.run(name, ops)
+}
+
+// AlltoAllv sends sendcounts[p] elements from send at element sdispls[p]
+// to rank p, and receives recvcounts[p] elements from rank p into recv at
+// element rdispls[p]. Counts must agree pairwise across ranks
+// (sendcounts[q] on p == recvcounts[p] on q). Every pair exchanges a
+// message, empty ones included, so a disagreement is reported rather than
+// waited on. The receive regions must not overlap each other; send may
+// overlap recv (it is copied aside first).
+func (e *Engine) AlltoAllv(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt sdk.DataType) error {
+	const name = "AlltoAllv"
+	if err := checkType(name, dt); err != nil {
+		return err
+	}
+	size := dt.Size()
+	sends, err := regions(name, "send", send, sendcounts, sdispls, e.n, size)
+	if err != nil {
+		return err
+	}
+	recvs, err := regions(name, "recv", recv, recvcounts, rdispls, e.n, size)
+	if err != nil {
+		return err
+	}
+	r := e.rank
+	if sendcounts[r] != recvcounts[r] {
+		return argErr(name, "rank %d sends %d elements to itself but expects %d: make sendcounts[%d] and recvcounts[%d] agree",
+			r, sendcounts[r], recvcounts[r], r, r)
+	}
+	order := make([]int, 0, e.n)
+	for p := range recvs {
+		if recvs[p][1] > recvs[p][0] {
+			order = append(order, p)
+		}
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(recvs[a][0], recvs[b][0]) })
+	for i := 1; i < len(order); i++ {
+		a, b := order[i-1], order[i]
+		if recvs[a][1] > recvs[b][0] {
+			return argErr(name, "receive regions of ranks %d and %d overlap (bytes %d..%d and %d..%d): give every rank its own part of recv",
+				a, b, recvs[a][0], recvs[a][1], recvs[b][0], recvs[b][1])
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	lo, hi := len(send), 0 // the part of send in use
+	for _, s := range sends {
+		if s[1] > s[0] {
+			lo, hi = min(lo, s[0]), max(hi, s[1])
+		}
+	}
+	if lo < hi && overlap(send[lo:hi], recv) {
+		tmp := e.buf(scratchA, hi-lo)
+		copy(tmp, send[lo:hi])
+		send, sends = tmp, shift(sends, lo)
+	}
+	ops := make([]P2P, 0, 2*(e.n-1))
+	for p := 0; p < e.n; p++ {
+		if p != r {
+			ops = append(ops, P2P{Peer: p, Buf: send[sends[p][0]:sends[p][1]]},
+				P2P{Peer: p, Buf: recv[recvs[p][0]:recvs[p][1]], Recv: true})
+		}
+	}
+	copy(recv[recvs[r][0]:recvs[r][1]], send[sends[r][0]:sends[r][1]])
+	return e.run(name, ops)
+}
+
+// regions validates counts and displacements (in elements) against buf and
+// returns each peer's byte range.
+func regions(name, which string, buf []byte, counts, displs []int, n, size int) ([][2]int, error) {
+	if len(counts) != n || len(displs) != n {
+		return nil, argErr(name, "%scounts has %d entries and the %s displacements %d, but there are %d ranks: pass one count and one displacement per rank",
+			which, len(counts), which, len(displs), n)
+	}
+	out := make([][2]int, n)
+	limit := len(buf) / size
+	for p := 0; p < n; p++ {
+		c, d := counts[p], displs[p]
+		if c < 0 || d < 0 {
+			return nil, argErr(name, "%s count %d or displacement %d for rank %d is negative: use 0 or more elements", which, c, d, p)
+		}
+		if c > limit || d > limit-c {
+			return nil, argErr(name, "%s region of rank %d (displacement %d + count %d elements of %d bytes) ends past the %s buffer's %d bytes: pass a larger buffer or fix the counts",
+				which, p, d, c, size, which, len(buf))
+		}
+		out[p] = [2]int{d * size, (d + c) * size}
+	}
+	return out, nil
+}
+
+func shift(rs [][2]int, lo int) [][2]int {
+	out := make([][2]int, len(rs))
+	for i, r := range rs {
+		if r[1] > r[0] {
+			out[i] = [2]int{r[0] - lo, r[1] - lo}
+		}
+	}
+	return out
+}

@@ -1,0 +1,54 @@
+package reduce
+
+import (
+	"sync"
+
+	"github.com/flagcx/flagcx-go/sdk"
+)
+
+// IntoParallel is Into split over up to workers goroutines (the calling one
+// included). Pieces are whole multiples of 64 bytes (so whole elements and
+// cache lines) of at least ParallelMin bytes, so a buffer under
+// 2*ParallelMin runs on the calling goroutine alone.
+func IntoParallel(dst, a, b []byte, dt sdk.DataType, op sdk.RedOp, workers int) {
+	check(dst, a, b, dt, op) // panic here, not in a worker goroutine
+	split(len(dst), workers, func(lo, hi int) { Into(dst[lo:hi], a[lo:hi], b[lo:hi], dt, op) })
+}
+
+// ReduceParallel is Reduce split over up to workers goroutines.
+func ReduceParallel(dst, src []byte, dt sdk.DataType, op sdk.RedOp, workers int) {
+	IntoParallel(dst, dst, src, dt, op, workers)
+}
+
+// ScaleParallel is Scale split over up to workers goroutines.
+func ScaleParallel(buf []byte, dt sdk.DataType, n, workers int) {
+	checkScale(buf, dt, n)
+	if n == 1 {
+		return
+	}
+	split(len(buf), workers, func(lo, hi int) { Scale(buf[lo:hi], dt, n) })
+}
+
+// split calls fn on pieces of [0, n) in parallel.
+func split(n, workers int, fn func(lo, hi int)) {
+	pieces := min(workers, n/ParallelMin)
+	if pieces < 2 {
+		fn(0, n)
+		return
+	}
+	per := (n / pieces) &^ 63
+	var wg sync.WaitGroup
+	wg.Add(pieces - 1)
+	for i := 1; i < pieces; i++ {
+		lo, hi := i*per, (i+1)*per
+		if i == pieces-1 {
+			hi = n
+		}
+		go func() {
+			defer wg.Done()
+			fn(lo, hi)
+		}()
+	}
+	fn(0, per)
+	wg.Wait()
+}
