@@ -20,6 +20,7 @@ import (
 // Run methods receive them as a *Globals argument.
 type Globals struct {
 	PluginDir string `name:"plugin-dir" env:"FLAGCX_PLUGIN_DIR" placeholder:"DIR" help:"Directory to load vendor plugins from."`
+	Emulated  bool   `name:"emulated" env:"FLAGCX_EMULATED" help:"Load the emulated vendor runtimes (conformance/vendorsim) instead of the real ones; every output then says emulated."`
 	Debug     bool   `name:"debug" help:"Log what flagcx does to stderr (sets FLAGCX_DEBUG=INFO unless FLAGCX_DEBUG is set)."`
 }
 
