@@ -1,0 +1,192 @@
+/*
+ * vsim_internal.h: shared-memory layout and communicator internals, used
+ * by comm.c (rendezvous, lifetime) and engine.c (tasks, groups,
+ * collectives, point-to-point). Not part of the core's API.
+ *
+ * A communicator is two POSIX shared-memory segments named after the unique
+ * id:
+ *
+ *   "<name>"   the header, of a FIXED size for every communicator, so that
+ *              every rank can create/open and ftruncate it without knowing
+ *              who comes first; it holds the agreed nranks and layout, the
+ *              arrival counter, per-rank state (pid, joined/left/aborted),
+ *              the futex word and the "poison" (first fatal error).
+ *   "<name>d"  the data, sized from nranks once nranks is agreed: per-rank
+ *              collective control lines, per-pair mailbox control lines,
+ *              one collective slot per rank and one mailbox ring per ordered
+ *              pair (src, dst).
+ *
+ * Both names are unlinked as soon as every rank has mapped them, so nothing
+ * is left in /dev/shm after the processes exit, even when they crash.
+ */
+#ifndef VSIM_INTERNAL_H
+#define VSIM_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "vsim_core.h"
+
+#define VSIM_MAX_RANKS 256
+#define VSIM_NAME_MAX 64
+
+/* Layout of the unique id (at the start of the vendor's id buffer). */
+#define VSIM_ID_MAGIC 0x31444953565846ull /* "FXVSID1" */
+typedef struct {
+  uint64_t magic;
+  char tag[16];             /* vendor API tag, NUL-terminated */
+  char name[VSIM_NAME_MAX]; /* shm name "/fxvs-<pid>-<random>-<counter>" */
+} vsim_id;
+
+/* Header states (hdr->magic). */
+#define VSIM_HDR_EMPTY 0ull
+#define VSIM_HDR_BUSY 1ull /* the first rank is filling the layout in */
+#define VSIM_HDR_READY 0x5244485356584646ull
+
+/* Per-rank state in the header (hdr->ranks[r].state). */
+enum { VSIM_RANK_ABSENT = 0, VSIM_RANK_JOINED = 1, VSIM_RANK_LEFT = 2, VSIM_RANK_ABORTED = 3 };
+
+typedef struct {
+  _Atomic uint32_t state;
+  _Atomic int32_t pid;
+  char pad[56];
+} vsim_shm_rank;
+
+typedef struct {
+  _Atomic uint64_t magic;
+  /* Written once by the first rank, before magic becomes READY. */
+  uint32_t nranks;
+  int32_t creator_rank;
+  uint64_t slot_bytes;
+  uint64_t mbox_bytes;
+  uint64_t data_bytes;
+  char pad0[24];
+  _Atomic uint32_t arrived;  /* ranks that have mapped both segments */
+  _Atomic uint32_t epoch;    /* futex word: bumped on every shared change */
+  _Atomic uint32_t waiters;  /* processes sleeping on epoch */
+  _Atomic uint32_t poisoned; /* 0 none, 1 being written, 2 readable */
+  int32_t poison_code;
+  int32_t poison_rank;
+  char pad1[40];
+  char poison_msg[640];
+  vsim_shm_rank ranks[VSIM_MAX_RANKS];
+} vsim_shm_header;
+
+/* What a rank is doing in a collective; ranks compare them each round so
+ * that mismatched calls fail with a message instead of corrupting data. */
+typedef struct {
+  int32_t coll, dtype, op, root;
+  uint64_t count;
+  uint64_t seq; /* collective number on this communicator */
+} vsim_desc;
+
+/* Collective control line of one rank. Round numbers start at 1 and grow
+ * by one per chunk of every collective on the communicator. */
+typedef struct {
+  _Atomic uint64_t arrive; /* my slot holds my data for this round        */
+  _Atomic uint64_t done;   /* I have finished reading every slot of round */
+  vsim_desc desc;
+  char pad[128 - 16 - sizeof(vsim_desc)];
+} vsim_shm_coll;
+
+/* Mailbox control of one ordered pair: a byte ring written by src, read by
+ * dst. tail and head count bytes since creation (never wrap in practice). */
+typedef struct {
+  _Atomic uint64_t tail; /* written by the sender   */
+  char pad0[56];
+  _Atomic uint64_t head; /* written by the receiver */
+  char pad1[56];
+} vsim_shm_mbox;
+
+/* Every message in a mailbox starts with this header. */
+#define VSIM_MSG_MAGIC 0x4753454du
+typedef struct {
+  uint32_t magic;
+  int32_t dtype;
+  uint64_t count;
+  uint64_t bytes;
+  uint64_t seq;
+} vsim_msg_header;
+
+enum { VSIM_COMM_JOINING = 0, VSIM_COMM_READY, VSIM_COMM_FAILED, VSIM_COMM_FINALIZED };
+
+struct vsim_comm {
+  uint64_t live_magic;
+  struct vsim_comm* next_live;
+  char tag[16];
+  char name[VSIM_NAME_MAX];
+  char data_name[VSIM_NAME_MAX + 2];
+  int nranks, rank, device;
+  int state;
+  int claimed;            /* we own hdr->ranks[rank]           */
+  vsim_result error;      /* first local error (async error)   */
+  char last_error[1024];  /* its text                          */
+
+  vsim_shm_header* hdr;
+  size_t hdr_bytes;
+  unsigned char* data;
+  size_t data_bytes;
+  size_t slot_bytes, mbox_bytes;
+
+  /* Issue order, used to run a thread's queued operations in the order
+   * NCCL would: collectives one after another, and per peer the sends (and
+   * the receives) one after another. */
+  uint64_t next_round;     /* first round of the next collective issued */
+  uint64_t coll_issued;    /* collectives issued                        */
+  uint64_t coll_served;    /* collectives completed                     */
+  uint64_t* send_issued;   /* [nranks]                                  */
+  uint64_t* send_served;
+  uint64_t* recv_issued;
+  uint64_t* recv_served;
+  uint64_t* msg_seq;       /* [nranks] messages sent to each peer       */
+};
+
+/* Pointers into the data segment. */
+static inline vsim_shm_coll* vsim_coll_ctl(vsim_comm* c, int r) {
+  return (vsim_shm_coll*)(c->data + (size_t)r * sizeof(vsim_shm_coll));
+}
+static inline vsim_shm_mbox* vsim_mbox_ctl(vsim_comm* c, int src, int dst) {
+  size_t off = (size_t)c->nranks * sizeof(vsim_shm_coll);
+  return (vsim_shm_mbox*)(c->data + off + ((size_t)src * c->nranks + dst) * sizeof(vsim_shm_mbox));
+}
+size_t vsim_slots_offset(int nranks);
+static inline unsigned char* vsim_slot(vsim_comm* c, int r) {
+  return c->data + vsim_slots_offset(c->nranks) + (size_t)r * c->slot_bytes;
+}
+static inline unsigned char* vsim_mbox_ring(vsim_comm* c, int src, int dst) {
+  size_t off = vsim_slots_offset(c->nranks) + (size_t)c->nranks * c->slot_bytes;
+  return c->data + off + ((size_t)src * c->nranks + dst) * c->mbox_bytes;
+}
+
+/* ---- comm.c: rendezvous and lifetime ---- */
+/* One non-blocking step of joining; returns like a task step. */
+int vsim_comm_join_step(vsim_comm* c, int* phase, const char* api, int check_live);
+void vsim_comm_join_timeout(vsim_comm* c, const char* api, double waited);
+void vsim_comm_release(vsim_comm* c, int unlink_names);
+void vsim_comm_unregister(vsim_comm* c);
+/* Records an error on the communicator (and as the thread's last error). */
+void vsim_comm_fail(vsim_comm* c, vsim_result code, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Publishes the first fatal error to every rank; later calls are ignored. */
+void vsim_comm_poison(vsim_comm* c, vsim_result code, const char* msg);
+/* If some rank poisoned the communicator, fails c with that error and
+ * returns 1. */
+int vsim_comm_check_poison(vsim_comm* c, const char* api);
+/* 1 when rank r can no longer take part (left, aborted, or its process is
+ * gone); fills why. */
+int vsim_peer_gone(vsim_comm* c, int r, char* why, size_t whylen);
+/* Wakes every process sleeping on the communicator. */
+void vsim_notify(vsim_comm* c);
+double vsim_now(void);
+
+/* Task step results. */
+enum { VSIM_STEP_IDLE = 0, VSIM_STEP_PROGRESS = 1, VSIM_STEP_DONE = 2, VSIM_STEP_ERROR = 3 };
+
+/* ---- engine.c ---- */
+typedef struct vsim_task vsim_task;
+vsim_task* vsim_task_new_init(vsim_comm* c, const char* api);
+/* Runs a task at once (outside a group) or queues it (inside one). On an
+ * immediate run the task is freed. */
+vsim_result vsim_submit(vsim_task* t);
+
+#endif /* VSIM_INTERNAL_H */

@@ -1,0 +1,402 @@
+/*
+ * cudart.c: emulated CUDA runtime (libcudart.so.13, and libcudart.so.12
+ * built from the same file with VSIM_CUDART_MAJOR=12).
+ *
+ * Exactly the CUDA runtime entry points that the nvidia plugin calls, with
+ * CUDA's names, argument orders and enum values (vendor-apis.md section
+ * 1.2); "device" memory is host memory recorded in the core's registry.
+ * Every operation completes inside its call: streams and events are real
+ * handles that are checked, but never "not ready" (cudaErrorNotReady, 600,
+ * is never returned).
+ *
+ * Only this file's CUDA names are exported; everything else is hidden.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../core/vsim_core.h"
+
+#ifndef VSIM_CUDART_MAJOR
+#define VSIM_CUDART_MAJOR 13
+#endif
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* ---- CUDA types and values (driver_types.h) ---- */
+typedef enum cudaError {
+  cudaSuccess = 0,
+  cudaErrorInvalidValue = 1,
+  cudaErrorMemoryAllocation = 2,
+  cudaErrorInitializationError = 3,
+  cudaErrorInsufficientDriver = 35,
+  cudaErrorNoDevice = 100,
+  cudaErrorInvalidDevice = 101,
+  cudaErrorInvalidResourceHandle = 400,
+  cudaErrorNotReady = 600,
+  cudaErrorIllegalAddress = 700
+} cudaError_t;
+
+enum cudaMemcpyKind {
+  cudaMemcpyHostToHost = 0,
+  cudaMemcpyHostToDevice = 1,
+  cudaMemcpyDeviceToHost = 2,
+  cudaMemcpyDeviceToDevice = 3,
+  cudaMemcpyDefault = 4
+};
+
+enum cudaMemoryType {
+  cudaMemoryTypeUnregistered = 0,
+  cudaMemoryTypeHost = 1,
+  cudaMemoryTypeDevice = 2,
+  cudaMemoryTypeManaged = 3
+};
+
+/* The CUDA >= 11 layout. CUDA 12/13 headers append reserved words; only the
+ * four documented fields are written, so both layouts work. */
+struct cudaPointerAttributes {
+  enum cudaMemoryType type;
+  int device;
+  void* devicePointer;
+  void* hostPointer;
+};
+
+typedef struct CUstream_st* cudaStream_t;
+typedef struct CUevent_st* cudaEvent_t;
+
+#define cudaStreamLegacy ((cudaStream_t)0x1)
+#define cudaStreamPerThread ((cudaStream_t)0x2)
+#define cudaStreamNonBlocking 0x01u
+#define cudaEventBlockingSync 0x01u
+#define cudaEventDisableTiming 0x02u
+#define cudaEventInterprocess 0x04u
+#define cudaHostAllocFlagsMask 0x07u /* Portable 1 | Mapped 2 | WriteCombined 4 */
+#define cudaEventWaitExternal 0x01u
+
+/* ---- emulator marker ---- */
+EXPORT int flagcxVendorsimEmulated = 1;
+#define STR2(x) #x
+#define STR(x) STR2(x)
+EXPORT const char flagcxVendorsimDescription[] =
+    "flagcx vendorsim: emulated CUDA runtime " STR(VSIM_CUDART_MAJOR) " (host memory, no GPU)";
+
+/* ---- last error: per thread, cleared by cudaGetLastError ---- */
+static __thread cudaError_t last_error = cudaSuccess;
+
+static cudaError_t fail(cudaError_t e, const char* api, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static cudaError_t fail(cudaError_t e, const char* api, const char* fmt, ...) {
+  char why[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof why, fmt, ap);
+  va_end(ap);
+  last_error = e;
+  /* CUDA has no "why" text; FLAGCX_VENDORSIM_DEBUG=1 prints it. */
+  vsim_debug("%s -> %d: %s", api, (int)e, why);
+  return e;
+}
+
+static int is_builtin_stream(cudaStream_t s) {
+  return s == NULL || s == cudaStreamLegacy || s == cudaStreamPerThread;
+}
+
+static int stream_ok(cudaStream_t s) { return is_builtin_stream(s) || vsim_stream_lookup(s) != NULL; }
+
+/* ---- devices ---- */
+
+EXPORT cudaError_t cudaGetDeviceCount(int* count) {
+  if (count == NULL) return fail(cudaErrorInvalidValue, __func__, "count is NULL");
+  *count = vsim_device_count();
+  if (*count == 0) return fail(cudaErrorNoDevice, __func__, "FLAGCX_VENDORSIM_DEVICES=0");
+  return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaSetDevice(int device) {
+  if (vsim_device_count() == 0) return fail(cudaErrorNoDevice, __func__, "no devices");
+  if (vsim_set_current_device(device) != 0) {
+    return fail(cudaErrorInvalidDevice, __func__, "device %d of %d", device, vsim_device_count());
+  }
+  return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaGetDevice(int* device) {
+  if (device == NULL) return fail(cudaErrorInvalidValue, __func__, "device is NULL");
+  *device = vsim_current_device();
+  return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; /* all work is done */ }
+
+EXPORT cudaError_t cudaDriverGetVersion(int* v) {
+  if (v == NULL) return fail(cudaErrorInvalidValue, __func__, "NULL");
+  *v = 13000; /* a CUDA 13.0 driver runs both runtimes */
+  return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaRuntimeGetVersion(int* v) {
+  if (v == NULL) return fail(cudaErrorInvalidValue, __func__, "NULL");
+  *v = VSIM_CUDART_MAJOR == 12 ? 12090 : VSIM_CUDART_MAJOR * 1000;
+  return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaDeviceGetPCIBusId(char* pciBusId, int len, int device) {
+  if (device < 0 || device >= vsim_device_count()) {
+    return fail(cudaErrorInvalidDevice, __func__, "device %d", device);
+  }
+  if (pciBusId == NULL || len <= 0) return fail(cudaErrorInvalidValue, __func__, "buffer");
+  unsigned dom, bus, slot, fn;
+  vsim_device_pci(device, &dom, &bus, &slot, &fn);
+  snprintf(pciBusId, (size_t)len, "%04X:%02X:%02X.%X", dom, bus, slot, fn);
+  return cudaSuccess;
+}
+
+/* ---- memory ---- */
+
+EXPORT cudaError_t cudaMalloc(void** devPtr, size_t size) {
+  if (devPtr == NULL) return fail(cudaErrorInvalidValue, __func__, "devPtr is NULL");
+  if (vsim_device_count() == 0) return fail(cudaErrorNoDevice, __func__, "no devices");
+  if (vsim_mem_alloc(devPtr, size, VSIM_MEM_DEVICE, vsim_current_device(), 0) != 0) {
+    return fail(cudaErrorMemoryAllocation, __func__, "%zu bytes", size);
+  }
+  return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaFree(void* devPtr) {
+  if (devPtr == NULL) return cudaSuccess;
+  if (vsim_mem_free(devPtr, VSIM_MEM_DEVICE) != 0) {
+    return fail(cudaErrorInvalidValue, __func__, "%p is not the start of a cudaMalloc allocation", devPtr);
+  }
+  return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int flags) {
+  if (pHost == NULL) return fail(cudaErrorInvalidValue, __func__, "pHost is NULL");
+  if (flags & ~cudaHostAllocFlagsMask) return fail(cudaErrorInvalidValue, __func__, "flags 0x%x", flags);
+  if (vsim_mem_alloc(pHost, size, VSIM_MEM_HOST, vsim_current_device(), flags) != 0) {
+    return fail(cudaErrorMemoryAllocation, __func__, "%zu bytes", size);
+  }
+  return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaMallocHost(void** ptr, size_t size) {
+  if (ptr == NULL) return fail(cudaErrorInvalidValue, __func__, "ptr is NULL");
+  if (vsim_mem_alloc(ptr, size, VSIM_MEM_HOST, vsim_current_device(), 0) != 0) {
+    return fail(cudaErrorMemoryAllocation, __func__, "%zu bytes", size);
+  }
+  return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaFreeHost(void* ptr) {
+  if (ptr == NULL) return cudaSuccess;
+  if (vsim_mem_free(ptr, VSIM_MEM_HOST) != 0) {
+    return fail(cudaErrorInvalidValue, __func__, "%p is not the start of a pinned host allocation", ptr);
+  }
+  return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes* attributes, const void* ptr) {
+  if (attributes == NULL) return fail(cudaErrorInvalidValue, __func__, "attributes is NULL");
+  vsim_mem_info info;
+  switch (vsim_mem_query(ptr, &info)) {
+    case VSIM_MEM_DEVICE:
+      attributes->type = cudaMemoryTypeDevice;
+      attributes->device = info.device;
+      attributes->devicePointer = (void*)ptr;
+      attributes->hostPointer = NULL;
+      break;
+    case VSIM_MEM_HOST:
+      /* Pinned memory is mapped at the same address on the device (UVA). */
+      attributes->type = cudaMemoryTypeHost;
+      attributes->device = info.device;
+      attributes->devicePointer = (void*)ptr;
+      attributes->hostPointer = (void*)ptr;
+      break;
+    default:
+      /* CUDA >= 11 answers success for unregistered memory. device -2 is
+       * what real runtimes report there (observed, not from a header). */
+      attributes->type = cudaMemoryTypeUnregistered;
+      attributes->device = -2;
+      attributes->devicePointer = NULL;
+      attributes->hostPointer = (void*)ptr;
+      break;
+  }
+  return cudaSuccess;
+}
+
+static const char* kind_name(int kind) {
+  static const char* const names[] = {"HostToHost", "HostToDevice", "DeviceToHost", "DeviceToDevice",
+                                      "Default"};
+  return kind >= 0 && kind <= 4 ? names[kind] : "invalid";
+}
+
+/* The kind must agree with what the registry knows about both pointers,
+ * which is how a plugin that maps copy directions wrongly is caught. */
+static cudaError_t copy(void* dst, const void* src, size_t count, int kind, const char* api) {
+  if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) {
+    return fail(cudaErrorInvalidValue, api, "invalid cudaMemcpyKind %d", kind);
+  }
+  if (count == 0) return cudaSuccess;
+  if (dst == NULL || src == NULL) return fail(cudaErrorInvalidValue, api, "NULL pointer");
+  vsim_mem_info di, si;
+  int dk = vsim_mem_check_range(dst, count, &di);
+  int sk = vsim_mem_check_range(src, count, &si);
+  if (dk < 0) return fail(cudaErrorInvalidValue, api, "dst %p + %zu runs past its allocation", dst, count);
+  if (sk < 0) return fail(cudaErrorInvalidValue, api, "src %p + %zu runs past its allocation", src, count);
+  int ddev = dk == VSIM_MEM_DEVICE, sdev = sk == VSIM_MEM_DEVICE;
+  int ok = 1;
+  switch (kind) {
+    case cudaMemcpyHostToHost: ok = !ddev && !sdev; break;
+    case cudaMemcpyHostToDevice: ok = ddev && !sdev; break;
+    case cudaMemcpyDeviceToHost: ok = !ddev && sdev; break;
+    case cudaMemcpyDeviceToDevice: ok = ddev && sdev; break;
+    default: break; /* cudaMemcpyDefault infers the direction */
+  }
+  if (!ok) {
+    return fail(cudaErrorInvalidValue, api, "kind %s but dst %p is %s memory and src %p is %s memory",
+                kind_name(kind), dst, ddev ? "device" : "host", src, sdev ? "device" : "host");
+  }
+  memmove(dst, src, count);
+  return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind) {
+  return copy(dst, src, count, (int)kind, __func__);
+}
+
+EXPORT cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind,
+                                   cudaStream_t stream) {
+  if (!stream_ok(stream)) return fail(cudaErrorInvalidResourceHandle, __func__, "stream %p", (void*)stream);
+  return copy(dst, src, count, (int)kind, __func__); /* synchronous: done when it returns */
+}
+
+EXPORT cudaError_t cudaMemsetAsync(void* devPtr, int value, size_t count, cudaStream_t stream) {
+  if (!stream_ok(stream)) return fail(cudaErrorInvalidResourceHandle, __func__, "stream %p", (void*)stream);
+  if (count == 0) return cudaSuccess;
+  int k = vsim_mem_check_range(devPtr, count, NULL);
+  if (k == VSIM_MEM_UNREGISTERED) {
+    return fail(cudaErrorInvalidValue, __func__, "%p is not device or pinned memory", devPtr);
+  }
+  if (k < 0) return fail(cudaErrorInvalidValue, __func__, "%p + %zu runs past its allocation", devPtr, count);
+  memset(devPtr, value, count);
+  return cudaSuccess;
+}
+
+/* ---- streams ---- */
+
+EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t* pStream, unsigned int flags) {
+  if (pStream == NULL) return fail(cudaErrorInvalidValue, __func__, "pStream is NULL");
+  if (flags & ~cudaStreamNonBlocking) return fail(cudaErrorInvalidValue, __func__, "flags 0x%x", flags);
+  vsim_stream* s = vsim_stream_create(vsim_current_device(), flags);
+  if (s == NULL) return fail(cudaErrorMemoryAllocation, __func__, "no memory");
+  *pStream = (cudaStream_t)s;
+  return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  if (!stream_ok(stream)) return fail(cudaErrorInvalidResourceHandle, __func__, "stream %p", (void*)stream);
+  return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaStreamQuery(cudaStream_t stream) {
+  if (!stream_ok(stream)) return fail(cudaErrorInvalidResourceHandle, __func__, "stream %p", (void*)stream);
+  return cudaSuccess; /* never cudaErrorNotReady: work is synchronous */
+}
+
+EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+  if (is_builtin_stream(stream) || vsim_stream_destroy(stream) != 0) {
+    return fail(cudaErrorInvalidResourceHandle, __func__, "stream %p", (void*)stream);
+  }
+  return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags) {
+  if (!stream_ok(stream)) return fail(cudaErrorInvalidResourceHandle, __func__, "stream %p", (void*)stream);
+  if (vsim_event_lookup(event) == NULL) {
+    return fail(cudaErrorInvalidResourceHandle, __func__, "event %p", (void*)event);
+  }
+  if (flags & ~cudaEventWaitExternal) return fail(cudaErrorInvalidValue, __func__, "flags 0x%x", flags);
+  return cudaSuccess; /* the event has completed already */
+}
+
+/* ---- events ---- */
+
+EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
+  if (event == NULL) return fail(cudaErrorInvalidValue, __func__, "event is NULL");
+  unsigned all = cudaEventBlockingSync | cudaEventDisableTiming | cudaEventInterprocess;
+  if (flags & ~all) return fail(cudaErrorInvalidValue, __func__, "flags 0x%x", flags);
+  if ((flags & cudaEventInterprocess) && !(flags & cudaEventDisableTiming)) {
+    return fail(cudaErrorInvalidValue, __func__, "cudaEventInterprocess needs cudaEventDisableTiming");
+  }
+  vsim_event* e = vsim_event_create(vsim_current_device(),
+                                    (flags & cudaEventDisableTiming) ? VSIM_EVENT_NO_TIMING : 0);
+  if (e == NULL) return fail(cudaErrorMemoryAllocation, __func__, "no memory");
+  *event = (cudaEvent_t)e;
+  return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  vsim_event* e = vsim_event_lookup(event);
+  if (e == NULL) return fail(cudaErrorInvalidResourceHandle, __func__, "event %p", (void*)event);
+  if (!stream_ok(stream)) return fail(cudaErrorInvalidResourceHandle, __func__, "stream %p", (void*)stream);
+  vsim_event_record(e);
+  return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  if (vsim_event_lookup(event) == NULL) {
+    return fail(cudaErrorInvalidResourceHandle, __func__, "event %p", (void*)event);
+  }
+  return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaEventQuery(cudaEvent_t event) {
+  if (vsim_event_lookup(event) == NULL) {
+    return fail(cudaErrorInvalidResourceHandle, __func__, "event %p", (void*)event);
+  }
+  return cudaSuccess; /* recorded means complete; never recorded is complete too, as in CUDA */
+}
+
+EXPORT cudaError_t cudaEventDestroy(cudaEvent_t event) {
+  if (vsim_event_destroy(event) != 0) {
+    return fail(cudaErrorInvalidResourceHandle, __func__, "event %p", (void*)event);
+  }
+  return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  if (ms == NULL) return fail(cudaErrorInvalidValue, __func__, "ms is NULL");
+  vsim_event* a = vsim_event_lookup(start);
+  vsim_event* b = vsim_event_lookup(end);
+  if (a == NULL || b == NULL) {
+    return fail(cudaErrorInvalidResourceHandle, __func__, "events %p %p", (void*)start, (void*)end);
+  }
+  int rc = vsim_event_elapsed_ms(a, b, ms);
+  if (rc == -1) return fail(cudaErrorInvalidResourceHandle, __func__, "an event was never recorded");
+  if (rc == -2) return fail(cudaErrorInvalidResourceHandle, __func__, "an event has cudaEventDisableTiming");
+  return cudaSuccess;
+}
+
+/* ---- errors ---- */
+
+EXPORT cudaError_t cudaGetLastError(void) {
+  cudaError_t e = last_error;
+  last_error = cudaSuccess;
+  return e;
+}
+
+EXPORT const char* cudaGetErrorString(cudaError_t error) {
+  switch (error) {
+    case cudaSuccess: return "no error";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInitializationError: return "initialization error";
+    case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
+    case cudaErrorNotReady: return "device not ready";
+    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    default: return "unrecognized error code";
+  }
+}
