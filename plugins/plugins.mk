@@ -1,6 +1,7 @@
 # Vendor plugins: C shims against sdk/include/flagcx_plugin.h. Each dlopens
 # its vendor runtime at init, so they build with $(CC) alone (no vendor SDK).
-PLUGIN_NAMES   := nvidia
+# Every plugins/<name>/ with C sources is a plugin.
+PLUGIN_NAMES   := $(sort $(notdir $(patsubst %/,%,$(dir $(wildcard plugins/*/*.c)))))
 PLUGIN_DIR     := $(BUILD)/plugins
 PLUGIN_CFLAGS  ?= -O2
 PLUGIN_SOS     := $(PLUGIN_NAMES:%=$(PLUGIN_DIR)/libflagcx-%.so)

@@ -45,6 +45,11 @@ $(VSIM_OUT)/nvidia/libnvidia-ml.so.1: $(VSIM_DIR)/nvidia/nvml.c $(VSIM_CORE_HDR)
 	@mkdir -p $(@D)
 	$(CC) $(VSIM_CFLAGS) $(VSIM_LDFLAGS) -Wl,-soname,libnvidia-ml.so.1 -o $@ $< $(VSIM_LINK)
 
+# Other vendors' layers (kunlunxin, cambricon, metax) each bring their own
+# conformance/vendorsim/<vendor>/vendor.mk, which adds its libraries to
+# `vendorsim`.
+-include $(wildcard $(VSIM_DIR)/*/vendor.mk)
+
 # Smoke test under AddressSanitizer: everything compiled into one program
 # (core + NVIDIA layer + test), forking ranks.
 vendorsim-check:
