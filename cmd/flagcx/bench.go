@@ -10,6 +10,7 @@ type benchCmd struct {
 	bench.Flags
 }
 
-func (c *benchCmd) Run(*Globals) error {
+func (c *benchCmd) Run(g *Globals) error {
+	c.PluginDir, c.Emulated = g.PluginDir, g.Emulated
 	return bench.Run(&c.Flags, bench.ProcessEnv())
 }

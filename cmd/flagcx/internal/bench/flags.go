@@ -24,8 +24,14 @@ type Flags struct {
 	Root       int    `short:"r" name:"root" default:"0" placeholder:"RANK" help:"Root rank of rooted collectives (reduce, broadcast, gather, scatter)."`
 	Print      int    `short:"p" name:"print" default:"0" placeholder:"0|1" help:"Print the first elements of rank 0's output buffer per size (1), as FlagCX's tests do."`
 	NP         int    `name:"np" default:"0" placeholder:"N" help:"Start N rank processes on this machine (without it and without a launcher such as mpirun or torchrun: one rank)."`
-	Format     string `name:"format" default:"table" enum:"table,flagcx" placeholder:"FORMAT" help:"Output: table (nccl-tests' table) or flagcx (FlagCX's line per size)."`
-	JSON       string `name:"json" placeholder:"FILE" help:"Also write the results as JSON to FILE."`
+	Backend    string `name:"backend" default:"host" placeholder:"NAME" help:"Where every rank runs: host (the CPU, built in) or a plugin's name (nvidia, kunlunxin, cambricon, metax) from --plugin-dir."`
+	Ranks      string `name:"ranks" placeholder:"SPEC" help:"Start ranks on this machine placed on backends in order, e.g. nvidia:2 (implies --np)."`
+
+	// Set from the global flags.
+	PluginDir string `kong:"-"`
+	Emulated  bool   `kong:"-"`
+	Format    string `name:"format" default:"table" enum:"table,flagcx" placeholder:"FORMAT" help:"Output: table (nccl-tests' table) or flagcx (FlagCX's line per size)."`
+	JSON      string `name:"json" placeholder:"FILE" help:"Also write the results as JSON to FILE."`
 }
 
 // Config is a validated benchmark plan.
@@ -45,6 +51,12 @@ type Config struct {
 	NP         int
 	Format     string
 	JSON       string
+	// Placement is every rank's backend when --ranks gave them; otherwise
+	// every rank runs on Backend.
+	Placement Placement
+	Backend   string
+	PluginDir string
+	Emulated  bool
 }
 
 // Config checks the flags and makes a plan. Every error names the flag and
@@ -54,6 +66,23 @@ func (f *Flags) Config() (*Config, error) {
 		MinBytes: f.MinBytes, MaxBytes: f.MaxBytes, StepFactor: f.StepFactor,
 		Warmup: f.Warmup, Iters: f.Iters, Check: f.Check == 1, Root: f.Root,
 		Print: f.Print == 1, NP: f.NP, Format: f.Format, JSON: f.JSON,
+		Backend: strings.ToLower(strings.TrimSpace(f.Backend)), PluginDir: f.PluginDir, Emulated: f.Emulated,
+	}
+	if c.Backend == "" {
+		c.Backend = HostBackendName
+	}
+	if f.Ranks != "" {
+		p, err := ParsePlacement(f.Ranks)
+		if err != nil {
+			return nil, err
+		}
+		if bs := p.backends(); len(bs) > 1 {
+			return nil, fmt.Errorf("--ranks %q places ranks on several backends (%s): one communicator across backends needs heterogeneous communicators, which this build does not have yet; benchmark one backend at a time", f.Ranks, strings.Join(bs, ", "))
+		}
+		if f.NP != 0 && f.NP != len(p) {
+			return nil, fmt.Errorf("--np %d and --ranks %q (%d ranks) disagree: give one of them", f.NP, f.Ranks, len(p))
+		}
+		c.Placement, c.NP, c.Backend = p, len(p), p[0]
 	}
 	name := strings.ToLower(strings.TrimSpace(f.Collective))
 	if name == "all" {

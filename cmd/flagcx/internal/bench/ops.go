@@ -55,9 +55,18 @@ type Comm interface {
 
 var _ Comm = (*core.Comm)(nil)
 
+// region is a byte range of a benchmark buffer.
+type region struct {
+	buf    Buf
+	off, n int
+}
+
+// host is the region as host memory; only for buffers the host addresses.
+func (r region) host() []byte { return r.buf.Host()[r.off : r.off+r.n] }
+
 // call is one collective call's arguments on one rank.
 type call struct {
-	send, recv []byte
+	send, recv region
 	count      int
 	dt         sdk.DataType
 	op         sdk.RedOp
@@ -82,7 +91,6 @@ type opSpec struct {
 	// nccl-tests: AlltoAll, AlltoAllv, SendRecv): it is timed, but its
 	// result shows N/A.
 	inPlaceChecked bool
-	run            func(c Comm, x *call) error
 }
 
 func allReduceFactor(n int) float64 { return 2 * float64(n-1) / float64(n) }
@@ -93,57 +101,33 @@ func unitFactor(int) float64        { return 1 }
 var opTable = [reference.NumCollectives]opSpec{
 	reference.AllReduce: {
 		busFactor: allReduceFactor, inPlace: sameBuffer, inPlaceChecked: true,
-		run: func(c Comm, x *call) error { return c.AllReduce(x.send, x.recv, x.count, x.dt, x.op) },
 	},
 	reference.Reduce: {
 		busFactor: unitFactor, inPlace: sameBuffer, inPlaceChecked: true,
-		run: func(c Comm, x *call) error { return c.Reduce(x.send, x.recv, x.count, x.dt, x.op, x.root) },
 	},
 	reference.Broadcast: {
 		busFactor: unitFactor, inPlace: sameBuffer, inPlaceChecked: true,
-		run: func(c Comm, x *call) error { return c.Broadcast(x.send, x.recv, x.count, x.dt, x.root) },
 	},
 	reference.AllGather: {
 		busFactor: spreadFactor, perRank: true, inPlace: sendAtRankSlot, inPlaceChecked: true,
-		run: func(c Comm, x *call) error { return c.AllGather(x.send, x.recv, x.count, x.dt) },
 	},
 	reference.ReduceScatter: {
 		busFactor: spreadFactor, perRank: true, inPlace: recvAtRankSlot, inPlaceChecked: true,
-		run: func(c Comm, x *call) error { return c.ReduceScatter(x.send, x.recv, x.count, x.dt, x.op) },
 	},
 	reference.AlltoAll: {
 		busFactor: spreadFactor, perRank: true, inPlace: sameBuffer,
-		run: func(c Comm, x *call) error { return c.AlltoAll(x.send, x.recv, x.count, x.dt) },
 	},
 	reference.AlltoAllv: {
 		busFactor: spreadFactor, perRank: true, inPlace: sameBuffer,
-		run: func(c Comm, x *call) error {
-			return c.AlltoAllv(x.send, x.sendcounts, x.sdispls, x.recv, x.recvcounts, x.rdispls, x.dt)
-		},
 	},
 	reference.Gather: {
 		busFactor: spreadFactor, perRank: true, inPlace: sendAtRankSlot, inPlaceChecked: true,
-		run: func(c Comm, x *call) error { return c.Gather(x.send, x.recv, x.count, x.dt, x.root) },
 	},
 	reference.Scatter: {
 		busFactor: spreadFactor, perRank: true, inPlace: recvAtRankSlot, inPlaceChecked: true,
-		run: func(c Comm, x *call) error { return c.Scatter(x.send, x.recv, x.count, x.dt, x.root) },
 	},
 	reference.SendRecv: {
 		busFactor: unitFactor, inPlace: sameBuffer,
-		run: func(c Comm, x *call) error {
-			n, r := c.Count(), c.Rank()
-			c.GroupStart()
-			if err := c.Send(x.send, x.count, x.dt, (r+1)%n); err != nil {
-				_ = c.GroupEnd()
-				return err
-			}
-			if err := c.Recv(x.recv, x.count, x.dt, (r-1+n)%n); err != nil {
-				_ = c.GroupEnd()
-				return err
-			}
-			return c.GroupEnd()
-		},
 	},
 }
 

@@ -40,7 +40,7 @@ type Half struct {
 
 // reporter writes rank 0's output in one format.
 type reporter interface {
-	header(cfg *Config, devs []device)
+	header(cfg *Config, devs []device, backend []string)
 	section(op *opSpec)
 	row(res *Result)
 	print(elems string)
@@ -53,7 +53,7 @@ type tableReporter struct {
 	multi bool // several collectives: name each section
 }
 
-func (t *tableReporter) header(cfg *Config, devs []device) {
+func (t *tableReporter) header(cfg *Config, devs []device, backend []string) {
 	check := 0
 	if cfg.Check {
 		check = 1
@@ -63,6 +63,15 @@ func (t *tableReporter) header(cfg *Config, devs []device) {
 	fmt.Fprintf(t.w, "#\n# Using devices\n")
 	for _, d := range devs {
 		fmt.Fprintf(t.w, "#  Rank %2d Group %2d Pid %6d on %10s backend %s\n", d.Rank, 0, d.Pid, d.Host, d.Backend)
+	}
+	writeBackend(t.w, backend)
+}
+
+// writeBackend prints the backend's description (plugin, libraries, and
+// whether they are emulated) as comment lines.
+func writeBackend(w io.Writer, lines []string) {
+	for _, l := range lines {
+		fmt.Fprintf(w, "# %s\n", l)
 	}
 }
 
@@ -123,8 +132,8 @@ type flagcxReporter struct {
 	last  string
 }
 
-func (f *flagcxReporter) header(*Config, []device) {}
-func (f *flagcxReporter) section(*opSpec)          {}
+func (f *flagcxReporter) header(_ *Config, _ []device, backend []string) { writeBackend(f.w, backend) }
+func (f *flagcxReporter) section(*opSpec)                                {}
 
 func (f *flagcxReporter) row(res *Result) {
 	if f.multi {

@@ -112,13 +112,14 @@ func Run(f *Flags, e Env) error {
 	if err != nil {
 		return err
 	}
-	comm, err := core.InitRank(id, nranks, rank)
+	comm, be, err := joinBackend(cfg, job, launched, id, nranks, rank)
 	job.Joined()
 	if err != nil {
 		return fmt.Errorf("rank %d of %d could not join the communicator: %w", rank, nranks, err)
 	}
+	defer be.close()
 
-	r := newRankRun(cfg, comm, HostMem{}, io.Discard)
+	r := newRankRun(cfg, comm, be, io.Discard)
 	if rank == 0 {
 		r.out = e.Stdout
 		tty := e.StderrTTY
@@ -135,13 +136,59 @@ func Run(f *Flags, e Env) error {
 	}
 	runErr := r.run()
 	if runErr != nil {
-		_ = comm.Abort()
+		_ = comm.abort()
 		return runErr
 	}
-	if err := comm.Destroy(); err != nil {
+	if err := comm.destroy(); err != nil {
 		return fmt.Errorf("destroying the communicator: %w", err)
 	}
 	return r.verdict()
+}
+
+// communicator is what Run tears down at the end: the host communicator,
+// or a device communicator together with its host one.
+type communicator struct {
+	Comm
+	destroy, abort func() error
+}
+
+// joinBackend joins this rank to the communicator on its backend: the host
+// backend, or the device of a plugin that this rank's place (or local rank)
+// picks.
+func joinBackend(cfg *Config, job launch.Job, launched bool, id core.UniqueID, nranks, rank int) (communicator, backend, error) {
+	name, dev := cfg.Backend, rank
+	switch {
+	case cfg.Placement != nil:
+		name, dev = cfg.Placement[rank], cfg.Placement.localIndex(rank)
+	case launched && job.LocalRank >= 0:
+		dev = job.LocalRank
+	}
+	if name == HostBackendName {
+		c, err := core.InitRank(id, nranks, rank)
+		if err != nil {
+			return communicator{}, nil, err
+		}
+		return communicator{c, c.Destroy, c.Abort}, &hostBackend{comm: c}, nil
+	}
+	p, err := openPlugin(name, cfg.PluginDir, cfg.Emulated)
+	if err != nil {
+		return communicator{}, nil, err
+	}
+	if n, err := p.DeviceCount(); err != nil {
+		return communicator{}, nil, err
+	} else if dev >= n {
+		return communicator{}, nil, fmt.Errorf("rank %d needs %s device %d, but the plugin sees %d device(s): start fewer ranks per host", rank, name, dev, n)
+	}
+	dc, err := core.InitDeviceRank(id, nranks, rank, p, dev)
+	if err != nil {
+		return communicator{}, nil, err
+	}
+	be, err := newDeviceBackend(dc)
+	if err != nil {
+		_ = dc.Abort()
+		return communicator{}, nil, err
+	}
+	return communicator{dc.Host(), dc.Destroy, dc.Abort}, be, nil
 }
 
 // verdict is how a finished run ends: rank 0 reports wrong results (every
@@ -163,8 +210,10 @@ func touch(path string) error {
 	return f.Close()
 }
 
-func newRankRun(cfg *Config, comm Comm, mem Mem, out io.Writer) *rankRun {
-	return &rankRun{cfg: cfg, comm: comm, rank: comm.Rank(), n: comm.Count(), mem: mem, out: out}
+// newRankRun prepares one rank's benchmark: comm is the host communicator
+// (for agreeing on timings and errors), be runs the measured collectives.
+func newRankRun(cfg *Config, comm Comm, be backend, out io.Writer) *rankRun {
+	return &rankRun{cfg: cfg, comm: comm, rank: comm.Rank(), n: comm.Count(), be: be, out: out}
 }
 
 // rankRun is one rank's benchmark.
@@ -172,7 +221,7 @@ type rankRun struct {
 	cfg      *Config
 	comm     Comm
 	rank, n  int
-	mem      Mem
+	be       backend
 	launcher string
 	out      io.Writer // rank 0: stdout; others: nowhere
 	prog     *progress
@@ -198,11 +247,11 @@ func (r *rankRun) run() (err error) {
 		return err
 	}
 	bufBytes := int(r.cfg.MaxBytes)
-	if r.send, err = r.mem.Alloc(bufBytes); err != nil {
+	if r.send, err = r.be.Alloc(bufBytes); err != nil {
 		return err
 	}
 	defer r.send.Free()
-	if r.recv, err = r.mem.Alloc(bufBytes); err != nil {
+	if r.recv, err = r.be.Alloc(bufBytes); err != nil {
 		return err
 	}
 	defer r.recv.Free()
@@ -216,7 +265,7 @@ func (r *rankRun) run() (err error) {
 	} else {
 		r.rep = &tableReporter{w: r.out, multi: len(r.cfg.Ops) > 1}
 	}
-	r.rep.header(r.cfg, r.devices)
+	r.rep.header(r.cfg, r.devices, r.be.describe())
 	defer func() {
 		if r.rank == 0 && r.cfg.JSON != "" {
 			if jerr := r.writeJSON(err); jerr != nil && err == nil {
@@ -268,10 +317,9 @@ func (r *rankRun) bench(op *opSpec, dt sdk.DataType, redop sdk.RedOp, sizeIdx in
 		c.Root = 0
 	}
 	sendN, recvN := c.SendCount()*ts, c.RecvCount()*ts
-	s, v := r.send.Host(), r.recv.Host()
 	so, ro := op.inPlace.offsets(r.rank, c.Count)
-	oop := &call{send: s[:sendN], recv: v[:recvN], count: c.Count, dt: dt, op: redop, root: c.Root}
-	ip := &call{send: v[so*ts : so*ts+sendN], recv: v[ro*ts : ro*ts+recvN], count: c.Count, dt: dt, op: redop, root: c.Root}
+	oop := &call{send: region{r.send, 0, sendN}, recv: region{r.recv, 0, recvN}, count: c.Count, dt: dt, op: redop, root: c.Root}
+	ip := &call{send: region{r.recv, so * ts, sendN}, recv: region{r.recv, ro * ts, recvN}, count: c.Count, dt: dt, op: redop, root: c.Root}
 	if op.coll == reference.AlltoAllv {
 		sc, sd, rc, rd := reference.AlltoAllvCounts(r.n, c.Count, r.rank)
 		for _, x := range []*call{oop, ip} {
@@ -304,28 +352,41 @@ func (r *rankRun) bench(op *opSpec, dt sdk.DataType, redop sdk.RedOp, sizeIdx in
 		}
 		if !inPlace {
 			for i := 0; i < r.cfg.Warmup; i++ {
-				if err := op.run(r.comm, x); err != nil {
+				if err := r.be.issue(op.coll, x); err != nil {
 					return nil, r.collError(op, c, inPlace, err)
 				}
+			}
+			if err := r.be.sync(); err != nil {
+				return nil, r.collError(op, c, inPlace, err)
 			}
 		}
 		if err := r.comm.Barrier(); err != nil {
 			return nil, fmt.Errorf("barrier before timing: %w", err)
 		}
-		t0 := time.Now()
+		stop, err := r.be.startTimer()
+		if err != nil {
+			return nil, err
+		}
 		for i := 0; i < r.cfg.Iters; i++ {
-			if err := op.run(r.comm, x); err != nil {
+			if err := r.be.issue(op.coll, x); err != nil {
 				return nil, r.collError(op, c, inPlace, err)
 			}
 		}
-		times[phase] = time.Since(t0).Seconds() / float64(r.cfg.Iters)
+		elapsed, err := stop()
+		if err != nil {
+			return nil, r.collError(op, c, inPlace, err)
+		}
+		times[phase] = elapsed.Seconds() / float64(r.cfg.Iters)
 
 		if r.cfg.Check {
 			c.Seed = seed | uint64(2*phase+1)
 			if err := r.prepare(op, c, inPlace, true); err != nil {
 				return nil, err
 			}
-			if err := op.run(r.comm, x); err != nil {
+			if err := r.be.issue(op.coll, x); err != nil {
+				return nil, r.collError(op, c, inPlace, err)
+			}
+			if err := r.be.sync(); err != nil {
 				return nil, r.collError(op, c, inPlace, err)
 			}
 			off := 0
@@ -508,7 +569,7 @@ func (r *rankRun) gatherDevices() ([]device, error) {
 	binary.LittleEndian.PutUint32(rec[0:], uint32(r.rank))
 	binary.LittleEndian.PutUint32(rec[4:], uint32(os.Getpid()))
 	copy(rec[8:8+hostField-1], host)
-	copy(rec[8+hostField:8+hostField+nameField-1], r.mem.Name())
+	copy(rec[8+hostField:8+hostField+nameField-1], r.be.Name())
 	all := make([]byte, deviceRecord*r.n)
 	if err := r.comm.AllGather(rec, all, deviceRecord, sdk.Uint8); err != nil {
 		return nil, fmt.Errorf("rank %d: gathering the ranks' devices: %w", r.rank, err)
