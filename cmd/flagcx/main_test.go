@@ -18,7 +18,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/flagcx/flagcx-go/core"
 	"github.com/flagcx/flagcx-go/core/launch"
 )
 
@@ -142,6 +141,10 @@ func TestBadInputs(t *testing.T) {
 		{"bad format", nil, []string{"bench", "allreduce", "--format", "csv"}, []string{"--format"}},
 		{"bad json path", nil, []string{"bench", "allreduce", "--np", "2", "--json", "/nonexistent/dir/r.json"}, []string{"--json"}},
 		{"bad timeout", []string{"FLAGCX_TIMEOUT=soon", "PMI_RANK=0", "PMI_SIZE=1"}, []string{"bench", "allreduce"}, []string{"FLAGCX_TIMEOUT"}},
+		{"malformed placement", nil, []string{"bench", "allreduce", "--ranks", "nvidia"}, []string{"--ranks", "backend:count"}},
+		{"placement and np disagree", nil, []string{"bench", "allreduce", "--ranks", "nvidia:2", "--np", "3"}, []string{"disagree"}},
+		{"placement across backends", nil, []string{"bench", "allreduce", "--ranks", "nvidia:2,host:2"}, []string{"several backends"}},
+		{"unknown backend", nil, []string{"--plugin-dir", ".", "bench", "allreduce", "--backend", "nosuch"}, []string{"no plugin libflagcx-nosuch.so"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -175,35 +178,6 @@ func TestHelp(t *testing.T) {
 	}
 }
 
-// coreReady reports whether core's communicators work yet (another part of
-// the project, written in parallel); the tests that need them skip until
-// then.
-func coreReady(t *testing.T) {
-	t.Helper()
-	id, err := core.GetUniqueID()
-	if err != nil && strings.Contains(err.Error(), "not implemented") {
-		t.Skip("core.GetUniqueID is not implemented yet")
-	}
-	require.NoError(t, err)
-	done := make(chan error, 1)
-	go func() {
-		c, err := core.InitRank(id, 1, 0)
-		if err == nil {
-			err = c.Destroy()
-		}
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if err != nil && strings.Contains(err.Error(), "not implemented") {
-			t.Skip("core.InitRank is not implemented yet")
-		}
-		require.NoError(t, err)
-	case <-time.After(20 * time.Second):
-		t.Fatal("core.InitRank of a single rank did not return within 20s")
-	}
-}
-
 var rowRE = regexp.MustCompile(`^ +(\d+) +(\d+) +(\S+) +(\S+) +(-?\d+) +([\d.]+) +([\d.]+) +([\d.]+) +(\S+) +([\d.]+) +([\d.]+) +([\d.]+) +(\S+)$`)
 
 // tableRows checks every data row of a table and returns them.
@@ -225,7 +199,6 @@ func tableRows(t *testing.T, out string) [][]string {
 }
 
 func TestBenchAllTypesAndOps(t *testing.T) {
-	coreReady(t)
 	r := runFlagcx(t, 3*time.Minute, cleanEnv(), "bench", "allreduce", "--np", "3", "-b", "1", "-e", "64K", "-f", "4", "-d", "all", "-o", "all")
 	require.Zero(t, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
 	rows := tableRows(t, r.stdout)
@@ -238,7 +211,6 @@ func TestBenchAllTypesAndOps(t *testing.T) {
 }
 
 func TestBenchEveryCollective(t *testing.T) {
-	coreReady(t)
 	r := runFlagcx(t, 3*time.Minute, cleanEnv(), "bench", "all", "--np", "3", "-b", "0", "-e", "8K", "-f", "8", "-r", "1", "-d", "all", "-w", "1", "-n", "2")
 	require.Zero(t, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
 	rows := tableRows(t, r.stdout)
@@ -246,7 +218,6 @@ func TestBenchEveryCollective(t *testing.T) {
 }
 
 func TestBenchSingleRank(t *testing.T) {
-	coreReady(t)
 	r := runFlagcx(t, time.Minute, cleanEnv(), "bench", "all", "-b", "8", "-e", "1K", "-f", "4")
 	require.Zero(t, r.code, r.stderr)
 	tableRows(t, r.stdout)
@@ -254,7 +225,6 @@ func TestBenchSingleRank(t *testing.T) {
 }
 
 func TestBenchFlagcxFormatAndJSON(t *testing.T) {
-	coreReady(t)
 	path := filepath.Join(t.TempDir(), "r.json")
 	r := runFlagcx(t, time.Minute, cleanEnv(), "bench", "broadcast", "--np", "2", "-b", "1K", "-e", "4K", "--format", "flagcx", "-p", "1", "-r", "1", "--json", path)
 	require.Zero(t, r.code, r.stderr)
@@ -292,7 +262,6 @@ func freePort(t *testing.T) int {
 // TestExternalLaunchers starts the ranks as an external launcher would:
 // with its variables and no --np.
 func TestExternalLaunchers(t *testing.T) {
-	coreReady(t)
 	job := fmt.Sprintf("e2e-%d", time.Now().UnixNano())
 	cases := []struct {
 		name string
@@ -334,6 +303,34 @@ func TestExternalLaunchers(t *testing.T) {
 			}
 			tableRows(t, res[0].stdout)
 			require.Empty(t, res[1].stdout, "only rank 0 prints")
+		})
+	}
+}
+
+// pluginDir is the repository's build/plugins (made by make).
+func pluginDir(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs(filepath.Join("..", "..", "build", "plugins"))
+	require.NoError(t, err)
+	_, err = os.Stat(filepath.Join(dir, "libflagcx-nvidia.so"))
+	require.NoError(t, err, "run make first: the plugins are built by make")
+	return dir
+}
+
+// TestBenchNvidiaEmulated runs every collective, type and op through the
+// nvidia plugin on the emulated CUDA runtime and NCCL, checked exactly, and
+// makes sure the output says it was emulated.
+func TestBenchNvidiaEmulated(t *testing.T) {
+	for _, n := range []string{"2", "3"} {
+		t.Run(n, func(t *testing.T) {
+			r := runFlagcx(t, 5*time.Minute, cleanEnv(), "--plugin-dir", pluginDir(t), "bench", "all", "--ranks", "nvidia:"+n,
+				"--emulated", "-c", "1", "-d", "all", "-o", "all", "-b", "0", "-e", "4K", "-f", "8", "-w", "1", "-n", "2")
+			require.Zero(t, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+			rows := tableRows(t, r.stdout)
+			require.Len(t, rows, 6*(3*10*5+7*10)) // 6 sizes (0 1 8 64 512 4096) x (3 reducing collectives x 10 types x 5 ops + 7 others x 10 types)
+			require.Contains(t, r.stdout, "EMULATED vendor runtime libraries")
+			require.Contains(t, r.stdout, "Timing: device events")
+			require.Equal(t, strings.Count(r.stdout, "(emulated)\n"), map[string]int{"2": 2, "3": 3}[n], "every rank's device line says emulated")
 		})
 	}
 }
