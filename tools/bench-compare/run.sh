@@ -12,7 +12,11 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 
 [ -x bin/flagcx ] || make flagcx
-mpicc -O2 -o "$out/mpi_allreduce" tools/bench-compare/mpi_allreduce.c
+MPI_BIN=${MPI_BIN:-}
+if [ -z "$MPI_BIN" ]; then
+  MPI_BIN="$out/mpi_allreduce"
+  mpicc -O2 -o "$MPI_BIN" tools/bench-compare/mpi_allreduce.c
+fi
 
 echo "# machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(uname -r)"
 echo "# flagcx ..." >&2
@@ -21,7 +25,7 @@ bin/flagcx bench allreduce --np "$NP" -b "$MIN" -e "$MAX" -f "$FACTOR" -w "$WARM
 echo "# gloo ..." >&2
 "$PYTHON" tools/bench-compare/gloo_allreduce.py "$NP" "$MIN" "$MAX" "$FACTOR" "$WARMUP" "$ITERS" > "$out/gloo"
 echo "# openmpi ..." >&2
-mpirun --allow-run-as-root --oversubscribe -np "$NP" "$out/mpi_allreduce" "$MIN" "$MAX" "$FACTOR" "$WARMUP" "$ITERS" > "$out/mpi"
+mpirun --allow-run-as-root --oversubscribe -np "$NP" "$MPI_BIN" "$MIN" "$MAX" "$FACTOR" "$WARMUP" "$ITERS" > "$out/mpi"
 
 echo "| size | flagcx us | gloo us | openmpi us | flagcx busbw GB/s | gloo busbw | openmpi busbw | flagcx/gloo busbw | flagcx/openmpi busbw | gloo/flagcx latency |"
 echo "|---|---|---|---|---|---|---|---|---|---|"
