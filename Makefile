@@ -22,6 +22,10 @@ flagcx:
 test: all
 	$(GO) test -count=1 -timeout 20m ./...
 
+# flagcx's host backend beside Gloo and OpenMPI (needs python3-torch, openmpi-bin, libopenmpi-dev).
+bench-compare: flagcx
+	tools/bench-compare/run.sh
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
