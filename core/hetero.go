@@ -1,0 +1,608 @@
+package core
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/flagcx/flagcx-go/core/sched"
+	"github.com/flagcx/flagcx-go/sdk"
+	"github.com/flagcx/flagcx-go/sdk/loader"
+)
+
+// Environment variables of heterogeneous communicators (FlagCX's names).
+const (
+	// EnvClusterSplitList splits clusters further: sizes in rank order
+	// (see sched.NewLayout).
+	EnvClusterSplitList = sched.EnvSplitList
+	// EnvUseHostComm=1 forces the host path for every collective.
+	EnvUseHostComm = "FLAGCX_USE_HOST_COMM"
+	// EnvNetChunkSize is the pipeline chunk of heterogeneous schedules
+	// (bytes, K/M/G 1024-based; default 4M).
+	EnvNetChunkSize = "FLAGCX_NET_CHUNK_SIZE"
+)
+
+// Backend is where a rank runs: the built-in host backend (Plugin nil) or
+// device Device of an initialized plugin.
+type Backend struct {
+	Plugin *loader.Plugin
+	Device int
+}
+
+// HostBackend is the CPU as a device.
+func HostBackend() Backend { return Backend{} }
+
+// DeviceBackend is device dev of plugin p (initialized with p.Init).
+func DeviceBackend(p *loader.Plugin, dev int) Backend { return Backend{Plugin: p, Device: dev} }
+
+// OnDevice reports whether the backend is a plugin's device.
+func (b Backend) OnDevice() bool { return b.Plugin != nil }
+
+// Vendor is the backend's cluster key.
+func (b Backend) Vendor() string {
+	if b.Plugin == nil {
+		return sched.HostVendor
+	}
+	return b.Plugin.Vendor
+}
+
+func (b Backend) String() string {
+	if b.Plugin == nil {
+		return "host"
+	}
+	return fmt.Sprintf("%s:%d", b.Plugin.Name, b.Device)
+}
+
+// Buffer is one rank's memory for a collective: host memory on a host
+// rank, device memory of the rank's plugin on a device rank (a pointer
+// from DeviceMalloc, or pinned memory from HostMalloc, with its length).
+// One API then serves every rank of a heterogeneous communicator.
+type Buffer struct {
+	host []byte
+	ptr  uintptr
+	n    int
+	dev  bool
+}
+
+// HostBuffer wraps host memory.
+func HostBuffer(b []byte) Buffer { return Buffer{host: b, n: len(b)} }
+
+// DeviceBuffer wraps n bytes of device memory at ptr.
+func DeviceBuffer(ptr uintptr, n int) Buffer { return Buffer{ptr: ptr, n: n, dev: true} }
+
+// Len is the buffer's size in bytes.
+func (b Buffer) Len() int { return b.n }
+
+// OnDevice reports whether the buffer is device memory.
+func (b Buffer) OnDevice() bool { return b.dev }
+
+// Host is a host buffer's memory (nil for device memory).
+func (b Buffer) Host() []byte { return b.host }
+
+// Ptr is a device buffer's address (0 for host memory).
+func (b Buffer) Ptr() uintptr { return b.ptr }
+
+// Slice is the n bytes at off, for NCCL's in-place layouts (AllGather's
+// send = recv.Slice(rank*bytes, bytes), and so on).
+func (b Buffer) Slice(off, n int) (Buffer, error) {
+	if off < 0 || n < 0 || off > b.n || n > b.n-off {
+		return Buffer{}, fmt.Errorf("%w: slice [%d, %d+%d) of a %d-byte buffer: keep it inside the buffer", sdk.ErrInvalidArgument, off, off, n, b.n)
+	}
+	if b.dev {
+		return Buffer{ptr: b.ptr + uintptr(off), n: n, dev: true}, nil
+	}
+	return Buffer{host: b.host[off : off+n], n: n}, nil
+}
+
+// HeteroOption configures InitHeteroRank.
+type HeteroOption func(*heteroOptions)
+
+type heteroOptions struct {
+	comm     []Option
+	split    *[]int
+	hostPath *bool
+	chunk    int
+	lookup   func(string) (string, bool)
+}
+
+// WithCommOptions passes options to the host communicators underneath.
+func WithCommOptions(opts ...Option) HeteroOption {
+	return func(o *heteroOptions) { o.comm = append(o.comm, opts...) }
+}
+
+// WithSplitList splits clusters as FLAGCX_CLUSTER_SPLIT_LIST would (and
+// overrides it); nil or empty: no split.
+func WithSplitList(sizes []int) HeteroOption {
+	return func(o *heteroOptions) { s := append([]int(nil), sizes...); o.split = &s }
+}
+
+// WithHostPath forces (or, with false, forbids) the host path, overriding
+// FLAGCX_USE_HOST_COMM.
+func WithHostPath(on bool) HeteroOption { return func(o *heteroOptions) { o.hostPath = &on } }
+
+// WithChunk sets the pipeline chunk in bytes, overriding
+// FLAGCX_NET_CHUNK_SIZE.
+func WithChunk(bytes int) HeteroOption { return func(o *heteroOptions) { o.chunk = bytes } }
+
+// WithEnv reads the FLAGCX_* settings through lookup instead of the
+// process environment (tests; ranks as goroutines).
+func WithEnv(lookup func(string) (string, bool)) HeteroOption {
+	return func(o *heteroOptions) { o.lookup = lookup }
+}
+
+// HeteroComm is a communicator whose ranks may run on different backends:
+// the host and the devices of several vendors' plugins. Ranks of one vendor
+// form a cluster (split further by FLAGCX_CLUSTER_SPLIT_LIST). With one
+// cluster, collectives go straight to its library (the vendor's, enqueued
+// on the caller's stream, or the host backend's); with several, each call
+// runs a schedule (package sched) that composes the clusters' libraries
+// with host transfers between the cluster leaders, through pinned staging,
+// and returns when the result is in place.
+//
+// Like an NCCL communicator it is used by one goroutine at a time; Abort
+// may be called from another.
+type HeteroComm struct {
+	rank, n int
+	be      Backend
+	layout  *sched.Layout
+	opts    sched.Options
+
+	world *Comm        // every rank, over hostnet
+	intra *Comm        // this rank's cluster (== world when homogeneous)
+	inter *Comm        // the cluster leaders (leaders only; heterogeneous only)
+	ccl   *loader.Comm // the cluster's vendor communicator (device ranks)
+
+	d2h, h2d loader.Stream // staging copies (device ranks)
+
+	stagePtr   uintptr // pinned staging (device ranks)
+	stage      []byte  // staging (host memory on host ranks)
+	scratchPtr uintptr // device scratch (device ranks)
+	scratchLen int
+	hscratch   []byte // scratch on host ranks
+
+	workers int
+	debug   collDebug
+	printed map[string]bool
+
+	group     int
+	groupOps  []groupOp
+	groupErr  error
+	groupStrm loader.Stream
+
+	mu       sync.Mutex // guards failed and closed against Abort
+	failed   error
+	closed   bool
+	stopOnce sync.Once
+}
+
+type groupOp struct {
+	buf   Buffer
+	bytes int
+	peer  int
+	recv  bool
+}
+
+// initRecord is what every rank tells the others at init: its backend and
+// the settings that must agree.
+type initRecord struct {
+	Member   sched.Member `json:"member"`
+	Split    string       `json:"split"`
+	HostPath bool         `json:"host_path"`
+	Chunk    int          `json:"chunk"`
+}
+
+const initRecordBytes = 1024
+
+// InitHeteroRank joins rank (0 <= rank < nranks) on backend be to the
+// communicator of id. All ranks call it concurrently, each with its own
+// backend. It builds the host communicator of all ranks, agrees on the
+// cluster layout, then starts each cluster's communicator (the vendor
+// library's on device clusters) and the leaders' inter-cluster one.
+func InitHeteroRank(id UniqueID, nranks, rank int, be Backend, opts ...HeteroOption) (*HeteroComm, error) {
+	o := heteroOptions{lookup: os.LookupEnv}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	rec, err := settings(&o)
+	if err != nil {
+		return nil, fmt.Errorf("rank %d: %w", rank, err)
+	}
+	if err := checkBackend(be); err != nil {
+		return nil, fmt.Errorf("rank %d: %w", rank, err)
+	}
+	rec.Member = member(rank, be)
+
+	world, err := InitRank(id, nranks, rank, o.comm...)
+	if err != nil {
+		return nil, err
+	}
+	c := &HeteroComm{rank: rank, n: nranks, be: be, world: world, workers: runtime.GOMAXPROCS(0), debug: collDebugFromEnv(o.lookup), printed: map[string]bool{}}
+	if err := c.agree(rec); err != nil {
+		_ = world.Abort()
+		return nil, err
+	}
+	if err := c.start(); err != nil {
+		c.stop(true)
+		return nil, err
+	}
+	if c.debug.init {
+		c.logf("INIT", "%s", c.layout)
+	}
+	return c, nil
+}
+
+// settings reads the split list, host-path switch and chunk size.
+func settings(o *heteroOptions) (initRecord, error) {
+	var r initRecord
+	get := func(name string) string {
+		v, _ := o.lookup(name)
+		return strings.TrimSpace(v)
+	}
+	if o.split != nil {
+		parts := make([]string, len(*o.split))
+		for i, s := range *o.split {
+			parts[i] = strconv.Itoa(s)
+		}
+		r.Split = strings.Join(parts, ",")
+	} else {
+		r.Split = get(EnvClusterSplitList)
+	}
+	if _, err := sched.ParseSplitList(r.Split); err != nil {
+		return r, fmt.Errorf("%w: %v", sdk.ErrInvalidArgument, err)
+	}
+	if o.hostPath != nil {
+		r.HostPath = *o.hostPath
+	} else if v := get(EnvUseHostComm); v != "" {
+		switch strings.ToLower(v) {
+		case "1", "true", "yes", "on":
+			r.HostPath = true
+		case "0", "false", "no", "off":
+		default:
+			return r, fmt.Errorf("%w: %s=%q: give 1 to force the host path or 0 not to", sdk.ErrInvalidArgument, EnvUseHostComm, v)
+		}
+	}
+	r.Chunk = o.chunk
+	if r.Chunk == 0 {
+		if v := get(EnvNetChunkSize); v != "" {
+			n, err := parseSize(v)
+			if err != nil || n < 1 {
+				return r, fmt.Errorf("%w: %s=%q: give a positive byte count such as 4194304, 4M or 512K (K/M/G are 1024-based)", sdk.ErrInvalidArgument, EnvNetChunkSize, v)
+			}
+			r.Chunk = n
+		}
+	}
+	if r.Chunk <= 0 {
+		r.Chunk = sched.DefaultChunk
+	}
+	return r, nil
+}
+
+// parseSize reads "1234", "64K", "4M", "1G" (1024-based).
+func parseSize(s string) (int, error) {
+	s = strings.ToUpper(strings.TrimSpace(s))
+	mult := 1
+	for _, suf := range []struct {
+		s string
+		m int
+	}{{"KIB", 1 << 10}, {"MIB", 1 << 20}, {"GIB", 1 << 30}, {"KB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}} {
+		if strings.HasSuffix(s, suf.s) {
+			s, mult = strings.TrimSuffix(s, suf.s), suf.m
+			break
+		}
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil || n < 0 || n > maxInt/mult {
+		return 0, fmt.Errorf("not a size")
+	}
+	return n * mult, nil
+}
+
+func checkBackend(be Backend) error {
+	if be.Plugin == nil {
+		return nil
+	}
+	p := be.Plugin
+	if !p.Initialized() {
+		return fmt.Errorf("%w: plugin %s is not initialized: call its Init (loader.LoadAll does) before InitHeteroRank", sdk.ErrInvalidUsage, p.Name)
+	}
+	if p.Caps&loader.CapCCL == 0 {
+		return fmt.Errorf("%w: plugin %s has no collective library: run this rank on the host backend or another plugin", sdk.ErrInvalidUsage, p.Name)
+	}
+	n, err := p.DeviceCount()
+	if err != nil {
+		return err
+	}
+	if be.Device < 0 || be.Device >= n {
+		return fmt.Errorf("%w: %s device %d does not exist (the plugin sees %d): use a device in 0..%d, or fewer ranks per host", sdk.ErrInvalidArgument, p.Name, be.Device, n, n-1)
+	}
+	return nil
+}
+
+func member(rank int, be Backend) sched.Member {
+	m := sched.Member{Rank: rank, Vendor: be.Vendor(), Device: be.Device, Types: ^uint32(0), Ops: ^uint32(0)}
+	if be.Plugin != nil {
+		m.Plugin = be.Plugin.Name
+		m.Emulated = be.Plugin.Emulated()
+		m.Types, m.Ops = 0, 0
+		for _, t := range sdk.AllDataTypes() {
+			if be.Plugin.SupportsDataType(t) {
+				m.Types |= 1 << uint(t)
+			}
+		}
+		for _, op := range sdk.AllRedOps() {
+			if be.Plugin.SupportsRedOp(op) {
+				m.Ops |= 1 << uint(op)
+			}
+		}
+	} else {
+		m.Device = -1
+	}
+	return m
+}
+
+// agree exchanges every rank's record and makes the layout. Every rank
+// reaches the same verdict from the same records.
+func (c *HeteroComm) agree(rec initRecord) error {
+	mine, err := json.Marshal(rec)
+	if err != nil || len(mine) > initRecordBytes {
+		return fmt.Errorf("%w: rank %d: init record of %d bytes", sdk.ErrInternalError, c.rank, len(mine))
+	}
+	buf := make([]byte, initRecordBytes)
+	copy(buf, mine)
+	all := make([]byte, initRecordBytes*c.n)
+	if err := c.world.AllGather(buf, all, initRecordBytes, sdk.Uint8); err != nil {
+		return fmt.Errorf("rank %d: exchanging backends: %w", c.rank, err)
+	}
+	members := make([]sched.Member, c.n)
+	recs := make([]initRecord, c.n)
+	for r := range recs {
+		b := all[r*initRecordBytes : (r+1)*initRecordBytes]
+		if i := strings.IndexByte(string(b), 0); i >= 0 {
+			b = b[:i]
+		}
+		if err := json.Unmarshal(b, &recs[r]); err != nil {
+			return fmt.Errorf("%w: rank %d's init record is malformed: %v", sdk.ErrInternalError, r, err)
+		}
+		members[r] = recs[r].Member
+	}
+	for r := 1; r < c.n; r++ {
+		a, b := recs[0], recs[r]
+		switch {
+		case a.Split != b.Split:
+			return fmt.Errorf("%w: %s differs between ranks: rank 0 has %q, rank %d has %q: give every rank the same value", sdk.ErrInvalidUsage, EnvClusterSplitList, a.Split, r, b.Split)
+		case a.HostPath != b.HostPath:
+			return fmt.Errorf("%w: %s differs between ranks (rank 0: %v, rank %d: %v): give every rank the same value", sdk.ErrInvalidUsage, EnvUseHostComm, a.HostPath, r, b.HostPath)
+		case a.Chunk != b.Chunk:
+			return fmt.Errorf("%w: %s differs between ranks (rank 0: %d, rank %d: %d): give every rank the same value", sdk.ErrInvalidUsage, EnvNetChunkSize, a.Chunk, r, b.Chunk)
+		}
+	}
+	split, _ := sched.ParseSplitList(rec.Split)
+	l, err := sched.NewLayout(members, split)
+	if err != nil {
+		return fmt.Errorf("rank %d: %w", c.rank, err)
+	}
+	c.layout = l
+	c.opts = sched.Options{HostPath: rec.HostPath, Chunk: rec.Chunk}
+	return nil
+}
+
+// start brings up the cluster and leader communicators and the streams.
+// A failure anywhere is shared, so that every rank returns an error.
+func (c *HeteroComm) start() error {
+	l := c.layout
+	cl := l.ClusterOf(c.rank)
+	var startErr error
+	if l.IsHomogeneous() {
+		c.intra = c.world
+	} else {
+		sub, err := c.world.Split(cl.Index, c.rank)
+		if err != nil {
+			return fmt.Errorf("rank %d: starting cluster %d's communicator: %w", c.rank, cl.Index, err)
+		}
+		c.intra = sub
+		color := SplitNoColor
+		if cl.Leader == c.rank {
+			color = 0
+		}
+		inter, err := c.world.Split(color, cl.Index)
+		if err != nil {
+			return fmt.Errorf("rank %d: starting the leaders' communicator: %w", c.rank, err)
+		}
+		c.inter = inter
+	}
+	if c.be.OnDevice() {
+		startErr = c.startDevice(cl)
+	}
+	// Share the outcome: a rank whose vendor library failed must not
+	// leave the others waiting in their first collective.
+	flag := []byte{0}
+	if startErr != nil {
+		flag[0] = 1
+	}
+	flags := make([]byte, c.n)
+	if err := c.world.AllGather(flag, flags, 1, sdk.Uint8); err != nil {
+		return errors.Join(startErr, fmt.Errorf("rank %d: agreeing on the start: %w", c.rank, err))
+	}
+	if startErr != nil {
+		return startErr
+	}
+	var bad []int
+	for r, f := range flags {
+		if f != 0 {
+			bad = append(bad, r)
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("%w: rank %d: ranks %s could not start their cluster's library (see their errors)", sdk.ErrRemoteError, c.rank, sched.FormatRanks(bad))
+	}
+	return nil
+}
+
+func (c *HeteroComm) startDevice(cl *sched.Cluster) error {
+	p, dev := c.be.Plugin, c.be.Device
+	var err error
+	if len(cl.Ranks) > 1 {
+		var vid []byte
+		if vid, err = shareVendorID(c.intra, p); err == nil {
+			c.ccl, err = p.CommInitRank(dev, len(cl.Ranks), vid, c.layout.LocalRank(c.rank))
+		}
+	} else if c.layout.IsHomogeneous() {
+		// A one-rank communicator still runs on the vendor library. In a
+		// heterogeneous one, a cluster of one needs no library: its
+		// schedules only copy.
+		var vid []byte
+		if vid, err = p.UniqueID(); err == nil {
+			c.ccl, err = p.CommInitRank(dev, 1, vid, 0)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("rank %d: starting %s's collective library on device %d: %w", c.rank, p.Name, dev, err)
+	}
+	if c.layout.IsHomogeneous() && !c.opts.HostPath {
+		return nil // no staging: the vendor library does everything
+	}
+	if c.d2h, err = p.StreamCreate(dev); err == nil {
+		c.h2d, err = p.StreamCreate(dev)
+	}
+	if err != nil {
+		return fmt.Errorf("rank %d: creating copy streams on %s device %d: %w", c.rank, p.Name, dev, err)
+	}
+	return nil
+}
+
+// Rank is this rank; Count the number of ranks.
+func (c *HeteroComm) Rank() int  { return c.rank }
+func (c *HeteroComm) Count() int { return c.n }
+
+// Backend is this rank's backend.
+func (c *HeteroComm) Backend() Backend { return c.be }
+
+// Layout is the communicator's clusters (the same on every rank).
+func (c *HeteroComm) Layout() *sched.Layout { return c.layout }
+
+// Clusters lists the clusters, numbered by their first rank.
+func (c *HeteroComm) Clusters() []sched.Cluster {
+	return append([]sched.Cluster(nil), c.layout.Clusters...)
+}
+
+// IsHomogeneous reports whether all ranks form one cluster.
+func (c *HeteroComm) IsHomogeneous() bool { return c.layout.IsHomogeneous() }
+
+// Options are the settings every rank agreed on at init.
+func (c *HeteroComm) Options() sched.Options { return c.opts }
+
+// Host is the host communicator over all ranks, for out-of-band exchanges
+// on host memory (agreeing on timings, say). Do not use it while a
+// collective of this communicator runs.
+func (c *HeteroComm) Host() *Comm { return c.world }
+
+// Vendor is this rank's cluster's vendor communicator (nil on the host).
+func (c *HeteroComm) Vendor() *loader.Comm { return c.ccl }
+
+// PlanFor builds rank's plan for call (any rank's: plans are pure data).
+func (c *HeteroComm) PlanFor(rank int, call sched.Call) (*sched.Plan, error) {
+	return sched.Build(c.layout, rank, call, c.opts)
+}
+
+// Destroy releases the communicator after its operations completed.
+func (c *HeteroComm) Destroy() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+	return c.stop(false)
+}
+
+// Abort tears the communicator down at once: operations in flight fail,
+// and peers waiting on this rank see an error naming it.
+func (c *HeteroComm) Abort() error {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	return c.stop(true)
+}
+
+// stop releases everything once (abort: without waiting for peers).
+func (c *HeteroComm) stop(abort bool) error {
+	var errs []error
+	c.stopOnce.Do(func() {
+		if abort {
+			c.abortHost()
+		}
+		if c.ccl != nil {
+			if abort {
+				if err := c.ccl.Abort(); err != nil && !errors.Is(err, sdk.ErrNotSupported) {
+					errs = append(errs, err)
+				}
+			} else {
+				errs = append(errs, c.ccl.Destroy())
+			}
+		}
+		for _, cm := range c.hostComms() {
+			if abort {
+				errs = append(errs, cm.Abort())
+			} else {
+				errs = append(errs, cm.Destroy())
+			}
+		}
+		if p := c.be.Plugin; p != nil {
+			for _, s := range []loader.Stream{c.d2h, c.h2d} {
+				if s != 0 {
+					errs = append(errs, p.StreamDestroy(s))
+				}
+			}
+			if c.stagePtr != 0 {
+				errs = append(errs, p.HostFree(c.stagePtr))
+				c.stagePtr, c.stage = 0, nil
+			}
+			if c.scratchPtr != 0 {
+				errs = append(errs, p.DeviceFree(c.scratchPtr))
+				c.scratchPtr, c.scratchLen = 0, 0
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// hostComms are the distinct host communicators this rank holds.
+func (c *HeteroComm) hostComms() []*Comm {
+	out := []*Comm{c.world}
+	if c.intra != nil && c.intra != c.world {
+		out = append(out, c.intra)
+	}
+	if c.inter != nil {
+		out = append(out, c.inter)
+	}
+	return out
+}
+
+// abortHost closes the host communicators at once, so that lanes waiting
+// in hostnet return and peers waiting on this rank see it gone.
+func (c *HeteroComm) abortHost() {
+	for _, cm := range c.hostComms() {
+		if cm != nil {
+			_ = cm.Abort()
+		}
+	}
+}
+
+// usable refuses calls on a communicator that failed or was closed.
+func (c *HeteroComm) usable(name string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.failed != nil:
+		return fmt.Errorf("%w: %s on rank %d: the communicator failed in an earlier call (%v): destroy it and make a new one", sdk.ErrInvalidUsage, name, c.rank, c.failed)
+	case c.closed:
+		return fmt.Errorf("%w: %s on rank %d: the communicator was destroyed or aborted", sdk.ErrInvalidUsage, name, c.rank)
+	}
+	return nil
+}

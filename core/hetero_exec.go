@@ -1,0 +1,666 @@
+package core
+
+import (
+	"fmt"
+	"math/bits"
+	"sync"
+	"unsafe"
+
+	"github.com/flagcx/flagcx-go/core/host/reduce"
+	"github.com/flagcx/flagcx-go/core/sched"
+	"github.com/flagcx/flagcx-go/sdk"
+	"github.com/flagcx/flagcx-go/sdk/loader"
+)
+
+// The collectives. Counts are in elements of dt; buffers are this rank's
+// kind of memory (device memory on a device rank, host memory on a host
+// rank); s is the caller's stream on a device rank (ignored on the host).
+// In place means NCCL's layouts (Buffer.Slice makes them).
+//
+// On a homogeneous device communicator the call is enqueued on s and
+// returns, as the vendor library's does. Otherwise it returns once the
+// result is in place: it first waits for the work already on s, and the
+// next work on s may use the result.
+
+func (c *HeteroComm) AllReduce(send, recv Buffer, count int, dt sdk.DataType, op sdk.RedOp, s loader.Stream) error {
+	return c.do("AllReduce", sched.Call{Coll: sched.AllReduce, Count: count, DType: dt, Op: op}, send, recv, nil, s)
+}
+
+func (c *HeteroComm) Reduce(send, recv Buffer, count int, dt sdk.DataType, op sdk.RedOp, root int, s loader.Stream) error {
+	return c.do("Reduce", sched.Call{Coll: sched.Reduce, Count: count, DType: dt, Op: op, Root: root}, send, recv, nil, s)
+}
+
+func (c *HeteroComm) Broadcast(send, recv Buffer, count int, dt sdk.DataType, root int, s loader.Stream) error {
+	return c.do("Broadcast", sched.Call{Coll: sched.Broadcast, Count: count, DType: dt, Root: root}, send, recv, nil, s)
+}
+
+// AllGather: recv holds Count() blocks of sendcount elements, rank order.
+func (c *HeteroComm) AllGather(send, recv Buffer, sendcount int, dt sdk.DataType, s loader.Stream) error {
+	return c.do("AllGather", sched.Call{Coll: sched.AllGather, Count: sendcount, DType: dt}, send, recv, nil, s)
+}
+
+// ReduceScatter: send holds Count() blocks of recvcount elements.
+func (c *HeteroComm) ReduceScatter(send, recv Buffer, recvcount int, dt sdk.DataType, op sdk.RedOp, s loader.Stream) error {
+	return c.do("ReduceScatter", sched.Call{Coll: sched.ReduceScatter, Count: recvcount, DType: dt, Op: op}, send, recv, nil, s)
+}
+
+// AlltoAll: count elements to and from every rank.
+func (c *HeteroComm) AlltoAll(send, recv Buffer, count int, dt sdk.DataType, s loader.Stream) error {
+	return c.do("AlltoAll", sched.Call{Coll: sched.AlltoAll, Count: count, DType: dt}, send, recv, nil, s)
+}
+
+// AlltoAllv: counts and displacements in elements, one per rank.
+func (c *HeteroComm) AlltoAllv(send Buffer, sendcounts, sdispls []int, recv Buffer, recvcounts, rdispls []int, dt sdk.DataType, s loader.Stream) error {
+	call := sched.Call{Coll: sched.AlltoAllv, DType: dt, SendCounts: sendcounts, SDispls: sdispls, RecvCounts: recvcounts, RDispls: rdispls}
+	return c.do("AlltoAllv", call, send, recv, nil, s)
+}
+
+// Gather: root's recv holds Count() blocks of count elements.
+func (c *HeteroComm) Gather(send, recv Buffer, count int, dt sdk.DataType, root int, s loader.Stream) error {
+	return c.do("Gather", sched.Call{Coll: sched.Gather, Count: count, DType: dt, Root: root}, send, recv, nil, s)
+}
+
+// Scatter: root's send holds Count() blocks of count elements.
+func (c *HeteroComm) Scatter(send, recv Buffer, count int, dt sdk.DataType, root int, s loader.Stream) error {
+	return c.do("Scatter", sched.Call{Coll: sched.Scatter, Count: count, DType: dt, Root: root}, send, recv, nil, s)
+}
+
+// Barrier returns once every rank has entered it (a host barrier).
+func (c *HeteroComm) Barrier() error {
+	return c.do("Barrier", sched.Call{Coll: sched.Barrier}, Buffer{}, Buffer{}, nil, 0)
+}
+
+// Send sends count elements of buf to peer; inside a group it is deferred
+// until GroupEnd (buf must stay untouched until then).
+func (c *HeteroComm) Send(buf Buffer, count int, dt sdk.DataType, peer int, s loader.Stream) error {
+	return c.p2p("Send", buf, count, dt, peer, false, s)
+}
+
+// Recv receives count elements from peer into buf, deferred like Send.
+func (c *HeteroComm) Recv(buf Buffer, count int, dt sdk.DataType, peer int, s loader.Stream) error {
+	return c.p2p("Recv", buf, count, dt, peer, true, s)
+}
+
+// GroupStart defers Send and Recv until the matching GroupEnd, which runs
+// them together (any pattern completes without deadlock). Groups nest.
+func (c *HeteroComm) GroupStart() { c.group++ }
+
+// GroupEnd runs the group GroupStart opened.
+func (c *HeteroComm) GroupEnd() error {
+	if c.group == 0 {
+		return fmt.Errorf("%w: GroupEnd without GroupStart on rank %d", sdk.ErrInvalidUsage, c.rank)
+	}
+	c.group--
+	if c.group > 0 {
+		return nil
+	}
+	ops, gerr, s := c.groupOps, c.groupErr, c.groupStrm
+	c.groupOps, c.groupErr, c.groupStrm = nil, nil, 0
+	if gerr != nil {
+		return fmt.Errorf("%w: the group was not run because an operation in it was invalid: %w", sdk.ErrInvalidUsage, gerr)
+	}
+	return c.runGroup("GroupEnd", ops, s)
+}
+
+func (c *HeteroComm) p2p(name string, buf Buffer, count int, dt sdk.DataType, peer int, recv bool, s loader.Stream) error {
+	n, err := elemBytes(count, dt)
+	if err == nil && (peer < 0 || peer >= c.n) {
+		err = fmt.Errorf("%w: peer %d is out of range for %d ranks: use a rank in 0..%d", sdk.ErrInvalidArgument, peer, c.n, c.n-1)
+	}
+	if err == nil {
+		err = c.checkBuf(name, "buffer", buf, n)
+	}
+	if err != nil {
+		err = fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
+		if c.group > 0 && c.groupErr == nil {
+			c.groupErr = err
+		}
+		return err
+	}
+	op := groupOp{buf: buf, bytes: n, peer: peer, recv: recv}
+	if c.group > 0 {
+		c.groupOps = append(c.groupOps, op)
+		c.groupStrm = s
+		return nil
+	}
+	return c.runGroup(name, []groupOp{op}, s)
+}
+
+func (c *HeteroComm) runGroup(name string, ops []groupOp, s loader.Stream) error {
+	call := sched.Call{Coll: sched.P2P}
+	user := make([]Buffer, len(ops))
+	for i, o := range ops {
+		call.Ops = append(call.Ops, sched.Xfer{Peer: o.peer, Recv: o.recv, Bytes: o.bytes})
+		user[i] = o.buf
+	}
+	return c.do(name, call, Buffer{}, Buffer{}, user, s)
+}
+
+func elemBytes(count int, dt sdk.DataType) (int, error) {
+	if !dt.Valid() {
+		return 0, fmt.Errorf("%w: data type %d is not valid: use one of int8, uint8, int32, uint32, int64, uint64, float16, float32, float64, bfloat16 (0..9)", sdk.ErrInvalidArgument, int32(dt))
+	}
+	if count < 0 {
+		return 0, fmt.Errorf("%w: count %d is negative: pass a number of elements, 0 or more", sdk.ErrInvalidArgument, count)
+	}
+	hi, lo := bits.Mul64(uint64(count), uint64(dt.Size()))
+	if hi != 0 || lo > uint64(maxInt) {
+		return 0, fmt.Errorf("%w: %d elements of %v overflow the address space: use a smaller count", sdk.ErrInvalidArgument, count, dt)
+	}
+	return int(lo), nil
+}
+
+// checkBuf checks that b is this rank's kind of memory and holds need
+// bytes (nothing is needed of a buffer the call does not use here).
+func (c *HeteroComm) checkBuf(name, which string, b Buffer, need int) error {
+	if need == 0 {
+		return nil
+	}
+	if b.n < 0 {
+		return fmt.Errorf("%w: %s: %s buffer has a negative length", sdk.ErrInvalidArgument, name, which)
+	}
+	if b.dev != c.be.OnDevice() {
+		if c.be.OnDevice() {
+			return fmt.Errorf("%w: %s: rank %d runs on %s device %d, but the %s buffer is host memory: pass device memory of that plugin (core.DeviceBuffer of its DeviceMalloc)",
+				sdk.ErrInvalidArgument, name, c.rank, c.be.Plugin.Name, c.be.Device, which)
+		}
+		return fmt.Errorf("%w: %s: rank %d runs on the host backend, but the %s buffer is device memory: pass host memory (core.HostBuffer)",
+			sdk.ErrInvalidArgument, name, c.rank, which)
+	}
+	if b.n < need {
+		return fmt.Errorf("%w: %s: the %s buffer holds %d bytes, but the call needs %d: pass a larger buffer or a smaller count", sdk.ErrInvalidArgument, name, which, b.n, need)
+	}
+	return nil
+}
+
+// do validates a call on this rank, builds its plan and runs it.
+func (c *HeteroComm) do(name string, call sched.Call, send, recv Buffer, user []Buffer, s loader.Stream) error {
+	if err := c.usable(name); err != nil {
+		return err
+	}
+	if c.group > 0 && call.Coll != sched.P2P {
+		return fmt.Errorf("%w: %s on rank %d inside a group: only Send and Recv can be grouped; call GroupEnd first", sdk.ErrInvalidUsage, name, c.rank)
+	}
+	if err := sched.Validate(call, c.n); err != nil {
+		return fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
+	}
+	if call.Coll != sched.P2P && call.Coll != sched.Barrier {
+		sendB, recvB, err := sched.Needs(call, c.rank, c.n)
+		if err == nil {
+			err = c.checkBuf(name, "send", send, sendB)
+		}
+		if err == nil {
+			err = c.checkBuf(name, "recv", recv, recvB)
+		}
+		if err != nil {
+			return fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
+		}
+	}
+	plan, err := sched.Build(c.layout, c.rank, call, c.opts)
+	if err != nil {
+		return fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
+	}
+	c.tracePlan(plan)
+	if err := c.execute(plan, &callBufs{send: send, recv: recv, user: user}, s); err != nil {
+		return fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
+	}
+	return nil
+}
+
+// ---- the executor ------------------------------------------------------------
+
+type callBufs struct {
+	send, recv Buffer
+	user       []Buffer
+}
+
+// mem is a resolved Ref: device memory or host memory.
+type mem struct {
+	dev  bool
+	ptr  uintptr
+	host []byte
+}
+
+func (m mem) same(o mem) bool {
+	if m.dev != o.dev {
+		return false
+	}
+	if m.dev {
+		return m.ptr == o.ptr
+	}
+	return len(m.host) > 0 && len(o.host) > 0 && &m.host[0] == &o.host[0]
+}
+
+func hostAddr(b []byte) uintptr {
+	if len(b) == 0 {
+		return 0
+	}
+	return uintptr(unsafe.Pointer(&b[0]))
+}
+
+func (c *HeteroComm) resolve(b *callBufs, r sched.Ref) (mem, error) {
+	var base Buffer
+	switch r.Buf {
+	case sched.BufNone:
+		return mem{}, nil
+	case sched.BufSend:
+		base = b.send
+	case sched.BufRecv:
+		base = b.recv
+	case sched.BufUser:
+		if r.Idx < 0 || r.Idx >= len(b.user) {
+			return mem{}, fmt.Errorf("%w: plan refers to group operation %d of %d", sdk.ErrInternalError, r.Idx, len(b.user))
+		}
+		base = b.user[r.Idx]
+	case sched.BufScratch:
+		if c.be.OnDevice() {
+			base = DeviceBuffer(c.scratchPtr, c.scratchLen)
+		} else {
+			base = HostBuffer(c.hscratch)
+		}
+	case sched.BufStage:
+		base = HostBuffer(c.stage)
+	default:
+		return mem{}, fmt.Errorf("%w: plan refers to buffer kind %d", sdk.ErrInternalError, r.Buf)
+	}
+	if r.Len == 0 {
+		// Placeholders (a non-root's unused buffer): the address only.
+		m := mem{dev: base.dev, ptr: base.ptr}
+		if base.dev && r.Off <= base.n {
+			m.ptr += uintptr(r.Off)
+		}
+		return m, nil
+	}
+	sub, err := base.Slice(r.Off, r.Len)
+	if err != nil {
+		return mem{}, fmt.Errorf("%w: plan refers to %s beyond its %d bytes", sdk.ErrInternalError, r, base.n)
+	}
+	return mem{dev: sub.dev, ptr: sub.ptr, host: sub.host}, nil
+}
+
+// roundUp grows allocations in powers of two (from 64 KiB), so that a
+// sweep over sizes reallocates a few times, not every call.
+func roundUp(n int) int {
+	if n <= 64<<10 {
+		return 64 << 10
+	}
+	return 1 << bits.Len(uint(n-1))
+}
+
+// ensure makes staging and scratch as large as the plan needs.
+func (c *HeteroComm) ensure(p *sched.Plan) error {
+	stage, scratch := p.StageBytes(), p.ScratchBytes()
+	pl := c.be.Plugin
+	if stage > len(c.stage) {
+		n := roundUp(stage)
+		if pl == nil {
+			c.stage = make([]byte, n)
+		} else {
+			if c.stagePtr != 0 {
+				_ = pl.HostFree(c.stagePtr)
+				c.stagePtr, c.stage = 0, nil
+			}
+			ptr, err := pl.HostMalloc(n)
+			if err != nil {
+				return fmt.Errorf("allocating %d bytes of pinned staging: %w", n, err)
+			}
+			c.stagePtr, c.stage = ptr, loader.HostSlice(ptr, n)
+		}
+	}
+	if pl == nil {
+		if scratch > len(c.hscratch) {
+			c.hscratch = make([]byte, roundUp(scratch))
+		}
+		return nil
+	}
+	if scratch > c.scratchLen {
+		if c.scratchPtr != 0 {
+			_ = pl.DeviceFree(c.scratchPtr)
+			c.scratchPtr, c.scratchLen = 0, 0
+		}
+		n := roundUp(scratch)
+		ptr, err := pl.DeviceMalloc(c.be.Device, n)
+		if err != nil {
+			return fmt.Errorf("allocating %d bytes of device scratch on %s device %d: %w", n, pl.Name, c.be.Device, err)
+		}
+		c.scratchPtr, c.scratchLen = ptr, n
+	}
+	return nil
+}
+
+// execute runs a plan: each lane in its own goroutine, steps in plan order
+// within a lane, a step starting once the steps it depends on are done. A
+// failure stops every lane; on a schedule that spans communicators it also
+// aborts this communicator, so that the other ranks, waiting on this one,
+// fail at once instead of at their deadline.
+func (c *HeteroComm) execute(p *sched.Plan, b *callBufs, s loader.Stream) error {
+	if len(p.Steps) == 0 {
+		return nil
+	}
+	if err := c.ensure(p); err != nil {
+		return err
+	}
+	if c.be.OnDevice() && !p.Async {
+		// Other streams read the input: the work before the call must be done.
+		if err := c.be.Plugin.StreamSynchronize(s); err != nil {
+			return c.failure(p, err)
+		}
+	}
+	lanes := p.Lanes()
+	if len(lanes) == 1 {
+		for i := range p.Steps {
+			if err := c.step(p, i, b, s); err != nil {
+				return c.failure(p, err)
+			}
+		}
+		return nil
+	}
+	done := make([]chan struct{}, len(p.Steps))
+	for i := range done {
+		done[i] = make(chan struct{})
+	}
+	abort := make(chan struct{})
+	var once sync.Once
+	var first error
+	fail := func(err error) {
+		once.Do(func() {
+			first = err
+			close(abort)
+			if spans(p) {
+				c.abortHost() // unblocks lanes waiting in hostnet, here and on peers
+			}
+		})
+	}
+	var wg sync.WaitGroup
+	for _, lane := range lanes {
+		wg.Add(1)
+		go func(lane sched.Lane) {
+			defer wg.Done()
+			for i := range p.Steps {
+				st := &p.Steps[i]
+				if st.Lane != lane {
+					continue
+				}
+				for _, d := range st.Deps {
+					select {
+					case <-done[d]:
+					case <-abort:
+						return
+					}
+				}
+				select {
+				case <-abort:
+					return
+				default:
+				}
+				if err := c.step(p, i, b, s); err != nil {
+					fail(err)
+					return
+				}
+				close(done[i])
+			}
+		}(lane)
+	}
+	wg.Wait()
+	if first != nil {
+		return c.failure(p, first)
+	}
+	return nil
+}
+
+// spans reports whether a plan's steps involve several communicators,
+// whose peers would wait forever on a rank that gave up.
+func spans(p *sched.Plan) bool { return p.Path != sched.PathVendor && p.Path != sched.PathHostComm }
+
+// failure records a failed schedule: the communicator is aborted (the
+// host communicators at once, then the vendor one, whose other ranks
+// learn of it) and refuses further calls.
+func (c *HeteroComm) failure(p *sched.Plan, err error) error {
+	if !spans(p) {
+		return err
+	}
+	c.abortHost()
+	if c.ccl != nil {
+		_ = c.ccl.Abort()
+	}
+	c.mu.Lock()
+	if c.failed == nil {
+		c.failed = err
+	}
+	c.mu.Unlock()
+	if c.isAbortedByUser() {
+		return fmt.Errorf("%w: the communicator was aborted", sdk.ErrInvalidUsage)
+	}
+	return fmt.Errorf("%w (the communicator is aborted: destroy it)", err)
+}
+
+func (c *HeteroComm) isAbortedByUser() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// laneStream is the stream a lane's device work goes to.
+func (c *HeteroComm) laneStream(l sched.Lane, s loader.Stream) loader.Stream {
+	switch l {
+	case sched.LaneD2H:
+		return c.d2h
+	case sched.LaneH2D:
+		return c.h2d
+	}
+	return s
+}
+
+// step runs step i.
+func (c *HeteroComm) step(p *sched.Plan, i int, b *callBufs, s loader.Stream) error {
+	st := &p.Steps[i]
+	strm := c.laneStream(st.Lane, s)
+	switch st.Kind {
+	case sched.KindCopy:
+		return c.copies(st, b, strm, p.Async)
+	case sched.KindScale, sched.KindReduce:
+		dst, err := c.resolve(b, st.Dst)
+		if err != nil {
+			return err
+		}
+		if dst.dev {
+			return fmt.Errorf("%w: host reduction on device memory", sdk.ErrInternalError)
+		}
+		if st.Kind == sched.KindScale {
+			reduce.ScaleParallel(dst.host, st.DType, st.N, c.workers)
+			return nil
+		}
+		src, err := c.resolve(b, st.Src)
+		if err != nil {
+			return err
+		}
+		if src.dev || len(src.host) != len(dst.host) {
+			return fmt.Errorf("%w: host reduction of %s into %s", sdk.ErrInternalError, st.Src, st.Dst)
+		}
+		reduce.ReduceParallel(dst.host, src.host, st.DType, st.Op, c.workers)
+		return nil
+	case sched.KindIntra:
+		if c.be.OnDevice() {
+			return c.vendorStep(st, b, s, p.Async)
+		}
+		return c.hostStep(c.intra, "cluster", st, b)
+	case sched.KindInter:
+		if c.inter == nil {
+			return fmt.Errorf("%w: inter-cluster step on rank %d, which leads no cluster", sdk.ErrInternalError, c.rank)
+		}
+		return c.hostStep(c.inter, "leaders'", st, b)
+	case sched.KindWorld:
+		return c.hostStep(c.world, "", st, b)
+	}
+	return fmt.Errorf("%w: step kind %v", sdk.ErrInternalError, st.Kind)
+}
+
+// copies runs a copy step and waits for it.
+func (c *HeteroComm) copies(st *sched.Step, b *callBufs, strm loader.Stream, async bool) error {
+	onDev := false
+	for _, cp := range st.Copies {
+		src, err := c.resolve(b, cp.Src)
+		if err != nil {
+			return err
+		}
+		dst, err := c.resolve(b, cp.Dst)
+		if err != nil {
+			return err
+		}
+		n := cp.Src.Len
+		if n == 0 || src.same(dst) {
+			continue
+		}
+		pl := c.be.Plugin
+		switch {
+		case src.dev && dst.dev:
+			err = pl.Memcpy(dst.ptr, src.ptr, n, loader.DeviceToDevice, strm)
+		case src.dev:
+			err = pl.Memcpy(hostAddr(dst.host), src.ptr, n, loader.DeviceToHost, strm)
+		case dst.dev:
+			err = pl.Memcpy(dst.ptr, hostAddr(src.host), n, loader.HostToDevice, strm)
+		default:
+			copy(dst.host, src.host)
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("copying %s to %s: %w", cp.Src, cp.Dst, err)
+		}
+		onDev = true
+	}
+	if onDev && !async {
+		return c.be.Plugin.StreamSynchronize(strm)
+	}
+	return nil
+}
+
+// vendorStep runs an intra-cluster step on the vendor library, on the
+// caller's stream, and (unless the plan is asynchronous) waits for it.
+func (c *HeteroComm) vendorStep(st *sched.Step, b *callBufs, s loader.Stream, async bool) error {
+	cc := c.ccl
+	if cc == nil {
+		return fmt.Errorf("%w: vendor step on rank %d without a vendor communicator", sdk.ErrInternalError, c.rank)
+	}
+	src, err := c.resolve(b, st.Src)
+	if err != nil {
+		return err
+	}
+	dst, err := c.resolve(b, st.Dst)
+	if err != nil {
+		return err
+	}
+	pl := c.be.Plugin
+	switch st.Coll {
+	case sched.AllReduce:
+		err = cc.AllReduce(src.ptr, dst.ptr, st.Count, st.DType, st.Op, s)
+	case sched.Reduce:
+		err = cc.Reduce(src.ptr, dst.ptr, st.Count, st.DType, st.Op, st.Root, s)
+	case sched.Broadcast:
+		err = cc.Broadcast(src.ptr, dst.ptr, st.Count, st.DType, st.Root, s)
+	case sched.AllGather:
+		err = cc.AllGather(src.ptr, dst.ptr, st.Count, st.DType, s)
+	case sched.ReduceScatter:
+		err = cc.ReduceScatter(src.ptr, dst.ptr, st.Count, st.DType, st.Op, s)
+	case sched.AlltoAll:
+		err = cc.AlltoAll(src.ptr, dst.ptr, st.Count, st.DType, s)
+	case sched.AlltoAllv:
+		err = cc.AlltoAllv(src.ptr, st.SendCounts, st.SDispls, dst.ptr, st.RecvCounts, st.RDispls, st.DType, s)
+	case sched.Gather:
+		err = cc.Gather(src.ptr, dst.ptr, st.Count, st.DType, st.Root, s)
+	case sched.Scatter:
+		err = cc.Scatter(src.ptr, dst.ptr, st.Count, st.DType, st.Root, s)
+	case sched.P2P:
+		if err = pl.GroupStart(); err != nil {
+			break
+		}
+		for _, x := range st.Xfers {
+			m, rerr := c.resolve(b, x.Ref)
+			if rerr != nil {
+				err = rerr
+				break
+			}
+			if x.Recv {
+				err = cc.Recv(m.ptr, x.Ref.Len, sdk.Uint8, x.Peer, s)
+			} else {
+				err = cc.Send(m.ptr, x.Ref.Len, sdk.Uint8, x.Peer, s)
+			}
+			if err != nil {
+				break
+			}
+		}
+		if gerr := pl.GroupEnd(); err == nil {
+			err = gerr
+		}
+	default:
+		err = fmt.Errorf("%w: vendor step %v", sdk.ErrInternalError, st.Coll)
+	}
+	if err != nil {
+		return fmt.Errorf("%s's %s in cluster %d: %w", pl.Name, st.Coll, c.layout.ClusterOf(c.rank).Index, err)
+	}
+	if async {
+		return nil
+	}
+	return pl.StreamSynchronize(s)
+}
+
+// hostStep runs a step's collective on a host communicator.
+func (c *HeteroComm) hostStep(cm *Comm, what string, st *sched.Step, b *callBufs) error {
+	src, err := c.resolve(b, st.Src)
+	if err != nil {
+		return err
+	}
+	dst, err := c.resolve(b, st.Dst)
+	if err != nil {
+		return err
+	}
+	if src.dev || dst.dev {
+		return fmt.Errorf("%w: host step %v on device memory", sdk.ErrInternalError, st.Coll)
+	}
+	s, d := src.host, dst.host
+	switch st.Coll {
+	case sched.AllReduce:
+		err = cm.AllReduce(s, d, st.Count, st.DType, st.Op)
+	case sched.Reduce:
+		err = cm.Reduce(s, d, st.Count, st.DType, st.Op, st.Root)
+	case sched.Broadcast:
+		err = cm.Broadcast(s, d, st.Count, st.DType, st.Root)
+	case sched.AllGather:
+		err = cm.AllGather(s, d, st.Count, st.DType)
+	case sched.ReduceScatter:
+		err = cm.ReduceScatter(s, d, st.Count, st.DType, st.Op)
+	case sched.AlltoAll:
+		err = cm.AlltoAll(s, d, st.Count, st.DType)
+	case sched.AlltoAllv:
+		err = cm.AlltoAllv(s, st.SendCounts, st.SDispls, d, st.RecvCounts, st.RDispls, st.DType)
+	case sched.Gather:
+		err = cm.Gather(s, d, st.Count, st.DType, st.Root)
+	case sched.Scatter:
+		err = cm.Scatter(s, d, st.Count, st.DType, st.Root)
+	case sched.Barrier:
+		err = cm.Barrier()
+	case sched.P2P:
+		cm.GroupStart()
+		for _, x := range st.Xfers {
+			m, rerr := c.resolve(b, x.Ref)
+			if rerr == nil && m.dev {
+				rerr = fmt.Errorf("%w: host transfer of device memory %s", sdk.ErrInternalError, x.Ref)
+			}
+			if rerr != nil {
+				_ = cm.GroupEnd()
+				return rerr
+			}
+			if x.Recv {
+				_ = cm.Recv(m.host, len(m.host), sdk.Uint8, x.Peer)
+			} else {
+				_ = cm.Send(m.host, len(m.host), sdk.Uint8, x.Peer)
+			}
+		}
+		err = cm.GroupEnd()
+	default:
+		err = fmt.Errorf("%w: host step %v", sdk.ErrInternalError, st.Coll)
+	}
+	if err != nil && what != "" {
+		return fmt.Errorf("%s host communicator: %w", what, err)
+	}
+	return err
+}

@@ -1,0 +1,249 @@
+// Package heterotest checks heterogeneous communicators against the exact
+// results of conformance/reference: one rank's side of a case, on host or
+// device memory. Its tests run ranks as processes on the emulated vendor
+// plugins; core's own tests use it with host ranks as goroutines.
+package heterotest
+
+import (
+	"fmt"
+
+	"github.com/flagcx/flagcx-go/conformance/reference"
+	"github.com/flagcx/flagcx-go/core"
+	"github.com/flagcx/flagcx-go/sdk"
+	"github.com/flagcx/flagcx-go/sdk/loader"
+)
+
+// Mem allocates a rank's buffers and moves bytes in and out of them.
+type Mem interface {
+	Alloc(n int) (core.Buffer, error)
+	Write(b core.Buffer, off int, src []byte) error
+	Read(b core.Buffer, off int, dst []byte) error
+	Free(b core.Buffer) error
+}
+
+// HostMem is Go memory.
+type HostMem struct{}
+
+func (HostMem) Alloc(n int) (core.Buffer, error) { return core.HostBuffer(make([]byte, n)), nil }
+func (HostMem) Write(b core.Buffer, off int, src []byte) error {
+	copy(b.Host()[off:], src)
+	return nil
+}
+func (HostMem) Read(b core.Buffer, off int, dst []byte) error {
+	copy(dst, b.Host()[off:])
+	return nil
+}
+func (HostMem) Free(core.Buffer) error { return nil }
+
+// DeviceMem is device memory of a plugin.
+type DeviceMem struct {
+	P   *loader.Plugin
+	Dev int
+}
+
+func (d DeviceMem) Alloc(n int) (core.Buffer, error) {
+	ptr, err := d.P.DeviceMalloc(d.Dev, max(n, 1))
+	if err != nil {
+		return core.Buffer{}, err
+	}
+	// Device memory starts as garbage (the emulators fill it with 0xCB):
+	// zero it as the host's is.
+	if err := d.P.CopyToDevice(ptr, make([]byte, max(n, 1))); err != nil {
+		return core.Buffer{}, err
+	}
+	return core.DeviceBuffer(ptr, n), nil
+}
+
+func (d DeviceMem) Write(b core.Buffer, off int, src []byte) error {
+	return d.P.CopyToDevice(b.Ptr()+uintptr(off), src)
+}
+
+func (d DeviceMem) Read(b core.Buffer, off int, dst []byte) error {
+	return d.P.CopyFromDevice(dst, b.Ptr()+uintptr(off))
+}
+
+func (d DeviceMem) Free(b core.Buffer) error { return d.P.DeviceFree(b.Ptr()) }
+
+// MemFor is the memory of comm's rank: its plugin's device, or the host.
+func MemFor(comm *core.HeteroComm) Mem {
+	if be := comm.Backend(); be.OnDevice() {
+		return DeviceMem{P: be.Plugin, Dev: be.Device}
+	}
+	return HostMem{}
+}
+
+// InPlaceChecked reports whether c has an in-place form to check (as in
+// nccl-tests: not AlltoAll, AlltoAllv, SendRecv).
+func InPlaceChecked(c reference.Collective) bool {
+	return c != reference.AlltoAll && c != reference.AlltoAllv && c != reference.SendRecv
+}
+
+// offsets are the element offsets of send and recv inside an in-place
+// buffer (nccl-tests' layouts).
+func offsets(coll reference.Collective, rank, count int) (send, recv int) {
+	switch coll {
+	case reference.AllGather, reference.Gather:
+		return rank * count, 0
+	case reference.ReduceScatter, reference.Scatter:
+		return 0, rank * count
+	}
+	return 0, 0
+}
+
+// Run runs case c on this rank (out of place, or in place) and returns how
+// many elements of its receive buffer differ from the reference. Every
+// rank of comm must call it with the same case.
+func Run(comm *core.HeteroComm, m Mem, c reference.Case, inPlace bool, s loader.Stream) (wrong int, err error) {
+	rank, ts := comm.Rank(), c.Type.Size()
+	sendN, recvN := c.SendCount()*ts, c.RecvCount()*ts
+	input := make([]byte, sendN)
+	reference.FillInput(c, rank, input)
+	var send, recv, whole core.Buffer
+	recvOff := 0
+	if inPlace {
+		so, ro := offsets(c.Coll, rank, c.Count)
+		total := max(so*ts+sendN, ro*ts+recvN)
+		if whole, err = m.Alloc(total); err != nil {
+			return 0, err
+		}
+		defer m.Free(whole)
+		if err = m.Write(whole, so*ts, input); err != nil {
+			return 0, err
+		}
+		if send, err = whole.Slice(so*ts, sendN); err == nil {
+			recv, err = whole.Slice(ro*ts, recvN)
+		}
+		if err != nil {
+			return 0, err
+		}
+		recvOff = ro * ts
+	} else {
+		if send, err = m.Alloc(sendN); err != nil {
+			return 0, err
+		}
+		defer m.Free(send)
+		if recv, err = m.Alloc(recvN); err != nil {
+			return 0, err
+		}
+		defer m.Free(recv)
+		whole = recv
+		if err = m.Write(send, 0, input); err != nil {
+			return 0, err
+		}
+	}
+	strm := s
+	if be := comm.Backend(); be.OnDevice() && strm == 0 {
+		if strm, err = be.Plugin.StreamCreate(be.Device); err != nil {
+			return 0, err
+		}
+		defer be.Plugin.StreamDestroy(strm)
+	}
+	if err := call(comm, c, rank, send, recv, strm); err != nil {
+		return 0, err
+	}
+	if be := comm.Backend(); be.OnDevice() {
+		if err := be.Plugin.StreamSynchronize(strm); err != nil {
+			return 0, err
+		}
+	}
+	got := make([]byte, recvN)
+	if err := m.Read(whole, recvOff, got); err != nil {
+		return 0, err
+	}
+	// The expected image starts as the receive region did: zeros, with the
+	// input where an in-place input overlaps it.
+	exp := make([]byte, recvN)
+	if inPlace {
+		so, ro := offsets(c.Coll, rank, c.Count)
+		lo, hi := max(so, ro)*ts, min(so*ts+sendN, ro*ts+recvN)
+		if lo < hi {
+			copy(exp[lo-ro*ts:hi-ro*ts], input[lo-so*ts:hi-so*ts])
+		}
+	}
+	reference.ExpectedInto(c, rank, exp)
+	return reference.Compare(c.Type, got, exp), nil
+}
+
+// call issues c's collective on comm.
+func call(comm *core.HeteroComm, c reference.Case, rank int, send, recv core.Buffer, s loader.Stream) error {
+	n := comm.Count()
+	switch c.Coll {
+	case reference.AllReduce:
+		return comm.AllReduce(send, recv, c.Count, c.Type, c.Op, s)
+	case reference.Reduce:
+		return comm.Reduce(send, recv, c.Count, c.Type, c.Op, c.Root, s)
+	case reference.Broadcast:
+		return comm.Broadcast(send, recv, c.Count, c.Type, c.Root, s)
+	case reference.AllGather:
+		return comm.AllGather(send, recv, c.Count, c.Type, s)
+	case reference.ReduceScatter:
+		return comm.ReduceScatter(send, recv, c.Count, c.Type, c.Op, s)
+	case reference.AlltoAll:
+		return comm.AlltoAll(send, recv, c.Count, c.Type, s)
+	case reference.AlltoAllv:
+		sc, sd, rc, rd := reference.AlltoAllvCounts(n, c.Count, rank)
+		return comm.AlltoAllv(send, sc, sd, recv, rc, rd, c.Type, s)
+	case reference.Gather:
+		return comm.Gather(send, recv, c.Count, c.Type, c.Root, s)
+	case reference.Scatter:
+		return comm.Scatter(send, recv, c.Count, c.Type, c.Root, s)
+	case reference.SendRecv:
+		comm.GroupStart()
+		err := comm.Send(send, c.Count, c.Type, (rank+1)%n, s)
+		if err == nil {
+			err = comm.Recv(recv, c.Count, c.Type, (rank-1+n)%n, s)
+		}
+		if gerr := comm.GroupEnd(); err == nil {
+			err = gerr
+		}
+		return err
+	}
+	return fmt.Errorf("%w: collective %v", sdk.ErrInvalidArgument, c.Coll)
+}
+
+// Matrix lists the cases of a full check on n ranks: every collective,
+// data type and (for reducing ones) op, every root for rooted ones, at the
+// given counts.
+func Matrix(n int, counts []int, types []sdk.DataType, seed uint64) []reference.Case {
+	var out []reference.Case
+	for _, coll := range reference.AllCollectives() {
+		ops := []sdk.RedOp{reference.NoOp}
+		if coll.Reduces() {
+			ops = sdk.AllRedOps()
+		}
+		roots := []int{0}
+		if coll.Rooted() {
+			roots = roots[:0]
+			for r := 0; r < n; r++ {
+				roots = append(roots, r)
+			}
+		}
+		for _, dt := range types {
+			for _, op := range ops {
+				for _, root := range roots {
+					for _, count := range counts {
+						seed++
+						out = append(out, reference.Case{Coll: coll, Type: dt, Op: op, NRanks: n, Root: root, Count: count, Seed: seed})
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// Name is a case's short name for reports.
+func Name(c reference.Case, inPlace bool) string {
+	s := fmt.Sprintf("%v %v", c.Coll, c.Type)
+	if c.Coll.Reduces() {
+		s += " " + c.Op.String()
+	}
+	if c.Coll.Rooted() {
+		s += fmt.Sprintf(" root %d", c.Root)
+	}
+	s += fmt.Sprintf(" count %d", c.Count)
+	if inPlace {
+		s += " in place"
+	}
+	return s
+}

@@ -1,0 +1,455 @@
+package sched
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/flagcx/flagcx-go/sdk"
+)
+
+// Coll names a collective call (or a step's operation).
+type Coll int
+
+const (
+	AllReduce Coll = iota
+	Reduce
+	Broadcast
+	AllGather
+	ReduceScatter
+	AlltoAll
+	AlltoAllv
+	Gather
+	Scatter
+	// P2P is a group of sends and receives (GroupStart ... GroupEnd, or a
+	// single Send or Recv).
+	P2P
+	Barrier
+	numColls
+)
+
+var collNames = [numColls]string{"AllReduce", "Reduce", "Broadcast", "AllGather", "ReduceScatter",
+	"AlltoAll", "AlltoAllv", "Gather", "Scatter", "SendRecv", "Barrier"}
+
+func (c Coll) String() string {
+	if c < 0 || c >= numColls {
+		return fmt.Sprintf("coll(%d)", int(c))
+	}
+	return collNames[c]
+}
+
+// Reduces reports whether c takes a reduction op.
+func (c Coll) Reduces() bool { return c == AllReduce || c == Reduce || c == ReduceScatter }
+
+// Rooted reports whether c takes a root.
+func (c Coll) Rooted() bool { return c == Reduce || c == Broadcast || c == Gather || c == Scatter }
+
+// Xfer is one send or receive of a P2P call or step. In a Call, Peer is a
+// rank of the communicator and Bytes the message size; in a Step, Peer is a
+// rank of the step's communicator and Ref the buffer.
+type Xfer struct {
+	Peer  int  `json:"peer"`
+	Recv  bool `json:"recv"`
+	Bytes int  `json:"bytes,omitempty"`
+	Ref   Ref  `json:"ref"`
+}
+
+// Call is one collective call as every rank makes it.
+type Call struct {
+	Coll  Coll         `json:"coll"`
+	Count int          `json:"count"` // elements, as the API's count argument
+	DType sdk.DataType `json:"dtype"`
+	Op    sdk.RedOp    `json:"op"`
+	Root  int          `json:"root"`
+	// AlltoAllv's arguments, in elements, one per rank.
+	SendCounts, SDispls, RecvCounts, RDispls []int `json:"-"`
+	// P2P's operations, in the order they were issued; a Ref of Buf User
+	// names each one's buffer (Idx is the position in this list).
+	Ops []Xfer `json:"-"`
+}
+
+func (c Call) String() string {
+	s := c.Coll.String()
+	switch c.Coll {
+	case P2P:
+		return fmt.Sprintf("%s (%d operations)", s, len(c.Ops))
+	case Barrier:
+		return s
+	}
+	s += " " + c.DType.String()
+	if c.Coll.Reduces() {
+		s += " " + c.Op.String()
+	}
+	if c.Coll.Rooted() {
+		s += fmt.Sprintf(" root %d", c.Root)
+	}
+	return s + fmt.Sprintf(" count %d", c.Count)
+}
+
+// Path is how a call runs.
+type Path int
+
+const (
+	// PathVendor: a single cluster on a plugin; its library does the call.
+	PathVendor Path = iota
+	// PathHostComm: a single cluster on the host backend; host collectives.
+	PathHostComm
+	// PathC2C: cluster-to-cluster schedule: inside each cluster on its
+	// library, between clusters among the leaders over hostnet, through
+	// pinned staging, pipelined in chunks.
+	PathC2C
+	// PathP2P: data movement as direct transfers: the vendor library
+	// between ranks of one cluster, hostnet through pinned staging between
+	// ranks of different clusters.
+	PathP2P
+	// PathHost: the host path (FLAGCX_USE_HOST_COMM=1, and the fallback):
+	// every rank copies its data to the host, one host collective over all
+	// ranks runs, every rank copies the result back.
+	PathHost
+)
+
+var pathNames = []string{"vendor", "host-comm", "c2c", "p2p", "host"}
+
+func (p Path) String() string {
+	if p < 0 || int(p) >= len(pathNames) {
+		return fmt.Sprintf("path(%d)", int(p))
+	}
+	return pathNames[p]
+}
+
+// Lane is where a step runs. Each lane runs its steps in plan order, and
+// the lanes run concurrently: that is the pipeline (chunk k on the network
+// while chunk k+1 is copied to the host and chunk k-1 back to the device).
+type Lane int
+
+const (
+	// LaneIntra: vendor operations and device copies on the caller's
+	// stream, or host operations on the cluster's host communicator.
+	LaneIntra Lane = iota
+	// LaneD2H: copies into staging, on the communicator's own stream.
+	LaneD2H
+	// LaneNet: hostnet operations and host reductions.
+	LaneNet
+	// LaneH2D: copies out of staging, on another stream of its own.
+	LaneH2D
+	NumLanes
+)
+
+var laneNames = [NumLanes]string{"intra", "d2h", "net", "h2d"}
+
+func (l Lane) String() string {
+	if l < 0 || l >= NumLanes {
+		return fmt.Sprintf("lane(%d)", int(l))
+	}
+	return laneNames[l]
+}
+
+// Kind is what a step does.
+type Kind int
+
+const (
+	// KindCopy copies each of Copies (device to host, host to device,
+	// device to device or host to host, as the memory is).
+	KindCopy Kind = iota
+	// KindIntra runs Coll on the cluster's communicator: the vendor library
+	// on a device cluster, host collectives on a host cluster. Roots and
+	// peers are cluster-local ranks.
+	KindIntra
+	// KindInter runs Coll among the cluster leaders on hostnet (inter rank
+	// = cluster index), on host memory.
+	KindInter
+	// KindWorld runs Coll over every rank of the communicator on hostnet,
+	// on host memory.
+	KindWorld
+	// KindScale divides Dst by N (avg = sum, then one division).
+	KindScale
+	// KindReduce combines Src into Dst with Op on the host, on every core.
+	KindReduce
+)
+
+var kindNames = []string{"copy", "intra", "inter", "world", "scale", "reduce"}
+
+func (k Kind) String() string {
+	if k < 0 || int(k) >= len(kindNames) {
+		return fmt.Sprintf("kind(%d)", int(k))
+	}
+	return kindNames[k]
+}
+
+// Buf names a buffer of a call.
+type Buf int
+
+const (
+	BufNone Buf = iota
+	BufSend
+	BufRecv
+	// BufScratch is this rank's scratch: device memory on a device rank,
+	// host memory on a host rank.
+	BufScratch
+	// BufStage is host memory: pinned on a device rank.
+	BufStage
+	// BufUser is buffer Idx of a P2P call's operations.
+	BufUser
+)
+
+var bufNames = []string{"-", "send", "recv", "scratch", "stage", "user"}
+
+// Ref is a byte range of a buffer.
+type Ref struct {
+	Buf Buf `json:"buf"`
+	Idx int `json:"idx,omitempty"`
+	Off int `json:"off"`
+	Len int `json:"len"`
+}
+
+func (r Ref) String() string {
+	if r.Buf == BufNone {
+		return "-"
+	}
+	name := bufNames[r.Buf]
+	if r.Buf == BufUser {
+		name = fmt.Sprintf("op%d", r.Idx)
+	}
+	return fmt.Sprintf("%s[%s:%s]", name, Bytes(r.Off), Bytes(r.Off+r.Len))
+}
+
+// Sub is the n bytes at off inside r.
+func (r Ref) Sub(off, n int) Ref { return Ref{Buf: r.Buf, Idx: r.Idx, Off: r.Off + off, Len: n} }
+
+// CopyPair is one copy of a KindCopy step; Src and Dst have the same Len.
+type CopyPair struct{ Src, Dst Ref }
+
+// Step is one operation of a plan.
+type Step struct {
+	Lane Lane `json:"lane"`
+	Kind Kind `json:"kind"`
+	// Coll, Src, Dst, Count, DType, Op and Root are the collective of an
+	// intra, inter or world step (Count in elements of DType; data movement
+	// runs as bytes, DType uint8, so it never depends on the library's
+	// types). Src == Dst is in place.
+	Coll  Coll         `json:"coll"`
+	Src   Ref          `json:"src"`
+	Dst   Ref          `json:"dst"`
+	Count int          `json:"count"`
+	DType sdk.DataType `json:"dtype"`
+	Op    sdk.RedOp    `json:"op"`
+	Root  int          `json:"root"`
+	// Copies of a copy step.
+	Copies []CopyPair `json:"copies,omitempty"`
+	// Xfers of a P2P step.
+	Xfers []Xfer `json:"xfers,omitempty"`
+	// AlltoAllv's counts and displacements (elements) of a world step.
+	SendCounts, SDispls, RecvCounts, RDispls []int `json:"-"`
+	// N divides a scale step.
+	N int `json:"n,omitempty"`
+	// Chunk is the pipeline chunk this step works on (-1: the whole call).
+	Chunk int `json:"chunk"`
+	// Deps are steps of other lanes that must be complete first (a lane's
+	// own earlier steps always are).
+	Deps []int `json:"deps,omitempty"`
+}
+
+// Plan is one rank's schedule for one call.
+type Plan struct {
+	Call   Call    `json:"call"`
+	Rank   int     `json:"rank"`
+	Path   Path    `json:"path"`
+	Why    string  `json:"why,omitempty"` // why this path (fallbacks say what is missing)
+	Layout *Layout `json:"-"`
+	// Chunks is the pipeline depth, ChunkBytes its chunk size.
+	Chunks     int    `json:"chunks"`
+	ChunkBytes int    `json:"chunk_bytes"`
+	Steps      []Step `json:"steps"`
+	// Async: the steps are enqueued on the caller's stream and the call
+	// returns before they complete (the vendor library's own semantics).
+	// Otherwise the call returns when its result is in place.
+	Async bool `json:"async"`
+}
+
+// StageBytes and ScratchBytes are the sizes the plan's refs need.
+func (p *Plan) StageBytes() int   { return p.extent(BufStage) }
+func (p *Plan) ScratchBytes() int { return p.extent(BufScratch) }
+
+func (p *Plan) extent(b Buf) int {
+	n := 0
+	see := func(r Ref) {
+		if r.Buf == b {
+			n = max(n, r.Off+r.Len)
+		}
+	}
+	for _, s := range p.Steps {
+		see(s.Src)
+		see(s.Dst)
+		for _, c := range s.Copies {
+			see(c.Src)
+			see(c.Dst)
+		}
+		for _, x := range s.Xfers {
+			see(x.Ref)
+		}
+	}
+	return n
+}
+
+// Lanes lists the lanes that have steps.
+func (p *Plan) Lanes() []Lane {
+	var used [NumLanes]bool
+	for _, s := range p.Steps {
+		used[s.Lane] = true
+	}
+	var out []Lane
+	for l, u := range used {
+		if u {
+			out = append(out, Lane(l))
+		}
+	}
+	return out
+}
+
+// Count returns how many steps match kind (and coll, for intra, inter and
+// world steps; pass -1 for any).
+func (p *Plan) Count(kind Kind, coll Coll) int {
+	n := 0
+	for _, s := range p.Steps {
+		if s.Kind == kind && (coll < 0 || s.Coll == coll || kind == KindCopy || kind == KindScale || kind == KindReduce) {
+			n++
+		}
+	}
+	return n
+}
+
+// String describes one step.
+func (s Step) String() string {
+	var b strings.Builder
+	switch s.Kind {
+	case KindCopy:
+		b.WriteString("copy ")
+		for i, c := range s.Copies {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			if i == 3 && len(s.Copies) > 4 {
+				fmt.Fprintf(&b, "... (%d copies)", len(s.Copies))
+				break
+			}
+			fmt.Fprintf(&b, "%s -> %s", c.Src, c.Dst)
+		}
+	case KindScale:
+		fmt.Fprintf(&b, "scale %s %s by 1/%d", s.DType, s.Dst, s.N)
+	case KindReduce:
+		fmt.Fprintf(&b, "reduce %s %s: %s op= %s", s.DType, s.Op, s.Dst, s.Src)
+	default:
+		fmt.Fprintf(&b, "%s %s", s.Kind, s.Coll)
+		if s.Coll == P2P {
+			for i, x := range s.Xfers {
+				if i == 4 && len(s.Xfers) > 5 {
+					fmt.Fprintf(&b, " ... (%d transfers)", len(s.Xfers))
+					break
+				}
+				if x.Recv {
+					fmt.Fprintf(&b, " recv %s<-%d", x.Ref, x.Peer)
+				} else {
+					fmt.Fprintf(&b, " send %s->%d", x.Ref, x.Peer)
+				}
+			}
+			break
+		}
+		if s.Coll == Barrier {
+			break
+		}
+		fmt.Fprintf(&b, " %s", s.DType)
+		if s.Coll.Reduces() {
+			fmt.Fprintf(&b, " %s", s.Op)
+		}
+		if s.Src == s.Dst {
+			fmt.Fprintf(&b, " %s in place", s.Src)
+		} else {
+			fmt.Fprintf(&b, " %s -> %s", s.Src, s.Dst)
+		}
+		fmt.Fprintf(&b, " count %d", s.Count)
+		if s.Coll.Rooted() {
+			fmt.Fprintf(&b, " root %d", s.Root)
+		}
+	}
+	return b.String()
+}
+
+// Format writes the plan: a header, then one line per step. With more than
+// maxChunks pipeline chunks, only the steps of the first maxChunks-1 chunks
+// and of the last one are listed (0 lists all).
+func (p *Plan) Format(w io.Writer, maxChunks int) {
+	fmt.Fprintf(w, "plan rank %d: %s: path %s", p.Rank, p.Call, p.Path)
+	if p.Chunks > 1 {
+		fmt.Fprintf(w, ", %d chunks of %s", p.Chunks, Bytes(p.ChunkBytes))
+	}
+	if p.Async {
+		fmt.Fprint(w, ", enqueued on the caller's stream")
+	}
+	fmt.Fprintln(w)
+	if p.Why != "" {
+		fmt.Fprintf(w, "  why: %s\n", p.Why)
+	}
+	if p.Layout != nil && p.Rank >= 0 && p.Rank < p.Layout.NRanks() {
+		c := p.Layout.ClusterOf(p.Rank)
+		role := "member"
+		if c.Leader == p.Rank {
+			role = "leader"
+		}
+		mem := "host memory"
+		if c.OnDevice() {
+			mem = fmt.Sprintf("%s device %d", c.Plugin, p.Layout.Members[p.Rank].Device)
+		}
+		fmt.Fprintf(w, "  rank %d: %s of cluster %d (%s, ranks %s), %s\n", p.Rank, role, c.Index, c.Vendor, FormatRanks(c.Ranks), mem)
+	}
+	if len(p.Steps) == 0 {
+		fmt.Fprintln(w, "  (nothing to do on this rank)")
+		return
+	}
+	skipped := 0
+	for i, s := range p.Steps {
+		if maxChunks > 0 && p.Chunks > maxChunks && s.Chunk >= maxChunks-1 && s.Chunk < p.Chunks-1 {
+			skipped++
+			continue
+		}
+		if skipped > 0 {
+			fmt.Fprintf(w, "  ... %d steps of chunks %d..%d, as above\n", skipped, maxChunks-1, p.Chunks-2)
+			skipped = 0
+		}
+		chunk := "   "
+		if s.Chunk >= 0 {
+			chunk = fmt.Sprintf("c%-2d", s.Chunk)
+		}
+		line := fmt.Sprintf("  %3d %-5s %s %s", i, s.Lane, chunk, s)
+		if len(s.Deps) > 0 {
+			deps := make([]string, len(s.Deps))
+			for j, d := range s.Deps {
+				deps[j] = fmt.Sprint(d)
+			}
+			line += "  (after " + strings.Join(deps, ",") + ")"
+		}
+		fmt.Fprintln(w, line)
+	}
+	if skipped > 0 {
+		fmt.Fprintf(w, "  ... %d steps of chunks %d..%d, as above\n", skipped, maxChunks-1, p.Chunks-2)
+	}
+}
+
+// String is Format with at most 3 chunks listed.
+func (p *Plan) String() string {
+	var b strings.Builder
+	p.Format(&b, 3)
+	return b.String()
+}
+
+// Bytes writes a byte count compactly: 512, 4K, 1.5M.
+func Bytes(n int) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%dG", n>>30)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dM", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dK", n>>10)
+	}
+	return fmt.Sprint(n)
+}
