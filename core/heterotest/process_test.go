@@ -1,0 +1,335 @@
+package heterotest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flagcx/flagcx-go/conformance/reference"
+	"github.com/flagcx/flagcx-go/core"
+	"github.com/flagcx/flagcx-go/core/sched"
+	"github.com/flagcx/flagcx-go/hostnet"
+	"github.com/flagcx/flagcx-go/sdk"
+	"github.com/flagcx/flagcx-go/sdk/loader"
+)
+
+// Vendor libraries are per process, so every rank is a process: the test
+// binary re-executes itself with envWorker holding the rank's job (a JSON
+// workerJob), runs it in TestMain and writes a workerOut to a file that the
+// parent test reads and asserts on.
+
+const envWorker = "FLAGCX_HETEROTEST_WORKER"
+
+type workerJob struct {
+	Scenario  string   `json:"scenario"` // "matrix" or "die"
+	Placement []string `json:"placement"`
+	Rank      int      `json:"rank"`
+	ID        string   `json:"id"`
+	Root      string   `json:"root"` // repository root
+	Out       string   `json:"out"`
+	Counts    []int    `json:"counts"`
+	Victim    int      `json:"victim"` // "die": the rank that exits mid-collective
+}
+
+type workerOut struct {
+	Layout      string   `json:"layout"`
+	Homogeneous bool     `json:"homogeneous"`
+	Clusters    int      `json:"clusters"`
+	Paths       []string `json:"paths"` // "AllReduce float32 sum ...: c2c" per checked collective (first case of each)
+	Cases       int      `json:"cases"`
+	Failures    []string `json:"failures"`
+	Error       string   `json:"error"`
+	ErrAfter    float64  `json:"err_after"` // "die": seconds until the error
+}
+
+func TestMain(m *testing.M) {
+	if job := os.Getenv(envWorker); job != "" {
+		os.Exit(runWorker(job))
+	}
+	os.Exit(m.Run())
+}
+
+func runWorker(spec string) int {
+	var job workerJob
+	if err := json.Unmarshal([]byte(spec), &job); err != nil {
+		fmt.Fprintln(os.Stderr, "bad job:", err)
+		return 2
+	}
+	var out workerOut
+	err := work(&job, &out)
+	if err != nil {
+		out.Error = err.Error()
+	}
+	b, _ := json.Marshal(&out)
+	if werr := os.WriteFile(job.Out, b, 0o644); werr != nil {
+		fmt.Fprintln(os.Stderr, "writing result:", werr)
+		return 2
+	}
+	return 0
+}
+
+// backendFor opens this rank's plugin (emulated) and picks its device: its
+// position among the earlier ranks of the same backend.
+func backendFor(job *workerJob) (core.Backend, error) {
+	name := job.Placement[job.Rank]
+	if name == "host" {
+		return core.HostBackend(), nil
+	}
+	dev := 0
+	for r := 0; r < job.Rank; r++ {
+		if job.Placement[r] == name {
+			dev++
+		}
+	}
+	p, err := loader.Open(filepath.Join(job.Root, "build", "plugins", "libflagcx-"+name+".so"))
+	if err != nil {
+		return core.Backend{}, err
+	}
+	if err := p.Init(loader.InitOptions{Emulated: true, VendorsimDir: filepath.Join(job.Root, "build", "vendorsim"), Log: func(string, loader.LogLevel, string) {}}); err != nil {
+		return core.Backend{}, err
+	}
+	return core.DeviceBackend(p, dev), nil
+}
+
+func work(job *workerJob, out *workerOut) error {
+	be, err := backendFor(job)
+	if err != nil {
+		return err
+	}
+	id, err := core.ParseUniqueID(job.ID)
+	if err != nil {
+		return err
+	}
+	n := len(job.Placement)
+	comm, err := core.InitHeteroRank(id, n, job.Rank, be)
+	if err != nil {
+		return err
+	}
+	defer comm.Destroy()
+	out.Layout = comm.Layout().String()
+	out.Homogeneous = comm.IsHomogeneous()
+	out.Clusters = len(comm.Clusters())
+	m := MemFor(comm)
+	switch job.Scenario {
+	case "die":
+		return die(job, comm, m, out)
+	case "matrix":
+	default:
+		return fmt.Errorf("unknown scenario %q", job.Scenario)
+	}
+	seen := map[reference.Collective]bool{}
+	for _, c := range Matrix(n, job.Counts, sdk.AllDataTypes(), 11) {
+		if !seen[c.Coll] && c.Coll != reference.SendRecv {
+			seen[c.Coll] = true
+			p, err := comm.PlanFor(job.Rank, sched.Call{Coll: sched.Coll(c.Coll), Count: c.Count, DType: sdk.Float32, Op: sdk.Sum,
+				SendCounts: make([]int, n), SDispls: make([]int, n), RecvCounts: make([]int, n), RDispls: make([]int, n)})
+			if err != nil {
+				return err
+			}
+			out.Paths = append(out.Paths, fmt.Sprintf("%v: %v", c.Coll, p.Path))
+		}
+		for _, inPlace := range []bool{false, true} {
+			if inPlace && !InPlaceChecked(c.Coll) {
+				continue
+			}
+			out.Cases++
+			wrong, err := Run(comm, m, c, inPlace, 0)
+			if err != nil {
+				return fmt.Errorf("%s: %w", Name(c, inPlace), err)
+			}
+			if wrong != 0 {
+				out.Failures = append(out.Failures, fmt.Sprintf("%s: %d wrong elements", Name(c, inPlace), wrong))
+			}
+		}
+	}
+	return comm.Barrier()
+}
+
+// die: every rank starts a large AllReduce; the victim exits while it
+// runs. The others must return an error.
+func die(job *workerJob, comm *core.HeteroComm, m Mem, out *workerOut) error {
+	if err := comm.Barrier(); err != nil {
+		return err
+	}
+	c := reference.Case{Coll: reference.AllReduce, Type: sdk.Float32, Op: sdk.Sum, NRanks: comm.Count(), Count: 4 << 20, Seed: 1}
+	if job.Rank == job.Victim {
+		go func() { _, _ = Run(comm, m, c, false, 0) }()
+		time.Sleep(300 * time.Millisecond)
+		os.Exit(3)
+	}
+	start := time.Now()
+	_, err := Run(comm, m, c, false, 0)
+	out.ErrAfter = time.Since(start).Seconds()
+	if err == nil {
+		return fmt.Errorf("AllReduce succeeded although rank %d died", job.Victim)
+	}
+	out.Error = err.Error()
+	return nil
+}
+
+// ---- the parent side ---------------------------------------------------------
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	return root
+}
+
+// requirePlugins skips when an optional vendor's plugin is not built, and
+// fails when nvidia's is missing (make builds it).
+func requirePlugins(t *testing.T, placement []string) {
+	t.Helper()
+	for _, name := range placement {
+		if name == "host" {
+			continue
+		}
+		path := filepath.Join(repoRoot(t), "build", "plugins", "libflagcx-"+name+".so")
+		if _, err := os.Stat(path); err != nil {
+			if name == "nvidia" {
+				t.Fatalf("%s is missing: run make first (it builds the plugins and the emulated runtimes)", path)
+			}
+			t.Skipf("%s is not built (the %s plugin is optional here): skipping this layout", path, name)
+		}
+	}
+}
+
+func expand(spec string) []string {
+	var p []string
+	for _, part := range strings.Split(spec, ",") {
+		name, count, _ := strings.Cut(part, ":")
+		n, _ := strconv.Atoi(count)
+		for i := 0; i < n; i++ {
+			p = append(p, name)
+		}
+	}
+	return p
+}
+
+// runRanks starts one process per rank of placement and returns their
+// outputs; the ranks share env (on top of this process's environment).
+func runRanks(t *testing.T, placement []string, job workerJob, env []string, limit time.Duration) []workerOut {
+	t.Helper()
+	cfg := hostnet.DefaultConfig()
+	cfg.IfName = "lo"
+	id, err := core.GetUniqueID(core.WithIDNetConfig(cfg))
+	require.NoError(t, err)
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	dir := t.TempDir()
+	n := len(placement)
+	outs := make([]workerOut, n)
+	codes := make([]int, n)
+	logs := make([]string, n)
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	var wg sync.WaitGroup
+	for r := 0; r < n; r++ {
+		j := job
+		j.Placement, j.Rank, j.ID, j.Root = placement, r, id.String(), repoRoot(t)
+		j.Out = filepath.Join(dir, fmt.Sprintf("rank%d.json", r))
+		spec, err := json.Marshal(j)
+		require.NoError(t, err)
+		cmd := exec.CommandContext(ctx, exe, "-test.run=^$")
+		cmd.Env = append(os.Environ(), envWorker+"="+string(spec), "FLAGCX_SOCKET_IFNAME=lo")
+		cmd.Env = append(cmd.Env, env...)
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			b, err := cmd.CombinedOutput()
+			logs[r] = string(b)
+			if ee, ok := err.(*exec.ExitError); ok {
+				codes[r] = ee.ExitCode()
+			} else if err != nil {
+				codes[r] = -1
+				logs[r] += err.Error()
+			}
+		}(r)
+	}
+	wg.Wait()
+	require.NoError(t, ctx.Err(), "the ranks did not finish within %v", limit)
+	for r := 0; r < n; r++ {
+		if job.Scenario == "die" && r == job.Victim {
+			require.Equal(t, 3, codes[r], "the victim exits with 3: %s", logs[r])
+			continue
+		}
+		require.Zero(t, codes[r], "rank %d: %s", r, logs[r])
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("rank%d.json", r)))
+		require.NoError(t, err, "rank %d wrote no result: %s", r, logs[r])
+		require.NoError(t, json.Unmarshal(b, &outs[r]))
+	}
+	return outs
+}
+
+// TestHeteroPlacements checks every collective, type, op and root exactly
+// on mixed placements of emulated vendors and host ranks.
+func TestHeteroPlacements(t *testing.T) {
+	cases := []struct {
+		name      string
+		placement string
+		env       []string
+		clusters  int
+		homo      bool
+		path      string // AllReduce's path
+	}{
+		{"nvidia and host, 2 clusters of 2", "nvidia:2,host:2", nil, 2, false, "c2c"},
+		{"3 clusters 2+1+2 by split list", "nvidia:2,host:1,nvidia:2", []string{"FLAGCX_CLUSTER_SPLIT_LIST=2,1,2", "FLAGCX_NET_CHUNK_SIZE=64"}, 3, false, "c2c"},
+		{"non-contiguous cluster and a cluster of one", "nvidia:1,host:1,nvidia:1", nil, 2, false, "c2c"},
+		{"split list on one vendor 2,2", "nvidia:4", []string{"FLAGCX_CLUSTER_SPLIT_LIST=2,2"}, 2, false, "c2c"},
+		{"split list on one vendor 1,1", "nvidia:2", []string{"FLAGCX_CLUSTER_SPLIT_LIST=1,1"}, 2, false, "c2c"},
+		{"forced host path", "nvidia:2,host:2", []string{"FLAGCX_USE_HOST_COMM=1"}, 2, false, "host"},
+		{"homogeneous nvidia", "nvidia:2", nil, 1, true, "vendor"},
+		{"three vendors 2+1+2", "kunlunxin:2,metax:1,host:2", nil, 3, false, "c2c"},
+		{"every vendor", "nvidia:1,kunlunxin:1,cambricon:2,metax:1,host:1", nil, 5, false, "c2c"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			placement := expand(tc.placement)
+			requirePlugins(t, placement)
+			start := time.Now()
+			outs := runRanks(t, placement, workerJob{Scenario: "matrix", Counts: []int{1, 37}}, tc.env, 3*time.Minute)
+			for r, o := range outs {
+				require.Empty(t, o.Error, "rank %d", r)
+				require.Empty(t, o.Failures, "rank %d", r)
+				require.NotZero(t, o.Cases)
+				require.Equal(t, tc.clusters, o.Clusters, "rank %d: %s", r, o.Layout)
+				require.Equal(t, tc.homo, o.Homogeneous)
+				require.Contains(t, o.Paths, "allreduce: "+tc.path, "rank %d", r)
+			}
+			t.Logf("%s: %d ranks, %d checks each, %v: %s", tc.placement, len(placement), outs[0].Cases, time.Since(start).Round(time.Millisecond), outs[0].Layout)
+		})
+	}
+}
+
+// TestHeteroRankDies: a rank that dies mid-collective makes every other
+// rank return an error within the deadline, whichever cluster it was in.
+func TestHeteroRankDies(t *testing.T) {
+	const timeout = 3 // seconds, FLAGCX_TIMEOUT
+	for _, victim := range []int{1, 2, 3} {
+		t.Run(fmt.Sprintf("rank %d", victim), func(t *testing.T) {
+			placement := expand("nvidia:2,host:2")
+			requirePlugins(t, placement)
+			env := []string{fmt.Sprintf("FLAGCX_TIMEOUT=%d", timeout), "FLAGCX_VENDORSIM_TIMEOUT=5", "FLAGCX_NET_CHUNK_SIZE=1M"}
+			outs := runRanks(t, placement, workerJob{Scenario: "die", Victim: victim}, env, time.Minute)
+			for r, o := range outs {
+				if r == victim {
+					continue
+				}
+				require.NotEmpty(t, o.Error, "rank %d returned no error", r)
+				require.NotContains(t, o.Error, "succeeded", "rank %d", r)
+				require.Less(t, o.ErrAfter, float64(3*timeout), "rank %d took %.1fs: %s", r, o.ErrAfter, o.Error)
+				t.Logf("rank %d failed after %.2fs: %s", r, o.ErrAfter, o.Error)
+			}
+		})
+	}
+}
