@@ -1,0 +1,698 @@
+/*
+ * libflagcx-metax.so: the flagcx-go plugin ABI (sdk/include/flagcx_plugin.h)
+ * mapped onto MetaX's MACA runtime (libmcruntime.so) and MCCL (libmccl.so).
+ *
+ * Both libraries are dlopen'ed at init, so this file builds with gcc alone:
+ * the few MetaX types and prototypes it needs are declared below. Evidence
+ * (vendor-apis.md section 4, tags as there: H = read in a vendor header,
+ * C = seen at a real call site, ⚠ = inferred, ❌ = not found):
+ *
+ *   - MCCL: H [MCCLH], the MetaX mccl.h with MCCL_VERSION_CODE 21605 (code
+ *     index id 54691111213). Results, data types, ops, the 128-byte unique id
+ *     passed BY VALUE and every signature used here, including mcclGather,
+ *     mcclScatter and mcclAllToAll, are in that header. The numbering is
+ *     NCCL's, which FlagCX's mccl_adaptor.cc also relies on (C [FCX]).
+ *   - MACA runtime: names and signatures C [FCX] maca_adaptor.cc, [VLM]. Only
+ *     mcSuccess = 0 and mcMemcpyDefault = 4 are confirmed by call sites; the
+ *     values marked ⚠ / ❌ below are beliefs, not facts (see METAX_UNVERIFIED
+ *     and README.md for how to check them on a MetaX machine).
+ *
+ * Names marked "not in vendor-apis.md" are optional lookups: when dlsym does
+ * not find them the feature they serve degrades instead of failing.
+ */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <dlfcn.h>
+#include <link.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "flagcx_plugin.h"
+
+/* ---- Vendor declarations (no MACA SDK needed) ----------------------------- */
+typedef int mcError_t; /* mcSuccess = 0: C [VLM] (result != 0), [FCX] */
+typedef void* mcStream_t;
+typedef void* mcEvent_t;
+enum { mcSuccess = 0 };
+
+/*
+ * METAX_UNVERIFIED: the MACA runtime values this plugin believes. None of
+ * them was read in a MetaX header; they mirror CUDA (MACA is a CUDA/HIP
+ * work-alike). To verify on a MetaX machine, compile and run
+ *
+ *   #include <mcr/mc_runtime.h>
+ *   #include <stdio.h>
+ *   int main(void) { printf("%d %d %d %d %d %d %d\n", mcMemcpyHostToDevice,
+ *     mcMemcpyDeviceToHost, mcMemcpyDeviceToDevice, mcStreamNonBlocking,
+ *     mcEventDefault, (int)mcErrorNotReady, (int)mcErrorNoDevice); }
+ *
+ * (cc -I$MACA_PATH/include probe.c); expected "1 2 3 1 0 600 100". If a value
+ * differs, change it here AND in conformance/vendorsim/metax/mcruntime.c
+ * (the emulator's model of MACA is kept separate on purpose).
+ */
+/* mcMemcpyKind ⚠: 1, 2, 3 from third-party ctypes declarations (code index
+ * ids 67386013764, 67172498097); Default = 4 is C [VLM]. */
+enum { mcMemcpyHostToDevice = 1, mcMemcpyDeviceToHost = 2, mcMemcpyDeviceToDevice = 3 };
+/* ⚠ mcStreamNonBlocking (UCC MACA header), mcEventDefault (CUDA mirror). */
+enum { mcStreamNonBlocking = 0x01, mcEventDefault = 0x00 };
+/* ❌ mcErrorNotReady: numeric value not found. CUDA and HIP use 600. A query
+ * that returns it, or any code whose mcGetErrorString text says "not
+ * ready", is read as "pending"; any other code is reported as an error (so
+ * a wrong guess turns into an error message, never into "done"). */
+#define MC_ERROR_NOT_READY_GUESS 600
+/* ⚠ mcErrorNoDevice: CUDA's and HIP's 100. mcGetDeviceCount returning it
+ * means "no MetaX device", which the ABI reports as count 0. */
+#define MC_ERROR_NO_DEVICE_GUESS 100
+
+typedef int mcclResult_t; /* mcclSuccess 0 .. mcclInProgress 7, mcclNumResults 8: H */
+typedef void* mcclComm_t;
+typedef struct { char internal[128]; } mcclUniqueId; /* MCCL_UNIQUE_ID_BYTES 128, BY VALUE: H */
+
+/* Function pointers, filled by dlsym at init. REQ: init fails without it;
+ * OPT: NULL means the feature is unavailable. */
+#define MCRT_FUNCS(REQ, OPT)                                                    \
+  REQ(mcError_t, mcGetDeviceCount, (int*))                                      \
+  REQ(mcError_t, mcSetDevice, (int))                                            \
+  REQ(mcError_t, mcMalloc, (void**, size_t))                                    \
+  REQ(mcError_t, mcFree, (void*))                                               \
+  REQ(mcError_t, mcMallocHost, (void**, size_t))                                \
+  REQ(mcError_t, mcFreeHost, (void*))                                           \
+  REQ(mcError_t, mcMemcpy, (void*, const void*, size_t, int))                   \
+  REQ(mcError_t, mcMemcpyAsync, (void*, const void*, size_t, int, mcStream_t))  \
+  REQ(mcError_t, mcMemsetAsync, (void*, int, size_t, mcStream_t))               \
+  REQ(mcError_t, mcStreamCreateWithFlags, (mcStream_t*, unsigned))             \
+  REQ(mcError_t, mcStreamDestroy, (mcStream_t))                                 \
+  REQ(mcError_t, mcStreamSynchronize, (mcStream_t))                             \
+  REQ(mcError_t, mcStreamWaitEvent, (mcStream_t, mcEvent_t, unsigned))          \
+  REQ(mcError_t, mcEventCreateWithFlags, (mcEvent_t*, unsigned))                \
+  REQ(mcError_t, mcEventDestroy, (mcEvent_t))                                   \
+  REQ(mcError_t, mcEventRecord, (mcEvent_t, mcStream_t))                        \
+  REQ(mcError_t, mcEventSynchronize, (mcEvent_t))                               \
+  REQ(mcError_t, mcDeviceGetPCIBusId, (char*, int, int))                        \
+  REQ(const char*, mcGetErrorString, (mcError_t))                               \
+  OPT(mcError_t, mcStreamQuery, (mcStream_t))                                   \
+  OPT(mcError_t, mcEventQuery, (mcEvent_t))                                     \
+  OPT(mcError_t, mcEventElapsedTime, (float*, mcEvent_t, mcEvent_t))            \
+  OPT(mcError_t, mcGetLastError, (void)) /* not in vendor-apis.md */
+
+#define MCCL_FUNCS(REQ, OPT)                                                    \
+  REQ(mcclResult_t, mcclGetVersion, (int*))                                     \
+  REQ(mcclResult_t, mcclGetUniqueId, (mcclUniqueId*))                           \
+  REQ(mcclResult_t, mcclCommInitRank, (mcclComm_t*, int, mcclUniqueId, int))    \
+  REQ(mcclResult_t, mcclCommDestroy, (mcclComm_t))                              \
+  REQ(mcclResult_t, mcclAllReduce, (const void*, void*, size_t, int, int, mcclComm_t, mcStream_t)) \
+  REQ(mcclResult_t, mcclReduce, (const void*, void*, size_t, int, int, int, mcclComm_t, mcStream_t)) \
+  REQ(mcclResult_t, mcclBroadcast, (const void*, void*, size_t, int, int, mcclComm_t, mcStream_t)) \
+  REQ(mcclResult_t, mcclAllGather, (const void*, void*, size_t, int, mcclComm_t, mcStream_t)) \
+  REQ(mcclResult_t, mcclReduceScatter, (const void*, void*, size_t, int, int, mcclComm_t, mcStream_t)) \
+  REQ(mcclResult_t, mcclSend, (const void*, size_t, int, int, mcclComm_t, mcStream_t)) \
+  REQ(mcclResult_t, mcclRecv, (void*, size_t, int, int, mcclComm_t, mcStream_t)) \
+  REQ(mcclResult_t, mcclGroupStart, (void))                                     \
+  REQ(mcclResult_t, mcclGroupEnd, (void))                                       \
+  REQ(const char*, mcclGetErrorString, (mcclResult_t))                          \
+  OPT(mcclResult_t, mcclCommAbort, (mcclComm_t))                                \
+  OPT(mcclResult_t, mcclCommGetAsyncError, (mcclComm_t, mcclResult_t*))         \
+  OPT(const char*, mcclGetLastError, (mcclComm_t))                              \
+  OPT(mcclResult_t, mcclAllToAll, (const void*, void*, size_t, int, mcclComm_t, mcStream_t)) \
+  OPT(mcclResult_t, mcclGather, (const void*, void*, size_t, int, int, mcclComm_t, mcStream_t)) \
+  OPT(mcclResult_t, mcclScatter, (const void*, void*, size_t, int, int, mcclComm_t, mcStream_t))
+
+#define DECLARE(ret, name, args) static ret(*f_##name) args;
+MCRT_FUNCS(DECLARE, DECLARE)
+MCCL_FUNCS(DECLARE, DECLARE)
+
+/* ---- State, errors, logging ---------------------------------------------- */
+enum { LIB_MCRT, LIB_MCCL, NUM_LIBS };
+/* Candidates after $MACA_PATH/lib/<name> (tried first when MACA_PATH is
+ * set). The plain soname honours LD_LIBRARY_PATH; /opt/maca/lib is where
+ * most callers find MACA, /opt/maca/lib64 where FlagCX's metax.mk links. */
+static const flagcxPluginLibrary_v1_t libraries[NUM_LIBS + 1] = {
+    {"runtime", "FLAGCX_METAX_MCRUNTIME", "libmcruntime.so:/opt/maca/lib/libmcruntime.so:/opt/maca/lib64/libmcruntime.so", 0, 0},
+    {"ccl", "FLAGCX_METAX_MCCL", "libmccl.so:/opt/maca/lib/libmccl.so:/opt/maca/lib64/libmccl.so", 0, 0},
+    {NULL, NULL, NULL, 0, 0}};
+
+static void* handles[NUM_LIBS];
+static flagcxLibraryStatus_v1_t status[NUM_LIBS];
+static int ready, mcclVersion;
+static flagcxLogFn_t logFn;
+static void* logCtx;
+static __thread char lastError[1024]; /* per thread, as the ABI asks */
+
+static void bprintf(char* buf, size_t n, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
+static void bprintf(char* buf, size_t n, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, n, fmt, ap);
+  va_end(ap);
+}
+
+static void logf_(int level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+static void logf_(int level, const char* fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  if (!logFn) return;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  logFn(logCtx, level, msg);
+}
+
+static flagcxResult_t fail(flagcxResult_t r, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+static flagcxResult_t fail(flagcxResult_t r, const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(lastError, sizeof lastError, fmt, ap);
+  va_end(ap);
+  return r;
+}
+
+static flagcxResult_t mcCheck(mcError_t e, const char* call) {
+  if (e == mcSuccess) return flagcxSuccess;
+  if (f_mcGetLastError) f_mcGetLastError(); /* clear a non-sticky error, as CUDA needs */
+  return fail(flagcxUnhandledDeviceError, "%s: %s (mcError %d)", call, f_mcGetErrorString(e), e);
+}
+
+/* MCCL codes 1..7 are ours (mcclUnhandledMacaError 1 is our device error);
+ * anything else becomes "unhandled CCL error" with MCCL's own text. */
+static flagcxResult_t mcclCheck(mcclResult_t r, const char* call, mcclComm_t comm) {
+  const char* last;
+  if (r == 0) return flagcxSuccess;
+  last = f_mcclGetLastError ? f_mcclGetLastError(comm) : NULL;
+  return fail(r >= 1 && r <= 7 ? (flagcxResult_t)r : flagcxUnhandledCclError, "%s: %s%s%s (mcclResult %d)", call,
+              f_mcclGetErrorString(r), last && *last ? ": " : "", last ? last : "", r);
+}
+
+#define READY()                                                                      \
+  do {                                                                               \
+    if (!ready) return fail(flagcxInvalidUsage, "%s: plugin not initialized", __func__); \
+  } while (0)
+#define MC(fn, args) \
+  do { flagcxResult_t r_ = mcCheck(f_##fn args, #fn); if (r_ != flagcxSuccess) return r_; } while (0)
+
+/* ---- Init: load libraries ------------------------------------------------- */
+/* MCCL_VERSION(X,Y,Z): X*1000+Y*100+Z up to 2.8, else X*10000+Y*100+Z (H). */
+static void versionString(char* out, size_t n, int v) {
+  if (v <= 0) return;
+  if (v >= 10000) bprintf(out, n, "%d.%d.%d", v / 10000, v / 100 % 100, v % 100);
+  else bprintf(out, n, "%d.%d.%d", v / 1000, v / 100 % 10, v % 100);
+}
+
+static void* tryOpen(const char* path, flagcxLibraryStatus_v1_t* st, int searched) {
+  struct link_map* lm = NULL;
+  void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!h) return NULL;
+  bprintf(st->path, sizeof st->path, "%s", path);
+  if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name[0])
+    bprintf(st->path, sizeof st->path, "%s", lm->l_name);
+  /* ⚠ Moore Threads MUSA ships its own libmccl.so with mccl* names
+   * (vendor-apis.md 4.1): a search hit under a musa directory is not MetaX's.
+   * A path given in the variable is taken as it is. */
+  if (searched && strcasestr(st->path, "/musa")) {
+    logf_(flagcxLogWarn, "skipping %s: a Moore Threads MUSA library, not MetaX's", st->path);
+    dlclose(h);
+    st->path[0] = 0;
+    return NULL;
+  }
+  return h;
+}
+
+/* dlopen library i from its env var, else from $MACA_PATH/lib, else from
+ * its candidate names. */
+static void* openLib(int i) {
+  const flagcxPluginLibrary_v1_t* lib = &libraries[i];
+  flagcxLibraryStatus_v1_t* st = &status[i];
+  const char* env = getenv(lib->envVar);
+  const char* maca = getenv("MACA_PATH");
+  char names[512], tried[768], path[600], *save = NULL, *name, *first;
+  void* h = NULL;
+  const int* marker;
+
+  bprintf(names, sizeof names, "%s", lib->sonames);
+  first = strtok_r(names, ":", &save);
+  if (env && *env) {
+    bprintf(st->path, sizeof st->path, "%s", env);
+    if (!(h = tryOpen(env, st, 0)))
+      bprintf(st->error, sizeof st->error, "cannot load %s from %s=%s: %s (fix or unset %s)", first, lib->envVar, env,
+              dlerror(), lib->envVar);
+  } else {
+    tried[0] = 0;
+    if (maca && *maca) {
+      bprintf(path, sizeof path, "%s/lib/%s", maca, first);
+      bprintf(tried, sizeof tried, "%s:", path);
+      h = tryOpen(path, st, 1);
+    }
+    bprintf(names, sizeof names, "%s", lib->sonames);
+    for (name = strtok_r(names, ":", &save); name && !h; name = strtok_r(NULL, ":", &save))
+      h = tryOpen(name, st, 1);
+    if (!h) {
+      const char* why = dlerror();
+      bprintf(names, sizeof names, "%s", lib->sonames);
+      first = strtok_r(names, ":", &save);
+      bprintf(st->path, sizeof st->path, "%s", first);
+      bprintf(st->error, sizeof st->error,
+              "cannot load %s (tried %s%s; last error: %s): install MetaX MACA or set %s to its path", first, tried,
+              lib->sonames, why ? why : "found only a MUSA library of that name", lib->envVar);
+    }
+  }
+  if (!h) return NULL;
+  /* Emulators (conformance/vendorsim) export this marker; the host then says
+   * "emulated" wherever it prints results. */
+  marker = (const int*)dlsym(h, "flagcxVendorsimEmulated");
+  st->emulated = marker && *marker;
+  return h;
+}
+
+static flagcxResult_t missing(int i, const char* sym) {
+  bprintf(status[i].error, sizeof status[i].error,
+          "%s lacks %s: it is not MetaX %s (or too old); point %s at the one from MACA", status[i].path, sym,
+          i == LIB_MCCL ? "MCCL" : "MACA runtime", libraries[i].envVar);
+  return flagcxSystemError;
+}
+
+#define LOAD_REQ(ret, name, args) \
+  if (!(f_##name = (ret(*) args)dlsym(h, #name))) return missing(lib, #name);
+#define LOAD_OPT(ret, name, args) f_##name = (ret(*) args)dlsym(h, #name);
+
+static flagcxResult_t loadMcrt(void* h) {
+  int lib = LIB_MCRT;
+  MCRT_FUNCS(LOAD_REQ, LOAD_OPT)
+  return flagcxSuccess;
+}
+
+static flagcxResult_t loadMccl(void* h) {
+  int lib = LIB_MCCL;
+  MCCL_FUNCS(LOAD_REQ, LOAD_OPT)
+  if (f_mcclGetVersion(&mcclVersion) != 0) mcclVersion = 0;
+  versionString(status[lib].version, sizeof status[lib].version, mcclVersion);
+  return flagcxSuccess;
+}
+
+static void fillInfo(flagcxPluginInfo_v1_t* info) {
+  int i;
+  if (!info) return;
+  memset(info, 0, sizeof *info);
+  info->numLibraries = NUM_LIBS;
+  for (i = 0; i < NUM_LIBS; i++) {
+    info->libraries[i] = status[i];
+    info->emulated |= status[i].loaded && status[i].emulated;
+  }
+  info->dataTypeMask = (1u << flagcxNumTypes) - 1; /* mcclInt8 0 .. mcclBfloat16 9: H */
+  info->redOpMask = (1u << flagcxNumRedOps) - 1;   /* mcclSum 0 .. mcclAvg 4: H */
+}
+
+static flagcxResult_t (*const loaders[NUM_LIBS])(void*) = {loadMcrt, loadMccl};
+
+static flagcxResult_t mxInit(flagcxLogFn_t log, void* ctx, flagcxPluginInfo_v1_t* info) {
+  int i;
+  if (ready) { fillInfo(info); return flagcxSuccess; }
+  logFn = log;
+  logCtx = ctx;
+  memset(status, 0, sizeof status);
+  for (i = 0; i < NUM_LIBS; i++) {
+    if ((handles[i] = openLib(i)) && loaders[i](handles[i]) == flagcxSuccess) {
+      status[i].loaded = 1;
+      logf_(flagcxLogInfo, "loaded %s %s from %s%s", libraries[i].role, status[i].version, status[i].path,
+            status[i].emulated ? " (EMULATED)" : "");
+      continue;
+    }
+    fail(flagcxSystemError, "%s", status[i].error);
+    fillInfo(info);
+    for (i = 0; i < NUM_LIBS; i++) /* a later init may retry with other paths */
+      if (handles[i]) dlclose(handles[i]), handles[i] = NULL;
+    return flagcxSystemError;
+  }
+  ready = 1;
+  fillInfo(info);
+  return flagcxSuccess;
+}
+
+static const char* mxGetLastError(void) { return lastError; }
+
+/* ---- Device runtime ------------------------------------------------------- */
+static flagcxResult_t mxGetDeviceCount(int* count) {
+  mcError_t e;
+  READY();
+  e = f_mcGetDeviceCount(count);
+  if (e == MC_ERROR_NO_DEVICE_GUESS) { /* no device is an answer, not a failure */
+    if (f_mcGetLastError) f_mcGetLastError();
+    *count = 0;
+    return flagcxSuccess;
+  }
+  return mcCheck(e, "mcGetDeviceCount");
+}
+
+static flagcxResult_t mxSetDevice(int dev) {
+  READY();
+  return mcCheck(f_mcSetDevice(dev), "mcSetDevice");
+}
+
+/* The reference has no MACA call for names, UUIDs, memory size or links
+ * (mcGetDeviceProperties' struct layout is ❌), so only the PCI bus id and
+ * the NUMA node (from sysfs) are reported. */
+static flagcxResult_t mxGetDeviceInfo(int dev, flagcxDeviceInfo_v1_t* info) {
+  char path[96];
+  FILE* f;
+  char* c;
+  READY();
+  memset(info, 0, sizeof *info);
+  info->numaNode = -1;
+  MC(mcDeviceGetPCIBusId, (info->pciBusId, sizeof info->pciBusId, dev));
+  for (c = info->pciBusId; *c; c++) *c = tolower((unsigned char)*c); /* sysfs spelling */
+  bprintf(info->name, sizeof info->name, "MetaX GPU %d", dev);
+  bprintf(path, sizeof path, "/sys/bus/pci/devices/%s/numa_node", info->pciBusId);
+  if ((f = fopen(path, "r"))) {
+    if (fscanf(f, "%d", &info->numaNode) != 1) info->numaNode = -1;
+    fclose(f);
+  }
+  return flagcxSuccess;
+}
+
+static flagcxResult_t mxDeviceMalloc(int dev, void** ptr, size_t bytes) {
+  READY();
+  MC(mcSetDevice, (dev));
+  return mcCheck(f_mcMalloc(ptr, bytes), "mcMalloc");
+}
+static flagcxResult_t mxDeviceFree(void* ptr) { READY(); return mcCheck(f_mcFree(ptr), "mcFree"); }
+/* mcMallocHost, not mcHostAlloc: the latter was not seen anywhere (4.3). */
+static flagcxResult_t mxHostMalloc(void** ptr, size_t bytes) {
+  READY();
+  return mcCheck(f_mcMallocHost(ptr, bytes), "mcMallocHost");
+}
+static flagcxResult_t mxHostFree(void* ptr) { READY(); return mcCheck(f_mcFreeHost(ptr), "mcFreeHost"); }
+
+static flagcxResult_t mxMemCopy(void* dst, const void* src, size_t bytes, flagcxMemcpyKind_t kind, flagcxStream_t s) {
+  /* flagcx H2D 0, D2H 1, D2D 2 -> mcMemcpyKind 1, 2, 3 (⚠, see METAX_UNVERIFIED) */
+  static const int mcKind[3] = {mcMemcpyHostToDevice, mcMemcpyDeviceToHost, mcMemcpyDeviceToDevice};
+  READY();
+  if ((unsigned)kind > flagcxMemcpyDeviceToDevice)
+    return fail(flagcxInvalidArgument, "memCopy: direction %d is not 0 (H2D), 1 (D2H) or 2 (D2D)", (int)kind);
+  if (!s) return mcCheck(f_mcMemcpy(dst, src, bytes, mcKind[kind]), "mcMemcpy");
+  return mcCheck(f_mcMemcpyAsync(dst, src, bytes, mcKind[kind], (mcStream_t)s), "mcMemcpyAsync");
+}
+
+static flagcxResult_t mxMemSet(void* dst, int value, size_t bytes, flagcxStream_t s) {
+  READY();
+  MC(mcMemsetAsync, (dst, value, bytes, (mcStream_t)s));
+  return s ? flagcxSuccess : mcCheck(f_mcStreamSynchronize(NULL), "mcStreamSynchronize");
+}
+
+static flagcxResult_t mxStreamCreate(int dev, flagcxStream_t* s) {
+  READY();
+  MC(mcSetDevice, (dev));
+  /* Non-blocking: collectives must not serialize with the default stream. */
+  return mcCheck(f_mcStreamCreateWithFlags((mcStream_t*)s, mcStreamNonBlocking), "mcStreamCreateWithFlags");
+}
+static flagcxResult_t mxStreamDestroy(flagcxStream_t s) {
+  READY();
+  return mcCheck(f_mcStreamDestroy((mcStream_t)s), "mcStreamDestroy");
+}
+static flagcxResult_t mxStreamSynchronize(flagcxStream_t s) {
+  READY();
+  return mcCheck(f_mcStreamSynchronize((mcStream_t)s), "mcStreamSynchronize");
+}
+/* "Not ready" is an answer ("pending"), not a failure; its number is ❌. */
+static flagcxResult_t queryResult(mcError_t e, const char* call) {
+  const char* text;
+  if (e == mcSuccess) return flagcxSuccess;
+  text = f_mcGetErrorString(e);
+  if (e == MC_ERROR_NOT_READY_GUESS || (text && strcasestr(text, "not ready"))) {
+    if (f_mcGetLastError) f_mcGetLastError();
+    return flagcxInProgress;
+  }
+  return mcCheck(e, call);
+}
+static flagcxResult_t mxStreamQuery(flagcxStream_t s) {
+  READY();
+  if (!f_mcStreamQuery) return fail(flagcxNotSupported, "mcStreamQuery not found in libmcruntime");
+  return queryResult(f_mcStreamQuery((mcStream_t)s), "mcStreamQuery");
+}
+static flagcxResult_t mxStreamWaitEvent(flagcxStream_t s, flagcxEvent_t e) {
+  READY(); /* flags 0 (mcEventWaitDefault ⚠ 0); C++ callers omit it */
+  return mcCheck(f_mcStreamWaitEvent((mcStream_t)s, (mcEvent_t)e, 0), "mcStreamWaitEvent");
+}
+
+static flagcxResult_t mxEventCreate(int dev, flagcxEvent_t* e) {
+  READY();
+  MC(mcSetDevice, (dev));
+  return mcCheck(f_mcEventCreateWithFlags((mcEvent_t*)e, mcEventDefault), "mcEventCreateWithFlags");
+}
+static flagcxResult_t mxEventDestroy(flagcxEvent_t e) {
+  READY();
+  return mcCheck(f_mcEventDestroy((mcEvent_t)e), "mcEventDestroy");
+}
+static flagcxResult_t mxEventRecord(flagcxEvent_t e, flagcxStream_t s) {
+  READY();
+  return mcCheck(f_mcEventRecord((mcEvent_t)e, (mcStream_t)s), "mcEventRecord");
+}
+static flagcxResult_t mxEventQuery(flagcxEvent_t e) {
+  READY();
+  if (!f_mcEventQuery) return fail(flagcxNotSupported, "mcEventQuery not found in libmcruntime");
+  return queryResult(f_mcEventQuery((mcEvent_t)e), "mcEventQuery");
+}
+static flagcxResult_t mxEventSynchronize(flagcxEvent_t e) {
+  READY();
+  return mcCheck(f_mcEventSynchronize((mcEvent_t)e), "mcEventSynchronize");
+}
+static flagcxResult_t mxEventElapsedTime(float* ms, flagcxEvent_t start, flagcxEvent_t end) {
+  READY(); /* (float* ms, start, end): the CUDA order, C [FCX] */
+  if (!f_mcEventElapsedTime) return fail(flagcxNotSupported, "mcEventElapsedTime not found in libmcruntime");
+  return mcCheck(f_mcEventElapsedTime(ms, (mcEvent_t)start, (mcEvent_t)end), "mcEventElapsedTime");
+}
+
+/* ---- Collective library --------------------------------------------------- */
+/* Our handle wraps mcclComm_t with rank and size, which the grouped
+ * compositions need without extra MCCL calls. */
+typedef struct { mcclComm_t mccl; int rank, nranks; } mxComm;
+#define MCOMM(c) (((mxComm*)(c))->mccl)
+static const size_t typeSize[flagcxNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+
+/* flagcxDataType_t -> mcclDataType_t and flagcxRedOp_t -> mcclRedOp_t. Both
+ * are NCCL's numbers in mccl.h (H), so the tables are the identity; they are
+ * spelled out so that the mapping is visible and tested value by value. */
+static const int mcclType[flagcxNumTypes] = {
+    /* Int8 */ 0, /* Uint8 */ 1, /* Int32 */ 2, /* Uint32 */ 3, /* Int64 */ 4,
+    /* Uint64 */ 5, /* Float16 */ 6, /* Float32 */ 7, /* Float64 */ 8, /* Bfloat16 */ 9};
+static const int mcclOp[flagcxNumRedOps] = {/* Sum */ 0, /* Prod */ 1, /* Max */ 2, /* Min */ 3, /* Avg */ 4};
+
+static flagcxResult_t checkTypeOp(const char* call, flagcxDataType_t t, int op) {
+  if ((unsigned)t >= flagcxNumTypes) return fail(flagcxInvalidArgument, "%s: data type %d is unknown", call, (int)t);
+  if (op >= flagcxNumRedOps) return fail(flagcxInvalidArgument, "%s: reduction op %d is unknown", call, op);
+  return flagcxSuccess;
+}
+#define CHECK_TYPE_OP(call, t, op) \
+  do { flagcxResult_t r_ = checkTypeOp(call, t, op); if (r_ != flagcxSuccess) return r_; } while (0)
+#define T(t) mcclType[t]
+#define O(o) mcclOp[o]
+
+static flagcxResult_t mxGetUniqueIdBytes(size_t* bytes) { *bytes = sizeof(mcclUniqueId); return flagcxSuccess; }
+
+static flagcxResult_t mxGetUniqueId(void* id) {
+  mcclUniqueId u;
+  flagcxResult_t r;
+  READY();
+  if ((r = mcclCheck(f_mcclGetUniqueId(&u), "mcclGetUniqueId", NULL)) == flagcxSuccess) memcpy(id, &u, sizeof u);
+  return r;
+}
+
+static flagcxResult_t mxCommInitRank(flagcxVendorComm_t* comm, int nranks, const void* id, int rank, int dev) {
+  mcclUniqueId u;
+  mxComm* c;
+  flagcxResult_t r;
+  READY();
+  MC(mcSetDevice, (dev)); /* MCCL binds the communicator to the current device (H) */
+  if (!(c = calloc(1, sizeof *c))) return fail(flagcxSystemError, "commInitRank: out of memory");
+  memcpy(&u, id, sizeof u);
+  c->rank = rank;
+  c->nranks = nranks;
+  if ((r = mcclCheck(f_mcclCommInitRank(&c->mccl, nranks, u, rank), "mcclCommInitRank", NULL)) != flagcxSuccess) {
+    free(c);
+    return r;
+  }
+  *comm = (flagcxVendorComm_t)c;
+  return flagcxSuccess;
+}
+
+static flagcxResult_t mxCommDestroy(flagcxVendorComm_t comm) {
+  flagcxResult_t r;
+  READY();
+  if ((r = mcclCheck(f_mcclCommDestroy(MCOMM(comm)), "mcclCommDestroy", MCOMM(comm))) == flagcxSuccess) free(comm);
+  return r;
+}
+
+static flagcxResult_t mxCommAbort(flagcxVendorComm_t comm) {
+  flagcxResult_t r;
+  READY();
+  if (!f_mcclCommAbort) return fail(flagcxNotSupported, "mcclCommAbort not found in libmccl");
+  if ((r = mcclCheck(f_mcclCommAbort(MCOMM(comm)), "mcclCommAbort", NULL)) == flagcxSuccess) free(comm);
+  return r;
+}
+
+static flagcxResult_t mxCommGetAsyncError(flagcxVendorComm_t comm, flagcxResult_t* asyncError) {
+  mcclResult_t a = 0;
+  flagcxResult_t r;
+  READY();
+  if (!f_mcclCommGetAsyncError) return fail(flagcxNotSupported, "mcclCommGetAsyncError not found in libmccl");
+  if ((r = mcclCheck(f_mcclCommGetAsyncError(MCOMM(comm), &a), "mcclCommGetAsyncError", MCOMM(comm))) != flagcxSuccess)
+    return r;
+  *asyncError = a >= 0 && a <= 7 ? (flagcxResult_t)a : flagcxUnhandledCclError;
+  if (a != 0) mcclCheck(a, "asynchronous MCCL error", MCOMM(comm)); /* keep MCCL's text for getLastError */
+  return flagcxSuccess;
+}
+
+static flagcxResult_t mxAllReduce(const void* s, void* r, size_t n, flagcxDataType_t t, flagcxRedOp_t op,
+                                  flagcxVendorComm_t c, flagcxStream_t st) {
+  READY();
+  CHECK_TYPE_OP("mcclAllReduce", t, op);
+  return mcclCheck(f_mcclAllReduce(s, r, n, T(t), O(op), MCOMM(c), (mcStream_t)st), "mcclAllReduce", MCOMM(c));
+}
+static flagcxResult_t mxReduce(const void* s, void* r, size_t n, flagcxDataType_t t, flagcxRedOp_t op, int root,
+                               flagcxVendorComm_t c, flagcxStream_t st) {
+  READY();
+  CHECK_TYPE_OP("mcclReduce", t, op);
+  return mcclCheck(f_mcclReduce(s, r, n, T(t), O(op), root, MCOMM(c), (mcStream_t)st), "mcclReduce", MCOMM(c));
+}
+static flagcxResult_t mxBroadcast(const void* s, void* r, size_t n, flagcxDataType_t t, int root,
+                                  flagcxVendorComm_t c, flagcxStream_t st) {
+  READY();
+  CHECK_TYPE_OP("mcclBroadcast", t, 0);
+  return mcclCheck(f_mcclBroadcast(s, r, n, T(t), root, MCOMM(c), (mcStream_t)st), "mcclBroadcast", MCOMM(c));
+}
+static flagcxResult_t mxAllGather(const void* s, void* r, size_t n, flagcxDataType_t t, flagcxVendorComm_t c,
+                                  flagcxStream_t st) {
+  READY();
+  CHECK_TYPE_OP("mcclAllGather", t, 0);
+  return mcclCheck(f_mcclAllGather(s, r, n, T(t), MCOMM(c), (mcStream_t)st), "mcclAllGather", MCOMM(c));
+}
+static flagcxResult_t mxReduceScatter(const void* s, void* r, size_t n, flagcxDataType_t t, flagcxRedOp_t op,
+                                      flagcxVendorComm_t c, flagcxStream_t st) {
+  READY();
+  CHECK_TYPE_OP("mcclReduceScatter", t, op);
+  return mcclCheck(f_mcclReduceScatter(s, r, n, T(t), O(op), MCOMM(c), (mcStream_t)st), "mcclReduceScatter",
+                   MCOMM(c));
+}
+static flagcxResult_t mxSend(const void* s, size_t n, flagcxDataType_t t, int peer, flagcxVendorComm_t c,
+                             flagcxStream_t st) {
+  READY();
+  CHECK_TYPE_OP("mcclSend", t, 0);
+  return mcclCheck(f_mcclSend(s, n, T(t), peer, MCOMM(c), (mcStream_t)st), "mcclSend", MCOMM(c));
+}
+static flagcxResult_t mxRecv(void* r, size_t n, flagcxDataType_t t, int peer, flagcxVendorComm_t c,
+                             flagcxStream_t st) {
+  READY();
+  CHECK_TYPE_OP("mcclRecv", t, 0);
+  return mcclCheck(f_mcclRecv(r, n, T(t), peer, MCOMM(c), (mcStream_t)st), "mcclRecv", MCOMM(c));
+}
+static flagcxResult_t mxGroupStart(void) { READY(); return mcclCheck(f_mcclGroupStart(), "mcclGroupStart", NULL); }
+static flagcxResult_t mxGroupEnd(void) { READY(); return mcclCheck(f_mcclGroupEnd(), "mcclGroupEnd", NULL); }
+
+/* Grouped point-to-point, for what the loaded MCCL lacks (and for
+ * AlltoAllv, see below). Counts and displacements are in elements;
+ * sc/sd/rc/rd == NULL means count for every peer at p*count. sendTo/recvFrom:
+ * ALL peers, NONE, or one peer (a single buffer, at offset 0). The group is
+ * closed even after a failure. */
+enum { ALL = -1, NONE = -2 };
+static flagcxResult_t grouped(const char* call, const char* s, const size_t* sc, const size_t* sd, char* r,
+                              const size_t* rc, const size_t* rd, size_t count, flagcxDataType_t t, int sendTo,
+                              int recvFrom, flagcxVendorComm_t comm, flagcxStream_t st) {
+  mxComm* c = (mxComm*)comm;
+  mcclResult_t res, end;
+  size_t sz;
+  int p;
+  READY();
+  CHECK_TYPE_OP(call, t, 0);
+  sz = typeSize[t];
+  res = f_mcclGroupStart();
+  for (p = 0; p < c->nranks && res == 0; p++) {
+    size_t ns = sc ? sc[p] : count, nr = rc ? rc[p] : count;
+    size_t os = sendTo == ALL ? (sd ? sd[p] : p * count) * sz : 0;
+    size_t orr = recvFrom == ALL ? (rd ? rd[p] : p * count) * sz : 0;
+    if ((sendTo == ALL || sendTo == p) && ns) res = f_mcclSend(s + os, ns, T(t), p, c->mccl, (mcStream_t)st);
+    if (res == 0 && (recvFrom == ALL || recvFrom == p) && nr)
+      res = f_mcclRecv(r + orr, nr, T(t), p, c->mccl, (mcStream_t)st);
+  }
+  end = f_mcclGroupEnd();
+  return mcclCheck(res ? res : end, call, c->mccl);
+}
+
+/* mcclGather/mcclScatter/mcclAllToAll: H [MCCLH] (MCCL_GATHER_SCATTER 1),
+ * used when the loaded library exports them. */
+static flagcxResult_t mxGather(const void* s, void* r, size_t n, flagcxDataType_t t, int root, flagcxVendorComm_t c,
+                               flagcxStream_t st) {
+  READY();
+  if (f_mcclGather) {
+    CHECK_TYPE_OP("mcclGather", t, 0);
+    return mcclCheck(f_mcclGather(s, r, n, T(t), root, MCOMM(c), (mcStream_t)st), "mcclGather", MCOMM(c));
+  } /* every rank sends n to root; root receives peer p's n at p*n */
+  return grouped("gather (grouped mcclSend/mcclRecv)", s, NULL, NULL, r, NULL, NULL, n, t, root,
+                 ((mxComm*)c)->rank == root ? ALL : NONE, c, st);
+}
+static flagcxResult_t mxScatter(const void* s, void* r, size_t n, flagcxDataType_t t, int root, flagcxVendorComm_t c,
+                                flagcxStream_t st) {
+  READY();
+  if (f_mcclScatter) {
+    CHECK_TYPE_OP("mcclScatter", t, 0);
+    return mcclCheck(f_mcclScatter(s, r, n, T(t), root, MCOMM(c), (mcStream_t)st), "mcclScatter", MCOMM(c));
+  } /* root sends p*n.. to peer p; every rank receives n from root */
+  return grouped("scatter (grouped mcclSend/mcclRecv)", s, NULL, NULL, r, NULL, NULL, n, t,
+                 ((mxComm*)c)->rank == root ? ALL : NONE, root, c, st);
+}
+static flagcxResult_t mxAlltoAll(const void* s, void* r, size_t n, flagcxDataType_t t, flagcxVendorComm_t c,
+                                 flagcxStream_t st) {
+  READY();
+  if (f_mcclAllToAll) { /* note the spelling: AllToAll, not NCCL's AlltoAll */
+    CHECK_TYPE_OP("mcclAllToAll", t, 0);
+    return mcclCheck(f_mcclAllToAll(s, r, n, T(t), MCOMM(c), (mcStream_t)st), "mcclAllToAll", MCOMM(c));
+  }
+  return grouped("alltoAll (grouped mcclSend/mcclRecv)", s, NULL, NULL, r, NULL, NULL, n, t, ALL, ALL, c, st);
+}
+/* mcclAllToAllv exists (H) but the header does not say whether its count
+ * arrays are read on the host during the call (the ABI's contract) or on
+ * the device (as BKCL's are) ⚠. Its RCCL ancestor composes it from grouped
+ * send/recv anyway, so the plugin does the same and is right either way. */
+static flagcxResult_t mxAlltoAllv(const void* s, const size_t* sc, const size_t* sd, void* r, const size_t* rc,
+                                  const size_t* rd, flagcxDataType_t t, flagcxVendorComm_t c, flagcxStream_t st) {
+  return grouped("alltoAllv (grouped mcclSend/mcclRecv)", s, sc, sd, r, rc, rd, 0, t, ALL, ALL, c, st);
+}
+
+static const char* mxGetErrorString(flagcxResult_t r) {
+  if (r >= 0 && r <= 7 && f_mcclGetErrorString) return f_mcclGetErrorString(r);
+  return r == flagcxUnhandledCclError ? "unhandled MCCL error" : r == flagcxNotSupported ? "not supported" : "unknown result";
+}
+
+/* ---- The exported table ---------------------------------------------------- */
+/* getLinkInfo and pointerKind are left NULL: the reference has no MACA call
+ * for link types (MetaXLink) and mcPointerGetAttributes' struct is ❌. The
+ * host then shows links as "not reported" and skips its pointer checks. */
+__attribute__((visibility("default"))) const flagcxVendorPlugin_v1_t flagcxVendorPlugin_v1 = {
+    .size = sizeof(flagcxVendorPlugin_v1_t),
+    .abiVersion = FLAGCX_PLUGIN_ABI_VERSION,
+    .name = "metax",
+    .vendor = "MetaX",
+    .version = "1.0.0",
+    .caps = FLAGCX_PLUGIN_CAP_DEVICE | FLAGCX_PLUGIN_CAP_CCL,
+    .libraries = libraries,
+    .init = mxInit,
+    .fini = NULL,
+    .getLastError = mxGetLastError,
+    .device = {
+        .getDeviceCount = mxGetDeviceCount, .setDevice = mxSetDevice, .getDeviceInfo = mxGetDeviceInfo,
+        .getLinkInfo = NULL, .deviceMalloc = mxDeviceMalloc, .deviceFree = mxDeviceFree,
+        .hostMalloc = mxHostMalloc, .hostFree = mxHostFree, .pointerKind = NULL,
+        .memCopy = mxMemCopy, .memSet = mxMemSet, .streamCreate = mxStreamCreate,
+        .streamDestroy = mxStreamDestroy, .streamSynchronize = mxStreamSynchronize,
+        .streamQuery = mxStreamQuery, .streamWaitEvent = mxStreamWaitEvent, .eventCreate = mxEventCreate,
+        .eventDestroy = mxEventDestroy, .eventRecord = mxEventRecord, .eventQuery = mxEventQuery,
+        .eventSynchronize = mxEventSynchronize, .eventElapsedTime = mxEventElapsedTime,
+    },
+    .ccl = {
+        .getUniqueIdBytes = mxGetUniqueIdBytes, .getUniqueId = mxGetUniqueId, .commInitRank = mxCommInitRank,
+        .commDestroy = mxCommDestroy, .commAbort = mxCommAbort, .commGetAsyncError = mxCommGetAsyncError,
+        .allReduce = mxAllReduce, .reduce = mxReduce, .broadcast = mxBroadcast, .allGather = mxAllGather,
+        .reduceScatter = mxReduceScatter, .alltoAll = mxAlltoAll, .alltoAllv = mxAlltoAllv,
+        .gather = mxGather, .scatter = mxScatter, .send = mxSend, .recv = mxRecv,
+        .groupStart = mxGroupStart, .groupEnd = mxGroupEnd, .getErrorString = mxGetErrorString,
+    },
+};
