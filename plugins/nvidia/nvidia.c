@@ -436,18 +436,40 @@ static flagcxResult_t nvPointerKind(const void* ptr, flagcxMemoryKind_t* kind) {
   return flagcxSuccess;
 }
 
+/* The current device is per thread and Go callers move between threads, so
+ * an entry that works on "the current device" first makes the buffer's own
+ * device current (a memset of device 1's memory from a thread whose current
+ * device is 0 fails with cudaErrorInvalidValue). */
+static flagcxResult_t useDeviceOf(const void* ptr) {
+  union cudaPointerAttributesBuf attr;
+  if (!f_cudaPointerGetAttributes) return flagcxSuccess;
+  memset(&attr, 0, sizeof attr);
+  if (f_cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
+    if (f_cudaGetLastError) f_cudaGetLastError();
+    return flagcxSuccess;
+  }
+  if (attr.a.type == 2 /* cudaMemoryTypeDevice */ && attr.a.device >= 0) CUDA(cudaSetDevice, (attr.a.device));
+  return flagcxSuccess;
+}
+
 static flagcxResult_t nvMemCopy(void* dst, const void* src, size_t bytes, flagcxMemcpyKind_t kind, flagcxStream_t s) {
   /* flagcx H2D 0, D2H 1, D2D 2 -> cudaMemcpyKind 1, 2, 3 */
   static const int cudaKind[3] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice};
   READY();
   if ((unsigned)kind > flagcxMemcpyDeviceToDevice)
     return fail(flagcxInvalidArgument, "memCopy: direction %d is not 0 (H2D), 1 (D2H) or 2 (D2D)", (int)kind);
-  if (!s) return cudaCheck(f_cudaMemcpy(dst, src, bytes, cudaKind[kind]), "cudaMemcpy");
+  if (!s) { /* the legacy stream is the current device's: make it the device's whose memory this is */
+    flagcxResult_t r = useDeviceOf(kind == flagcxMemcpyDeviceToHost ? src : dst);
+    if (r != flagcxSuccess) return r;
+    return cudaCheck(f_cudaMemcpy(dst, src, bytes, cudaKind[kind]), "cudaMemcpy");
+  }
   return cudaCheck(f_cudaMemcpyAsync(dst, src, bytes, cudaKind[kind], (cudaStream_t)s), "cudaMemcpyAsync");
 }
 
 static flagcxResult_t nvMemSet(void* dst, int value, size_t bytes, flagcxStream_t s) {
+  flagcxResult_t r;
   READY();
+  if ((r = useDeviceOf(dst)) != flagcxSuccess) return r;
   CUDA(cudaMemsetAsync, (dst, value, bytes, (cudaStream_t)s));
   return s ? flagcxSuccess : cudaCheck(f_cudaStreamSynchronize(NULL), "cudaStreamSynchronize");
 }

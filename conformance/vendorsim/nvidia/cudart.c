@@ -273,11 +273,19 @@ EXPORT cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enu
 EXPORT cudaError_t cudaMemsetAsync(void* devPtr, int value, size_t count, cudaStream_t stream) {
   if (!stream_ok(stream)) return fail(cudaErrorInvalidResourceHandle, __func__, "stream %p", (void*)stream);
   if (count == 0) return cudaSuccess;
-  int k = vsim_mem_check_range(devPtr, count, NULL);
+  vsim_mem_info info;
+  int k = vsim_mem_check_range(devPtr, count, &info);
   if (k == VSIM_MEM_UNREGISTERED) {
     return fail(cudaErrorInvalidValue, __func__, "%p is not device or pinned memory", devPtr);
   }
   if (k < 0) return fail(cudaErrorInvalidValue, __func__, "%p + %zu runs past its allocation", devPtr, count);
+  /* Observed on H200s (CUDA 13): a memset on the legacy stream of a thread
+   * whose current device is not the memory's device fails with
+   * cudaErrorInvalidValue. Callers that hop threads must set the device. */
+  if (k == VSIM_MEM_DEVICE && is_builtin_stream(stream) && info.device != vsim_current_device()) {
+    return fail(cudaErrorInvalidValue, __func__, "%p is memory of device %d, but this thread's current device is %d",
+                devPtr, info.device, vsim_current_device());
+  }
   memset(devPtr, value, count);
   return cudaSuccess;
 }
