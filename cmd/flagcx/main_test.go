@@ -143,7 +143,9 @@ func TestBadInputs(t *testing.T) {
 		{"bad timeout", []string{"FLAGCX_TIMEOUT=soon", "PMI_RANK=0", "PMI_SIZE=1"}, []string{"bench", "allreduce"}, []string{"FLAGCX_TIMEOUT"}},
 		{"malformed placement", nil, []string{"bench", "allreduce", "--ranks", "nvidia"}, []string{"--ranks", "backend:count"}},
 		{"placement and np disagree", nil, []string{"bench", "allreduce", "--ranks", "nvidia:2", "--np", "3"}, []string{"disagree"}},
-		{"placement across backends", nil, []string{"bench", "allreduce", "--ranks", "nvidia:2,host:2"}, []string{"several backends"}},
+		{"split list across vendors", []string{"FLAGCX_CLUSTER_SPLIT_LIST=2"}, []string{"bench", "allreduce", "--ranks", "nvidia:1,host:1"}, []string{"FLAGCX_CLUSTER_SPLIT_LIST", "one vendor"}},
+		{"split list of another size", []string{"FLAGCX_CLUSTER_SPLIT_LIST=2,2"}, []string{"bench", "allreduce", "--np", "3"}, []string{"FLAGCX_CLUSTER_SPLIT_LIST", "add up to 4", "3 ranks"}},
+		{"malformed split list", []string{"FLAGCX_CLUSTER_SPLIT_LIST=two"}, []string{"bench", "allreduce", "--np", "2"}, []string{"FLAGCX_CLUSTER_SPLIT_LIST", "not a cluster size"}},
 		{"unknown backend", nil, []string{"--plugin-dir", ".", "bench", "allreduce", "--backend", "nosuch"}, []string{"no plugin libflagcx-nosuch.so"}},
 	}
 	for _, c := range cases {
@@ -331,6 +333,75 @@ func TestBenchNvidiaEmulated(t *testing.T) {
 			require.Contains(t, r.stdout, "EMULATED vendor runtime libraries")
 			require.Contains(t, r.stdout, "Timing: device events")
 			require.Equal(t, strings.Count(r.stdout, "(emulated)\n"), map[string]int{"2": 2, "3": 3}[n], "every rank's device line says emulated")
+		})
+	}
+}
+
+// optionalPlugins skips when one of the optional vendors' plugins is not
+// built (nvidia's always is: make builds it).
+func optionalPlugins(t *testing.T, dir string, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		path := filepath.Join(dir, "libflagcx-"+n+".so")
+		if _, err := os.Stat(path); err != nil {
+			t.Skipf("%s is not built (the %s plugin is optional here)", path, n)
+		}
+	}
+}
+
+// TestBenchHeterogeneousEmulated: GPUs (emulated NVIDIA) and CPUs in one
+// communicator, every collective, type and op checked exactly.
+func TestBenchHeterogeneousEmulated(t *testing.T) {
+	r := runFlagcx(t, 5*time.Minute, cleanEnv(), "--plugin-dir", pluginDir(t), "bench", "all", "--ranks", "nvidia:2,host:2",
+		"--emulated", "-c", "1", "-d", "all", "-o", "all", "-b", "0", "-e", "64K", "-f", "8")
+	require.Zero(t, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	rows := tableRows(t, r.stdout)
+	require.Len(t, rows, 7*(3*10*5+7*10)) // 7 sizes (0 1 8 64 512 4K 32K) x (3 reducing collectives x 10 types x 5 ops + 7 others x 10 types)
+	for _, want := range []string{
+		"# Communicator: heterogeneous, 2 cluster(s)",
+		"#   cluster 0: NVIDIA (nvidia plugin, EMULATED), ranks 0,1, leader 0\n",
+		"#   cluster 1: host (cpu), ranks 2,3, leader 2\n",
+		"# Timing: per rank",
+		"backend host (cpu)",
+	} {
+		require.Contains(t, r.stdout, want)
+	}
+	require.Equal(t, 2, strings.Count(r.stdout, "(emulated)\n"), "the two nvidia ranks' device lines say emulated")
+}
+
+// TestBenchHeterogeneousLayouts: three vendors and the host (2+1+2), a
+// split list on one vendor with the plans printed, and the forced host path.
+func TestBenchHeterogeneousLayouts(t *testing.T) {
+	dir := pluginDir(t)
+	cases := []struct {
+		name   string
+		env    []string
+		ranks  string
+		plugin []string
+		args   []string
+		want   []string
+	}{
+		{"three vendors and host", nil, "kunlunxin:2,metax:1,host:2", []string{"kunlunxin", "metax"}, []string{"all", "-d", "all", "-o", "all"},
+			[]string{"heterogeneous, 3 cluster(s)", "cluster 0: Kunlunxin (kunlunxin plugin, EMULATED), ranks 0,1, leader 0", "cluster 1: MetaX (metax plugin, EMULATED), ranks 2, leader 2", "cluster 2: host (cpu), ranks 3,4, leader 3"}},
+		{"split list on one vendor", []string{"FLAGCX_CLUSTER_SPLIT_LIST=1,1", "FLAGCX_DEBUG_SUBSYS=COLL"}, "nvidia:2", nil, []string{"allreduce", "-o", "all", "--print-plan"},
+			[]string{"heterogeneous, 2 cluster(s)", "cluster 1: NVIDIA (nvidia plugin, EMULATED), ranks 1, leader 1", "# Plans of allreduce float32 sum at 4096 bytes", "plan rank 1: AllReduce float32 sum count 1024: path c2c", "inter AllReduce float32 sum stage[0:4K] in place"}},
+		{"forced host path", []string{"FLAGCX_USE_HOST_COMM=1"}, "nvidia:2,host:2", nil, []string{"all", "-d", "all", "--print-plan"},
+			[]string{"schedules: host path (FLAGCX_USE_HOST_COMM=1)", "path host", "world AllReduce"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			optionalPlugins(t, dir, c.plugin...)
+			args := append([]string{"--plugin-dir", dir, "--emulated", "bench"}, c.args...)
+			args = append(args, "--ranks", c.ranks, "-b", "0", "-e", "4K", "-f", "8", "-w", "1", "-n", "2")
+			r := runFlagcx(t, 3*time.Minute, cleanEnv(c.env...), args...)
+			require.Zero(t, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+			tableRows(t, r.stdout)
+			for _, w := range c.want {
+				require.Contains(t, r.stdout, w)
+			}
+			if strings.Contains(strings.Join(c.env, " "), "COLL") {
+				require.Regexp(t, `\[1\] COLL plan rank 1: AllReduce float32 \w+ count \d+: path c2c`, r.stderr, "FLAGCX_DEBUG_SUBSYS=COLL prints each rank's plans")
+			}
 		})
 	}
 }

@@ -412,7 +412,7 @@ func (p *Plan) Format(w io.Writer, maxChunks int) {
 			continue
 		}
 		if skipped > 0 {
-			fmt.Fprintf(w, "  ... %d steps of chunks %d..%d, as above\n", skipped, maxChunks-1, p.Chunks-2)
+			writeSkipped(w, skipped, maxChunks-1, p.Chunks-2)
 			skipped = 0
 		}
 		chunk := "   "
@@ -430,8 +430,20 @@ func (p *Plan) Format(w io.Writer, maxChunks int) {
 		fmt.Fprintln(w, line)
 	}
 	if skipped > 0 {
-		fmt.Fprintf(w, "  ... %d steps of chunks %d..%d, as above\n", skipped, maxChunks-1, p.Chunks-2)
+		writeSkipped(w, skipped, maxChunks-1, p.Chunks-2)
 	}
+}
+
+func writeSkipped(w io.Writer, steps, from, to int) {
+	chunks := fmt.Sprintf("chunks %d-%d", from, to)
+	if from == to {
+		chunks = fmt.Sprintf("chunk %d", from)
+	}
+	noun := "steps"
+	if steps == 1 {
+		noun = "step"
+	}
+	fmt.Fprintf(w, "        ... %d %s of %s, alike\n", steps, noun, chunks)
 }
 
 // String is Format with at most 3 chunks listed.

@@ -2,6 +2,8 @@ package bench
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -63,22 +65,34 @@ func (p Placement) localIndex(rank int) int {
 	return n
 }
 
-// openPlugin loads and initializes the named plugin from dir.
+// openPlugin opens and initializes the named plugin from dir (only that
+// one: each rank loads only its own vendor's runtime).
 func openPlugin(name, dir string, emulated bool) (*loader.Plugin, error) {
-	all, err := loader.LoadAll(loader.Options{Dir: dir, Emulated: emulated})
+	if dir == "" {
+		dir = loader.DefaultDir()
+	}
+	cands, dirErr := loader.Discover(dir)
 	var found []string
-	for _, l := range all {
-		if l.Name != name {
-			found = append(found, l.Name)
+	for _, c := range cands {
+		if c.Name != name {
+			found = append(found, c.Name)
 			continue
 		}
-		if !l.OK() {
-			return nil, fmt.Errorf("backend %s: %w", name, l.Err)
+		p, err := loader.Open(c.Path)
+		if err != nil {
+			return nil, fmt.Errorf("backend %s: %w", name, err)
 		}
-		return l.Plugin, nil
+		simDir := ""
+		if os.Getenv(loader.EnvVendorsimDir) == "" {
+			simDir = filepath.Join(dir, "..", "vendorsim")
+		}
+		if err := p.Init(loader.InitOptions{Emulated: emulated || loader.EmulatedFromEnv(), VendorsimDir: simDir}); err != nil {
+			return nil, fmt.Errorf("backend %s: %s: vendor runtime does not load: %w", name, c.Path, err)
+		}
+		return p, nil
 	}
-	if err != nil {
-		return nil, fmt.Errorf("backend %s: %w", name, err)
+	if dirErr != nil {
+		return nil, fmt.Errorf("backend %s: %w", name, dirErr)
 	}
 	return nil, fmt.Errorf("backend %s: no plugin libflagcx-%s.so in %q (found: %s): build it with make, or point --plugin-dir / FLAGCX_PLUGIN_DIR at it",
 		name, name, dir, strings.Join(append(found, HostBackendName+" (built in)"), ", "))

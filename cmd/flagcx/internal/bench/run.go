@@ -16,6 +16,7 @@ import (
 	"github.com/flagcx/flagcx-go/conformance/reference"
 	"github.com/flagcx/flagcx-go/core"
 	"github.com/flagcx/flagcx-go/core/launch"
+	"github.com/flagcx/flagcx-go/core/sched"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -75,6 +76,9 @@ func Run(f *Flags, e Env) error {
 			if err := cfg.CheckRanks(cfg.NP); err != nil {
 				return err
 			}
+			if err := checkSplitList(e.Lookup, cfg.Placement, cfg.NP); err != nil {
+				return err
+			}
 			if err := checkMemory(cfg.MaxBytes, cfg.Check, cfg.NP); err != nil {
 				return err
 			}
@@ -112,6 +116,12 @@ func Run(f *Flags, e Env) error {
 	if err != nil {
 		return err
 	}
+	cfg.Hetero = cfg.Placement != nil || cfg.Backend != HostBackendName
+	for _, v := range []string{core.EnvClusterSplitList, core.EnvUseHostComm} {
+		if s, ok := e.Lookup(v); ok && strings.TrimSpace(s) != "" {
+			cfg.Hetero = true
+		}
+	}
 	comm, be, err := joinBackend(cfg, job, launched, id, nranks, rank)
 	job.Joined()
 	if err != nil {
@@ -145,6 +155,32 @@ func Run(f *Flags, e Env) error {
 	return r.verdict()
 }
 
+// checkSplitList refuses, before any rank starts, a
+// FLAGCX_CLUSTER_SPLIT_LIST that cannot fit the ranks this run starts
+// (the ranks would all refuse it, each with the same error).
+func checkSplitList(lookup func(string) (string, bool), placement Placement, np int) error {
+	v, ok := lookup(core.EnvClusterSplitList)
+	if !ok || strings.TrimSpace(v) == "" {
+		return nil
+	}
+	split, err := sched.ParseSplitList(v)
+	if err != nil {
+		return err
+	}
+	members := make([]sched.Member, np)
+	for r := range members {
+		vendor := HostBackendName
+		if placement != nil {
+			vendor = placement[r]
+		}
+		members[r] = sched.Member{Rank: r, Vendor: vendor}
+	}
+	if _, err := sched.NewLayout(members, split); err != nil {
+		return err
+	}
+	return nil
+}
+
 // communicator is what Run tears down at the end: the host communicator,
 // or a device communicator together with its host one.
 type communicator struct {
@@ -163,32 +199,56 @@ func joinBackend(cfg *Config, job launch.Job, launched bool, id core.UniqueID, n
 	case launched && job.LocalRank >= 0:
 		dev = job.LocalRank
 	}
-	if name == HostBackendName {
+	if name == HostBackendName && !cfg.Hetero {
 		c, err := core.InitRank(id, nranks, rank)
 		if err != nil {
 			return communicator{}, nil, err
 		}
 		return communicator{c, c.Destroy, c.Abort}, &hostBackend{comm: c}, nil
 	}
-	p, err := openPlugin(name, cfg.PluginDir, cfg.Emulated)
+	// Everything else runs on a heterogeneous communicator, which also
+	// covers one backend (it then calls the vendor library directly).
+	be := core.HostBackend()
+	if name != HostBackendName {
+		p, err := openPlugin(name, cfg.PluginDir, cfg.Emulated)
+		if err != nil {
+			return communicator{}, nil, err
+		}
+		if n, err := p.DeviceCount(); err != nil {
+			return communicator{}, nil, err
+		} else if dev >= n {
+			return communicator{}, nil, fmt.Errorf("rank %d needs %s device %d, but the plugin sees %d device(s): start fewer ranks per host", rank, name, dev, n)
+		}
+		be = core.DeviceBackend(p, dev)
+	}
+	hc, err := core.InitHeteroRank(id, nranks, rank, be)
 	if err != nil {
 		return communicator{}, nil, err
 	}
-	if n, err := p.DeviceCount(); err != nil {
-		return communicator{}, nil, err
-	} else if dev >= n {
-		return communicator{}, nil, fmt.Errorf("rank %d needs %s device %d, but the plugin sees %d device(s): start fewer ranks per host", rank, name, dev, n)
-	}
-	dc, err := core.InitDeviceRank(id, nranks, rank, p, dev)
+	hb, err := newHeteroBackend(hc)
 	if err != nil {
+		_ = hc.Abort()
 		return communicator{}, nil, err
 	}
-	be, err := newDeviceBackend(dc)
-	if err != nil {
-		_ = dc.Abort()
-		return communicator{}, nil, err
+	return communicator{hc.Host(), hc.Destroy, hc.Abort}, hb, nil
+}
+
+// printPlans writes, on rank 0 with --print-plan, every rank's plan of
+// op at the largest size (first data type and op), before its rows.
+func (r *rankRun) printPlans(op *opSpec) error {
+	if !r.cfg.PrintPlan || r.rank != 0 {
+		return nil
 	}
-	return communicator{dc.Host(), dc.Destroy, dc.Abort}, be, nil
+	h, ok := r.be.(*heteroBackend)
+	if !ok {
+		fmt.Fprintf(r.out, "# Plans: this run uses a plain host communicator (host collectives directly, no schedule)\n")
+		return nil
+	}
+	root := 0
+	if op.coll.Rooted() {
+		root = r.cfg.Root
+	}
+	return h.printPlans(r.out, op, r.cfg.Types[0], r.cfg.redOpsFor(op)[0], root, int(r.cfg.MaxBytes))
 }
 
 // verdict is how a finished run ends: rank 0 reports wrong results (every
@@ -275,6 +335,9 @@ func (r *rankRun) run() (err error) {
 	}()
 	for _, op := range r.cfg.Ops {
 		r.prog.clear()
+		if err := r.printPlans(op); err != nil {
+			return err
+		}
 		r.rep.section(op)
 		for _, dt := range r.cfg.Types {
 			for _, redop := range r.cfg.redOpsFor(op) {

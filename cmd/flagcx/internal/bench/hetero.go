@@ -1,0 +1,238 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/flagcx/flagcx-go/conformance/reference"
+	"github.com/flagcx/flagcx-go/core"
+	"github.com/flagcx/flagcx-go/core/sched"
+	"github.com/flagcx/flagcx-go/sdk"
+	"github.com/flagcx/flagcx-go/sdk/loader"
+)
+
+// heteroBackend runs the benchmark through a core.HeteroComm: any
+// placement of ranks on the host and on plugins' devices. Host ranks use
+// host buffers, device ranks device buffers; each rank times itself with
+// its device's events where it has them, else with the host clock, and the
+// run reports the slowest rank.
+type heteroBackend struct {
+	comm        *core.HeteroComm
+	p           *loader.Plugin // nil on a host rank
+	dev         int
+	stream      loader.Stream
+	start, stop loader.Event
+}
+
+func newHeteroBackend(comm *core.HeteroComm) (*heteroBackend, error) {
+	h := &heteroBackend{comm: comm}
+	be := comm.Backend()
+	if !be.OnDevice() {
+		return h, nil
+	}
+	h.p, h.dev = be.Plugin, be.Device
+	var err error
+	if h.stream, err = h.p.StreamCreate(h.dev); err != nil {
+		return nil, err
+	}
+	if h.p.HasEventTiming() {
+		if h.start, err = h.p.EventCreate(h.dev); err == nil {
+			h.stop, err = h.p.EventCreate(h.dev)
+		}
+		if err != nil {
+			h.close()
+			return nil, err
+		}
+	}
+	// The buffers are device memory by construction (Alloc).
+	h.p.SetPointerChecks(false)
+	return h, nil
+}
+
+func (h *heteroBackend) Name() string {
+	if h.p == nil {
+		return HostMem{}.Name()
+	}
+	name := fmt.Sprintf("%s device %d", h.p.Name, h.dev)
+	if info, err := h.p.DeviceInfo(h.dev); err == nil && info.Name != "" {
+		name += " " + info.Name
+	}
+	if h.p.Emulated() {
+		name += " (emulated)"
+	}
+	return name
+}
+
+func (h *heteroBackend) Alloc(n int) (Buf, error) {
+	if h.p == nil {
+		return HostMem{}.Alloc(n)
+	}
+	return (&deviceBackend{p: h.p, dev: h.dev}).Alloc(n)
+}
+
+// buffer is a region as the communicator takes it.
+func (r region) buffer() core.Buffer {
+	if d, ok := r.buf.(*deviceBuf); ok {
+		return core.DeviceBuffer(d.ptr+uintptr(r.off), r.n)
+	}
+	return core.HostBuffer(r.host())
+}
+
+func (h *heteroBackend) issue(coll reference.Collective, x *call) error {
+	c, s := h.comm, h.stream
+	send, recv := x.send.buffer(), x.recv.buffer()
+	switch coll {
+	case reference.AllReduce:
+		return c.AllReduce(send, recv, x.count, x.dt, x.op, s)
+	case reference.Reduce:
+		return c.Reduce(send, recv, x.count, x.dt, x.op, x.root, s)
+	case reference.Broadcast:
+		return c.Broadcast(send, recv, x.count, x.dt, x.root, s)
+	case reference.AllGather:
+		return c.AllGather(send, recv, x.count, x.dt, s)
+	case reference.ReduceScatter:
+		return c.ReduceScatter(send, recv, x.count, x.dt, x.op, s)
+	case reference.AlltoAll:
+		return c.AlltoAll(send, recv, x.count, x.dt, s)
+	case reference.AlltoAllv:
+		return c.AlltoAllv(send, x.sendcounts, x.sdispls, recv, x.recvcounts, x.rdispls, x.dt, s)
+	case reference.Gather:
+		return c.Gather(send, recv, x.count, x.dt, x.root, s)
+	case reference.Scatter:
+		return c.Scatter(send, recv, x.count, x.dt, x.root, s)
+	case reference.SendRecv:
+		n, r := c.Count(), c.Rank()
+		c.GroupStart()
+		err := c.Send(send, x.count, x.dt, (r+1)%n, s)
+		if err == nil {
+			err = c.Recv(recv, x.count, x.dt, (r-1+n)%n, s)
+		}
+		if gerr := c.GroupEnd(); err == nil {
+			err = gerr
+		}
+		return err
+	}
+	return fmt.Errorf("collective %v has no implementation", coll)
+}
+
+func (h *heteroBackend) sync() error {
+	if h.p == nil {
+		return nil
+	}
+	return h.p.StreamSynchronize(h.stream)
+}
+
+func (h *heteroBackend) startTimer() (func() (time.Duration, error), error) {
+	if h.start != 0 {
+		return (&deviceBackend{p: h.p, stream: h.stream, start: h.start, stop: h.stop}).startTimer()
+	}
+	if err := h.sync(); err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	return func() (time.Duration, error) {
+		err := h.sync()
+		return time.Since(t0), err
+	}, nil
+}
+
+// describe names the communicator's clusters, this rank's plugin and how
+// ranks are timed.
+func (h *heteroBackend) describe() []string {
+	l := h.comm.Layout()
+	kind := "heterogeneous"
+	if l.IsHomogeneous() {
+		kind = "homogeneous"
+	}
+	opts := h.comm.Options()
+	how := "schedules: the vendor library or host collectives directly"
+	switch {
+	case opts.HostPath:
+		how = "schedules: host path (FLAGCX_USE_HOST_COMM=1): copy to host, host collective over all ranks, copy back"
+	case !l.IsHomogeneous():
+		how = fmt.Sprintf("schedules: c2c for allreduce, reduce, broadcast, allgather, reducescatter (pipeline chunk %s); direct p2p across clusters for alltoall(v), gather, scatter, sendrecv", sched.Bytes(opts.Chunk))
+	}
+	lines := []string{fmt.Sprintf("Communicator: %s, %d cluster(s); %s", kind, len(l.Clusters), how)}
+	for _, c := range l.Clusters {
+		what := "host (cpu)"
+		if c.OnDevice() {
+			what = fmt.Sprintf("%s (%s plugin", c.Vendor, c.Plugin)
+			if l.Members[c.Leader].Emulated {
+				what += ", EMULATED"
+			}
+			what += ")"
+		}
+		lines = append(lines, fmt.Sprintf("  cluster %d: %s, ranks %s, leader %d", c.Index, what, sched.FormatRanks(c.Ranks), c.Leader))
+	}
+	if h.p != nil {
+		lines = append(lines, (&deviceBackend{p: h.p, start: h.start}).describe()...)
+	}
+	timing := "per rank: device events on device ranks that have them, host clock elsewhere; each row reports the slowest rank"
+	if l.IsHomogeneous() {
+		if h.p == nil {
+			timing = "host clock"
+		} else if h.start != 0 {
+			timing = "device events"
+		} else {
+			timing = "host clock around stream synchronize (the runtime has no event timing)"
+		}
+	}
+	// The device backend's own timing line describes one plugin; replace
+	// it with the communicator's.
+	for i, ln := range lines {
+		if strings.HasPrefix(ln, "Timing: ") {
+			lines = append(lines[:i], lines[i+1:]...)
+			break
+		}
+	}
+	return append(lines, "Timing: "+timing)
+}
+
+func (h *heteroBackend) close() error {
+	if h.p == nil {
+		return nil
+	}
+	for _, e := range []loader.Event{h.start, h.stop} {
+		if e != 0 {
+			_ = h.p.EventDestroy(e)
+		}
+	}
+	return h.p.StreamDestroy(h.stream)
+}
+
+// printPlans writes, as comment lines, every rank's plan for the call the
+// benchmark makes at size bytes.
+func (h *heteroBackend) printPlans(w io.Writer, o *opSpec, dt sdk.DataType, op sdk.RedOp, root int, size int) error {
+	n := h.comm.Count()
+	count := o.callCount(size/dt.Size(), n)
+	fmt.Fprintf(w, "# Plans of %s %s", o.name(), dt)
+	if o.coll.Reduces() {
+		fmt.Fprintf(w, " %s", op)
+	}
+	fmt.Fprintf(w, " at %d bytes (count %d):\n", size, count)
+	for r := 0; r < n; r++ {
+		call := sched.Call{Coll: sched.Coll(o.coll), Count: count, DType: dt, Op: op}
+		if o.coll.Rooted() {
+			call.Root = root
+		}
+		switch o.coll {
+		case reference.AlltoAllv:
+			call.SendCounts, call.SDispls, call.RecvCounts, call.RDispls = reference.AlltoAllvCounts(n, count, r)
+		case reference.SendRecv:
+			bytes := count * dt.Size()
+			call.Ops = []sched.Xfer{{Peer: (r + 1) % n, Bytes: bytes}, {Peer: (r - 1 + n) % n, Recv: true, Bytes: bytes}}
+		}
+		p, err := h.comm.PlanFor(r, call)
+		if err != nil {
+			return err
+		}
+		var b strings.Builder
+		p.Format(&b, 3)
+		for _, line := range strings.Split(strings.TrimRight(b.String(), "\n"), "\n") {
+			fmt.Fprintf(w, "#   %s\n", line)
+		}
+	}
+	return nil
+}
