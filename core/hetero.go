@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"runtime"
 	"strconv"
@@ -296,7 +297,7 @@ func parseSize(s string) (int, error) {
 		}
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(s))
-	if err != nil || n < 0 || n > maxInt/mult {
+	if err != nil || n < 0 || n > math.MaxInt/mult {
 		return 0, fmt.Errorf("not a size")
 	}
 	return n * mult, nil

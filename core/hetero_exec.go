@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"math"
 	"math/bits"
 	"sync"
 	"unsafe"
@@ -144,7 +145,7 @@ func elemBytes(count int, dt sdk.DataType) (int, error) {
 		return 0, fmt.Errorf("%w: count %d is negative: pass a number of elements, 0 or more", sdk.ErrInvalidArgument, count)
 	}
 	hi, lo := bits.Mul64(uint64(count), uint64(dt.Size()))
-	if hi != 0 || lo > uint64(maxInt) {
+	if hi != 0 || lo > math.MaxInt {
 		return 0, fmt.Errorf("%w: %d elements of %v overflow the address space: use a smaller count", sdk.ErrInvalidArgument, count, dt)
 	}
 	return int(lo), nil
@@ -483,12 +484,13 @@ func (c *HeteroComm) step(p *sched.Plan, i int, b *callBufs, s loader.Stream) er
 		if c.be.OnDevice() {
 			return c.vendorStep(st, b, s, p.Async)
 		}
-		return c.hostStep(c.intra, "cluster", st, b)
+		cl := c.layout.ClusterOf(c.rank)
+		return c.hostStep(c.intra, fmt.Sprintf("cluster %d's host communicator (its ranks 0.. are ranks %s)", cl.Index, sched.FormatRanks(cl.Ranks)), st, b)
 	case sched.KindInter:
 		if c.inter == nil {
 			return fmt.Errorf("%w: inter-cluster step on rank %d, which leads no cluster", sdk.ErrInternalError, c.rank)
 		}
-		return c.hostStep(c.inter, "leaders'", st, b)
+		return c.hostStep(c.inter, "the cluster leaders' communicator (its rank c is cluster c's leader: ranks "+c.leaders()+")", st, b)
 	case sched.KindWorld:
 		return c.hostStep(c.world, "", st, b)
 	}
@@ -659,8 +661,17 @@ func (c *HeteroComm) hostStep(cm *Comm, what string, st *sched.Step, b *callBufs
 	default:
 		err = fmt.Errorf("%w: host step %v", sdk.ErrInternalError, st.Coll)
 	}
-	if err != nil && what != "" {
-		return fmt.Errorf("%s host communicator: %w", what, err)
+	if err != nil && what != "" && !c.layout.IsHomogeneous() {
+		return fmt.Errorf("in %s: %w", what, err)
 	}
 	return err
+}
+
+// leaders lists the cluster leaders in inter-rank order.
+func (c *HeteroComm) leaders() string {
+	ls := make([]int, len(c.layout.Clusters))
+	for i, cl := range c.layout.Clusters {
+		ls[i] = cl.Leader
+	}
+	return sched.FormatRanks(ls)
 }

@@ -38,6 +38,7 @@ type workerJob struct {
 	Root      string   `json:"root"` // repository root
 	Out       string   `json:"out"`
 	Counts    []int    `json:"counts"`
+	Types     []int    `json:"types"`  // nil: every data type
 	Victim    int      `json:"victim"` // "die": the rank that exits mid-collective
 }
 
@@ -128,7 +129,14 @@ func work(job *workerJob, out *workerOut) error {
 		return fmt.Errorf("unknown scenario %q", job.Scenario)
 	}
 	seen := map[reference.Collective]bool{}
-	for _, c := range Matrix(n, job.Counts, sdk.AllDataTypes(), 11) {
+	types := sdk.AllDataTypes()
+	if job.Types != nil {
+		types = nil
+		for _, t := range job.Types {
+			types = append(types, sdk.DataType(t))
+		}
+	}
+	for _, c := range Matrix(n, job.Counts, types, 11) {
 		if !seen[c.Coll] && c.Coll != reference.SendRecv {
 			seen[c.Coll] = true
 			p, err := comm.PlanFor(job.Rank, sched.Call{Coll: sched.Coll(c.Coll), Count: c.Count, DType: sdk.Float32, Op: sdk.Sum,
@@ -281,23 +289,30 @@ func TestHeteroPlacements(t *testing.T) {
 		clusters  int
 		homo      bool
 		path      string // AllReduce's path
+		counts    []int  // default 1 and 37
+		types     []int  // default all
 	}{
-		{"nvidia and host, 2 clusters of 2", "nvidia:2,host:2", nil, 2, false, "c2c"},
-		{"3 clusters 2+1+2 by split list", "nvidia:2,host:1,nvidia:2", []string{"FLAGCX_CLUSTER_SPLIT_LIST=2,1,2", "FLAGCX_NET_CHUNK_SIZE=64"}, 3, false, "c2c"},
-		{"non-contiguous cluster and a cluster of one", "nvidia:1,host:1,nvidia:1", nil, 2, false, "c2c"},
-		{"split list on one vendor 2,2", "nvidia:4", []string{"FLAGCX_CLUSTER_SPLIT_LIST=2,2"}, 2, false, "c2c"},
-		{"split list on one vendor 1,1", "nvidia:2", []string{"FLAGCX_CLUSTER_SPLIT_LIST=1,1"}, 2, false, "c2c"},
-		{"forced host path", "nvidia:2,host:2", []string{"FLAGCX_USE_HOST_COMM=1"}, 2, false, "host"},
-		{"homogeneous nvidia", "nvidia:2", nil, 1, true, "vendor"},
-		{"three vendors 2+1+2", "kunlunxin:2,metax:1,host:2", nil, 3, false, "c2c"},
-		{"every vendor", "nvidia:1,kunlunxin:1,cambricon:2,metax:1,host:1", nil, 5, false, "c2c"},
+		{"large messages through the pipeline", "nvidia:2,host:1,nvidia:1", []string{"FLAGCX_NET_CHUNK_SIZE=32K"}, 2, false, "c2c", []int{70001}, []int{int(sdk.Float32)}},
+		{"nvidia and host, 2 clusters of 2", "nvidia:2,host:2", nil, 2, false, "c2c", nil, nil},
+		{"3 clusters 2+1+2 by split list", "nvidia:2,host:1,nvidia:2", []string{"FLAGCX_CLUSTER_SPLIT_LIST=2,1,2", "FLAGCX_NET_CHUNK_SIZE=64"}, 3, false, "c2c", nil, nil},
+		{"non-contiguous cluster and a cluster of one", "nvidia:1,host:1,nvidia:1", nil, 2, false, "c2c", nil, nil},
+		{"split list on one vendor 2,2", "nvidia:4", []string{"FLAGCX_CLUSTER_SPLIT_LIST=2,2"}, 2, false, "c2c", nil, nil},
+		{"split list on one vendor 1,1", "nvidia:2", []string{"FLAGCX_CLUSTER_SPLIT_LIST=1,1"}, 2, false, "c2c", nil, nil},
+		{"forced host path", "nvidia:2,host:2", []string{"FLAGCX_USE_HOST_COMM=1"}, 2, false, "host", nil, nil},
+		{"homogeneous nvidia", "nvidia:2", nil, 1, true, "vendor", nil, nil},
+		{"three vendors 2+1+2", "kunlunxin:2,metax:1,host:2", nil, 3, false, "c2c", nil, nil},
+		{"every vendor", "nvidia:1,kunlunxin:1,cambricon:2,metax:1,host:1", nil, 5, false, "c2c", nil, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			placement := expand(tc.placement)
 			requirePlugins(t, placement)
 			start := time.Now()
-			outs := runRanks(t, placement, workerJob{Scenario: "matrix", Counts: []int{1, 37}}, tc.env, 3*time.Minute)
+			counts := tc.counts
+			if counts == nil {
+				counts = []int{1, 37}
+			}
+			outs := runRanks(t, placement, workerJob{Scenario: "matrix", Counts: counts, Types: tc.types}, tc.env, 3*time.Minute)
 			for r, o := range outs {
 				require.Empty(t, o.Error, "rank %d", r)
 				require.Empty(t, o.Failures, "rank %d", r)
