@@ -14,9 +14,14 @@ mkdir -p "$out"
 gcc -O2 -I"$CUDA_HOME/include" -o "$out/nccl_allreduce" tools/nccl-baseline/nccl_allreduce.c \
   -L"$CUDA_HOME/lib64" -Wl,-rpath,"$CUDA_HOME/lib64" -lcudart -lnccl -lpthread
 
-echo "## raw NCCL ($NGPUS GPUs, one thread each, CUDA events)"
+echo "## raw NCCL ($NGPUS GPUs, one process each, CUDA events)"
 "$out/nccl_allreduce" "$NGPUS" "$MIN" "$MAX" "$FACTOR" "$WARMUP" "$ITERS" | tee "$out/baseline.txt"
 echo
+if [ "${THREADS_TOO:-1}" = 1 ]; then
+  echo "## raw NCCL ($NGPUS GPUs, one thread each in one process, as nccl-tests -g $NGPUS; for reference)"
+  BASELINE_THREADS=1 "$out/nccl_allreduce" "$NGPUS" "$MIN" "$MAX" "$FACTOR" "$WARMUP" "$ITERS"
+  echo
+fi
 echo "## flagcx bench allreduce --ranks nvidia:$NGPUS -b $MIN -e $MAX -f $FACTOR"
 bin/flagcx --plugin-dir build/plugins bench allreduce --ranks "nvidia:$NGPUS" -b "$MIN" -e "$MAX" -f "$FACTOR" \
   -w "$WARMUP" -n "$ITERS" --json "$out/flagcx.json" | tee "$out/flagcx.txt"
@@ -28,7 +33,7 @@ for line in open(sys.argv[1]):
     m = re.match(r"Comm size: (\d+) bytes; Elapsed time: ([\d.]+) sec; Algo bandwidth: ([\d.]+) GB/s; Bus bandwidth: ([\d.]+) GB/s", line)
     if m:
         base[int(m[1])] = (float(m[2]) * 1e6, float(m[4]))
-print("| size | NCCL us | flagcx us | flagcx - NCCL us | NCCL busbw GB/s | flagcx busbw GB/s | flagcx/NCCL busbw |")
+print("| size | NCCL (processes) us | flagcx us | flagcx - NCCL us | NCCL busbw GB/s | flagcx busbw GB/s | flagcx/NCCL busbw |")
 print("|---|---|---|---|---|---|---|")
 for r in json.load(open(sys.argv[2]))["results"]:
     size = r["size"]
