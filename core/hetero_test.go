@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -141,4 +142,139 @@ func TestHeteroBadSplitList(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHeteroGroups: a group with several messages to every rank, itself
+// included, across and within clusters, arrives in order.
+func TestHeteroGroups(t *testing.T) {
+	const n = 4
+	comms := startHetero(t, n, core.WithSplitList([]int{1, 2, 1}))
+	msg := func(from, to, k int) []byte {
+		b := make([]byte, 8+from+to+k)
+		for i := range b {
+			b[i] = byte(from*31 + to*7 + k*3 + i)
+		}
+		return b
+	}
+	errs := make([]error, n)
+	got := make([][][]byte, n)
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		wg.Add(1)
+		go func(r int, c *core.HeteroComm) {
+			defer wg.Done()
+			got[r] = make([][]byte, 2*n)
+			c.GroupStart()
+			for k := 0; k < 2; k++ {
+				for p := 0; p < n; p++ {
+					if err := c.Send(core.HostBuffer(msg(r, p, k)), len(msg(r, p, k)), sdk.Uint8, p, 0); err != nil {
+						errs[r] = err
+					}
+					got[r][k*n+p] = make([]byte, len(msg(p, r, k)))
+					if err := c.Recv(core.HostBuffer(got[r][k*n+p]), len(got[r][k*n+p]), sdk.Uint8, p, 0); err != nil {
+						errs[r] = err
+					}
+				}
+			}
+			if err := c.GroupEnd(); errs[r] == nil {
+				errs[r] = err
+			}
+		}(r, c)
+	}
+	wg.Wait()
+	for r := 0; r < n; r++ {
+		require.NoError(t, errs[r], "rank %d", r)
+		for k := 0; k < 2; k++ {
+			for p := 0; p < n; p++ {
+				require.Equal(t, msg(p, r, k), got[r][k*n+p], "rank %d, message %d from %d", r, k, p)
+			}
+		}
+	}
+}
+
+// TestHeteroMisuse: bad calls fail on the calling rank with a reason and
+// never panic.
+func TestHeteroMisuse(t *testing.T) {
+	comms := startHetero(t, 2, core.WithSplitList([]int{1, 1}))
+	c := comms[0]
+	buf := core.HostBuffer(make([]byte, 16))
+	cases := []struct {
+		name string
+		call func() error
+		want string
+	}{
+		{"device memory on a host rank", func() error {
+			return c.AllReduce(core.DeviceBuffer(0x1000, 16), buf, 4, sdk.Float32, sdk.Sum, 0)
+		}, "pass host memory (core.HostBuffer)"},
+		{"short buffer", func() error { return c.AllReduce(buf, buf, 5, sdk.Float32, sdk.Sum, 0) }, "holds 16 bytes, but the call needs 20"},
+		{"bad root", func() error { return c.Broadcast(buf, buf, 4, sdk.Float32, 2, 0) }, "root 2 is out of range"},
+		{"bad type", func() error { return c.AllGather(buf, buf, 1, 77, 0) }, "data type 77"},
+		{"bad op", func() error { return c.ReduceScatter(buf, buf, 1, sdk.Int8, 42, 0) }, "reduction op 42"},
+		{"negative count", func() error { return c.Gather(buf, buf, -1, sdk.Int8, 0, 0) }, "count -1"},
+		{"bad peer", func() error { return c.Send(buf, 1, sdk.Int8, 9, 0) }, "peer 9 is out of range"},
+		{"short alltoallv arrays", func() error {
+			return c.AlltoAllv(buf, []int{1}, []int{0}, buf, []int{1}, []int{0}, sdk.Int8, 0)
+		}, "needs 2 counts"},
+		{"GroupEnd alone", c.GroupEnd, "GroupEnd without GroupStart"},
+		{"collective in a group", func() error {
+			c.GroupStart()
+			defer c.GroupEnd()
+			return c.Barrier()
+		}, "only Send and Recv can be grouped"},
+		{"bad slice", func() error { _, err := buf.Slice(8, 9); return err }, "keep it inside the buffer"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.call()
+			require.Error(t, err)
+			is := sdk.ErrInvalidArgument
+			if strings.Contains(tc.name, "group") || strings.Contains(tc.name, "Group") { // misuse of groups, not a bad argument
+				is = sdk.ErrInvalidUsage
+			}
+			require.ErrorIs(t, err, is, err.Error())
+			require.Contains(t, err.Error(), tc.want)
+		})
+	}
+	// A group with a bad operation is refused as a whole.
+	c.GroupStart()
+	require.Error(t, c.Send(buf, 1, sdk.Int8, 9, 0))
+	err := c.GroupEnd()
+	require.ErrorIs(t, err, sdk.ErrInvalidUsage)
+	require.Contains(t, err.Error(), "not run")
+	// The communicator still works: nothing was sent.
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r, cm := range comms {
+		wg.Add(1)
+		go func(r int, cm *core.HeteroComm) {
+			defer wg.Done()
+			errs[r] = cm.Barrier()
+		}(r, cm)
+	}
+	wg.Wait()
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+}
+
+// TestHeteroAbort: Abort from another goroutine ends a collective that
+// waits for a peer, and the communicator refuses further calls.
+func TestHeteroAbort(t *testing.T) {
+	comms := startHetero(t, 2, core.WithSplitList([]int{1, 1}))
+	done := make(chan error, 1)
+	buf := core.HostBuffer(make([]byte, 1<<20))
+	go func() { done <- comms[0].AllReduce(buf, buf, 1<<18, sdk.Float32, sdk.Sum, 0) }()
+	time.Sleep(100 * time.Millisecond)
+	require.NoError(t, comms[0].Abort())
+	select {
+	case err := <-done:
+		require.Error(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the collective did not return after Abort")
+	}
+	err := comms[0].Barrier()
+	require.ErrorIs(t, err, sdk.ErrInvalidUsage)
+	// The peer, waiting on the aborted rank, fails too.
+	err = comms[1].AllReduce(buf, buf, 1<<18, sdk.Float32, sdk.Sum, 0)
+	require.Error(t, err)
+	require.ErrorIs(t, comms[1].Barrier(), sdk.ErrInvalidUsage, "a failed schedule aborts the communicator")
 }
