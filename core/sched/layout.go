@@ -1,16 +1,3 @@
-// Package sched holds the schedules of heterogeneous communicators as data:
-// a Layout says which ranks form which cluster, and Build turns one
-// collective call on one rank into a Plan, a list of Steps (vendor
-// operations inside a cluster, copies between device memory and pinned
-// host staging, host operations among cluster leaders over hostnet, host
-// reductions) with the lane each runs on and the steps it waits for.
-//
-// Plans depend only on the layout, the call and the options, never on
-// memory or the network, so every rank can build any rank's plan (bench
-// --print-plan prints them all), tests assert their steps without running
-// them, and core's executor runs them. Every rank of a communicator builds
-// its plans from the same inputs, which is what keeps their operations on
-// each communicator in the same order.
 package sched
 
 import (
