@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flagcx/flagcx-go/conformance/reference"
-	"github.com/flagcx/flagcx-go/core"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
 
@@ -98,19 +96,19 @@ func openPlugin(name, dir string, emulated bool) (*loader.Plugin, error) {
 		name, name, dir, strings.Join(append(found, HostBackendName+" (built in)"), ", "))
 }
 
-// deviceBackend runs collectives through a vendor plugin on device buffers,
-// enqueued on one stream and timed with the runtime's events (or with host
-// timers around a stream synchronize where the runtime has no event timing).
+// deviceBackend is a device rank's side of the benchmark: a plugin's
+// device memory, one stream the collectives are enqueued on, and the
+// runtime's events to time them (or host timers around a stream
+// synchronize where the runtime has no event timing).
 type deviceBackend struct {
-	comm        *core.DeviceComm
 	p           *loader.Plugin
 	dev         int
 	stream      loader.Stream
 	start, stop loader.Event
 }
 
-func newDeviceBackend(comm *core.DeviceComm) (*deviceBackend, error) {
-	d := &deviceBackend{comm: comm, p: comm.Plugin(), dev: comm.Device()}
+func newDeviceBackend(p *loader.Plugin, dev int) (*deviceBackend, error) {
+	d := &deviceBackend{p: p, dev: dev}
 	var err error
 	if d.stream, err = d.p.StreamCreate(d.dev); err != nil {
 		return nil, err
@@ -152,45 +150,6 @@ func (d *deviceBackend) Alloc(n int) (Buf, error) {
 		return nil, err
 	}
 	return b, nil
-}
-
-func (d *deviceBackend) issue(coll reference.Collective, x *call) error {
-	c, s := d.comm, d.stream
-	send, recv := x.send.ptr(), x.recv.ptr()
-	switch coll {
-	case reference.AllReduce:
-		return c.AllReduce(send, recv, x.count, x.dt, x.op, s)
-	case reference.Reduce:
-		return c.Reduce(send, recv, x.count, x.dt, x.op, x.root, s)
-	case reference.Broadcast:
-		return c.Broadcast(send, recv, x.count, x.dt, x.root, s)
-	case reference.AllGather:
-		return c.AllGather(send, recv, x.count, x.dt, s)
-	case reference.ReduceScatter:
-		return c.ReduceScatter(send, recv, x.count, x.dt, x.op, s)
-	case reference.AlltoAll:
-		return c.AlltoAll(send, recv, x.count, x.dt, s)
-	case reference.AlltoAllv:
-		return c.AlltoAllv(send, x.sendcounts, x.sdispls, recv, x.recvcounts, x.rdispls, x.dt, s)
-	case reference.Gather:
-		return c.Gather(send, recv, x.count, x.dt, x.root, s)
-	case reference.Scatter:
-		return c.Scatter(send, recv, x.count, x.dt, x.root, s)
-	case reference.SendRecv:
-		n, r := c.Count(), c.Rank()
-		if err := c.GroupStart(); err != nil {
-			return err
-		}
-		err := c.Send(send, x.count, x.dt, (r+1)%n, s)
-		if err == nil {
-			err = c.Recv(recv, x.count, x.dt, (r-1+n)%n, s)
-		}
-		if gerr := c.GroupEnd(); err == nil {
-			err = gerr
-		}
-		return err
-	}
-	return fmt.Errorf("collective %v has no device implementation", coll)
 }
 
 func (d *deviceBackend) sync() error { return d.p.StreamSynchronize(d.stream) }

@@ -19,57 +19,41 @@ import (
 // its device's events where it has them, else with the host clock, and the
 // run reports the slowest rank.
 type heteroBackend struct {
-	comm        *core.HeteroComm
-	p           *loader.Plugin // nil on a host rank
-	dev         int
-	stream      loader.Stream
-	start, stop loader.Event
+	comm *core.HeteroComm
+	d    *deviceBackend // nil on a host rank
 }
 
 func newHeteroBackend(comm *core.HeteroComm) (*heteroBackend, error) {
 	h := &heteroBackend{comm: comm}
-	be := comm.Backend()
-	if !be.OnDevice() {
-		return h, nil
-	}
-	h.p, h.dev = be.Plugin, be.Device
-	var err error
-	if h.stream, err = h.p.StreamCreate(h.dev); err != nil {
-		return nil, err
-	}
-	if h.p.HasEventTiming() {
-		if h.start, err = h.p.EventCreate(h.dev); err == nil {
-			h.stop, err = h.p.EventCreate(h.dev)
-		}
+	if be := comm.Backend(); be.OnDevice() {
+		d, err := newDeviceBackend(be.Plugin, be.Device)
 		if err != nil {
-			h.close()
 			return nil, err
 		}
+		h.d = d
 	}
-	// The buffers are device memory by construction (Alloc).
-	h.p.SetPointerChecks(false)
 	return h, nil
 }
 
 func (h *heteroBackend) Name() string {
-	if h.p == nil {
+	if h.d == nil {
 		return HostMem{}.Name()
 	}
-	name := fmt.Sprintf("%s device %d", h.p.Name, h.dev)
-	if info, err := h.p.DeviceInfo(h.dev); err == nil && info.Name != "" {
-		name += " " + info.Name
-	}
-	if h.p.Emulated() {
-		name += " (emulated)"
-	}
-	return name
+	return h.d.Name()
 }
 
 func (h *heteroBackend) Alloc(n int) (Buf, error) {
-	if h.p == nil {
+	if h.d == nil {
 		return HostMem{}.Alloc(n)
 	}
-	return (&deviceBackend{p: h.p, dev: h.dev}).Alloc(n)
+	return h.d.Alloc(n)
+}
+
+func (h *heteroBackend) stream() loader.Stream {
+	if h.d == nil {
+		return 0
+	}
+	return h.d.stream
 }
 
 // buffer is a region as the communicator takes it.
@@ -81,7 +65,7 @@ func (r region) buffer() core.Buffer {
 }
 
 func (h *heteroBackend) issue(coll reference.Collective, x *call) error {
-	c, s := h.comm, h.stream
+	c, s := h.comm, h.stream()
 	send, recv := x.send.buffer(), x.recv.buffer()
 	switch coll {
 	case reference.AllReduce:
@@ -118,24 +102,18 @@ func (h *heteroBackend) issue(coll reference.Collective, x *call) error {
 }
 
 func (h *heteroBackend) sync() error {
-	if h.p == nil {
+	if h.d == nil {
 		return nil
 	}
-	return h.p.StreamSynchronize(h.stream)
+	return h.d.sync()
 }
 
 func (h *heteroBackend) startTimer() (func() (time.Duration, error), error) {
-	if h.start != 0 {
-		return (&deviceBackend{p: h.p, stream: h.stream, start: h.start, stop: h.stop}).startTimer()
-	}
-	if err := h.sync(); err != nil {
-		return nil, err
+	if h.d != nil {
+		return h.d.startTimer()
 	}
 	t0 := time.Now()
-	return func() (time.Duration, error) {
-		err := h.sync()
-		return time.Since(t0), err
-	}, nil
+	return func() (time.Duration, error) { return time.Since(t0), nil }, nil
 }
 
 // describe names the communicator's clusters, this rank's plugin and how
@@ -166,14 +144,14 @@ func (h *heteroBackend) describe() []string {
 		}
 		lines = append(lines, fmt.Sprintf("  cluster %d: %s, ranks %s, leader %d", c.Index, what, sched.FormatRanks(c.Ranks), c.Leader))
 	}
-	if h.p != nil {
-		lines = append(lines, (&deviceBackend{p: h.p, start: h.start}).describe()...)
+	if h.d != nil {
+		lines = append(lines, h.d.describe()...)
 	}
 	timing := "per rank: device events on device ranks that have them, host clock elsewhere; each row reports the slowest rank"
 	if l.IsHomogeneous() {
-		if h.p == nil {
+		if h.d == nil {
 			timing = "host clock"
-		} else if h.start != 0 {
+		} else if h.d.start != 0 {
 			timing = "device events"
 		} else {
 			timing = "host clock around stream synchronize (the runtime has no event timing)"
@@ -191,15 +169,10 @@ func (h *heteroBackend) describe() []string {
 }
 
 func (h *heteroBackend) close() error {
-	if h.p == nil {
+	if h.d == nil {
 		return nil
 	}
-	for _, e := range []loader.Event{h.start, h.stop} {
-		if e != 0 {
-			_ = h.p.EventDestroy(e)
-		}
-	}
-	return h.p.StreamDestroy(h.stream)
+	return h.d.close()
 }
 
 // printPlans writes, as comment lines, every rank's plan for the call the
