@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"runtime"
 	"sync"
 	"unsafe"
 
@@ -349,6 +350,7 @@ func (c *HeteroComm) execute(p *sched.Plan, b *callBufs, s loader.Stream) error 
 	}
 	lanes := p.Lanes()
 	if len(lanes) == 1 {
+		defer c.bindDevice()()
 		for i := range p.Steps {
 			if err := c.step(p, i, b, s); err != nil {
 				return c.failure(p, err)
@@ -377,6 +379,7 @@ func (c *HeteroComm) execute(p *sched.Plan, b *callBufs, s loader.Stream) error 
 		wg.Add(1)
 		go func(lane sched.Lane) {
 			defer wg.Done()
+			defer c.bindDevice()()
 			for i := range p.Steps {
 				st := &p.Steps[i]
 				if st.Lane != lane {
@@ -407,6 +410,20 @@ func (c *HeteroComm) execute(p *sched.Plan, b *callBufs, s loader.Stream) error 
 		return c.failure(p, first)
 	}
 	return nil
+}
+
+// bindDevice keeps the calling goroutine on its OS thread and makes this
+// rank's device current there, as vendor runtimes want for work on a
+// device's memory and streams (the current device is per thread, and a
+// lane's goroutine would otherwise wander between threads). It returns
+// what releases the thread.
+func (c *HeteroComm) bindDevice() func() {
+	if !c.be.OnDevice() {
+		return func() {}
+	}
+	runtime.LockOSThread()
+	_ = c.be.Plugin.SetDevice(c.be.Device) // a plugin without setDevice binds devices itself
+	return runtime.UnlockOSThread
 }
 
 // spans reports whether a plan's steps involve several communicators,

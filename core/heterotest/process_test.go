@@ -40,6 +40,7 @@ type workerJob struct {
 	Counts    []int    `json:"counts"`
 	Types     []int    `json:"types"`  // nil: every data type
 	Victim    int      `json:"victim"` // "die": the rank that exits mid-collective
+	Inside    bool     `json:"inside"` // "die": the victim has started the collective
 }
 
 type workerOut struct {
@@ -163,16 +164,24 @@ func work(job *workerJob, out *workerOut) error {
 	return comm.Barrier()
 }
 
-// die: every rank starts a large AllReduce; the victim exits while it
-// runs. The others must return an error.
+// die: after one AllReduce that every rank completes, every rank but the
+// victim starts a second, large one, and the victim dies: inside that
+// AllReduce (Inside), or before joining it, which leaves the others
+// waiting on it mid-collective whatever the timing. The others must
+// return an error.
 func die(job *workerJob, comm *core.HeteroComm, m Mem, out *workerOut) error {
-	if err := comm.Barrier(); err != nil {
+	first := reference.Case{Coll: reference.AllReduce, Type: sdk.Float32, Op: sdk.Sum, NRanks: comm.Count(), Count: 1000, Seed: 1}
+	if _, err := Run(comm, m, first, false, 0); err != nil {
 		return err
 	}
-	c := reference.Case{Coll: reference.AllReduce, Type: sdk.Float32, Op: sdk.Sum, NRanks: comm.Count(), Count: 4 << 20, Seed: 1}
+	c := reference.Case{Coll: reference.AllReduce, Type: sdk.Float32, Op: sdk.Sum, NRanks: comm.Count(), Count: 8 << 20, Seed: 2}
 	if job.Rank == job.Victim {
-		go func() { _, _ = Run(comm, m, c, false, 0) }()
-		time.Sleep(300 * time.Millisecond)
+		if job.Inside {
+			go func() { _, _ = Run(comm, m, c, false, 0) }()
+			time.Sleep(10 * time.Millisecond)
+		} else {
+			time.Sleep(300 * time.Millisecond)
+		}
 		os.Exit(3)
 	}
 	start := time.Now()
@@ -331,12 +340,17 @@ func TestHeteroPlacements(t *testing.T) {
 // rank return an error within the deadline, whichever cluster it was in.
 func TestHeteroRankDies(t *testing.T) {
 	const timeout = 3 // seconds, FLAGCX_TIMEOUT
-	for _, victim := range []int{1, 2, 3} {
-		t.Run(fmt.Sprintf("rank %d", victim), func(t *testing.T) {
+	cases := []struct {
+		victim int
+		inside bool
+	}{{1, true}, {1, false}, {2, true}, {2, false}, {3, false}}
+	for _, tc := range cases {
+		victim := tc.victim
+		t.Run(fmt.Sprintf("rank %d inside %v", tc.victim, tc.inside), func(t *testing.T) {
 			placement := expand("nvidia:2,host:2")
 			requirePlugins(t, placement)
 			env := []string{fmt.Sprintf("FLAGCX_TIMEOUT=%d", timeout), "FLAGCX_VENDORSIM_TIMEOUT=5", "FLAGCX_NET_CHUNK_SIZE=1M"}
-			outs := runRanks(t, placement, workerJob{Scenario: "die", Victim: victim}, env, time.Minute)
+			outs := runRanks(t, placement, workerJob{Scenario: "die", Victim: victim, Inside: tc.inside}, env, time.Minute)
 			for r, o := range outs {
 				if r == victim {
 					continue
