@@ -125,8 +125,10 @@ func (h *heteroBackend) describe() []string {
 		kind = "homogeneous"
 	}
 	opts := h.comm.Options()
-	how := "schedules: the vendor library or host collectives directly"
+	how := "schedules: host collectives directly"
 	switch {
+	case l.IsHomogeneous() && l.Clusters[0].OnDevice() && !opts.HostPath:
+		how = "schedules: the vendor library directly (the host path for types or ops it lacks)"
 	case opts.HostPath:
 		how = "schedules: host path (FLAGCX_USE_HOST_COMM=1): copy to host, host collective over all ranks, copy back"
 	case !l.IsHomogeneous():
