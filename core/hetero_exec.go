@@ -198,6 +198,12 @@ func (c *HeteroComm) do(name string, call sched.Call, send, recv Buffer, user []
 			return fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
 		}
 	}
+	if c.direct(call) {
+		if err := c.directCall(call, send, recv, s); err != nil {
+			return fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
+		}
+		return nil
+	}
 	plan, err := sched.Build(c.layout, c.rank, call, c.opts)
 	if err != nil {
 		return fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
@@ -207,6 +213,48 @@ func (c *HeteroComm) do(name string, call sched.Call, send, recv Buffer, user []
 		return fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
 	}
 	return nil
+}
+
+// direct reports whether call goes straight to the vendor library: a
+// homogeneous device communicator whose library takes the call's type and
+// op, with no plan to print. It is the path users compare with the vendor
+// library's own latency, so it builds no plan and allocates nothing; the plan
+// it skips would be that single vendor step.
+func (c *HeteroComm) direct(call sched.Call) bool {
+	if c.ccl == nil || c.opts.HostPath || c.debug.coll || !c.layout.IsHomogeneous() {
+		return false
+	}
+	switch call.Coll {
+	case sched.P2P, sched.Barrier:
+		return false
+	}
+	p := c.be.Plugin
+	return p.SupportsDataType(call.DType) && (!call.Coll.Reduces() || p.SupportsRedOp(call.Op))
+}
+
+func (c *HeteroComm) directCall(call sched.Call, send, recv Buffer, s loader.Stream) error {
+	cc, sp, rp := c.ccl, send.ptr, recv.ptr
+	switch call.Coll {
+	case sched.AllReduce:
+		return cc.AllReduce(sp, rp, call.Count, call.DType, call.Op, s)
+	case sched.Reduce:
+		return cc.Reduce(sp, rp, call.Count, call.DType, call.Op, call.Root, s)
+	case sched.Broadcast:
+		return cc.Broadcast(sp, rp, call.Count, call.DType, call.Root, s)
+	case sched.AllGather:
+		return cc.AllGather(sp, rp, call.Count, call.DType, s)
+	case sched.ReduceScatter:
+		return cc.ReduceScatter(sp, rp, call.Count, call.DType, call.Op, s)
+	case sched.AlltoAll:
+		return cc.AlltoAll(sp, rp, call.Count, call.DType, s)
+	case sched.AlltoAllv:
+		return cc.AlltoAllv(sp, call.SendCounts, call.SDispls, rp, call.RecvCounts, call.RDispls, call.DType, s)
+	case sched.Gather:
+		return cc.Gather(sp, rp, call.Count, call.DType, call.Root, s)
+	case sched.Scatter:
+		return cc.Scatter(sp, rp, call.Count, call.DType, call.Root, s)
+	}
+	return fmt.Errorf("%w: %v has no direct vendor call", sdk.ErrInternalError, call.Coll)
 }
 
 // ---- the executor ------------------------------------------------------------
