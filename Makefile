@@ -18,6 +18,7 @@ flagcx:
 # C parts (plugins, emulated vendor runtimes) add themselves here.
 -include plugins/plugins.mk
 -include conformance/vendorsim/vendorsim.mk
+-include conformance/conformance.mk
 
 test: all
 	$(GO) test -count=1 -timeout 20m ./...

@@ -1,0 +1,418 @@
+// Package suite is flagcx conformance: it runs a matrix of cases against
+// vendor plugins (plugin x collective x dtype x op x size x ranks x root x
+// in-place) and checks every result against the exact values of
+// conformance/reference. The ranks under test run in worker processes
+// started through github.com/hashicorp/go-plugin, so a plugin that crashes
+// or hangs fails its cases with the reason and the suite goes on.
+//
+//	rep, err := suite.Run(ctx, suite.Options{Dir: "build/plugins", NP: []int{2, 3}, Emulated: true})
+//	rep.WriteText(os.Stdout)
+//
+// conformance/README.md documents the levels and what a passing
+// submission looks like.
+package suite
+
+import (
+	"fmt"
+	"hash/fnv"
+	"strings"
+
+	"github.com/flagcx/flagcx-go/conformance/reference"
+	"github.com/flagcx/flagcx-go/sdk"
+)
+
+// Level is how strongly a case is required, as in RFC 2119.
+type Level int
+
+const (
+	MUST   Level = iota // a failure fails the run; "not supported" is a failure
+	SHOULD              // a failure is reported; "not supported" is a skip
+	MAY                 // optional functionality; "not supported" is a skip
+)
+
+var levelNames = []string{"MUST", "SHOULD", "MAY"}
+
+func (l Level) String() string {
+	if l < 0 || int(l) >= len(levelNames) {
+		return fmt.Sprintf("level(%d)", int(l))
+	}
+	return levelNames[l]
+}
+
+// MarshalText writes the level's name in reports.
+func (l Level) MarshalText() ([]byte, error) { return []byte(l.String()), nil }
+
+// weaker is the less demanding of two levels: a case is as strong as its
+// weakest ingredient (allreduce is MUST, avg is MAY: allreduce with avg is MAY).
+func weaker(a, b Level) Level { return max(a, b) }
+
+// Case is one row of the matrix.
+type Case struct {
+	ID          string
+	Level       Level
+	Area        string // report group: plugin, device, comm, a collective's name, sendrecv, group
+	Description string
+	// NRanks: 0 for the checks of the plugin table and init, 1 for the
+	// device-runtime cases (one worker), >= 2 for a communicator of that
+	// many ranks (one worker each).
+	NRanks int
+	// UsesType and UsesOp: the case needs Spec.Type / Spec.Op in the
+	// plugin's dataTypeMask / redOpMask.
+	UsesType, UsesOp bool
+	// Needs lists OPTIONAL entries the case exercises; a NULL one skips it.
+	Needs []string
+	// NeedsCCL: the case needs the collective library (caps).
+	NeedsCCL bool
+	Spec     Spec
+}
+
+// Spec is what the workers execute. It crosses the RPC boundary.
+type Spec struct {
+	Kind    string // "coll", "p2p.ring", "device.memcpy", ... (see worker_exec.go)
+	Coll    reference.Collective
+	Type    sdk.DataType
+	Op      sdk.RedOp
+	Root    int
+	Count   int
+	InPlace bool
+	Seed    uint64
+	Iters   int      // loops (comm.initdestroy) or communicators (comm.multi)
+	NeedIDs int      // vendor unique ids the runner fetches from rank 0 for the case
+	IDs     [][]byte // filled by the runner
+}
+
+// MatrixOptions choose the size of the matrix.
+type MatrixOptions struct {
+	NP    []int  // communicator sizes
+	Quick bool   // the CI subset (see README)
+	Seed  uint64 // base seed of the inputs
+}
+
+// Counts used for the collectives: 0, 1, primes (odd sizes that divide
+// nothing: unaligned for every vector width and chunk size), and a large
+// prime of about 4 MiB of float32.
+const (
+	countLarge = 1048583
+)
+
+func baseCounts(quick bool, dt sdk.DataType) []int {
+	if quick {
+		if dt == sdk.Float32 {
+			return []int{0, 1, 1031}
+		}
+		return []int{1, 1031}
+	}
+	return []int{0, 1, 7, 1031, 65537}
+}
+
+// largeCombos are the (collective, type, op) combinations also run with
+// countLarge elements: large sizes cost time, the small sizes cover the
+// type x op cross.
+func largeCombos(quick bool) map[reference.Collective][][2]int {
+	t := func(dt sdk.DataType, op sdk.RedOp) [2]int { return [2]int{int(dt), int(op)} }
+	if quick {
+		return map[reference.Collective][][2]int{
+			reference.AllReduce: {t(sdk.Float32, sdk.Sum)},
+			reference.AllGather: {t(sdk.Float32, reference.NoOp)},
+		}
+	}
+	return map[reference.Collective][][2]int{
+		reference.AllReduce:     {t(sdk.Float32, sdk.Sum), t(sdk.Bfloat16, sdk.Sum), t(sdk.Int8, sdk.Max), t(sdk.Float16, sdk.Avg)},
+		reference.Reduce:        {t(sdk.Float32, sdk.Sum)},
+		reference.Broadcast:     {t(sdk.Float32, reference.NoOp)},
+		reference.AllGather:     {t(sdk.Float32, reference.NoOp)},
+		reference.ReduceScatter: {t(sdk.Float32, sdk.Sum)},
+		reference.AlltoAll:      {t(sdk.Float32, reference.NoOp)},
+	}
+}
+
+// collLevel is the level of each collective (see README: why).
+func collLevel(c reference.Collective) Level {
+	switch c {
+	case reference.AllReduce, reference.Reduce, reference.Broadcast, reference.AllGather, reference.ReduceScatter, reference.SendRecv:
+		return MUST
+	case reference.AlltoAll, reference.Gather, reference.Scatter:
+		return SHOULD
+	}
+	return MAY // alltoallv
+}
+
+// opLevel is the level of each reduction op.
+func opLevel(op sdk.RedOp) Level {
+	switch op {
+	case sdk.Sum:
+		return MUST
+	case sdk.Prod, sdk.Max, sdk.Min:
+		return SHOULD
+	}
+	return MAY // avg
+}
+
+// reduceTypeLevel is how strongly a reduction must work on a data type the
+// plugin declares: the types of gradients and counters every vendor CCL
+// reduces are MUST; the others may be declared for data movement only
+// (BKCL moves int8, uint32 and uint64 but cannot reduce them), so their
+// reductions are SHOULD and "not supported" at run time skips them.
+func reduceTypeLevel(t sdk.DataType) Level {
+	switch t {
+	case sdk.Float32, sdk.Float16, sdk.Bfloat16, sdk.Int32:
+		return MUST
+	}
+	return SHOULD
+}
+
+// typeLevel is how strongly the plugin must declare each data type.
+func typeLevel(t sdk.DataType) Level {
+	switch t {
+	case sdk.Float32:
+		return MUST
+	case sdk.Uint32, sdk.Uint64:
+		return MAY
+	}
+	return SHOULD
+}
+
+// optionalEntry is the OPTIONAL table entry a collective needs.
+func optionalEntry(c reference.Collective) string {
+	switch c {
+	case reference.AlltoAll:
+		return "alltoAll"
+	case reference.AlltoAllv:
+		return "alltoAllv"
+	case reference.Gather:
+		return "gather"
+	case reference.Scatter:
+		return "scatter"
+	}
+	return ""
+}
+
+// inPlaceOK reports whether the collective has an in-place form (NCCL's).
+func inPlaceOK(c reference.Collective) bool {
+	switch c {
+	case reference.AllReduce, reference.Reduce, reference.Broadcast, reference.AllGather, reference.ReduceScatter:
+		return true
+	}
+	return false
+}
+
+func seedFor(base uint64, id string) uint64 {
+	h := fnv.New64a()
+	_, _ = h.Write([]byte(id))
+	return base ^ h.Sum64()
+}
+
+// Matrix lists every case for the options, in run order: the plugin
+// checks, the device runtime, then per communicator size the communicator
+// lifecycle, the collectives, point-to-point and groups, and last the
+// communicator's destruction.
+func Matrix(o MatrixOptions) []Case {
+	var out []Case
+	add := func(c Case) {
+		c.Spec.Seed = seedFor(o.Seed, c.ID)
+		out = append(out, c)
+	}
+	add(Case{ID: "plugin.load", Level: MUST, Area: "plugin", Spec: Spec{Kind: "plugin.load"},
+		Description: "the file is a plugin of a known ABI version, its table passes the loader's checks and init succeeds"})
+	for _, t := range sdk.AllDataTypes() {
+		add(Case{ID: "plugin.datatype." + t.String(), Level: typeLevel(t), Area: "plugin", NeedsCCL: true,
+			Description: "dataTypeMask declares " + t.String(), Spec: Spec{Kind: "info.datatype", Type: t}})
+	}
+	for _, op := range sdk.AllRedOps() {
+		add(Case{ID: "plugin.redop." + op.String(), Level: opLevel(op), Area: "plugin", NeedsCCL: true,
+			Description: "redOpMask declares " + op.String(), Spec: Spec{Kind: "info.redop", Op: op}})
+	}
+	for _, c := range deviceCases() {
+		c.NRanks = 1
+		add(c)
+	}
+	for _, n := range o.NP {
+		for _, c := range commCases(n, o.Quick) {
+			c.NRanks, c.NeedsCCL = n, true
+			add(c)
+		}
+		for _, c := range collCases(n, o.Quick) {
+			c.NRanks, c.NeedsCCL = n, true
+			add(c)
+		}
+		for _, c := range p2pCases(n, o.Quick) {
+			c.NRanks, c.NeedsCCL = n, true
+			add(c)
+		}
+		add(Case{ID: fmt.Sprintf("comm.destroy.n%d", n), Level: MUST, Area: "comm", NRanks: n, NeedsCCL: true,
+			Description: fmt.Sprintf("commDestroy of the %d-rank communicator after all its work", n), Spec: Spec{Kind: "comm.destroy"}})
+	}
+	return out
+}
+
+func deviceCases() []Case {
+	d := func(id string, level Level, desc string, needs ...string) Case {
+		return Case{ID: id, Level: level, Area: "device", Description: desc, Needs: needs, Spec: Spec{Kind: id}}
+	}
+	cases := []Case{
+		d("device.count", MUST, "getDeviceCount reports at least one device"),
+		d("device.info", MUST, "getDeviceInfo describes every device with a name"),
+		d("device.info.pcibusid", SHOULD, "getDeviceInfo gives PCI bus ids as dddd:bb:dd.f in lower case, distinct per device"),
+		d("device.link.self", MAY, "getLinkInfo(d, d) reports the link type Self", "getLinkInfo"),
+		d("device.malloc", MUST, "deviceMalloc/deviceFree of 1 B, 4099 B and 8 MiB + 3 B; distinct, non-NULL pointers"),
+		d("device.hostmalloc", MUST, "hostMalloc/hostFree; the memory is usable from the host"),
+		d("device.memcpy.sync", MUST, "synchronous copies host to device to host, sizes 1 B .. 8 MiB + 3 B, at unaligned offsets"),
+		d("device.memcpy.d2d", MUST, "synchronous device-to-device copies between two allocations and within one"),
+		d("device.memcpy.async", MUST, "copies on a stream with pinned host memory, complete at streamSynchronize"),
+		d("device.memset", MUST, "memSet without a stream sets exactly the bytes asked, at an unaligned offset"),
+		d("device.memset.async", MUST, "memSet on a stream, complete at streamSynchronize"),
+		d("device.stream", MUST, "streamCreate / streamSynchronize / streamDestroy, 16 streams at once"),
+		d("device.stream.query", MAY, "streamQuery reports an idle stream as done", "streamQuery"),
+		d("device.event", MUST, "eventRecord after a copy, eventSynchronize, the copy is visible"),
+		d("device.event.query", MAY, "eventQuery reports a synchronized event as reached", "eventQuery"),
+		d("device.stream.waitevent", MUST, "work on a second stream waits for an event recorded on the first"),
+		d("device.event.elapsed", SHOULD, "eventElapsedTime of two recorded events is finite and not negative", "eventElapsedTime"),
+		d("device.pointerkind", MAY, "pointerKind tells device memory, pinned host memory and pageable host memory apart", "pointerKind"),
+		d("device.all", SHOULD, "allocation, copies and a stream on every device the plugin reports (up to 16)"),
+		d("device.error", SHOULD, "an entry given a device that does not exist fails and getLastError says why"),
+		{ID: "comm.uniqueid", Level: MUST, Area: "comm", NeedsCCL: true, Spec: Spec{Kind: "comm.uniqueid"},
+			Description: "getUniqueIdBytes is within 1..4096 and two unique ids differ"},
+		{ID: "comm.errorstring", Level: MAY, Area: "comm", NeedsCCL: true, Needs: []string{"getErrorString"}, Spec: Spec{Kind: "comm.errorstring"},
+			Description: "getErrorString describes every result code"},
+		{ID: "comm.init.n1", Level: SHOULD, Area: "comm", NeedsCCL: true, Spec: Spec{Kind: "comm.single", NeedIDs: 1, Type: sdk.Float32, Count: 1031},
+			Description: "a one-rank communicator: commInitRank, allReduce sum, commDestroy"},
+	}
+	return cases
+}
+
+func commCases(n int, quick bool) []Case {
+	loops := 10
+	if quick {
+		loops = 3
+	}
+	c := func(id string, level Level, desc string, spec Spec, needs ...string) Case {
+		return Case{ID: fmt.Sprintf("%s.n%d", id, n), Level: level, Area: "comm", Description: desc, Spec: spec, Needs: needs}
+	}
+	return []Case{
+		c("comm.init", MUST, fmt.Sprintf("commInitRank on %d ranks, one process each, device = rank", n), Spec{Kind: "comm.init"}),
+		c("comm.initdestroy", MUST, fmt.Sprintf("%d rounds of commInitRank, allReduce, commDestroy", loops),
+			Spec{Kind: "comm.loop", Iters: loops, NeedIDs: loops, Type: sdk.Float32, Count: 1031}),
+		c("comm.multi", SHOULD, "three communicators at once, allReduce on each, issued interleaved",
+			Spec{Kind: "comm.multi", Iters: 3, NeedIDs: 3, Type: sdk.Float32, Count: 1031}),
+		c("comm.asyncerror", SHOULD, "commGetAsyncError on a healthy communicator reports success",
+			Spec{Kind: "comm.asyncerror"}, "commGetAsyncError"),
+		c("comm.abort", SHOULD, "a second communicator runs an allReduce, then every rank aborts it; the first one still works",
+			Spec{Kind: "comm.abort", NeedIDs: 1, Type: sdk.Float32, Count: 1031}, "commAbort"),
+	}
+}
+
+func collCases(n int, quick bool) []Case {
+	var out []Case
+	large := largeCombos(quick)
+	colls := []reference.Collective{reference.AllReduce, reference.Reduce, reference.Broadcast, reference.AllGather,
+		reference.ReduceScatter, reference.AlltoAll, reference.AlltoAllv, reference.Gather, reference.Scatter}
+	for _, coll := range colls {
+		for _, dt := range sdk.AllDataTypes() {
+			ops := []sdk.RedOp{reference.NoOp}
+			if coll.Reduces() {
+				ops = sdk.AllRedOps()
+			}
+			for _, op := range ops {
+				counts := baseCounts(quick, dt)
+				for _, lc := range large[coll] {
+					if lc == [2]int{int(dt), int(op)} {
+						counts = append(counts, countLarge)
+					}
+				}
+				roots := []int{0}
+				if coll.Rooted() {
+					roots = []int{n - 1}
+					if !quick && (op == sdk.Sum || op == reference.NoOp) {
+						roots = []int{0, n - 1}
+					}
+				}
+				places := []bool{false}
+				if inPlaceOK(coll) {
+					places = []bool{false, true}
+				}
+				for _, count := range counts {
+					for _, root := range roots {
+						for _, inPlace := range places {
+							out = append(out, collCase(coll, dt, op, n, root, count, inPlace))
+						}
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+func collCase(coll reference.Collective, dt sdk.DataType, op sdk.RedOp, n, root, count int, inPlace bool) Case {
+	parts := []string{"coll", coll.String(), dt.String()}
+	level := collLevel(coll)
+	if coll.Reduces() {
+		parts = append(parts, op.String())
+		level = weaker(level, weaker(opLevel(op), reduceTypeLevel(dt)))
+	}
+	parts = append(parts, fmt.Sprintf("n%d", n))
+	if coll.Rooted() {
+		parts = append(parts, fmt.Sprintf("root%d", root))
+	}
+	parts = append(parts, fmt.Sprintf("count%d", count))
+	place := "outofplace"
+	if inPlace {
+		place = "inplace"
+	}
+	parts = append(parts, place)
+	desc := fmt.Sprintf("%s of %d %s elements", coll, count, dt)
+	if coll.Reduces() {
+		desc = fmt.Sprintf("%s %s of %d %s elements", coll, op, count, dt)
+	}
+	if coll.Rooted() {
+		desc += fmt.Sprintf(", root %d", root)
+	}
+	desc += fmt.Sprintf(", %d ranks, %s", n, map[bool]string{false: "out of place", true: "in place"}[inPlace])
+	c := Case{ID: strings.Join(parts, "."), Level: level, Area: coll.String(), Description: desc,
+		UsesType: true, UsesOp: coll.Reduces(),
+		Spec: Spec{Kind: "coll", Coll: coll, Type: dt, Op: op, Root: root, Count: count, InPlace: inPlace}}
+	if e := optionalEntry(coll); e != "" {
+		c.Needs = []string{e}
+	}
+	return c
+}
+
+func p2pCases(n int, quick bool) []Case {
+	var out []Case
+	p := func(kind, area string, level Level, dt sdk.DataType, count int, desc string) {
+		out = append(out, Case{ID: fmt.Sprintf("%s.%s.n%d.count%d", kind, dt, n, count), Level: level, Area: area,
+			Description: desc, UsesType: true, Spec: Spec{Kind: kind, Coll: reference.SendRecv, Type: dt, Count: count}})
+	}
+	ringTypes := sdk.AllDataTypes()
+	exTypes := []sdk.DataType{sdk.Float32, sdk.Float16, sdk.Int64, sdk.Uint8}
+	if quick {
+		ringTypes = []sdk.DataType{sdk.Int8, sdk.Float32}
+		exTypes = []sdk.DataType{sdk.Float32}
+	}
+	for _, dt := range ringTypes {
+		counts := baseCounts(quick, dt)
+		if dt == sdk.Float32 {
+			counts = append(counts, countLarge)
+		}
+		for _, count := range counts {
+			p("p2p.ring", "sendrecv", MUST, dt, count,
+				fmt.Sprintf("grouped send to rank+1 and recv from rank-1, %d %s elements", count, dt))
+		}
+	}
+	for _, dt := range exTypes {
+		for _, count := range baseCounts(quick, dt) {
+			p("p2p.exchange", "sendrecv", MUST, dt, count,
+				fmt.Sprintf("one group with a send and a recv for every other rank, %d %s elements each", count, dt))
+		}
+	}
+	for _, count := range []int{1, 1031} {
+		p("p2p.pair", "sendrecv", MUST, sdk.Float32, count,
+			fmt.Sprintf("send from rank 0 to rank %d and its recv, outside any group, %d float32 elements", n-1, count))
+	}
+	p("p2p.self", "sendrecv", SHOULD, sdk.Float32, 1031, "a send to oneself and its recv in one group")
+	p("group.nested", "group", SHOULD, sdk.Float32, 1031, "the ring send/recv inside two nested groups")
+	p("group.collectives", "group", SHOULD, sdk.Float32, 1031,
+		"allReduce float32 sum, allReduce int32 max and broadcast float64 in one group")
+	out[len(out)-1].UsesType = false // its types are checked in the worker (all three must be declared)
+	return out
+}

@@ -1,0 +1,209 @@
+package suite
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The test binary is also the workers' program: the runner re-executes it
+// with go-plugin's handshake cookie set, and TestMain then serves a worker.
+func TestMain(m *testing.M) {
+	if IsWorker() {
+		ServeWorker()
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// repoRoot walks up from the test's directory to go.mod.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
+	require.NoError(t, err)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		parent := filepath.Dir(dir)
+		require.NotEqual(t, parent, dir, "go.mod not found above the test directory")
+		dir = parent
+	}
+}
+
+// buildExample compiles conformance/example/example.c (with flags, e.g. a
+// negative control) as <dir>/libflagcx-example.so, as a vendor team would
+// build a plugin out of tree: the header and a C compiler only.
+func buildExample(t *testing.T, dir string, flags ...string) string {
+	t.Helper()
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "gcc"
+	}
+	_, err := exec.LookPath(cc)
+	require.NoError(t, err, "the conformance tests compile the example plugin: install gcc (make needs it too)")
+	root := repoRoot(t)
+	out := filepath.Join(dir, "libflagcx-example.so")
+	args := append([]string{"-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-std=gnu11", "-fvisibility=hidden",
+		"-I", filepath.Join(root, "sdk", "include"), "-o", out, filepath.Join(root, "conformance", "example", "example.c"),
+		"-lrt", "-pthread"}, flags...)
+	msg, err := exec.Command(cc, args...).CombinedOutput()
+	require.NoError(t, err, "%s %s:\n%s", cc, strings.Join(args, " "), msg)
+	return out
+}
+
+// runSuite runs the suite on the plugins in dir, with this test binary as
+// the worker program.
+func runSuite(t *testing.T, dir string, o Options) *Report {
+	t.Helper()
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	o.Dir, o.Worker = dir, []string{exe}
+	if len(o.NP) == 0 {
+		o.NP = []int{2}
+	}
+	if o.CaseTimeout == 0 {
+		o.CaseTimeout = 30 * time.Second
+	}
+	o.Quick = true
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rep, err := Run(ctx, o)
+	require.NoError(t, err)
+	require.Len(t, rep.Plugins, 1)
+	return rep
+}
+
+func results(rep *Report) map[string]Result {
+	m := map[string]Result{}
+	for _, p := range rep.Plugins {
+		for _, r := range p.Results {
+			m[r.ID] = r
+		}
+	}
+	return m
+}
+
+// TestExamplePasses: the template plugin passes the quick matrix on two and
+// three ranks with no failure at any level; everything it provides runs.
+func TestExamplePasses(t *testing.T) {
+	dir := t.TempDir()
+	buildExample(t, dir)
+	rep := runSuite(t, dir, Options{NP: []int{2, 3}})
+	p := rep.Plugins[0]
+	require.Empty(t, p.Problem)
+	require.Equal(t, "example", p.Info.Name)
+	require.False(t, p.Info.Emulated, "the host CPU is not an emulator")
+	all, byLevel := p.Counts()
+	var failures []string
+	for _, r := range p.Results {
+		if r.Status == Failed {
+			failures = append(failures, r.ID+": "+r.Reason)
+		}
+	}
+	require.Empty(t, failures)
+	require.True(t, rep.Passed())
+	require.Greater(t, byLevel[MUST].Passed, 300)
+	// Only pointerKind is NULL in the example's table.
+	require.Equal(t, []string{"pointerKind"}, p.Info.NullOpt)
+	require.Equal(t, 1, all.Skipped, "only device.pointerkind is skipped")
+	res := results(rep)
+	require.Equal(t, Skipped, res["device.pointerkind"].Status)
+	require.Contains(t, res["device.pointerkind"].Reason, "OPTIONAL entry pointerKind is NULL")
+	for _, id := range []string{"comm.init.n3", "coll.alltoallv.int64.n3.count1031.outofplace", "p2p.ring.float32.n2.count1048583",
+		"coll.reducescatter.bfloat16.avg.n3.count1031.inplace", "comm.abort.n2", "comm.destroy.n3"} {
+		require.Equal(t, Passed, res[id].Status, id)
+	}
+}
+
+// TestNegativeControls: deliberately broken builds of the example plugin
+// must fail with the right reason, and the suite must go on after a crash
+// or a hang with fresh workers.
+func TestNegativeControls(t *testing.T) {
+	cases := []struct {
+		name    string
+		flags   []string
+		filter  string
+		timeout time.Duration
+		failed  map[string]*regexp.Regexp // case id -> reason
+		passed  []string                  // cases that still pass (afterwards)
+	}{
+		{"wrong sums", []string{"-DEXAMPLE_BREAK_SUM"}, `allreduce\.float32\.(sum|max)|reducescatter\.int32\.sum\.n2\.count1031`, 0,
+			map[string]*regexp.Regexp{
+				"coll.allreduce.float32.sum.n2.count1031.outofplace":   regexp.MustCompile(`^wrong result: rank \d: recv buffer: \d+ of 1031 float32 elements differ; first at element \d+: got \S+, want \S+`),
+				"coll.allreduce.float32.sum.n2.count1.inplace":         regexp.MustCompile(`^wrong result: rank \d: in-place buffer: 1 of 1 float32`),
+				"coll.reducescatter.int32.sum.n2.count1031.outofplace": regexp.MustCompile(`^wrong result: .*int32 elements differ`),
+			},
+			[]string{"coll.allreduce.float32.sum.n2.count0.outofplace", "coll.allreduce.float32.max.n2.count1031.outofplace"}},
+		{"swapped arguments", []string{"-DEXAMPLE_BREAK_SWAP"}, `broadcast\.float32`, 0,
+			map[string]*regexp.Regexp{
+				"coll.broadcast.float32.n2.root1.count1031.outofplace": regexp.MustCompile(`^wrong result: rank \d: recv buffer: 1031 of 1031 float32 elements differ`),
+			},
+			[]string{"coll.broadcast.float32.n2.root1.count1031.inplace"}},
+		{"segfault", []string{"-DEXAMPLE_BREAK_SEGV"}, `comm\.init|allreduce\.float32\.sum|broadcast\.float32\.n2\.root1\.count1031`, 0,
+			map[string]*regexp.Regexp{
+				"coll.allreduce.float32.sum.n2.count1.outofplace":    regexp.MustCompile(`^crash: rank \d: signal SIGSEGV \(segmentation violation\)`),
+				"coll.allreduce.float32.sum.n2.count1.inplace":       regexp.MustCompile(`^crash: rank \d: signal SIGSEGV`),
+				"coll.allreduce.float32.sum.n2.count1031.outofplace": regexp.MustCompile(`^not run: allreduce crashed or hung twice`),
+			},
+			[]string{"coll.allreduce.float32.sum.n2.count0.outofplace", "coll.broadcast.float32.n2.root1.count1031.outofplace", "comm.init.n2"}},
+		{"hang", []string{"-DEXAMPLE_BREAK_HANG"}, `allreduce\.float32\.sum\.n2\.count1\.outofplace|broadcast\.float32\.n2\.root1\.count1031`, 2 * time.Second,
+			map[string]*regexp.Regexp{
+				"coll.allreduce.float32.sum.n2.count1.outofplace": regexp.MustCompile(`^deadline: rank 0, 1 did not finish within 2s .*a hang`),
+			},
+			[]string{"coll.broadcast.float32.n2.root1.count1031.outofplace", "coll.broadcast.float32.n2.root1.count1031.inplace"}},
+		{"wrong ABI version", []string{"-DEXAMPLE_ABI_VERSION=2"}, ``, 0,
+			map[string]*regexp.Regexp{
+				"plugin.load": regexp.MustCompile(`^unknown ABI version: .*abiVersion 2, which this build of flagcx-go does not know`),
+			}, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			buildExample(t, dir, c.flags...)
+			o := Options{CaseTimeout: c.timeout}
+			if c.filter != "" {
+				o.Filter = regexp.MustCompile(c.filter)
+			}
+			start := time.Now()
+			rep := runSuite(t, dir, o)
+			res := results(rep)
+			for id, want := range c.failed {
+				r, ok := res[id]
+				require.True(t, ok, "case %s did not run", id)
+				require.Equal(t, Failed, r.Status, "%s: %s", id, r.Reason)
+				require.Regexp(t, want, r.Reason, id)
+			}
+			for _, id := range c.passed {
+				require.Equal(t, Passed, res[id].Status, "%s: %s", id, res[id].Reason)
+			}
+			require.False(t, rep.Passed(), "a broken plugin must fail the run")
+			n, per := rep.MustFailures()
+			require.Equal(t, n, per["example"])
+			require.Less(t, time.Since(start), time.Minute)
+		})
+	}
+}
+
+// TestUnknownPlugin: asking for a plugin that is not there is an error of
+// the run that names the ones found.
+func TestUnknownPlugin(t *testing.T) {
+	dir := t.TempDir()
+	buildExample(t, dir)
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	_, err = Run(context.Background(), Options{Dir: dir, Plugins: []string{"acme"}, Worker: []string{exe}})
+	require.ErrorContains(t, err, `no plugin "acme"`)
+	require.ErrorContains(t, err, "found: example")
+	_, err = Run(context.Background(), Options{Dir: t.TempDir(), Worker: []string{exe}})
+	require.ErrorContains(t, err, "no plugins")
+	_, err = Run(context.Background(), Options{Dir: dir, NP: []int{1}, Worker: []string{exe}})
+	require.ErrorContains(t, err, "--np 1")
+}

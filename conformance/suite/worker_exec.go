@@ -1,0 +1,1078 @@
+package suite
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"runtime"
+	"unsafe"
+
+	"github.com/flagcx/flagcx-go/conformance/reference"
+	"github.com/flagcx/flagcx-go/sdk"
+	"github.com/flagcx/flagcx-go/sdk/loader"
+)
+
+// Every device buffer of a case has guard bytes before and after its data;
+// they must come back unchanged. Receive buffers start filled with fillByte
+// (in every floating type a value that is not an integer, so an element
+// the plugin forgot to write never equals a reference value).
+const (
+	guard     = 256
+	guardByte = 0x5a
+	fillByte  = 0x3c
+)
+
+// devBuf is a device allocation with guards: data lives at base+guard.
+type devBuf struct {
+	base uintptr
+	n    int // data bytes
+}
+
+func (b devBuf) ptr() uintptr { return b.base + guard }
+
+// checked is a buffer to verify after a case ran: its expected content and,
+// where exactness is impossible, a per-element tolerance.
+type checked struct {
+	name string
+	buf  devBuf
+	want []byte
+	dt   sdk.DataType
+	tol  func(elem int) float64 // nil: exact
+}
+
+// job is a prepared operation: buffers filled, an issue function that
+// enqueues it, and the buffers to verify.
+type job struct {
+	issue  func(s loader.Stream) error
+	checks []checked
+}
+
+// scratch owns what a case allocated; free releases it all.
+type scratch struct {
+	w    *worker
+	bufs []devBuf
+}
+
+func (sc *scratch) free() {
+	for _, b := range sc.bufs {
+		_ = sc.w.p.DeviceFree(b.base)
+	}
+	sc.bufs = nil
+}
+
+// alloc makes a guarded device buffer holding content.
+func (sc *scratch) alloc(content []byte) (devBuf, error) {
+	n := len(content)
+	base, err := sc.w.p.DeviceMalloc(sc.w.dev, n+2*guard)
+	if err != nil {
+		return devBuf{}, err
+	}
+	b := devBuf{base: base, n: n}
+	sc.bufs = append(sc.bufs, b)
+	img := make([]byte, n+2*guard)
+	fillBytes(img[:guard], guardByte)
+	copy(img[guard:], content)
+	fillBytes(img[guard+n:], guardByte)
+	return b, sc.w.p.CopyToDevice(base, img)
+}
+
+func fillBytes(b []byte, v byte) {
+	for i := range b {
+		b[i] = v
+	}
+}
+
+func filled(n int, v byte) []byte {
+	b := make([]byte, n)
+	fillBytes(b, v)
+	return b
+}
+
+// verify reads a checked buffer back and compares it with its reference.
+func (w *worker) verify(c checked) error {
+	got := make([]byte, c.buf.n+2*guard)
+	if err := w.p.CopyFromDevice(got, c.buf.base); err != nil {
+		return err
+	}
+	for i := 0; i < guard; i++ {
+		if got[i] != guardByte {
+			return wrongf("%s: the plugin wrote %d bytes before the start of the buffer", c.name, guard-i)
+		}
+	}
+	for i := guard + c.buf.n; i < len(got); i++ {
+		if got[i] != guardByte {
+			return wrongf("%s: the plugin wrote past the end of the buffer (byte %d after it)", c.name, i-guard-c.buf.n)
+		}
+	}
+	return compareElems(c.name, c.dt, got[guard:guard+c.buf.n], c.want, c.tol)
+}
+
+// compareElems compares element by element: integers bitwise, floating
+// point by value (reference.Compare's rules), within tol where given.
+func compareElems(name string, dt sdk.DataType, got, want []byte, tol func(int) float64) error {
+	if bytes.Equal(got, want) {
+		return nil
+	}
+	sz := dt.Size()
+	n := len(want) / sz
+	wrong, first := 0, -1
+	for i := 0; i < n; i++ {
+		g, w := got[i*sz:(i+1)*sz], want[i*sz:(i+1)*sz]
+		if reference.Compare(dt, g, w) == 0 {
+			continue
+		}
+		if tol != nil {
+			if t := tol(i); t > 0 {
+				gv, wv := reference.Decode(dt, g), reference.Decode(dt, w)
+				if !math.IsNaN(gv) && math.Abs(gv-wv) <= t {
+					continue
+				}
+			}
+		}
+		wrong++
+		if first < 0 {
+			first = i
+		}
+	}
+	if wrong == 0 {
+		return nil
+	}
+	o := first * sz
+	return wrongf("%s: %d of %d %s elements differ; first at element %d: got %s, want %s", name, wrong, n, dt, first,
+		reference.Format(dt, got[o:o+sz]), reference.Format(dt, want[o:o+sz]))
+}
+
+// unitRoundoff is u of a floating type: half the spacing of its numbers at 1.
+func unitRoundoff(dt sdk.DataType) float64 {
+	switch dt {
+	case sdk.Float16:
+		return 0x1p-11
+	case sdk.Bfloat16:
+		return 0x1p-8
+	case sdk.Float32:
+		return 0x1p-24
+	}
+	return 0x1p-53
+}
+
+// avgTolerance is the one inexact case (README: Tolerances). An average of
+// a floating type over a rank count that is not a power of two may be
+// computed, as NCCL does, by pre-multiplying every input with 1/n, which
+// rounds: allow 2*n*u*max|input|. elemOf maps a buffer element to the
+// reduced element it holds (-1: none, exact).
+func avgTolerance(c reference.Case, elemOf func(int) int) func(int) float64 {
+	n := c.NRanks
+	if c.Op != sdk.Avg || !c.Type.IsFloat() || n&(n-1) == 0 {
+		return nil
+	}
+	u := unitRoundoff(c.Type)
+	return func(i int) float64 {
+		e := elemOf(i)
+		if e < 0 {
+			return 0
+		}
+		m := 0.0
+		for r := 0; r < n; r++ {
+			m = max(m, math.Abs(float64(c.Input(r, e))))
+		}
+		return 2 * float64(n) * u * m
+	}
+}
+
+// ---- Collectives ----------------------------------------------------------------
+
+// prepColl allocates and fills the buffers of one collective on comm and
+// returns how to issue and check it.
+func (w *worker) prepColl(sc *scratch, comm *loader.Comm, s Spec) (*job, error) {
+	n, rank := comm.Count(), comm.Rank()
+	c := reference.Case{Coll: s.Coll, Type: s.Type, Op: s.Op, NRanks: n, Root: s.Root, Count: s.Count, Seed: s.Seed}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	dt, sz, count := s.Type, s.Type.Size(), s.Count
+	input := make([]byte, c.SendCount()*sz)
+	reference.FillInput(c, rank, input)
+	j := &job{}
+	var send, recv uintptr
+	identity := func(i int) int { return i }
+	if !s.InPlace {
+		init := filled(c.RecvCount()*sz, fillByte)
+		want := append([]byte(nil), init...)
+		reference.ExpectedInto(c, rank, want)
+		sb, err := sc.alloc(input)
+		if err != nil {
+			return nil, err
+		}
+		rb, err := sc.alloc(init)
+		if err != nil {
+			return nil, err
+		}
+		send, recv = sb.ptr(), rb.ptr()
+		elemOf := identity
+		if s.Coll == reference.ReduceScatter {
+			elemOf = func(i int) int { return rank*count + i }
+		}
+		j.checks = []checked{
+			{name: "recv buffer", buf: rb, want: want, dt: dt, tol: avgTolerance(c, elemOf)},
+			{name: "send buffer (must stay unchanged)", buf: sb, want: input, dt: dt},
+		}
+	} else {
+		var init, want []byte
+		var sendOff, recvOff int
+		elemOf := identity
+		switch s.Coll {
+		case reference.AllReduce, reference.Reduce, reference.Broadcast:
+			init = input
+			want = append([]byte(nil), init...)
+			reference.ExpectedInto(c, rank, want)
+		case reference.AllGather: // sendbuff = recvbuff + rank*count
+			init = filled(c.RecvCount()*sz, fillByte)
+			copy(init[rank*count*sz:], input)
+			want = append([]byte(nil), init...)
+			reference.ExpectedInto(c, rank, want)
+			sendOff = rank * count * sz
+		case reference.ReduceScatter: // recvbuff = sendbuff + rank*count
+			init = input
+			want = append([]byte(nil), init...)
+			reference.ExpectedInto(c, rank, want[rank*count*sz:(rank+1)*count*sz])
+			recvOff = rank * count * sz
+			elemOf = func(i int) int {
+				if i >= rank*count && i < (rank+1)*count {
+					return i
+				}
+				return -1
+			}
+		default:
+			return nil, fmt.Errorf("%s has no in-place form", s.Coll)
+		}
+		b, err := sc.alloc(init)
+		if err != nil {
+			return nil, err
+		}
+		send, recv = b.ptr()+uintptr(sendOff), b.ptr()+uintptr(recvOff)
+		j.checks = []checked{{name: "in-place buffer", buf: b, want: want, dt: dt, tol: avgTolerance(c, elemOf)}}
+	}
+	j.issue = func(st loader.Stream) error {
+		switch s.Coll {
+		case reference.AllReduce:
+			return comm.AllReduce(send, recv, count, dt, s.Op, st)
+		case reference.Reduce:
+			return comm.Reduce(send, recv, count, dt, s.Op, s.Root, st)
+		case reference.Broadcast:
+			return comm.Broadcast(send, recv, count, dt, s.Root, st)
+		case reference.AllGather:
+			return comm.AllGather(send, recv, count, dt, st)
+		case reference.ReduceScatter:
+			return comm.ReduceScatter(send, recv, count, dt, s.Op, st)
+		case reference.AlltoAll:
+			return comm.AlltoAll(send, recv, count, dt, st)
+		case reference.AlltoAllv:
+			sc, sd, rc, rd := reference.AlltoAllvCounts(n, count, rank)
+			return comm.AlltoAllv(send, sc, sd, recv, rc, rd, dt, st)
+		case reference.Gather:
+			return comm.Gather(send, recv, count, dt, s.Root, st)
+		case reference.Scatter:
+			return comm.Scatter(send, recv, count, dt, s.Root, st)
+		}
+		return fmt.Errorf("unknown collective %s", s.Coll)
+	}
+	return j, nil
+}
+
+// prepP2P prepares the point-to-point cases.
+func (w *worker) prepP2P(sc *scratch, comm *loader.Comm, s Spec) (*job, error) {
+	n, rank, dt, count := comm.Count(), comm.Rank(), s.Type, s.Count
+	sz := dt.Size()
+	j := &job{}
+	switch s.Kind {
+	case "p2p.ring", "group.nested":
+		c := reference.Case{Coll: reference.SendRecv, Type: dt, NRanks: n, Count: count, Seed: s.Seed}
+		sb, rb, err := w.sendRecvBufs(sc, j, c, rank)
+		if err != nil {
+			return nil, err
+		}
+		depth := 1
+		if s.Kind == "group.nested" {
+			depth = 2
+		}
+		j.issue = func(st loader.Stream) error {
+			return grouped(comm.Plugin(), depth, func() error {
+				if err := comm.Send(sb, count, dt, (rank+1)%n, st); err != nil {
+					return err
+				}
+				return comm.Recv(rb, count, dt, (rank-1+n)%n, st)
+			})
+		}
+	case "p2p.exchange":
+		c := reference.Case{Coll: reference.AlltoAll, Type: dt, NRanks: n, Count: count, Seed: s.Seed}
+		input := make([]byte, c.SendCount()*sz)
+		reference.FillInput(c, rank, input)
+		init := filled(c.RecvCount()*sz, fillByte)
+		full := reference.Expected(c, rank)
+		want := append([]byte(nil), init...)
+		for p := 0; p < n; p++ {
+			if p != rank {
+				copy(want[p*count*sz:(p+1)*count*sz], full[p*count*sz:])
+			}
+		}
+		sb, err := sc.alloc(input)
+		if err != nil {
+			return nil, err
+		}
+		rb, err := sc.alloc(init)
+		if err != nil {
+			return nil, err
+		}
+		j.checks = []checked{{name: "recv buffer", buf: rb, want: want, dt: dt},
+			{name: "send buffer (must stay unchanged)", buf: sb, want: input, dt: dt}}
+		j.issue = func(st loader.Stream) error {
+			return grouped(comm.Plugin(), 1, func() error {
+				for p := 0; p < n; p++ {
+					if p == rank {
+						continue
+					}
+					off := uintptr(p * count * sz)
+					if err := comm.Send(sb.ptr()+off, count, dt, p, st); err != nil {
+						return err
+					}
+					if err := comm.Recv(rb.ptr()+off, count, dt, p, st); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		}
+	case "p2p.self":
+		// A broadcast case rooted at this rank has the data: recv = own input.
+		c := reference.Case{Coll: reference.Broadcast, Type: dt, NRanks: n, Root: rank, Count: count, Seed: s.Seed}
+		sb, rb, err := w.sendRecvBufs(sc, j, c, rank)
+		if err != nil {
+			return nil, err
+		}
+		j.issue = func(st loader.Stream) error {
+			return grouped(comm.Plugin(), 1, func() error {
+				if err := comm.Send(sb, count, dt, rank, st); err != nil {
+					return err
+				}
+				return comm.Recv(rb, count, dt, rank, st)
+			})
+		}
+	case "p2p.pair":
+		// Rank 0 sends its broadcast input to rank n-1, outside any group.
+		c := reference.Case{Coll: reference.Broadcast, Type: dt, NRanks: n, Root: 0, Count: count, Seed: s.Seed}
+		switch rank {
+		case 0:
+			input := make([]byte, count*sz)
+			reference.FillInput(c, 0, input)
+			sb, err := sc.alloc(input)
+			if err != nil {
+				return nil, err
+			}
+			j.checks = []checked{{name: "send buffer (must stay unchanged)", buf: sb, want: input, dt: dt}}
+			j.issue = func(st loader.Stream) error { return comm.Send(sb.ptr(), count, dt, n-1, st) }
+		case n - 1:
+			init := filled(count*sz, fillByte)
+			want := append([]byte(nil), init...)
+			reference.ExpectedInto(c, rank, want)
+			rb, err := sc.alloc(init)
+			if err != nil {
+				return nil, err
+			}
+			j.checks = []checked{{name: "recv buffer", buf: rb, want: want, dt: dt}}
+			j.issue = func(st loader.Stream) error { return comm.Recv(rb.ptr(), count, dt, 0, st) }
+		default:
+			j.issue = func(loader.Stream) error { return nil }
+		}
+	default:
+		return nil, fmt.Errorf("unknown point-to-point case %q", s.Kind)
+	}
+	return j, nil
+}
+
+// sendRecvBufs allocates a send buffer with rank's input of c and a receive
+// buffer expecting c's result, and registers both checks.
+func (w *worker) sendRecvBufs(sc *scratch, j *job, c reference.Case, rank int) (uintptr, uintptr, error) {
+	sz := c.Type.Size()
+	input := make([]byte, c.SendCount()*sz)
+	reference.FillInput(c, rank, input)
+	init := filled(c.RecvCount()*sz, fillByte)
+	want := append([]byte(nil), init...)
+	reference.ExpectedInto(c, rank, want)
+	sb, err := sc.alloc(input)
+	if err != nil {
+		return 0, 0, err
+	}
+	rb, err := sc.alloc(init)
+	if err != nil {
+		return 0, 0, err
+	}
+	j.checks = append(j.checks, checked{name: "recv buffer", buf: rb, want: want, dt: c.Type},
+		checked{name: "send buffer (must stay unchanged)", buf: sb, want: input, dt: c.Type})
+	return sb.ptr(), rb.ptr(), nil
+}
+
+// grouped runs fn between depth nested groupStart and groupEnd calls; the
+// groups are closed even when fn fails.
+func grouped(p *loader.Plugin, depth int, fn func() error) error {
+	opened := 0
+	var err error
+	for ; opened < depth; opened++ {
+		if err = p.GroupStart(); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		err = fn()
+	}
+	for ; opened > 0; opened-- {
+		if e := p.GroupEnd(); err == nil {
+			err = e
+		}
+	}
+	return err
+}
+
+// runJobs issues the jobs (inside one group when asked), waits for the
+// stream and verifies every buffer.
+func (w *worker) runJobs(jobs []*job, inGroup bool) error {
+	issue := func() error {
+		for _, j := range jobs {
+			if err := j.issue(w.stream); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var err error
+	if inGroup {
+		err = grouped(w.p, 1, issue)
+	} else {
+		err = issue()
+	}
+	if err != nil {
+		return err
+	}
+	if err := w.p.StreamSynchronize(w.stream); err != nil {
+		return err
+	}
+	for _, j := range jobs {
+		for _, c := range j.checks {
+			if err := w.verify(c); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// allReduceCheck runs one allreduce sum on comm and verifies it.
+func (w *worker) allReduceCheck(comm *loader.Comm, s Spec, seed uint64) error {
+	sc := &scratch{w: w}
+	defer sc.free()
+	j, err := w.prepColl(sc, comm, Spec{Coll: reference.AllReduce, Type: s.Type, Op: sdk.Sum, Count: s.Count, Seed: seed})
+	if err != nil {
+		return err
+	}
+	return w.runJobs([]*job{j}, false)
+}
+
+// ---- Dispatch -----------------------------------------------------------------------
+
+func (w *worker) exec(s Spec) error {
+	switch {
+	case s.Kind == "coll", s.Kind == "group.collectives":
+		if w.comm == nil {
+			return errors.New("no communicator")
+		}
+		sc := &scratch{w: w}
+		defer sc.free()
+		if s.Kind == "coll" {
+			j, err := w.prepColl(sc, w.comm, s)
+			if err != nil {
+				return err
+			}
+			return w.runJobs([]*job{j}, false)
+		}
+		n := w.comm.Count()
+		var jobs []*job
+		for i, sub := range []Spec{
+			{Coll: reference.AllReduce, Type: sdk.Float32, Op: sdk.Sum, Count: s.Count},
+			{Coll: reference.AllReduce, Type: sdk.Int32, Op: sdk.Max, Count: s.Count},
+			{Coll: reference.Broadcast, Type: sdk.Float64, Root: n - 1, Count: s.Count},
+		} {
+			sub.Seed = s.Seed + uint64(i)
+			j, err := w.prepColl(sc, w.comm, sub)
+			if err != nil {
+				return err
+			}
+			jobs = append(jobs, j)
+		}
+		return w.runJobs(jobs, true)
+	case s.Kind == "p2p.ring", s.Kind == "p2p.exchange", s.Kind == "p2p.self", s.Kind == "p2p.pair", s.Kind == "group.nested":
+		if w.comm == nil {
+			return errors.New("no communicator")
+		}
+		sc := &scratch{w: w}
+		defer sc.free()
+		j, err := w.prepP2P(sc, w.comm, s)
+		if err != nil {
+			return err
+		}
+		return w.runJobs([]*job{j}, false)
+	case len(s.Kind) > 5 && s.Kind[:5] == "comm.":
+		return w.execComm(s)
+	case len(s.Kind) > 7 && s.Kind[:7] == "device.":
+		return w.execDevice(s)
+	}
+	return fmt.Errorf("unknown case kind %q", s.Kind)
+}
+
+func (w *worker) execComm(s Spec) error {
+	p := w.p
+	switch s.Kind {
+	case "comm.uniqueid":
+		a, err := p.UniqueID()
+		if err != nil {
+			return err
+		}
+		b, err := p.UniqueID()
+		if err != nil {
+			return err
+		}
+		if bytes.Equal(a, b) {
+			return wrongf("two getUniqueId calls returned the same %d bytes: two communicators would meet", len(a))
+		}
+	case "comm.errorstring":
+		for r := sdk.UnhandledDeviceError; r < sdk.NumResults; r++ {
+			if p.ErrorString(r) == "" {
+				return wrongf("getErrorString(%d) is empty", int(r))
+			}
+		}
+	case "comm.single":
+		c, err := p.CommInitRank(w.dev, 1, s.IDs[0], 0)
+		if err != nil {
+			return err
+		}
+		err = w.allReduceCheck(c, s, s.Seed)
+		return errors.Join(err, c.Destroy())
+	case "comm.loop":
+		for i := 0; i < s.Iters; i++ {
+			c, err := p.CommInitRank(w.dev, w.nranks, s.IDs[i], w.rank)
+			if err != nil {
+				return fmt.Errorf("round %d: %w", i+1, err)
+			}
+			err = w.allReduceCheck(c, s, s.Seed+uint64(i))
+			if err = errors.Join(err, c.Destroy()); err != nil {
+				return fmt.Errorf("round %d: %w", i+1, err)
+			}
+		}
+	case "comm.multi":
+		var comms []*loader.Comm
+		defer func() {
+			for _, c := range comms {
+				_ = c.Destroy()
+			}
+		}()
+		for i := 0; i < s.Iters; i++ {
+			c, err := p.CommInitRank(w.dev, w.nranks, s.IDs[i], w.rank)
+			if err != nil {
+				return fmt.Errorf("communicator %d: %w", i+1, err)
+			}
+			comms = append(comms, c)
+		}
+		sc := &scratch{w: w}
+		defer sc.free()
+		var jobs []*job
+		for i, c := range comms {
+			j, err := w.prepColl(sc, c, Spec{Coll: reference.AllReduce, Type: s.Type, Op: sdk.Sum, Count: s.Count, Seed: s.Seed + uint64(i)})
+			if err != nil {
+				return err
+			}
+			jobs = append(jobs, j)
+		}
+		if err := w.runJobs(jobs, false); err != nil {
+			return err
+		}
+		for len(comms) > 0 {
+			if err := comms[0].Destroy(); err != nil {
+				return err
+			}
+			comms = comms[1:]
+		}
+	case "comm.asyncerror":
+		if w.comm == nil {
+			return errors.New("no communicator")
+		}
+		return w.comm.AsyncError()
+	case "comm.abort":
+		c, err := p.CommInitRank(w.dev, w.nranks, s.IDs[0], w.rank)
+		if err != nil {
+			return err
+		}
+		if err := w.allReduceCheck(c, s, s.Seed); err != nil {
+			_ = c.Destroy()
+			return err
+		}
+		if err := c.Abort(); err != nil {
+			_ = c.Destroy()
+			return err
+		}
+		if w.comm != nil {
+			if err := w.allReduceCheck(w.comm, s, s.Seed+1); err != nil {
+				return fmt.Errorf("the first communicator after aborting the second: %w", err)
+			}
+		}
+	case "comm.destroy":
+		if w.comm == nil {
+			return errors.New("no communicator")
+		}
+		err := w.comm.Destroy()
+		w.comm = nil
+		return err
+	default:
+		return fmt.Errorf("unknown case kind %q", s.Kind)
+	}
+	return nil
+}
+
+// ---- Device runtime --------------------------------------------------------------------
+
+var pciBusID = regexp.MustCompile(`^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`)
+
+// pattern is n bytes of reference data (uint8 movement values).
+func pattern(n int, seed uint64) []byte {
+	b := make([]byte, n)
+	reference.FillInput(reference.Case{Coll: reference.Broadcast, Type: sdk.Uint8, NRanks: 1, Count: n, Seed: seed}, 0, b)
+	return b
+}
+
+func (w *worker) execDevice(s Spec) error {
+	p, dev := w.p, w.dev
+	ndev, err := p.DeviceCount()
+	if err != nil {
+		return err
+	}
+	sc := &scratch{w: w}
+	defer sc.free()
+	// raw allocates without guards, freed with the case.
+	raw := func(n int) (uintptr, error) {
+		ptr, err := p.DeviceMalloc(dev, n)
+		if err == nil {
+			sc.bufs = append(sc.bufs, devBuf{base: ptr})
+		}
+		return ptr, err
+	}
+	readBack := func(ptr uintptr, n int) ([]byte, error) {
+		b := make([]byte, n)
+		return b, p.CopyFromDevice(b, ptr)
+	}
+	// pinned allocates host memory freed with the case.
+	var pinnedPtrs []uintptr
+	defer func() {
+		for _, h := range pinnedPtrs {
+			_ = p.HostFree(h)
+		}
+	}()
+	pinned := func(n int) (uintptr, []byte, error) {
+		h, err := p.HostMalloc(n)
+		if err != nil {
+			return 0, nil, err
+		}
+		pinnedPtrs = append(pinnedPtrs, h)
+		return h, loader.HostSlice(h, n), nil
+	}
+	const big = 8<<20 + 3
+
+	switch s.Kind {
+	case "device.count":
+		if ndev < 1 {
+			return wrongf("getDeviceCount reports %d devices", ndev)
+		}
+	case "device.info", "device.info.pcibusid":
+		seen := map[string]int{}
+		for d := 0; d < min(ndev, 64); d++ {
+			info, err := p.DeviceInfo(d)
+			if err != nil {
+				return err
+			}
+			if s.Kind == "device.info" {
+				if info.Name == "" {
+					return wrongf("device %d has no name", d)
+				}
+				continue
+			}
+			if !pciBusID.MatchString(info.PCIBusID) {
+				return wrongf("device %d: PCI bus id %q is not dddd:bb:dd.f in lower case", d, info.PCIBusID)
+			}
+			if prev, dup := seen[info.PCIBusID]; dup {
+				return wrongf("devices %d and %d have the same PCI bus id %s", prev, d, info.PCIBusID)
+			}
+			seen[info.PCIBusID] = d
+		}
+	case "device.link.self":
+		l, err := p.Link(dev, dev)
+		if err != nil {
+			return err
+		}
+		if l.Type != loader.LinkSelf {
+			return wrongf("getLinkInfo(%d, %d) says %s, want self", dev, dev, l.Type)
+		}
+	case "device.malloc":
+		seen := map[uintptr]bool{}
+		for _, n := range []int{1, 4099, big} {
+			ptr, err := raw(n)
+			if err != nil {
+				return err
+			}
+			if ptr == 0 || seen[ptr] {
+				return wrongf("deviceMalloc(%d) returned %#x (NULL or already in use)", n, ptr)
+			}
+			seen[ptr] = true
+		}
+		for _, b := range sc.bufs {
+			if err := p.DeviceFree(b.base); err != nil {
+				return err
+			}
+		}
+		sc.bufs = nil
+	case "device.hostmalloc":
+		h, mem, err := pinned(4099)
+		if err != nil {
+			return err
+		}
+		if h == 0 {
+			return wrongf("hostMalloc returned NULL")
+		}
+		want := pattern(4099, s.Seed)
+		copy(mem, want)
+		if !bytes.Equal(mem, want) {
+			return wrongf("pinned host memory does not keep what the host wrote")
+		}
+	case "device.memcpy.sync":
+		for _, n := range []int{1, 4099, big} {
+			ptr, err := raw(n + 16)
+			if err != nil {
+				return err
+			}
+			if err := p.CopyToDevice(ptr, make([]byte, n+16)); err != nil {
+				return err
+			}
+			data := pattern(n, s.Seed+uint64(n))
+			if err := p.CopyToDevice(ptr+3, data); err != nil {
+				return err
+			}
+			got, err := readBack(ptr, n+16)
+			if err != nil {
+				return err
+			}
+			want := make([]byte, n+16)
+			copy(want[3:], data)
+			if err := compareElems(fmt.Sprintf("%d bytes copied to device offset 3 and back", n), sdk.Uint8, got, want, nil); err != nil {
+				return err
+			}
+		}
+	case "device.memcpy.d2d":
+		const n = 1<<20 + 5
+		a, err := raw(n)
+		if err != nil {
+			return err
+		}
+		b, err := raw(n)
+		if err != nil {
+			return err
+		}
+		data := pattern(n, s.Seed)
+		if err := p.CopyToDevice(a, data); err != nil {
+			return err
+		}
+		if err := p.CopyToDevice(b, make([]byte, n)); err != nil {
+			return err
+		}
+		if err := p.Memcpy(b+1, a+3, n-3, loader.DeviceToDevice, 0); err != nil {
+			return err
+		}
+		got, err := readBack(b, n)
+		if err != nil {
+			return err
+		}
+		want := make([]byte, n)
+		copy(want[1:], data[3:])
+		if err := compareElems("device-to-device copy between allocations", sdk.Uint8, got, want, nil); err != nil {
+			return err
+		}
+		if err := p.Memcpy(a+n/2, a+7, 4099, loader.DeviceToDevice, 0); err != nil {
+			return err
+		}
+		got, err = readBack(a, n)
+		if err != nil {
+			return err
+		}
+		copy(data[n/2:], data[7:7+4099])
+		return compareElems("device-to-device copy within an allocation", sdk.Uint8, got, data, nil)
+	case "device.memcpy.async":
+		const n = 1<<20 + 7
+		h, hm, err := pinned(n)
+		if err != nil {
+			return err
+		}
+		h2, hm2, err := pinned(n)
+		if err != nil {
+			return err
+		}
+		a, err := raw(n)
+		if err != nil {
+			return err
+		}
+		b, err := raw(n)
+		if err != nil {
+			return err
+		}
+		data := pattern(n, s.Seed)
+		copy(hm, data)
+		fillBytes(hm2, 0)
+		steps := []func() error{
+			func() error { return p.Memcpy(a, h, n, loader.HostToDevice, w.stream) },
+			func() error { return p.Memcpy(b, a, n, loader.DeviceToDevice, w.stream) },
+			func() error { return p.Memcpy(h2, b, n, loader.DeviceToHost, w.stream) },
+			func() error { return p.StreamSynchronize(w.stream) },
+		}
+		for _, f := range steps {
+			if err := f(); err != nil {
+				return err
+			}
+		}
+		return compareElems("host to device to device to host on a stream", sdk.Uint8, hm2, data, nil)
+	case "device.memset", "device.memset.async":
+		const n = 4099
+		ptr, err := raw(n + 16)
+		if err != nil {
+			return err
+		}
+		if err := p.CopyToDevice(ptr, make([]byte, n+16)); err != nil {
+			return err
+		}
+		var st loader.Stream
+		if s.Kind == "device.memset.async" {
+			st = w.stream
+		}
+		if err := p.Memset(ptr+5, 0xa7, n, st); err != nil {
+			return err
+		}
+		if st != 0 {
+			if err := p.StreamSynchronize(st); err != nil {
+				return err
+			}
+		}
+		got, err := readBack(ptr, n+16)
+		if err != nil {
+			return err
+		}
+		want := make([]byte, n+16)
+		fillBytes(want[5:5+n], 0xa7)
+		return compareElems("memSet of 4099 bytes at offset 5", sdk.Uint8, got, want, nil)
+	case "device.stream":
+		var streams []loader.Stream
+		for i := 0; i < 16; i++ {
+			st, err := p.StreamCreate(dev)
+			if err != nil {
+				return err
+			}
+			streams = append(streams, st)
+		}
+		for _, st := range streams {
+			if err := p.StreamSynchronize(st); err != nil {
+				return err
+			}
+		}
+		for _, st := range streams {
+			if err := p.StreamDestroy(st); err != nil {
+				return err
+			}
+		}
+	case "device.stream.query":
+		if err := p.StreamSynchronize(w.stream); err != nil {
+			return err
+		}
+		done, err := p.StreamQuery(w.stream)
+		if err != nil {
+			return err
+		}
+		if !done {
+			return wrongf("streamQuery says an idle, synchronized stream is still busy")
+		}
+	case "device.event", "device.event.query", "device.event.elapsed":
+		const n = 8 << 20
+		h, hm, err := pinned(n)
+		if err != nil {
+			return err
+		}
+		a, err := raw(n)
+		if err != nil {
+			return err
+		}
+		data := pattern(4099, s.Seed)
+		copy(hm, data)
+		e0, err := p.EventCreate(dev)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = p.EventDestroy(e0) }()
+		e1, err := p.EventCreate(dev)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = p.EventDestroy(e1) }()
+		for _, f := range []func() error{
+			func() error { return p.EventRecord(e0, w.stream) },
+			func() error { return p.Memcpy(a, h, n, loader.HostToDevice, w.stream) },
+			func() error { return p.EventRecord(e1, w.stream) },
+			func() error { return p.EventSynchronize(e1) },
+		} {
+			if err := f(); err != nil {
+				return err
+			}
+		}
+		switch s.Kind {
+		case "device.event":
+			got, err := readBack(a, 4099)
+			if err != nil {
+				return err
+			}
+			return compareElems("copy before the synchronized event", sdk.Uint8, got, data, nil)
+		case "device.event.query":
+			done, err := p.EventQuery(e1)
+			if err != nil {
+				return err
+			}
+			if !done {
+				return wrongf("eventQuery says a synchronized event was not reached")
+			}
+		case "device.event.elapsed":
+			d, err := p.EventElapsed(e0, e1)
+			if err != nil {
+				return err
+			}
+			if d < 0 || d.Seconds() > 60 {
+				return wrongf("eventElapsedTime around an 8 MiB copy is %v", d)
+			}
+		}
+	case "device.stream.waitevent":
+		const n = 4 << 20
+		h, hm, err := pinned(n)
+		if err != nil {
+			return err
+		}
+		h2, hm2, err := pinned(n)
+		if err != nil {
+			return err
+		}
+		a, err := raw(n)
+		if err != nil {
+			return err
+		}
+		b, err := raw(n)
+		if err != nil {
+			return err
+		}
+		data := pattern(n, s.Seed)
+		copy(hm, data)
+		fillBytes(hm2, 0)
+		s2, err := p.StreamCreate(dev)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = p.StreamDestroy(s2) }()
+		e, err := p.EventCreate(dev)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = p.EventDestroy(e) }()
+		for _, f := range []func() error{
+			func() error { return p.Memcpy(a, h, n, loader.HostToDevice, w.stream) },
+			func() error { return p.EventRecord(e, w.stream) },
+			func() error { return p.StreamWaitEvent(s2, e) },
+			func() error { return p.Memcpy(b, a, n, loader.DeviceToDevice, s2) },
+			func() error { return p.Memcpy(h2, b, n, loader.DeviceToHost, s2) },
+			func() error { return p.StreamSynchronize(s2) },
+		} {
+			if err := f(); err != nil {
+				return err
+			}
+		}
+		err = compareElems("copies on a second stream that waited for an event of the first", sdk.Uint8, hm2, data, nil)
+		return errors.Join(err, p.StreamSynchronize(w.stream))
+	case "device.pointerkind":
+		d, err := raw(4096)
+		if err != nil {
+			return err
+		}
+		h, _, err := pinned(4096)
+		if err != nil {
+			return err
+		}
+		goMem := make([]byte, 4096)
+		kinds := []struct {
+			what string
+			ptr  uintptr
+			ok   []loader.MemoryKind
+		}{
+			{"deviceMalloc memory", d, []loader.MemoryKind{loader.MemDevice, loader.MemManaged}},
+			{"hostMalloc memory", h, []loader.MemoryKind{loader.MemHostPinned}},
+			{"pageable host memory", uintptr(unsafe.Pointer(&goMem[0])), []loader.MemoryKind{loader.MemHost, loader.MemUnknown}},
+		}
+		for _, k := range kinds {
+			got, err := p.PointerKind(k.ptr)
+			if err != nil {
+				return err
+			}
+			good := false
+			for _, ok := range k.ok {
+				good = good || got == ok
+			}
+			if !good {
+				return wrongf("pointerKind of %s says %s, want %v", k.what, got, k.ok)
+			}
+		}
+		runtime.KeepAlive(goMem)
+	case "device.all":
+		for d := 0; d < min(ndev, 16); d++ {
+			ptr, err := p.DeviceMalloc(d, 4099)
+			if err != nil {
+				return fmt.Errorf("device %d: %w", d, err)
+			}
+			sc.bufs = append(sc.bufs, devBuf{base: ptr})
+			data := pattern(4099, s.Seed+uint64(d))
+			if err := p.CopyToDevice(ptr, data); err != nil {
+				return fmt.Errorf("device %d: %w", d, err)
+			}
+			st, err := p.StreamCreate(d)
+			if err != nil {
+				return fmt.Errorf("device %d: %w", d, err)
+			}
+			got := make([]byte, 4099)
+			err = p.CopyFromDevice(got, ptr)
+			err = errors.Join(err, p.StreamSynchronize(st), p.StreamDestroy(st))
+			if err != nil {
+				return fmt.Errorf("device %d: %w", d, err)
+			}
+			if err := compareElems(fmt.Sprintf("device %d: copy to the device and back", d), sdk.Uint8, got, data, nil); err != nil {
+				return err
+			}
+		}
+	case "device.error":
+		ptr, err := p.DeviceMalloc(ndev, 64)
+		if err == nil {
+			_ = p.DeviceFree(ptr)
+			return wrongf("deviceMalloc on device %d succeeded, but the plugin reports %d devices", ndev, ndev)
+		}
+		var ce *loader.CallError
+		if !errors.As(err, &ce) || ce.Message == "" {
+			return wrongf("deviceMalloc on device %d failed without a getLastError message (%v)", ndev, err)
+		}
+	default:
+		return fmt.Errorf("unknown case kind %q", s.Kind)
+	}
+	return nil
+}
