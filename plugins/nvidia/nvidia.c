@@ -461,7 +461,11 @@ static flagcxResult_t nvMemCopy(void* dst, const void* src, size_t bytes, flagcx
   if (!s) { /* the legacy stream is the current device's: make it the device's whose memory this is */
     flagcxResult_t r = useDeviceOf(kind == flagcxMemcpyDeviceToHost ? src : dst);
     if (r != flagcxSuccess) return r;
-    return cudaCheck(f_cudaMemcpy(dst, src, bytes, cudaKind[kind]), "cudaMemcpy");
+    CUDA(cudaMemcpy, (dst, src, bytes, cudaKind[kind]));
+    /* From pageable memory cudaMemcpy may return once the data is staged,
+     * before the DMA lands; the ABI promises the copy is done, and work on
+     * non-blocking streams does not wait for the legacy stream. */
+    return cudaCheck(f_cudaStreamSynchronize(NULL), "cudaStreamSynchronize");
   }
   return cudaCheck(f_cudaMemcpyAsync(dst, src, bytes, cudaKind[kind], (cudaStream_t)s), "cudaMemcpyAsync");
 }

@@ -3,7 +3,9 @@
 float32 sum on CPU tensors, sizes MIN..MAX bytes by FACTOR, WARMUP + ITERS per
 size; the time is the max over ranks of the average per iteration. Prints one
 line per size: <bytes> <time_us> <busbw_GBps>.
-Usage: python3 gloo_allreduce.py NP MIN MAX FACTOR WARMUP ITERS
+Usage: python3 gloo_allreduce.py NP MIN MAX FACTOR WARMUP ITERS [cpu|cuda]
+With cuda, rank r's tensors live on GPU r (what users of mixed clusters fall
+back to today: Gloo copies them through host memory).
 """
 import os
 import sys
@@ -14,20 +16,26 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
-def rank_main(rank, n, lo, hi, factor, warmup, iters, port):
+def rank_main(rank, n, lo, hi, factor, warmup, iters, port, device):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
+    dev = torch.device(f"cuda:{rank}") if device == "cuda" else torch.device("cpu")
+    if device == "cuda":
+        torch.cuda.set_device(dev)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     dist.init_process_group("gloo", rank=rank, world_size=n)
     size = lo
     while size <= hi:
-        t = torch.ones(size // 4, dtype=torch.float32)
+        t = torch.ones(size // 4, dtype=torch.float32, device=dev)
         for _ in range(warmup):
             dist.all_reduce(t)
+        sync()
         dist.barrier()
         t0 = time.perf_counter()
         for _ in range(iters):
             dist.all_reduce(t)
+        sync()
         dt = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64)
         dist.all_reduce(dt, op=dist.ReduceOp.MAX)
         if rank == 0:
@@ -39,5 +47,6 @@ def rank_main(rank, n, lo, hi, factor, warmup, iters, port):
 
 if __name__ == "__main__":
     n, lo, hi, factor, warmup, iters = (int(a) for a in sys.argv[1:7])
+    device = sys.argv[7] if len(sys.argv) > 7 else "cpu"
     port = 29500 + os.getpid() % 1000
-    mp.spawn(rank_main, args=(n, lo, hi, factor, warmup, iters, port), nprocs=n)
+    mp.spawn(rank_main, args=(n, lo, hi, factor, warmup, iters, port, device), nprocs=n)
