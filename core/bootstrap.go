@@ -22,7 +22,13 @@ import (
 //     and ends. Ranks that disagree on the count, or claim a rank twice, get
 //     an error instead of the table.
 //  2. Mesh: for every pair of ranks the higher dials the lower Streams
-//     times; the sockets to one peer form a hostnet.Link.
+//     times; the sockets to one peer form a hostnet.Link. Ranks of one host
+//     (same host name and kernel boot id) then move to shared memory: over
+//     the pair's first socket the lower rank offers a segment, the higher
+//     maps it, and both close the sockets of that pair (nothing else reads
+//     them: the hostnet.ShmLink notices a dead peer by its pid). When either
+//     side cannot or will not (FLAGCX_SHM_DISABLE=1) share memory, the pair
+//     keeps its TCP link.
 //
 // Both stages use hostnet's authenticated handshake, so a process without the
 // id's secret is refused at the door and the communicator carries on.
@@ -33,6 +39,9 @@ type PeerInfo struct {
 	Addr string `json:"addr"` // its mesh listener
 	Host string `json:"host"`
 	Pid  int    `json:"pid"`
+	// BootID is the kernel's boot id (hostnet.BootID): with Host it tells
+	// whether two ranks can share memory.
+	BootID string `json:"boot_id,omitempty"`
 }
 
 type announce struct {
@@ -192,9 +201,28 @@ type meshHello struct {
 	Stream int `json:"stream"`
 }
 
+// peerLink is how this rank reaches one peer: a *hostnet.Link (TCP) or a
+// *hostnet.ShmLink (same host). Both report errors wrapping
+// hostnet.ErrTimeout, hostnet.ErrClosed or *hostnet.LengthError.
+type peerLink interface {
+	Send(p []byte) error
+	Recv(p []byte) error
+	Close() error
+}
+
+// sameHost: a and b run on one machine, under one kernel.
+func sameHost(a, b PeerInfo) bool {
+	return a.BootID != "" && a.BootID == b.BootID && a.Host == b.Host
+}
+
 // buildMesh connects this rank to every other: it dials lower ranks and
-// accepts higher ones, Streams sockets per pair.
-func buildMesh(l *hostnet.Listener, cfg hostnet.Config, secret hostnet.Secret, peers []PeerInfo, rank int) ([]*hostnet.Link, error) {
+// accepts higher ones, Streams sockets per pair, then turns the pairs on
+// this host into shared-memory links.
+func buildMesh(l *hostnet.Listener, cfg hostnet.Config, secret hostnet.Secret, peers []PeerInfo, rank int) ([]peerLink, error) {
+	sc, err := hostnet.ShmConfigFromEnv()
+	if err != nil {
+		return nil, fmt.Errorf("%w: rank %d: %v", sdk.ErrInvalidArgument, rank, err)
+	}
 	n := len(peers)
 	streams := max(cfg.Streams, 1)
 	conns := make([][]*hostnet.Conn, n)
@@ -270,11 +298,61 @@ func buildMesh(l *hostnet.Listener, cfg hostnet.Config, secret hostnet.Secret, p
 		}
 		return nil, firstErr
 	}
-	links := make([]*hostnet.Link, n)
+	links := make([]peerLink, n)
+	var noShm []int
+	var noShmWhy error
 	for p := range links {
-		if p != rank {
-			links[p] = hostnet.NewLink(conns[p], cfg)
+		if p == rank {
+			continue
 		}
+		if !sameHost(peers[rank], peers[p]) {
+			links[p] = hostnet.NewLink(conns[p], cfg)
+			continue
+		}
+		wg.Add(1)
+		go func(p int) {
+			defer wg.Done()
+			// The lower rank creates the segment, over the first socket.
+			sl, err := hostnet.SetupShmLink(conns[p][0], rank < p, cfg, sc)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				links[p] = sl
+				for _, c := range conns[p] {
+					c.Close()
+				}
+			case errors.Is(err, hostnet.ErrShmUnavailable):
+				links[p] = hostnet.NewLink(conns[p], cfg)
+				noShm = append(noShm, p)
+				if noShmWhy == nil {
+					noShmWhy = err
+				}
+			default:
+				if firstErr == nil {
+					firstErr = fmt.Errorf("%w: rank %d setting up shared memory with rank %d: %v", sdk.ErrRemoteError, rank, p, err)
+				}
+			}
+		}(p)
+	}
+	wg.Wait()
+	if firstErr != nil {
+		for p, cs := range conns {
+			if links[p] != nil {
+				links[p].Close()
+			}
+			for _, c := range cs {
+				if c != nil {
+					c.Close()
+				}
+			}
+		}
+		return nil, firstErr
+	}
+	if len(noShm) > 0 && !sc.Disable {
+		sort.Ints(noShm)
+		fmt.Fprintf(os.Stderr, "flagcx: warning: rank %d talks TCP to ranks %s of its own host: %v (set %s=1 to choose TCP quietly)\n",
+			rank, strings.Trim(strings.Join(strings.Fields(fmt.Sprint(noShm)), ","), "[]"), noShmWhy, hostnet.EnvShmDisable)
 	}
 	return links, nil
 }

@@ -25,7 +25,7 @@ type Comm struct {
 	peers        []PeerInfo
 	cfg          hostnet.Config
 	listener     *hostnet.Listener
-	links        []*hostnet.Link
+	links        []peerLink // per peer, TCP or shared memory; nil for this rank
 	engine       *host.Engine
 
 	group      int        // GroupStart nesting depth
@@ -88,7 +88,7 @@ func InitRank(id UniqueID, nranks, rank int, opts ...Option) (*Comm, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: rank %d: %v", sdk.ErrSystemError, rank, err)
 	}
-	self := announce{PeerInfo: PeerInfo{Rank: rank, Addr: l.Addr(), Host: hostname(), Pid: os.Getpid()}, NRanks: nranks}
+	self := announce{PeerInfo: PeerInfo{Rank: rank, Addr: l.Addr(), Host: hostname(), Pid: os.Getpid(), BootID: hostnet.BootID()}, NRanks: nranks}
 	peers, err := joinRendezvous(id, cfg, self)
 	if err != nil {
 		l.Close()
@@ -357,6 +357,19 @@ func (m meshPeers) Recv(peer int, buf []byte) error {
 		return linkError(err, fmt.Sprintf("waiting for %d bytes from rank %d", len(buf), peer), peer)
 	}
 	return nil
+}
+
+// transport names how this rank reaches peer: "self", "shm" or "tcp".
+func (c *Comm) transport(peer int) string {
+	switch c.links[peer].(type) {
+	case nil:
+		return "self"
+	case *hostnet.ShmLink:
+		return "shm"
+	case *hostnet.Link:
+		return "tcp"
+	}
+	return fmt.Sprintf("%T", c.links[peer])
 }
 
 func linkError(err error, doing string, peer int) error {

@@ -1,0 +1,140 @@
+package core
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/flagcx/flagcx-go/hostnet"
+	"github.com/flagcx/flagcx-go/sdk"
+	"github.com/stretchr/testify/require"
+)
+
+// allReduceExact runs a float32 sum of count elements on every rank, with
+// small integer inputs so the result is exact, and checks every element.
+func allReduceExact(t *testing.T, comms []*Comm, count int) {
+	t.Helper()
+	n := len(comms)
+	val := func(r, i int) float32 { return float32((i%1000)*(r+1) + r) }
+	recv := make([][]byte, n)
+	errs := onAll(comms, func(c *Comm) error {
+		r := c.Rank()
+		send := make([]byte, 4*count)
+		for i := 0; i < count; i++ {
+			binary.LittleEndian.PutUint32(send[4*i:], math.Float32bits(val(r, i)))
+		}
+		recv[r] = make([]byte, 4*count)
+		return c.AllReduce(send, recv[r], count, sdk.Float32, sdk.Sum)
+	})
+	for r := range comms {
+		require.NoError(t, errs[r], "rank %d", r)
+		for i := 0; i < count; i++ {
+			var want float32
+			for q := 0; q < n; q++ {
+				want += val(q, i)
+			}
+			got := math.Float32frombits(binary.LittleEndian.Uint32(recv[r][4*i:]))
+			if got != want {
+				require.Equal(t, want, got, "rank %d element %d", r, i)
+			}
+		}
+	}
+}
+
+func transports(comms []*Comm) [][]string {
+	out := make([][]string, len(comms))
+	for r, c := range comms {
+		for p := 0; p < c.Count(); p++ {
+			out[r] = append(out[r], c.transport(p))
+		}
+	}
+	return out
+}
+
+func TestMeshUsesShmBetweenSameHostRanks(t *testing.T) {
+	if hostnet.BootID() == "" {
+		t.Skip("no kernel boot id: shared memory is not used here")
+	}
+	if _, err := os.Stat(hostnet.DefaultShmDir); err != nil {
+		t.Skipf("no %s", hostnet.DefaultShmDir)
+	}
+	t.Setenv(hostnet.EnvShmDisable, "")
+	const n = 4
+	comms := startComms(t, n, testNet(10*time.Second))
+	want := [][]string{
+		{"self", "shm", "shm", "shm"},
+		{"shm", "self", "shm", "shm"},
+		{"shm", "shm", "self", "shm"},
+		{"shm", "shm", "shm", "self"},
+	}
+	require.Equal(t, want, transports(comms))
+	require.Equal(t, comms[0].Peers()[0].BootID, hostnet.BootID())
+	// Small (recursive doubling) and large (pipelined ring, messages of
+	// several slots) allreduces give exact results.
+	for _, count := range []int{1, 1000, 3 << 20} {
+		t.Run(fmt.Sprint(count), func(t *testing.T) { allReduceExact(t, comms, count) })
+	}
+	// Abort on one rank reaches its peers through the segment at once, long
+	// before the deadline.
+	comms[3].Abort()
+	start := time.Now()
+	errs := onAll(comms[:3], func(c *Comm) error {
+		if c.Rank() == 1 {
+			return c.Send(make([]byte, 4), 4, sdk.Uint8, 3)
+		}
+		return c.Recv(make([]byte, 4), 4, sdk.Uint8, 3)
+	})
+	for r, err := range errs {
+		require.ErrorIs(t, err, sdk.ErrRemoteError, "rank %d", r)
+		require.ErrorContains(t, err, "rank 3 closed the connection")
+	}
+	require.Less(t, time.Since(start), 2*time.Second)
+}
+
+func TestMeshUsesTCPWhenShmDisabled(t *testing.T) {
+	t.Setenv(hostnet.EnvShmDisable, "1")
+	const n = 3
+	comms := startComms(t, n, testNet(10*time.Second))
+	want := [][]string{
+		{"self", "tcp", "tcp"},
+		{"tcp", "self", "tcp"},
+		{"tcp", "tcp", "self"},
+	}
+	require.Equal(t, want, transports(comms))
+	for _, count := range []int{1, 1 << 20} {
+		t.Run(fmt.Sprint(count), func(t *testing.T) { allReduceExact(t, comms, count) })
+	}
+}
+
+func TestMeshRejectsMalformedShmSettings(t *testing.T) {
+	t.Setenv(hostnet.EnvShmSlots, "many")
+	cfg := testNet(5 * time.Second)
+	id, err := GetUniqueID(WithIDNetConfig(cfg))
+	require.NoError(t, err)
+	_, err = InitRank(id, 1, 0, WithNetConfig(cfg))
+	require.ErrorIs(t, err, sdk.ErrInvalidArgument)
+	require.ErrorContains(t, err, hostnet.EnvShmSlots)
+}
+
+func TestSameHost(t *testing.T) {
+	a := PeerInfo{Host: "node1", BootID: "b1"}
+	for _, tc := range []struct {
+		name string
+		b    PeerInfo
+		want bool
+	}{
+		{"same host and kernel", PeerInfo{Host: "node1", BootID: "b1"}, true},
+		{"other host name", PeerInfo{Host: "node2", BootID: "b1"}, false},
+		{"other kernel (a VM or container host with the same name)", PeerInfo{Host: "node1", BootID: "b2"}, false},
+		{"no boot id (an older peer)", PeerInfo{Host: "node1"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, sameHost(a, tc.b))
+			require.Equal(t, tc.want, sameHost(tc.b, a))
+		})
+	}
+	require.False(t, sameHost(PeerInfo{Host: "x"}, PeerInfo{Host: "x"}), "unknown boot ids never match")
+}
