@@ -147,7 +147,7 @@ func (p *Plugin) GroupStart() error {
 		return err
 	}
 	runtime.LockOSThread()
-	if err := p.sys("groupStart", p.t.CCL.GroupStart); err != nil {
+	if err := p.sysHandles("groupStart", p.t.CCL.GroupStart); err != nil {
 		runtime.UnlockOSThread()
 		return err
 	}
@@ -156,7 +156,7 @@ func (p *Plugin) GroupStart() error {
 
 // GroupEnd issues the group GroupStart opened (and releases the thread).
 func (p *Plugin) GroupEnd() error {
-	err := p.sys("groupEnd", p.t.CCL.GroupEnd)
+	err := p.sysHandles("groupEnd", p.t.CCL.GroupEnd)
 	runtime.UnlockOSThread()
 	return err
 }
@@ -196,21 +196,21 @@ func (c *Comm) AllReduce(send, recv uintptr, count int, dt sdk.DataType, op sdk.
 	if err := c.check("allReduce", count, dt, op, true, 0, sendRecv, send, recv); err != nil {
 		return err
 	}
-	return c.p.sys("allReduce", c.p.t.CCL.AllReduce, send, recv, uintptr(count), uintptr(dt), uintptr(op), c.h, uintptr(s))
+	return c.p.sysHandles("allReduce", c.p.t.CCL.AllReduce, send, recv, uintptr(count), uintptr(dt), uintptr(op), c.h, uintptr(s))
 }
 
 func (c *Comm) Reduce(send, recv uintptr, count int, dt sdk.DataType, op sdk.RedOp, root int, s Stream) error {
 	if err := c.check("reduce", count, dt, op, true, root, sendRecv, send, recv); err != nil {
 		return err
 	}
-	return c.p.sys("reduce", c.p.t.CCL.Reduce, send, recv, uintptr(count), uintptr(dt), uintptr(op), uintptr(root), c.h, uintptr(s))
+	return c.p.sysHandles("reduce", c.p.t.CCL.Reduce, send, recv, uintptr(count), uintptr(dt), uintptr(op), uintptr(root), c.h, uintptr(s))
 }
 
 func (c *Comm) Broadcast(send, recv uintptr, count int, dt sdk.DataType, root int, s Stream) error {
 	if err := c.check("broadcast", count, dt, 0, false, root, sendRecv, send, recv); err != nil {
 		return err
 	}
-	return c.p.sys("broadcast", c.p.t.CCL.Broadcast, send, recv, uintptr(count), uintptr(dt), uintptr(root), c.h, uintptr(s))
+	return c.p.sysHandles("broadcast", c.p.t.CCL.Broadcast, send, recv, uintptr(count), uintptr(dt), uintptr(root), c.h, uintptr(s))
 }
 
 // AllGather: recv holds nranks*sendcount elements.
@@ -218,7 +218,7 @@ func (c *Comm) AllGather(send, recv uintptr, sendcount int, dt sdk.DataType, s S
 	if err := c.check("allGather", sendcount, dt, 0, false, 0, sendRecv, send, recv); err != nil {
 		return err
 	}
-	return c.p.sys("allGather", c.p.t.CCL.AllGather, send, recv, uintptr(sendcount), uintptr(dt), c.h, uintptr(s))
+	return c.p.sysHandles("allGather", c.p.t.CCL.AllGather, send, recv, uintptr(sendcount), uintptr(dt), c.h, uintptr(s))
 }
 
 // ReduceScatter: send holds nranks*recvcount elements.
@@ -226,21 +226,21 @@ func (c *Comm) ReduceScatter(send, recv uintptr, recvcount int, dt sdk.DataType,
 	if err := c.check("reduceScatter", recvcount, dt, op, true, 0, sendRecv, send, recv); err != nil {
 		return err
 	}
-	return c.p.sys("reduceScatter", c.p.t.CCL.ReduceScatter, send, recv, uintptr(recvcount), uintptr(dt), uintptr(op), c.h, uintptr(s))
+	return c.p.sysHandles("reduceScatter", c.p.t.CCL.ReduceScatter, send, recv, uintptr(recvcount), uintptr(dt), uintptr(op), c.h, uintptr(s))
 }
 
 func (c *Comm) Send(buf uintptr, count int, dt sdk.DataType, peer int, s Stream) error {
 	if err := c.check("send", count, dt, 0, false, peer, []string{"send buffer"}, buf); err != nil {
 		return err
 	}
-	return c.p.sys("send", c.p.t.CCL.Send, buf, uintptr(count), uintptr(dt), uintptr(peer), c.h, uintptr(s))
+	return c.p.sysHandles("send", c.p.t.CCL.Send, buf, uintptr(count), uintptr(dt), uintptr(peer), c.h, uintptr(s))
 }
 
 func (c *Comm) Recv(buf uintptr, count int, dt sdk.DataType, peer int, s Stream) error {
 	if err := c.check("recv", count, dt, 0, false, peer, []string{"receive buffer"}, buf); err != nil {
 		return err
 	}
-	return c.p.sys("recv", c.p.t.CCL.Recv, buf, uintptr(count), uintptr(dt), uintptr(peer), c.h, uintptr(s))
+	return c.p.sysHandles("recv", c.p.t.CCL.Recv, buf, uintptr(count), uintptr(dt), uintptr(peer), c.h, uintptr(s))
 }
 
 // AlltoAll: count elements per peer. Composed from a group of sends and
@@ -250,7 +250,7 @@ func (c *Comm) AlltoAll(send, recv uintptr, count int, dt sdk.DataType, s Stream
 		return err
 	}
 	if c.p.t.CCL.AlltoAll != 0 {
-		return c.p.sys("alltoAll", c.p.t.CCL.AlltoAll, send, recv, uintptr(count), uintptr(dt), c.h, uintptr(s))
+		return c.p.sysHandles("alltoAll", c.p.t.CCL.AlltoAll, send, recv, uintptr(count), uintptr(dt), c.h, uintptr(s))
 	}
 	return c.grouped(dt, s, func(peer int) (uintptr, int, uintptr, int) {
 		off := uintptr(peer * count * dt.Size())
@@ -291,7 +291,7 @@ func (c *Comm) Gather(send, recv uintptr, count int, dt sdk.DataType, root int, 
 		return err
 	}
 	if c.p.t.CCL.Gather != 0 {
-		return c.p.sys("gather", c.p.t.CCL.Gather, send, recv, uintptr(count), uintptr(dt), uintptr(root), c.h, uintptr(s))
+		return c.p.sysHandles("gather", c.p.t.CCL.Gather, send, recv, uintptr(count), uintptr(dt), uintptr(root), c.h, uintptr(s))
 	}
 	return c.grouped(dt, s, func(peer int) (uintptr, int, uintptr, int) {
 		sc, rc := 0, 0
@@ -311,7 +311,7 @@ func (c *Comm) Scatter(send, recv uintptr, count int, dt sdk.DataType, root int,
 		return err
 	}
 	if c.p.t.CCL.Scatter != 0 {
-		return c.p.sys("scatter", c.p.t.CCL.Scatter, send, recv, uintptr(count), uintptr(dt), uintptr(root), c.h, uintptr(s))
+		return c.p.sysHandles("scatter", c.p.t.CCL.Scatter, send, recv, uintptr(count), uintptr(dt), uintptr(root), c.h, uintptr(s))
 	}
 	return c.grouped(dt, s, func(peer int) (uintptr, int, uintptr, int) {
 		sc, rc := 0, 0
@@ -335,10 +335,10 @@ func (c *Comm) grouped(dt sdk.DataType, s Stream, plan func(peer int) (sbuf uint
 	for peer := 0; peer < c.nranks && first == nil; peer++ {
 		sbuf, sc, rbuf, rc := plan(peer)
 		if sc > 0 {
-			first = c.p.sys("send", c.p.t.CCL.Send, sbuf, uintptr(sc), uintptr(dt), uintptr(peer), c.h, uintptr(s))
+			first = c.p.sysHandles("send", c.p.t.CCL.Send, sbuf, uintptr(sc), uintptr(dt), uintptr(peer), c.h, uintptr(s))
 		}
 		if first == nil && rc > 0 {
-			first = c.p.sys("recv", c.p.t.CCL.Recv, rbuf, uintptr(rc), uintptr(dt), uintptr(peer), c.h, uintptr(s))
+			first = c.p.sysHandles("recv", c.p.t.CCL.Recv, rbuf, uintptr(rc), uintptr(dt), uintptr(peer), c.h, uintptr(s))
 		}
 	}
 	if err := c.p.GroupEnd(); first == nil {

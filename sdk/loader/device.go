@@ -316,12 +316,12 @@ func (p *Plugin) StreamCreate(dev int) (Stream, error) {
 }
 
 func (p *Plugin) StreamDestroy(s Stream) error {
-	return p.sys("streamDestroy", p.t.Device.StreamDestroy, uintptr(s))
+	return p.sysHandles("streamDestroy", p.t.Device.StreamDestroy, uintptr(s))
 }
 
 // StreamSynchronize blocks until the stream's work is done.
 func (p *Plugin) StreamSynchronize(s Stream) error {
-	return p.sys("streamSynchronize", p.t.Device.StreamSynchronize, uintptr(s))
+	return p.sysHandles("streamSynchronize", p.t.Device.StreamSynchronize, uintptr(s))
 }
 
 // StreamQuery reports whether the stream's work is done.
@@ -331,7 +331,7 @@ func (p *Plugin) StreamQuery(s Stream) (done bool, err error) {
 
 // StreamWaitEvent makes later work on s wait for e's last record.
 func (p *Plugin) StreamWaitEvent(s Stream, e Event) error {
-	return p.sys("streamWaitEvent", p.t.Device.StreamWaitEvent, uintptr(s), uintptr(e))
+	return p.sysHandles("streamWaitEvent", p.t.Device.StreamWaitEvent, uintptr(s), uintptr(e))
 }
 
 // EventCreate makes an event on dev (timing enabled where the runtime can).
@@ -346,11 +346,11 @@ func (p *Plugin) EventCreate(dev int) (Event, error) {
 }
 
 func (p *Plugin) EventDestroy(e Event) error {
-	return p.sys("eventDestroy", p.t.Device.EventDestroy, uintptr(e))
+	return p.sysHandles("eventDestroy", p.t.Device.EventDestroy, uintptr(e))
 }
 
 func (p *Plugin) EventRecord(e Event, s Stream) error {
-	return p.sys("eventRecord", p.t.Device.EventRecord, uintptr(e), uintptr(s))
+	return p.sysHandles("eventRecord", p.t.Device.EventRecord, uintptr(e), uintptr(s))
 }
 
 // EventQuery reports whether the event was reached.
@@ -360,7 +360,7 @@ func (p *Plugin) EventQuery(e Event) (done bool, err error) {
 
 // EventSynchronize blocks until the event was reached.
 func (p *Plugin) EventSynchronize(e Event) error {
-	return p.sys("eventSynchronize", p.t.Device.EventSynchronize, uintptr(e))
+	return p.sysHandles("eventSynchronize", p.t.Device.EventSynchronize, uintptr(e))
 }
 
 // HasEventTiming reports whether EventElapsed can work; without it, time
@@ -381,7 +381,7 @@ func (p *Plugin) EventElapsed(start, end Event) (time.Duration, error) {
 
 // query maps Success to done, InProgress to not done, anything else to err.
 func (p *Plugin) query(entry string, fn uintptr, h uintptr) (bool, error) {
-	err := p.sys(entry, fn, h)
+	err := p.sysHandles(entry, fn, h)
 	if err == nil {
 		return true, nil
 	}

@@ -344,6 +344,17 @@ func TestMockPluginEntries(t *testing.T) {
 		require.Contains(t, err.Error(), "ACME_ERR_13: unlucky count", "the vendor's own string")
 	})
 
+	// A collective is the latency path users compare with the vendor's own
+	// library: garbage per call would bring GC pauses into it.
+	t.Run("collectives allocate nothing", func(t *testing.T) {
+		p.SetPointerChecks(false)
+		defer p.SetPointerChecks(true)
+		allocs := testing.AllocsPerRun(100, func() {
+			_ = comm.AllReduce(dev, dev2, 16, sdk.Float32, sdk.Sum, s)
+		})
+		require.Zero(t, allocs)
+	})
+
 	t.Run("masks say not supported, never wrong", func(t *testing.T) {
 		err := comm.AllReduce(dev, dev2, 4, sdk.Float64, sdk.Sum, s)
 		require.ErrorIs(t, err, sdk.ErrNotSupported)

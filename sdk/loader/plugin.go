@@ -210,18 +210,43 @@ func (p *Plugin) result(entry string, r int32) error {
 	return &CallError{Plugin: p.Name, Entry: entry, Result: sdk.Result(r), Message: msg}
 }
 
-// sys calls a hot-path entry through purego.SyscallN, pinned to the OS
-// thread until its error message is read.
+// sys calls an entry through purego.SyscallN, pinned to the OS thread until
+// its error message is read. Its arguments may be Go pointers converted in
+// the call (uintptr(unsafe.Pointer(&x))): uintptrescapes keeps them alive and
+// in place, at the price of one allocation per call.
 //
 //go:uintptrescapes
 func (p *Plugin) sys(entry string, fn uintptr, args ...uintptr) error {
+	return p.syscall(entry, fn, args)
+}
+
+// sysHandles is sys for entries whose arguments are only handles, device or
+// pinned addresses and numbers, never Go memory: the collectives, stream and
+// event calls. It allocates nothing, so the latency path brings no garbage
+// and no GC pauses.
+func (p *Plugin) sysHandles(entry string, fn uintptr, args ...uintptr) error {
+	return p.syscall(entry, fn, args)
+}
+
+// argBufs recycles the argument arrays handed to purego.SyscallN: its
+// argument slice escapes (for the sake of other platforms), so passing the
+// caller's variadic slice would allocate on every call.
+var argBufs = sync.Pool{New: func() any { return new([16]uintptr) }}
+
+func (p *Plugin) syscall(entry string, fn uintptr, args []uintptr) error {
 	if fn == 0 {
 		return p.unsupported(entry)
 	}
+	buf := argBufs.Get().(*[16]uintptr)
+	if len(args) > len(buf) {
+		return p.errorf(entry, sdk.InternalError, "%d arguments, more than the %d a call can take", len(args), len(buf))
+	}
+	n := copy(buf[:], args)
 	runtime.LockOSThread()
-	r1, _, _ := purego.SyscallN(fn, args...)
+	r1, _, _ := purego.SyscallN(fn, buf[:n]...)
 	err := p.result(entry, int32(r1))
 	runtime.UnlockOSThread()
+	argBufs.Put(buf)
 	return err
 }
 
