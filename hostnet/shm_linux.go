@@ -347,27 +347,36 @@ func (l *ShmLink) Send(p []byte) error {
 	r, S, K := &l.tx, l.slotSize, uint32(l.slots)
 	n := len(p)
 	pieces := max(1, (n+S-1)/S)
-	for i := 0; i < pieces; i++ {
+	var dst, src [][]byte
+	for i := 0; i < pieces; {
 		if i > 0 && l.closed.Load() {
 			return l.fail(l.closedErr(op))
 		}
 		pos := uint32(r.pos)
+		r.seen = atomic.LoadUint32(r.tail)
 		if pos-r.seen >= K {
-			r.seen = atomic.LoadUint32(r.tail)
-			if pos-r.seen >= K {
-				v, err := l.await(op, r.tail, r.sendWait, func(v uint32) bool { return pos-v < K })
-				if err != nil {
-					return l.fail(err)
-				}
-				r.seen = v
+			v, err := l.await(op, r.tail, r.sendWait, func(v uint32) bool { return pos-v < K })
+			if err != nil {
+				return l.fail(err)
 			}
+			r.seen = v
 		}
-		slot := int(r.pos % uint64(K))
-		lo := i * S
-		copy(r.data[slot*S:(slot+1)*S], p[lo:min(lo+S, n)])
-		total, piece := r.hdr(slot)
-		*total, *piece = uint64(n), uint64(i)
-		r.pos++
+		// Fill every free slot at once: one publication, and the copies
+		// of a large batch spread over cores (one core's memcpy is the
+		// bottleneck of a same-host link).
+		m := min(int(K-(pos-r.seen)), pieces-i)
+		dst, src = dst[:0], src[:0]
+		for j := 0; j < m; j++ {
+			slot := int((r.pos + uint64(j)) % uint64(K))
+			lo := (i + j) * S
+			dst = append(dst, r.data[slot*S:(slot+1)*S])
+			src = append(src, p[lo:min(lo+S, n)])
+			total, piece := r.hdr(slot)
+			*total, *piece = uint64(n), uint64(i+j)
+		}
+		copyAll(dst, src)
+		r.pos += uint64(m)
+		i += m
 		atomic.StoreUint32(r.head, uint32(r.pos))
 		if atomic.LoadUint32(r.recvWait) != 0 {
 			futexWake(r.head, 1)
@@ -387,39 +396,46 @@ func (l *ShmLink) Recv(p []byte) error {
 	r, S, K := &l.rx, l.slotSize, uint32(l.slots)
 	n := len(p)
 	pieces := max(1, (n+S-1)/S)
-	for i := 0; i < pieces; i++ {
+	var dst, src [][]byte
+	for i := 0; i < pieces; {
 		if i > 0 && l.closed.Load() {
 			return l.fail(l.closedErr(op))
 		}
 		pos := uint32(r.pos)
+		r.seen = atomic.LoadUint32(r.head)
 		if r.seen == pos {
-			r.seen = atomic.LoadUint32(r.head)
-			if r.seen == pos {
-				v, err := l.await(op, r.head, r.recvWait, func(v uint32) bool { return v != pos })
-				if err != nil {
-					if i == 0 && errors.Is(err, ErrTimeout) {
-						return err // nothing consumed: still in step
-					}
-					return l.fail(err)
+			v, err := l.await(op, r.head, r.recvWait, func(v uint32) bool { return v != pos })
+			if err != nil {
+				if i == 0 && errors.Is(err, ErrTimeout) {
+					return err // nothing consumed: still in step
 				}
-				r.seen = v
+				return l.fail(err)
 			}
+			r.seen = v
 		}
-		slot := int(r.pos % uint64(K))
-		tp, pp := r.hdr(slot)
-		total, piece := *tp, *pp
-		if total != uint64(n) && piece == 0 && i == 0 {
-			le := &LengthError{Got: int(min(total, uint64(maxInt))), Want: n}
-			l.fail(le)
-			return le
+		// Take every filled slot of this message at once (see Send).
+		m := min(int(r.seen-pos), pieces-i)
+		dst, src = dst[:0], src[:0]
+		for j := 0; j < m; j++ {
+			slot := int((r.pos + uint64(j)) % uint64(K))
+			tp, pp := r.hdr(slot)
+			total, piece := *tp, *pp
+			if total != uint64(n) && piece == 0 && i+j == 0 {
+				le := &LengthError{Got: int(min(total, uint64(maxInt))), Want: n}
+				l.fail(le)
+				return le
+			}
+			if total != uint64(n) || piece != uint64(i+j) {
+				return l.fail(fmt.Errorf("%s: slot %d holds piece %d of a %d-byte message where piece %d of %d bytes was due: %w",
+					l.describe(op), slot, piece, total, i+j, n, ErrProtocol))
+			}
+			lo := (i + j) * S
+			dst = append(dst, p[lo:min(lo+S, n)])
+			src = append(src, r.data[slot*S:(slot+1)*S])
 		}
-		if total != uint64(n) || piece != uint64(i) {
-			return l.fail(fmt.Errorf("%s: slot %d holds piece %d of a %d-byte message where piece %d of %d bytes was due: %w",
-				l.describe(op), slot, piece, total, i, n, ErrProtocol))
-		}
-		lo := i * S
-		copy(p[lo:min(lo+S, n)], r.data[slot*S:(slot+1)*S])
-		r.pos++
+		copyAll(dst, src)
+		r.pos += uint64(m)
+		i += m
 		atomic.StoreUint32(r.tail, uint32(r.pos))
 		if atomic.LoadUint32(r.sendWait) != 0 {
 			futexWake(r.tail, 1)
@@ -502,4 +518,47 @@ func processGone(pid int) string {
 		return "died (it was killed or crashed; a zombie now)"
 	}
 	return ""
+}
+
+// parallelCopyMin is the batch size from which copyAll spreads its copies
+// over goroutines: below it, starting them costs more than it saves.
+const parallelCopyMin = 1 << 20
+
+// copyThreads is how many goroutines copy a large batch
+// (FLAGCX_SHM_COPY_THREADS, default 4; 1 copies on the calling goroutine).
+var copyThreads = func() int {
+	if n, err := strconv.Atoi(os.Getenv("FLAGCX_SHM_COPY_THREADS")); err == nil && n >= 1 && n <= 64 {
+		return n
+	}
+	return 4
+}()
+
+// copyAll copies src[i] into dst[i] (each pair as copy does), spreading a
+// large batch over copyThreads goroutines.
+func copyAll(dst, src [][]byte) {
+	total := 0
+	for _, s := range src {
+		total += len(s)
+	}
+	workers := min(copyThreads, len(src), runtime.GOMAXPROCS(0))
+	if total < parallelCopyMin || workers < 2 {
+		for i := range src {
+			copy(dst[i], src[i])
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	for w := 1; w < workers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := w; i < len(src); i += workers {
+				copy(dst[i], src[i])
+			}
+		}(w)
+	}
+	for i := 0; i < len(src); i += workers {
+		copy(dst[i], src[i])
+	}
+	wg.Wait()
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -210,6 +211,12 @@ func joinBackend(cfg *Config, job launch.Job, launched bool, id core.UniqueID, n
 	// covers one backend (it then calls the vendor library directly).
 	be := core.HostBackend()
 	if name != HostBackendName {
+		// A vendor runtime keeps per-thread state (the current device and
+		// context); the first call on a thread that never touched it pays
+		// to set it up (about 1.5 ms seen on H200s), and Go moves goroutines
+		// between threads. Pinning the rank to one thread for its life keeps
+		// that out of the timings. The pin ends with the rank's process.
+		runtime.LockOSThread()
 		p, err := openPlugin(name, cfg.PluginDir, cfg.Emulated)
 		if err != nil {
 			return communicator{}, nil, err
