@@ -12,7 +12,7 @@ import (
 // large enough, so that copies to the host, the network and copies back
 // overlap even for messages not much larger than a chunk.
 const (
-	DefaultChunk = 4 << 20 // FLAGCX_NET_CHUNK_SIZE's default, as FlagCX's
+	DefaultChunk = 16 << 20 // FLAGCX_NET_CHUNK_SIZE default; FlagCX uses 4M, 16M measured better on H200 (docs/performance.md)
 	MinPipeChunk = 256 << 10
 	minPipeDepth = 4
 )

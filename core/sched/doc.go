@@ -35,7 +35,7 @@
 //	a library lacks the op     host       (the plan's Why says which cluster lacks what)
 //	Barrier                    host       a host barrier over all ranks
 //
-// c2c schedules (pipelined in chunks of FLAGCX_NET_CHUNK_SIZE, default 4M,
+// c2c schedules (pipelined in chunks of FLAGCX_NET_CHUNK_SIZE, default 16M,
 // at least 4 chunks of 256K when the message allows):
 //
 //	AllReduce      intra Reduce to the leader | d2h | inter AllReduce | (avg: scale by 1/n) | h2d | intra Broadcast

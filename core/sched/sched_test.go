@@ -139,8 +139,9 @@ func TestSpans(t *testing.T) {
 		{4, 4, 0, 1},
 		{64 << 10, 4, 0, 1},
 		{512 << 10, 4, 0, 2},              // at least 256K a chunk
-		{4 << 20, 4, 0, 4},                // one default chunk, cut in 4 for overlap
-		{64 << 20, 4, 0, 16},              // 4M chunks
+		{4 << 20, 4, 0, 4},                // within one default chunk, cut in 4 for overlap
+		{64 << 20, 4, 0, 4},               // 16M default chunks
+		{64 << 20, 4, 4 << 20, 16},        // 4M chunks
 		{37 * 8, 8, 64, 5},                // small chunks: 8 elements each, the last 5
 		{10, 2, 1, 5},                     // chunk below an element: one element each
 		{3 * 1 << 20, 2, 1 << 20, 4},      // 3 chunks by size, 4 for overlap
@@ -516,7 +517,7 @@ func TestValidate(t *testing.T) {
 
 func TestPlanFormat(t *testing.T) {
 	l := layout(t, "nvidia,nvidia,host")
-	p := plan(t, l, 0, Call{Coll: AllReduce, Count: 16 << 20, DType: sdk.Float32, Op: sdk.Sum}, Options{})
+	p := plan(t, l, 0, Call{Coll: AllReduce, Count: 16 << 20, DType: sdk.Float32, Op: sdk.Sum}, Options{Chunk: 4 << 20})
 	require.Equal(t, 16, p.Chunks)
 	out := p.String()
 	for _, w := range []string{
