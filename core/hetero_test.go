@@ -11,7 +11,7 @@ import (
 
 	"github.com/flagcx/flagcx-go/conformance/reference"
 	"github.com/flagcx/flagcx-go/core"
-	"github.com/flagcx/flagcx-go/core/heterotest"
+	"github.com/flagcx/flagcx-go/conformance/heterotest"
 	"github.com/flagcx/flagcx-go/hostnet"
 	"github.com/flagcx/flagcx-go/sdk"
 )
