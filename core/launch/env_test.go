@@ -10,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/flagcx/flagcx-go/core"
 )
 
 func lookupOf(m map[string]string) func(string) (string, bool) {
@@ -18,13 +17,6 @@ func lookupOf(m map[string]string) func(string) (string, bool) {
 		v, ok := m[k]
 		return v, ok
 	}
-}
-
-// coreIDsWork reports whether core can parse ids yet (its bodies are
-// written in parallel with this package).
-func coreIDsWork() bool {
-	_, err := core.ParseUniqueID("127.0.0.1:29500#" + strings.Repeat("ab", 16))
-	return err == nil
 }
 
 func TestFromEnv(t *testing.T) {
@@ -214,9 +206,6 @@ func TestFromEnv(t *testing.T) {
 }
 
 func TestFromEnvUniqueID(t *testing.T) {
-	if !coreIDsWork() {
-		t.Skip("core.ParseUniqueID is not implemented yet")
-	}
 	s := "127.0.0.1:29500#" + strings.Repeat("ab", 16)
 	j, ok, err := FromEnv(lookupOf(map[string]string{EnvRank: "1", EnvNRanks: "2", EnvUniqueID: s}))
 	require.NoError(t, err)
@@ -277,13 +266,11 @@ func TestIDFileWait(t *testing.T) {
 	_, err = j.ID()
 	require.ErrorContains(t, err, j.File)
 
-	if coreIDsWork() {
-		want := "127.0.0.1:4242#" + strings.Repeat("cd", 16)
-		require.NoError(t, writeFileAtomic(j.File, []byte(want+"\n")))
-		id, err := j.ID()
-		require.NoError(t, err)
-		require.Equal(t, want, id.String())
-	}
+	want := "127.0.0.1:4242#" + strings.Repeat("cd", 16)
+	require.NoError(t, writeFileAtomic(j.File, []byte(want+"\n")))
+	id, err := j.ID()
+	require.NoError(t, err)
+	require.Equal(t, want, id.String())
 
 	// Only rank 0 removes the file.
 	j.Joined()
