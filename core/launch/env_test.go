@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
 )
 
 func lookupOf(m map[string]string) func(string) (string, bool) {
