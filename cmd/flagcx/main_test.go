@@ -415,3 +415,11 @@ func TestBenchHeterogeneousLayouts(t *testing.T) {
 		})
 	}
 }
+
+// TestBenchNvidiaEmulatedDefaults is the plugin issue's own command:
+// `bench all --ranks nvidia:2 --emulated -c 1` at the default sizes.
+func TestBenchNvidiaEmulatedDefaults(t *testing.T) {
+	r := runFlagcx(t, 5*time.Minute, cleanEnv(), "--plugin-dir", pluginDir(t), "bench", "all", "--ranks", "nvidia:2", "--emulated", "-c", "1")
+	require.Zero(t, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	require.Len(t, tableRows(t, r.stdout), 10*21) // 10 collectives x sizes 8 B..8 MiB
+}
