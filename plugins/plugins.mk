@@ -1,7 +1,9 @@
 # Vendor plugins: C shims against sdk/include/flagcx_plugin.h. Each dlopens
 # its vendor runtime at init, so they build with $(CC) alone (no vendor SDK).
-# Every plugins/<name>/ with C sources is a plugin.
-PLUGIN_NAMES   := $(sort $(notdir $(patsubst %/,%,$(dir $(wildcard plugins/*/*.c)))))
+# Every plugins/<name>/ with C sources is a plugin, except plugins/common/:
+# the shared shim core (plugins/common/shim.h), compiled into every plugin.
+PLUGIN_NAMES   := $(filter-out common,$(sort $(notdir $(patsubst %/,%,$(dir $(wildcard plugins/*/*.c))))))
+PLUGIN_COMMON  := $(wildcard plugins/common/*.c plugins/common/*.h)
 PLUGIN_DIR     := $(BUILD)/plugins
 PLUGIN_CFLAGS  ?= -O2
 PLUGIN_SOS     := $(PLUGIN_NAMES:%=$(PLUGIN_DIR)/libflagcx-%.so)
@@ -11,6 +13,6 @@ all: plugins
 plugins: $(PLUGIN_SOS)
 
 # Only the versioned table is exported; everything else is static.
-$(PLUGIN_DIR)/libflagcx-%.so: plugins/%/*.c sdk/include/flagcx_plugin.h
+$(PLUGIN_DIR)/libflagcx-%.so: plugins/%/*.c $(PLUGIN_COMMON) sdk/include/flagcx_plugin.h
 	@mkdir -p $(PLUGIN_DIR)
-	$(CC) -shared -fPIC $(PLUGIN_CFLAGS) -Wall -Werror -Isdk/include -fvisibility=hidden -o $@ $(filter %.c,$^) -ldl
+	$(CC) -shared -fPIC $(PLUGIN_CFLAGS) -Wall -Werror -Isdk/include -Iplugins/common -fvisibility=hidden -o $@ $(filter %.c,$^) -ldl

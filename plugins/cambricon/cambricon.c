@@ -28,13 +28,12 @@
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <dlfcn.h>
-#include <link.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "flagcx_plugin.h"
+#include "shim.h"
 
 /* ---- Vendor declarations (no Neuware SDK needed) ------------------------- */
 /* CNRT (cnrt.h v6.x, H [CNRTH]) */
@@ -78,7 +77,6 @@ static const int cnclType[flagcxNumTypes] = {
     [flagcxBfloat16] = cnclBfloat16};
 /* flagcxMemcpyKind_t (H2D 0, D2H 1, D2D 2) -> cnrtMemTransDir_t. */
 static const int cnrtDir[3] = {cnrtMemcpyHostToDev, cnrtMemcpyDevToHost, cnrtMemcpyDevToDev};
-static const size_t typeSize[flagcxNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
 #define TYPE_MASK ((1u << flagcxNumTypes) - 1 - (1u << flagcxFloat64))
 #define OP_MASK ((1u << flagcxSum) | (1u << flagcxProd) | (1u << flagcxMax) | (1u << flagcxMin))
 
@@ -132,61 +130,25 @@ static const size_t typeSize[flagcxNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
   OPT(cnclResult_t, cnclAlltoAll, (const void*, void*, size_t, int, cnclComm_t, cnrtQueue_t))             \
   OPT(cnclResult_t, cnclGetLibVersion, (int*, int*, int*))
 
-#define DECLARE(ret, name, args) static ret(*f_##name) args;
-CNRT_FUNCS(DECLARE, DECLARE)
-CNCL_FUNCS(DECLARE, DECLARE)
+CNRT_FUNCS(SHIM_DECLARE, SHIM_DECLARE)
+CNCL_FUNCS(SHIM_DECLARE, SHIM_DECLARE)
 
 /* ---- State, errors, logging ---------------------------------------------- */
 enum { LIB_CNRT, LIB_CNCL, NUM_LIBS };
-/* $NEUWARE_HOME/lib64 is tried first when NEUWARE_HOME is set (see openLib). */
+/* $NEUWARE_HOME/lib64 is tried first when NEUWARE_HOME is set (see shimPlugin). */
 static const flagcxPluginLibrary_v1_t libraries[NUM_LIBS + 1] = {
     {"runtime", "FLAGCX_CAMBRICON_CNRT", "libcnrt.so:/usr/local/neuware/lib64/libcnrt.so", 0, 0},
     {"ccl", "FLAGCX_CAMBRICON_CNCL", "libcncl.so:/usr/local/neuware/lib64/libcncl.so", 0, 0},
     {NULL, NULL, NULL, 0, 0}};
 
-static void* handles[NUM_LIBS];
-static flagcxLibraryStatus_v1_t status[NUM_LIBS];
 /* vendorsim builds only (not a vendor API): the emulator's reason for its
  * last failure on this thread, appended to our messages. */
 static const char* (*simLastError[NUM_LIBS])(void);
-static int ready;
-static flagcxLogFn_t logFn;
-static void* logCtx;
-/* Per thread, as the ABI asks. */
-static __thread char lastError[1024];
-
-static void bprintf(char* buf, size_t n, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
-static void bprintf(char* buf, size_t n, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, n, fmt, ap);
-  va_end(ap);
-}
-
-static void logf_(int level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-static void logf_(int level, const char* fmt, ...) {
-  char msg[1024];
-  va_list ap;
-  if (!logFn) return;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  logFn(logCtx, level, msg);
-}
-
-static flagcxResult_t fail(flagcxResult_t r, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-static flagcxResult_t fail(flagcxResult_t r, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(lastError, sizeof lastError, fmt, ap);
-  va_end(ap);
-  return r;
-}
 
 static const char* simWhy(int lib, char* buf, size_t n) {
   const char* w = simLastError[lib] ? simLastError[lib]() : NULL;
   if (!w || !*w) return "";
-  bprintf(buf, n, " [vendorsim: %s]", w);
+  shimPrintf(buf, n, " [vendorsim: %s]", w);
   return buf;
 }
 
@@ -194,7 +156,7 @@ static const char* simWhy(int lib, char* buf, size_t n) {
 static flagcxResult_t cnrtCheck(cnrtRet_t e, const char* call) {
   char why[640];
   if (e == cnrtSuccess) return flagcxSuccess;
-  return fail(flagcxUnhandledDeviceError, "%s: %s (cnrtRet %d)%s", call, f_cnrtGetErrorStr(e), e,
+  return shimFail(flagcxUnhandledDeviceError, "%s: %s (cnrtRet %d)%s", call, f_cnrtGetErrorStr(e), e,
               simWhy(LIB_CNRT, why, sizeof why));
 }
 
@@ -226,134 +188,64 @@ static flagcxResult_t cnclResult(cnclResult_t r) {
 static flagcxResult_t cnclCheck(cnclResult_t r, const char* call) {
   char why[640];
   if (r == CNCL_RET_SUCCESS) return flagcxSuccess;
-  return fail(cnclResult(r), "%s: %s (cnclResult 0x%02x)%s", call, f_cnclGetErrorStr(r), (unsigned)r,
+  return shimFail(cnclResult(r), "%s: %s (cnclResult 0x%02x)%s", call, f_cnclGetErrorStr(r), (unsigned)r,
               simWhy(LIB_CNCL, why, sizeof why));
 }
 
-#define READY()                                                                          \
-  do {                                                                                   \
-    if (!ready) return fail(flagcxInvalidUsage, "%s: plugin not initialized", __func__); \
-  } while (0)
 #define CNRT(fn, args) \
   do { flagcxResult_t r_ = cnrtCheck(f_##fn args, #fn); if (r_ != flagcxSuccess) return r_; } while (0)
 
 /* ---- Init: load libraries ------------------------------------------------- */
-static void* tryOpen(const char* path) { return dlopen(path, RTLD_NOW | RTLD_LOCAL); }
-
-/* dlopen library i from its env var, else $NEUWARE_HOME/lib64, else its
- * candidate names. */
-static void* openLib(int i) {
-  const flagcxPluginLibrary_v1_t* lib = &libraries[i];
-  flagcxLibraryStatus_v1_t* st = &status[i];
-  const char* env = getenv(lib->envVar);
-  const char* neuware = getenv("NEUWARE_HOME");
-  char names[512], path[512], *save = NULL, *name;
-  char* first;
-  void* h = NULL;
-  struct link_map* lm = NULL;
-  const int* marker;
-
-  bprintf(names, sizeof names, "%s", lib->sonames);
-  first = strtok_r(names, ":", &save);
-  if (env && *env) {
-    bprintf(st->path, sizeof st->path, "%s", env);
-    if (!(h = tryOpen(env)))
-      bprintf(st->error, sizeof st->error, "cannot load %s from %s=%s: %s (fix or unset %s)", first, lib->envVar, env,
-              dlerror(), lib->envVar);
-  } else {
-    if (neuware && *neuware) {
-      bprintf(path, sizeof path, "%s/lib64/%s", neuware, first);
-      h = tryOpen(path);
-    }
-    for (name = first; name && !h; name = strtok_r(NULL, ":", &save)) h = tryOpen(name);
-    if (!h)
-      bprintf(st->error, sizeof st->error,
-              "cannot load %s (tried %s%s; last error: %s): install Cambricon Neuware, set NEUWARE_HOME, or set %s "
-              "to its path",
-              first, neuware && *neuware ? "$NEUWARE_HOME/lib64, " : "", lib->sonames, dlerror(), lib->envVar);
-  }
-  if (!h) return NULL;
-  if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name[0])
-    bprintf(st->path, sizeof st->path, "%s", lm->l_name);
-  /* Emulators (conformance/vendorsim) export this marker; the host then says
-   * "emulated" wherever it prints results. */
-  marker = (const int*)dlsym(h, "flagcxVendorsimEmulated");
-  st->emulated = marker && *marker;
-  simLastError[i] = st->emulated ? (const char* (*)(void))dlsym(h, "flagcxVendorsimLastError") : NULL;
-  return h;
+/* Emulators (conformance/vendorsim) also say why they failed. */
+static void simOpened(int lib, void* h) {
+  simLastError[lib] = shimStatus[lib].emulated ? (const char* (*)(void))dlsym(h, "flagcxVendorsimLastError") : NULL;
 }
-
-static flagcxResult_t missing(int i, const char* sym) {
-  bprintf(status[i].error, sizeof status[i].error,
-          "%s lacks %s: it is not Cambricon's %s or too old; point %s at another one", status[i].path, sym,
-          libraries[i].sonames, libraries[i].envVar);
-  return flagcxSystemError;
-}
-
-#define LOAD_REQ(ret, name, args) \
-  if (!(f_##name = (ret(*) args)dlsym(h, #name))) return missing(lib, #name);
-#define LOAD_OPT(ret, name, args) f_##name = (ret(*) args)dlsym(h, #name);
 
 static flagcxResult_t loadCnrt(void* h) {
   int lib = LIB_CNRT, a, b, c;
-  CNRT_FUNCS(LOAD_REQ, LOAD_OPT)
-  if (!f_cnrtMemcpyAsync && !f_cnrtMemcpyAsync_V2) return missing(lib, "cnrtMemcpyAsync (and cnrtMemcpyAsync_V2)");
+  simOpened(lib, h);
+  CNRT_FUNCS(SHIM_LOAD_REQ, SHIM_LOAD_OPT)
+  if (!f_cnrtMemcpyAsync && !f_cnrtMemcpyAsync_V2)
+    return shimMissing(lib, "cnrtMemcpyAsync (and cnrtMemcpyAsync_V2)", "");
   /* UNVERIFIED: cnrtGetLibVersion(int*, int*, int*) is not in vendor-apis.md
    * (optional; only the version text depends on it). */
   if (f_cnrtGetLibVersion && f_cnrtGetLibVersion(&a, &b, &c) == cnrtSuccess)
-    bprintf(status[lib].version, sizeof status[lib].version, "%d.%d.%d", a, b, c);
+    shimPrintf(shimStatus[lib].version, sizeof shimStatus[lib].version, "%d.%d.%d", a, b, c);
   return flagcxSuccess;
 }
 
 static flagcxResult_t loadCncl(void* h) {
   int lib = LIB_CNCL, a, b, c;
-  CNCL_FUNCS(LOAD_REQ, LOAD_OPT)
+  simOpened(lib, h);
+  CNCL_FUNCS(SHIM_LOAD_REQ, SHIM_LOAD_OPT)
   if (f_cnclGetLibVersion && f_cnclGetLibVersion(&a, &b, &c) == CNCL_RET_SUCCESS)
-    bprintf(status[lib].version, sizeof status[lib].version, "%d.%d.%d", a, b, c);
+    shimPrintf(shimStatus[lib].version, sizeof shimStatus[lib].version, "%d.%d.%d", a, b, c);
   return flagcxSuccess;
 }
 
-static void fillInfo(flagcxPluginInfo_v1_t* info) {
-  int i;
-  if (!info) return;
-  memset(info, 0, sizeof *info);
-  info->numLibraries = NUM_LIBS;
-  for (i = 0; i < NUM_LIBS; i++) {
-    info->libraries[i] = status[i];
-    info->emulated |= status[i].loaded && status[i].emulated;
-  }
+static void fillMasks(flagcxPluginInfo_v1_t* info) {
   info->dataTypeMask = TYPE_MASK; /* all but float64 */
   info->redOpMask = OP_MASK;      /* all but avg */
 }
 
 static flagcxResult_t (*const loaders[NUM_LIBS])(void*) = {loadCnrt, loadCncl};
 
-static flagcxResult_t cnInit(flagcxLogFn_t log, void* ctx, flagcxPluginInfo_v1_t* info) {
-  int i;
-  if (ready) { fillInfo(info); return flagcxSuccess; }
-  logFn = log;
-  logCtx = ctx;
-  memset(status, 0, sizeof status);
-  for (i = 0; i < NUM_LIBS; i++) {
-    if ((handles[i] = openLib(i)) && loaders[i](handles[i]) == flagcxSuccess) {
-      status[i].loaded = 1;
-      logf_(flagcxLogInfo, "loaded %s %s from %s%s", libraries[i].role, status[i].version, status[i].path,
-            status[i].emulated ? " (EMULATED)" : "");
-      continue;
-    }
-    fail(flagcxSystemError, "%s", status[i].error);
-    fillInfo(info);
-    for (i = 0; i < NUM_LIBS; i++) /* a later init may retry with other paths */
-      if (handles[i]) dlclose(handles[i]), handles[i] = NULL, simLastError[i] = NULL;
-    return flagcxSystemError;
-  }
-  logf_(flagcxLogInfo, "CNCL has no float64 and no avg: both are reported as not supported");
-  ready = 1;
-  fillInfo(info);
-  return flagcxSuccess;
-}
+static void simReset(void) { memset(simLastError, 0, sizeof simLastError); }
+static void initDone(void) { shimLog(flagcxLogInfo, "CNCL has no float64 and no avg: both are reported as not supported"); }
 
-static const char* cnGetLastError(void) { return lastError; }
+const shimPlugin_t shimPlugin = {
+    .libraries = libraries,
+    .numLibraries = NUM_LIBS,
+    .loaders = loaders,
+    .homeEnv = "NEUWARE_HOME",
+    .homeDir = "lib64",
+    .homeTried = "$NEUWARE_HOME/lib64, ",
+    .install = "install Cambricon Neuware, set NEUWARE_HOME,",
+    .missingFmt = "%s lacks %s%s: it is not Cambricon's %s or too old; point %s at another one",
+    .initFailed = simReset,
+    .initDone = initDone,
+    .fillMasks = fillMasks,
+};
 
 /* ---- Device runtime ------------------------------------------------------- */
 static flagcxResult_t cnGetDeviceCount(int* count) {
@@ -386,16 +278,16 @@ static flagcxResult_t cnGetDeviceInfo(int dev, flagcxDeviceInfo_v1_t* info) {
   memset(info, 0, sizeof *info);
   info->numaNode = -1;
   if ((r = cnGetDeviceCount(&n)) != flagcxSuccess) return r;
-  if (dev < 0 || dev >= n) return fail(flagcxInvalidArgument, "getDeviceInfo: device %d of %d MLUs", dev, n);
+  if (dev < 0 || dev >= n) return shimFail(flagcxInvalidArgument, "getDeviceInfo: device %d of %d MLUs", dev, n);
   /* No name or memory-size call is used: cnrtGetDeviceProperties' struct
    * layout is not in vendor-apis.md, so name is generic and memory 0. */
-  bprintf(info->name, sizeof info->name, "Cambricon MLU %d", dev);
+  shimPrintf(info->name, sizeof info->name, "Cambricon MLU %d", dev);
   /* UNVERIFIED (vendor-apis.md: C [FCX]): cnrtDeviceGetPCIBusId(char*, int len, int dev)
    * and its text form; normalized to "dddd:bb:dd.f" lower case. */
   if (f_cnrtDeviceGetPCIBusId) {
     CNRT(cnrtDeviceGetPCIBusId, (info->pciBusId, (int)sizeof info->pciBusId, dev));
     normalizeBusId(info->pciBusId);
-    bprintf(path, sizeof path, "/sys/bus/pci/devices/%s/numa_node", info->pciBusId);
+    shimPrintf(path, sizeof path, "/sys/bus/pci/devices/%s/numa_node", info->pciBusId);
     if ((f = fopen(path, "r"))) {
       if (fscanf(f, "%d", &info->numaNode) != 1) info->numaNode = -1;
       fclose(f);
@@ -410,7 +302,7 @@ static flagcxResult_t cnGetLinkInfo(int a, int b, flagcxLinkInfo_v1_t* link) {
   READY();
   memset(link, 0, sizeof *link);
   link->type = a == b ? flagcxLinkSelf : flagcxLinkUnknown;
-  bprintf(link->name, sizeof link->name, "%s", a == b ? "X" : "unknown");
+  shimPrintf(link->name, sizeof link->name, "%s", a == b ? "X" : "unknown");
   return flagcxSuccess;
 }
 
@@ -429,7 +321,7 @@ static flagcxResult_t cnHostFree(void* ptr) { READY(); return cnrtCheck(f_cnrtFr
 static flagcxResult_t cnMemCopy(void* dst, const void* src, size_t bytes, flagcxMemcpyKind_t kind, flagcxStream_t s) {
   READY();
   if ((unsigned)kind > flagcxMemcpyDeviceToDevice)
-    return fail(flagcxInvalidArgument, "memCopy: direction %d is not 0 (H2D), 1 (D2H) or 2 (D2D)", (int)kind);
+    return shimFail(flagcxInvalidArgument, "memCopy: direction %d is not 0 (H2D), 1 (D2H) or 2 (D2D)", (int)kind);
   if (!s) return cnrtCheck(f_cnrtMemcpy(dst, (void*)src, bytes, cnrtDir[kind]), "cnrtMemcpy");
   /* queue BEFORE direction */
   if (f_cnrtMemcpyAsync)
@@ -464,7 +356,7 @@ static flagcxResult_t queryResult(cnrtRet_t e, const char* call) {
 }
 static flagcxResult_t cnStreamQuery(flagcxStream_t s) {
   READY();
-  if (!f_cnrtQueueQuery) return fail(flagcxNotSupported, "cnrtQueueQuery not found in libcnrt");
+  if (!f_cnrtQueueQuery) return shimFail(flagcxNotSupported, "cnrtQueueQuery not found in libcnrt");
   return queryResult(f_cnrtQueueQuery((cnrtQueue_t)s), "cnrtQueueQuery");
 }
 static flagcxResult_t cnStreamWaitEvent(flagcxStream_t s, flagcxEvent_t e) {
@@ -489,7 +381,7 @@ static flagcxResult_t cnEventRecord(flagcxEvent_t e, flagcxStream_t s) {
 }
 static flagcxResult_t cnEventQuery(flagcxEvent_t e) {
   READY();
-  if (!f_cnrtQueryNotifier) return fail(flagcxNotSupported, "cnrtQueryNotifier not found in libcnrt");
+  if (!f_cnrtQueryNotifier) return shimFail(flagcxNotSupported, "cnrtQueryNotifier not found in libcnrt");
   return queryResult(f_cnrtQueryNotifier((cnrtNotifier_t)e), "cnrtQueryNotifier");
 }
 static flagcxResult_t cnEventSynchronize(flagcxEvent_t e) {
@@ -498,7 +390,7 @@ static flagcxResult_t cnEventSynchronize(flagcxEvent_t e) {
 }
 static flagcxResult_t cnEventElapsedTime(float* ms, flagcxEvent_t start, flagcxEvent_t end) {
   READY();
-  if (!f_cnrtNotifierElapsedTime) return fail(flagcxNotSupported, "cnrtNotifierElapsedTime not found in libcnrt");
+  if (!f_cnrtNotifierElapsedTime) return shimFail(flagcxNotSupported, "cnrtNotifierElapsedTime not found in libcnrt");
   /* ms LAST */
   return cnrtCheck(f_cnrtNotifierElapsedTime((cnrtNotifier_t)start, (cnrtNotifier_t)end, ms), "cnrtNotifierElapsedTime");
 }
@@ -511,12 +403,12 @@ typedef struct { cnclComm_t cncl; int rank, nranks; } cnComm;
 
 /* Translates t (and op, when op >= 0); float64 and avg are not supported. */
 static flagcxResult_t checkTypeOp(const char* call, flagcxDataType_t t, int op, int* ct) {
-  if ((unsigned)t >= flagcxNumTypes) return fail(flagcxInvalidArgument, "%s: data type %d is unknown", call, (int)t);
+  if ((unsigned)t >= flagcxNumTypes) return shimFail(flagcxInvalidArgument, "%s: data type %d is unknown", call, (int)t);
   if ((*ct = cnclType[t]) < 0)
-    return fail(flagcxNotSupported, "%s: CNCL has no float64 type (cncl.h defines none)", call);
+    return shimFail(flagcxNotSupported, "%s: CNCL has no float64 type (cncl.h defines none)", call);
   if (op < 0) return flagcxSuccess;
-  if (op >= flagcxNumRedOps) return fail(flagcxInvalidArgument, "%s: reduction op %d is unknown", call, op);
-  if (op == flagcxAvg) return fail(flagcxNotSupported, "%s: CNCL has no avg reduction (cncl.h: sum, prod, max, min)", call);
+  if (op >= flagcxNumRedOps) return shimFail(flagcxInvalidArgument, "%s: reduction op %d is unknown", call, op);
+  if (op == flagcxAvg) return shimFail(flagcxNotSupported, "%s: CNCL has no avg reduction (cncl.h: sum, prod, max, min)", call);
   return flagcxSuccess; /* sum 0, prod 1, max 2, min 3: the same numbers in cnclReduceOp_t */
 }
 #define TYPE_OP(call, t, op, ct) \
@@ -540,7 +432,7 @@ static flagcxResult_t cnCommInitRank(flagcxVendorComm_t* comm, int nranks, const
   int n = -1, me = -1;
   READY();
   CNRT(cnrtSetDevice, (dev));
-  if (!(c = calloc(1, sizeof *c))) return fail(flagcxSystemError, "commInitRank: out of memory");
+  if (!(c = calloc(1, sizeof *c))) return shimFail(flagcxSystemError, "commInitRank: out of memory");
   memcpy(&u, id, sizeof u); /* all 136 bytes, data and hash */
   c->rank = rank;
   c->nranks = nranks;
@@ -553,7 +445,7 @@ static flagcxResult_t cnCommInitRank(flagcxVendorComm_t* comm, int nranks, const
    * disagrees with what we asked for is a bug somewhere; do not use it. */
   if ((r = cnclCheck(f_cnclGetCommCount(&n, c->cncl), "cnclGetCommCount")) == flagcxSuccess &&
       (r = cnclCheck(f_cnclGetCommRank(&me, c->cncl), "cnclGetCommRank")) == flagcxSuccess && (n != nranks || me != rank))
-    r = fail(flagcxInternalError, "cnclInitComms made rank %d of %d, but rank %d of %d was asked for", me, n, rank, nranks);
+    r = shimFail(flagcxInternalError, "cnclInitComms made rank %d of %d, but rank %d of %d was asked for", me, n, rank, nranks);
   if (r != flagcxSuccess) {
     f_cnclFreeComm(c->cncl);
     free(c);
@@ -573,7 +465,7 @@ static flagcxResult_t cnCommDestroy(flagcxVendorComm_t comm) {
 static flagcxResult_t cnCommAbort(flagcxVendorComm_t comm) {
   flagcxResult_t r;
   READY();
-  if (!f_cnclAbortComm) return fail(flagcxNotSupported, "cnclAbortComm not found in libcncl");
+  if (!f_cnclAbortComm) return shimFail(flagcxNotSupported, "cnclAbortComm not found in libcncl");
   if ((r = cnclCheck(f_cnclAbortComm(CC(comm)), "cnclAbortComm")) == flagcxSuccess) free(comm);
   return r;
 }
@@ -582,7 +474,7 @@ static flagcxResult_t cnCommAbort(flagcxVendorComm_t comm) {
 static flagcxResult_t cnCommGetAsyncError(flagcxVendorComm_t comm, flagcxResult_t* asyncError) {
   cnclResult_t a;
   READY();
-  if (!f_cnclGetCommAsyncError) return fail(flagcxNotSupported, "cnclGetCommAsyncError not found in libcncl");
+  if (!f_cnclGetCommAsyncError) return shimFail(flagcxNotSupported, "cnclGetCommAsyncError not found in libcncl");
   a = f_cnclGetCommAsyncError(CC(comm));
   if (a == CNCL_RET_SUCCESS || a == CNCL_RET_ASYNC_IN_PROGRESS) {
     *asyncError = a == CNCL_RET_SUCCESS ? flagcxSuccess : flagcxInProgress;
@@ -651,41 +543,39 @@ static flagcxResult_t cnGroupEnd(void) { READY(); return cnclCheck(f_cnclGroupEn
  * sc/sd/rc/rd == NULL means count for every peer at p*count. sendTo /
  * recvFrom: ALL peers, NONE, or one peer (a single buffer at offset 0). The
  * group is closed even after a failure. */
-enum { ALL = -1, NONE = -2 };
-static flagcxResult_t grouped(const char* call, const char* s, const size_t* sc, const size_t* sd, char* r,
+typedef struct { shimXfer x; cnclComm_t cncl; int ct; cnrtQueue_t q; } cnXfer;
+static int cnXferSend(shimXfer* x, const void* b, size_t n, int p) {
+  cnXfer* k = (cnXfer*)x;
+  return f_cnclSend((void*)b, n, k->ct, p, k->cncl, k->q);
+}
+static int cnXferRecv(shimXfer* x, void* b, size_t n, int p) {
+  cnXfer* k = (cnXfer*)x;
+  return f_cnclRecv(b, n, k->ct, p, k->cncl, k->q);
+}
+static flagcxResult_t grouped(const char* call, const void* s, const size_t* sc, const size_t* sd, void* r,
                               const size_t* rc, const size_t* rd, size_t count, flagcxDataType_t t, int sendTo,
                               int recvFrom, flagcxVendorComm_t comm, flagcxStream_t st) {
   cnComm* c = (cnComm*)comm;
-  cnclResult_t res, end;
-  size_t sz;
-  int p, ct = -1;
+  cnXfer x;
+  int ct = -1;
   READY();
   TYPE_OP(call, t, -1, ct);
-  sz = typeSize[t];
-  res = f_cnclGroupStart();
-  for (p = 0; p < c->nranks && res == CNCL_RET_SUCCESS; p++) {
-    size_t ns = sc ? sc[p] : count, nr = rc ? rc[p] : count;
-    size_t os = sendTo == ALL ? (sd ? sd[p] : p * count) * sz : 0;
-    size_t orr = recvFrom == ALL ? (rd ? rd[p] : p * count) * sz : 0;
-    if ((sendTo == ALL || sendTo == p) && ns) res = f_cnclSend((void*)(s + os), ns, ct, p, c->cncl, (cnrtQueue_t)st);
-    if (res == CNCL_RET_SUCCESS && (recvFrom == ALL || recvFrom == p) && nr)
-      res = f_cnclRecv(r + orr, nr, ct, p, c->cncl, (cnrtQueue_t)st);
-  }
-  end = f_cnclGroupEnd();
-  return cnclCheck(res ? res : end, call);
+  x = (cnXfer){{c->nranks, shimTypeSize[t], f_cnclGroupStart, f_cnclGroupEnd, cnXferSend, cnXferRecv},
+               c->cncl, ct, (cnrtQueue_t)st};
+  return cnclCheck(shimGrouped(&x.x, s, sc, sd, r, rc, rd, count, sendTo, recvFrom), call);
 }
 
 static flagcxResult_t cnGather(const void* s, void* r, size_t n, flagcxDataType_t t, int root, flagcxVendorComm_t c,
                                flagcxStream_t st) {
   READY(); /* every rank sends n to root; root receives peer p's n at p*n */
   return grouped("gather (grouped cnclSend/cnclRecv)", s, NULL, NULL, r, NULL, NULL, n, t, root,
-                 ((cnComm*)c)->rank == root ? ALL : NONE, c, st);
+                 ((cnComm*)c)->rank == root ? SHIM_ALL : SHIM_NONE, c, st);
 }
 static flagcxResult_t cnScatter(const void* s, void* r, size_t n, flagcxDataType_t t, int root, flagcxVendorComm_t c,
                                 flagcxStream_t st) {
   READY(); /* root sends p*n.. to peer p; every rank receives n from root */
   return grouped("scatter (grouped cnclSend/cnclRecv)", s, NULL, NULL, r, NULL, NULL, n, t,
-                 ((cnComm*)c)->rank == root ? ALL : NONE, root, c, st);
+                 ((cnComm*)c)->rank == root ? SHIM_ALL : SHIM_NONE, root, c, st);
 }
 static flagcxResult_t cnAlltoAll(const void* s, void* r, size_t n, flagcxDataType_t t, flagcxVendorComm_t c,
                                  flagcxStream_t st) {
@@ -695,11 +585,11 @@ static flagcxResult_t cnAlltoAll(const void* s, void* r, size_t n, flagcxDataTyp
     TYPE_OP("cnclAlltoAll", t, -1, ct);
     return cnclCheck(f_cnclAlltoAll(s, r, n, ct, CC(c), (cnrtQueue_t)st), "cnclAlltoAll");
   }
-  return grouped("alltoAll (grouped cnclSend/cnclRecv)", s, NULL, NULL, r, NULL, NULL, n, t, ALL, ALL, c, st);
+  return grouped("alltoAll (grouped cnclSend/cnclRecv)", s, NULL, NULL, r, NULL, NULL, n, t, SHIM_ALL, SHIM_ALL, c, st);
 }
 static flagcxResult_t cnAlltoAllv(const void* s, const size_t* sc, const size_t* sd, void* r, const size_t* rc,
                                   const size_t* rd, flagcxDataType_t t, flagcxVendorComm_t c, flagcxStream_t st) {
-  return grouped("alltoAllv (grouped cnclSend/cnclRecv)", s, sc, sd, r, rc, rd, 0, t, ALL, ALL, c, st);
+  return grouped("alltoAllv (grouped cnclSend/cnclRecv)", s, sc, sd, r, rc, rd, 0, t, SHIM_ALL, SHIM_ALL, c, st);
 }
 
 static const char* cnGetErrorString(flagcxResult_t r) {
@@ -719,17 +609,8 @@ static const char* cnGetErrorString(flagcxResult_t r) {
 }
 
 /* ---- The exported table ---------------------------------------------------- */
-__attribute__((visibility("default"))) const flagcxVendorPlugin_v1_t flagcxVendorPlugin_v1 = {
-    .size = sizeof(flagcxVendorPlugin_v1_t),
-    .abiVersion = FLAGCX_PLUGIN_ABI_VERSION,
-    .name = "cambricon",
-    .vendor = "Cambricon",
-    .version = "1.0.0",
-    .caps = FLAGCX_PLUGIN_CAP_DEVICE | FLAGCX_PLUGIN_CAP_CCL,
-    .libraries = libraries,
-    .init = cnInit,
-    .fini = NULL,
-    .getLastError = cnGetLastError,
+SHIM_EXPORT const flagcxVendorPlugin_v1_t flagcxVendorPlugin_v1 = {
+    SHIM_TABLE_HEAD("cambricon", "Cambricon", FLAGCX_PLUGIN_CAP_DEVICE | FLAGCX_PLUGIN_CAP_CCL, libraries),
     .device = {
         .getDeviceCount = cnGetDeviceCount, .setDevice = cnSetDevice, .getDeviceInfo = cnGetDeviceInfo,
         .getLinkInfo = cnGetLinkInfo, .deviceMalloc = cnDeviceMalloc, .deviceFree = cnDeviceFree,

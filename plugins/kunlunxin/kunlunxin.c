@@ -35,7 +35,6 @@
 #include <elf.h>
 #include <fcntl.h>
 #include <link.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +43,7 @@
 #include <unistd.h>
 
 #include "flagcx_plugin.h"
+#include "shim.h"
 
 /* ==== BKCL numbers: UNVERIFIED (vendor-apis.md 2.3: values ❌) ===========
  *
@@ -177,9 +177,8 @@ enum { XPUATTR_PCI_ADDRESS = 0 }; /* domain[31:16] bus[15:8] dev[7:3] fn[2:0] */
   OPT(int, bkcl_all_to_all_v, (BKCLContext_t, const void*, const size_t*, const size_t*, int, void*, \
                                const size_t*, const size_t*, int, XPUStream))
 
-#define DECLARE(ret, name, args) static ret(*f_##name) args;
-XPURT_FUNCS(DECLARE, DECLARE)
-BKCL_FUNCS(DECLARE, DECLARE)
+XPURT_FUNCS(SHIM_DECLARE, SHIM_DECLARE)
+BKCL_FUNCS(SHIM_DECLARE, SHIM_DECLARE)
 
 /* ---- State, errors, logging ---------------------------------------------- */
 enum { LIB_XPURT, LIB_BKCL, NUM_LIBS };
@@ -191,40 +190,6 @@ static const flagcxPluginLibrary_v1_t libraries[NUM_LIBS + 1] = {
     {"ccl", "FLAGCX_KUNLUNXIN_BKCL", "libbkcl.so:/usr/local/xccl/so/libbkcl.so", 0, 0},
     {NULL, NULL, NULL, 0, 0}};
 
-static void* handles[NUM_LIBS];
-static flagcxLibraryStatus_v1_t status[NUM_LIBS];
-static int ready;
-static flagcxLogFn_t logFn;
-static void* logCtx;
-static __thread char lastError[1024]; /* per thread, as the ABI asks */
-
-static void bprintf(char* buf, size_t n, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
-static void bprintf(char* buf, size_t n, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, n, fmt, ap);
-  va_end(ap);
-}
-
-static void logf_(int level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-static void logf_(int level, const char* fmt, ...) {
-  char msg[1024];
-  va_list ap;
-  if (!logFn) return;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  logFn(logCtx, level, msg);
-}
-
-static flagcxResult_t fail(flagcxResult_t r, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-static flagcxResult_t fail(flagcxResult_t r, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(lastError, sizeof lastError, fmt, ap);
-  va_end(ap);
-  return r;
-}
 
 static const char* xpuErrName(int code) {
   switch (code) {
@@ -245,7 +210,7 @@ static flagcxResult_t xpuCheck(int e, const char* call) {
   const char* text;
   if (e == XPU_SUCCESS) return flagcxSuccess;
   text = f_xpu_strerror ? f_xpu_strerror(code) : NULL;
-  return fail(flagcxUnhandledDeviceError, "%s: %s (XPUError %d)", call, text && *text ? text : xpuErrName(code), e);
+  return shimFail(flagcxUnhandledDeviceError, "%s: %s (XPUError %d)", call, text && *text ? text : xpuErrName(code), e);
 }
 
 static const char* bkclName(int r) {
@@ -271,59 +236,15 @@ static flagcxResult_t bkclCheck(int r, const char* call) {
     case BKCL_INTERNAL_ERROR: f = flagcxInternalError; break;
     default: f = flagcxUnhandledCclError; break;
   }
-  return fail(f, "%s: %s (BKCLResult %d; BKCL has no error text%s)", call, bkclName(r), r,
-              status[LIB_BKCL].emulated ? "; FLAGCX_VENDORSIM_DEBUG=1 makes the emulator print why" : "");
+  return shimFail(f, "%s: %s (BKCLResult %d; BKCL has no error text%s)", call, bkclName(r), r,
+              shimStatus[LIB_BKCL].emulated ? "; FLAGCX_VENDORSIM_DEBUG=1 makes the emulator print why" : "");
 }
 
-#define READY()                                                                           \
-  do {                                                                                    \
-    if (!ready) return fail(flagcxInvalidUsage, "%s: plugin not initialized", __func__); \
-  } while (0)
 #define XPU(fn, args) \
   do { flagcxResult_t r_ = xpuCheck(f_##fn args, #fn); if (r_ != flagcxSuccess) return r_; } while (0)
 
 /* ---- Init: load libraries ------------------------------------------------- */
 
-/* dlopen library i from its env var, else from its candidate names. */
-static void* openLib(int i) {
-  const flagcxPluginLibrary_v1_t* lib = &libraries[i];
-  flagcxLibraryStatus_v1_t* st = &status[i];
-  const char* env = getenv(lib->envVar);
-  char names[512], *save = NULL, *name;
-  void* h = NULL;
-  struct link_map* lm = NULL;
-  const int* marker;
-
-  bprintf(names, sizeof names, "%s", lib->sonames);
-  if (env && *env) {
-    bprintf(st->path, sizeof st->path, "%s", env);
-    if (!(h = dlopen(env, RTLD_NOW | RTLD_LOCAL)))
-      bprintf(st->error, sizeof st->error, "cannot load %s from %s=%s: %s (fix or unset %s)",
-              strtok_r(names, ":", &save), lib->envVar, env, dlerror(), lib->envVar);
-  } else {
-    const char* first = NULL;
-    for (name = strtok_r(names, ":", &save); name && !h; name = strtok_r(NULL, ":", &save)) {
-      if (!first) first = name;
-      h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    }
-    if (!h)
-      bprintf(st->error, sizeof st->error, "cannot load %s (tried %s; last error: %s): install it or set %s to its path",
-              first, lib->sonames, dlerror(), lib->envVar);
-  }
-  if (!h) return NULL;
-  if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name[0])
-    bprintf(st->path, sizeof st->path, "%s", lm->l_name);
-  /* Emulators (conformance/vendorsim) export this marker. */
-  marker = (const int*)dlsym(h, "flagcxVendorsimEmulated");
-  st->emulated = marker && *marker;
-  return h;
-}
-
-static flagcxResult_t missing(int i, const char* sym, const char* why) {
-  bprintf(status[i].error, sizeof status[i].error, "%s lacks %s%s: it is too old or not %s; point %s at another one",
-          status[i].path, sym, why, libraries[i].sonames, libraries[i].envVar);
-  return flagcxSystemError;
-}
 
 /* ---- C++-mangled BKCL names ------------------------------------------------
  * Some libbkcl.so builds export only C++ names (bkcl.h without extern "C",
@@ -422,36 +343,33 @@ static void* bkclSym(void* h, elfSyms* e, const char* name, const char** mangled
     else found = n;
   }
   if (found && other) {
-    bprintf(why, whyn, " (found several C++ overloads, e.g. %s and %s; cannot tell which matches)", found, other);
+    shimPrintf(why, whyn, " (found several C++ overloads, e.g. %s and %s; cannot tell which matches)", found, other);
     return NULL;
   }
   if (!found) {
-    bprintf(why, whyn, " (neither the C name nor a C++-mangled _Z..%s.. name)", name);
+    shimPrintf(why, whyn, " (neither the C name nor a C++-mangled _Z..%s.. name)", name);
     return NULL;
   }
   if ((p = dlsym(h, found)) != NULL) *mangled = found;
-  else bprintf(why, whyn, " (its C++ name %s is in .dynsym but dlsym fails: %s)", found, dlerror());
+  else shimPrintf(why, whyn, " (its C++ name %s is in .dynsym but dlsym fails: %s)", found, dlerror());
   return p;
 }
 
-#define LOAD_XPU_REQ(ret, name, args) \
-  if (!(f_##name = (ret(*) args)dlsym(h, #name))) return missing(LIB_XPURT, #name, "");
-#define LOAD_XPU_OPT(ret, name, args) f_##name = (ret(*) args)dlsym(h, #name);
-
 static flagcxResult_t loadXpurt(void* h) {
-  XPURT_FUNCS(LOAD_XPU_REQ, LOAD_XPU_OPT)
+  int lib = LIB_XPURT;
+  XPURT_FUNCS(SHIM_LOAD_REQ, SHIM_LOAD_OPT)
   if (!f_xpu_memcpy_async)
-    logf_(flagcxLogInfo, "libxpurt has no xpu_memcpy_async: copies on a stream wait for it and copy synchronously");
+    shimLog(flagcxLogInfo, "libxpurt has no xpu_memcpy_async: copies on a stream wait for it and copy synchronously");
   return flagcxSuccess;
 }
 
 #define LOAD_BKCL(ret, name, args, required)                                                       \
   do {                                                                                             \
     f_##name = (ret(*) args)bkclSym(h, &e, #name, &mangled, why, sizeof why);                       \
-    if (!f_##name && (required)) { elfClose(&e); return missing(LIB_BKCL, #name, why); }           \
+    if (!f_##name && (required)) { elfClose(&e); return shimMissing(LIB_BKCL, #name, why); }           \
     if (mangled) {                                                                                 \
       cxx++;                                                                                       \
-      logf_(flagcxLogInfo, "%s: using C++ symbol %s (check its parameter types with c++filt)", #name, \
+      shimLog(flagcxLogInfo, "%s: using C++ symbol %s (check its parameter types with c++filt)", #name, \
             mangled);                                                                              \
     }                                                                                              \
   } while (0);
@@ -463,25 +381,18 @@ static flagcxResult_t loadBkcl(void* h) {
   const char* mangled;
   char why[400];
   int cxx = 0;
-  elfOpen(status[LIB_BKCL].path, &e); /* no symbol table: only C names can be found */
+  elfOpen(shimStatus[LIB_BKCL].path, &e); /* no symbol table: only C names can be found */
   BKCL_FUNCS(LOAD_BKCL_REQ, LOAD_BKCL_OPT)
   elfClose(&e); /* the names found were only passed to dlsym */
-  if (cxx) bprintf(status[LIB_BKCL].version, sizeof status[LIB_BKCL].version, "C++ symbols");
+  if (cxx) shimPrintf(shimStatus[LIB_BKCL].version, sizeof shimStatus[LIB_BKCL].version, "C++ symbols");
   /* A warning on real hardware: wrong numbers there mean wrong results. */
-  logf_(status[LIB_BKCL].emulated ? flagcxLogInfo : flagcxLogWarn,
+  shimLog(shimStatus[LIB_BKCL].emulated ? flagcxLogInfo : flagcxLogWarn,
         "BKCL enum values and unique-id size are UNVERIFIED (plugins/kunlunxin/README.md says how to check them)");
   return flagcxSuccess;
 }
 
-static void fillInfo(flagcxPluginInfo_v1_t* info) {
+static void fillMasks(flagcxPluginInfo_v1_t* info) {
   int i;
-  if (!info) return;
-  memset(info, 0, sizeof *info);
-  info->numLibraries = NUM_LIBS;
-  for (i = 0; i < NUM_LIBS; i++) {
-    info->libraries[i] = status[i];
-    info->emulated |= status[i].loaded && status[i].emulated;
-  }
   /* BKCL's own types only: for int8, uint32 and uint64 the host moves
    * bytes (as uint8) and reduces elsewhere, which is exact. */
   info->dataTypeMask = 0;
@@ -492,31 +403,15 @@ static void fillInfo(flagcxPluginInfo_v1_t* info) {
 
 static flagcxResult_t (*const loaders[NUM_LIBS])(void*) = {loadXpurt, loadBkcl};
 
-static flagcxResult_t klxInit(flagcxLogFn_t log, void* ctx, flagcxPluginInfo_v1_t* info) {
-  int i;
-  if (ready) { fillInfo(info); return flagcxSuccess; }
-  logFn = log;
-  logCtx = ctx;
-  memset(status, 0, sizeof status);
-  for (i = 0; i < NUM_LIBS; i++) {
-    if ((handles[i] = openLib(i)) && loaders[i](handles[i]) == flagcxSuccess) {
-      status[i].loaded = 1;
-      logf_(flagcxLogInfo, "loaded %s from %s%s", libraries[i].role, status[i].path,
-            status[i].emulated ? " (EMULATED)" : "");
-      continue;
-    }
-    fail(flagcxSystemError, "%s", status[i].error);
-    fillInfo(info);
-    for (i = 0; i < NUM_LIBS; i++) /* a later init may retry with other paths */
-      if (handles[i]) dlclose(handles[i]), handles[i] = NULL;
-    return flagcxSystemError;
-  }
-  ready = 1;
-  fillInfo(info);
-  return flagcxSuccess;
-}
-
-static const char* klxGetLastError(void) { return lastError; }
+const shimPlugin_t shimPlugin = {
+    .libraries = libraries,
+    .numLibraries = NUM_LIBS,
+    .loaders = loaders,
+    .install = "install it",
+    .missingFmt = "%s lacks %s%s: it is too old or not %s; point %s at another one",
+    .logNoVersion = 1,
+    .fillMasks = fillMasks,
+};
 
 /* ---- Device runtime ------------------------------------------------------- */
 static flagcxResult_t klxGetDeviceCount(int* count) {
@@ -544,13 +439,13 @@ static flagcxResult_t klxGetDeviceInfo(int dev, flagcxDeviceInfo_v1_t* info) {
   memset(info, 0, sizeof *info);
   info->numaNode = -1;
   XPU(xpu_device_count, (&n));
-  if (dev < 0 || dev >= n) return fail(flagcxInvalidArgument, "getDeviceInfo: device %d of %d", dev, n);
-  bprintf(info->name, sizeof info->name, "Kunlunxin XPU %d", dev); /* no name query in runtime.h */
+  if (dev < 0 || dev >= n) return shimFail(flagcxInvalidArgument, "getDeviceInfo: device %d of %d", dev, n);
+  shimPrintf(info->name, sizeof info->name, "Kunlunxin XPU %d", dev); /* no name query in runtime.h */
   if (f_xpu_device_get_attr) {
     XPU(xpu_device_get_attr, (&pci, XPUATTR_PCI_ADDRESS, dev));
-    bprintf(info->pciBusId, sizeof info->pciBusId, "%04x:%02x:%02x.%x", (unsigned)(pci >> 16) & 0xffff,
+    shimPrintf(info->pciBusId, sizeof info->pciBusId, "%04x:%02x:%02x.%x", (unsigned)(pci >> 16) & 0xffff,
             (unsigned)(pci >> 8) & 0xff, (unsigned)(pci >> 3) & 0x1f, (unsigned)pci & 0x7);
-    bprintf(path, sizeof path, "/sys/bus/pci/devices/%s/numa_node", info->pciBusId);
+    shimPrintf(path, sizeof path, "/sys/bus/pci/devices/%s/numa_node", info->pciBusId);
     if ((f = fopen(path, "r"))) {
       if (fscanf(f, "%d", &info->numaNode) != 1) info->numaNode = -1;
       fclose(f);
@@ -563,7 +458,7 @@ static flagcxResult_t klxGetLinkInfo(int a, int b, flagcxLinkInfo_v1_t* link) {
   READY();
   memset(link, 0, sizeof *link);
   link->type = a == b ? flagcxLinkSelf : flagcxLinkUnknown; /* no topology query in runtime.h */
-  bprintf(link->name, sizeof link->name, "%s", a == b ? "X" : "unknown");
+  shimPrintf(link->name, sizeof link->name, "%s", a == b ? "X" : "unknown");
   return flagcxSuccess;
 }
 
@@ -585,7 +480,7 @@ static const int xpuKind[3] = {XPU_HOST_TO_DEVICE, XPU_DEVICE_TO_HOST, XPU_DEVIC
 static flagcxResult_t klxMemCopy(void* dst, const void* src, size_t bytes, flagcxMemcpyKind_t kind, flagcxStream_t s) {
   READY();
   if ((unsigned)kind > flagcxMemcpyDeviceToDevice)
-    return fail(flagcxInvalidArgument, "memCopy: direction %d is not 0 (H2D), 1 (D2H) or 2 (D2D)", (int)kind);
+    return shimFail(flagcxInvalidArgument, "memCopy: direction %d is not 0 (H2D), 1 (D2H) or 2 (D2D)", (int)kind);
   if (s && f_xpu_memcpy_async)
     return xpuCheck(f_xpu_memcpy_async(dst, src, bytes, xpuKind[kind], (XPUStream)s), "xpu_memcpy_async");
   if (s) XPU(xpu_wait, ((XPUStream)s)); /* no async copy: keep the stream's order, copy now */
@@ -601,7 +496,7 @@ static flagcxResult_t klxMemSet(void* dst, int value, size_t bytes, flagcxStream
   READY();
   if (s) XPU(xpu_wait, ((XPUStream)s));
   if (bytes == 0) return flagcxSuccess;
-  if (!(host = malloc(chunk))) return fail(flagcxSystemError, "memSet: out of host memory");
+  if (!(host = malloc(chunk))) return shimFail(flagcxSystemError, "memSet: out of host memory");
   memset(host, value, chunk);
   for (off = 0; off < bytes && r == flagcxSuccess; off += chunk) {
     size_t n = bytes - off < chunk ? bytes - off : chunk;
@@ -659,19 +554,18 @@ typedef struct {
   XPUEvent dcountsDone; /* recorded after the last bkcl_all_to_all_v read them */
 } klxComm;
 #define KC(c) ((klxComm*)(c))
-static const size_t typeSize[flagcxNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
 
 /* Translates type (and op, when op >= 0) or says why not. */
 static flagcxResult_t mapTypeOp(const char* call, flagcxDataType_t t, int op, int* bt, int* bop) {
-  if ((unsigned)t >= flagcxNumTypes) return fail(flagcxInvalidArgument, "%s: data type %d is unknown", call, (int)t);
+  if ((unsigned)t >= flagcxNumTypes) return shimFail(flagcxInvalidArgument, "%s: data type %d is unknown", call, (int)t);
   *bt = typeMap[t].bkcl;
   if (op < 0) return flagcxSuccess;
-  if (op >= flagcxNumRedOps) return fail(flagcxInvalidArgument, "%s: reduction op %d is unknown", call, op);
+  if (op >= flagcxNumRedOps) return shimFail(flagcxInvalidArgument, "%s: reduction op %d is unknown", call, op);
   if (op == flagcxAvg)
-    return fail(flagcxNotSupported, "%s: avg is not supported (BKCL_AVG exists only in recent XCCL; its value is unknown)",
+    return shimFail(flagcxNotSupported, "%s: avg is not supported (BKCL_AVG exists only in recent XCCL; its value is unknown)",
                 call);
   if (!typeMap[t].native)
-    return fail(flagcxNotSupported, "%s: BKCL has no %s type, so %s cannot reduce it exactly (only move it)", call,
+    return shimFail(flagcxNotSupported, "%s: BKCL has no %s type, so %s cannot reduce it exactly (only move it)", call,
                 typeName[t], call);
   *bop = opMap[op];
   return flagcxSuccess;
@@ -694,20 +588,20 @@ static flagcxResult_t klxGetUniqueId(void* id) {
   size_t i, last = 0;
   flagcxResult_t r;
   READY();
-  if (!(buf = malloc(KLX_UID_BUF))) return fail(flagcxSystemError, "getUniqueId: out of memory");
+  if (!(buf = malloc(KLX_UID_BUF))) return shimFail(flagcxSystemError, "getUniqueId: out of memory");
   for (i = 0; i < KLX_UID_BUF; i++) buf[i] = canary(i);
   if ((r = bkclCheck(f_bkcl_get_unique_id(buf), "bkcl_get_unique_id")) == flagcxSuccess) {
     for (i = 0; i < KLX_UID_BUF; i++)
       if (buf[i] != canary(i)) last = i + 1;
     if (last > KLX_UID_BYTES)
-      r = fail(flagcxInternalError,
+      r = shimFail(flagcxInternalError,
                "bkcl_get_unique_id wrote %zu bytes, more than the %d a flagcx unique id can carry "
                "(FLAGCX_UNIQUE_ID_MAX_BYTES): this BKCL needs a larger id in the plugin ABI",
                last, KLX_UID_BYTES);
     else
       memcpy(id, buf, KLX_UID_BYTES);
     if (!reported++) /* the size of BKCLUniqueId is unverified: say what we saw */
-      logf_(flagcxLogInfo, "bkcl_get_unique_id wrote about %zu bytes; %d are exchanged", last, KLX_UID_BYTES);
+      shimLog(flagcxLogInfo, "bkcl_get_unique_id wrote about %zu bytes; %d are exchanged", last, KLX_UID_BYTES);
   }
   free(buf);
   return r;
@@ -724,7 +618,7 @@ static flagcxResult_t klxCommInitRank(flagcxVendorComm_t* comm, int nranks, cons
   if (!c || !buf) {
     free(c);
     free(buf);
-    return fail(flagcxSystemError, "commInitRank: out of memory");
+    return shimFail(flagcxSystemError, "commInitRank: out of memory");
   }
   memcpy(buf, id, KLX_UID_BYTES);
   c->rank = rank;
@@ -768,7 +662,7 @@ static flagcxResult_t klxCommDestroy(flagcxVendorComm_t comm) {
 static flagcxResult_t klxCommAbort(flagcxVendorComm_t comm) {
   flagcxResult_t r;
   READY();
-  if (!f_bkcl_comm_abort) return fail(flagcxNotSupported, "bkcl_comm_abort not found in libbkcl (needs a newer XCCL)");
+  if (!f_bkcl_comm_abort) return shimFail(flagcxNotSupported, "bkcl_comm_abort not found in libbkcl (needs a newer XCCL)");
   if ((r = bkclCheck(f_bkcl_comm_abort(KC(comm)->ctx), "bkcl_comm_abort")) != flagcxSuccess) return r;
   freeCounts(KC(comm));
   free(comm);
@@ -830,41 +724,39 @@ static flagcxResult_t klxGroupEnd(void) { READY(); return bkclCheck(f_bkcl_group
  * inside the group. Counts and displacements in elements; sc/sd/rc/rd NULL
  * means count for every peer at p*count. sendTo/recvFrom: ALL peers, NONE,
  * or one peer (a single buffer at offset 0). */
-enum { ALL = -1, NONE = -2 };
-static flagcxResult_t grouped(const char* call, const char* s, const size_t* sc, const size_t* sd, char* r,
+typedef struct { shimXfer x; BKCLContext_t ctx; int bt; XPUStream st; } klxXfer;
+static int klxXferSend(shimXfer* x, const void* b, size_t n, int p) {
+  klxXfer* k = (klxXfer*)x;
+  return f_bkcl_send(k->ctx, b, n, p, k->bt, k->st);
+}
+static int klxXferRecv(shimXfer* x, void* b, size_t n, int p) {
+  klxXfer* k = (klxXfer*)x;
+  return f_bkcl_recv(k->ctx, b, n, p, k->bt, k->st);
+}
+static flagcxResult_t grouped(const char* call, const void* s, const size_t* sc, const size_t* sd, void* r,
                               const size_t* rc, const size_t* rd, size_t count, flagcxDataType_t t, int sendTo,
                               int recvFrom, flagcxVendorComm_t comm, flagcxStream_t st) {
   klxComm* c = KC(comm);
-  int res, end, p;
-  size_t sz;
+  klxXfer x;
   READY();
   MAP(call, t, -1);
   (void)bop;
-  sz = typeSize[t];
-  res = f_bkcl_group_start();
-  for (p = 0; p < c->nranks && res == BKCL_SUCCESS; p++) {
-    size_t ns = sc ? sc[p] : count, nr = rc ? rc[p] : count;
-    size_t os = sendTo == ALL ? (sd ? sd[p] : p * count) * sz : 0;
-    size_t orr = recvFrom == ALL ? (rd ? rd[p] : p * count) * sz : 0;
-    if ((sendTo == ALL || sendTo == p) && ns) res = f_bkcl_send(c->ctx, s + os, ns, p, bt, (XPUStream)st);
-    if (res == BKCL_SUCCESS && (recvFrom == ALL || recvFrom == p) && nr)
-      res = f_bkcl_recv(c->ctx, r + orr, nr, p, bt, (XPUStream)st);
-  }
-  end = f_bkcl_group_end();
-  return bkclCheck(res != BKCL_SUCCESS ? res : end, call);
+  x = (klxXfer){{c->nranks, shimTypeSize[t], f_bkcl_group_start, f_bkcl_group_end, klxXferSend, klxXferRecv},
+                c->ctx, bt, (XPUStream)st};
+  return bkclCheck(shimGrouped(&x.x, s, sc, sd, r, rc, rd, count, sendTo, recvFrom), call);
 }
 
 static flagcxResult_t klxGather(const void* s, void* r, size_t n, flagcxDataType_t t, int root, flagcxVendorComm_t c,
                                 flagcxStream_t st) {
   READY(); /* every rank sends n to root; root receives peer p's n at p*n */
   return grouped("gather (grouped bkcl_send/bkcl_recv)", s, NULL, NULL, r, NULL, NULL, n, t, root,
-                 KC(c)->rank == root ? ALL : NONE, c, st);
+                 KC(c)->rank == root ? SHIM_ALL : SHIM_NONE, c, st);
 }
 static flagcxResult_t klxScatter(const void* s, void* r, size_t n, flagcxDataType_t t, int root, flagcxVendorComm_t c,
                                  flagcxStream_t st) {
   READY(); /* root sends p*n.. to peer p; every rank receives n from root */
   return grouped("scatter (grouped bkcl_send/bkcl_recv)", s, NULL, NULL, r, NULL, NULL, n, t,
-                 KC(c)->rank == root ? ALL : NONE, root, c, st);
+                 KC(c)->rank == root ? SHIM_ALL : SHIM_NONE, root, c, st);
 }
 static flagcxResult_t klxAlltoAll(const void* s, void* r, size_t n, flagcxDataType_t t, flagcxVendorComm_t c,
                                   flagcxStream_t st) {
@@ -874,7 +766,7 @@ static flagcxResult_t klxAlltoAll(const void* s, void* r, size_t n, flagcxDataTy
     (void)bop; /* count BEFORE the receive buffer */
     return bkclCheck(f_bkcl_all_to_all(KC(c)->ctx, s, n, r, bt, (XPUStream)st), "bkcl_all_to_all");
   }
-  return grouped("alltoAll (grouped bkcl_send/bkcl_recv)", s, NULL, NULL, r, NULL, NULL, n, t, ALL, ALL, c, st);
+  return grouped("alltoAll (grouped bkcl_send/bkcl_recv)", s, NULL, NULL, r, NULL, NULL, n, t, SHIM_ALL, SHIM_ALL, c, st);
 }
 
 /* bkcl_all_to_all_v reads its four count arrays from device memory ([FCX]
@@ -890,7 +782,7 @@ static flagcxResult_t klxAlltoAllv(const void* s, const size_t* sc, const size_t
   flagcxResult_t res;
   READY();
   if (!f_bkcl_all_to_all_v)
-    return grouped("alltoAllv (grouped bkcl_send/bkcl_recv)", s, sc, sd, r, rc, rd, 0, t, ALL, ALL, comm, st);
+    return grouped("alltoAllv (grouped bkcl_send/bkcl_recv)", s, sc, sd, r, rc, rd, 0, t, SHIM_ALL, SHIM_ALL, comm, st);
   {
     MAP("bkcl_all_to_all_v", t, -1);
     (void)bop;
@@ -909,7 +801,7 @@ static flagcxResult_t klxAlltoAllv(const void* s, const size_t* sc, const size_t
     } else if ((res = countsIdle(c)) != flagcxSuccess) {
       return res;
     }
-    if (!(host = malloc(bytes))) return fail(flagcxSystemError, "alltoAllv: out of memory");
+    if (!(host = malloc(bytes))) return shimFail(flagcxSystemError, "alltoAllv: out of memory");
     memcpy(host, sc, n * sizeof *sc);
     memcpy(host + n, sd, n * sizeof *sd);
     memcpy(host + 2 * n, rc, n * sizeof *rc);
@@ -940,17 +832,8 @@ static const char* klxGetErrorString(flagcxResult_t r) {
 }
 
 /* ---- The exported table ---------------------------------------------------- */
-__attribute__((visibility("default"))) const flagcxVendorPlugin_v1_t flagcxVendorPlugin_v1 = {
-    .size = sizeof(flagcxVendorPlugin_v1_t),
-    .abiVersion = FLAGCX_PLUGIN_ABI_VERSION,
-    .name = "kunlunxin",
-    .vendor = "Kunlunxin",
-    .version = "1.0.0",
-    .caps = FLAGCX_PLUGIN_CAP_DEVICE | FLAGCX_PLUGIN_CAP_CCL,
-    .libraries = libraries,
-    .init = klxInit,
-    .fini = NULL,
-    .getLastError = klxGetLastError,
+SHIM_EXPORT const flagcxVendorPlugin_v1_t flagcxVendorPlugin_v1 = {
+    SHIM_TABLE_HEAD("kunlunxin", "Kunlunxin", FLAGCX_PLUGIN_CAP_DEVICE | FLAGCX_PLUGIN_CAP_CCL, libraries),
     .device = {
         .getDeviceCount = klxGetDeviceCount, .setDevice = klxSetDevice, .getDeviceInfo = klxGetDeviceInfo,
         .getLinkInfo = klxGetLinkInfo, .deviceMalloc = klxDeviceMalloc, .deviceFree = klxDeviceFree,

@@ -23,14 +23,13 @@
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <dlfcn.h>
-#include <link.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
 #include "flagcx_plugin.h"
+#include "shim.h"
 
 /* ---- Vendor declarations (no MACA SDK needed) ----------------------------- */
 typedef int mcError_t; /* mcSuccess = 0: C [VLM] (result != 0), [FCX] */
@@ -120,9 +119,8 @@ typedef struct { char internal[128]; } mcclUniqueId; /* MCCL_UNIQUE_ID_BYTES 128
   OPT(mcclResult_t, mcclGather, (const void*, void*, size_t, int, int, mcclComm_t, mcStream_t)) \
   OPT(mcclResult_t, mcclScatter, (const void*, void*, size_t, int, int, mcclComm_t, mcStream_t))
 
-#define DECLARE(ret, name, args) static ret(*f_##name) args;
-MCRT_FUNCS(DECLARE, DECLARE)
-MCCL_FUNCS(DECLARE, DECLARE)
+MCRT_FUNCS(SHIM_DECLARE, SHIM_DECLARE)
+MCCL_FUNCS(SHIM_DECLARE, SHIM_DECLARE)
 
 /* ---- State, errors, logging ---------------------------------------------- */
 enum { LIB_MCRT, LIB_MCCL, NUM_LIBS };
@@ -134,45 +132,12 @@ static const flagcxPluginLibrary_v1_t libraries[NUM_LIBS + 1] = {
     {"ccl", "FLAGCX_METAX_MCCL", "libmccl.so:/opt/maca/lib/libmccl.so:/opt/maca/lib64/libmccl.so", 0, 0},
     {NULL, NULL, NULL, 0, 0}};
 
-static void* handles[NUM_LIBS];
-static flagcxLibraryStatus_v1_t status[NUM_LIBS];
-static int ready, mcclVersion;
-static flagcxLogFn_t logFn;
-static void* logCtx;
-static __thread char lastError[1024]; /* per thread, as the ABI asks */
-
-static void bprintf(char* buf, size_t n, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
-static void bprintf(char* buf, size_t n, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, n, fmt, ap);
-  va_end(ap);
-}
-
-static void logf_(int level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-static void logf_(int level, const char* fmt, ...) {
-  char msg[1024];
-  va_list ap;
-  if (!logFn) return;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  logFn(logCtx, level, msg);
-}
-
-static flagcxResult_t fail(flagcxResult_t r, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-static flagcxResult_t fail(flagcxResult_t r, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(lastError, sizeof lastError, fmt, ap);
-  va_end(ap);
-  return r;
-}
+static int mcclVersion;
 
 static flagcxResult_t mcCheck(mcError_t e, const char* call) {
   if (e == mcSuccess) return flagcxSuccess;
   if (f_mcGetLastError) f_mcGetLastError(); /* clear a non-sticky error, as CUDA needs */
-  return fail(flagcxUnhandledDeviceError, "%s: %s (mcError %d)", call, f_mcGetErrorString(e), e);
+  return shimFail(flagcxUnhandledDeviceError, "%s: %s (mcError %d)", call, f_mcGetErrorString(e), e);
 }
 
 /* MCCL codes 1..7 are ours (mcclUnhandledMacaError 1 is our device error);
@@ -181,155 +146,62 @@ static flagcxResult_t mcclCheck(mcclResult_t r, const char* call, mcclComm_t com
   const char* last;
   if (r == 0) return flagcxSuccess;
   last = f_mcclGetLastError ? f_mcclGetLastError(comm) : NULL;
-  return fail(r >= 1 && r <= 7 ? (flagcxResult_t)r : flagcxUnhandledCclError, "%s: %s%s%s (mcclResult %d)", call,
+  return shimFail(r >= 1 && r <= 7 ? (flagcxResult_t)r : flagcxUnhandledCclError, "%s: %s%s%s (mcclResult %d)", call,
               f_mcclGetErrorString(r), last && *last ? ": " : "", last ? last : "", r);
 }
 
-#define READY()                                                                      \
-  do {                                                                               \
-    if (!ready) return fail(flagcxInvalidUsage, "%s: plugin not initialized", __func__); \
-  } while (0)
 #define MC(fn, args) \
   do { flagcxResult_t r_ = mcCheck(f_##fn args, #fn); if (r_ != flagcxSuccess) return r_; } while (0)
 
 /* ---- Init: load libraries ------------------------------------------------- */
-/* MCCL_VERSION(X,Y,Z): X*1000+Y*100+Z up to 2.8, else X*10000+Y*100+Z (H). */
-static void versionString(char* out, size_t n, int v) {
-  if (v <= 0) return;
-  if (v >= 10000) bprintf(out, n, "%d.%d.%d", v / 10000, v / 100 % 100, v % 100);
-  else bprintf(out, n, "%d.%d.%d", v / 1000, v / 100 % 10, v % 100);
+/* ⚠ Moore Threads MUSA ships its own libmccl.so with mccl* names
+ * (vendor-apis.md 4.1): a search hit under a musa directory is not MetaX's.
+ * A path given in the variable is taken as it is. */
+static const char* skipMusa(const char* path) {
+  if (!strcasestr(path, "/musa")) return NULL;
+  shimLog(flagcxLogWarn, "skipping %s: a Moore Threads MUSA library, not MetaX's", path);
+  return "found only a MUSA library of that name";
 }
-
-static void* tryOpen(const char* path, flagcxLibraryStatus_v1_t* st, int searched) {
-  struct link_map* lm = NULL;
-  void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-  if (!h) return NULL;
-  bprintf(st->path, sizeof st->path, "%s", path);
-  if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name[0])
-    bprintf(st->path, sizeof st->path, "%s", lm->l_name);
-  /* ⚠ Moore Threads MUSA ships its own libmccl.so with mccl* names
-   * (vendor-apis.md 4.1): a search hit under a musa directory is not MetaX's.
-   * A path given in the variable is taken as it is. */
-  if (searched && strcasestr(st->path, "/musa")) {
-    logf_(flagcxLogWarn, "skipping %s: a Moore Threads MUSA library, not MetaX's", st->path);
-    dlclose(h);
-    st->path[0] = 0;
-    return NULL;
-  }
-  return h;
-}
-
-/* dlopen library i from its env var, else from $MACA_PATH/lib, else from
- * its candidate names. */
-static void* openLib(int i) {
-  const flagcxPluginLibrary_v1_t* lib = &libraries[i];
-  flagcxLibraryStatus_v1_t* st = &status[i];
-  const char* env = getenv(lib->envVar);
-  const char* maca = getenv("MACA_PATH");
-  char names[512], tried[768], path[600], *save = NULL, *name, *first;
-  void* h = NULL;
-  const int* marker;
-
-  bprintf(names, sizeof names, "%s", lib->sonames);
-  first = strtok_r(names, ":", &save);
-  if (env && *env) {
-    bprintf(st->path, sizeof st->path, "%s", env);
-    if (!(h = tryOpen(env, st, 0)))
-      bprintf(st->error, sizeof st->error, "cannot load %s from %s=%s: %s (fix or unset %s)", first, lib->envVar, env,
-              dlerror(), lib->envVar);
-  } else {
-    tried[0] = 0;
-    if (maca && *maca) {
-      bprintf(path, sizeof path, "%s/lib/%s", maca, first);
-      bprintf(tried, sizeof tried, "%s:", path);
-      h = tryOpen(path, st, 1);
-    }
-    bprintf(names, sizeof names, "%s", lib->sonames);
-    for (name = strtok_r(names, ":", &save); name && !h; name = strtok_r(NULL, ":", &save))
-      h = tryOpen(name, st, 1);
-    if (!h) {
-      const char* why = dlerror();
-      bprintf(names, sizeof names, "%s", lib->sonames);
-      first = strtok_r(names, ":", &save);
-      bprintf(st->path, sizeof st->path, "%s", first);
-      bprintf(st->error, sizeof st->error,
-              "cannot load %s (tried %s%s; last error: %s): install MetaX MACA or set %s to its path", first, tried,
-              lib->sonames, why ? why : "found only a MUSA library of that name", lib->envVar);
-    }
-  }
-  if (!h) return NULL;
-  /* Emulators (conformance/vendorsim) export this marker; the host then says
-   * "emulated" wherever it prints results. */
-  marker = (const int*)dlsym(h, "flagcxVendorsimEmulated");
-  st->emulated = marker && *marker;
-  return h;
-}
-
-static flagcxResult_t missing(int i, const char* sym) {
-  bprintf(status[i].error, sizeof status[i].error,
-          "%s lacks %s: it is not MetaX %s (or too old); point %s at the one from MACA", status[i].path, sym,
-          i == LIB_MCCL ? "MCCL" : "MACA runtime", libraries[i].envVar);
-  return flagcxSystemError;
-}
-
-#define LOAD_REQ(ret, name, args) \
-  if (!(f_##name = (ret(*) args)dlsym(h, #name))) return missing(lib, #name);
-#define LOAD_OPT(ret, name, args) f_##name = (ret(*) args)dlsym(h, #name);
 
 static flagcxResult_t loadMcrt(void* h) {
   int lib = LIB_MCRT;
-  MCRT_FUNCS(LOAD_REQ, LOAD_OPT)
+  MCRT_FUNCS(SHIM_LOAD_REQ, SHIM_LOAD_OPT)
   return flagcxSuccess;
 }
 
 static flagcxResult_t loadMccl(void* h) {
   int lib = LIB_MCCL;
-  MCCL_FUNCS(LOAD_REQ, LOAD_OPT)
+  MCCL_FUNCS(SHIM_LOAD_REQ, SHIM_LOAD_OPT)
   if (f_mcclGetVersion(&mcclVersion) != 0) mcclVersion = 0;
-  versionString(status[lib].version, sizeof status[lib].version, mcclVersion);
+  /* MCCL_VERSION(X,Y,Z): X*1000+Y*100+Z up to 2.8, else X*10000+Y*100+Z (H). */
+  shimVersionNccl(shimStatus[lib].version, sizeof shimStatus[lib].version, mcclVersion);
   return flagcxSuccess;
 }
 
-static void fillInfo(flagcxPluginInfo_v1_t* info) {
-  int i;
-  if (!info) return;
-  memset(info, 0, sizeof *info);
-  info->numLibraries = NUM_LIBS;
-  for (i = 0; i < NUM_LIBS; i++) {
-    info->libraries[i] = status[i];
-    info->emulated |= status[i].loaded && status[i].emulated;
-  }
+static void fillMasks(flagcxPluginInfo_v1_t* info) {
   info->dataTypeMask = (1u << flagcxNumTypes) - 1; /* mcclInt8 0 .. mcclBfloat16 9: H */
   info->redOpMask = (1u << flagcxNumRedOps) - 1;   /* mcclSum 0 .. mcclAvg 4: H */
 }
 
 static flagcxResult_t (*const loaders[NUM_LIBS])(void*) = {loadMcrt, loadMccl};
 
-static flagcxResult_t mxInit(flagcxLogFn_t log, void* ctx, flagcxPluginInfo_v1_t* info) {
-  int i;
-  if (ready) { fillInfo(info); return flagcxSuccess; }
-  logFn = log;
-  logCtx = ctx;
-  memset(status, 0, sizeof status);
-  for (i = 0; i < NUM_LIBS; i++) {
-    if ((handles[i] = openLib(i)) && loaders[i](handles[i]) == flagcxSuccess) {
-      status[i].loaded = 1;
-      logf_(flagcxLogInfo, "loaded %s %s from %s%s", libraries[i].role, status[i].version, status[i].path,
-            status[i].emulated ? " (EMULATED)" : "");
-      continue;
-    }
-    fail(flagcxSystemError, "%s", status[i].error);
-    fillInfo(info);
-    for (i = 0; i < NUM_LIBS; i++) /* a later init may retry with other paths */
-      if (handles[i]) dlclose(handles[i]), handles[i] = NULL;
-    return flagcxSystemError;
-  }
-  ready = 1;
-  fillInfo(info);
-  return flagcxSuccess;
-}
+static const char* const whats[NUM_LIBS] = {"MACA runtime", "MCCL"};
 
-static const char* mxGetLastError(void) { return lastError; }
+/* $MACA_PATH/lib/<name> is tried first when MACA_PATH is set. */
+const shimPlugin_t shimPlugin = {
+    .libraries = libraries,
+    .numLibraries = NUM_LIBS,
+    .loaders = loaders,
+    .homeEnv = "MACA_PATH",
+    .homeDir = "lib",
+    .skip = skipMusa,
+    .pathOnFailure = 1,
+    .install = "install MetaX MACA",
+    .missingFmt = "%s lacks %s%s: it is not MetaX %s (or too old); point %s at the one from MACA",
+    .whats = whats,
+    .fillMasks = fillMasks,
+};
+
 
 /* ---- Device runtime ------------------------------------------------------- */
 static flagcxResult_t mxGetDeviceCount(int* count) {
@@ -361,8 +233,8 @@ static flagcxResult_t mxGetDeviceInfo(int dev, flagcxDeviceInfo_v1_t* info) {
   info->numaNode = -1;
   MC(mcDeviceGetPCIBusId, (info->pciBusId, sizeof info->pciBusId, dev));
   for (c = info->pciBusId; *c; c++) *c = tolower((unsigned char)*c); /* sysfs spelling */
-  bprintf(info->name, sizeof info->name, "MetaX GPU %d", dev);
-  bprintf(path, sizeof path, "/sys/bus/pci/devices/%s/numa_node", info->pciBusId);
+  shimPrintf(info->name, sizeof info->name, "MetaX GPU %d", dev);
+  shimPrintf(path, sizeof path, "/sys/bus/pci/devices/%s/numa_node", info->pciBusId);
   if ((f = fopen(path, "r"))) {
     if (fscanf(f, "%d", &info->numaNode) != 1) info->numaNode = -1;
     fclose(f);
@@ -388,7 +260,7 @@ static flagcxResult_t mxMemCopy(void* dst, const void* src, size_t bytes, flagcx
   static const int mcKind[3] = {mcMemcpyHostToDevice, mcMemcpyDeviceToHost, mcMemcpyDeviceToDevice};
   READY();
   if ((unsigned)kind > flagcxMemcpyDeviceToDevice)
-    return fail(flagcxInvalidArgument, "memCopy: direction %d is not 0 (H2D), 1 (D2H) or 2 (D2D)", (int)kind);
+    return shimFail(flagcxInvalidArgument, "memCopy: direction %d is not 0 (H2D), 1 (D2H) or 2 (D2D)", (int)kind);
   if (!s) return mcCheck(f_mcMemcpy(dst, src, bytes, mcKind[kind]), "mcMemcpy");
   return mcCheck(f_mcMemcpyAsync(dst, src, bytes, mcKind[kind], (mcStream_t)s), "mcMemcpyAsync");
 }
@@ -426,7 +298,7 @@ static flagcxResult_t queryResult(mcError_t e, const char* call) {
 }
 static flagcxResult_t mxStreamQuery(flagcxStream_t s) {
   READY();
-  if (!f_mcStreamQuery) return fail(flagcxNotSupported, "mcStreamQuery not found in libmcruntime");
+  if (!f_mcStreamQuery) return shimFail(flagcxNotSupported, "mcStreamQuery not found in libmcruntime");
   return queryResult(f_mcStreamQuery((mcStream_t)s), "mcStreamQuery");
 }
 static flagcxResult_t mxStreamWaitEvent(flagcxStream_t s, flagcxEvent_t e) {
@@ -449,7 +321,7 @@ static flagcxResult_t mxEventRecord(flagcxEvent_t e, flagcxStream_t s) {
 }
 static flagcxResult_t mxEventQuery(flagcxEvent_t e) {
   READY();
-  if (!f_mcEventQuery) return fail(flagcxNotSupported, "mcEventQuery not found in libmcruntime");
+  if (!f_mcEventQuery) return shimFail(flagcxNotSupported, "mcEventQuery not found in libmcruntime");
   return queryResult(f_mcEventQuery((mcEvent_t)e), "mcEventQuery");
 }
 static flagcxResult_t mxEventSynchronize(flagcxEvent_t e) {
@@ -458,7 +330,7 @@ static flagcxResult_t mxEventSynchronize(flagcxEvent_t e) {
 }
 static flagcxResult_t mxEventElapsedTime(float* ms, flagcxEvent_t start, flagcxEvent_t end) {
   READY(); /* (float* ms, start, end): the CUDA order, C [FCX] */
-  if (!f_mcEventElapsedTime) return fail(flagcxNotSupported, "mcEventElapsedTime not found in libmcruntime");
+  if (!f_mcEventElapsedTime) return shimFail(flagcxNotSupported, "mcEventElapsedTime not found in libmcruntime");
   return mcCheck(f_mcEventElapsedTime(ms, (mcEvent_t)start, (mcEvent_t)end), "mcEventElapsedTime");
 }
 
@@ -467,7 +339,6 @@ static flagcxResult_t mxEventElapsedTime(float* ms, flagcxEvent_t start, flagcxE
  * compositions need without extra MCCL calls. */
 typedef struct { mcclComm_t mccl; int rank, nranks; } mxComm;
 #define MCOMM(c) (((mxComm*)(c))->mccl)
-static const size_t typeSize[flagcxNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
 
 /* flagcxDataType_t -> mcclDataType_t and flagcxRedOp_t -> mcclRedOp_t. Both
  * are NCCL's numbers in mccl.h (H), so the tables are the identity; they are
@@ -478,8 +349,8 @@ static const int mcclType[flagcxNumTypes] = {
 static const int mcclOp[flagcxNumRedOps] = {/* Sum */ 0, /* Prod */ 1, /* Max */ 2, /* Min */ 3, /* Avg */ 4};
 
 static flagcxResult_t checkTypeOp(const char* call, flagcxDataType_t t, int op) {
-  if ((unsigned)t >= flagcxNumTypes) return fail(flagcxInvalidArgument, "%s: data type %d is unknown", call, (int)t);
-  if (op >= flagcxNumRedOps) return fail(flagcxInvalidArgument, "%s: reduction op %d is unknown", call, op);
+  if ((unsigned)t >= flagcxNumTypes) return shimFail(flagcxInvalidArgument, "%s: data type %d is unknown", call, (int)t);
+  if (op >= flagcxNumRedOps) return shimFail(flagcxInvalidArgument, "%s: reduction op %d is unknown", call, op);
   return flagcxSuccess;
 }
 #define CHECK_TYPE_OP(call, t, op) \
@@ -503,7 +374,7 @@ static flagcxResult_t mxCommInitRank(flagcxVendorComm_t* comm, int nranks, const
   flagcxResult_t r;
   READY();
   MC(mcSetDevice, (dev)); /* MCCL binds the communicator to the current device (H) */
-  if (!(c = calloc(1, sizeof *c))) return fail(flagcxSystemError, "commInitRank: out of memory");
+  if (!(c = calloc(1, sizeof *c))) return shimFail(flagcxSystemError, "commInitRank: out of memory");
   memcpy(&u, id, sizeof u);
   c->rank = rank;
   c->nranks = nranks;
@@ -525,7 +396,7 @@ static flagcxResult_t mxCommDestroy(flagcxVendorComm_t comm) {
 static flagcxResult_t mxCommAbort(flagcxVendorComm_t comm) {
   flagcxResult_t r;
   READY();
-  if (!f_mcclCommAbort) return fail(flagcxNotSupported, "mcclCommAbort not found in libmccl");
+  if (!f_mcclCommAbort) return shimFail(flagcxNotSupported, "mcclCommAbort not found in libmccl");
   if ((r = mcclCheck(f_mcclCommAbort(MCOMM(comm)), "mcclCommAbort", NULL)) == flagcxSuccess) free(comm);
   return r;
 }
@@ -534,7 +405,7 @@ static flagcxResult_t mxCommGetAsyncError(flagcxVendorComm_t comm, flagcxResult_
   mcclResult_t a = 0;
   flagcxResult_t r;
   READY();
-  if (!f_mcclCommGetAsyncError) return fail(flagcxNotSupported, "mcclCommGetAsyncError not found in libmccl");
+  if (!f_mcclCommGetAsyncError) return shimFail(flagcxNotSupported, "mcclCommGetAsyncError not found in libmccl");
   if ((r = mcclCheck(f_mcclCommGetAsyncError(MCOMM(comm), &a), "mcclCommGetAsyncError", MCOMM(comm))) != flagcxSuccess)
     return r;
   *asyncError = a >= 0 && a <= 7 ? (flagcxResult_t)a : flagcxUnhandledCclError;
@@ -593,28 +464,25 @@ static flagcxResult_t mxGroupEnd(void) { READY(); return mcclCheck(f_mcclGroupEn
  * sc/sd/rc/rd == NULL means count for every peer at p*count. sendTo/recvFrom:
  * ALL peers, NONE, or one peer (a single buffer, at offset 0). The group is
  * closed even after a failure. */
-enum { ALL = -1, NONE = -2 };
-static flagcxResult_t grouped(const char* call, const char* s, const size_t* sc, const size_t* sd, char* r,
+typedef struct { shimXfer x; mcclComm_t mccl; int mt; mcStream_t st; } mxXfer;
+static int mxXferSend(shimXfer* x, const void* b, size_t n, int p) {
+  mxXfer* k = (mxXfer*)x;
+  return f_mcclSend(b, n, k->mt, p, k->mccl, k->st);
+}
+static int mxXferRecv(shimXfer* x, void* b, size_t n, int p) {
+  mxXfer* k = (mxXfer*)x;
+  return f_mcclRecv(b, n, k->mt, p, k->mccl, k->st);
+}
+static flagcxResult_t grouped(const char* call, const void* s, const size_t* sc, const size_t* sd, void* r,
                               const size_t* rc, const size_t* rd, size_t count, flagcxDataType_t t, int sendTo,
                               int recvFrom, flagcxVendorComm_t comm, flagcxStream_t st) {
   mxComm* c = (mxComm*)comm;
-  mcclResult_t res, end;
-  size_t sz;
-  int p;
+  mxXfer x;
   READY();
   CHECK_TYPE_OP(call, t, 0);
-  sz = typeSize[t];
-  res = f_mcclGroupStart();
-  for (p = 0; p < c->nranks && res == 0; p++) {
-    size_t ns = sc ? sc[p] : count, nr = rc ? rc[p] : count;
-    size_t os = sendTo == ALL ? (sd ? sd[p] : p * count) * sz : 0;
-    size_t orr = recvFrom == ALL ? (rd ? rd[p] : p * count) * sz : 0;
-    if ((sendTo == ALL || sendTo == p) && ns) res = f_mcclSend(s + os, ns, T(t), p, c->mccl, (mcStream_t)st);
-    if (res == 0 && (recvFrom == ALL || recvFrom == p) && nr)
-      res = f_mcclRecv(r + orr, nr, T(t), p, c->mccl, (mcStream_t)st);
-  }
-  end = f_mcclGroupEnd();
-  return mcclCheck(res ? res : end, call, c->mccl);
+  x = (mxXfer){{c->nranks, shimTypeSize[t], f_mcclGroupStart, f_mcclGroupEnd, mxXferSend, mxXferRecv},
+               c->mccl, T(t), (mcStream_t)st};
+  return mcclCheck(shimGrouped(&x.x, s, sc, sd, r, rc, rd, count, sendTo, recvFrom), call, c->mccl);
 }
 
 /* mcclGather/mcclScatter/mcclAllToAll: H [MCCLH] (MCCL_GATHER_SCATTER 1),
@@ -627,7 +495,7 @@ static flagcxResult_t mxGather(const void* s, void* r, size_t n, flagcxDataType_
     return mcclCheck(f_mcclGather(s, r, n, T(t), root, MCOMM(c), (mcStream_t)st), "mcclGather", MCOMM(c));
   } /* every rank sends n to root; root receives peer p's n at p*n */
   return grouped("gather (grouped mcclSend/mcclRecv)", s, NULL, NULL, r, NULL, NULL, n, t, root,
-                 ((mxComm*)c)->rank == root ? ALL : NONE, c, st);
+                 ((mxComm*)c)->rank == root ? SHIM_ALL : SHIM_NONE, c, st);
 }
 static flagcxResult_t mxScatter(const void* s, void* r, size_t n, flagcxDataType_t t, int root, flagcxVendorComm_t c,
                                 flagcxStream_t st) {
@@ -637,7 +505,7 @@ static flagcxResult_t mxScatter(const void* s, void* r, size_t n, flagcxDataType
     return mcclCheck(f_mcclScatter(s, r, n, T(t), root, MCOMM(c), (mcStream_t)st), "mcclScatter", MCOMM(c));
   } /* root sends p*n.. to peer p; every rank receives n from root */
   return grouped("scatter (grouped mcclSend/mcclRecv)", s, NULL, NULL, r, NULL, NULL, n, t,
-                 ((mxComm*)c)->rank == root ? ALL : NONE, root, c, st);
+                 ((mxComm*)c)->rank == root ? SHIM_ALL : SHIM_NONE, root, c, st);
 }
 static flagcxResult_t mxAlltoAll(const void* s, void* r, size_t n, flagcxDataType_t t, flagcxVendorComm_t c,
                                  flagcxStream_t st) {
@@ -646,7 +514,7 @@ static flagcxResult_t mxAlltoAll(const void* s, void* r, size_t n, flagcxDataTyp
     CHECK_TYPE_OP("mcclAllToAll", t, 0);
     return mcclCheck(f_mcclAllToAll(s, r, n, T(t), MCOMM(c), (mcStream_t)st), "mcclAllToAll", MCOMM(c));
   }
-  return grouped("alltoAll (grouped mcclSend/mcclRecv)", s, NULL, NULL, r, NULL, NULL, n, t, ALL, ALL, c, st);
+  return grouped("alltoAll (grouped mcclSend/mcclRecv)", s, NULL, NULL, r, NULL, NULL, n, t, SHIM_ALL, SHIM_ALL, c, st);
 }
 /* mcclAllToAllv exists (H) but the header does not say whether its count
  * arrays are read on the host during the call (the ABI's contract) or on
@@ -654,7 +522,7 @@ static flagcxResult_t mxAlltoAll(const void* s, void* r, size_t n, flagcxDataTyp
  * send/recv anyway, so the plugin does the same and is right either way. */
 static flagcxResult_t mxAlltoAllv(const void* s, const size_t* sc, const size_t* sd, void* r, const size_t* rc,
                                   const size_t* rd, flagcxDataType_t t, flagcxVendorComm_t c, flagcxStream_t st) {
-  return grouped("alltoAllv (grouped mcclSend/mcclRecv)", s, sc, sd, r, rc, rd, 0, t, ALL, ALL, c, st);
+  return grouped("alltoAllv (grouped mcclSend/mcclRecv)", s, sc, sd, r, rc, rd, 0, t, SHIM_ALL, SHIM_ALL, c, st);
 }
 
 static const char* mxGetErrorString(flagcxResult_t r) {
@@ -666,17 +534,8 @@ static const char* mxGetErrorString(flagcxResult_t r) {
 /* getLinkInfo and pointerKind are left NULL: the reference has no MACA call
  * for link types (MetaXLink) and mcPointerGetAttributes' struct is ❌. The
  * host then shows links as "not reported" and skips its pointer checks. */
-__attribute__((visibility("default"))) const flagcxVendorPlugin_v1_t flagcxVendorPlugin_v1 = {
-    .size = sizeof(flagcxVendorPlugin_v1_t),
-    .abiVersion = FLAGCX_PLUGIN_ABI_VERSION,
-    .name = "metax",
-    .vendor = "MetaX",
-    .version = "1.0.0",
-    .caps = FLAGCX_PLUGIN_CAP_DEVICE | FLAGCX_PLUGIN_CAP_CCL,
-    .libraries = libraries,
-    .init = mxInit,
-    .fini = NULL,
-    .getLastError = mxGetLastError,
+SHIM_EXPORT const flagcxVendorPlugin_v1_t flagcxVendorPlugin_v1 = {
+    SHIM_TABLE_HEAD("metax", "MetaX", FLAGCX_PLUGIN_CAP_DEVICE | FLAGCX_PLUGIN_CAP_CCL, libraries),
     .device = {
         .getDeviceCount = mxGetDeviceCount, .setDevice = mxSetDevice, .getDeviceInfo = mxGetDeviceInfo,
         .getLinkInfo = NULL, .deviceMalloc = mxDeviceMalloc, .deviceFree = mxDeviceFree,

@@ -12,13 +12,12 @@
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <dlfcn.h>
-#include <link.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "flagcx_plugin.h"
+#include "shim.h"
 
 /* ---- Vendor declarations (no CUDA SDK needed) ---------------------------- */
 typedef int cudaError_t;
@@ -111,10 +110,9 @@ enum { NVML_P2P_CAPS_INDEX_NVLINK = 2, NVML_P2P_STATUS_OK = 0, NVML_FEATURE_ENAB
   OPT(nvmlReturn_t, nvmlDeviceGetNumaNodeId, (nvmlDevice_t, unsigned*))         \
   OPT(nvmlReturn_t, nvmlSystemGetDriverVersion, (char*, unsigned))
 
-#define DECLARE(ret, name, args) static ret(*f_##name) args;
-CUDART_FUNCS(DECLARE, DECLARE)
-NCCL_FUNCS(DECLARE, DECLARE)
-NVML_FUNCS(DECLARE, DECLARE)
+CUDART_FUNCS(SHIM_DECLARE, SHIM_DECLARE)
+NCCL_FUNCS(SHIM_DECLARE, SHIM_DECLARE)
+NVML_FUNCS(SHIM_DECLARE, SHIM_DECLARE)
 
 /* ---- State, errors, logging ---------------------------------------------- */
 enum { LIB_CUDART, LIB_NCCL, LIB_NVML, NUM_LIBS };
@@ -125,48 +123,12 @@ static const flagcxPluginLibrary_v1_t libraries[NUM_LIBS + 1] = {
     {"management", "FLAGCX_NVIDIA_NVML", "libnvidia-ml.so.1", 1, 0},
     {NULL, NULL, NULL, 0, 0}};
 
-static void* handles[NUM_LIBS];
-static flagcxLibraryStatus_v1_t status[NUM_LIBS];
-static int ready, nvmlReady, ncclVersion;
-static flagcxLogFn_t logFn;
-static void* logCtx;
-/* Per thread, as the ABI asks: the Go side pins the goroutine to its thread
- * from the failing call to the getLastError call. */
-static __thread char lastError[1024];
-
-/* snprintf that may truncate on purpose (messages into fixed ABI fields). */
-static void bprintf(char* buf, size_t n, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
-static void bprintf(char* buf, size_t n, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(buf, n, fmt, ap);
-  va_end(ap);
-}
-
-static void logf_(int level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-static void logf_(int level, const char* fmt, ...) {
-  char msg[1024];
-  va_list ap;
-  if (!logFn) return;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  logFn(logCtx, level, msg);
-}
-
-static flagcxResult_t fail(flagcxResult_t r, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-static flagcxResult_t fail(flagcxResult_t r, const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(lastError, sizeof lastError, fmt, ap);
-  va_end(ap);
-  return r;
-}
+static int nvmlReady, ncclVersion;
 
 static flagcxResult_t cudaCheck(cudaError_t e, const char* call) {
   if (e == cudaSuccess) return flagcxSuccess;
   if (f_cudaGetLastError) f_cudaGetLastError(); /* clear a non-sticky error */
-  return fail(flagcxUnhandledDeviceError, "%s: %s (cudaError %d)", call, f_cudaGetErrorString(e), e);
+  return shimFail(flagcxUnhandledDeviceError, "%s: %s (cudaError %d)", call, f_cudaGetErrorString(e), e);
 }
 
 /* NCCL codes 1..7 equal ours; anything newer (ncclTimeout 8 in 2.30 is not
@@ -175,148 +137,68 @@ static flagcxResult_t ncclCheck(ncclResult_t r, const char* call, ncclComm_t com
   const char* last;
   if (r == 0) return flagcxSuccess;
   last = f_ncclGetLastError ? f_ncclGetLastError(comm) : NULL;
-  return fail(r >= 1 && r <= 7 ? (flagcxResult_t)r : flagcxUnhandledCclError, "%s: %s%s%s (ncclResult %d)", call,
+  return shimFail(r >= 1 && r <= 7 ? (flagcxResult_t)r : flagcxUnhandledCclError, "%s: %s%s%s (ncclResult %d)", call,
               f_ncclGetErrorString(r), last && *last ? ": " : "", last ? last : "", r);
 }
 
-#define READY()                                                                      \
-  do {                                                                               \
-    if (!ready) return fail(flagcxInvalidUsage, "%s: plugin not initialized", __func__); \
-  } while (0)
 #define CUDA(fn, args) \
   do { flagcxResult_t r_ = cudaCheck(f_##fn args, #fn); if (r_ != flagcxSuccess) return r_; } while (0)
 
 /* ---- Init: load libraries ------------------------------------------------- */
-static void versionString(char* out, size_t n, int v, int ncclStyle) {
-  if (v <= 0) return;
-  if (!ncclStyle) bprintf(out, n, "%d.%d", v / 1000, v % 1000 / 10); /* CUDA: 13000 -> 13.0 */
-  else if (v >= 10000) bprintf(out, n, "%d.%d.%d", v / 10000, v / 100 % 100, v % 100);
-  else bprintf(out, n, "%d.%d.%d", v / 1000, v / 100 % 10, v % 100); /* NCCL <= 2.8 */
-}
 
-/* dlopen library i from its env var, else from its candidate names. */
-static void* openLib(int i) {
-  const flagcxPluginLibrary_v1_t* lib = &libraries[i];
-  flagcxLibraryStatus_v1_t* st = &status[i];
-  const char* env = getenv(lib->envVar);
-  char names[512], *save = NULL, *name;
-  void* h = NULL;
-  struct link_map* lm = NULL;
-  const int* marker;
-
-  bprintf(names, sizeof names, "%s", lib->sonames);
-  if (env && *env) {
-    bprintf(st->path, sizeof st->path, "%s", env);
-    if (!(h = dlopen(env, RTLD_NOW | RTLD_LOCAL)))
-      bprintf(st->error, sizeof st->error, "cannot load %s from %s=%s: %s (fix or unset %s)",
-              strtok_r(names, ":", &save), lib->envVar, env, dlerror(), lib->envVar);
-  } else {
-    const char* first = NULL;
-    for (name = strtok_r(names, ":", &save); name && !h; name = strtok_r(NULL, ":", &save)) {
-      if (!first) first = name;
-      h = dlopen(name, RTLD_NOW | RTLD_LOCAL);
-    }
-    if (!h)
-      bprintf(st->error, sizeof st->error, "cannot load %s (tried %s; last error: %s): install it or set %s to its path",
-              first, lib->sonames, dlerror(), lib->envVar);
-  }
-  if (!h) return NULL;
-  if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name[0])
-    bprintf(st->path, sizeof st->path, "%s", lm->l_name);
-  /* Emulators (conformance/vendorsim) export this marker; the host then says
-   * "emulated" wherever it prints results. */
-  marker = (const int*)dlsym(h, "flagcxVendorsimEmulated");
-  st->emulated = marker && *marker;
-  return h;
-}
-
-static flagcxResult_t missing(int i, const char* sym) {
-  bprintf(status[i].error, sizeof status[i].error, "%s lacks %s: it is too old or not %s; point %s at another one",
-          status[i].path, sym, libraries[i].sonames, libraries[i].envVar);
-  return flagcxSystemError;
-}
-
-#define LOAD_REQ(ret, name, args) \
-  if (!(f_##name = (ret(*) args)dlsym(h, #name))) return missing(lib, #name);
-#define LOAD_OPT(ret, name, args) f_##name = (ret(*) args)dlsym(h, #name);
 
 static flagcxResult_t loadCudart(void* h) {
   int lib = LIB_CUDART, v = 0;
-  CUDART_FUNCS(LOAD_REQ, LOAD_OPT)
+  CUDART_FUNCS(SHIM_LOAD_REQ, SHIM_LOAD_OPT)
   if (f_cudaRuntimeGetVersion && f_cudaRuntimeGetVersion(&v) == cudaSuccess)
-    versionString(status[lib].version, sizeof status[lib].version, v, 0);
+    shimPrintf(shimStatus[lib].version, sizeof shimStatus[lib].version, "%d.%d", v / 1000, v % 1000 / 10); /* 13000 -> 13.0 */
   return flagcxSuccess;
 }
 
 static flagcxResult_t loadNccl(void* h) {
   int lib = LIB_NCCL;
-  NCCL_FUNCS(LOAD_REQ, LOAD_OPT)
+  NCCL_FUNCS(SHIM_LOAD_REQ, SHIM_LOAD_OPT)
   if (f_ncclGetVersion(&ncclVersion) != 0) ncclVersion = 0;
-  versionString(status[lib].version, sizeof status[lib].version, ncclVersion, 1);
+  shimVersionNccl(shimStatus[lib].version, sizeof shimStatus[lib].version, ncclVersion);
   return flagcxSuccess;
 }
 
 static flagcxResult_t loadNvml(void* h) {
   int lib = LIB_NVML;
   nvmlReturn_t r;
-  NVML_FUNCS(LOAD_REQ, LOAD_OPT)
+  NVML_FUNCS(SHIM_LOAD_REQ, SHIM_LOAD_OPT)
   if (!f_nvmlInit_v2) f_nvmlInit_v2 = f_nvmlInit;
-  if (!f_nvmlInit_v2 || !f_nvmlDeviceGetHandleByPciBusId_v2) return missing(lib, "nvmlInit_v2");
+  if (!f_nvmlInit_v2 || !f_nvmlDeviceGetHandleByPciBusId_v2) return shimMissing(lib, "nvmlInit_v2", "");
   if ((r = f_nvmlInit_v2()) != 0) {
-    bprintf(status[lib].error, sizeof status[lib].error, "nvmlInit_v2: %s (nvmlReturn %d)",
+    shimPrintf(shimStatus[lib].error, sizeof shimStatus[lib].error, "nvmlInit_v2: %s (nvmlReturn %d)",
             f_nvmlErrorString ? f_nvmlErrorString(r) : "error", r);
     return flagcxSystemError;
   }
-  if (f_nvmlSystemGetDriverVersion) f_nvmlSystemGetDriverVersion(status[lib].version, sizeof status[lib].version);
+  if (f_nvmlSystemGetDriverVersion) f_nvmlSystemGetDriverVersion(shimStatus[lib].version, sizeof shimStatus[lib].version);
   nvmlReady = 1;
   return flagcxSuccess;
 }
 
-static void fillInfo(flagcxPluginInfo_v1_t* info) {
-  int i;
-  if (!info) return;
-  memset(info, 0, sizeof *info);
-  info->numLibraries = NUM_LIBS;
-  for (i = 0; i < NUM_LIBS; i++) {
-    info->libraries[i] = status[i];
-    info->emulated |= status[i].loaded && status[i].emulated;
-  }
+static void fillMasks(flagcxPluginInfo_v1_t* info) {
   info->dataTypeMask = (1u << flagcxNumTypes) - 1; /* NCCL has all ten */
   info->redOpMask = 0xf | (ncclVersion >= NCCL_AVG_MIN_VERSION ? 1u << flagcxAvg : 0);
 }
 
 static flagcxResult_t (*const loaders[NUM_LIBS])(void*) = {loadCudart, loadNccl, loadNvml};
 
-static flagcxResult_t nvInit(flagcxLogFn_t log, void* ctx, flagcxPluginInfo_v1_t* info) {
-  int i;
-  if (ready) { fillInfo(info); return flagcxSuccess; }
-  logFn = log;
-  logCtx = ctx;
-  memset(status, 0, sizeof status);
-  for (i = 0; i < NUM_LIBS; i++) {
-    if ((handles[i] = openLib(i)) && loaders[i](handles[i]) == flagcxSuccess) {
-      status[i].loaded = 1;
-      logf_(flagcxLogInfo, "loaded %s %s from %s%s", libraries[i].role, status[i].version, status[i].path,
-            status[i].emulated ? " (EMULATED)" : "");
-      continue;
-    }
-    if (libraries[i].optional) { /* NVML: device info reduced, links unknown */
-      logf_(flagcxLogWarn, "%s; device names, memory and links will be reduced or unknown", status[i].error);
-      continue;
-    }
-    fail(flagcxSystemError, "%s", status[i].error);
-    fillInfo(info);
-    for (i = 0; i < NUM_LIBS; i++) /* a later init may retry with other paths */
-      if (handles[i]) dlclose(handles[i]), handles[i] = NULL;
-    nvmlReady = 0;
-    return flagcxSystemError;
-  }
-  ready = 1;
-  fillInfo(info);
-  return flagcxSuccess;
-}
+static void resetNvml(void) { nvmlReady = 0; }
 
-static const char* nvGetLastError(void) { return lastError; }
+const shimPlugin_t shimPlugin = {
+    .libraries = libraries,
+    .numLibraries = NUM_LIBS,
+    .loaders = loaders,
+    .install = "install it",
+    .missingFmt = "%s lacks %s%s: it is too old or not %s; point %s at another one",
+    /* NVML: device info reduced, links unknown */
+    .optionalNote = "; device names, memory and links will be reduced or unknown",
+    .initFailed = resetNvml,
+    .fillMasks = fillMasks,
+};
 
 /* ---- Device runtime ------------------------------------------------------- */
 static flagcxResult_t nvGetDeviceCount(int* count) {
@@ -354,7 +236,7 @@ static flagcxResult_t nvGetDeviceInfo(int dev, flagcxDeviceInfo_v1_t* info) {
   info->numaNode = -1;
   CUDA(cudaDeviceGetPCIBusId, (info->pciBusId, sizeof info->pciBusId, dev));
   for (c = info->pciBusId; *c; c++) *c = tolower((unsigned char)*c); /* sysfs spelling */
-  bprintf(info->name, sizeof info->name, "NVIDIA GPU %d", dev);
+  shimPrintf(info->name, sizeof info->name, "NVIDIA GPU %d", dev);
   if (nvmlHandle(dev, &d)) {
     if (f_nvmlDeviceGetName) f_nvmlDeviceGetName(d, info->name, sizeof info->name);
     if (f_nvmlDeviceGetUUID) f_nvmlDeviceGetUUID(d, info->uuid, sizeof info->uuid);
@@ -362,7 +244,7 @@ static flagcxResult_t nvGetDeviceInfo(int dev, flagcxDeviceInfo_v1_t* info) {
     if (f_nvmlDeviceGetNumaNodeId && f_nvmlDeviceGetNumaNodeId(d, &numa) == 0) info->numaNode = (int)numa;
   }
   /* NVML often says "not supported" for NUMA; the kernel knows. */
-  bprintf(path, sizeof path, "/sys/bus/pci/devices/%s/numa_node", info->pciBusId);
+  shimPrintf(path, sizeof path, "/sys/bus/pci/devices/%s/numa_node", info->pciBusId);
   if (info->numaNode < 0 && (f = fopen(path, "r"))) {
     if (fscanf(f, "%d", &info->numaNode) != 1) info->numaNode = -1;
     fclose(f);
@@ -382,11 +264,11 @@ static flagcxResult_t nvGetLinkInfo(int a, int b, flagcxLinkInfo_v1_t* link) {
   memset(link, 0, sizeof *link);
   if (a == b) {
     link->type = flagcxLinkSelf;
-    bprintf(link->name, sizeof link->name, "X");
+    shimPrintf(link->name, sizeof link->name, "X");
     return flagcxSuccess;
   }
   link->type = flagcxLinkUnknown;
-  bprintf(link->name, sizeof link->name, "unknown");
+  shimPrintf(link->name, sizeof link->name, "unknown");
   if (!nvmlHandle(a, &da) || !nvmlHandle(b, &db)) return flagcxSuccess; /* no NVML: unknown */
   if (f_nvmlDeviceGetP2PStatus && f_nvmlDeviceGetP2PStatus(da, db, NVML_P2P_CAPS_INDEX_NVLINK, &p2p) == 0 &&
       p2p == NVML_P2P_STATUS_OK) {
@@ -395,13 +277,13 @@ static flagcxResult_t nvGetLinkInfo(int a, int b, flagcxLinkInfo_v1_t* link) {
      * systems (all links reach the switch), as nvidia-smi topo prints NV<n>. */
     for (l = 0; f_nvmlDeviceGetNvLinkState && l < NVML_NVLINK_MAX_LINKS; l++)
       if (f_nvmlDeviceGetNvLinkState(da, l, &state) == 0 && state == NVML_FEATURE_ENABLED) link->fabricLinks++;
-    if (link->fabricLinks) bprintf(link->name, sizeof link->name, "NV%d", link->fabricLinks);
-    else bprintf(link->name, sizeof link->name, "NVLink");
+    if (link->fabricLinks) shimPrintf(link->name, sizeof link->name, "NV%d", link->fabricLinks);
+    else shimPrintf(link->name, sizeof link->name, "NVLink");
   } else if (f_nvmlDeviceGetTopologyCommonAncestor &&
              f_nvmlDeviceGetTopologyCommonAncestor(da, db, &level) == 0 && level >= 0 && level <= 50 &&
              level % 10 == 0) {
     link->type = levels[level / 10].type;
-    bprintf(link->name, sizeof link->name, "%s", levels[level / 10].name);
+    shimPrintf(link->name, sizeof link->name, "%s", levels[level / 10].name);
   }
   return flagcxSuccess;
 }
@@ -423,7 +305,7 @@ static flagcxResult_t nvPointerKind(const void* ptr, flagcxMemoryKind_t* kind) {
   union cudaPointerAttributesBuf attr;
   cudaError_t e;
   READY();
-  if (!f_cudaPointerGetAttributes) return fail(flagcxNotSupported, "cudaPointerGetAttributes not found in libcudart");
+  if (!f_cudaPointerGetAttributes) return shimFail(flagcxNotSupported, "cudaPointerGetAttributes not found in libcudart");
   memset(&attr, 0, sizeof attr);
   e = f_cudaPointerGetAttributes(&attr, ptr);
   if (e == cudaErrorInvalidValue) { /* CUDA < 11 for memory it does not know */
@@ -457,7 +339,7 @@ static flagcxResult_t nvMemCopy(void* dst, const void* src, size_t bytes, flagcx
   static const int cudaKind[3] = {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice};
   READY();
   if ((unsigned)kind > flagcxMemcpyDeviceToDevice)
-    return fail(flagcxInvalidArgument, "memCopy: direction %d is not 0 (H2D), 1 (D2H) or 2 (D2D)", (int)kind);
+    return shimFail(flagcxInvalidArgument, "memCopy: direction %d is not 0 (H2D), 1 (D2H) or 2 (D2D)", (int)kind);
   if (!s) { /* the legacy stream is the current device's: make it the device's whose memory this is */
     flagcxResult_t r = useDeviceOf(kind == flagcxMemcpyDeviceToHost ? src : dst);
     if (r != flagcxSuccess) return r;
@@ -502,7 +384,7 @@ static flagcxResult_t queryResult(cudaError_t e, const char* call) {
 }
 static flagcxResult_t nvStreamQuery(flagcxStream_t s) {
   READY();
-  if (!f_cudaStreamQuery) return fail(flagcxNotSupported, "cudaStreamQuery not found in libcudart");
+  if (!f_cudaStreamQuery) return shimFail(flagcxNotSupported, "cudaStreamQuery not found in libcudart");
   return queryResult(f_cudaStreamQuery((cudaStream_t)s), "cudaStreamQuery");
 }
 static flagcxResult_t nvStreamWaitEvent(flagcxStream_t s, flagcxEvent_t e) {
@@ -525,7 +407,7 @@ static flagcxResult_t nvEventRecord(flagcxEvent_t e, flagcxStream_t s) {
 }
 static flagcxResult_t nvEventQuery(flagcxEvent_t e) {
   READY();
-  if (!f_cudaEventQuery) return fail(flagcxNotSupported, "cudaEventQuery not found in libcudart");
+  if (!f_cudaEventQuery) return shimFail(flagcxNotSupported, "cudaEventQuery not found in libcudart");
   return queryResult(f_cudaEventQuery((cudaEvent_t)e), "cudaEventQuery");
 }
 static flagcxResult_t nvEventSynchronize(flagcxEvent_t e) {
@@ -534,7 +416,7 @@ static flagcxResult_t nvEventSynchronize(flagcxEvent_t e) {
 }
 static flagcxResult_t nvEventElapsedTime(float* ms, flagcxEvent_t start, flagcxEvent_t end) {
   READY();
-  if (!f_cudaEventElapsedTime) return fail(flagcxNotSupported, "cudaEventElapsedTime not found in libcudart");
+  if (!f_cudaEventElapsedTime) return shimFail(flagcxNotSupported, "cudaEventElapsedTime not found in libcudart");
   return cudaCheck(f_cudaEventElapsedTime(ms, (cudaEvent_t)start, (cudaEvent_t)end), "cudaEventElapsedTime");
 }
 
@@ -543,15 +425,14 @@ static flagcxResult_t nvEventElapsedTime(float* ms, flagcxEvent_t start, flagcxE
  * Gather/Scatter/AlltoAll need without extra NCCL calls. */
 typedef struct { ncclComm_t nccl; int rank, nranks; } nvComm;
 #define NC(c) (((nvComm*)(c))->nccl)
-static const size_t typeSize[flagcxNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
 
 /* Our dtype and op numbers are NCCL's, so they pass unchanged once checked. */
 static flagcxResult_t checkTypeOp(const char* call, flagcxDataType_t t, int op) {
-  if ((unsigned)t >= flagcxNumTypes) return fail(flagcxInvalidArgument, "%s: data type %d is unknown", call, (int)t);
+  if ((unsigned)t >= flagcxNumTypes) return shimFail(flagcxInvalidArgument, "%s: data type %d is unknown", call, (int)t);
   if (op < 0) return flagcxSuccess;
-  if (op >= flagcxNumRedOps) return fail(flagcxInvalidArgument, "%s: reduction op %d is unknown", call, op);
+  if (op >= flagcxNumRedOps) return shimFail(flagcxInvalidArgument, "%s: reduction op %d is unknown", call, op);
   if (op == flagcxAvg && ncclVersion < NCCL_AVG_MIN_VERSION)
-    return fail(flagcxNotSupported, "%s: avg needs NCCL >= 2.10, loaded %s", call, status[LIB_NCCL].version);
+    return shimFail(flagcxNotSupported, "%s: avg needs NCCL >= 2.10, loaded %s", call, shimStatus[LIB_NCCL].version);
   return flagcxSuccess;
 }
 #define CHECK_TYPE_OP(call, t, op) \
@@ -573,7 +454,7 @@ static flagcxResult_t nvCommInitRank(flagcxVendorComm_t* comm, int nranks, const
   flagcxResult_t r;
   READY();
   CUDA(cudaSetDevice, (dev)); /* NCCL binds the communicator to the current device */
-  if (!(c = calloc(1, sizeof *c))) return fail(flagcxSystemError, "commInitRank: out of memory");
+  if (!(c = calloc(1, sizeof *c))) return shimFail(flagcxSystemError, "commInitRank: out of memory");
   memcpy(&u, id, sizeof u);
   c->rank = rank;
   c->nranks = nranks;
@@ -595,7 +476,7 @@ static flagcxResult_t nvCommDestroy(flagcxVendorComm_t comm) {
 static flagcxResult_t nvCommAbort(flagcxVendorComm_t comm) {
   flagcxResult_t r;
   READY();
-  if (!f_ncclCommAbort) return fail(flagcxNotSupported, "ncclCommAbort not found in libnccl");
+  if (!f_ncclCommAbort) return shimFail(flagcxNotSupported, "ncclCommAbort not found in libnccl");
   if ((r = ncclCheck(f_ncclCommAbort(NC(comm)), "ncclCommAbort", NULL)) == flagcxSuccess) free(comm);
   return r;
 }
@@ -604,7 +485,7 @@ static flagcxResult_t nvCommGetAsyncError(flagcxVendorComm_t comm, flagcxResult_
   ncclResult_t a = 0;
   flagcxResult_t r;
   READY();
-  if (!f_ncclCommGetAsyncError) return fail(flagcxNotSupported, "ncclCommGetAsyncError not found in libnccl");
+  if (!f_ncclCommGetAsyncError) return shimFail(flagcxNotSupported, "ncclCommGetAsyncError not found in libnccl");
   if ((r = ncclCheck(f_ncclCommGetAsyncError(NC(comm), &a), "ncclCommGetAsyncError", NC(comm))) != flagcxSuccess)
     return r;
   *asyncError = a >= 0 && a <= 7 ? (flagcxResult_t)a : flagcxUnhandledCclError;
@@ -662,41 +543,38 @@ static flagcxResult_t nvGroupEnd(void) { READY(); return ncclCheck(f_ncclGroupEn
  * and displacements are in elements; sc/sd/rc/rd == NULL means count for
  * every peer at p*count. sendTo/recvFrom: ALL peers, NONE, or one peer (a
  * single buffer, at offset 0). The group is closed even after a failure. */
-enum { ALL = -1, NONE = -2 };
-static flagcxResult_t grouped(const char* call, const char* s, const size_t* sc, const size_t* sd, char* r,
+typedef struct { shimXfer x; ncclComm_t nccl; flagcxDataType_t t; cudaStream_t st; } nvXfer;
+static int nvXferSend(shimXfer* x, const void* b, size_t n, int p) {
+  nvXfer* v = (nvXfer*)x;
+  return f_ncclSend(b, n, v->t, p, v->nccl, v->st);
+}
+static int nvXferRecv(shimXfer* x, void* b, size_t n, int p) {
+  nvXfer* v = (nvXfer*)x;
+  return f_ncclRecv(b, n, v->t, p, v->nccl, v->st);
+}
+static flagcxResult_t grouped(const char* call, const void* s, const size_t* sc, const size_t* sd, void* r,
                               const size_t* rc, const size_t* rd, size_t count, flagcxDataType_t t, int sendTo,
                               int recvFrom, flagcxVendorComm_t comm, flagcxStream_t st) {
   nvComm* c = (nvComm*)comm;
-  ncclResult_t res, end;
-  size_t sz;
-  int p;
+  nvXfer x;
   READY();
   CHECK_TYPE_OP(call, t, -1);
-  sz = typeSize[t];
-  res = f_ncclGroupStart();
-  for (p = 0; p < c->nranks && res == 0; p++) {
-    size_t ns = sc ? sc[p] : count, nr = rc ? rc[p] : count;
-    size_t os = sendTo == ALL ? (sd ? sd[p] : p * count) * sz : 0;
-    size_t orr = recvFrom == ALL ? (rd ? rd[p] : p * count) * sz : 0;
-    if ((sendTo == ALL || sendTo == p) && ns) res = f_ncclSend(s + os, ns, t, p, c->nccl, (cudaStream_t)st);
-    if (res == 0 && (recvFrom == ALL || recvFrom == p) && nr)
-      res = f_ncclRecv(r + orr, nr, t, p, c->nccl, (cudaStream_t)st);
-  }
-  end = f_ncclGroupEnd();
-  return ncclCheck(res ? res : end, call, c->nccl);
+  x = (nvXfer){{c->nranks, shimTypeSize[t], f_ncclGroupStart, f_ncclGroupEnd, nvXferSend, nvXferRecv},
+               c->nccl, t, (cudaStream_t)st};
+  return ncclCheck(shimGrouped(&x.x, s, sc, sd, r, rc, rd, count, sendTo, recvFrom), call, c->nccl);
 }
 
 static flagcxResult_t nvGather(const void* s, void* r, size_t n, flagcxDataType_t t, int root, flagcxVendorComm_t c,
                                flagcxStream_t st) {
   READY(); /* every rank sends n to root; root receives peer p's n at p*n */
   return grouped("gather (grouped ncclSend/ncclRecv)", s, NULL, NULL, r, NULL, NULL, n, t, root,
-                 ((nvComm*)c)->rank == root ? ALL : NONE, c, st);
+                 ((nvComm*)c)->rank == root ? SHIM_ALL : SHIM_NONE, c, st);
 }
 static flagcxResult_t nvScatter(const void* s, void* r, size_t n, flagcxDataType_t t, int root, flagcxVendorComm_t c,
                                 flagcxStream_t st) {
   READY(); /* root sends p*n.. to peer p; every rank receives n from root */
   return grouped("scatter (grouped ncclSend/ncclRecv)", s, NULL, NULL, r, NULL, NULL, n, t,
-                 ((nvComm*)c)->rank == root ? ALL : NONE, root, c, st);
+                 ((nvComm*)c)->rank == root ? SHIM_ALL : SHIM_NONE, root, c, st);
 }
 static flagcxResult_t nvAlltoAll(const void* s, void* r, size_t n, flagcxDataType_t t, flagcxVendorComm_t c,
                                  flagcxStream_t st) {
@@ -705,11 +583,11 @@ static flagcxResult_t nvAlltoAll(const void* s, void* r, size_t n, flagcxDataTyp
     CHECK_TYPE_OP("ncclAlltoAll", t, -1);
     return ncclCheck(f_ncclAlltoAll(s, r, n, t, NC(c), (cudaStream_t)st), "ncclAlltoAll", NC(c));
   }
-  return grouped("alltoAll (grouped ncclSend/ncclRecv)", s, NULL, NULL, r, NULL, NULL, n, t, ALL, ALL, c, st);
+  return grouped("alltoAll (grouped ncclSend/ncclRecv)", s, NULL, NULL, r, NULL, NULL, n, t, SHIM_ALL, SHIM_ALL, c, st);
 }
 static flagcxResult_t nvAlltoAllv(const void* s, const size_t* sc, const size_t* sd, void* r, const size_t* rc,
                                   const size_t* rd, flagcxDataType_t t, flagcxVendorComm_t c, flagcxStream_t st) {
-  return grouped("alltoAllv (grouped ncclSend/ncclRecv)", s, sc, sd, r, rc, rd, 0, t, ALL, ALL, c, st);
+  return grouped("alltoAllv (grouped ncclSend/ncclRecv)", s, sc, sd, r, rc, rd, 0, t, SHIM_ALL, SHIM_ALL, c, st);
 }
 
 static const char* nvGetErrorString(flagcxResult_t r) {
@@ -718,17 +596,8 @@ static const char* nvGetErrorString(flagcxResult_t r) {
 }
 
 /* ---- The exported table ---------------------------------------------------- */
-__attribute__((visibility("default"))) const flagcxVendorPlugin_v1_t flagcxVendorPlugin_v1 = {
-    .size = sizeof(flagcxVendorPlugin_v1_t),
-    .abiVersion = FLAGCX_PLUGIN_ABI_VERSION,
-    .name = "nvidia",
-    .vendor = "NVIDIA",
-    .version = "1.0.0",
-    .caps = FLAGCX_PLUGIN_CAP_DEVICE | FLAGCX_PLUGIN_CAP_CCL,
-    .libraries = libraries,
-    .init = nvInit,
-    .fini = NULL,
-    .getLastError = nvGetLastError,
+SHIM_EXPORT const flagcxVendorPlugin_v1_t flagcxVendorPlugin_v1 = {
+    SHIM_TABLE_HEAD("nvidia", "NVIDIA", FLAGCX_PLUGIN_CAP_DEVICE | FLAGCX_PLUGIN_CAP_CCL, libraries),
     .device = {
         .getDeviceCount = nvGetDeviceCount, .setDevice = nvSetDevice, .getDeviceInfo = nvGetDeviceInfo,
         .getLinkInfo = nvGetLinkInfo, .deviceMalloc = nvDeviceMalloc, .deviceFree = nvDeviceFree,

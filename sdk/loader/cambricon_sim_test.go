@@ -196,8 +196,9 @@ func TestCambriconMutantsFailOnTheEmulator(t *testing.T) {
 		t.Run(m.name, func(t *testing.T) {
 			require.Equal(t, 1, strings.Count(src, m.old), "the mutation's target is not (uniquely) in cambricon.c any more: update this test")
 			dir := t.TempDir()
+			common := filepath.Join(repoRoot(t), "plugins", "common") // the shared shim core (plugins/plugins.mk)
 			plugin := compileC(t, filepath.Join(dir, "libflagcx-cambricon.so"), strings.Replace(src, m.old, m.new, 1),
-				"-fvisibility=hidden", "-ldl")
+				"-I", common, filepath.Join(common, "shim.c"), "-fvisibility=hidden", "-ldl")
 			err := run(t, plugin)
 			require.Error(t, err, "the emulator let a broken mapping pass")
 			require.Contains(t, err.Error(), m.want)
