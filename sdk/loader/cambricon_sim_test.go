@@ -1,21 +1,16 @@
 package loader
 
 import (
-	"context"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -33,10 +28,7 @@ import (
 const (
 	cnEnvWorker = "FLAGCX_CAMBRICON_TEST_WORKER" // the plugin file to load
 	cnEnvSim    = "FLAGCX_CAMBRICON_TEST_SIM"
-	cnEnvRank   = "FLAGCX_CAMBRICON_TEST_RANK"
-	cnEnvNranks = "FLAGCX_CAMBRICON_TEST_NRANKS"
-	cnEnvID     = "FLAGCX_CAMBRICON_TEST_ID"
-	cnEnvOut    = "FLAGCX_CAMBRICON_TEST_OUT"
+	cnEnvPrefix = "FLAGCX_CAMBRICON_TEST" // rankEnv's
 )
 
 func init() {
@@ -54,9 +46,7 @@ type cnReport struct {
 }
 
 func cambriconWorkerMain(plugin string) int {
-	rank, _ := strconv.Atoi(os.Getenv(cnEnvRank))
-	nranks, _ := strconv.Atoi(os.Getenv(cnEnvNranks))
-	id, err := hex.DecodeString(os.Getenv(cnEnvID))
+	rank, nranks, id, out, err := workerRank(cnEnvPrefix)
 	var rep cnReport
 	if err == nil {
 		var p *Plugin
@@ -73,28 +63,17 @@ func cambriconWorkerMain(plugin string) int {
 		rep.Fatal = err.Error()
 	}
 	data, _ := json.Marshal(&rep)
-	if err := os.WriteFile(os.Getenv(cnEnvOut), data, 0o600); err != nil {
+	if err := os.WriteFile(out, data, 0o600); err != nil {
 		fmt.Fprintln(os.Stderr, "cambricon worker:", err)
 		return 2
 	}
 	return 0
 }
 
-// cambriconSim is the repository's build/vendorsim (fails when make has not
-// built it).
-func cambriconSim(t *testing.T) string {
-	t.Helper()
-	root := repoRoot(t)
-	sim := filepath.Join(root, "build", "vendorsim")
-	_, err := os.Stat(filepath.Join(sim, "cambricon", "libcncl.so"))
-	require.NoError(t, err, "vendorsim is not built: run make first")
-	return sim
-}
-
 // TestCambriconVendorsimRanks runs 2 and 3 ranks, each its own process, on
 // the emulated CNRT and CNCL through the loader, and checks every result.
 func TestCambriconVendorsimRanks(t *testing.T) {
-	sim := cambriconSim(t)
+	sim := builtVendorsim(t, "cambricon", "libcncl.so")
 	plugin := builtPlugin(t, "cambricon")
 	p, err := Open(plugin)
 	require.NoError(t, err)
@@ -104,34 +83,10 @@ func TestCambriconVendorsimRanks(t *testing.T) {
 		t.Run(fmt.Sprintf("%dranks", n), func(t *testing.T) {
 			id, err := p.UniqueID()
 			require.NoError(t, err)
-			dir := t.TempDir()
-			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-			defer cancel()
-			reports := make([]cnReport, n)
-			errs := make([]error, n)
-			var wg sync.WaitGroup
-			for r := range n {
-				out := filepath.Join(dir, fmt.Sprintf("rank%d.json", r))
-				cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-				cmd.Env = append(os.Environ(), cnEnvWorker+"="+plugin, cnEnvSim+"="+sim, cnEnvRank+"="+strconv.Itoa(r),
-					cnEnvNranks+"="+strconv.Itoa(n), cnEnvID+"="+hex.EncodeToString(id), cnEnvOut+"="+out,
-					"FLAGCX_VENDORSIM_TIMEOUT=30", "FLAGCX_VENDORSIM_SLOT_BYTES=256") // small slots: many chunk rounds
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					msg, err := cmd.CombinedOutput()
-					if err == nil {
-						var data []byte
-						if data, err = os.ReadFile(out); err == nil {
-							err = json.Unmarshal(data, &reports[r])
-						}
-					}
-					if err != nil {
-						errs[r] = fmt.Errorf("rank %d: %w\n%s", r, err, msg)
-					}
-				}()
-			}
-			wg.Wait()
+			// -test.run=^$: init() runs the rank, no test body runs
+			reports, errs := runRankWorkers[cnReport](t, cnEnvPrefix, n, id, []string{"-test.run=^$"},
+				cnEnvWorker+"="+plugin, cnEnvSim+"="+sim,
+				"FLAGCX_VENDORSIM_TIMEOUT=30", "FLAGCX_VENDORSIM_SLOT_BYTES=256") // small slots: many chunk rounds
 			for r := range n {
 				require.NoError(t, errs[r])
 				rep := reports[r]
@@ -150,7 +105,7 @@ func TestCambriconVendorsimRanks(t *testing.T) {
 // source with one mapping broken, built and run (2 ranks on goroutines)
 // through the same exact checks that the real plugin passes.
 func TestCambriconMutantsFailOnTheEmulator(t *testing.T) {
-	sim := cambriconSim(t)
+	sim := builtVendorsim(t, "cambricon", "libcncl.so")
 	srcBytes, err := os.ReadFile(filepath.Join(repoRoot(t), "plugins", "cambricon", "cambricon.c"))
 	require.NoError(t, err)
 	src := string(srcBytes)

@@ -120,13 +120,7 @@ const char* cnclGetErrorStr(int r) { return r == 0x07 ? "fake CNCL: CNCL_RET_ERR
 // FLAGCX_CAMBRICON_* variables at it and opens a fresh copy of the plugin.
 func cambriconFake(t *testing.T, flags ...string) (*Plugin, string) {
 	t.Helper()
-	plugin := builtPlugin(t, "cambricon")
-	fake := compileC(t, filepath.Join(t.TempDir(), "libfakecambricon.so"), fakeCambriconC, flags...)
-	t.Setenv("FLAGCX_CAMBRICON_CNRT", fake)
-	t.Setenv("FLAGCX_CAMBRICON_CNCL", fake)
-	p, err := Open(plugin)
-	require.NoError(t, err)
-	return p, fake
+	return openWithFake(t, "cambricon", "libfakecambricon.so", fakeCambriconC, []string{"FLAGCX_CAMBRICON_CNRT", "FLAGCX_CAMBRICON_CNCL"}, flags...)
 }
 
 // cncl.h v1.25.0 (vendor-apis.md 3.2): what each flagcx data type must
@@ -188,19 +182,7 @@ func TestCambriconInitFailsCleanly(t *testing.T) {
 		require.Regexp(t, `cannot load libcnrt.so \(tried \$NEUWARE_HOME/lib64, libcnrt.so:.*set NEUWARE_HOME, or set FLAGCX_CAMBRICON_CNRT`, err.Error())
 	})
 	t.Run("loader skips it and goes on", func(t *testing.T) {
-		dir := t.TempDir()
-		b, err := os.ReadFile(builtPlugin(t, "cambricon"))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(dir, "libflagcx-cambricon.so"), b, 0o755))
-		mockPlugin(t, dir, "acme")
-		t.Setenv("FLAGCX_CAMBRICON_CNRT", compileC(t, filepath.Join(t.TempDir(), "libfake.so"), fakeCambriconC))
-		t.Setenv("FLAGCX_CAMBRICON_CNCL", "/nonexistent/libcncl.so")
-		plugins, skipped := Load(Options{Dir: dir})
-		require.Len(t, plugins, 1)
-		require.Equal(t, "acme", plugins[0].Name)
-		require.Len(t, skipped, 1)
-		require.Contains(t, skipped[0].Error(), "libflagcx-cambricon.so: vendor runtime does not load")
-		require.Contains(t, skipped[0].Error(), "FLAGCX_CAMBRICON_CNCL")
+		requireLoaderSkips(t, "cambricon", "FLAGCX_CAMBRICON_CNRT", "libfake.so", fakeCambriconC, "FLAGCX_CAMBRICON_CNCL", "/nonexistent/libcncl.so")
 	})
 }
 
@@ -469,28 +451,11 @@ func TestCambriconRefusesACommunicatorThatDisagrees(t *testing.T) {
 // marker back.
 func TestCambriconEmulatedSelection(t *testing.T) {
 	plugin := builtPlugin(t, "cambricon")
-	sim := t.TempDir()
-	dir := filepath.Join(sim, "cambricon")
-	require.NoError(t, os.MkdirAll(dir, 0o755))
-	compileC(t, filepath.Join(dir, "libcnrt.so"), fakeCambriconC, "-DEMULATED")
-	require.NoError(t, os.Symlink("libcnrt.so", filepath.Join(dir, "libcncl.so")))
-	t.Setenv("FLAGCX_CAMBRICON_CNCL", "/nonexistent/should-be-overridden")
+	sim, rt := fakeVendorsim(t, "cambricon", fakeCambriconC, "libcnrt.so", "libcncl.so", "FLAGCX_CAMBRICON_CNCL")
 
 	t.Run("missing vendorsim dir", func(t *testing.T) {
-		p, err := Open(plugin)
-		require.NoError(t, err)
-		err = p.Init(InitOptions{Emulated: true, VendorsimDir: filepath.Join(sim, "nope")})
-		require.ErrorIs(t, err, sdk.ErrInvalidUsage)
-		require.Contains(t, err.Error(), "emulated vendor runtimes for cambricon not found")
+		requireEmulatedMissing(t, plugin, sim, "cambricon")
 	})
 
-	p, err := Open(plugin)
-	require.NoError(t, err)
-	require.NoError(t, p.Init(InitOptions{Emulated: true, VendorsimDir: sim}))
-	require.True(t, p.Emulated())
-	libs := p.Info().Libraries
-	require.True(t, libs[0].Emulated)
-	require.True(t, libs[1].Emulated)
-	require.Equal(t, filepath.Join(dir, "libcnrt.so"), libs[0].Path)
-	require.Equal(t, "/nonexistent/should-be-overridden", os.Getenv("FLAGCX_CAMBRICON_CNCL"), "variables are restored after init")
+	requireEmulatedInit(t, plugin, sim, rt, "FLAGCX_CAMBRICON_CNCL")
 }

@@ -1,63 +1,13 @@
 package loader
 
 import (
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
 	"github.com/stretchr/testify/require"
 )
-
-// repoRoot walks up from the test's directory to go.mod.
-func repoRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	require.NoError(t, err)
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		require.NotEqual(t, parent, dir, "go.mod not found above the test directory")
-		dir = parent
-	}
-}
-
-// builtPlugin is the make-built plugin of that name, copied into a fresh
-// directory: a copy is a separate object for dlopen, so each test gets a
-// plugin whose init has not run yet.
-func builtPlugin(t *testing.T, name string) string {
-	t.Helper()
-	src := filepath.Join(repoRoot(t), "build", "plugins", "libflagcx-"+name+".so")
-	b, err := os.ReadFile(src)
-	require.NoError(t, err, "%s is missing: run make first (make test builds it)", src)
-	dst := filepath.Join(t.TempDir(), "libflagcx-"+name+".so")
-	require.NoError(t, os.WriteFile(dst, b, 0o755))
-	return dst
-}
-
-// compileC builds a shared object from C source with the SDK header on the
-// include path, as a vendor team would out of tree.
-func compileC(t *testing.T, out, src string, flags ...string) string {
-	t.Helper()
-	cc := os.Getenv("CC")
-	if cc == "" {
-		cc = "gcc"
-	}
-	_, err := exec.LookPath(cc)
-	require.NoError(t, err, "these tests compile small C plugins: install gcc (make needs it too)")
-	srcFile := out + ".c"
-	require.NoError(t, os.WriteFile(srcFile, []byte(src), 0o644))
-	args := append([]string{"-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-I", filepath.Join(repoRoot(t), "sdk", "include"), "-o", out, srcFile}, flags...)
-	cmd := exec.Command(cc, args...)
-	msg, err := cmd.CombinedOutput()
-	require.NoError(t, err, "%s %s:\n%s", cc, strings.Join(args, " "), msg)
-	return out
-}
 
 // cSymbol reads a data symbol of a library this process loaded (dlopen of
 // the same path returns the same object).

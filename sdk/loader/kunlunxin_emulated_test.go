@@ -1,21 +1,16 @@
 package loader
 
 import (
-	"context"
 	"encoding/binary"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -402,26 +397,13 @@ func klxMismatches(n int, runs []klxOut, dts []sdk.DataType) []string {
 	return bad
 }
 
-// klxSim is the make-built emulator directory.
-func klxSim(t *testing.T) string {
-	t.Helper()
-	sim := filepath.Join(repoRoot(t), "build", "vendorsim")
-	for _, f := range []string{"libxpurt.so.1", "libbkcl.so", "cxx/libbkcl.so"} {
-		_, err := os.Stat(filepath.Join(sim, "kunlunxin", f))
-		require.NoError(t, err, "the kunlunxin emulators are not built: run make first")
-	}
-	return sim
-}
-
 // Worker side of TestKunlunxinEmulatedRanks: the test binary re-executed
 // with KLX_WORKER_* set runs one rank and writes what it got as JSON.
 func TestKunlunxinRankWorker(t *testing.T) {
-	if os.Getenv("KLX_WORKER_OUT") == "" {
+	rank, n, id, outFile, err := workerRank(klxEnvPrefix)
+	if outFile == "" {
 		t.Skip("a rank of TestKunlunxinEmulatedRanks, run in its own process")
 	}
-	rank, _ := strconv.Atoi(os.Getenv("KLX_WORKER_RANK"))
-	n, _ := strconv.Atoi(os.Getenv("KLX_WORKER_NRANKS"))
-	id, err := hex.DecodeString(os.Getenv("KLX_WORKER_ID"))
 	require.NoError(t, err)
 	p, err := Open(os.Getenv("KLX_WORKER_PLUGIN"))
 	require.NoError(t, err)
@@ -431,14 +413,17 @@ func TestKunlunxinRankWorker(t *testing.T) {
 	require.NoError(t, err)
 	data, err := json.Marshal(out)
 	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(os.Getenv("KLX_WORKER_OUT"), data, 0o600))
+	require.NoError(t, os.WriteFile(outFile, data, 0o600))
 }
+
+// klxEnvPrefix is rankEnv's prefix for TestKunlunxinRankWorker.
+const klxEnvPrefix = "KLX_WORKER"
 
 // TestKunlunxinEmulatedRanks: Init with Emulated, then 2 and 3 processes
 // join one communicator and run every collective for every data type; the
 // results are exact, and what BKCL cannot do is "not supported".
 func TestKunlunxinEmulatedRanks(t *testing.T) {
-	sim := klxSim(t)
+	sim := builtVendorsim(t, "kunlunxin", "libxpurt.so.1", "libbkcl.so", "cxx/libbkcl.so")
 	plugin := builtPlugin(t, "kunlunxin")
 	p, err := Open(plugin)
 	require.NoError(t, err)
@@ -448,38 +433,12 @@ func TestKunlunxinEmulatedRanks(t *testing.T) {
 		t.Run(fmt.Sprintf("%dranks", n), func(t *testing.T) {
 			id, err := p.UniqueID()
 			require.NoError(t, err)
-			dir := t.TempDir()
-			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-			defer cancel()
-			runs := make([]klxOut, n)
-			errs := make([]error, n)
-			var wg sync.WaitGroup
-			for r := 0; r < n; r++ {
-				out := filepath.Join(dir, fmt.Sprintf("rank%d.json", r))
-				cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestKunlunxinRankWorker$", "-test.count=1")
-				cmd.Env = append(os.Environ(),
-					"KLX_WORKER_RANK="+strconv.Itoa(r), "KLX_WORKER_NRANKS="+strconv.Itoa(n),
-					"KLX_WORKER_ID="+hex.EncodeToString(id), "KLX_WORKER_OUT="+out,
-					"KLX_WORKER_PLUGIN="+plugin, "KLX_WORKER_SIM="+sim,
-					"FLAGCX_VENDORSIM_SLOT_BYTES=256", // many chunk rounds
-					"FLAGCX_VENDORSIM_MAILBOX_BYTES=4096",
-					"FLAGCX_VENDORSIM_TIMEOUT=30")
-				wg.Add(1)
-				go func(r int) {
-					defer wg.Done()
-					msg, err := cmd.CombinedOutput()
-					if err == nil {
-						var data []byte
-						if data, err = os.ReadFile(out); err == nil {
-							err = json.Unmarshal(data, &runs[r])
-						}
-					}
-					if err != nil {
-						errs[r] = fmt.Errorf("rank %d: %w\n%s", r, err, msg)
-					}
-				}(r)
-			}
-			wg.Wait()
+			runs, errs := runRankWorkers[klxOut](t, klxEnvPrefix, n, id,
+				[]string{"-test.run=^TestKunlunxinRankWorker$", "-test.count=1"},
+				"KLX_WORKER_PLUGIN="+plugin, "KLX_WORKER_SIM="+sim,
+				"FLAGCX_VENDORSIM_SLOT_BYTES=256", // many chunk rounds
+				"FLAGCX_VENDORSIM_MAILBOX_BYTES=4096",
+				"FLAGCX_VENDORSIM_TIMEOUT=30")
 			require.NoError(t, errors.Join(errs...))
 			require.Empty(t, klxMismatches(n, runs, sdk.AllDataTypes()))
 			require.Contains(t, runs[0].Errors["ag/uint64"], "data type uint64 is not supported by kunlunxin's collective library")
@@ -512,7 +471,7 @@ func klxGoroutineRanks(t *testing.T, p *Plugin, n int, dts []sdk.DataType) []klx
 // TestKunlunxinEmulatedCxxNames: the plugin on the emulated BKCL that
 // exports only C++-mangled names (build/vendorsim/kunlunxin/cxx).
 func TestKunlunxinEmulatedCxxNames(t *testing.T) {
-	sim := klxSim(t)
+	sim := builtVendorsim(t, "kunlunxin", "libxpurt.so.1", "libbkcl.so", "cxx/libbkcl.so")
 	t.Setenv("FLAGCX_KUNLUNXIN_XPURT", filepath.Join(sim, "kunlunxin", "libxpurt.so.1"))
 	t.Setenv("FLAGCX_KUNLUNXIN_BKCL", filepath.Join(sim, "kunlunxin", "cxx", "libbkcl.so"))
 	p, err := Open(builtPlugin(t, "kunlunxin"))
@@ -529,7 +488,7 @@ func TestKunlunxinEmulatedCxxNames(t *testing.T) {
 // that disagrees (float<->int32, add<->max swapped) makes the exact checks
 // above fail instead of passing silently.
 func TestKunlunxinEmulatorDisagreementIsCaught(t *testing.T) {
-	sim := klxSim(t)
+	sim := builtVendorsim(t, "kunlunxin", "libxpurt.so.1", "libbkcl.so", "cxx/libbkcl.so")
 	root := repoRoot(t)
 	src, err := os.ReadFile(filepath.Join(root, "conformance", "vendorsim", "kunlunxin", "bkcl.c"))
 	require.NoError(t, err)

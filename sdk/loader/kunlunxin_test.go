@@ -222,13 +222,7 @@ DECL(17, bkcl_all_to_all_v, (void* c, const void* s, const size_t* sc, const siz
 // opens a fresh copy of the built plugin.
 func fakeKunlunxin(t *testing.T, flags ...string) (*Plugin, string) {
 	t.Helper()
-	plugin := builtPlugin(t, "kunlunxin")
-	fake := compileC(t, filepath.Join(t.TempDir(), "libfakexpu.so"), fakeKunlunxinC, flags...)
-	t.Setenv("FLAGCX_KUNLUNXIN_XPURT", fake)
-	t.Setenv("FLAGCX_KUNLUNXIN_BKCL", fake)
-	p, err := Open(plugin)
-	require.NoError(t, err)
-	return p, fake
+	return openWithFake(t, "kunlunxin", "libfakexpu.so", fakeKunlunxinC, []string{"FLAGCX_KUNLUNXIN_XPURT", "FLAGCX_KUNLUNXIN_BKCL"}, flags...)
 }
 
 func TestKunlunxinInitFailsCleanly(t *testing.T) {
@@ -299,19 +293,7 @@ func TestKunlunxinInitFailsCleanly(t *testing.T) {
 		require.Contains(t, err.Error(), "lacks bkcl_all_reduce (found several C++ overloads")
 	})
 	t.Run("loader skips it and goes on", func(t *testing.T) {
-		dir := t.TempDir()
-		b, err := os.ReadFile(builtPlugin(t, "kunlunxin"))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(dir, "libflagcx-kunlunxin.so"), b, 0o755))
-		mockPlugin(t, dir, "acme")
-		t.Setenv("FLAGCX_KUNLUNXIN_XPURT", compileC(t, filepath.Join(t.TempDir(), "libfakexpu.so"), fakeKunlunxinC))
-		t.Setenv("FLAGCX_KUNLUNXIN_BKCL", "/nonexistent/libbkcl.so")
-		plugins, skipped := Load(Options{Dir: dir})
-		require.Len(t, plugins, 1)
-		require.Equal(t, "acme", plugins[0].Name)
-		require.Len(t, skipped, 1)
-		require.Contains(t, skipped[0].Error(), "libflagcx-kunlunxin.so: vendor runtime does not load")
-		require.Contains(t, skipped[0].Error(), "FLAGCX_KUNLUNXIN_BKCL")
+		requireLoaderSkips(t, "kunlunxin", "FLAGCX_KUNLUNXIN_XPURT", "libfakexpu.so", fakeKunlunxinC, "FLAGCX_KUNLUNXIN_BKCL", "/nonexistent/libbkcl.so")
 	})
 }
 
@@ -652,28 +634,11 @@ func TestKunlunxinUniqueIdTooLarge(t *testing.T) {
 // variables at <vendorsim>/kunlunxin/ and the plugin reports the marker.
 func TestKunlunxinEmulatedSelection(t *testing.T) {
 	plugin := builtPlugin(t, "kunlunxin")
-	sim := t.TempDir()
-	simK := filepath.Join(sim, "kunlunxin")
-	require.NoError(t, os.MkdirAll(simK, 0o755))
-	compileC(t, filepath.Join(simK, "libxpurt.so.1"), fakeKunlunxinC, "-DEMULATED")
-	require.NoError(t, os.Symlink("libxpurt.so.1", filepath.Join(simK, "libbkcl.so")))
-	t.Setenv("FLAGCX_KUNLUNXIN_BKCL", "/nonexistent/should-be-overridden")
+	sim, rt := fakeVendorsim(t, "kunlunxin", fakeKunlunxinC, "libxpurt.so.1", "libbkcl.so", "FLAGCX_KUNLUNXIN_BKCL")
 
 	t.Run("missing vendorsim dir", func(t *testing.T) {
-		p, err := Open(plugin)
-		require.NoError(t, err)
-		err = p.Init(InitOptions{Emulated: true, VendorsimDir: filepath.Join(sim, "nope")})
-		require.ErrorIs(t, err, sdk.ErrInvalidUsage)
-		require.Contains(t, err.Error(), "emulated vendor runtimes for kunlunxin not found")
+		requireEmulatedMissing(t, plugin, sim, "kunlunxin")
 	})
 
-	p, err := Open(plugin)
-	require.NoError(t, err)
-	require.NoError(t, p.Init(InitOptions{Emulated: true, VendorsimDir: sim}))
-	require.True(t, p.Emulated())
-	libs := p.Info().Libraries
-	require.True(t, libs[0].Emulated)
-	require.True(t, libs[1].Emulated)
-	require.Equal(t, filepath.Join(simK, "libxpurt.so.1"), libs[0].Path)
-	require.Equal(t, "/nonexistent/should-be-overridden", os.Getenv("FLAGCX_KUNLUNXIN_BKCL"), "variables are restored after init")
+	requireEmulatedInit(t, plugin, sim, rt, "FLAGCX_KUNLUNXIN_BKCL")
 }

@@ -1,11 +1,6 @@
 package loader
 
-import (
-	"path/filepath"
-	"testing"
-
-	"github.com/stretchr/testify/require"
-)
+import "testing"
 
 // fakeMetaxC is a FAKE libmcruntime + libmccl in one library: the MetaX
 // signatures and values the metax plugin believes in (vendor-apis.md
@@ -135,11 +130,5 @@ int mcclAllToAll(const void* s, void* r, size_t n, int dt, void* c, void* st) { 
 // it and opens a fresh copy of the built metax plugin.
 func fakeMetax(t *testing.T, flags ...string) (*Plugin, string) {
 	t.Helper()
-	plugin := builtPlugin(t, "metax")
-	fake := compileC(t, filepath.Join(t.TempDir(), "libfakemaca.so"), fakeMetaxC, flags...)
-	t.Setenv("FLAGCX_METAX_MCRUNTIME", fake)
-	t.Setenv("FLAGCX_METAX_MCCL", fake)
-	p, err := Open(plugin)
-	require.NoError(t, err)
-	return p, fake
+	return openWithFake(t, "metax", "libfakemaca.so", fakeMetaxC, []string{"FLAGCX_METAX_MCRUNTIME", "FLAGCX_METAX_MCCL"}, flags...)
 }

@@ -1,17 +1,13 @@
 package loader
 
 import (
-	"context"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 	"unsafe"
@@ -111,19 +107,7 @@ func TestMetaxInitFailsCleanly(t *testing.T) {
 		require.Contains(t, err.Error(), "install MetaX MACA or set FLAGCX_METAX_MCRUNTIME")
 	})
 	t.Run("loader skips it and goes on", func(t *testing.T) {
-		dir := t.TempDir()
-		b, err := os.ReadFile(builtPlugin(t, "metax"))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(dir, "libflagcx-metax.so"), b, 0o755))
-		mockPlugin(t, dir, "acme")
-		t.Setenv("FLAGCX_METAX_MCRUNTIME", compileC(t, filepath.Join(t.TempDir(), "libfakemaca.so"), fakeMetaxC))
-		t.Setenv("FLAGCX_METAX_MCCL", "/nonexistent/libmccl.so")
-		plugins, skipped := Load(Options{Dir: dir})
-		require.Len(t, plugins, 1)
-		require.Equal(t, "acme", plugins[0].Name)
-		require.Len(t, skipped, 1)
-		require.Contains(t, skipped[0].Error(), "libflagcx-metax.so: vendor runtime does not load")
-		require.Contains(t, skipped[0].Error(), "FLAGCX_METAX_MCCL")
+		requireLoaderSkips(t, "metax", "FLAGCX_METAX_MCRUNTIME", "libfakemaca.so", fakeMetaxC, "FLAGCX_METAX_MCCL", "/nonexistent/libmccl.so")
 	})
 }
 
@@ -435,55 +419,25 @@ func TestMetaxNotReadyIsNeverDone(t *testing.T) {
 // FLAGCX_METAX_* at <vendorsim>/metax/ and the plugin reports the marker.
 func TestMetaxEmulatedSelection(t *testing.T) {
 	plugin := builtPlugin(t, "metax")
-	sim := t.TempDir()
-	simMetax := filepath.Join(sim, "metax")
-	require.NoError(t, os.MkdirAll(simMetax, 0o755))
-	compileC(t, filepath.Join(simMetax, "libmcruntime.so"), fakeMetaxC, "-DEMULATED")
-	require.NoError(t, os.Symlink("libmcruntime.so", filepath.Join(simMetax, "libmccl.so")))
-	t.Setenv("FLAGCX_METAX_MCCL", "/nonexistent/should-be-overridden")
-
-	p, err := Open(plugin)
-	require.NoError(t, err)
-	err = p.Init(InitOptions{Emulated: true, VendorsimDir: filepath.Join(sim, "nope")})
-	require.ErrorIs(t, err, sdk.ErrInvalidUsage)
-	require.Contains(t, err.Error(), "emulated vendor runtimes for metax not found")
-
-	p, err = Open(plugin)
-	require.NoError(t, err)
-	require.NoError(t, p.Init(InitOptions{Emulated: true, VendorsimDir: sim}))
-	require.True(t, p.Emulated())
-	libs := p.Info().Libraries
-	require.True(t, libs[0].Emulated)
-	require.True(t, libs[1].Emulated)
-	require.Equal(t, filepath.Join(simMetax, "libmcruntime.so"), libs[0].Path)
-	require.Equal(t, "/nonexistent/should-be-overridden", os.Getenv("FLAGCX_METAX_MCCL"), "variables are restored after init")
+	sim, rt := fakeVendorsim(t, "metax", fakeMetaxC, "libmcruntime.so", "libmccl.so", "FLAGCX_METAX_MCCL")
+	requireEmulatedMissing(t, plugin, sim, "metax")
+	requireEmulatedInit(t, plugin, sim, rt, "FLAGCX_METAX_MCCL")
 
 	// a library without the marker is refused when emulation was asked for
 	plain := t.TempDir()
 	require.NoError(t, os.MkdirAll(filepath.Join(plain, "metax"), 0o755))
 	compileC(t, filepath.Join(plain, "metax", "libmcruntime.so"), fakeMetaxC)
 	require.NoError(t, os.Symlink("libmcruntime.so", filepath.Join(plain, "metax", "libmccl.so")))
-	p, err = Open(builtPlugin(t, "metax"))
+	p, err := Open(builtPlugin(t, "metax"))
 	require.NoError(t, err)
 	err = p.Init(InitOptions{Emulated: true, VendorsimDir: plain})
 	require.ErrorIs(t, err, sdk.ErrInvalidUsage)
 	require.Contains(t, err.Error(), "is not a vendorsim build")
 }
 
-// metaxSim is the make-built vendorsim root, with the metax emulators.
-func metaxSim(t *testing.T) string {
-	t.Helper()
-	sim := filepath.Join(repoRoot(t), "build", "vendorsim")
-	for _, l := range []string{"libmcruntime.so", "libmccl.so"} {
-		_, err := os.Stat(filepath.Join(sim, "metax", l))
-		require.NoError(t, err, "the metax emulators are not built: run make first")
-	}
-	return sim
-}
-
 func metaxEmulated(t *testing.T) *Plugin {
 	t.Helper()
-	sim := metaxSim(t)
+	sim := builtVendorsim(t, "metax", "libmcruntime.so", "libmccl.so")
 	p, err := Open(builtPlugin(t, "metax"))
 	require.NoError(t, err)
 	require.NoError(t, p.Init(InitOptions{Emulated: true, VendorsimDir: sim}))
@@ -496,7 +450,7 @@ func metaxEmulated(t *testing.T) *Plugin {
 // vendor call named, while they succeed on the emulator as built.
 func TestMetaxEmulatorDisagreementFails(t *testing.T) {
 	root := repoRoot(t)
-	sim := metaxSim(t)
+	sim := builtVendorsim(t, "metax", "libmcruntime.so", "libmccl.so")
 	data := []byte("sixteen bytes!!!")
 
 	good := metaxEmulated(t)
@@ -539,7 +493,7 @@ func TestMetaxEmulatorDisagreementFails(t *testing.T) {
 func TestMetaxEmulatedOneProcess(t *testing.T) {
 	p := metaxEmulated(t)
 	require.True(t, p.Emulated())
-	sim := metaxSim(t)
+	sim := builtVendorsim(t, "metax", "libmcruntime.so", "libmccl.so")
 	for _, l := range p.Info().Libraries {
 		require.True(t, l.Loaded && l.Emulated, l.Path)
 		require.True(t, strings.HasPrefix(l.Path, filepath.Join(sim, "metax")), l.Path)
@@ -628,12 +582,8 @@ func TestMetaxEmulatedOneProcess(t *testing.T) {
 
 // ---- Ranks in processes ---------------------------------------------------
 
-const (
-	mxEnvWorker = "FLAGCX_METAX_TEST_WORKER" // output file of a rank worker
-	mxEnvRank   = "FLAGCX_METAX_TEST_RANK"
-	mxEnvNranks = "FLAGCX_METAX_TEST_NRANKS"
-	mxEnvID     = "FLAGCX_METAX_TEST_ID"
-)
+// mxEnvPrefix is rankEnv's prefix for TestMetaxEmulatedRankWorker.
+const mxEnvPrefix = "FLAGCX_METAX_TEST"
 
 type mxWorkerOut struct {
 	Checks int      `json:"checks"`
@@ -649,31 +599,12 @@ func TestMetaxEmulatedRanks(t *testing.T) {
 		t.Run(strconv.Itoa(n)+"ranks", func(t *testing.T) {
 			id, err := p.UniqueID()
 			require.NoError(t, err)
-			dir := t.TempDir()
-			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-			defer cancel()
-			outs := make([]string, n)
-			logs := make([]strings.Builder, n)
-			errs := make([]error, n)
-			var wg sync.WaitGroup
+			outs, errs := runRankWorkers[mxWorkerOut](t, mxEnvPrefix, n, id,
+				[]string{"-test.run=^TestMetaxEmulatedRankWorker$", "-test.count=1"},
+				"FLAGCX_VENDORSIM_SLOT_BYTES=256", "FLAGCX_VENDORSIM_TIMEOUT=30")
 			for r := range n {
-				outs[r] = filepath.Join(dir, fmt.Sprintf("rank%d.json", r))
-				cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestMetaxEmulatedRankWorker$", "-test.count=1")
-				cmd.Env = append(os.Environ(), mxEnvWorker+"="+outs[r], mxEnvRank+"="+strconv.Itoa(r),
-					mxEnvNranks+"="+strconv.Itoa(n), mxEnvID+"="+hex.EncodeToString(id),
-					"FLAGCX_VENDORSIM_SLOT_BYTES=256", "FLAGCX_VENDORSIM_TIMEOUT=30")
-				cmd.Stdout, cmd.Stderr = &logs[r], &logs[r]
-				require.NoError(t, cmd.Start())
-				wg.Add(1)
-				go func() { defer wg.Done(); errs[r] = cmd.Wait() }()
-			}
-			wg.Wait()
-			for r := range n {
-				require.NoError(t, errs[r], "rank %d:\n%s", r, logs[r].String())
-				data, err := os.ReadFile(outs[r])
-				require.NoError(t, err, "rank %d:\n%s", r, logs[r].String())
-				var o mxWorkerOut
-				require.NoError(t, json.Unmarshal(data, &o))
+				require.NoError(t, errs[r], "rank %d", r)
+				o := outs[r]
 				require.Empty(t, o.Errors, "rank %d", r)
 				require.Greater(t, o.Checks, 100, "rank %d checked too little", r)
 				t.Logf("rank %d: %d exact checks", r, o.Checks)
@@ -685,14 +616,14 @@ func TestMetaxEmulatedRanks(t *testing.T) {
 // TestMetaxEmulatedRankWorker is one rank of TestMetaxEmulatedRanks; it
 // only runs in the processes that test starts.
 func TestMetaxEmulatedRankWorker(t *testing.T) {
-	out := os.Getenv(mxEnvWorker)
+	w := &mxWorker{}
+	var id []byte
+	var out string
+	var err error
+	w.rank, w.n, id, out, err = workerRank(mxEnvPrefix)
 	if out == "" {
 		t.Skip("a rank process of TestMetaxEmulatedRanks")
 	}
-	w := &mxWorker{}
-	w.rank, _ = strconv.Atoi(os.Getenv(mxEnvRank))
-	w.n, _ = strconv.Atoi(os.Getenv(mxEnvNranks))
-	id, err := hex.DecodeString(os.Getenv(mxEnvID))
 	require.NoError(t, err)
 	func() {
 		defer func() {

@@ -110,14 +110,8 @@ const char* ncclGetLastError(void* c) { (void)c; return lastErr; }
 // and opens the plugin.
 func fakeNvidia(t *testing.T, flags ...string) (*Plugin, string) {
 	t.Helper()
-	plugin := builtPlugin(t, "nvidia")
-	fake := compileC(t, filepath.Join(t.TempDir(), "libfakecuda.so"), fakeNvidiaC, flags...)
-	t.Setenv("FLAGCX_NVIDIA_CUDART", fake)
-	t.Setenv("FLAGCX_NVIDIA_NCCL", fake)
 	t.Setenv("FLAGCX_NVIDIA_NVML", filepath.Join(t.TempDir(), "no-libnvidia-ml.so.1"))
-	p, err := Open(plugin)
-	require.NoError(t, err)
-	return p, fake
+	return openWithFake(t, "nvidia", "libfakecuda.so", fakeNvidiaC, []string{"FLAGCX_NVIDIA_CUDART", "FLAGCX_NVIDIA_NCCL"}, flags...)
 }
 
 func TestNvidiaInitFailsCleanly(t *testing.T) {
@@ -153,19 +147,7 @@ func TestNvidiaInitFailsCleanly(t *testing.T) {
 		require.Regexp(t, `cannot load (libcudart.so.13|libnccl.so.2).*(FLAGCX_NVIDIA_CUDART|FLAGCX_NVIDIA_NCCL)`, err.Error())
 	})
 	t.Run("loader skips it and goes on", func(t *testing.T) {
-		dir := t.TempDir()
-		b, err := os.ReadFile(builtPlugin(t, "nvidia"))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(dir, "libflagcx-nvidia.so"), b, 0o755))
-		mockPlugin(t, dir, "acme")
-		t.Setenv("FLAGCX_NVIDIA_CUDART", compileC(t, filepath.Join(t.TempDir(), "libfakecuda.so"), fakeNvidiaC))
-		t.Setenv("FLAGCX_NVIDIA_NCCL", "/nonexistent/libnccl.so.2")
-		plugins, skipped := Load(Options{Dir: dir})
-		require.Len(t, plugins, 1)
-		require.Equal(t, "acme", plugins[0].Name)
-		require.Len(t, skipped, 1)
-		require.Contains(t, skipped[0].Error(), "libflagcx-nvidia.so: vendor runtime does not load")
-		require.Contains(t, skipped[0].Error(), "FLAGCX_NVIDIA_NCCL")
+		requireLoaderSkips(t, "nvidia", "FLAGCX_NVIDIA_CUDART", "libfakecuda.so", fakeNvidiaC, "FLAGCX_NVIDIA_NCCL", "/nonexistent/libnccl.so.2")
 	})
 }
 
@@ -366,33 +348,16 @@ func TestNvidiaAvgNeedsNccl210(t *testing.T) {
 // the emulator marker back.
 func TestNvidiaEmulatedSelection(t *testing.T) {
 	plugin := builtPlugin(t, "nvidia")
-	sim := t.TempDir()
-	simNvidia := filepath.Join(sim, "nvidia")
-	require.NoError(t, os.MkdirAll(simNvidia, 0o755))
-	compileC(t, filepath.Join(simNvidia, "libcudart.so.13"), fakeNvidiaC, "-DEMULATED")
 	// the same object serves as libnccl.so.2 (a symlink keeps one copy loaded)
-	require.NoError(t, os.Symlink("libcudart.so.13", filepath.Join(simNvidia, "libnccl.so.2")))
-	t.Setenv("FLAGCX_NVIDIA_NCCL", "/nonexistent/should-be-overridden")
+	sim, rt := fakeVendorsim(t, "nvidia", fakeNvidiaC, "libcudart.so.13", "libnccl.so.2", "FLAGCX_NVIDIA_NCCL")
 
 	t.Run("missing vendorsim dir", func(t *testing.T) {
-		p, err := Open(plugin)
-		require.NoError(t, err)
-		err = p.Init(InitOptions{Emulated: true, VendorsimDir: filepath.Join(sim, "nope")})
-		require.ErrorIs(t, err, sdk.ErrInvalidUsage)
-		require.Contains(t, err.Error(), "emulated vendor runtimes for nvidia not found")
+		err := requireEmulatedMissing(t, plugin, sim, "nvidia")
 		require.Contains(t, err.Error(), "run make")
 	})
 
-	p, err := Open(plugin)
-	require.NoError(t, err)
-	require.NoError(t, p.Init(InitOptions{Emulated: true, VendorsimDir: sim}))
-	require.True(t, p.Emulated())
-	libs := p.Info().Libraries
-	require.True(t, libs[0].Emulated)
-	require.True(t, libs[1].Emulated)
-	require.Equal(t, filepath.Join(simNvidia, "libcudart.so.13"), libs[0].Path)
-	require.False(t, libs[2].Loaded, "no NVML emulator here, and the real one must not be mixed in")
-	require.Equal(t, "/nonexistent/should-be-overridden", os.Getenv("FLAGCX_NVIDIA_NCCL"), "variables are restored after init")
+	p := requireEmulatedInit(t, plugin, sim, rt, "FLAGCX_NVIDIA_NCCL")
+	require.False(t, p.Info().Libraries[2].Loaded, "no NVML emulator here, and the real one must not be mixed in")
 	n, err := p.DeviceCount()
 	require.NoError(t, err)
 	require.Equal(t, 2, n)
