@@ -1,13 +1,11 @@
 package vendorsim
 
 import (
-	"context"
 	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -721,34 +719,11 @@ func cnRunRanks(t *testing.T, scenario string, n int, env ...string) []workerOut
 	require.Equal(t, int32(cnclSuccess), e.ccl.GetCliqueID(&id))
 	root, err := RepoRoot(".")
 	require.NoError(t, err)
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	outs := make([]workerOut, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		path := filepath.Join(dir, fmt.Sprintf("rank%d.json", r))
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), cnEnvScenario+"="+scenario, envRank+"="+strconv.Itoa(r), envNranks+"="+strconv.Itoa(n),
-			envID+"="+hex.EncodeToString(unsafe.Slice((*byte)(unsafe.Pointer(&id)), unsafe.Sizeof(id))), envOut+"="+path, envLibRoot+"="+root)
-		cmd.Env = append(cmd.Env, env...)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			msg, err := cmd.CombinedOutput()
-			if err == nil {
-				var data []byte
-				if data, err = os.ReadFile(path); err == nil {
-					err = json.Unmarshal(data, &outs[r])
-				}
-			}
-			if err != nil {
-				errs[r] = fmt.Errorf("rank %d: %w\n%s", r, err, msg)
-			}
-		}()
-	}
-	wg.Wait()
+	// -test.run=^$: init() runs the scenario, no test body runs
+	outs, _, errs := startRanks[workerOut](t, n, []string{"-test.run=^$"}, func(r int, path string) []string {
+		return append([]string{cnEnvScenario + "=" + scenario, envRank + "=" + strconv.Itoa(r), envNranks + "=" + strconv.Itoa(n),
+			envID + "=" + hex.EncodeToString(unsafe.Slice((*byte)(unsafe.Pointer(&id)), unsafe.Sizeof(id))), envOut + "=" + path, envLibRoot + "=" + root}, env...)
+	}, nil, nil)
 	for r := range n {
 		require.NoError(t, errs[r])
 		require.Empty(t, outs[r].Fail, "rank %d", r)

@@ -1,20 +1,17 @@
 package vendorsim
 
 import (
-	"context"
 	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
 	"sync"
 	"testing"
-	"time"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -576,33 +573,11 @@ func TestKunlunxinBKCLRanks(t *testing.T) {
 		t.Run(fmt.Sprintf("%dranks", n), func(t *testing.T) {
 			id := make([]byte, klxBKCLUniqueIDBytes)
 			require.Equal(t, int32(0), e.bkcl.GetUniqueID(&id[0]))
-			dir := t.TempDir()
-			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-			defer cancel()
-			runs, errs := make([]workerOut, n), make([]error, n)
-			var wg sync.WaitGroup
-			for r := 0; r < n; r++ {
-				path := filepath.Join(dir, fmt.Sprintf("rank%d.json", r))
-				cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestKunlunxinVsimWorker$", "-test.count=1")
-				cmd.Env = append(os.Environ(), "KLX_VSIM_RANK="+strconv.Itoa(r), "KLX_VSIM_NRANKS="+strconv.Itoa(n),
-					"KLX_VSIM_ID="+hex.EncodeToString(id), "KLX_VSIM_OUT="+path, "KLX_VSIM_ROOT="+root,
-					EnvSlotBytes+"=256", EnvMailboxBytes+"=1024", EnvTimeout+"=30")
-				wg.Add(1)
-				go func(r int) {
-					defer wg.Done()
-					msg, err := cmd.CombinedOutput()
-					if err == nil {
-						var data []byte
-						if data, err = os.ReadFile(path); err == nil {
-							err = json.Unmarshal(data, &runs[r])
-						}
-					}
-					if err != nil {
-						errs[r] = fmt.Errorf("rank %d: %w\n%s", r, err, msg)
-					}
-				}(r)
-			}
-			wg.Wait()
+			runs, _, errs := startRanks[workerOut](t, n, []string{"-test.run=^TestKunlunxinVsimWorker$", "-test.count=1"}, func(r int, path string) []string {
+				return []string{"KLX_VSIM_RANK=" + strconv.Itoa(r), "KLX_VSIM_NRANKS=" + strconv.Itoa(n),
+					"KLX_VSIM_ID=" + hex.EncodeToString(id), "KLX_VSIM_OUT=" + path, "KLX_VSIM_ROOT=" + root,
+					EnvSlotBytes + "=256", EnvMailboxBytes + "=1024", EnvTimeout + "=30"}
+			}, nil, nil)
 			require.NoError(t, errors.Join(errs...))
 			cnt := klxCount
 			for _, ty := range klxBKCLTypes {

@@ -1,13 +1,11 @@
 package vendorsim
 
 import (
-	"context"
 	"debug/elf"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -470,38 +468,13 @@ func metaxRunRanks(t *testing.T, scenario string, n int, env ...string) []metaxO
 	e := metaxEmulators(t)
 	var id metaxUniqueID
 	require.Equal(t, int32(mcclSuccess), e.cc.GetUniqueID(&id))
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	outs := make([]metaxOut, n)
-	logs := make([]strings.Builder, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
+	outs, logs, errs := startRanks[metaxOut](t, n, []string{"-test.run=^TestMetaxEmulatorWorker$", "-test.count=1"}, func(r int, path string) []string {
+		return append([]string{metaxEnvWorker + "=" + scenario, metaxEnvRank + "=" + strconv.Itoa(r),
+			metaxEnvNranks + "=" + strconv.Itoa(n), metaxEnvID + "=" + hex.EncodeToString(id.Internal[:]), metaxEnvOut + "=" + path}, env...)
+	}, nil, nil)
 	for r := range n {
-		path := filepath.Join(dir, fmt.Sprintf("rank%d.json", r))
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestMetaxEmulatorWorker$", "-test.count=1")
-		cmd.Env = append(os.Environ(), metaxEnvWorker+"="+scenario, metaxEnvRank+"="+strconv.Itoa(r),
-			metaxEnvNranks+"="+strconv.Itoa(n), metaxEnvID+"="+hex.EncodeToString(id.Internal[:]), metaxEnvOut+"="+path)
-		cmd.Env = append(cmd.Env, env...)
-		cmd.Stdout, cmd.Stderr = &logs[r], &logs[r]
-		require.NoError(t, cmd.Start())
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if errs[r] = cmd.Wait(); errs[r] != nil {
-				return
-			}
-			data, err := os.ReadFile(path)
-			if err == nil {
-				err = json.Unmarshal(data, &outs[r])
-			}
-			errs[r] = err
-		}()
-	}
-	wg.Wait()
-	for r := range n {
-		require.NoError(t, errs[r], "rank %d:\n%s", r, logs[r].String())
-		require.Empty(t, outs[r].Fail, "rank %d:\n%s", r, logs[r].String())
+		require.NoError(t, errs[r], "rank %d:\n%s", r, logs[r])
+		require.Empty(t, outs[r].Fail, "rank %d:\n%s", r, logs[r])
 	}
 	return outs
 }

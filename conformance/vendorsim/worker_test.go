@@ -1,18 +1,13 @@
 package vendorsim
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strconv"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 	"unsafe"
@@ -145,53 +140,15 @@ func runRanks(t *testing.T, scenario string, n int, env []string, perRank func(r
 	require.Equal(t, int32(ncclSuccess), e.nccl.GetUniqueID(&id))
 	root, err := RepoRoot(".")
 	require.NoError(t, err)
-	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-
+	// -test.run=^$: TestMain runs the scenario, no test body runs
+	outs, logs, errs := startRanks[workerOut](t, n, []string{"-test.run=^$"}, func(r int, path string) []string {
+		return append([]string{envWorker + "=" + scenario, envRank + "=" + strconv.Itoa(r), envNranks + "=" + strconv.Itoa(n),
+			envID + "=" + hex.EncodeToString(id.Internal[:]), envOut + "=" + path, envLibRoot + "=" + root}, env...)
+	}, perRank, skip)
 	runs := make([]rankRun, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := 0; r < n; r++ {
-		if skip != nil && skip(r) {
-			continue
-		}
-		path := filepath.Join(dir, fmt.Sprintf("rank%d.json", r))
-		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(),
-			envWorker+"="+scenario,
-			envRank+"="+strconv.Itoa(r),
-			envNranks+"="+strconv.Itoa(n),
-			envID+"="+hex.EncodeToString(id.Internal[:]),
-			envOut+"="+path,
-			envLibRoot+"="+root,
-		)
-		cmd.Env = append(cmd.Env, env...)
-		if perRank != nil {
-			cmd.Env = append(cmd.Env, perRank(r)...)
-		}
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		cmd.Stdout = &stderr
-		require.NoError(t, cmd.Start())
-		wg.Add(1)
-		go func(r int, cmd *exec.Cmd, stderr *strings.Builder) {
-			defer wg.Done()
-			if err := cmd.Wait(); err != nil {
-				errs[r] = fmt.Errorf("rank %d: %w\n%s", r, err, stderr.String())
-				return
-			}
-			runs[r].stderr = stderr.String()
-			data, err := os.ReadFile(path)
-			if err == nil {
-				err = json.Unmarshal(data, &runs[r].out)
-			}
-			if err != nil {
-				errs[r] = fmt.Errorf("rank %d: results: %w\n%s", r, err, stderr.String())
-			}
-		}(r, cmd, &stderr)
+	for r := range n {
+		runs[r] = rankRun{out: outs[r], stderr: logs[r]}
 	}
-	wg.Wait()
 	for r := 0; r < n; r++ {
 		require.NoError(t, errs[r])
 		if skip == nil || !skip(r) {
