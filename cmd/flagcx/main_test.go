@@ -418,8 +418,18 @@ func TestBenchHeterogeneousLayouts(t *testing.T) {
 
 // TestBenchNvidiaEmulatedDefaults is the plugin issue's own command:
 // `bench all --ranks nvidia:2 --emulated -c 1` at the default sizes.
+// Its JSON says the run was emulated.
 func TestBenchNvidiaEmulatedDefaults(t *testing.T) {
-	r := runFlagcx(t, 5*time.Minute, cleanEnv(), "--plugin-dir", pluginDir(t), "bench", "all", "--ranks", "nvidia:2", "--emulated", "-c", "1")
+	path := filepath.Join(t.TempDir(), "r.json")
+	r := runFlagcx(t, 5*time.Minute, cleanEnv(), "--plugin-dir", pluginDir(t), "bench", "all", "--ranks", "nvidia:2", "--emulated", "-c", "1", "--json", path)
 	require.Zero(t, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
 	require.Len(t, tableRows(t, r.stdout), 10*21) // 10 collectives x sizes 8 B..8 MiB
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var doc struct {
+		Emulated *bool `json:"emulated"`
+	}
+	require.NoError(t, json.Unmarshal(b, &doc))
+	require.NotNil(t, doc.Emulated)
+	require.True(t, *doc.Emulated)
 }

@@ -182,3 +182,16 @@ func (c *Config) steps() int {
 	}
 	return n
 }
+
+// usesPlugins reports whether any rank runs on a vendor plugin.
+func (c *Config) usesPlugins() bool {
+	if c.Placement == nil {
+		return c.Backend != HostBackendName
+	}
+	for _, b := range c.Placement {
+		if b != HostBackendName {
+			return true
+		}
+	}
+	return false
+}

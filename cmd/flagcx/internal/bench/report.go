@@ -159,11 +159,14 @@ func (f *flagcxReporter) footer(int, float64) {}
 
 // jsonReport is --json's document.
 type jsonReport struct {
-	FlagcxVersion string    `json:"flagcx_version"`
-	GoVersion     string    `json:"go_version"`
-	Date          string    `json:"date"`
-	ElapsedSec    float64   `json:"elapsed_sec"`
-	Launcher      string    `json:"launcher"`
+	FlagcxVersion string  `json:"flagcx_version"`
+	GoVersion     string  `json:"go_version"`
+	Date          string  `json:"date"`
+	ElapsedSec    float64 `json:"elapsed_sec"`
+	Launcher      string  `json:"launcher"`
+	// Emulated: plugin ranks ran on the emulated vendor runtimes (vendorsim),
+	// so the timings say nothing about hardware.
+	Emulated      bool      `json:"emulated"`
 	NRanks        int       `json:"nranks"`
 	Devices       []device  `json:"devices"`
 	Params        jsonParam `json:"params"`
@@ -194,6 +197,7 @@ func (r *rankRun) writeJSON(runErr error) error {
 		Date:          r.start.UTC().Format(time.RFC3339),
 		ElapsedSec:    time.Since(r.start).Seconds(),
 		Launcher:      r.launcher,
+		Emulated:      r.cfg.Emulated && r.cfg.usesPlugins(),
 		NRanks:        r.n,
 		Devices:       r.devices,
 		Results:       r.results,
