@@ -1,6 +1,7 @@
-// Package hostnet is the host network between ranks: TCP now (shared memory
-// and InfiniBand verbs later). It knows nothing of vendors or collectives:
-// it moves framed, length-checked messages between authenticated peers.
+// Package hostnet is the host network between ranks: TCP, and shared-memory
+// links between ranks of one host (InfiniBand verbs later). It knows nothing
+// of vendors or collectives: it moves framed, length-checked messages
+// between authenticated peers.
 //
 // The contract the rest of flagcx relies on:
 //
@@ -11,6 +12,7 @@
 //	err = conn.Send(p); err = conn.Recv(q)             // one frame each, lengths checked
 //	link := hostnet.NewLink(conns, cfg)                // several sockets to one peer
 //	err = link.Send(big); err = link.Recv(big)         // striped over the sockets
+//	shm, err := hostnet.SetupShmLink(conn, creator, cfg, shmCfg) // same host: a shared-memory link, agreed over conn
 //
 // Every blocking call gives up after Config.Timeout without progress.
 package hostnet
