@@ -262,30 +262,8 @@ func BenchmarkLinkLoopback(b *testing.B) {
 	for _, streams := range []int{1, 4} {
 		for _, size := range []int{64 << 10, 1 << 20, 16 << 20, 256 << 20} {
 			b.Run(fmt.Sprintf("streams=%d/size=%s", streams, sizeName(size)), func(b *testing.B) {
-				cfg := testConfig(time.Minute)
-				tx, rx := linkPair(b, cfg, streams)
-				src, dst := make([]byte, size), make([]byte, size)
-				for i := range src {
-					src[i] = byte(i)
-				}
-				done := make(chan error, 1)
-				b.SetBytes(int64(size))
-				b.ResetTimer()
-				go func() {
-					for i := 0; i < b.N; i++ {
-						if err := rx.Recv(dst); err != nil {
-							done <- err
-							return
-						}
-					}
-					done <- nil
-				}()
-				for i := 0; i < b.N; i++ {
-					if err := tx.Send(src); err != nil {
-						b.Fatal(err)
-					}
-				}
-				require.NoError(b, <-done)
+				tx, rx := linkPair(b, testConfig(time.Minute), streams)
+				benchStream(b, tx, rx, size)
 			})
 		}
 	}
@@ -357,6 +335,39 @@ func BenchmarkConnPingPong(b *testing.B) {
 			b.Fatal(err)
 		}
 		if err := d.Recv(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	require.NoError(b, <-done)
+}
+
+// messenger is what the streaming benchmarks need of a link (TCP or shm).
+type messenger interface {
+	Send(p []byte) error
+	Recv(p []byte) error
+}
+
+// benchStream sends b.N messages of size bytes from tx to rx, receiving
+// concurrently, and reports the bandwidth.
+func benchStream(b *testing.B, tx, rx messenger, size int) {
+	src, dst := make([]byte, size), make([]byte, size)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	done := make(chan error, 1)
+	b.SetBytes(int64(size))
+	b.ResetTimer()
+	go func() {
+		for i := 0; i < b.N; i++ {
+			if err := rx.Recv(dst); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	for i := 0; i < b.N; i++ {
+		if err := tx.Send(src); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -497,28 +497,7 @@ func BenchmarkShmLink(b *testing.B) {
 	for _, size := range []int{64 << 10, 1 << 20, 16 << 20, 256 << 20} {
 		b.Run("size="+sizeName(size), func(b *testing.B) {
 			tx, rx := shmPair(b, testConfig(time.Minute), sc)
-			src, dst := make([]byte, size), make([]byte, size)
-			for i := range src {
-				src[i] = byte(i)
-			}
-			done := make(chan error, 1)
-			b.SetBytes(int64(size))
-			b.ResetTimer()
-			go func() {
-				for i := 0; i < b.N; i++ {
-					if err := rx.Recv(dst); err != nil {
-						done <- err
-						return
-					}
-				}
-				done <- nil
-			}()
-			for i := 0; i < b.N; i++ {
-				if err := tx.Send(src); err != nil {
-					b.Fatal(err)
-				}
-			}
-			require.NoError(b, <-done)
+			benchStream(b, tx, rx, size)
 		})
 	}
 }
