@@ -231,3 +231,24 @@ func runRankWorkers[T any](t *testing.T, prefix string, n int, id []byte, args [
 	wg.Wait()
 	return reports, errs
 }
+
+// requireCCLMissing sets the CCL library's variable to a path that does not
+// exist and checks that Init fails cleanly: a system error naming the
+// plugin, the library and the variable, the runtime (loaded from fake)
+// reported as loaded and the CCL not, and no entry usable afterwards.
+func requireCCLMissing(t *testing.T, p *Plugin, fake, envVar, soname string) {
+	t.Helper()
+	t.Setenv(envVar, "/nonexistent/"+soname)
+	err := p.Init(InitOptions{})
+	require.ErrorIs(t, err, sdk.ErrSystemError)
+	require.Contains(t, err.Error(), "plugin "+p.Name+": init")
+	require.Contains(t, err.Error(), "cannot load "+soname+" from "+envVar+"=/nonexistent/"+soname)
+	require.Contains(t, err.Error(), "fix or unset "+envVar)
+	require.False(t, p.Initialized())
+	libs := p.Info().Libraries
+	require.True(t, libs[0].Loaded, "the runtime loaded before the CCL failed")
+	require.Equal(t, fake, libs[0].Path)
+	require.False(t, libs[1].Loaded)
+	_, err = p.DeviceCount()
+	require.ErrorIs(t, err, sdk.ErrInvalidUsage, "no entry runs before a successful init")
+}

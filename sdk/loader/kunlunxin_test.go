@@ -228,19 +228,7 @@ func fakeKunlunxin(t *testing.T, flags ...string) (*Plugin, string) {
 func TestKunlunxinInitFailsCleanly(t *testing.T) {
 	t.Run("bkcl path does not exist", func(t *testing.T) {
 		p, fake := fakeKunlunxin(t)
-		t.Setenv("FLAGCX_KUNLUNXIN_BKCL", "/nonexistent/libbkcl.so")
-		err := p.Init(InitOptions{})
-		require.ErrorIs(t, err, sdk.ErrSystemError)
-		require.Contains(t, err.Error(), "plugin kunlunxin: init")
-		require.Contains(t, err.Error(), "cannot load libbkcl.so from FLAGCX_KUNLUNXIN_BKCL=/nonexistent/libbkcl.so")
-		require.Contains(t, err.Error(), "fix or unset FLAGCX_KUNLUNXIN_BKCL")
-		require.False(t, p.Initialized())
-		libs := p.Info().Libraries
-		require.True(t, libs[0].Loaded, "the XPU runtime loaded before BKCL failed")
-		require.Equal(t, fake, libs[0].Path)
-		require.False(t, libs[1].Loaded)
-		_, err = p.DeviceCount()
-		require.ErrorIs(t, err, sdk.ErrInvalidUsage, "no entry runs before a successful init")
+		requireCCLMissing(t, p, fake, "FLAGCX_KUNLUNXIN_BKCL", "libbkcl.so")
 	})
 	t.Run("no XPU software on this machine", func(t *testing.T) {
 		if os.Getenv("KLX_FRESH_PROCESS") == "" {

@@ -25,20 +25,8 @@ import (
 func TestMetaxInitFailsCleanly(t *testing.T) {
 	t.Run("mccl path does not exist", func(t *testing.T) {
 		p, fake := fakeMetax(t)
-		t.Setenv("FLAGCX_METAX_MCCL", "/nonexistent/libmccl.so")
-		err := p.Init(InitOptions{})
-		require.ErrorIs(t, err, sdk.ErrSystemError)
-		require.Contains(t, err.Error(), "plugin metax: init")
-		require.Contains(t, err.Error(), "cannot load libmccl.so from FLAGCX_METAX_MCCL=/nonexistent/libmccl.so")
-		require.Contains(t, err.Error(), "fix or unset FLAGCX_METAX_MCCL")
-		require.False(t, p.Initialized())
-		libs := p.Info().Libraries
-		require.True(t, libs[0].Loaded, "the runtime loaded before MCCL failed")
-		require.Equal(t, fake, libs[0].Path)
-		require.False(t, libs[1].Loaded)
-		require.Contains(t, libs[1].Error, "FLAGCX_METAX_MCCL")
-		_, err = p.DeviceCount()
-		require.ErrorIs(t, err, sdk.ErrInvalidUsage, "no entry runs before a successful init")
+		requireCCLMissing(t, p, fake, "FLAGCX_METAX_MCCL", "libmccl.so")
+		require.Contains(t, p.Info().Libraries[1].Error, "FLAGCX_METAX_MCCL")
 
 		// a later init with a good path succeeds (the failed one closed everything)
 		t.Setenv("FLAGCX_METAX_MCCL", fake)

@@ -117,19 +117,7 @@ func fakeNvidia(t *testing.T, flags ...string) (*Plugin, string) {
 func TestNvidiaInitFailsCleanly(t *testing.T) {
 	t.Run("nccl path does not exist", func(t *testing.T) {
 		p, fake := fakeNvidia(t)
-		t.Setenv("FLAGCX_NVIDIA_NCCL", "/nonexistent/libnccl.so.2")
-		err := p.Init(InitOptions{})
-		require.ErrorIs(t, err, sdk.ErrSystemError)
-		require.Contains(t, err.Error(), "cannot load libnccl.so.2 from FLAGCX_NVIDIA_NCCL=/nonexistent/libnccl.so.2")
-		require.Contains(t, err.Error(), "fix or unset FLAGCX_NVIDIA_NCCL")
-		require.False(t, p.Initialized())
-		libs := p.Info().Libraries
-		require.True(t, libs[0].Loaded, "the runtime loaded before NCCL failed")
-		require.Equal(t, fake, libs[0].Path)
-		require.False(t, libs[1].Loaded)
-
-		_, err = p.DeviceCount()
-		require.ErrorIs(t, err, sdk.ErrInvalidUsage, "no entry runs before a successful init")
+		requireCCLMissing(t, p, fake, "FLAGCX_NVIDIA_NCCL", "libnccl.so.2")
 	})
 	t.Run("no CUDA on this machine", func(t *testing.T) {
 		plugin := builtPlugin(t, "nvidia")
