@@ -25,7 +25,7 @@ type Comm struct {
 	peers        []PeerInfo
 	cfg          hostnet.Config
 	listener     *hostnet.Listener
-	links        []peerLink // per peer, TCP or shared memory; nil for this rank
+	mesh         *hostnet.Mesh // links to every peer (mesh.Links[rank] is nil)
 	engine       *host.Engine
 
 	group      int        // GroupStart nesting depth
@@ -84,24 +84,62 @@ func InitRank(id UniqueID, nranks, rank int, opts ...Option) (*Comm, error) {
 		cfg.Timeout = o.timeout
 	}
 
+	sc, err := hostnet.ShmConfigFromEnv()
+	if err != nil {
+		return nil, fmt.Errorf("%w: rank %d: %v", sdk.ErrInvalidArgument, rank, err)
+	}
 	l, err := hostnet.Listen(cfg, id.Secret)
 	if err != nil {
 		return nil, fmt.Errorf("%w: rank %d: %v", sdk.ErrSystemError, rank, err)
 	}
-	self := announce{PeerInfo: PeerInfo{Rank: rank, Addr: l.Addr(), Host: hostname(), Pid: os.Getpid(), BootID: hostnet.BootID()}, NRanks: nranks}
+	self := announce{PeerInfo: PeerInfo{Rank: rank, Addr: l.Addr(), Host: hostname(), Pid: os.Getpid(),
+		BootID: hostnet.BootID(), PidNS: hostnet.PidNamespace()}, NRanks: nranks}
+	// The segment exists before the rendezvous so that its name travels in
+	// the table; it is sized independently of how many ranks share the host.
+	var seg *hostnet.ShmSegment
+	if nranks > 1 {
+		if seg, err = hostnet.CreateShmSegment(sc); err != nil {
+			if errors.Is(err, hostnet.ErrShmCapacity) {
+				l.Close()
+				return nil, fmt.Errorf("%w: rank %d: %v", sdk.ErrSystemError, rank, err)
+			}
+			self.NoShm = err.Error()
+		} else {
+			self.Shm = seg.Name()
+		}
+	}
 	peers, err := joinRendezvous(id, cfg, self)
 	if err != nil {
+		seg.Close()
 		l.Close()
 		return nil, err
 	}
-	links, err := buildMesh(l, cfg, id.Secret, peers, rank)
+	mesh, err := hostnet.Connect(hostnet.MeshConfig{Net: cfg, Shm: sc, Secret: id.Secret, Listener: l, Segment: seg, Peers: peers, Rank: rank})
 	if err != nil {
 		l.Close()
-		return nil, err
+		return nil, meshError(rank, err)
 	}
-	c := &Comm{rank: rank, nranks: nranks, peers: peers, cfg: cfg, listener: l, links: links, aborted: make(chan struct{})}
-	c.engine = host.New(meshPeers{c})
+	for _, w := range mesh.Warnings {
+		fmt.Fprintf(os.Stderr, "flagcx: warning: %s\n", w)
+	}
+	c := &Comm{rank: rank, nranks: nranks, peers: peers, cfg: cfg, listener: l, mesh: mesh, aborted: make(chan struct{})}
+	var hopts []host.Option
+	if node := mesh.Node; node != nil && node.Size() == nranks {
+		hopts = append(hopts, host.WithShared(sharedNode{node}), host.WithWorkers(node.Cores()))
+	}
+	c.engine = host.New(meshPeers{c}, hopts...)
 	return c, nil
+}
+
+// meshError classifies a failure to connect the ranks.
+func meshError(rank int, err error) error {
+	switch {
+	case errors.Is(err, hostnet.ErrShmCapacity), errors.Is(err, hostnet.ErrShmUnavailable):
+		return fmt.Errorf("%w: rank %d: %w", sdk.ErrSystemError, rank, err)
+	case errors.Is(err, hostnet.ErrConfig):
+		return fmt.Errorf("%w: rank %d: %w", sdk.ErrInvalidArgument, rank, err)
+	}
+	return fmt.Errorf("%w: %w", sdk.ErrRemoteError, err)
 }
 
 func (c *Comm) Rank() int  { return c.rank }
@@ -126,11 +164,7 @@ func (c *Comm) Abort() error {
 
 func (c *Comm) close() {
 	c.listener.Close()
-	for _, l := range c.links {
-		if l != nil {
-			l.Close()
-		}
-	}
+	c.mesh.Close()
 }
 
 func (c *Comm) isAborted() bool {
@@ -346,30 +380,42 @@ func (m meshPeers) Rank() int { return m.c.rank }
 func (m meshPeers) Size() int { return m.c.nranks }
 
 func (m meshPeers) Send(peer int, buf []byte) error {
-	if err := m.c.links[peer].Send(buf); err != nil {
+	if err := m.c.mesh.Links[peer].Send(buf); err != nil {
 		return linkError(err, fmt.Sprintf("sending %d bytes to rank %d", len(buf), peer), peer)
 	}
 	return nil
 }
 
 func (m meshPeers) Recv(peer int, buf []byte) error {
-	if err := m.c.links[peer].Recv(buf); err != nil {
+	if err := m.c.mesh.Links[peer].Recv(buf); err != nil {
 		return linkError(err, fmt.Sprintf("waiting for %d bytes from rank %d", len(buf), peer), peer)
 	}
 	return nil
 }
 
+// sharedNode gives the host engine this host's shared memory, with errors
+// classified as the links' are.
+type sharedNode struct{ *hostnet.ShmNode }
+
+func (s sharedNode) Sync(sig uint64) error {
+	err := s.ShmNode.Sync(sig)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, hostnet.ErrMismatch):
+		return fmt.Errorf("%w: %w", sdk.ErrInvalidUsage, err)
+	case errors.Is(err, hostnet.ErrTimeout), errors.Is(err, hostnet.ErrClosed):
+		return fmt.Errorf("%w: %w", sdk.ErrRemoteError, err)
+	}
+	return fmt.Errorf("%w: %w", sdk.ErrSystemError, err)
+}
+
 // transport names how this rank reaches peer: "self", "shm" or "tcp".
 func (c *Comm) transport(peer int) string {
-	switch c.links[peer].(type) {
-	case nil:
-		return "self"
-	case *hostnet.ShmLink:
-		return "shm"
-	case *hostnet.Link:
-		return "tcp"
+	if l := c.mesh.Links[peer]; l != nil {
+		return l.Transport()
 	}
-	return fmt.Sprintf("%T", c.links[peer])
+	return "self"
 }
 
 func linkError(err error, doing string, peer int) error {

@@ -110,31 +110,11 @@ func TestMeshUsesTCPWhenShmDisabled(t *testing.T) {
 }
 
 func TestMeshRejectsMalformedShmSettings(t *testing.T) {
-	t.Setenv(hostnet.EnvShmSlots, "many")
+	t.Setenv(hostnet.EnvShmP2PSize, "many")
 	cfg := testNet(5 * time.Second)
 	id, err := GetUniqueID(WithIDNetConfig(cfg))
 	require.NoError(t, err)
 	_, err = InitRank(id, 1, 0, WithNetConfig(cfg))
 	require.ErrorIs(t, err, sdk.ErrInvalidArgument)
-	require.ErrorContains(t, err, hostnet.EnvShmSlots)
-}
-
-func TestSameHost(t *testing.T) {
-	a := PeerInfo{Host: "node1", BootID: "b1"}
-	for _, tc := range []struct {
-		name string
-		b    PeerInfo
-		want bool
-	}{
-		{"same host and kernel", PeerInfo{Host: "node1", BootID: "b1"}, true},
-		{"other host name", PeerInfo{Host: "node2", BootID: "b1"}, false},
-		{"other kernel (a VM or container host with the same name)", PeerInfo{Host: "node1", BootID: "b2"}, false},
-		{"no boot id (an older peer)", PeerInfo{Host: "node1"}, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			require.Equal(t, tc.want, sameHost(a, tc.b))
-			require.Equal(t, tc.want, sameHost(tc.b, a))
-		})
-	}
-	require.False(t, sameHost(PeerInfo{Host: "x"}, PeerInfo{Host: "x"}), "unknown boot ids never match")
+	require.ErrorContains(t, err, hostnet.EnvShmP2PSize)
 }

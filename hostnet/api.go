@@ -56,6 +56,9 @@ var (
 	ErrClosed = errors.New("connection closed")
 	// ErrAuth: the peer could not prove the secret.
 	ErrAuth = errors.New("peer failed authentication")
+	// ErrMismatch: the ranks of a host disagree on the collective step
+	// they are in (another operation, count, type or root).
+	ErrMismatch = errors.New("ranks disagree on the operation")
 )
 
 // LengthError reports a frame whose length differs from what the receiver

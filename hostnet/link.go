@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 )
 
-// Link bundles the connections to one peer and stripes large messages over
+// TCPLink bundles the connections to one peer and stripes large messages over
 // them.
 //
 // A message of n bytes travels whole on conns[0] when n < StripeMin, when
@@ -27,38 +27,38 @@ import (
 // the other pieces of that message are aborted and every connection of the
 // Link is broken; Close it and build a new one. Close unblocks a blocked
 // Send or Recv with an error wrapping ErrClosed.
-type Link struct {
+type TCPLink struct {
 	conns     []*Conn
 	stripeMin int
 	closed    atomic.Bool
 }
 
-// NewLink bundles conns (at least one, all to the same peer) with
+// NewTCPLink bundles conns (at least one, all to the same peer) with
 // cfg.StripeMin. The Link owns the connections from now on.
-func NewLink(conns []*Conn, cfg Config) *Link {
+func NewTCPLink(conns []*Conn, cfg Config) *TCPLink {
 	if len(conns) == 0 {
-		panic("hostnet: NewLink needs at least one connection")
+		panic("hostnet: NewTCPLink needs at least one connection")
 	}
 	for i, c := range conns {
 		if c == nil {
-			panic(fmt.Sprintf("hostnet: NewLink: connection %d is nil", i))
+			panic(fmt.Sprintf("hostnet: NewTCPLink: connection %d is nil", i))
 		}
 	}
-	return &Link{conns: append([]*Conn(nil), conns...), stripeMin: max(cfg.StripeMin, 0)}
+	return &TCPLink{conns: append([]*Conn(nil), conns...), stripeMin: max(cfg.StripeMin, 0)}
 }
 
 // Streams is the number of connections of the Link.
-func (l *Link) Streams() int { return len(l.conns) }
+func (l *TCPLink) Streams() int { return len(l.conns) }
 
 // RemoteAddr is the peer's address (of the first connection).
-func (l *Link) RemoteAddr() string { return l.conns[0].RemoteAddr() }
+func (l *TCPLink) RemoteAddr() string { return l.conns[0].RemoteAddr() }
 
-func (l *Link) striped(n int) bool {
+func (l *TCPLink) striped(n int) bool {
 	return len(l.conns) > 1 && n >= l.stripeMin && n >= len(l.conns)
 }
 
 // Send sends p as one message (striped when large).
-func (l *Link) Send(p []byte) error {
+func (l *TCPLink) Send(p []byte) error {
 	if !l.striped(len(p)) {
 		return l.conns[0].sendFrame(p, len(p))
 	}
@@ -69,7 +69,7 @@ func (l *Link) Send(p []byte) error {
 // Recv receives one message of exactly len(p) bytes into p. A message of
 // another length gives *LengthError with both whole-message lengths; p is
 // never written past its end.
-func (l *Link) Recv(p []byte) error {
+func (l *TCPLink) Recv(p []byte) error {
 	if !l.striped(len(p)) {
 		return l.conns[0].recvFrame(p, len(p))
 	}
@@ -79,7 +79,7 @@ func (l *Link) Recv(p []byte) error {
 
 // each runs op on every (conn, piece) pair at once, piece 0 on the calling
 // goroutine. The first failure aborts the others and is returned.
-func (l *Link) each(p []byte, op func(*Conn, []byte) error) error {
+func (l *TCPLink) each(p []byte, op func(*Conn, []byte) error) error {
 	n := len(l.conns)
 	base, rem := len(p)/n, len(p)%n
 	var (
@@ -123,7 +123,7 @@ func (l *Link) each(p []byte, op func(*Conn, []byte) error) error {
 }
 
 // Close closes every connection of the Link.
-func (l *Link) Close() error {
+func (l *TCPLink) Close() error {
 	if l.closed.Swap(true) {
 		return nil
 	}
@@ -135,3 +135,6 @@ func (l *Link) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// Transport is "tcp".
+func (l *TCPLink) Transport() string { return "tcp" }

@@ -12,12 +12,12 @@ import (
 )
 
 // linkPair connects two Links of the given number of streams over loopback.
-func linkPair(t testing.TB, cfg Config, streams int) (dialer, acceptor *Link) {
+func linkPair(t testing.TB, cfg Config, streams int) (dialer, acceptor *TCPLink) {
 	t.Helper()
 	return linkPair2(t, cfg, cfg, streams)
 }
 
-func linkPair2(t testing.TB, dcfg, acfg Config, streams int) (dialer, acceptor *Link) {
+func linkPair2(t testing.TB, dcfg, acfg Config, streams int) (dialer, acceptor *TCPLink) {
 	t.Helper()
 	l, _ := newTestListener(t, "127.0.0.1:0", acfg, testSecret)
 	var dc, ac []*Conn
@@ -32,7 +32,7 @@ func linkPair2(t testing.TB, dcfg, acfg Config, streams int) (dialer, acceptor *
 		require.Equal(t, []byte{byte(i)}, hello, "streams must pair up in dial order")
 		ac = append(ac, c)
 	}
-	dialer, acceptor = NewLink(dc, dcfg), NewLink(ac, acfg)
+	dialer, acceptor = NewTCPLink(dc, dcfg), NewTCPLink(ac, acfg)
 	t.Cleanup(func() { dialer.Close(); acceptor.Close() })
 	return dialer, acceptor
 }
@@ -124,7 +124,7 @@ func TestLinkFullDuplex(t *testing.T) {
 	a, b := linkPair(t, cfg, 4)
 	const rounds, n = 4, 8 << 20
 	ma, mb := randomBytes(11, n), randomBytes(12, n)
-	run := func(l *Link, out, in []byte) <-chan error {
+	run := func(l *TCPLink, out, in []byte) <-chan error {
 		errc := make(chan error, 2)
 		go func() {
 			for i := 0; i < rounds; i++ {
@@ -241,8 +241,8 @@ func TestLinkPeerDiesMidMessage(t *testing.T) {
 }
 
 func TestNewLinkRejectsEmpty(t *testing.T) {
-	require.Panics(t, func() { NewLink(nil, DefaultConfig()) })
-	require.Panics(t, func() { NewLink([]*Conn{nil}, DefaultConfig()) })
+	require.Panics(t, func() { NewTCPLink(nil, DefaultConfig()) })
+	require.Panics(t, func() { NewTCPLink([]*Conn{nil}, DefaultConfig()) })
 }
 
 func sizeName(n int) string {

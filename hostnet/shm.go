@@ -1,108 +1,95 @@
 package hostnet
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 )
 
-// Shared memory between two processes of one host.
+// Shared memory between the ranks of one host.
 //
-// A ShmLink behaves like a Link (whole, ordered, length-checked messages;
-// full duplex; Close unblocks both sides with ErrClosed; no progress for
-// Config.Timeout gives ErrTimeout) but moves the bytes through a segment
-// that both processes map, so a message costs two memcpys (the sender's
-// copy in, the receiver's copy out, running concurrently slot by slot) and
-// no system call on the fast path.
+// Every rank that shares memory creates ONE segment (a file in /dev/shm,
+// named flagcx-<boot>-<pidns>-<pid>-<token>) before the rendezvous, and
+// maps the segments of its same-host peers after it. A segment holds
 //
-// The segment (a file in /dev/shm, unlinked as soon as both sides mapped
-// it) holds one ring of Slots slots of SlotSize bytes per direction:
+//	header page   magic, geometry, owner pid and token, the owner's
+//	              collective step counter and its sleeper count
+//	p2p area      the inbound rings of point-to-point links: one ring per
+//	              same-host peer (peer -> owner), the area divided evenly
+//	window        the owner's collective staging window, read by every
+//	              same-host rank (ShmNode)
 //
-//	header page  magic, geometry, the two pids, the two closed flags
-//	ring 0 ctl   creator -> opener: head, tail, receiver-sleeping and
-//	             sender-sleeping words, each on its own 128-byte line,
-//	             then one 64-byte header per slot (message length, piece)
-//	ring 1 ctl   opener -> creator, the same
-//	ring 0 data  Slots x SlotSize
-//	ring 1 data  Slots x SlotSize
+// so /dev/shm grows by one constant-size segment per rank, never per pair.
+// Each segment is unlinked as soon as every same-host peer has mapped it
+// (or the setup failed); a segment whose creator died before that is
+// removed by the next flagcx process of the host that starts (CleanStaleShm:
+// the creator's pid, pid namespace and boot id are in the name).
 //
-// head counts the slots the sender published, tail the slots the receiver
-// released (both 32-bit, wrapping). A message of n bytes takes
-// max(1, ceil(n/SlotSize)) consecutive slots; every slot header repeats the
-// message length, so a receiver expecting another length stops before
-// copying anything.
-//
-// Waiting: a side that finds the ring empty (or full) polls the counter a
-// hundred times, letting the process's other goroutines run between polls
-// (runtime.Gosched; on a box with fewer cores than ranks, longer busy
-// polling starves the very peer being waited for), then announces
-// that it sleeps (its sleeping word) and sleeps on the counter with a
-// shared futex for at most 50 ms at a time. The other side issues
-// FUTEX_WAKE after moving the counter only when the sleeping word says
-// somebody sleeps, so a steady stream makes no system calls at all.
-// Between naps the sleeper rechecks the closed flags and, every 100 ms,
-// whether the peer process still exists (kill(pid, 0), and /proc/pid/stat
-// for a zombie), so a killed peer is reported within a fraction of a second
-// instead of at the deadline.
+// Waiting for a peer (a ring slot, a collective step) polls the shared word
+// for a bounded time, then yields the CPU, then sleeps on it with a futex
+// (see shmWaiter), so a small message costs no system call while both ranks
+// run, and an oversubscribed host (more ranks than cores) still makes
+// progress. Every wait has the Config.Timeout deadline and notices within a
+// fraction of a second that the peer process died.
 
-// Defaults of ShmConfig.
+// Defaults and bounds of ShmConfig.
 const (
-	DefaultShmSlotSize = 256 << 10
-	DefaultShmSlots    = 8
-
-	// Bounds of FLAGCX_SHM_SLOT_SIZE and FLAGCX_SHM_SLOTS.
-	MinShmSlotSize  = 1 << 10
-	MaxShmSlotSize  = 256 << 20
-	MaxShmSlots     = 1024
-	MaxShmRingBytes = 1 << 30 // slots x slot size, per direction
+	DefaultShmP2PBytes    = 8 << 20
+	DefaultShmWindowBytes = 8 << 20
+	MinShmAreaBytes       = 64 << 10
+	MaxShmAreaBytes       = 1 << 30
 )
 
 // Environment variables read by ShmConfigFromEnv.
 const (
-	EnvShmSlotSize = "FLAGCX_SHM_SLOT_SIZE"
-	EnvShmSlots    = "FLAGCX_SHM_SLOTS"
-	EnvShmDisable  = "FLAGCX_SHM_DISABLE"
+	EnvShmDisable     = "FLAGCX_SHM_DISABLE"
+	EnvShmP2PSize     = "FLAGCX_SHM_P2P_SIZE"
+	EnvShmWindowSize  = "FLAGCX_SHM_WINDOW_SIZE"
+	envShmOldSlotSize = "FLAGCX_SHM_SLOT_SIZE" // replaced by FLAGCX_SHM_P2P_SIZE
+	envShmOldSlots    = "FLAGCX_SHM_SLOTS"
 )
+
+// shmPage is the granule of segment areas.
+const shmPage = 4096
 
 // DefaultShmDir is where segments are created.
 const DefaultShmDir = "/dev/shm"
 
-// ShmConfig tunes shared-memory links. The creator of a segment decides
-// its geometry; the other side reads it from the segment, so ranks with
-// different settings still interoperate.
+// ShmConfig tunes shared memory. Each rank sizes its own segment; peers read
+// the geometry from the segment's header, so ranks with different settings
+// still interoperate.
 type ShmConfig struct {
-	// SlotSize is the bytes of one ring slot (FLAGCX_SHM_SLOT_SIZE), rounded
-	// up to a multiple of 64. Larger messages stream through the ring slot
-	// by slot.
-	SlotSize int
-	// Slots is the number of slots of each ring (FLAGCX_SHM_SLOTS).
-	Slots int
-	// Disable forces TCP between ranks of one host (FLAGCX_SHM_DISABLE=1).
+	// Disable makes this rank use TCP to the ranks of its own host
+	// (FLAGCX_SHM_DISABLE=1).
 	Disable bool
+	// P2PBytes is the rank's inbound point-to-point area, divided among
+	// its same-host peers (FLAGCX_SHM_P2P_SIZE).
+	P2PBytes int
+	// WindowBytes is the rank's collective staging window
+	// (FLAGCX_SHM_WINDOW_SIZE).
+	WindowBytes int
 	// Dir is the tmpfs directory for segments (default /dev/shm).
 	Dir string
 }
 
-// DefaultShmConfig: 8 slots of 256 KiB per direction (4 MiB of /dev/shm
-// per pair of ranks), enabled, in /dev/shm.
+// DefaultShmConfig: 8 MiB of inbound rings and an 8 MiB window per rank,
+// enabled, in /dev/shm.
 func DefaultShmConfig() ShmConfig {
-	return ShmConfig{SlotSize: DefaultShmSlotSize, Slots: DefaultShmSlots, Dir: DefaultShmDir}
+	return ShmConfig{P2PBytes: DefaultShmP2PBytes, WindowBytes: DefaultShmWindowBytes, Dir: DefaultShmDir}
 }
 
-// ShmConfigFromEnv reads FLAGCX_SHM_SLOT_SIZE, FLAGCX_SHM_SLOTS and
-// FLAGCX_SHM_DISABLE on top of DefaultShmConfig.
+// ShmConfigFromEnv reads FLAGCX_SHM_DISABLE, FLAGCX_SHM_P2P_SIZE and
+// FLAGCX_SHM_WINDOW_SIZE on top of DefaultShmConfig.
 func ShmConfigFromEnv() (ShmConfig, error) { return ShmConfigFromLookup(os.LookupEnv) }
 
 // ShmConfigFromLookup is ShmConfigFromEnv with the variables read through
 // lookup. Unset or empty variables keep their defaults; malformed ones give
 // one error wrapping ErrConfig that lists them all.
 //
-//	FLAGCX_SHM_SLOT_SIZE  bytes per slot, K/M suffix allowed (1K..256M, default 256K)
-//	FLAGCX_SHM_SLOTS      slots per direction (1..1024, default 8); slots x size <= 1 GiB
-//	FLAGCX_SHM_DISABLE    1 (or true) forces TCP between ranks of one host
+//	FLAGCX_SHM_DISABLE      1 (or true) makes this rank use TCP to its own host
+//	FLAGCX_SHM_P2P_SIZE     inbound ring bytes per rank, K/M/G suffix (64K..1G, default 8M)
+//	FLAGCX_SHM_WINDOW_SIZE  collective window bytes per rank (64K..1G, default 8M)
 func ShmConfigFromLookup(lookup func(string) (string, bool)) (ShmConfig, error) {
 	sc := DefaultShmConfig()
 	var errs []error
@@ -114,20 +101,23 @@ func ShmConfigFromLookup(lookup func(string) (string, bool)) (ShmConfig, error) 
 	bad := func(name, val, allowed string) {
 		errs = append(errs, fmt.Errorf("%w: %s=%q: %s", ErrConfig, name, val, allowed))
 	}
-	if v, ok := get(EnvShmSlotSize); ok {
-		n, err := parseBytes(v)
-		if err != nil || n < MinShmSlotSize || n > MaxShmSlotSize {
-			bad(EnvShmSlotSize, v, "allowed is a byte count from 1K to 256M such as 262144, 256K or 1M (K/M are 1024-based)")
-		} else {
-			sc.SlotSize = n
+	area := func(name string, dst *int) {
+		v, ok := get(name)
+		if !ok {
+			return
 		}
+		n, err := parseBytes(v)
+		if err != nil || n < MinShmAreaBytes || n > MaxShmAreaBytes {
+			bad(name, v, "allowed is a byte count from 64K to 1G such as 8388608, 8M or 512K (K/M/G are 1024-based)")
+			return
+		}
+		*dst = n
 	}
-	if v, ok := get(EnvShmSlots); ok {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxShmSlots {
-			bad(EnvShmSlots, v, fmt.Sprintf("allowed is a whole number from 1 to %d", MaxShmSlots))
-		} else {
-			sc.Slots = n
+	area(EnvShmP2PSize, &sc.P2PBytes)
+	area(EnvShmWindowSize, &sc.WindowBytes)
+	for _, old := range []string{envShmOldSlotSize, envShmOldSlots} {
+		if v, ok := get(old); ok {
+			bad(old, v, "this variable no longer exists: each rank now has one segment; size its inbound rings with "+EnvShmP2PSize+" and its collective window with "+EnvShmWindowSize)
 		}
 	}
 	if v, ok := get(EnvShmDisable); ok {
@@ -140,26 +130,108 @@ func ShmConfigFromLookup(lookup func(string) (string, bool)) (ShmConfig, error) 
 			bad(EnvShmDisable, v, "allowed are 1 (use TCP between ranks of one host) and 0")
 		}
 	}
-	if len(errs) == 0 && sc.Slots*roundShmSlot(sc.SlotSize) > MaxShmRingBytes {
-		errs = append(errs, fmt.Errorf("%w: %s=%d x %s=%d is more than 1 GiB per direction: lower one of them",
-			ErrConfig, EnvShmSlots, sc.Slots, EnvShmSlotSize, sc.SlotSize))
-	}
 	if len(errs) > 0 {
 		return DefaultShmConfig(), errors.Join(errs...)
 	}
 	return sc, nil
 }
 
-func roundShmSlot(n int) int { return (max(n, MinShmSlotSize) + 63) &^ 63 }
+func (sc ShmConfig) dir() string {
+	if sc.Dir == "" {
+		return DefaultShmDir
+	}
+	return sc.Dir
+}
 
-// ErrShmUnavailable: the two sides agreed not to use shared memory (one of
-// them disabled it, /dev/shm is missing or full, mapping failed, ...). The
-// connection the setup ran over is still in step: use TCP.
+// SegmentBytes is the size of one rank's segment: what each rank adds to
+// /dev/shm (and to RAM) on a host where ranks share memory.
+func (sc ShmConfig) SegmentBytes() int {
+	return shmPage + roundUp(max(sc.P2PBytes, MinShmAreaBytes), shmPage) + roundUp(max(sc.WindowBytes, MinShmAreaBytes), shmPage)
+}
+
+func roundUp(n, to int) int { return (n + to - 1) / to * to }
+
+// ErrShmCapacity: the ranks of this host would need more shared memory than
+// the host has. The message names both limits and what to change.
+var ErrShmCapacity = errors.New("not enough shared memory")
+
+// HostMemory is what bounds shared memory on this host.
+type HostMemory struct {
+	ShmDir       string
+	ShmSizeBytes int64 // size of the tmpfs holding ShmDir
+	ShmFreeBytes int64 // free bytes in it now
+	RAMBytes     int64 // MemTotal
+	AvailBytes   int64 // MemAvailable
+}
+
+// ReadHostMemory reads the tmpfs of sc's directory and /proc/meminfo. The
+// fields it cannot read are 0.
+func ReadHostMemory(sc ShmConfig) HostMemory {
+	hm := HostMemory{ShmDir: sc.dir()}
+	hm.ShmSizeBytes, hm.ShmFreeBytes = fsSpace(hm.ShmDir)
+	hm.RAMBytes, hm.AvailBytes = memInfo()
+	return hm
+}
+
+// CheckShmCapacity says whether ranks ranks of this host, each with a
+// segment of sc.SegmentBytes(), fit in the tmpfs of sc's directory and in
+// the RAM. It compares with the sizes (not the free space) so that every
+// rank of a job, checking at slightly different times, reaches the same
+// verdict; use CheckShmFree before creating anything.
+func CheckShmCapacity(ranks int, sc ShmConfig, hm HostMemory) error {
+	if sc.Disable || ranks < 2 {
+		return nil
+	}
+	need := int64(ranks) * int64(sc.SegmentBytes())
+	if (hm.ShmSizeBytes > 0 && need > hm.ShmSizeBytes) || (hm.RAMBytes > 0 && need > hm.RAMBytes/2) {
+		return fmt.Errorf("%w: %d ranks on this host need %s of shared memory (%s each), but %s holds %s and the RAM is %s (shared memory may take at most half of it): "+
+			"run fewer ranks per host, enlarge %s (e.g. docker --shm-size), shrink %s / %s, or set %s=1 to use TCP between the ranks",
+			ErrShmCapacity, ranks, FormatBytes(need), FormatBytes(int64(sc.SegmentBytes())), hm.ShmDir, FormatBytes(hm.ShmSizeBytes), FormatBytes(hm.RAMBytes),
+			hm.ShmDir, EnvShmP2PSize, EnvShmWindowSize, EnvShmDisable)
+	}
+	return nil
+}
+
+// CheckShmFree says whether ranks more segments fit in what is free now
+// (tmpfs and available RAM).
+func CheckShmFree(ranks int, sc ShmConfig, hm HostMemory) error {
+	if sc.Disable || ranks < 1 {
+		return nil
+	}
+	need := int64(ranks) * int64(sc.SegmentBytes())
+	if (hm.ShmSizeBytes > 0 && need > hm.ShmFreeBytes) || (hm.RAMBytes > 0 && need > hm.AvailBytes) {
+		return fmt.Errorf("%w: %d segments of %s need %s, but %s has %s free and %s of RAM is available: "+
+			"free some, enlarge %s (e.g. docker --shm-size), shrink %s / %s, or set %s=1 to use TCP between the ranks",
+			ErrShmCapacity, ranks, FormatBytes(int64(sc.SegmentBytes())), FormatBytes(need), hm.ShmDir, FormatBytes(hm.ShmFreeBytes), FormatBytes(hm.AvailBytes),
+			hm.ShmDir, EnvShmP2PSize, EnvShmWindowSize, EnvShmDisable)
+	}
+	return nil
+}
+
+// FormatBytes writes n with a binary unit: "512 B", "64 KiB", "1.5 GiB".
+func FormatBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	v := float64(n) / float64(div)
+	s := fmt.Sprintf("%.1f", v)
+	s = strings.TrimSuffix(s, ".0")
+	return s + " " + string("KMGTPE"[exp]) + "iB"
+}
+
+// ErrShmUnavailable: this rank cannot share memory with a peer (one of them
+// disabled it, or no segment could be made); the pair talks TCP.
 var ErrShmUnavailable = errors.New("shared memory unavailable")
 
 // BootID identifies the running kernel (/proc/sys/kernel/random/boot_id);
 // "" where it cannot be read. Two processes share memory only when their
-// host names and boot ids are equal.
+// host names, boot ids and pid namespaces are equal.
 func BootID() string {
 	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if err != nil {
@@ -168,184 +240,12 @@ func BootID() string {
 	return strings.TrimSpace(string(b))
 }
 
-// pidNamespace names this process's pid namespace ("" if unknown): the
-// liveness check kill(peer, 0) is only meaningful inside one namespace.
-func pidNamespace() string {
+// PidNamespace names this process's pid namespace ("" if unknown): telling
+// whether a peer process lives (kill(pid, 0)) is only meaningful inside one.
+func PidNamespace() string {
 	s, err := os.Readlink("/proc/self/ns/pid")
 	if err != nil {
 		return ""
 	}
 	return s
-}
-
-// Setup messages, JSON frames over the pair's authenticated connection.
-//
-//	creator -> opener  shmOffer   (the segment's path, or why there is none)
-//	opener -> creator  shmAnswer  (mapped it, or why not); creator unlinks
-//	creator -> opener  shmVerdict (only when both succeeded so far)
-type shmOffer struct {
-	Path  string `json:"path,omitempty"`
-	Pid   int    `json:"pid"`
-	PidNS string `json:"pidns"`
-	Err   string `json:"err,omitempty"`
-}
-
-type shmAnswer struct {
-	Pid   int    `json:"pid"`
-	PidNS string `json:"pidns"`
-	Err   string `json:"err,omitempty"`
-}
-
-type shmVerdict struct {
-	Err string `json:"err,omitempty"`
-}
-
-const maxShmSetupMsg = 4096
-
-// SetupShmLink turns an authenticated connection to a process of this host
-// into a ShmLink. Both sides call it at the same point of their protocol,
-// one with creator true (it creates the segment), the other false.
-//
-// The creator makes a segment in sc.Dir (0600, random name), sends its
-// path, waits until the opener has mapped it and unlinks it, so nothing is
-// left behind if a process dies later. When either side cannot (or, with
-// sc.Disable, will not) share memory, both get an error wrapping
-// ErrShmUnavailable with the reason and c stays usable: fall back to TCP.
-// Other errors mean c failed.
-//
-// c is only used during the setup; the ShmLink does not need it afterwards.
-func SetupShmLink(c *Conn, creator bool, cfg Config, sc ShmConfig) (*ShmLink, error) {
-	if creator {
-		return setupShmCreator(c, cfg, sc)
-	}
-	return setupShmOpener(c, cfg, sc)
-}
-
-func sendJSON(c *Conn, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	return c.Send(b)
-}
-
-func recvJSON(c *Conn, v any) error {
-	b, err := c.RecvMsg(maxShmSetupMsg)
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("hostnet: shared-memory setup with %s: malformed message: %v: %w", c.RemoteAddr(), err, ErrProtocol)
-	}
-	return nil
-}
-
-func unavailable(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrShmUnavailable, fmt.Sprintf(format, args...))
-}
-
-func setupShmCreator(c *Conn, cfg Config, sc ShmConfig) (*ShmLink, error) {
-	offer := shmOffer{Pid: os.Getpid(), PidNS: pidNamespace()}
-	var link *ShmLink
-	if sc.Disable {
-		offer.Err = fmt.Sprintf("pid %d has %s=1", offer.Pid, EnvShmDisable)
-	} else if l, err := createShm(cfg, sc); err != nil {
-		offer.Err = fmt.Sprintf("pid %d: %v", offer.Pid, err)
-	} else {
-		link, offer.Path = l, l.path
-	}
-	giveUp := func() {
-		if link != nil {
-			link.Close() // unlinks the file if still there
-		}
-	}
-	if err := sendJSON(c, offer); err != nil {
-		giveUp()
-		return nil, err
-	}
-	var ans shmAnswer
-	err := recvJSON(c, &ans)
-	if link != nil {
-		link.unlink() // mapped by both, or never will be
-	}
-	switch {
-	case err != nil:
-		giveUp()
-		return nil, err
-	case offer.Err != "":
-		return nil, unavailable("%s", offer.Err)
-	case ans.Err != "":
-		giveUp()
-		return nil, unavailable("%s", ans.Err)
-	}
-	var verdict shmVerdict
-	if got := link.attachedPid(); got != ans.Pid || ans.PidNS != offer.PidNS {
-		verdict.Err = fmt.Sprintf("pid %d did not map the segment pid %d created (found pid %d in it): the processes see different %s", ans.Pid, offer.Pid, got, sc.dir())
-	}
-	if err := sendJSON(c, verdict); err != nil {
-		giveUp()
-		return nil, err
-	}
-	if verdict.Err != "" {
-		giveUp()
-		return nil, unavailable("%s", verdict.Err)
-	}
-	link.peerPid = ans.Pid
-	return link, nil
-}
-
-func setupShmOpener(c *Conn, cfg Config, sc ShmConfig) (*ShmLink, error) {
-	var offer shmOffer
-	if err := recvJSON(c, &offer); err != nil {
-		return nil, err
-	}
-	ans := shmAnswer{Pid: os.Getpid(), PidNS: pidNamespace()}
-	var link *ShmLink
-	switch {
-	case offer.Err != "":
-		ans.Err = "the creator has no segment"
-	case sc.Disable:
-		ans.Err = fmt.Sprintf("pid %d has %s=1", ans.Pid, EnvShmDisable)
-	case offer.PidNS != ans.PidNS:
-		ans.Err = fmt.Sprintf("pids %d and %d live in different pid namespaces (%q, %q), so neither could tell whether the other died", offer.Pid, ans.Pid, offer.PidNS, ans.PidNS)
-	default:
-		l, err := openShm(offer.Path, cfg, offer.Pid)
-		if err != nil {
-			ans.Err = fmt.Sprintf("pid %d: %v", ans.Pid, err)
-		} else {
-			link = l
-		}
-	}
-	giveUp := func() {
-		if link != nil {
-			link.Close()
-		}
-	}
-	if err := sendJSON(c, ans); err != nil {
-		giveUp()
-		return nil, err
-	}
-	switch {
-	case offer.Err != "":
-		return nil, unavailable("%s", offer.Err)
-	case ans.Err != "":
-		return nil, unavailable("%s", ans.Err)
-	}
-	var verdict shmVerdict
-	if err := recvJSON(c, &verdict); err != nil {
-		giveUp()
-		return nil, err
-	}
-	if verdict.Err != "" {
-		giveUp()
-		return nil, unavailable("%s", verdict.Err)
-	}
-	return link, nil
-}
-
-func (sc ShmConfig) dir() string {
-	if sc.Dir == "" {
-		return DefaultShmDir
-	}
-	return sc.Dir
 }

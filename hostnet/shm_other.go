@@ -4,31 +4,45 @@ package hostnet
 
 import (
 	"errors"
+	"fmt"
 	"time"
 )
 
-// Shared-memory links need Linux (futexes); elsewhere the setup reports
-// ErrShmUnavailable and ranks of one host talk TCP.
+// Shared memory needs Linux (futexes); elsewhere no segment is made and
+// ranks of one host talk TCP.
 
-var errShmOS = errors.New("shared-memory links need Linux")
+var errShmOS = errors.New("shared memory needs Linux")
 
-// ShmLink is a Link over shared memory; only available on Linux.
-type ShmLink struct {
-	peerPid  int
-	path     string
-	timeout  time.Duration
-	slotSize int
-	slots    int
+// ShmSegment is one rank's segment; only available on Linux.
+type ShmSegment struct{}
+
+func (s *ShmSegment) Name() string { return "" }
+func (s *ShmSegment) Close() error { return nil }
+func (s *ShmSegment) unlink()      {}
+
+// CreateShmSegment reports ErrShmUnavailable off Linux.
+func CreateShmSegment(ShmConfig) (*ShmSegment, error) {
+	return nil, fmt.Errorf("%w: %v", ErrShmUnavailable, errShmOS)
 }
 
-func createShm(Config, ShmConfig) (*ShmLink, error) { return nil, errShmOS }
-func openShm(string, Config, int) (*ShmLink, error) { return nil, errShmOS }
-func (l *ShmLink) attachedPid() int                 { return 0 }
-func (l *ShmLink) unlink()                          {}
-func (l *ShmLink) PeerPid() int                     { return l.peerPid }
-func (l *ShmLink) SlotSize() int                    { return l.slotSize }
-func (l *ShmLink) Slots() int                       { return l.slots }
-func (l *ShmLink) String() string                   { return "shm (unsupported)" }
-func (l *ShmLink) Close() error                     { return nil }
-func (l *ShmLink) Send([]byte) error                { return errShmOS }
-func (l *ShmLink) Recv([]byte) error                { return errShmOS }
+// CleanStaleShm does nothing off Linux.
+func CleanStaleShm(ShmConfig) int { return 0 }
+
+// ShmNode is the shared memory of a host's ranks; only available on Linux.
+type ShmNode struct{}
+
+func (n *ShmNode) Size() int                    { return 0 }
+func (n *ShmNode) Index() int                   { return 0 }
+func (n *ShmNode) Ranks() []int                 { return nil }
+func (n *ShmNode) Window(int) []byte            { return nil }
+func (n *ShmNode) Step() uint32                 { return 0 }
+func (n *ShmNode) Cores() int                   { return 1 }
+func (n *ShmNode) Sync(uint64) error            { return errShmOS }
+func (n *ShmNode) close()                       {}
+func (m *Mesh) mapHost(MeshConfig, []int) error { return errShmOS }
+
+func processGone(int) string        { return "" }
+func fsSpace(string) (int64, int64) { return 0, 0 }
+func memInfo() (int64, int64)       { return 0, 0 }
+
+var _ = time.Second

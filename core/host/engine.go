@@ -43,6 +43,9 @@ type Engine struct {
 	workers    int
 	smallLimit int
 	chunk      int
+	sh         Shared // nil: message passing only
+	shHalf     int    // bytes of half a shared window (computed once)
+	sig        uint64 // label of the current call's shared-memory steps
 
 	mu      sync.Mutex
 	scratch [numScratch][]byte

@@ -137,6 +137,10 @@ func (e *Engine) do(name string, o P2P) error {
 func (e *Engine) Barrier() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if e.sh != nil {
+		e.sig = stepSig("Barrier", 0, 0, 0, 0)
+		return e.sync("Barrier")
+	}
 	var out, in [1]byte
 	for k := 1; k < e.n; k <<= 1 {
 		if err := e.sendrecv("Barrier", (e.rank+k)%e.n, out[:], mod(e.rank-k, e.n), in[:]); err != nil {
@@ -168,6 +172,9 @@ func (e *Engine) AlltoAll(send, recv []byte, count int, dt sdk.DataType) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	send, recv = send[:total], recv[:total]
+	if e.sh != nil {
+		return e.alltoAllShm(name, send, recv, bytes)
+	}
 	if overlap(send, recv) {
 		tmp := e.buf(scratchA, total)
 		copy(tmp, send)

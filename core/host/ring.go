@@ -36,6 +36,9 @@ func (e *Engine) AllGather(send, recv []byte, sendcount int, dt sdk.DataType) er
 	if e.n == 1 {
 		return nil
 	}
+	if e.sh != nil {
+		return e.allGatherShm(name, send, recv)
+	}
 	if total <= e.smallLimit {
 		// Direct: one round, every rank sends its block to all others.
 		ops := make([]P2P, 0, 2*(e.n-1))
@@ -117,6 +120,8 @@ func (e *Engine) ReduceScatter(send, recv []byte, recvcount int, dt sdk.DataType
 	case e.n == 1:
 		copyIn(recv, send)
 		return nil
+	case e.sh != nil:
+		return e.reduceScatterShm(name, send, recv, recvcount, dt, op)
 	case total <= e.smallLimit:
 		return e.reduceScatterDirect(name, send, recv, bytes, dt, op, block)
 	default:

@@ -37,6 +37,12 @@ func (e *Engine) Broadcast(send, recv []byte, count int, dt sdk.DataType, root i
 		copyIn(recv, send)
 		return nil
 	}
+	if e.sh != nil {
+		if isRoot {
+			copyIn(recv, send)
+		}
+		return e.broadcastShm(name, send, recv, root)
+	}
 	if bytes <= e.smallLimit {
 		return e.broadcastTree(name, send, recv, root)
 	}
@@ -142,6 +148,9 @@ func (e *Engine) Reduce(send, recv []byte, count int, dt sdk.DataType, op sdk.Re
 	if e.n == 1 {
 		copyIn(recv, send)
 		return nil
+	}
+	if e.sh != nil {
+		return e.reduceShm(name, send, recv, count, dt, op, root)
 	}
 	if bytes <= e.smallLimit {
 		return e.reduceTree(name, send, recv, dt, op, root)

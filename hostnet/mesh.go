@@ -1,0 +1,290 @@
+package hostnet
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// Link is how a rank reaches one peer: whole, ordered, length-checked
+// messages, full duplex (one Send and one Recv may run at once). Errors
+// wrap ErrTimeout, ErrClosed or *LengthError where those apply.
+type Link interface {
+	Send(p []byte) error
+	Recv(p []byte) error
+	Close() error
+	// Transport names what carries the link: "shm" or "tcp".
+	Transport() string
+}
+
+// Peer is what a rank announces about itself at bootstrap: enough for
+// every other rank to choose a transport to it and connect.
+type Peer struct {
+	Rank int    `json:"rank"`
+	Addr string `json:"addr"` // its listener, for TCP
+	Host string `json:"host"`
+	Pid  int    `json:"pid"`
+	// BootID and PidNS (BootID(), PidNamespace()) with Host tell whether
+	// two ranks can share memory and see each other's processes.
+	BootID string `json:"boot_id,omitempty"`
+	PidNS  string `json:"pidns,omitempty"`
+	// Shm names the rank's segment (CreateShmSegment); NoShm says why it
+	// has none.
+	Shm   string `json:"shm,omitempty"`
+	NoShm string `json:"no_shm,omitempty"`
+}
+
+// SameHost: a and b run on one machine, under one kernel, in one pid
+// namespace.
+func SameHost(a, b Peer) bool {
+	return a.BootID != "" && a.BootID == b.BootID && a.Host == b.Host && a.PidNS == b.PidNS
+}
+
+// transport is one row of the transport table: whether it can connect a
+// pair of ranks. The first row that can, does (as in NCCL's table; the IB
+// net plugin will take a row between these two).
+type transport struct {
+	name       string
+	canConnect func(a, b Peer) bool
+}
+
+var transports = []transport{
+	{"shm", func(a, b Peer) bool { return a.Shm != "" && b.Shm != "" && SameHost(a, b) }},
+	{"tcp", func(a, b Peer) bool { return true }},
+}
+
+// TransportFor names the transport between a and b.
+func TransportFor(a, b Peer) string {
+	for _, t := range transports {
+		if t.canConnect(a, b) {
+			return t.name
+		}
+	}
+	return ""
+}
+
+// MeshConfig is what Connect needs.
+type MeshConfig struct {
+	Net      Config
+	Shm      ShmConfig
+	Secret   Secret
+	Listener *Listener   // this rank's, announced in Peers[Rank].Addr
+	Segment  *ShmSegment // this rank's (nil without shared memory); Connect takes it over
+	Peers    []Peer      // every rank, by rank
+	Rank     int
+}
+
+// Mesh is one rank's links to every other rank of a communicator.
+type Mesh struct {
+	// Links holds the link to each rank (nil for this rank).
+	Links []Link
+	// Node is the shared memory of this host's ranks (nil unless at least
+	// two ranks of this host share memory).
+	Node *ShmNode
+	// Warnings say which ranks of this host talk TCP and why.
+	Warnings []string
+
+	segs      []*ShmSegment
+	closeOnce sync.Once
+}
+
+// meshHello identifies one socket of a TCP link.
+type meshHello struct {
+	Rank   int `json:"rank"`
+	Stream int `json:"stream"`
+}
+
+// Connect builds this rank's links to every other rank: shared memory to
+// the ranks of its host that share memory, TCP (Net.Streams sockets, the
+// higher rank dialing) to the others. It returns once every link is up and
+// every segment of the host is mapped by all its ranks (and unlinked), or
+// with an error naming the ranks it waited for after Net.Timeout without
+// progress. On error nothing stays open and this rank's segment is gone.
+func Connect(mc MeshConfig) (m *Mesh, err error) {
+	self := mc.Peers[mc.Rank]
+	m = &Mesh{Links: make([]Link, len(mc.Peers))}
+	if mc.Segment != nil {
+		m.segs = []*ShmSegment{mc.Segment}
+	}
+	defer func() {
+		if err != nil {
+			m.removeDeadPeers(mc)
+			m.Close()
+			m = nil
+		}
+	}()
+	var local []int
+	for _, p := range mc.Peers {
+		switch {
+		case p.Rank == mc.Rank:
+			if self.Shm != "" && mc.Segment != nil {
+				local = append(local, p.Rank)
+			}
+		case TransportFor(self, p) == "shm":
+			local = append(local, p.Rank)
+		case SameHost(self, p) && !mc.Shm.Disable:
+			m.Warnings = append(m.Warnings, fmt.Sprintf("rank %d talks TCP to rank %d of its own host: %s (set %s=1 to choose TCP quietly)",
+				mc.Rank, p.Rank, noShmReason(self, p), EnvShmDisable))
+		}
+	}
+	if len(local) >= 2 {
+		if err := m.mapHost(mc, local); err != nil {
+			return nil, fmt.Errorf("rank %d: %w", mc.Rank, err)
+		}
+	} else if mc.Segment != nil {
+		mc.Segment.unlink() // nobody will map it
+	}
+	if err := m.connectTCP(mc); err != nil {
+		return nil, err
+	}
+	if m.Node != nil {
+		// Step 1 is the setup's: once every rank of the host published it,
+		// every segment is mapped by all, and the files can go.
+		if err := m.Node.Sync(0); err != nil {
+			return nil, fmt.Errorf("rank %d waiting for the ranks of its host to map shared memory: %w", mc.Rank, err)
+		}
+		mc.Segment.unlink()
+	}
+	return m, nil
+}
+
+func noShmReason(self, p Peer) string {
+	switch {
+	case self.Shm == "":
+		return "this rank has no shared memory (" + self.NoShm + ")"
+	case p.Shm == "":
+		return fmt.Sprintf("rank %d has no shared memory (%s)", p.Rank, p.NoShm)
+	}
+	return "shared memory is not possible between them"
+}
+
+// removeDeadPeers deletes the segments of this host's ranks whose process
+// died before unlinking them: after a failed setup nobody else will.
+func (m *Mesh) removeDeadPeers(mc MeshConfig) {
+	self := mc.Peers[mc.Rank]
+	for _, p := range mc.Peers {
+		if p.Rank != mc.Rank && p.Shm != "" && SameHost(self, p) && processGone(p.Pid) != "" {
+			os.Remove(filepath.Join(mc.Shm.dir(), p.Shm))
+		}
+	}
+}
+
+// connectTCP dials the lower ranks and accepts the higher ones that use
+// TCP, Streams sockets per pair, all at once.
+func (m *Mesh) connectTCP(mc MeshConfig) error {
+	n, rank, self := len(mc.Peers), mc.Rank, mc.Peers[mc.Rank]
+	streams := max(mc.Net.Streams, 1)
+	conns := make([][]*Conn, n)
+	expected := 0
+	for p := range mc.Peers {
+		if p != rank && TransportFor(self, mc.Peers[p]) == "tcp" {
+			conns[p] = make([]*Conn, streams)
+			if p > rank {
+				expected += streams
+			}
+		}
+	}
+	var mu sync.Mutex
+	var g errgroup.Group
+	if expected > 0 {
+		g.Go(func() error {
+			for got := 0; got < expected; {
+				c, hello, err := mc.Listener.Accept()
+				if err != nil {
+					return fmt.Errorf("rank %d waiting for connections from ranks %s: %w", rank, missingPeers(conns, rank+1, n, &mu), err)
+				}
+				var h meshHello
+				if json.Unmarshal(hello, &h) != nil || h.Rank <= rank || h.Rank >= n || conns[h.Rank] == nil || h.Stream < 0 || h.Stream >= streams {
+					c.Close()
+					continue
+				}
+				mu.Lock()
+				dup := conns[h.Rank][h.Stream] != nil
+				if !dup {
+					conns[h.Rank][h.Stream] = c
+					got++
+				}
+				mu.Unlock()
+				if dup {
+					c.Close()
+				}
+			}
+			return nil
+		})
+	}
+	for p := 0; p < rank; p++ {
+		if conns[p] == nil {
+			continue
+		}
+		for s := 0; s < streams; s++ {
+			g.Go(func() error {
+				hello, _ := json.Marshal(meshHello{Rank: rank, Stream: s})
+				c, err := Dial(mc.Peers[p].Addr, mc.Net, mc.Secret, hello)
+				if err != nil {
+					return fmt.Errorf("rank %d connecting to rank %d at %s: %w", rank, p, mc.Peers[p].Addr, err)
+				}
+				mu.Lock()
+				conns[p][s] = c
+				mu.Unlock()
+				return nil
+			})
+		}
+	}
+	if err := g.Wait(); err != nil {
+		for _, cs := range conns {
+			for _, c := range cs {
+				if c != nil {
+					c.Close()
+				}
+			}
+		}
+		return err
+	}
+	for p, cs := range conns {
+		if cs != nil {
+			m.Links[p] = NewTCPLink(cs, mc.Net)
+		}
+	}
+	return nil
+}
+
+func missingPeers(conns [][]*Conn, from, to int, mu *sync.Mutex) string {
+	mu.Lock()
+	defer mu.Unlock()
+	var missing []string
+	for p := from; p < to; p++ {
+		for _, c := range conns[p] {
+			if c == nil {
+				missing = append(missing, fmt.Sprint(p))
+				break
+			}
+		}
+	}
+	return strings.Join(missing, ",")
+}
+
+// Close closes every link and unmaps every segment. Closing twice is
+// harmless.
+func (m *Mesh) Close() error {
+	var errs []error
+	m.closeOnce.Do(func() {
+		for _, l := range m.Links {
+			if l != nil {
+				errs = append(errs, l.Close())
+			}
+		}
+		if m.Node != nil {
+			m.Node.close()
+		}
+		for _, s := range m.segs {
+			errs = append(errs, s.Close())
+		}
+	})
+	return errors.Join(errs...)
+}

@@ -1,0 +1,144 @@
+//go:build linux
+
+package hostnet
+
+import (
+	"fmt"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ShmNode is what the ranks of one host share for collectives: every
+// rank's staging window, and a step counter per rank with which they agree
+// that a step's data is in place.
+//
+// A step is: write into your own window, Sync (publish the step, wait
+// until every rank of the host has published it), read any window. The
+// caller keeps the rule that makes two halves of each window enough: at
+// step t a rank writes only into half t&1 of its window (or, after Sync,
+// into half (t+1)&1 for the next step), and reads step t's data only
+// before its next Sync. Every rank's reads of a half then end before
+// anyone writes that half again (two Syncs later).
+type ShmNode struct {
+	ranks   []int // communicator ranks of this host, ascending
+	me      int   // this rank's index in ranks
+	segs    []*ShmSegment
+	timeout time.Duration
+	pol     shmPolicy
+	step    uint32 // the last step this rank published
+
+	mu     sync.RWMutex // Sync holds it shared; close exclusive
+	closed atomic.Bool
+	broken error
+}
+
+// Size is the number of ranks of the host; Index this rank's position.
+func (n *ShmNode) Size() int  { return len(n.ranks) }
+func (n *ShmNode) Index() int { return n.me }
+
+// Ranks are the communicator ranks of the host, ascending.
+func (n *ShmNode) Ranks() []int { return append([]int(nil), n.ranks...) }
+
+// Window is the staging window of the rank at index i; this rank writes
+// only its own.
+func (n *ShmNode) Window(i int) []byte { return n.segs[i].window }
+
+// Step is the last step published by Sync (0 before the first).
+func (n *ShmNode) Step() uint32 { return n.step }
+
+// Cores is how many cores each rank of the host may keep busy: the
+// host's cores shared evenly, at least one.
+func (n *ShmNode) Cores() int { return max(1, runtime.NumCPU()/len(n.ranks)) }
+
+// Sync publishes the next step, labelled sig (what the step is for: the
+// same operation and count give the same label on every rank), and waits
+// until every rank of the host has published it. A rank that labelled the
+// step otherwise gives an error wrapping ErrMismatch. After an error the
+// node is broken: the ranks are out of step, and every later Sync fails at
+// once.
+func (n *ShmNode) Sync(sig uint64) error {
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	if n.closed.Load() {
+		return n.closedErr()
+	}
+	if n.broken != nil {
+		return fmt.Errorf("hostnet: shm step: %w: unusable after an earlier error (%v)", ErrClosed, n.broken)
+	}
+	n.step++
+	own := n.segs[n.me]
+	// Two labels, by parity: a peer can be one step ahead (it saw this
+	// rank publish), never two.
+	atomic.StoreUint64(&own.sig[n.step&1], sig)
+	shmPost(own.seq, own.sleepers, n.step)
+	for i, s := range n.segs {
+		if i == n.me {
+			continue
+		}
+		_, err := shmAwait(s.seq, s.sleepers, n.step, n.pol, n.timeout, nodeWatch{n, i})
+		if err == nil && atomic.LoadUint64(&s.sig[n.step&1]) != sig {
+			err = fmt.Errorf("%s: %w: it is running another operation, or the same one with another count, data type, op or root", nodeWatch{n, i}.what(), ErrMismatch)
+		}
+		if err != nil {
+			n.broken = err
+			// Peers waiting for this rank would otherwise wait for the deadline.
+			atomic.CompareAndSwapUint32(own.closed, shmOpen, shmClosedByError)
+			futexWake(own.seq)
+			return err
+		}
+	}
+	return nil
+}
+
+type nodeWatch struct {
+	n *ShmNode
+	i int
+}
+
+func (w nodeWatch) what() string {
+	return "hostnet: shm step " + strconv.FormatUint(uint64(w.n.step), 10) + " waiting for rank " + strconv.Itoa(w.n.ranks[w.i])
+}
+
+func (w nodeWatch) stopped() error {
+	n, s := w.n, w.n.segs[w.i]
+	if n.closed.Load() {
+		return n.closedErr()
+	}
+	switch atomic.LoadUint32(s.closed) {
+	case shmClosedByClose:
+		return fmt.Errorf("%s: %w (it destroyed or aborted its communicator)", w.what(), ErrClosed)
+	case shmClosedByError:
+		return fmt.Errorf("%s: %w (it failed an earlier step)", w.what(), ErrClosed)
+	}
+	if why := processGone(s.pid); why != "" {
+		return peerGoneErr(w.what(), s.pid, why)
+	}
+	return nil
+}
+
+func (w nodeWatch) timeoutErr(d time.Duration) error {
+	return fmt.Errorf("%s: no progress for %v (is it alive and running the same sequence of operations? %s sets the limit): %w",
+		w.what(), d, EnvTimeout, ErrTimeout)
+}
+
+func (n *ShmNode) closedErr() error {
+	return fmt.Errorf("hostnet: shm step: %w (closed by this side)", ErrClosed)
+}
+
+// close tells the host's ranks that this one is gone, wakes every Sync
+// (here and theirs) and waits for this rank's Sync to return.
+func (n *ShmNode) close() {
+	if n.closed.Swap(true) {
+		return
+	}
+	own := n.segs[n.me]
+	atomic.CompareAndSwapUint32(own.closed, shmOpen, shmClosedByClose)
+	for _, s := range n.segs {
+		futexWake(s.seq)
+	}
+	n.mu.Lock()
+	n.mu.Unlock()
+}
