@@ -35,7 +35,7 @@ func (e *Engine) AllReduce(send, recv []byte, count int, dt sdk.DataType, op sdk
 	case e.n == 1:
 		copyIn(recv, send) // the reduction of one; Avg divides by 1
 		return nil
-	case e.sh != nil:
+	case e.shared():
 		return e.allReduceShm(name, send, recv, count, dt, op)
 	case bytes <= e.smallLimit:
 		return e.allReduceDoubling(name, send, recv, dt, op)

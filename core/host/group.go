@@ -137,7 +137,7 @@ func (e *Engine) do(name string, o P2P) error {
 func (e *Engine) Barrier() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.sh != nil {
+	if e.shared() {
 		e.sig = stepSig("Barrier", 0, 0, 0, 0)
 		return e.sync("Barrier")
 	}
@@ -172,7 +172,7 @@ func (e *Engine) AlltoAll(send, recv []byte, count int, dt sdk.DataType) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	send, recv = send[:total], recv[:total]
-	if e.sh != nil {
+	if e.shared() {
 		return e.alltoAllShm(name, send, recv, bytes)
 	}
 	if overlap(send, recv) {

@@ -19,7 +19,7 @@ import (
 // expected values are computed analytically, never by a second
 // implementation of the collectives.
 
-var rankCounts = []int{1, 2, 3, 4, 5, 7, 8}
+var rankCounts = []int{1, 2, 3, 4, 5, 7, 8, 9}
 
 // counts: a few tiny ones, one in the hundreds, and one above the small
 // limit that no rank count divides evenly (64Ki+13).
@@ -36,6 +36,10 @@ type mode struct {
 var modes = []mode{
 	{"default", nil},
 	{"pipelined", []Option{WithSmallLimit(0), WithChunk(48), WithWorkers(3)}},
+	// Shared windows as on one host: a default-sized window, and a tiny
+	// one that cuts even small counts into many steps of uneven slices.
+	{"shared", []Option{withTestShm(8 << 20)}},
+	{"shared-tiny", []Option{withTestShm(256), WithWorkers(3)}},
 }
 
 // runRanks runs fn for every rank of n, one goroutine each, over fresh
@@ -45,12 +49,18 @@ func runRanks(t testing.TB, n int, opts []Option, fn func(e *Engine) error, lopt
 	t.Helper()
 	peers := NewLocalPeers(n, lopts...)
 	errs := make([]error, n)
+	engines := make([]*Engine, n)
+	var shared *localShared
+	for r := range engines {
+		engines[r] = New(peers[r], opts...)
+		bindShared(engines[r], &shared)
+	}
 	var wg sync.WaitGroup
 	for r := 0; r < n; r++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[r] = fn(New(peers[r], opts...))
+			errs[r] = fn(engines[r])
 		}()
 	}
 	done := make(chan struct{})

@@ -36,7 +36,7 @@ func (e *Engine) AllGather(send, recv []byte, sendcount int, dt sdk.DataType) er
 	if e.n == 1 {
 		return nil
 	}
-	if e.sh != nil {
+	if e.shared() {
 		return e.allGatherShm(name, send, recv)
 	}
 	if total <= e.smallLimit {
@@ -120,7 +120,7 @@ func (e *Engine) ReduceScatter(send, recv []byte, recvcount int, dt sdk.DataType
 	case e.n == 1:
 		copyIn(recv, send)
 		return nil
-	case e.sh != nil:
+	case e.shared():
 		return e.reduceScatterShm(name, send, recv, recvcount, dt, op)
 	case total <= e.smallLimit:
 		return e.reduceScatterDirect(name, send, recv, bytes, dt, op, block)

@@ -37,7 +37,7 @@ func (e *Engine) Broadcast(send, recv []byte, count int, dt sdk.DataType, root i
 		copyIn(recv, send)
 		return nil
 	}
-	if e.sh != nil {
+	if e.shared() {
 		if isRoot {
 			copyIn(recv, send)
 		}
@@ -149,7 +149,7 @@ func (e *Engine) Reduce(send, recv []byte, count int, dt sdk.DataType, op sdk.Re
 		copyIn(recv, send)
 		return nil
 	}
-	if e.sh != nil {
+	if e.shared() {
 		return e.reduceShm(name, send, recv, count, dt, op, root)
 	}
 	if bytes <= e.smallLimit {

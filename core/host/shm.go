@@ -69,6 +69,10 @@ func (e *Engine) shmHalf() int {
 	return e.shHalf
 }
 
+// shared says whether the collectives run over shared windows: there are
+// some, and half of one holds an element of the widest type for every rank.
+func (e *Engine) shared() bool { return e.sh != nil && e.shmHalf() >= 8*e.n }
+
 // half is half t&1 of rank r's window.
 func (e *Engine) half(r int, t uint32) []byte {
 	w, h := e.sh.Window(r), e.shmHalf()
@@ -338,7 +342,10 @@ func (e *Engine) broadcastShm(name string, send, recv []byte, root int) error {
 func (e *Engine) alltoAllShm(name string, send, recv []byte, bytes int) error {
 	e.sig = stepSig(name, bytes, 0, 0, 0)
 	n, r := e.n, e.rank
-	cb := max(min(e.shmHalf(), shmChunk)/n&^63, 64)
+	cb := min(e.shmHalf(), shmChunk) / n
+	if cb >= 64 {
+		cb &^= 63
+	}
 	for lo := 0; lo < bytes; lo += cb {
 		c := min(cb, bytes-lo)
 		t := e.next()

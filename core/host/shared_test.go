@@ -1,0 +1,77 @@
+package host
+
+import (
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/flagcx/flagcx-go/sdk"
+)
+
+// localShared is an in-process Shared for tests: windows in Go memory,
+// steps in atomics, the same protocol as hostnet.ShmNode (a label per
+// step parity, a mismatch is an error).
+type localShared struct {
+	win   [][]byte
+	steps []atomic.Uint32
+	sigs  [][2]atomic.Uint64
+}
+
+func newLocalShared(n, window int) *localShared {
+	g := &localShared{win: make([][]byte, n), steps: make([]atomic.Uint32, n), sigs: make([][2]atomic.Uint64, n)}
+	for r := range g.win {
+		g.win[r] = garbage(window) // stale bytes must never leak into results
+	}
+	return g
+}
+
+type sharedView struct {
+	g    *localShared
+	rank int
+	step uint32
+}
+
+func (v *sharedView) Window(r int) []byte { return v.g.win[r] }
+func (v *sharedView) Step() uint32        { return v.step }
+
+func (v *sharedView) Sync(sig uint64) error {
+	v.step++
+	v.g.sigs[v.rank][v.step&1].Store(sig)
+	v.g.steps[v.rank].Store(v.step)
+	deadline := time.Now().Add(10 * time.Second)
+	for r := range v.g.steps {
+		for int32(v.g.steps[r].Load()-v.step) < 0 {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%w: step %d: rank %d never came", sdk.ErrRemoteError, v.step, r)
+			}
+			runtime.Gosched()
+		}
+		if v.g.sigs[r][v.step&1].Load() != sig {
+			return fmt.Errorf("%w: step %d: rank %d runs another operation", sdk.ErrInvalidUsage, v.step, r)
+		}
+	}
+	return nil
+}
+
+// testShm is an Option placeholder that runRanks replaces with a view of
+// a fresh localShared of window bytes per rank (a Shared is per rank, an
+// Option list is shared by all).
+type testShm struct{ window int }
+
+func (testShm) Window(int) []byte   { return nil }
+func (testShm) Step() uint32        { return 0 }
+func (testShm) Sync(uint64) error   { return nil }
+func withTestShm(window int) Option { return WithShared(testShm{window}) }
+
+// bindShared gives e its view of g when its options asked for one.
+func bindShared(e *Engine, g **localShared) {
+	p, ok := e.sh.(testShm)
+	if !ok {
+		return
+	}
+	if *g == nil {
+		*g = newLocalShared(e.n, p.window)
+	}
+	e.sh = &sharedView{g: *g, rank: e.rank}
+}
