@@ -22,7 +22,7 @@ func testNet(timeout time.Duration) hostnet.Config {
 }
 
 // startComms brings up n ranks as goroutines over loopback.
-func startComms(t *testing.T, n int, cfg hostnet.Config) []*Comm {
+func startComms(t testing.TB, n int, cfg hostnet.Config) []*Comm {
 	t.Helper()
 	id, err := GetUniqueID(WithIDNetConfig(cfg))
 	require.NoError(t, err)

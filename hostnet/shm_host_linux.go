@@ -48,8 +48,13 @@ func (m *Mesh) mapHost(mc MeshConfig, local []int) error {
 		if err != nil {
 			return err
 		}
-		m.Links[r] = &ShmLink{peerRank: r, peerPid: segs[i].pid, timeout: mc.Net.Timeout, pol: pol, tx: tx, rx: rx}
+		l := &ShmLink{peerRank: r, peerPid: segs[i].pid, timeout: mc.Net.Timeout, pol: pol, tx: tx, rx: rx}
+		l.sendWatch, l.recvWatch = &shmLinkWatch{l, "send to"}, &shmLinkWatch{l, "recv from"}
+		m.Links[r] = l
 	}
 	m.Node = &ShmNode{ranks: local, me: me, segs: segs, timeout: mc.Net.Timeout, pol: pol}
+	for i := range local {
+		m.Node.watch = append(m.Node.watch, &nodeWatch{m.Node, i})
+	}
 	return nil
 }

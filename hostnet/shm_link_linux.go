@@ -113,6 +113,8 @@ type ShmLink struct {
 	timeout           time.Duration
 	pol               shmPolicy
 	tx, rx            shmRing
+	sendWatch         *shmLinkWatch // made once: an interface conversion per wait would allocate
+	recvWatch         *shmLinkWatch
 
 	mu     sync.RWMutex // Send/Recv hold it shared; Close exclusive
 	closed atomic.Bool
@@ -169,7 +171,7 @@ type shmLinkWatch struct {
 	op string
 }
 
-func (w shmLinkWatch) stopped() error {
+func (w *shmLinkWatch) stopped() error {
 	l := w.l
 	if l.closed.Load() {
 		return l.closedErr(w.op)
@@ -183,7 +185,7 @@ func (w shmLinkWatch) stopped() error {
 	return nil
 }
 
-func (w shmLinkWatch) timeoutErr(d time.Duration) error {
+func (w *shmLinkWatch) timeoutErr(d time.Duration) error {
 	return fmt.Errorf("%s: no progress for %v (is the peer alive and running the same sequence of operations? %s sets the limit): %w",
 		w.l.describe(w.op), d, EnvTimeout, ErrTimeout)
 }
@@ -241,7 +243,7 @@ func (l *ShmLink) Send(p []byte) error {
 	for i := 0; i < pieces; {
 		seen := atomic.LoadUint32(r.tail)
 		if r.pos-seen >= K {
-			v, err := shmAwait(r.tail, r.sendSleepers, r.pos-K+1, l.pol, l.timeout, shmLinkWatch{l, op})
+			v, err := shmAwait(r.tail, r.sendSleepers, r.pos-K+1, l.pol, l.timeout, l.sendWatch)
 			if err != nil {
 				return l.fail(err)
 			}
@@ -296,7 +298,7 @@ func (l *ShmLink) Recv(p []byte) error {
 					return l.fail(l.peerClosedErr(op, how))
 				}
 			}
-			v, err := shmAwait(r.head, r.recvSleepers, r.pos+1, l.pol, l.timeout, shmLinkWatch{l, op})
+			v, err := shmAwait(r.head, r.recvSleepers, r.pos+1, l.pol, l.timeout, l.recvWatch)
 			if err != nil {
 				if v := atomic.LoadUint32(r.head); v != r.pos {
 					seen = v // it arrived as the peer closed: take it

@@ -28,7 +28,8 @@ type ShmNode struct {
 	segs    []*ShmSegment
 	timeout time.Duration
 	pol     shmPolicy
-	step    uint32 // the last step this rank published
+	step    uint32       // the last step this rank published
+	watch   []*nodeWatch // per rank index, made once (an interface conversion per wait would allocate)
 
 	mu     sync.RWMutex // Sync holds it shared; close exclusive
 	closed atomic.Bool
@@ -78,9 +79,9 @@ func (n *ShmNode) Sync(sig uint64) error {
 		if i == n.me {
 			continue
 		}
-		_, err := shmAwait(s.seq, s.sleepers, n.step, n.pol, n.timeout, nodeWatch{n, i})
+		_, err := shmAwait(s.seq, s.sleepers, n.step, n.pol, n.timeout, n.watch[i])
 		if err == nil && atomic.LoadUint64(&s.sig[n.step&1]) != sig {
-			err = fmt.Errorf("%s: %w: it is running another operation, or the same one with another count, data type, op or root", nodeWatch{n, i}.what(), ErrMismatch)
+			err = fmt.Errorf("%s: %w: it is running another operation, or the same one with another count, data type, op or root", n.watch[i].what(), ErrMismatch)
 		}
 		if err != nil {
 			n.broken = err
@@ -98,11 +99,11 @@ type nodeWatch struct {
 	i int
 }
 
-func (w nodeWatch) what() string {
+func (w *nodeWatch) what() string {
 	return "hostnet: shm step " + strconv.FormatUint(uint64(w.n.step), 10) + " waiting for rank " + strconv.Itoa(w.n.ranks[w.i])
 }
 
-func (w nodeWatch) stopped() error {
+func (w *nodeWatch) stopped() error {
 	n, s := w.n, w.n.segs[w.i]
 	if n.closed.Load() {
 		return n.closedErr()
@@ -119,7 +120,7 @@ func (w nodeWatch) stopped() error {
 	return nil
 }
 
-func (w nodeWatch) timeoutErr(d time.Duration) error {
+func (w *nodeWatch) timeoutErr(d time.Duration) error {
 	return fmt.Errorf("%s: no progress for %v (is it alive and running the same sequence of operations? %s sets the limit): %w",
 		w.what(), d, EnvTimeout, ErrTimeout)
 }

@@ -89,19 +89,14 @@ func (e *Engine) next() uint32 { return e.sh.Step() + 1 }
 // the call (another collective, count, type, op or root) fail at the first
 // step instead of reading windows of another shape.
 func stepSig(name string, count int, dt sdk.DataType, op sdk.RedOp, root int) uint64 {
-	h := uint64(14695981039346656037) // FNV-1a
-	mix := func(v uint64) {
-		for i := 0; i < 8; i++ {
-			h = (h ^ (v & 0xff)) * 1099511628211
-			v >>= 8
-		}
-	}
+	h := uint64(14695981039346656037) // FNV-1a over the name, then the numbers
 	for i := 0; i < len(name); i++ {
-		mix(uint64(name[i]))
+		h = (h ^ uint64(name[i])) * 1099511628211
 	}
-	mix(uint64(count))
-	mix(uint64(dt)<<32 | uint64(uint32(op)))
-	mix(uint64(root))
+	for _, v := range [3]uint64{uint64(count), uint64(dt)<<32 | uint64(uint32(op)), uint64(root)} {
+		h = (h ^ v) * 1099511628211
+		h ^= h >> 29
+	}
 	return h
 }
 
@@ -150,22 +145,44 @@ func (e *Engine) pcopy(dst, src []byte) {
 	e.parallel(len(src), 64, func(lo, hi int) { copy(dst[lo:hi], src[lo:hi]) })
 }
 
-// fold sets dst = src(0) op src(1) op ... op src(n-1), in rank order (so
-// every rank computes the same bits), block by block so that the partial
-// result stays in cache, on the rank's cores. Avg is summed; the caller
-// scales.
-func (e *Engine) fold(dst []byte, src func(r int) []byte, dt sdk.DataType, op sdk.RedOp) {
-	size := dt.Size()
-	e.parallel(len(dst), size*64, func(lo, hi int) {
-		for b := lo; b < hi; b += shmBlock {
-			end := min(b+shmBlock, hi)
-			d := dst[b:end]
-			reduce.Into(d, src(0)[b:end], src(1)[b:end], dt, op)
-			for r := 2; r < e.n; r++ {
-				reduce.Into(d, d, src(r)[b:end], dt, op)
-			}
+// stage copies src into this rank's window (same length) on the rank's
+// cores, in pieces below the size from which Go's copy streams past the
+// cache (non-temporal stores from 1 MiB on amd64): the peers read the
+// window right after, and should find it in the shared cache.
+func (e *Engine) stage(dst, src []byte) {
+	e.parallel(len(src), 64, func(lo, hi int) {
+		for b := lo; b < hi; b += stagePiece {
+			end := min(b+stagePiece, hi)
+			copy(dst[b:end], src[b:end])
 		}
 	})
+}
+
+// stagePiece is below the non-temporal threshold of Go's memmove.
+const stagePiece = 512 << 10
+
+// fold sets dst to the reduction of every rank's bytes at off.. in half t
+// of its window, in rank order (so every rank computes the same bits),
+// block by block so that the partial result stays in cache, on the rank's
+// cores. Avg is summed; the caller scales.
+func (e *Engine) fold(dst []byte, t uint32, off int, dt sdk.DataType, op sdk.RedOp) {
+	if len(dst) < 2*max(shmParallelMin, dt.Size()*64) || e.workers < 2 {
+		e.foldRange(dst, t, off, 0, len(dst), dt, op) // no closure: nothing allocated
+		return
+	}
+	e.parallel(len(dst), dt.Size()*64, func(lo, hi int) { e.foldRange(dst, t, off, lo, hi, dt, op) })
+}
+
+func (e *Engine) foldRange(dst []byte, t uint32, off, lo, hi int, dt sdk.DataType, op sdk.RedOp) {
+	for b := lo; b < hi; b += shmBlock {
+		end := min(b+shmBlock, hi)
+		d := dst[b:end]
+		src := func(r int) []byte { return e.half(r, t)[off+b : off+end] }
+		reduce.Into(d, src(0), src(1), dt, op)
+		for r := 2; r < e.n; r++ {
+			reduce.Into(d, d, src(r), dt, op)
+		}
+	}
 }
 
 func (e *Engine) scaleShm(buf []byte, dt sdk.DataType, op sdk.RedOp) {
@@ -186,7 +203,7 @@ func (e *Engine) allReduceShm(name string, send, recv []byte, count int, dt sdk.
 		if err := e.sync(name); err != nil {
 			return err
 		}
-		e.fold(recv, func(s int) []byte { return e.half(s, t)[:len(recv)] }, dt, op)
+		e.fold(recv, t, 0, dt, op)
 		e.scaleShm(recv, dt, op)
 		return nil
 	}
@@ -195,7 +212,7 @@ func (e *Engine) allReduceShm(name string, send, recv []byte, count int, dt sdk.
 		c := min(ce, count-off)
 		in, out := send[off*size:(off+c)*size], recv[off*size:(off+c)*size]
 		t := e.next()
-		e.pcopy(e.half(r, t)[:len(in)], in)
+		e.stage(e.half(r, t)[:len(in)], in)
 		if err := e.sync(name); err != nil {
 			return err
 		}
@@ -203,7 +220,7 @@ func (e *Engine) allReduceShm(name string, send, recv []byte, count int, dt sdk.
 		lo, hi := st*size, (st+sn)*size
 		mine := e.half(r, t+1)[lo:hi]
 		if hi > lo {
-			e.fold(mine, func(s int) []byte { return e.half(s, t)[lo:hi] }, dt, op)
+			e.fold(mine, t, lo, dt, op)
 			e.scaleShm(mine, dt, op)
 		}
 		if err := e.sync(name); err != nil {
@@ -230,7 +247,7 @@ func (e *Engine) reduceShm(name string, send, recv []byte, count int, dt sdk.Dat
 			return err
 		}
 		if r == root {
-			e.fold(recv, func(s int) []byte { return e.half(s, t)[:len(recv)] }, dt, op)
+			e.fold(recv, t, 0, dt, op)
 			e.scaleShm(recv, dt, op)
 		}
 		return nil
@@ -240,7 +257,7 @@ func (e *Engine) reduceShm(name string, send, recv []byte, count int, dt sdk.Dat
 		c := min(ce, count-off)
 		in := send[off*size : (off+c)*size]
 		t := e.next()
-		e.pcopy(e.half(r, t)[:len(in)], in)
+		e.stage(e.half(r, t)[:len(in)], in)
 		if err := e.sync(name); err != nil {
 			return err
 		}
@@ -248,7 +265,7 @@ func (e *Engine) reduceShm(name string, send, recv []byte, count int, dt sdk.Dat
 		lo, hi := st*size, (st+sn)*size
 		if hi > lo {
 			mine := e.half(r, t+1)[lo:hi]
-			e.fold(mine, func(s int) []byte { return e.half(s, t)[lo:hi] }, dt, op)
+			e.fold(mine, t, lo, dt, op)
 			e.scaleShm(mine, dt, op)
 		}
 		if err := e.sync(name); err != nil {
@@ -279,13 +296,13 @@ func (e *Engine) reduceScatterShm(name string, send, recv []byte, recvcount int,
 		t := e.next()
 		w := e.half(r, t)
 		for s := 0; s < n; s++ {
-			e.pcopy(w[s*cb:(s+1)*cb], send[s*bytes+lo:s*bytes+lo+cb])
+			e.stage(w[s*cb:(s+1)*cb], send[s*bytes+lo:s*bytes+lo+cb])
 		}
 		if err := e.sync(name); err != nil {
 			return err
 		}
 		out := recv[lo : lo+cb]
-		e.fold(out, func(s int) []byte { return e.half(s, t)[r*cb : (r+1)*cb] }, dt, op)
+		e.fold(out, t, r*cb, dt, op)
 		e.scaleShm(out, dt, op)
 	}
 	return nil
@@ -300,7 +317,7 @@ func (e *Engine) allGatherShm(name string, send, recv []byte) error {
 	for lo := 0; lo < bytes; lo += cb {
 		c := min(cb, bytes-lo)
 		t := e.next()
-		e.pcopy(e.half(r, t)[:c], send[lo:lo+c])
+		e.stage(e.half(r, t)[:c], send[lo:lo+c])
 		if err := e.sync(name); err != nil {
 			return err
 		}
@@ -323,7 +340,7 @@ func (e *Engine) broadcastShm(name string, send, recv []byte, root int) error {
 		c := min(cb, bytes-lo)
 		t := e.next()
 		if e.rank == root {
-			e.pcopy(e.half(root, t)[:c], send[lo:lo+c])
+			e.stage(e.half(root, t)[:c], send[lo:lo+c])
 		}
 		if err := e.sync(name); err != nil {
 			return err
