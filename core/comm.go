@@ -88,6 +88,7 @@ func InitRank(id UniqueID, nranks, rank int, opts ...Option) (*Comm, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: rank %d: %v", sdk.ErrInvalidArgument, rank, err)
 	}
+	sc = sc.ForRanks(nranks)
 	l, err := hostnet.Listen(cfg, id.Secret)
 	if err != nil {
 		return nil, fmt.Errorf("%w: rank %d: %v", sdk.ErrSystemError, rank, err)

@@ -35,10 +35,17 @@ import (
 
 // Defaults and bounds of ShmConfig.
 const (
-	DefaultShmP2PBytes    = 8 << 20
-	DefaultShmWindowBytes = 8 << 20
-	MinShmAreaBytes       = 64 << 10
-	MaxShmAreaBytes       = 1 << 30
+	DefaultShmP2PBytes = 8 << 20
+	MinShmAreaBytes    = 64 << 10
+	MaxShmAreaBytes    = 1 << 30
+
+	// Without FLAGCX_SHM_WINDOW_SIZE a rank's window is the share of
+	// shmWindowBudget of a communicator of its size, within these bounds:
+	// large windows mean few steps per collective (each a wait for the
+	// slowest rank), but /dev/shm must hold one per rank.
+	shmWindowBudget = 256 << 20
+	shmWindowMin    = 4 << 20
+	shmWindowMax    = 32 << 20
 )
 
 // Environment variables read by ShmConfigFromEnv.
@@ -67,16 +74,27 @@ type ShmConfig struct {
 	// its same-host peers (FLAGCX_SHM_P2P_SIZE).
 	P2PBytes int
 	// WindowBytes is the rank's collective staging window
-	// (FLAGCX_SHM_WINDOW_SIZE).
+	// (FLAGCX_SHM_WINDOW_SIZE); 0 sizes it from the communicator's rank
+	// count (ForRanks).
 	WindowBytes int
 	// Dir is the tmpfs directory for segments (default /dev/shm).
 	Dir string
 }
 
-// DefaultShmConfig: 8 MiB of inbound rings and an 8 MiB window per rank,
-// enabled, in /dev/shm.
+// DefaultShmConfig: 8 MiB of inbound rings per rank and a window sized
+// from the rank count, enabled, in /dev/shm.
 func DefaultShmConfig() ShmConfig {
-	return ShmConfig{P2PBytes: DefaultShmP2PBytes, WindowBytes: DefaultShmWindowBytes, Dir: DefaultShmDir}
+	return ShmConfig{P2PBytes: DefaultShmP2PBytes, Dir: DefaultShmDir}
+}
+
+// ForRanks fixes an automatic window for a communicator of nranks: 256 MiB
+// shared by the ranks, at least 4 MiB and at most 32 MiB each (so 8 ranks
+// get 32 MiB, 32 ranks 8 MiB, 64 or more 4 MiB).
+func (sc ShmConfig) ForRanks(nranks int) ShmConfig {
+	if sc.WindowBytes == 0 {
+		sc.WindowBytes = min(max(shmWindowBudget/max(nranks, 1), shmWindowMin), shmWindowMax) &^ (shmPage - 1)
+	}
+	return sc
 }
 
 // ShmConfigFromEnv reads FLAGCX_SHM_DISABLE, FLAGCX_SHM_P2P_SIZE and
@@ -89,7 +107,8 @@ func ShmConfigFromEnv() (ShmConfig, error) { return ShmConfigFromLookup(os.Looku
 //
 //	FLAGCX_SHM_DISABLE      1 (or true) makes this rank use TCP to its own host
 //	FLAGCX_SHM_P2P_SIZE     inbound ring bytes per rank, K/M/G suffix (64K..1G, default 8M)
-//	FLAGCX_SHM_WINDOW_SIZE  collective window bytes per rank (64K..1G, default 8M)
+//	FLAGCX_SHM_WINDOW_SIZE  collective window bytes per rank (64K..1G; default
+//	                        256M / ranks, within 4M..32M)
 func ShmConfigFromLookup(lookup func(string) (string, bool)) (ShmConfig, error) {
 	sc := DefaultShmConfig()
 	var errs []error
@@ -144,9 +163,15 @@ func (sc ShmConfig) dir() string {
 }
 
 // SegmentBytes is the size of one rank's segment: what each rank adds to
-// /dev/shm (and to RAM) on a host where ranks share memory.
+// /dev/shm (and to RAM) on a host where ranks share memory. With an
+// automatic window it counts the largest (use ForRanks first for the
+// exact figure).
 func (sc ShmConfig) SegmentBytes() int {
-	return shmPage + roundUp(max(sc.P2PBytes, MinShmAreaBytes), shmPage) + roundUp(max(sc.WindowBytes, MinShmAreaBytes), shmPage)
+	win := sc.WindowBytes
+	if win == 0 {
+		win = shmWindowMax
+	}
+	return shmPage + roundUp(max(sc.P2PBytes, MinShmAreaBytes), shmPage) + roundUp(max(win, MinShmAreaBytes), shmPage)
 }
 
 func roundUp(n, to int) int { return (n + to - 1) / to * to }

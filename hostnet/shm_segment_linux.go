@@ -143,6 +143,9 @@ func CreateShmSegment(sc ShmConfig) (*ShmSegment, error) {
 	}
 	p2p := roundUp(max(sc.P2PBytes, MinShmAreaBytes), shmPage)
 	win := roundUp(max(sc.WindowBytes, MinShmAreaBytes), shmPage)
+	if sc.WindowBytes == 0 {
+		win = shmWindowMax
+	}
 	size := sc.SegmentBytes()
 	var tb [8]byte
 	if _, err := rand.Read(tb[:]); err != nil {

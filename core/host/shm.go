@@ -2,8 +2,12 @@ package host
 
 import (
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 
+	"github.com/flagcx/flagcx-go/core/host/mem"
 	"github.com/flagcx/flagcx-go/core/host/reduce"
 	"github.com/flagcx/flagcx-go/sdk"
 )
@@ -44,10 +48,13 @@ var (
 	// shmOneStep: an AllReduce or Reduce whose n inputs together are at
 	// most this many bytes reduces everything on every rank in one step
 	// (one Sync); above it each rank reduces a slice (two Syncs a chunk).
-	shmOneStep = 256 << 10
-	// shmChunk bounds the bytes of one step (besides the half window), so
-	// that the windows read in a step stay in the cache.
-	shmChunk = 1 << 20
+	shmOneStep = 32 << 10
+	// shmChunk bounds the bytes of one step besides the half window
+	// (0: a quarter of the last-level cache shared by the ranks, at least
+	// 1 MiB), so that the windows read in a step stay in the cache while
+	// the next step's are written. Fewer, larger steps wait less often
+	// for the slowest rank.
+	shmChunk = 0
 	// shmParallelMin is the smallest copy or reduction spread over the
 	// rank's cores.
 	shmParallelMin = 256 << 10
@@ -110,8 +117,44 @@ func (e *Engine) sync(name string) error {
 // chunkElems is how many elements of size bytes one step moves when each
 // rank contributes parts pieces of that many elements.
 func (e *Engine) chunkElems(size, parts int) int {
-	return max(min(e.shmHalf(), shmChunk)/(size*parts), 1)
+	return max(e.stepBytes()/(size*parts), 1)
 }
+
+// stepBytes is the most one rank stages in one step.
+func (e *Engine) stepBytes() int {
+	c := shmChunk
+	if c == 0 {
+		c = max(lastLevelCache()/(4*e.n), 1<<20)
+	}
+	return min(e.shmHalf(), c)
+}
+
+// lastLevelCache is the size of the CPU's largest cache (8 MiB where Linux
+// does not say).
+var lastLevelCache = sync.OnceValue(func() int {
+	best := 0
+	for i := 0; i < 8; i++ {
+		b, err := os.ReadFile(fmt.Sprintf("/sys/devices/system/cpu/cpu0/cache/index%d/size", i))
+		if err != nil {
+			continue
+		}
+		s := strings.TrimSpace(string(b))
+		mult := 1
+		switch {
+		case strings.HasSuffix(s, "K"):
+			mult, s = 1<<10, strings.TrimSuffix(s, "K")
+		case strings.HasSuffix(s, "M"):
+			mult, s = 1<<20, strings.TrimSuffix(s, "M")
+		}
+		if v, err := strconv.Atoi(s); err == nil {
+			best = max(best, v*mult)
+		}
+	}
+	if best == 0 {
+		return 8 << 20
+	}
+	return best
+})
 
 // parallel runs f over [0, n) cut into one range per worker (on the
 // calling goroutine when n is small).
@@ -157,6 +200,21 @@ func (e *Engine) stage(dst, src []byte) {
 		}
 	})
 }
+
+// drain copies a result out of a window into the caller's buffer (same
+// length) on the rank's cores, streaming past the cache when the whole
+// message is large (big; see mem.Stream): it would not stay there anyway,
+// and the windows the peers read next should.
+func (e *Engine) drain(dst, src []byte, big bool) {
+	if !big {
+		e.pcopy(dst, src)
+		return
+	}
+	e.parallel(len(src), 64, func(lo, hi int) { mem.Stream(dst[lo:hi], src[lo:hi]) })
+}
+
+// shmStreamMin is the message size from which drain streams.
+var shmStreamMin = 4 << 20
 
 // stagePiece is below the non-temporal threshold of Go's memmove.
 const stagePiece = 512 << 10
@@ -229,7 +287,7 @@ func (e *Engine) allReduceShm(name string, send, recv []byte, count int, dt sdk.
 		for s := 0; s < n; s++ {
 			st, sn := split(c, n, s)
 			lo, hi := st*size, (st+sn)*size
-			e.pcopy(out[lo:hi], e.half(s, t+1)[lo:hi])
+			e.drain(out[lo:hi], e.half(s, t+1)[lo:hi], len(send) >= shmStreamMin)
 		}
 	}
 	return nil
@@ -276,7 +334,7 @@ func (e *Engine) reduceShm(name string, send, recv []byte, count int, dt sdk.Dat
 			for s := 0; s < n; s++ {
 				st, sn := split(c, n, s)
 				lo, hi := st*size, (st+sn)*size
-				e.pcopy(out[lo:hi], e.half(s, t+1)[lo:hi])
+				e.drain(out[lo:hi], e.half(s, t+1)[lo:hi], len(send) >= shmStreamMin)
 			}
 		}
 	}
@@ -313,7 +371,7 @@ func (e *Engine) reduceScatterShm(name string, send, recv []byte, recvcount int,
 func (e *Engine) allGatherShm(name string, send, recv []byte) error {
 	e.sig = stepSig(name, len(send), 0, 0, 0)
 	n, r, bytes := e.n, e.rank, len(send)
-	cb := min(e.shmHalf(), shmChunk)
+	cb := e.stepBytes()
 	for lo := 0; lo < bytes; lo += cb {
 		c := min(cb, bytes-lo)
 		t := e.next()
@@ -323,7 +381,7 @@ func (e *Engine) allGatherShm(name string, send, recv []byte) error {
 		}
 		for s := 0; s < n; s++ {
 			if s != r {
-				e.pcopy(recv[s*bytes+lo:s*bytes+lo+c], e.half(s, t)[:c])
+				e.drain(recv[s*bytes+lo:s*bytes+lo+c], e.half(s, t)[:c], len(recv) >= shmStreamMin)
 			}
 		}
 	}
@@ -335,7 +393,7 @@ func (e *Engine) allGatherShm(name string, send, recv []byte) error {
 func (e *Engine) broadcastShm(name string, send, recv []byte, root int) error {
 	e.sig = stepSig(name, len(recv), 0, 0, root)
 	bytes := len(recv)
-	cb := min(e.shmHalf(), shmChunk)
+	cb := e.stepBytes()
 	for lo := 0; lo < bytes; lo += cb {
 		c := min(cb, bytes-lo)
 		t := e.next()
@@ -346,7 +404,7 @@ func (e *Engine) broadcastShm(name string, send, recv []byte, root int) error {
 			return err
 		}
 		if e.rank != root {
-			e.pcopy(recv[lo:lo+c], e.half(root, t)[:c])
+			e.drain(recv[lo:lo+c], e.half(root, t)[:c], bytes >= shmStreamMin)
 		}
 	}
 	return nil
@@ -359,7 +417,7 @@ func (e *Engine) broadcastShm(name string, send, recv []byte, root int) error {
 func (e *Engine) alltoAllShm(name string, send, recv []byte, bytes int) error {
 	e.sig = stepSig(name, bytes, 0, 0, 0)
 	n, r := e.n, e.rank
-	cb := min(e.shmHalf(), shmChunk) / n
+	cb := e.stepBytes() / n
 	if cb >= 64 {
 		cb &^= 63
 	}
