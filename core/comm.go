@@ -113,11 +113,13 @@ func InitRank(id UniqueID, nranks, rank int, opts ...Option) (*Comm, error) {
 	if err != nil {
 		seg.Close()
 		l.Close()
+		hostnet.CleanStaleShm(sc) // a peer that died in its setup may have left its segment
 		return nil, err
 	}
 	mesh, err := hostnet.Connect(hostnet.MeshConfig{Net: cfg, Shm: sc, Secret: id.Secret, Listener: l, Segment: seg, Peers: peers, Rank: rank})
 	if err != nil {
 		l.Close()
+		hostnet.CleanStaleShm(sc)
 		return nil, meshError(rank, err)
 	}
 	for _, w := range mesh.Warnings {
