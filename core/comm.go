@@ -400,8 +400,10 @@ func (m meshPeers) Recv(peer int, buf []byte) error {
 // classified as the links' are.
 type sharedNode struct{ *hostnet.ShmNode }
 
-func (s sharedNode) Sync(sig uint64) error {
-	err := s.ShmNode.Sync(sig)
+func (s sharedNode) Post(sig uint64) error { return stepError(s.ShmNode.Post(sig)) }
+func (s sharedNode) Wait(r int) error      { return stepError(s.ShmNode.Wait(r)) }
+
+func stepError(err error) error {
 	switch {
 	case err == nil:
 		return nil

@@ -29,6 +29,7 @@ type ShmNode struct {
 	timeout time.Duration
 	pol     shmPolicy
 	step    uint32       // the last step this rank published
+	sig     uint64       // its label
 	watch   []*nodeWatch // per rank index, made once (an interface conversion per wait would allocate)
 
 	mu     sync.RWMutex // Sync holds it shared; close exclusive
@@ -56,11 +57,22 @@ func (n *ShmNode) Cores() int { return max(1, runtime.NumCPU()/len(n.ranks)) }
 
 // Sync publishes the next step, labelled sig (what the step is for: the
 // same operation and count give the same label on every rank), and waits
-// until every rank of the host has published it. A rank that labelled the
-// step otherwise gives an error wrapping ErrMismatch. After an error the
-// node is broken: the ranks are out of step, and every later Sync fails at
-// once.
+// until every rank of the host has published it: Post, then Wait for each.
 func (n *ShmNode) Sync(sig uint64) error {
+	if err := n.Post(sig); err != nil {
+		return err
+	}
+	for i := range n.segs {
+		if err := n.Wait(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Post publishes step Step()+1 labelled sig. After an error of Wait the
+// node is broken (the ranks are out of step) and Post fails at once.
+func (n *ShmNode) Post(sig uint64) error {
 	n.mu.RLock()
 	defer n.mu.RUnlock()
 	if n.closed.Load() {
@@ -70,28 +82,43 @@ func (n *ShmNode) Sync(sig uint64) error {
 		return fmt.Errorf("hostnet: shm step: %w: unusable after an earlier error (%v)", ErrClosed, n.broken)
 	}
 	n.step++
+	n.sig = sig
 	own := n.segs[n.me]
 	// Two labels, by parity: a peer can be one step ahead (it saw this
 	// rank publish), never two.
 	atomic.StoreUint64(&own.sig[n.step&1], sig)
 	shmPost(own.seq, own.sleepers, n.step)
-	for i, s := range n.segs {
-		if i == n.me {
-			continue
-		}
-		_, err := shmAwait(s.seq, s.sleepers, n.step, n.pol, n.timeout, n.watch[i])
-		if err == nil && atomic.LoadUint64(&s.sig[n.step&1]) != sig {
-			err = fmt.Errorf("%s: %w: it is running another operation, or the same one with another count, data type, op or root", n.watch[i].what(), ErrMismatch)
-		}
-		if err != nil {
-			n.broken = err
-			// Peers waiting for this rank would otherwise wait for the deadline.
-			atomic.CompareAndSwapUint32(own.closed, shmOpen, shmClosedByError)
-			futexWake(own.seq)
-			return err
-		}
-	}
 	return nil
+}
+
+// Wait waits until the rank at index i has published step Step(); a rank
+// that labelled it otherwise gives an error wrapping ErrMismatch. Waiting
+// for this rank itself returns at once.
+func (n *ShmNode) Wait(i int) error {
+	if i == n.me {
+		return nil
+	}
+	n.mu.RLock()
+	defer n.mu.RUnlock()
+	if n.closed.Load() {
+		return n.closedErr()
+	}
+	if n.broken != nil {
+		return fmt.Errorf("hostnet: shm step: %w: unusable after an earlier error (%v)", ErrClosed, n.broken)
+	}
+	s := n.segs[i]
+	_, err := shmAwait(s.seq, s.sleepers, n.step, n.pol, n.timeout, n.watch[i])
+	if err == nil && atomic.LoadUint64(&s.sig[n.step&1]) != n.sig {
+		err = fmt.Errorf("%s: %w: it is running another operation, or the same one with another count, data type, op or root", n.watch[i].what(), ErrMismatch)
+	}
+	if err != nil {
+		n.broken = err
+		// Peers waiting for this rank would otherwise wait for the deadline.
+		own := n.segs[n.me]
+		atomic.CompareAndSwapUint32(own.closed, shmOpen, shmClosedByError)
+		futexWake(own.seq)
+	}
+	return err
 }
 
 type nodeWatch struct {

@@ -30,26 +30,30 @@ type sharedView struct {
 	g    *localShared
 	rank int
 	step uint32
+	sig  uint64
 }
 
 func (v *sharedView) Window(r int) []byte { return v.g.win[r] }
 func (v *sharedView) Step() uint32        { return v.step }
 
-func (v *sharedView) Sync(sig uint64) error {
+func (v *sharedView) Post(sig uint64) error {
 	v.step++
+	v.sig = sig
 	v.g.sigs[v.rank][v.step&1].Store(sig)
 	v.g.steps[v.rank].Store(v.step)
+	return nil
+}
+
+func (v *sharedView) Wait(r int) error {
 	deadline := time.Now().Add(10 * time.Second)
-	for r := range v.g.steps {
-		for int32(v.g.steps[r].Load()-v.step) < 0 {
-			if time.Now().After(deadline) {
-				return fmt.Errorf("%w: step %d: rank %d never came", sdk.ErrRemoteError, v.step, r)
-			}
-			runtime.Gosched()
+	for int32(v.g.steps[r].Load()-v.step) < 0 {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: step %d: rank %d never came", sdk.ErrRemoteError, v.step, r)
 		}
-		if v.g.sigs[r][v.step&1].Load() != sig {
-			return fmt.Errorf("%w: step %d: rank %d runs another operation", sdk.ErrInvalidUsage, v.step, r)
-		}
+		runtime.Gosched()
+	}
+	if v.g.sigs[r][v.step&1].Load() != v.sig {
+		return fmt.Errorf("%w: step %d: rank %d runs another operation", sdk.ErrInvalidUsage, v.step, r)
 	}
 	return nil
 }
@@ -61,7 +65,8 @@ type testShm struct{ window int }
 
 func (testShm) Window(int) []byte   { return nil }
 func (testShm) Step() uint32        { return 0 }
-func (testShm) Sync(uint64) error   { return nil }
+func (testShm) Post(uint64) error   { return nil }
+func (testShm) Wait(int) error      { return nil }
 func withTestShm(window int) Option { return WithShared(testShm{window}) }
 
 // bindShared gives e its view of g when its options asked for one.

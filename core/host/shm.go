@@ -30,10 +30,12 @@ type Shared interface {
 	Window(r int) []byte
 	// Step is the last step this rank published (0 before the first).
 	Step() uint32
-	// Sync publishes step Step()+1 labelled sig and waits until every
-	// rank has; a rank whose label differs (another operation or count)
-	// is an error.
-	Sync(sig uint64) error
+	// Post publishes step Step()+1 labelled sig.
+	Post(sig uint64) error
+	// Wait waits until rank r has published step Step(); a rank whose
+	// label differs (another operation or count) is an error. Waiting for
+	// this rank returns at once.
+	Wait(r int) error
 }
 
 // WithShared runs the collectives that gain from it over s (see Shared).
@@ -45,10 +47,11 @@ func WithShared(s Shared) Option {
 // Tuning of the shared-memory algorithms. Variables so that benchmarks can
 // try others; every rank must use the same values.
 var (
-	// shmOneStep: an AllReduce or Reduce whose n inputs together are at
-	// most this many bytes reduces everything on every rank in one step
-	// (one Sync); above it each rank reduces a slice (two Syncs a chunk).
-	shmOneStep = 32 << 10
+	// shmOneStep: an AllReduce or Reduce of bytes per rank with
+	// n*n*bytes at most this reduces everything on every rank in one step;
+	// above it each rank reduces a slice (two steps a chunk). On 8 ranks of
+	// a 32-core Xeon, one step wins at 1 KiB and loses from 4 KiB on.
+	shmOneStep = 128 << 10
 	// shmChunk bounds the bytes of one step besides the half window
 	// (0: a quarter of the last-level cache shared by the ranks, at least
 	// 1 MiB), so that the windows read in a step stay in the cache while
@@ -107,9 +110,39 @@ func stepSig(name string, count int, dt sdk.DataType, op sdk.RedOp, root int) ui
 	return h
 }
 
+// sync publishes the next step and waits for every rank.
 func (e *Engine) sync(name string) error {
-	if err := e.sh.Sync(e.sig); err != nil {
-		return fmt.Errorf("host %s: rank %d, shared-memory step %d: %w", name, e.rank, e.sh.Step(), err)
+	if err := e.sh.Post(e.sig); err != nil {
+		return e.stepErr(name, err)
+	}
+	for r := 0; r < e.n; r++ {
+		if err := e.sh.Wait(r); err != nil {
+			return e.stepErr(name, err)
+		}
+	}
+	return nil
+}
+
+func (e *Engine) stepErr(name string, err error) error {
+	return fmt.Errorf("host %s: rank %d, shared-memory step %d: %w", name, e.rank, e.sh.Step(), err)
+}
+
+// foldAsTheyCome is a one-step fold of len(dst) bytes of half t: it folds
+// each rank's window as soon as that rank has published (in rank order, so
+// every rank computes the same bits), so that reading the first windows
+// overlaps waiting for the last ranks.
+func (e *Engine) foldAsTheyCome(name string, dst []byte, t uint32, dt sdk.DataType, op sdk.RedOp) error {
+	for r := 0; r < e.n; r++ {
+		if err := e.sh.Wait(r); err != nil {
+			return e.stepErr(name, err)
+		}
+		switch r {
+		case 0:
+		case 1:
+			reduce.Into(dst, e.half(0, t)[:len(dst)], e.half(1, t)[:len(dst)], dt, op)
+		default:
+			reduce.Into(dst, dst, e.half(r, t)[:len(dst)], dt, op)
+		}
 	}
 	return nil
 }
@@ -156,10 +189,10 @@ var lastLevelCache = sync.OnceValue(func() int {
 	return best
 })
 
-// parallel runs f over [0, n) cut into one range per worker (on the
-// calling goroutine when n is small).
-func (e *Engine) parallel(n, grain int, f func(lo, hi int)) {
-	w := min(e.workers, n/max(shmParallelMin, grain))
+// parallel runs f over [0, n) cut into one range for each of up to w
+// goroutines (on the calling goroutine when n is small).
+func parallel(n, grain, w int, f func(lo, hi int)) {
+	w = min(w, n/max(shmParallelMin, grain))
 	if w < 2 {
 		f(0, n)
 		return
@@ -180,20 +213,12 @@ func (e *Engine) parallel(n, grain int, f func(lo, hi int)) {
 	wg.Wait()
 }
 
-// pcopy copies src into dst (same length) on the rank's cores.
-func (e *Engine) pcopy(dst, src []byte) {
-	if same(dst, src) {
-		return
-	}
-	e.parallel(len(src), 64, func(lo, hi int) { copy(dst[lo:hi], src[lo:hi]) })
-}
-
-// stage copies src into this rank's window (same length) on the rank's
-// cores, in pieces below the size from which Go's copy streams past the
-// cache (non-temporal stores from 1 MiB on amd64): the peers read the
-// window right after, and should find it in the shared cache.
-func (e *Engine) stage(dst, src []byte) {
-	e.parallel(len(src), 64, func(lo, hi int) {
+// stage copies src into this rank's window (same length) on w cores, in
+// pieces below the size from which Go's copy streams past the cache
+// (non-temporal stores from 1 MiB on amd64): the peers read the window
+// right after, and should find it in the shared cache.
+func stage(dst, src []byte, w int) {
+	parallel(len(src), 64, w, func(lo, hi int) {
 		for b := lo; b < hi; b += stagePiece {
 			end := min(b+stagePiece, hi)
 			copy(dst[b:end], src[b:end])
@@ -201,34 +226,37 @@ func (e *Engine) stage(dst, src []byte) {
 	})
 }
 
+// stagePiece is below the non-temporal threshold of Go's memmove.
+const stagePiece = 512 << 10
+
 // drain copies a result out of a window into the caller's buffer (same
-// length) on the rank's cores, streaming past the cache when the whole
-// message is large (big; see mem.Stream): it would not stay there anyway,
-// and the windows the peers read next should.
-func (e *Engine) drain(dst, src []byte, big bool) {
-	if !big {
-		e.pcopy(dst, src)
+// length) on w cores, streaming past the cache when the whole message is
+// large (big; see mem.Stream): it would not stay there anyway, and the
+// windows the peers read next should.
+func drain(dst, src []byte, big bool, w int) {
+	if same(dst, src) {
 		return
 	}
-	e.parallel(len(src), 64, func(lo, hi int) { mem.Stream(dst[lo:hi], src[lo:hi]) })
+	if !big {
+		parallel(len(src), 64, w, func(lo, hi int) { copy(dst[lo:hi], src[lo:hi]) })
+		return
+	}
+	parallel(len(src), 64, w, func(lo, hi int) { mem.Stream(dst[lo:hi], src[lo:hi]) })
 }
 
 // shmStreamMin is the message size from which drain streams.
 var shmStreamMin = 4 << 20
 
-// stagePiece is below the non-temporal threshold of Go's memmove.
-const stagePiece = 512 << 10
-
 // fold sets dst to the reduction of every rank's bytes at off.. in half t
 // of its window, in rank order (so every rank computes the same bits),
-// block by block so that the partial result stays in cache, on the rank's
-// cores. Avg is summed; the caller scales.
-func (e *Engine) fold(dst []byte, t uint32, off int, dt sdk.DataType, op sdk.RedOp) {
-	if len(dst) < 2*max(shmParallelMin, dt.Size()*64) || e.workers < 2 {
+// block by block so that the partial result stays in cache, on w cores.
+// Avg is summed; the caller scales.
+func (e *Engine) fold(dst []byte, t uint32, off int, dt sdk.DataType, op sdk.RedOp, w int) {
+	if len(dst) < 2*max(shmParallelMin, dt.Size()*64) || w < 2 {
 		e.foldRange(dst, t, off, 0, len(dst), dt, op) // no closure: nothing allocated
 		return
 	}
-	e.parallel(len(dst), dt.Size()*64, func(lo, hi int) { e.foldRange(dst, t, off, lo, hi, dt, op) })
+	parallel(len(dst), dt.Size()*64, w, func(lo, hi int) { e.foldRange(dst, t, off, lo, hi, dt, op) })
 }
 
 func (e *Engine) foldRange(dst []byte, t uint32, off, lo, hi int, dt sdk.DataType, op sdk.RedOp) {
@@ -243,10 +271,62 @@ func (e *Engine) foldRange(dst []byte, t uint32, off, lo, hi int, dt sdk.DataTyp
 	}
 }
 
-func (e *Engine) scaleShm(buf []byte, dt sdk.DataType, op sdk.RedOp) {
+func (e *Engine) scaleShm(buf []byte, dt sdk.DataType, op sdk.RedOp, w int) {
 	if op == sdk.Avg {
-		reduce.ScaleParallel(buf, dt, e.n, e.workers)
+		reduce.ScaleParallel(buf, dt, e.n, w)
 	}
+}
+
+// chunked runs a shared-memory collective over chunks 0..chunks-1. For
+// each chunk: put(k, t, w) fills this rank's half of step t, a Sync
+// publishes it; then, in two-step algorithms, mid(k, t) works on the
+// published halves and writes this rank's half of step t+1, and a second
+// Sync publishes that; then take(k, t, w) reads the last step's halves.
+// take(k) runs beside put(k+1), each on part of the rank's cores: one
+// writes the caller's buffer while the other reads it, and they touch
+// different halves (take reads step t's, put writes step t+1's, which
+// every rank finished reading before it published step t).
+func (e *Engine) chunked(name string, chunks int, put func(k int, t uint32, w int), mid func(k int, t uint32), take func(k int, t uint32, w int)) error {
+	t := e.next()
+	put(0, t, e.workers)
+	for k := 0; k < chunks; k++ {
+		if err := e.sync(name); err != nil {
+			return err
+		}
+		if mid != nil {
+			mid(k, t)
+			if err := e.sync(name); err != nil {
+				return err
+			}
+			t++
+		}
+		if k+1 == chunks {
+			take(k, t, e.workers)
+			break
+		}
+		if e.workers < 2 {
+			take(k, t, 1)
+			put(k+1, t+1, 1)
+		} else {
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				take(k, t, e.workers/2)
+			}()
+			put(k+1, t+1, e.workers-e.workers/2)
+			wg.Wait()
+		}
+		t++
+	}
+	return nil
+}
+
+// oneStep: the whole operation fits one step.
+// Every rank reading every input costs n*n*bytes of traffic between cores;
+// two steps cost one more wait for all ranks.
+func (e *Engine) oneStep(bytes int) bool {
+	return bytes*e.n*e.n <= shmOneStep && bytes <= e.shmHalf()
 }
 
 // allReduceShm: small inputs in one step (every rank folds all windows);
@@ -254,91 +334,76 @@ func (e *Engine) scaleShm(buf []byte, dt sdk.DataType, op sdk.RedOp) {
 // chunk into its window, then every rank copies all slices out).
 func (e *Engine) allReduceShm(name string, send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp) error {
 	e.sig = stepSig(name, count, dt, op, 0)
-	size, n, r := dt.Size(), e.n, e.rank
-	if len(send)*n <= shmOneStep && len(send) <= e.shmHalf() {
+	if e.oneStep(len(send)) {
 		t := e.next()
-		copy(e.half(r, t), send)
-		if err := e.sync(name); err != nil {
+		copy(e.half(e.rank, t), send)
+		if err := e.sh.Post(e.sig); err != nil {
+			return e.stepErr(name, err)
+		}
+		if err := e.foldAsTheyCome(name, recv, t, dt, op); err != nil {
 			return err
 		}
-		e.fold(recv, t, 0, dt, op)
-		e.scaleShm(recv, dt, op)
+		e.scaleShm(recv, dt, op, 1)
 		return nil
 	}
+	return e.reduceChunks(name, send, recv, count, dt, op, -1)
+}
+
+// reduceChunks is the two-step chunked reduction of AllReduce (root < 0:
+// every rank copies the result out) and Reduce (only root does).
+func (e *Engine) reduceChunks(name string, send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp, root int) error {
+	size, n, r := dt.Size(), e.n, e.rank
 	ce := e.chunkElems(size, 1)
-	for off := 0; off < count; off += ce {
-		c := min(ce, count-off)
-		in, out := send[off*size:(off+c)*size], recv[off*size:(off+c)*size]
-		t := e.next()
-		e.stage(e.half(r, t)[:len(in)], in)
-		if err := e.sync(name); err != nil {
-			return err
-		}
-		st, sn := split(c, n, r)
-		lo, hi := st*size, (st+sn)*size
-		mine := e.half(r, t+1)[lo:hi]
-		if hi > lo {
-			e.fold(mine, t, lo, dt, op)
-			e.scaleShm(mine, dt, op)
-		}
-		if err := e.sync(name); err != nil {
-			return err
-		}
-		for s := 0; s < n; s++ {
-			st, sn := split(c, n, s)
-			lo, hi := st*size, (st+sn)*size
-			e.drain(out[lo:hi], e.half(s, t+1)[lo:hi], len(send) >= shmStreamMin)
-		}
+	chunk := func(k int) (lo, hi int) { return k * ce * size, min((k+1)*ce, count) * size }
+	slice := func(c, s int) (lo, hi int) {
+		st, sn := split(c, n, s)
+		return st * size, (st + sn) * size
 	}
-	return nil
+	big := len(send) >= shmStreamMin
+	return e.chunked(name, (count+ce-1)/ce,
+		func(k int, t uint32, w int) {
+			lo, hi := chunk(k)
+			stage(e.half(r, t)[:hi-lo], send[lo:hi], w)
+		},
+		func(k int, t uint32) {
+			lo, hi := chunk(k)
+			slo, shi := slice((hi-lo)/size, r)
+			if shi > slo {
+				mine := e.half(r, t+1)[slo:shi]
+				e.fold(mine, t, slo, dt, op, e.workers)
+				e.scaleShm(mine, dt, op, e.workers)
+			}
+		},
+		func(k int, t uint32, w int) {
+			if root >= 0 && r != root {
+				return
+			}
+			lo, hi := chunk(k)
+			out := recv[lo:hi]
+			for s := 0; s < n; s++ {
+				slo, shi := slice((hi-lo)/size, s)
+				drain(out[slo:shi], e.half(s, t)[slo:shi], big, w)
+			}
+		})
 }
 
 // reduceShm is allReduceShm whose result only root copies out (for small
 // inputs root alone folds the windows).
 func (e *Engine) reduceShm(name string, send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp, root int) error {
 	e.sig = stepSig(name, count, dt, op, root)
-	size, n, r := dt.Size(), e.n, e.rank
-	if len(send)*n <= shmOneStep && len(send) <= e.shmHalf() {
+	if e.oneStep(len(send)) {
 		t := e.next()
-		copy(e.half(r, t), send)
+		copy(e.half(e.rank, t), send)
 		if err := e.sync(name); err != nil {
 			return err
 		}
-		if r == root {
-			e.fold(recv, t, 0, dt, op)
-			e.scaleShm(recv, dt, op)
+		if e.rank == root {
+			e.fold(recv, t, 0, dt, op, 1)
+			e.scaleShm(recv, dt, op, 1)
 		}
 		return nil
 	}
-	ce := e.chunkElems(size, 1)
-	for off := 0; off < count; off += ce {
-		c := min(ce, count-off)
-		in := send[off*size : (off+c)*size]
-		t := e.next()
-		e.stage(e.half(r, t)[:len(in)], in)
-		if err := e.sync(name); err != nil {
-			return err
-		}
-		st, sn := split(c, n, r)
-		lo, hi := st*size, (st+sn)*size
-		if hi > lo {
-			mine := e.half(r, t+1)[lo:hi]
-			e.fold(mine, t, lo, dt, op)
-			e.scaleShm(mine, dt, op)
-		}
-		if err := e.sync(name); err != nil {
-			return err
-		}
-		if r == root {
-			out := recv[off*size : (off+c)*size]
-			for s := 0; s < n; s++ {
-				st, sn := split(c, n, s)
-				lo, hi := st*size, (st+sn)*size
-				e.drain(out[lo:hi], e.half(s, t+1)[lo:hi], len(send) >= shmStreamMin)
-			}
-		}
-	}
-	return nil
+	return e.reduceChunks(name, send, recv, count, dt, op, root)
 }
 
 // reduceScatterShm: per chunk, every rank stages its piece of every block
@@ -348,22 +413,21 @@ func (e *Engine) reduceScatterShm(name string, send, recv []byte, recvcount int,
 	size, n, r := dt.Size(), e.n, e.rank
 	bytes := recvcount * size
 	ce := e.chunkElems(size, n)
-	for off := 0; off < recvcount; off += ce {
-		c := min(ce, recvcount-off)
-		cb, lo := c*size, off*size
-		t := e.next()
-		w := e.half(r, t)
-		for s := 0; s < n; s++ {
-			e.stage(w[s*cb:(s+1)*cb], send[s*bytes+lo:s*bytes+lo+cb])
-		}
-		if err := e.sync(name); err != nil {
-			return err
-		}
-		out := recv[lo : lo+cb]
-		e.fold(out, t, r*cb, dt, op)
-		e.scaleShm(out, dt, op)
-	}
-	return nil
+	piece := func(k int) (lo, cb int) { return k * ce * size, (min((k+1)*ce, recvcount) - k*ce) * size }
+	return e.chunked(name, (recvcount+ce-1)/ce,
+		func(k int, t uint32, w int) {
+			lo, cb := piece(k)
+			win := e.half(r, t)
+			for s := 0; s < n; s++ {
+				stage(win[s*cb:(s+1)*cb], send[s*bytes+lo:s*bytes+lo+cb], w)
+			}
+		}, nil,
+		func(k int, t uint32, w int) {
+			lo, cb := piece(k)
+			out := recv[lo : lo+cb]
+			e.fold(out, t, r*cb, dt, op, w)
+			e.scaleShm(out, dt, op, w)
+		})
 }
 
 // allGatherShm: per chunk, every rank stages its piece and copies all
@@ -372,20 +436,22 @@ func (e *Engine) allGatherShm(name string, send, recv []byte) error {
 	e.sig = stepSig(name, len(send), 0, 0, 0)
 	n, r, bytes := e.n, e.rank, len(send)
 	cb := e.stepBytes()
-	for lo := 0; lo < bytes; lo += cb {
-		c := min(cb, bytes-lo)
-		t := e.next()
-		e.stage(e.half(r, t)[:c], send[lo:lo+c])
-		if err := e.sync(name); err != nil {
-			return err
-		}
-		for s := 0; s < n; s++ {
-			if s != r {
-				e.drain(recv[s*bytes+lo:s*bytes+lo+c], e.half(s, t)[:c], len(recv) >= shmStreamMin)
+	big := len(recv) >= shmStreamMin
+	return e.chunked(name, (bytes+cb-1)/cb,
+		func(k int, t uint32, w int) {
+			lo := k * cb
+			c := min(cb, bytes-lo)
+			stage(e.half(r, t)[:c], send[lo:lo+c], w)
+		}, nil,
+		func(k int, t uint32, w int) {
+			lo := k * cb
+			c := min(cb, bytes-lo)
+			for s := 0; s < n; s++ {
+				if s != r {
+					drain(recv[s*bytes+lo:s*bytes+lo+c], e.half(s, t)[:c], big, w)
+				}
 			}
-		}
-	}
-	return nil
+		})
 }
 
 // broadcastShm: per chunk, root stages it and the others copy it. One
@@ -394,26 +460,29 @@ func (e *Engine) broadcastShm(name string, send, recv []byte, root int) error {
 	e.sig = stepSig(name, len(recv), 0, 0, root)
 	bytes := len(recv)
 	cb := e.stepBytes()
-	for lo := 0; lo < bytes; lo += cb {
-		c := min(cb, bytes-lo)
-		t := e.next()
-		if e.rank == root {
-			e.stage(e.half(root, t)[:c], send[lo:lo+c])
-		}
-		if err := e.sync(name); err != nil {
-			return err
-		}
-		if e.rank != root {
-			e.drain(recv[lo:lo+c], e.half(root, t)[:c], bytes >= shmStreamMin)
-		}
-	}
-	return nil
+	big := bytes >= shmStreamMin
+	return e.chunked(name, (bytes+cb-1)/cb,
+		func(k int, t uint32, w int) {
+			if e.rank == root {
+				lo := k * cb
+				c := min(cb, bytes-lo)
+				stage(e.half(root, t)[:c], send[lo:lo+c], w)
+			}
+		}, nil,
+		func(k int, t uint32, w int) {
+			if e.rank != root {
+				lo := k * cb
+				c := min(cb, bytes-lo)
+				drain(recv[lo:lo+c], e.half(root, t)[:c], big, w)
+			}
+		})
 }
 
 // alltoAllShm: per chunk, every rank stages its piece of every block and
 // copies its own block's pieces from all windows. One step a chunk. send
 // and recv may be the same buffer: a chunk is staged before its place in
-// recv is written, and later chunks read other places.
+// recv is written, and later chunks read other places; so the copy out of
+// one chunk does not run beside the staging of the next here.
 func (e *Engine) alltoAllShm(name string, send, recv []byte, bytes int) error {
 	e.sig = stepSig(name, bytes, 0, 0, 0)
 	n, r := e.n, e.rank
