@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/flagcx/flagcx-go/core"
+	"github.com/flagcx/flagcx-go/hostnet"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -93,7 +94,16 @@ func Local(np int, argv []string, env []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("local launcher: %w", err)
 	}
-	return runLocal(exe, np, argv, env, id.String(), stdout, stderr)
+	err = runLocal(exe, np, argv, env, id.String(), stdout, stderr)
+	if err != nil {
+		// A rank killed before its peers mapped its shared memory (or
+		// killed by us while waiting for such a rank) cannot remove its
+		// segment; once the ranks are gone, nobody else will.
+		if sc, cerr := hostnet.ShmConfigFromEnv(); cerr == nil {
+			hostnet.CleanStaleShm(sc)
+		}
+	}
+	return err
 }
 
 // runLocal is Local once the unique id exists.

@@ -1,0 +1,126 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"os"
+	"sync"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// segmentsOf lists the /dev/shm segments whose creator is one of pids
+// (segment names carry the creator's pid: flagcx-<boot>-<pidns>-<pid>-<token>).
+func segmentsOf(pids map[int]bool) []string {
+	ents, _ := os.ReadDir("/dev/shm")
+	var out []string
+	for _, e := range ents {
+		f := strings.Split(e.Name(), "-")
+		if len(f) != 5 || f[0] != "flagcx" {
+			continue
+		}
+		if pid, err := strconv.Atoi(f[3]); err == nil && pids[pid] {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// children are the processes the launcher started.
+func children(pid int) []int {
+	var out []int
+	tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/children")
+	for _, t := range tasks {
+		b, _ := os.ReadFile(t)
+		for _, f := range strings.Fields(string(b)) {
+			if c, err := strconv.Atoi(f); err == nil {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// TestKilledRankLeavesNoSegment: a rank killed with SIGKILL while its
+// segment exists on disk (during setup) or while the ranks run collectives
+// leaves no segment once the job has ended, and the job ends with an error
+// rather than a hang.
+func TestKilledRankLeavesNoSegment(t *testing.T) {
+	if _, err := os.Stat("/dev/shm"); err != nil {
+		t.Skip("no /dev/shm")
+	}
+	for _, tc := range []struct {
+		name string
+		// ready says when to kill victim.
+		ready func(victim int, out *lockedBuffer) bool
+	}{
+		{"while its segment is on disk", func(victim int, _ *lockedBuffer) bool {
+			return len(segmentsOf(map[int]bool{victim: true})) > 0
+		}},
+		{"inside collectives", func(_ int, out *lockedBuffer) bool {
+			return strings.Contains(out.String(), "float32")
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(flagcxBin(t), "bench", "allreduce", "--np", "4", "-b", "1K", "-e", "4M", "-f", "2", "-n", "2000", "-c", "0")
+			cmd.Env = cleanEnv("FLAGCX_TIMEOUT=5")
+			var out, errb lockedBuffer
+			cmd.Stdout, cmd.Stderr = &out, &errb
+			require.NoError(t, cmd.Start())
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			pids := map[int]bool{}
+			victim := 0
+			deadline := time.Now().Add(30 * time.Second)
+			for victim == 0 || !tc.ready(victim, &out) {
+				require.True(t, time.Now().Before(deadline), "the moment to kill never came; stderr:\n%s", errb.String())
+				for _, c := range children(cmd.Process.Pid) {
+					pids[c] = true
+					if victim == 0 {
+						victim = c
+					}
+				}
+				time.Sleep(200 * time.Microsecond)
+			}
+			require.NoError(t, syscall.Kill(victim, syscall.SIGKILL))
+			for _, c := range children(cmd.Process.Pid) {
+				pids[c] = true
+			}
+			select {
+			case err := <-done:
+				require.Error(t, err, "the job went on without a rank")
+			case <-time.After(60 * time.Second):
+				cmd.Process.Kill()
+				t.Fatalf("the job did not end after a rank was killed; stderr:\n%s", errb.String())
+			}
+			require.Empty(t, segmentsOf(pids), "segments left behind; stderr:\n%s", errb.String())
+		})
+	}
+}
+
+// lockedBuffer is a bytes.Buffer that a child's output may fill while the
+// test reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
