@@ -90,7 +90,7 @@ func TestKilledRankLeavesNoSegment(t *testing.T) {
 				}
 				time.Sleep(200 * time.Microsecond)
 			}
-			require.NoError(t, syscall.Kill(victim, syscall.SIGKILL))
+			require.NoError(t, syscall.Kill(victim, syscall.SIGKILL), "rank process %d is gone already; stdout:\n%s\nstderr:\n%s", victim, out.String(), errb.String())
 			for _, c := range children(cmd.Process.Pid) {
 				pids[c] = true
 			}
