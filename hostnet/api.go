@@ -1,20 +1,27 @@
-// Package hostnet is the host network between ranks: TCP, and shared-memory
-// links between ranks of one host (InfiniBand verbs later). It knows nothing
-// of vendors or collectives: it moves framed, length-checked messages
-// between authenticated peers.
+// Package hostnet is the host network between ranks: TCP, and shared
+// memory between ranks of one host (InfiniBand verbs later). It knows
+// nothing of vendors or collectives: it moves framed, length-checked
+// messages between authenticated peers, and gives the ranks of one host
+// the shared windows their collectives read directly.
 //
-// The contract the rest of flagcx relies on:
+// hostnet owns the transports. Each rank announces a Peer at bootstrap;
+// a table of transports (shm when two ranks share a host, boot id and pid
+// namespace and both have a segment; TCP otherwise) picks the transport of
+// every pair, and Connect builds a rank's links to all peers at once.
 //
 //	cfg, err := hostnet.ConfigFromEnv()                // FLAGCX_SOCKET_* and friends
+//	sc, err := hostnet.ShmConfigFromEnv()              // FLAGCX_SHM_*
 //	l, err := hostnet.Listen(cfg, secret)              // on the interface FLAGCX_SOCKET_IFNAME picks
-//	conn, hello, err := l.Accept()                     // only peers that prove the secret
-//	conn, err := hostnet.Dial(addr, cfg, secret, hello)
-//	err = conn.Send(p); err = conn.Recv(q)             // one frame each, lengths checked
-//	link := hostnet.NewLink(conns, cfg)                // several sockets to one peer
-//	err = link.Send(big); err = link.Recv(big)         // striped over the sockets
-//	shm, err := hostnet.SetupShmLink(conn, creator, cfg, shmCfg) // same host: a shared-memory link, agreed over conn
+//	seg, err := hostnet.CreateShmSegment(sc.ForRanks(n)) // before the rendezvous; its Name goes in the Peer
+//	// ... exchange Peers (core's rendezvous) ...
+//	m, err := hostnet.Connect(hostnet.MeshConfig{...}) // m.Links[peer], m.Node (same-host windows)
+//	err = m.Links[p].Send(buf); err = m.Links[p].Recv(buf)
+//	defer m.Close()
 //
-// Every blocking call gives up after Config.Timeout without progress.
+// Lower level: Dial/Accept give authenticated Conns, NewTCPLink stripes one
+// peer's sockets. Every blocking call gives up after Config.Timeout without
+// progress, and a shared-memory wait notices within a fraction of a second
+// that the peer process died.
 package hostnet
 
 import (
