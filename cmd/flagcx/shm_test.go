@@ -4,6 +4,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"sync"
 	"os/exec"
@@ -123,4 +124,33 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestBenchExactOnShmAndTCP: every collective, data type and op gives exact
+// results on 2..9 ranks at odd sizes (whole windows, slices that do not
+// divide evenly, the one-step and two-step reductions), through shared
+// memory and through TCP; and a large odd size that spans several steps.
+func TestBenchExactOnShmAndTCP(t *testing.T) {
+	for _, transport := range []string{"shm", "tcp"} {
+		for np := 2; np <= 9; np++ {
+			t.Run(fmt.Sprintf("%s/np%d", transport, np), func(t *testing.T) {
+				env := cleanEnv()
+				if transport == "tcp" {
+					env = append(env, "FLAGCX_SHM_DISABLE=1")
+				}
+				r := runFlagcx(t, 3*time.Minute, env, "bench", "all", "--np", strconv.Itoa(np),
+					"-b", "3", "-e", "90000", "-f", "13", "-w", "1", "-n", "1", "-c", "1", "-d", "all", "-o", "all")
+				require.Zero(t, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+				require.Contains(t, r.stdout, "# Out of bounds values : 0 OK\n")
+			})
+		}
+	}
+	for _, dt := range []string{"bfloat16", "int8", "float64"} {
+		t.Run("shm/np5/2300001B/"+dt, func(t *testing.T) {
+			r := runFlagcx(t, 3*time.Minute, cleanEnv(), "bench", "all", "--np", "5",
+				"-b", "2300001", "-e", "2300001", "-w", "0", "-n", "1", "-c", "1", "-d", dt, "-o", "all")
+			require.Zero(t, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+			require.Contains(t, r.stdout, "# Out of bounds values : 0 OK\n")
+		})
+	}
 }
