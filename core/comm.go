@@ -400,6 +400,7 @@ func (m meshPeers) Recv(peer int, buf []byte) error {
 // classified as the links' are.
 type sharedNode struct{ *hostnet.ShmNode }
 
+func (s sharedNode) Enter() error          { return stepError(s.ShmNode.Enter()) }
 func (s sharedNode) Post(sig uint64) error { return stepError(s.ShmNode.Post(sig)) }
 func (s sharedNode) Wait(r int) error      { return stepError(s.ShmNode.Wait(r)) }
 

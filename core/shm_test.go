@@ -118,3 +118,33 @@ func TestMeshRejectsMalformedShmSettings(t *testing.T) {
 	require.ErrorIs(t, err, sdk.ErrInvalidArgument)
 	require.ErrorContains(t, err, hostnet.EnvShmP2PSize)
 }
+
+// TestAbortDuringShmCollective: Abort from another goroutine while ranks
+// copy through the shared windows ends the collective with an error on
+// every rank (and does not unmap memory that a copy still reads).
+func TestAbortDuringShmCollective(t *testing.T) {
+	if hostnet.BootID() == "" {
+		t.Skip("no kernel boot id: shared memory is not used here")
+	}
+	t.Setenv(hostnet.EnvShmDisable, "")
+	comms := startComms(t, 2, testNet(10*time.Second))
+	require.Equal(t, "shm", comms[0].transport(1))
+	const count = 8 << 20 // 32 MiB of float32: many steps
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		comms[0].Abort()
+	}()
+	start := time.Now()
+	errs := onAll(comms, func(c *Comm) error {
+		send, recv := make([]byte, 4*count), make([]byte, 4*count)
+		for {
+			if err := c.AllReduce(send, recv, count, sdk.Float32, sdk.Sum); err != nil {
+				return err
+			}
+		}
+	})
+	require.ErrorIs(t, errs[0], sdk.ErrInvalidUsage, "the aborted rank says it was aborted")
+	require.ErrorContains(t, errs[0], "aborted")
+	require.ErrorIs(t, errs[1], sdk.ErrRemoteError)
+	require.Less(t, time.Since(start), 5*time.Second)
+}

@@ -146,7 +146,12 @@ func Connect(mc MeshConfig) (m *Mesh, err error) {
 	if m.Node != nil {
 		// Step 1 is the setup's: once every rank of the host published it,
 		// every segment is mapped by all, and the files can go.
-		if err := m.Node.Sync(0); err != nil {
+		err := m.Node.Enter()
+		if err == nil {
+			err = m.Node.Sync(0)
+			m.Node.Exit()
+		}
+		if err != nil {
 			return nil, fmt.Errorf("rank %d waiting for the ranks of its host to map shared memory: %w", mc.Rank, err)
 		}
 		mc.Segment.unlink()

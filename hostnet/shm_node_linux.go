@@ -32,7 +32,7 @@ type ShmNode struct {
 	sig     uint64       // its label
 	watch   []*nodeWatch // per rank index, made once (an interface conversion per wait would allocate)
 
-	mu     sync.RWMutex // Sync holds it shared; close exclusive
+	mu     sync.RWMutex // held shared from Enter to Exit; close takes it before the Mesh unmaps
 	closed atomic.Bool
 	broken error
 }
@@ -55,9 +55,25 @@ func (n *ShmNode) Step() uint32 { return n.step }
 // host's cores shared evenly, at least one.
 func (n *ShmNode) Cores() int { return max(1, runtime.NumCPU()/len(n.ranks)) }
 
+// Enter starts a use of the windows (steps and the reads and writes between
+// them) that lasts until Exit: the mappings stay until then, even when
+// another goroutine closes the node (its Post and Wait then fail fast).
+func (n *ShmNode) Enter() error {
+	n.mu.RLock()
+	if n.closed.Load() {
+		n.mu.RUnlock()
+		return n.closedErr()
+	}
+	return nil
+}
+
+// Exit ends what Enter started.
+func (n *ShmNode) Exit() { n.mu.RUnlock() }
+
 // Sync publishes the next step, labelled sig (what the step is for: the
 // same operation and count give the same label on every rank), and waits
 // until every rank of the host has published it: Post, then Wait for each.
+// Like Post and Wait, it is called between Enter and Exit.
 func (n *ShmNode) Sync(sig uint64) error {
 	if err := n.Post(sig); err != nil {
 		return err
@@ -73,8 +89,6 @@ func (n *ShmNode) Sync(sig uint64) error {
 // Post publishes step Step()+1 labelled sig. After an error of Wait the
 // node is broken (the ranks are out of step) and Post fails at once.
 func (n *ShmNode) Post(sig uint64) error {
-	n.mu.RLock()
-	defer n.mu.RUnlock()
 	if n.closed.Load() {
 		return n.closedErr()
 	}
@@ -98,8 +112,6 @@ func (n *ShmNode) Wait(i int) error {
 	if i == n.me {
 		return nil
 	}
-	n.mu.RLock()
-	defer n.mu.RUnlock()
 	if n.closed.Load() {
 		return n.closedErr()
 	}
@@ -156,8 +168,8 @@ func (n *ShmNode) closedErr() error {
 	return fmt.Errorf("hostnet: shm step: %w (closed by this side)", ErrClosed)
 }
 
-// close tells the host's ranks that this one is gone, wakes every Sync
-// (here and theirs) and waits for this rank's Sync to return.
+// close tells the host's ranks that this one is gone, wakes every wait
+// (here and theirs) and waits for this rank's use of the windows to Exit.
 func (n *ShmNode) close() {
 	if n.closed.Swap(true) {
 		return

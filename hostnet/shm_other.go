@@ -37,6 +37,8 @@ func (n *ShmNode) Ranks() []int                 { return nil }
 func (n *ShmNode) Window(int) []byte            { return nil }
 func (n *ShmNode) Step() uint32                 { return 0 }
 func (n *ShmNode) Cores() int                   { return 1 }
+func (n *ShmNode) Enter() error                 { return errShmOS }
+func (n *ShmNode) Exit()                        {}
 func (n *ShmNode) Post(uint64) error            { return errShmOS }
 func (n *ShmNode) Wait(int) error               { return errShmOS }
 func (n *ShmNode) Sync(uint64) error            { return errShmOS }

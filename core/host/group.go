@@ -139,6 +139,10 @@ func (e *Engine) Barrier() error {
 	defer e.mu.Unlock()
 	if e.shared() {
 		e.sig = stepSig("Barrier", 0, 0, 0, 0)
+		if err := e.sh.Enter(); err != nil {
+			return e.stepErr("Barrier", err)
+		}
+		defer e.sh.Exit()
 		return e.sync("Barrier")
 	}
 	var out, in [1]byte

@@ -34,6 +34,8 @@ type sharedView struct {
 }
 
 func (v *sharedView) Window(r int) []byte { return v.g.win[r] }
+func (v *sharedView) Enter() error        { return nil }
+func (v *sharedView) Exit()               {}
 func (v *sharedView) Step() uint32        { return v.step }
 
 func (v *sharedView) Post(sig uint64) error {
@@ -63,6 +65,8 @@ func (v *sharedView) Wait(r int) error {
 // Option list is shared by all).
 type testShm struct{ window int }
 
+func (testShm) Enter() error        { return nil }
+func (testShm) Exit()               {}
 func (testShm) Window(int) []byte   { return nil }
 func (testShm) Step() uint32        { return 0 }
 func (testShm) Post(uint64) error   { return nil }

@@ -28,6 +28,11 @@ type Shared interface {
 	// Window is rank r's staging window. The engine uses the first
 	// 2*floor(min length/2) bytes of each.
 	Window(r int) []byte
+	// Enter and Exit bracket every collective that uses the windows: the
+	// memory stays mapped in between, even if the communicator is aborted
+	// from another goroutine (the waits then fail fast).
+	Enter() error
+	Exit()
 	// Step is the last step this rank published (0 before the first).
 	Step() uint32
 	// Post publishes step Step()+1 labelled sig.
@@ -334,6 +339,10 @@ func (e *Engine) oneStep(bytes int) bool {
 // chunk into its window, then every rank copies all slices out).
 func (e *Engine) allReduceShm(name string, send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp) error {
 	e.sig = stepSig(name, count, dt, op, 0)
+	if err := e.sh.Enter(); err != nil {
+		return e.stepErr(name, err)
+	}
+	defer e.sh.Exit()
 	if e.oneStep(len(send)) {
 		t := e.next()
 		copy(e.half(e.rank, t), send)
@@ -391,6 +400,10 @@ func (e *Engine) reduceChunks(name string, send, recv []byte, count int, dt sdk.
 // inputs root alone folds the windows).
 func (e *Engine) reduceShm(name string, send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp, root int) error {
 	e.sig = stepSig(name, count, dt, op, root)
+	if err := e.sh.Enter(); err != nil {
+		return e.stepErr(name, err)
+	}
+	defer e.sh.Exit()
 	if e.oneStep(len(send)) {
 		t := e.next()
 		copy(e.half(e.rank, t), send)
@@ -410,6 +423,10 @@ func (e *Engine) reduceShm(name string, send, recv []byte, count int, dt sdk.Dat
 // and folds its own block's pieces from all windows. One step a chunk.
 func (e *Engine) reduceScatterShm(name string, send, recv []byte, recvcount int, dt sdk.DataType, op sdk.RedOp) error {
 	e.sig = stepSig(name, recvcount, dt, op, 0)
+	if err := e.sh.Enter(); err != nil {
+		return e.stepErr(name, err)
+	}
+	defer e.sh.Exit()
 	size, n, r := dt.Size(), e.n, e.rank
 	bytes := recvcount * size
 	ce := e.chunkElems(size, n)
@@ -434,6 +451,10 @@ func (e *Engine) reduceScatterShm(name string, send, recv []byte, recvcount int,
 // others'. One step a chunk.
 func (e *Engine) allGatherShm(name string, send, recv []byte) error {
 	e.sig = stepSig(name, len(send), 0, 0, 0)
+	if err := e.sh.Enter(); err != nil {
+		return e.stepErr(name, err)
+	}
+	defer e.sh.Exit()
 	n, r, bytes := e.n, e.rank, len(send)
 	cb := e.stepBytes()
 	big := len(recv) >= shmStreamMin
@@ -458,6 +479,10 @@ func (e *Engine) allGatherShm(name string, send, recv []byte) error {
 // step a chunk.
 func (e *Engine) broadcastShm(name string, send, recv []byte, root int) error {
 	e.sig = stepSig(name, len(recv), 0, 0, root)
+	if err := e.sh.Enter(); err != nil {
+		return e.stepErr(name, err)
+	}
+	defer e.sh.Exit()
 	bytes := len(recv)
 	cb := e.stepBytes()
 	big := bytes >= shmStreamMin
@@ -485,6 +510,10 @@ func (e *Engine) broadcastShm(name string, send, recv []byte, root int) error {
 // one chunk does not run beside the staging of the next here.
 func (e *Engine) alltoAllShm(name string, send, recv []byte, bytes int) error {
 	e.sig = stepSig(name, bytes, 0, 0, 0)
+	if err := e.sh.Enter(); err != nil {
+		return e.stepErr(name, err)
+	}
+	defer e.sh.Exit()
 	n, r := e.n, e.rank
 	cb := e.stepBytes() / n
 	if cb >= 64 {
