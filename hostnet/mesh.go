@@ -106,17 +106,18 @@ type meshHello struct {
 // every segment of the host is mapped by all its ranks (and unlinked), or
 // with an error naming the ranks it waited for after Net.Timeout without
 // progress. On error nothing stays open and this rank's segment is gone.
-func Connect(mc MeshConfig) (m *Mesh, err error) {
+func Connect(mc MeshConfig) (_ *Mesh, err error) {
 	self := mc.Peers[mc.Rank]
-	m = &Mesh{Links: make([]Link, len(mc.Peers))}
+	m := &Mesh{Links: make([]Link, len(mc.Peers))}
 	if mc.Segment != nil {
 		m.segs = []*ShmSegment{mc.Segment}
 	}
 	defer func() {
 		if err != nil {
+			// Peers that mapped this rank's segment stop waiting for it.
+			mc.Segment.abandon()
 			m.removeDeadPeers(mc)
 			m.Close()
-			m = nil
 		}
 	}()
 	var local []int

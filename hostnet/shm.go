@@ -224,7 +224,7 @@ func CheckShmFree(ranks int, sc ShmConfig, hm HostMemory) error {
 		return nil
 	}
 	need := int64(ranks) * int64(sc.SegmentBytes())
-	if (hm.ShmSizeBytes > 0 && need > hm.ShmFreeBytes) || (hm.RAMBytes > 0 && need > hm.AvailBytes) {
+	if (hm.ShmSizeBytes > 0 && need > hm.ShmFreeBytes) || (hm.AvailBytes > 0 && need > hm.AvailBytes) {
 		return fmt.Errorf("%w: %d segments of %s need %s, but %s has %s free and %s of RAM is available: "+
 			"free some, enlarge %s (e.g. docker --shm-size), shrink %s / %s, or set %s=1 to use TCP between the ranks",
 			ErrShmCapacity, ranks, FormatBytes(int64(sc.SegmentBytes())), FormatBytes(need), hm.ShmDir, FormatBytes(hm.ShmFreeBytes), FormatBytes(hm.AvailBytes),
@@ -245,6 +245,9 @@ func FormatBytes(n int64) string {
 		exp++
 	}
 	v := float64(n) / float64(div)
+	if v >= unit-0.05 && exp < 5 { // would print as 1024.0 of this unit
+		v, exp = v/unit, exp+1
+	}
 	s := fmt.Sprintf("%.1f", v)
 	s = strings.TrimSuffix(s, ".0")
 	return s + " " + string("KMGTPE"[exp]) + "iB"

@@ -11,6 +11,12 @@ func (m *Mesh) mapHost(mc MeshConfig, local []int) error {
 	if err := CheckShmCapacity(len(local), mc.Shm, ReadHostMemory(mc.Shm)); err != nil {
 		return err
 	}
+	// Every rank checks its own rings before mapping anything, so that with
+	// equal settings all fail alike rather than some finding the others'
+	// segments already gone.
+	if _, err := inboundRing(mc.Segment, 0, len(local)-1); err != nil {
+		return err
+	}
 	me := 0
 	segs := make([]*ShmSegment, len(local))
 	for i, r := range local {

@@ -19,6 +19,7 @@ type ShmSegment struct{}
 func (s *ShmSegment) Name() string { return "" }
 func (s *ShmSegment) Close() error { return nil }
 func (s *ShmSegment) unlink()      {}
+func (s *ShmSegment) abandon()     {}
 
 // CreateShmSegment reports ErrShmUnavailable off Linux.
 func CreateShmSegment(ShmConfig) (*ShmSegment, error) {

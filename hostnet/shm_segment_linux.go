@@ -233,8 +233,10 @@ func openShmSegment(dir, name string, pid int) (*ShmSegment, error) {
 		bad = "bad magic"
 	case s.u64(offSize) != uint64(size) || p2p%shmPage != 0 || win%shmPage != 0 || shmPage+p2p+win != uint64(size):
 		bad = fmt.Sprintf("impossible geometry (%d bytes: %d + %d)", size, p2p, win)
-	case s.u64(offPid) != uint64(pid) || s.u64(offToken) != token:
+	case s.u64(offPid) != uint64(pid):
 		bad = fmt.Sprintf("made by pid %d, not %d", s.u64(offPid), pid)
+	case s.u64(offToken) != token:
+		bad = fmt.Sprintf("its token %016x is not the %016x in its name", s.u64(offToken), token)
 	}
 	if bad != "" {
 		syscall.Munmap(mem)
@@ -248,6 +250,15 @@ func openShmSegment(dir, name string, pid int) (*ShmSegment, error) {
 func (s *ShmSegment) unlink() {
 	if s != nil && s.own && !s.unlinked.Swap(true) {
 		os.Remove(filepath.Join(s.dir, s.name))
+	}
+}
+
+// abandon tells the ranks that mapped the segment that its owner gave up
+// (their waits on it fail at once).
+func (s *ShmSegment) abandon() {
+	if s != nil && s.mem != nil {
+		atomic.CompareAndSwapUint32(s.closed, shmOpen, shmClosedByError)
+		futexWake(s.seq)
 	}
 }
 

@@ -199,7 +199,7 @@ func TestOpenShmSegmentRejects(t *testing.T) {
 		{"no magic", write(segName(boot, ns, me, 0x11), 3*shmPage, nil), me, []string{"bad magic"}},
 		{"wrong size in header", forged(0x12, func(h []byte) { le(h, offSize, 1); le(h, offToken, 0x12) }), me, []string{"impossible geometry"}},
 		{"areas do not add up", forged(0x13, func(h []byte) { le(h, offP2P, shmPage); le(h, offToken, 0x13) }), me, []string{"impossible geometry"}},
-		{"another token", forged(0x14, func(h []byte) {}), me, []string{"made by pid"}},
+		{"another token", forged(0x14, func(h []byte) {}), me, []string{"is not the 0000000000000014 in its name"}},
 		{"another creator pid", forged(0x15, func(h []byte) { le(h, offPid, 1); le(h, offToken, 0x15) }), me, []string{"made by pid 1"}},
 	}
 	for _, tc := range tests {
