@@ -41,7 +41,7 @@ type shmPolicy struct {
 // that tests and benchmarks can tune them.
 var (
 	shmDedicated      = shmPolicy{spin: 100 * time.Microsecond, yield: 2 * time.Millisecond}
-	shmOversubscribed = shmPolicy{spin: 2 * time.Microsecond, yield: 500 * time.Microsecond}
+	shmOversubscribed = shmPolicy{spin: 2 * time.Microsecond, yield: 50 * time.Microsecond}
 )
 
 // policyFor picks the policy for ranks processes of this host.

@@ -58,7 +58,7 @@ var (
 	// a 32-core Xeon, one step wins at 1 KiB and loses from 4 KiB on.
 	shmOneStep = 128 << 10
 	// shmChunk bounds the bytes of one step besides the half window
-	// (0: an eighth of the last-level cache shared by the ranks, at least
+	// (0: a quarter of the last-level cache shared by the ranks, at least
 	// 1 MiB), so that the windows read in a step stay in the cache while
 	// the next step's are written (and the caller's buffers stream past).
 	// Fewer, larger steps wait less often for the slowest rank.
@@ -162,7 +162,7 @@ func (e *Engine) chunkElems(size, parts int) int {
 func (e *Engine) stepBytes() int {
 	c := shmChunk
 	if c == 0 {
-		c = max(lastLevelCache()/(8*e.n), 1<<20)
+		c = max(lastLevelCache()/(4*e.n), 1<<20)
 	}
 	return min(e.shmHalf(), c)
 }
