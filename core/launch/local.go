@@ -86,6 +86,9 @@ func Local(np int, argv []string, env []string, stdout, stderr io.Writer) error 
 	if np < 1 {
 		return fmt.Errorf("%w: --np %d: need at least one rank", sdk.ErrInvalidArgument, np)
 	}
+	if err := checkCapacity(np, readHostCapacity(np)); err != nil {
+		return err
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("%w: cannot find this program to start its ranks: %v", sdk.ErrSystemError, err)

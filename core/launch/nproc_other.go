@@ -1,0 +1,5 @@
+//go:build !linux
+
+package launch
+
+func nprocLimit() (int, bool) { return 0, false }
