@@ -120,6 +120,11 @@ func (e *Engine) sync(name string) error {
 	if err := e.sh.Post(e.sig); err != nil {
 		return e.stepErr(name, err)
 	}
+	return e.waitAll(name)
+}
+
+// waitAll waits until every rank has published the current step.
+func (e *Engine) waitAll(name string) error {
 	for r := 0; r < e.n; r++ {
 		if err := e.sh.Wait(r); err != nil {
 			return e.stepErr(name, err)
@@ -338,24 +343,33 @@ func (e *Engine) oneStep(bytes int) bool {
 // larger ones chunk by chunk in two steps (each rank folds its slice of the
 // chunk into its window, then every rank copies all slices out).
 func (e *Engine) allReduceShm(name string, send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp) error {
-	e.sig = stepSig(name, count, dt, op, 0)
+	return e.reduceShm(name, send, recv, count, dt, op, -1)
+}
+
+// reduceShm is allReduceShm whose result only root copies out (root < 0:
+// every rank does).
+func (e *Engine) reduceShm(name string, send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp, root int) error {
+	e.sig = stepSig(name, count, dt, op, root)
 	if err := e.sh.Enter(); err != nil {
 		return e.stepErr(name, err)
 	}
 	defer e.sh.Exit()
-	if e.oneStep(len(send)) {
-		t := e.next()
-		copy(e.half(e.rank, t), send)
-		if err := e.sh.Post(e.sig); err != nil {
-			return e.stepErr(name, err)
-		}
-		if err := e.foldAsTheyCome(name, recv, t, dt, op); err != nil {
-			return err
-		}
-		e.scaleShm(recv, dt, op, 1)
-		return nil
+	if !e.oneStep(len(send)) {
+		return e.reduceChunks(name, send, recv, count, dt, op, root)
 	}
-	return e.reduceChunks(name, send, recv, count, dt, op, -1)
+	t := e.next()
+	copy(e.half(e.rank, t), send)
+	if err := e.sh.Post(e.sig); err != nil {
+		return e.stepErr(name, err)
+	}
+	if root >= 0 && e.rank != root {
+		return e.waitAll(name) // nothing to read, but the step is not over before everyone came
+	}
+	if err := e.foldAsTheyCome(name, recv, t, dt, op); err != nil {
+		return err
+	}
+	e.scaleShm(recv, dt, op, 1)
+	return nil
 }
 
 // reduceChunks is the two-step chunked reduction of AllReduce (root < 0:
@@ -394,29 +408,6 @@ func (e *Engine) reduceChunks(name string, send, recv []byte, count int, dt sdk.
 				drain(out[slo:shi], e.half(s, t)[slo:shi], big, w)
 			}
 		})
-}
-
-// reduceShm is allReduceShm whose result only root copies out (for small
-// inputs root alone folds the windows).
-func (e *Engine) reduceShm(name string, send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp, root int) error {
-	e.sig = stepSig(name, count, dt, op, root)
-	if err := e.sh.Enter(); err != nil {
-		return e.stepErr(name, err)
-	}
-	defer e.sh.Exit()
-	if e.oneStep(len(send)) {
-		t := e.next()
-		copy(e.half(e.rank, t), send)
-		if err := e.sync(name); err != nil {
-			return err
-		}
-		if e.rank == root {
-			e.fold(recv, t, 0, dt, op, 1)
-			e.scaleShm(recv, dt, op, 1)
-		}
-		return nil
-	}
-	return e.reduceChunks(name, send, recv, count, dt, op, root)
 }
 
 // reduceScatterShm: per chunk, every rank stages its piece of every block
