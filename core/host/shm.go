@@ -223,35 +223,62 @@ func parallel(n, grain, w int, f func(lo, hi int)) {
 	wg.Wait()
 }
 
-// stage copies src into this rank's window (same length) on w cores, in
-// pieces below the size from which Go's copy streams past the cache
-// (non-temporal stores from 1 MiB on amd64): the peers read the window
-// right after, and should find it in the shared cache.
-func stage(dst, src []byte, w int) {
-	parallel(len(src), 64, w, func(lo, hi int) {
-		for b := lo; b < hi; b += stagePiece {
-			end := min(b+stagePiece, hi)
-			copy(dst[b:end], src[b:end])
+// copies is a list of copies (dst[i] from src[i], same lengths) done
+// together: one split of all their bytes over the rank's cores, rather than
+// one split (and one wake-up of idle threads) per copy.
+type copies struct {
+	dst, src [][]byte
+	total    int
+}
+
+func (c *copies) add(dst, src []byte) {
+	if len(src) > 0 && !same(dst, src) {
+		c.dst, c.src = append(c.dst, dst[:len(src)]), append(c.src, src)
+		c.total += len(src)
+	}
+}
+
+// run does the copies on up to w goroutines, each a contiguous range of
+// the concatenated bytes, with copyFn.
+func (c *copies) run(w int, copyFn func(dst, src []byte)) {
+	parallel(c.total, 64, w, func(lo, hi int) {
+		off := 0
+		for i, src := range c.src {
+			a, b := max(lo-off, 0), min(hi-off, len(src))
+			if a < b {
+				copyFn(c.dst[i][a:b], src[a:b])
+			}
+			off += len(src)
+			if off >= hi {
+				break
+			}
 		}
 	})
+}
+
+// stage fills this rank's window in pieces below the size from which Go's
+// copy streams past the cache (non-temporal stores from 1 MiB on amd64):
+// the peers read the window right after, and should find it in the shared
+// cache.
+func stage(dst, src []byte) {
+	for b := 0; b < len(src); b += stagePiece {
+		end := min(b+stagePiece, len(src))
+		copy(dst[b:end], src[b:end])
+	}
 }
 
 // stagePiece is below the non-temporal threshold of Go's memmove.
 const stagePiece = 512 << 10
 
-// drain copies a result out of a window into the caller's buffer (same
-// length) on w cores, streaming past the cache when the whole message is
-// large (big; see mem.Stream): it would not stay there anyway, and the
-// windows the peers read next should.
-func drain(dst, src []byte, big bool, w int) {
-	if same(dst, src) {
-		return
+// drainFn copies a result out of a window into the caller's buffer,
+// streaming past the cache when the whole message is large (see
+// mem.Stream): it would not stay there anyway, and the windows the peers
+// read next should.
+func drainFn(big bool) func(dst, src []byte) {
+	if big {
+		return mem.Stream
 	}
-	if !big {
-		parallel(len(src), 64, w, func(lo, hi int) { copy(dst[lo:hi], src[lo:hi]) })
-		return
-	}
-	parallel(len(src), 64, w, func(lo, hi int) { mem.Stream(dst[lo:hi], src[lo:hi]) })
+	return func(dst, src []byte) { copy(dst, src) }
 }
 
 // shmStreamMin is the message size from which drain streams.
@@ -386,7 +413,9 @@ func (e *Engine) reduceChunks(name string, send, recv []byte, count int, dt sdk.
 	return e.chunked(name, (count+ce-1)/ce,
 		func(k int, t uint32, w int) {
 			lo, hi := chunk(k)
-			stage(e.half(r, t)[:hi-lo], send[lo:hi], w)
+			var c copies
+			c.add(e.half(r, t)[:hi-lo], send[lo:hi])
+			c.run(w, stage)
 		},
 		func(k int, t uint32) {
 			lo, hi := chunk(k)
@@ -403,10 +432,12 @@ func (e *Engine) reduceChunks(name string, send, recv []byte, count int, dt sdk.
 			}
 			lo, hi := chunk(k)
 			out := recv[lo:hi]
+			var c copies
 			for s := 0; s < n; s++ {
 				slo, shi := slice((hi-lo)/size, s)
-				drain(out[slo:shi], e.half(s, t)[slo:shi], big, w)
+				c.add(out[slo:shi], e.half(s, t)[slo:shi])
 			}
+			c.run(w, drainFn(big))
 		})
 }
 
@@ -426,9 +457,11 @@ func (e *Engine) reduceScatterShm(name string, send, recv []byte, recvcount int,
 		func(k int, t uint32, w int) {
 			lo, cb := piece(k)
 			win := e.half(r, t)
+			var c copies
 			for s := 0; s < n; s++ {
-				stage(win[s*cb:(s+1)*cb], send[s*bytes+lo:s*bytes+lo+cb], w)
+				c.add(win[s*cb:(s+1)*cb], send[s*bytes+lo:s*bytes+lo+cb])
 			}
+			c.run(w, stage)
 		}, nil,
 		func(k int, t uint32, w int) {
 			lo, cb := piece(k)
@@ -453,16 +486,20 @@ func (e *Engine) allGatherShm(name string, send, recv []byte) error {
 		func(k int, t uint32, w int) {
 			lo := k * cb
 			c := min(cb, bytes-lo)
-			stage(e.half(r, t)[:c], send[lo:lo+c], w)
+			cp := copies{}
+			cp.add(e.half(r, t)[:c], send[lo:lo+c])
+			cp.run(w, stage)
 		}, nil,
 		func(k int, t uint32, w int) {
 			lo := k * cb
 			c := min(cb, bytes-lo)
+			var cp copies
 			for s := 0; s < n; s++ {
 				if s != r {
-					drain(recv[s*bytes+lo:s*bytes+lo+c], e.half(s, t)[:c], big, w)
+					cp.add(recv[s*bytes+lo:s*bytes+lo+c], e.half(s, t)[:c])
 				}
 			}
+			cp.run(w, drainFn(big))
 		})
 }
 
@@ -482,14 +519,18 @@ func (e *Engine) broadcastShm(name string, send, recv []byte, root int) error {
 			if e.rank == root {
 				lo := k * cb
 				c := min(cb, bytes-lo)
-				stage(e.half(root, t)[:c], send[lo:lo+c], w)
+				cp := copies{}
+				cp.add(e.half(root, t)[:c], send[lo:lo+c])
+				cp.run(w, stage)
 			}
 		}, nil,
 		func(k int, t uint32, w int) {
 			if e.rank != root {
 				lo := k * cb
 				c := min(cb, bytes-lo)
-				drain(recv[lo:lo+c], e.half(root, t)[:c], big, w)
+				cp := copies{}
+				cp.add(recv[lo:lo+c], e.half(root, t)[:c])
+				cp.run(w, drainFn(big))
 			}
 		})
 }
