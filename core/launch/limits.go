@@ -58,7 +58,7 @@ func readHostCapacity(np int) hostCapacity {
 // starts, with the limit that binds and what to do.
 func checkCapacity(np int, c hostCapacity) error {
 	fail := func(format string, args ...any) error {
-		return fmt.Errorf("%w: --np %d is more than this host can run: %s", sdk.ErrInvalidArgument, np, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: %d ranks are more than this host can run: %s", sdk.ErrInvalidArgument, np, fmt.Sprintf(format, args...))
 	}
 	need := np * c.tasksPerRank
 	if c.userTasks > 0 && need > c.userTasks {

@@ -25,7 +25,7 @@ func TestCheckCapacity(t *testing.T) {
 	}{
 		{"fits", 64, roomy, nil},
 		{"one rank needs no shared memory", 1, with(func(c *hostCapacity) { c.mem.ShmSizeBytes, c.mem.ShmFreeBytes = 1, 1 }), nil},
-		{"user process limit", 20000, roomy, []string{"--np 20000", "this user may start 100000 more (ulimit -u)", "at most 16666 ranks"}},
+		{"user process limit", 20000, roomy, []string{"20000 ranks are more", "this user may start 100000 more (ulimit -u)", "at most 16666 ranks"}},
 		{"kernel thread limit", 40000, with(func(c *hostCapacity) { c.userTasks = 0 }), []string{"the kernel allows 200000 more", "at most 33333 ranks"}},
 		{"shared memory size", 200, with(func(c *hostCapacity) { c.mem.ShmSizeBytes, c.mem.ShmFreeBytes = gib, gib }), []string{"not enough shared memory", "/dev/shm holds 1 GiB", hostnet.EnvShmDisable}},
 		{"shared memory free now", 100, with(func(c *hostCapacity) { c.mem.ShmFreeBytes = 100 << 20 }), []string{"/dev/shm has 100 MiB free", hostnet.EnvShmDisable}},
@@ -53,5 +53,5 @@ func TestCheckCapacity(t *testing.T) {
 func TestLocalRefusesBeforeStarting(t *testing.T) {
 	err := Local(1<<30, []string{"no-such-subcommand"}, nil, nil, nil)
 	require.ErrorIs(t, err, sdk.ErrInvalidArgument)
-	require.ErrorContains(t, err, "is more than this host can run")
+	require.ErrorContains(t, err, "are more than this host can run")
 }
