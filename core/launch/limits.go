@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -11,83 +12,162 @@ import (
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
-// What one rank of this program costs the host, besides its shared-memory
-// segment and the buffers its command allocates (bench checks those):
-// measured on the 2-core VM, a bench rank has ~15 MiB of private memory
-// (VmRSS minus RssShmem) and 5 threads; Go starts up to one thread per
-// core for its scheduler and the collectives' workers, plus a few of its
-// own, so a rank is counted as cores+4 tasks.
-const rankPrivateBytes = 32 << 20
+// rankPrivateBytes is the memory one rank takes besides its shared-memory
+// segment, the page tables mapping the segments, and its command's own
+// buffers (RankBytes). Measured with `flagcx bench allreduce --np N -b 1K
+// -e 1K` on the 2-core VM: a rank's VmRSS is ~14 MiB apart from RssShmem
+// (2.5 MiB RssAnon, 12 MiB RssFile: the executable, whose pages the ranks
+// share), and MemAvailable fell by ~4-8 MiB per rank besides segments and
+// page tables at 64 and 200 ranks; 16 MiB leaves room.
+const rankPrivateBytes = 16 << 20
 
-func tasksPerRank() int { return runtime.NumCPU() + 4 }
+// tasksPerRank is how many kernel tasks (processes and threads: both count
+// against RLIMIT_NPROC, pid_max and threads-max) one rank may hold. Go
+// starts a thread per P that runs at once, plus sysmon, a template thread
+// and threads blocked in system calls; measured per bench rank: 5-6 on 2
+// cores, 14-16 on 32 cores (at 2 to 64 ranks), 22 with GOMAXPROCS=64 on 2
+// cores. The ranks inherit this process's GOMAXPROCS (environment, cgroup
+// CPU quota); min(GOMAXPROCS, 16) + 8 covers every figure measured.
+func tasksPerRank() int { return min(runtime.GOMAXPROCS(0), 16) + 8 }
+
+// pageTableBytesPer is how many segment bytes one byte of page table maps
+// (8-byte entries for 4 KiB pages): every rank maps every segment of its
+// host, so the page tables grow with the square of the ranks (975 MiB
+// measured at 200 ranks with 12 MiB segments).
+const pageTableBytesPer = 4096 / 8
 
 // hostCapacity is what bounds a local launch on this host; fields that
 // could not be read are 0 (and not checked).
 type hostCapacity struct {
-	userTasks    int // RLIMIT_NPROC minus what this user runs now
-	systemTasks  int // threads-max (and pid_max) minus what runs now
+	nprocLimit   int // RLIMIT_NPROC soft limit; 0 when none is enforced
+	userTasks    int // tasks this user runs now
+	pidMax       int
+	threadsMax   int
+	systemTasks  int // tasks the system runs now
 	tasksPerRank int
 	mem          hostnet.HostMemory
-	shm          hostnet.ShmConfig // for np ranks, or Disable
+	shm          hostnet.ShmConfig // from the environment, before ForRanks
+	rankBytes    int64             // what the ranks' command allocates (RankBytes)
 }
 
-// readHostCapacity reads the limits for a launch of np ranks.
-func readHostCapacity(np int) hostCapacity {
-	c := hostCapacity{tasksPerRank: tasksPerRank()}
-	running := runningTasks()
-	if lim, ok := nprocLimit(); ok && lim > 0 {
-		c.userTasks = max(lim-running, 0)
+// readHostCapacity reads this host's limits once, before a launch.
+func readHostCapacity() hostCapacity {
+	c := hostCapacity{
+		tasksPerRank: tasksPerRank(),
+		pidMax:       readInt("/proc/sys/kernel/pid_max"),
+		threadsMax:   readInt("/proc/sys/kernel/threads-max"),
+		systemTasks:  systemTasks(),
 	}
-	sys := readInt("/proc/sys/kernel/threads-max")
-	if pm := readInt("/proc/sys/kernel/pid_max"); pm > 0 && (sys == 0 || pm < sys) {
-		sys = pm
-	}
-	if sys > 0 {
-		c.systemTasks = max(sys-running, 0)
+	// The kernel does not apply RLIMIT_NPROC to root.
+	if lim, ok := nprocLimit(); ok && lim > 0 && os.Getuid() != 0 {
+		c.nprocLimit, c.userTasks = lim, userTasks(os.Getuid())
 	}
 	sc, err := hostnet.ShmConfigFromEnv()
 	if err != nil { // the ranks report malformed settings themselves
 		sc = hostnet.DefaultShmConfig()
 	}
-	c.shm = sc.ForRanks(np)
-	c.mem = hostnet.ReadHostMemory(c.shm)
+	c.shm = sc
+	c.mem = hostnet.ReadHostMemory(sc)
 	return c
 }
 
-// checkCapacity refuses np ranks this host cannot hold, before any of them
-// starts, with the limit that binds and what to do.
-func checkCapacity(np int, c hostCapacity) error {
-	fail := func(format string, args ...any) error {
-		return fmt.Errorf("%w: %d ranks are more than this host can run: %s", sdk.ErrInvalidArgument, np, fmt.Sprintf(format, args...))
-	}
-	need := np * c.tasksPerRank
-	if c.userTasks > 0 && need > c.userTasks {
-		return fail("its ranks need about %d processes and threads (%d each) and this user may start %d more (ulimit -u); run at most %d ranks here, or spread them over hosts with a launcher such as mpirun",
-			need, c.tasksPerRank, c.userTasks, c.userTasks/c.tasksPerRank)
-	}
-	if c.systemTasks > 0 && need > c.systemTasks {
-		return fail("its ranks need about %d processes and threads (%d each) and the kernel allows %d more (threads-max, pid_max); run at most %d ranks here",
-			need, c.tasksPerRank, c.systemTasks, c.systemTasks/c.tasksPerRank)
-	}
-	if np > 1 {
-		if err := hostnet.CheckShmCapacity(np, c.shm, c.mem); err != nil {
-			return fail("%v", err)
+// capacityChecks each say why n ranks do not fit on the host (nil: they
+// do). Each grows with n, so the most ranks that fit is found by search.
+var capacityChecks = []func(n int, c hostCapacity) error{
+	func(n int, c hostCapacity) error {
+		room := c.nprocLimit - c.userTasks
+		if c.nprocLimit == 0 || n*c.tasksPerRank <= room {
+			return nil
 		}
-		if err := hostnet.CheckShmFree(np, c.shm, c.mem); err != nil {
-			return fail("%v", err)
+		return fmt.Errorf("they need about %s processes and threads (%d each) and this user may start %s more (ulimit -u %s, %s running): raise ulimit -u, or spread the ranks over hosts with a launcher such as mpirun",
+			commas(n*c.tasksPerRank), c.tasksPerRank, commas(max(room, 0)), commas(c.nprocLimit), commas(c.userTasks))
+	},
+	func(n int, c hostCapacity) error {
+		lim := c.pidMax // each thread takes a pid too
+		if lim == 0 || (c.threadsMax > 0 && c.threadsMax < lim) {
+			lim = c.threadsMax
 		}
-	}
-	seg := int64(0)
-	if !c.shm.Disable && np > 1 {
-		seg = int64(c.shm.SegmentBytes())
-	}
-	per := rankPrivateBytes + seg
-	if c.mem.AvailBytes > 0 && int64(np)*per > c.mem.AvailBytes {
-		return fail("each rank needs about %s of memory (%s of its own and a %s shared-memory segment), %s for all, and %s is available; run at most %d ranks here",
-			hostnet.FormatBytes(per), hostnet.FormatBytes(rankPrivateBytes), hostnet.FormatBytes(seg), hostnet.FormatBytes(int64(np)*per),
-			hostnet.FormatBytes(c.mem.AvailBytes), c.mem.AvailBytes/per)
+		room := lim - c.systemTasks
+		if lim == 0 || n*c.tasksPerRank <= room {
+			return nil
+		}
+		return fmt.Errorf("they need about %s processes and threads (%d each) and the kernel allows %s more (pid_max %s, threads-max %s, %s running): spread the ranks over hosts with a launcher such as mpirun",
+			commas(n*c.tasksPerRank), c.tasksPerRank, commas(max(room, 0)), commas(c.pidMax), commas(c.threadsMax), commas(c.systemTasks))
+	},
+	func(n int, c hostCapacity) error {
+		if n < 2 { // one rank makes no segment
+			return nil
+		}
+		if err := hostnet.CheckShmCapacity(n, c.shm.ForRanks(n), c.mem); err != nil {
+			return err
+		}
+		return hostnet.CheckShmFree(n, c.shm.ForRanks(n), c.mem)
+	},
+	func(n int, c hostCapacity) error {
+		seg, tables := int64(0), int64(0)
+		if sc := c.shm.ForRanks(n); !sc.Disable && n > 1 {
+			seg = int64(sc.SegmentBytes())
+			tables = int64(n) * seg / pageTableBytesPer
+		}
+		per := rankPrivateBytes + seg + tables + c.rankBytes
+		if c.mem.AvailBytes == 0 || per <= c.mem.AvailBytes/int64(n) {
+			return nil
+		}
+		parts := []string{hostnet.FormatBytes(rankPrivateBytes) + " of its own"}
+		if c.rankBytes > 0 {
+			parts = append(parts, hostnet.FormatBytes(c.rankBytes)+" for its command's buffers")
+		}
+		advice := "run fewer ranks"
+		if seg > 0 {
+			parts = append(parts, "a "+hostnet.FormatBytes(seg)+" shared-memory segment", hostnet.FormatBytes(tables)+" of page tables mapping the host's segments")
+			advice += ", or set " + hostnet.EnvShmDisable + "=1 (TCP between the ranks, no segments)"
+		}
+		return fmt.Errorf("each rank needs about %s of memory (%s) and %s is available: %s",
+			hostnet.FormatBytes(per), strings.Join(parts, ", "), hostnet.FormatBytes(c.mem.AvailBytes), advice)
+	},
+}
+
+func overCapacity(n int, c hostCapacity) error {
+	for _, check := range capacityChecks {
+		if err := check(n, c); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// checkCapacity refuses np ranks this host cannot hold, before any of them
+// starts, with the most it can hold, the limit that binds there, and what
+// to do.
+func checkCapacity(np int, c hostCapacity) error {
+	err := overCapacity(np, c)
+	if err == nil {
+		return nil
+	}
+	most := sort.Search(np, func(n int) bool { return overCapacity(n+1, c) != nil })
+	// Describe the limit that stops most+1 ranks (not always the first
+	// that np ranks exceed), with np's figures.
+	for _, check := range capacityChecks {
+		if check(most+1, c) != nil {
+			if e := check(np, c); e != nil {
+				err = e
+			}
+			break
+		}
+	}
+	return fmt.Errorf("%w: %s ranks are more than this host can run (at most %s): %v", sdk.ErrInvalidArgument, commas(np), commas(most), err)
+}
+
+// commas writes n with thousands separators: 599,994.
+func commas(n int) string {
+	s := strconv.Itoa(n)
+	if n < 0 {
+		return "-" + commas(-n)
+	}
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
 }
 
 func readInt(path string) int {
@@ -99,9 +179,9 @@ func readInt(path string) int {
 	return n
 }
 
-// runningTasks is the number of threads on the system (/proc/loadavg's
-// "running/total"), which bounds what this user runs too.
-func runningTasks() int {
+// systemTasks is the number of tasks (threads) on the system: the "total"
+// of /proc/loadavg's "running/total".
+func systemTasks() int {
 	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
 		return 0
@@ -110,10 +190,7 @@ func runningTasks() int {
 	if len(f) < 4 {
 		return 0
 	}
-	_, total, ok := strings.Cut(f[3], "/")
-	if !ok {
-		return 0
-	}
+	_, total, _ := strings.Cut(f[3], "/")
 	n, _ := strconv.Atoi(total)
 	return n
 }

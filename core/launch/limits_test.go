@@ -1,6 +1,8 @@
 package launch
 
 import (
+	"errors"
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -12,11 +14,12 @@ import (
 func TestCheckCapacity(t *testing.T) {
 	const gib = 1 << 30
 	roomy := hostCapacity{
-		userTasks: 100000, systemTasks: 200000, tasksPerRank: 6,
+		nprocLimit: 100000, userTasks: 40, pidMax: 4194304, threadsMax: 200000, systemTasks: 100, tasksPerRank: 10,
 		mem: hostnet.HostMemory{ShmDir: "/dev/shm", ShmSizeBytes: 64 * gib, ShmFreeBytes: 64 * gib, RAMBytes: 128 * gib, AvailBytes: 120 * gib},
 		shm: hostnet.DefaultShmConfig(),
 	}
 	with := func(f func(c *hostCapacity)) hostCapacity { c := roomy; f(&c); return c }
+	noShm := func(c *hostCapacity) { c.shm.Disable = true; c.mem.AvailBytes = 1000 * gib }
 	for _, tc := range []struct {
 		name string
 		np   int
@@ -25,21 +28,38 @@ func TestCheckCapacity(t *testing.T) {
 	}{
 		{"fits", 64, roomy, nil},
 		{"one rank needs no shared memory", 1, with(func(c *hostCapacity) { c.mem.ShmSizeBytes, c.mem.ShmFreeBytes = 1, 1 }), nil},
-		{"user process limit", 20000, roomy, []string{"20000 ranks are more", "this user may start 100000 more (ulimit -u)", "at most 16666 ranks"}},
-		{"kernel thread limit", 40000, with(func(c *hostCapacity) { c.userTasks = 0 }), []string{"the kernel allows 200000 more", "at most 33333 ranks"}},
-		{"shared memory size", 200, with(func(c *hostCapacity) { c.mem.ShmSizeBytes, c.mem.ShmFreeBytes = gib, gib }), []string{"not enough shared memory", "/dev/shm holds 1 GiB", hostnet.EnvShmDisable}},
-		{"shared memory free now", 100, with(func(c *hostCapacity) { c.mem.ShmFreeBytes = 100 << 20 }), []string{"/dev/shm has 100 MiB free", hostnet.EnvShmDisable}},
-		{"memory", 1000, with(func(c *hostCapacity) { c.mem.AvailBytes = 10 * gib; c.mem.RAMBytes = 1000 * gib; c.shm.Disable = true }), []string{"each rank needs about 32 MiB", "10 GiB is available", "at most 320 ranks"}},
-		{"unknown limits are not checked", 5000, hostCapacity{tasksPerRank: 6, shm: hostnet.DefaultShmConfig()}, nil},
+		{"user process limit", 20000, with(noShm), []string{
+			"20,000 ranks are more than this host can run (at most 9,996): they need about 200,000 processes and threads (10 each)",
+			"this user may start 99,960 more (ulimit -u 100,000, 40 running): raise ulimit -u"}},
+		{"user limit, none left", 20, with(func(c *hostCapacity) { c.userTasks = 100100 }), []string{"(at most 0)", "may start 0 more"}},
+		{"kernel thread limit", 40000, with(func(c *hostCapacity) { c.nprocLimit = 0; noShm(c) }), []string{
+			"(at most 19,990)", "the kernel allows 199,900 more (pid_max 4,194,304, threads-max 200,000, 100 running)"}},
+		{"pid_max below threads-max", 4000, with(func(c *hostCapacity) { c.nprocLimit, c.pidMax = 0, 32768; noShm(c) }), []string{
+			"(at most 3,266)", "the kernel allows 32,668 more (pid_max 32,768"}},
+		{"shared memory size", 200, with(func(c *hostCapacity) { c.mem.ShmSizeBytes, c.mem.ShmFreeBytes = gib, gib }), []string{
+			"(at most 85)", "not enough shared memory", "/dev/shm holds 1 GiB", hostnet.EnvShmDisable}},
+		{"shared memory free now", 100, with(func(c *hostCapacity) { c.mem.ShmFreeBytes = 100 << 20 }), []string{
+			"(at most 2)", "/dev/shm has 100 MiB free", hostnet.EnvShmDisable}},
+		{"memory without shared memory", 1000, with(func(c *hostCapacity) { noShm(c); c.mem.AvailBytes = 10 * gib }), []string{
+			"(at most 640)", "each rank needs about 16 MiB of memory (16 MiB of its own) and 10 GiB is available: run fewer ranks"}},
+		{"memory with the command's buffers", 100, with(func(c *hostCapacity) { noShm(c); c.mem.AvailBytes, c.rankBytes = 10*gib, 240<<20 }), []string{
+			"(at most 40)", "each rank needs about 256 MiB", "(16 MiB of its own, 240 MiB for its command's buffers)"}},
+		// 12 MiB segments from 64 ranks on; the page tables mapping them
+		// grow with the square of the ranks.
+		{"memory with segments and page tables", 1000, with(func(c *hostCapacity) { c.mem.AvailBytes = 24 * gib }), []string{
+			"(at most 588)", "51.4 MiB of memory (16 MiB of its own, a 12 MiB shared-memory segment, 23.4 MiB of page tables", hostnet.EnvShmDisable}},
+		{"the tighter limit is named", 100000, with(func(c *hostCapacity) { noShm(c); c.mem.AvailBytes = gib }), []string{
+			"(at most 64)", "each rank needs about 16 MiB"}},
+		{"unknown limits are not checked", 5000, hostCapacity{tasksPerRank: 10, shm: hostnet.DefaultShmConfig()}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.c.shm = tc.c.shm.ForRanks(tc.np)
 			err := checkCapacity(tc.np, tc.c)
 			if tc.want == nil {
 				require.NoError(t, err)
 				return
 			}
 			require.ErrorIs(t, err, sdk.ErrInvalidArgument)
+			require.NotContains(t, err.Error(), "\n")
 			for _, w := range tc.want {
 				require.ErrorContains(t, err, w)
 			}
@@ -47,11 +67,28 @@ func TestCheckCapacity(t *testing.T) {
 	}
 }
 
+func TestCommas(t *testing.T) {
+	for n, want := range map[int]string{0: "0", 999: "999", 1000: "1,000", -12345: "-12,345", 1234567: "1,234,567"} {
+		require.Equal(t, want, commas(n))
+	}
+}
+
 // TestLocalRefusesBeforeStarting: an absurd rank count fails at once, with
-// the limit in the message, and no rank is started (the command would
-// fail if one ran: it does not exist).
+// the limit in the message, before Local looks for the program to start.
 func TestLocalRefusesBeforeStarting(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the limits are read from /proc")
+	}
+	old := executable
+	defer func() { executable = old }()
+	executable = func() (string, error) {
+		t.Error("Local went on to start ranks")
+		return "", errors.New("started")
+	}
 	err := Local(1<<30, []string{"no-such-subcommand"}, nil, nil, nil)
 	require.ErrorIs(t, err, sdk.ErrInvalidArgument)
-	require.ErrorContains(t, err, "are more than this host can run")
+	require.ErrorContains(t, err, "1,073,741,824 ranks are more than this host can run (at most ")
+
+	err = Local(2, nil, nil, nil, nil, RankBytes(1<<62))
+	require.ErrorContains(t, err, "for its command's buffers")
 }

@@ -82,14 +82,21 @@ func (e *RankError) short() string {
 // to end, then are killed; Local returns a *RankError naming the first rank
 // that failed and how (wrapped with the others that failed), or nil when
 // every rank exited with status 0.
-func Local(np int, argv []string, env []string, stdout, stderr io.Writer) error {
+//
+// Before starting any rank, Local refuses more ranks than this host can
+// hold (processes and threads, shared memory, memory), naming the limit.
+func Local(np int, argv []string, env []string, stdout, stderr io.Writer, opts ...LocalOption) error {
 	if np < 1 {
 		return fmt.Errorf("%w: --np %d: need at least one rank", sdk.ErrInvalidArgument, np)
 	}
-	if err := checkCapacity(np, readHostCapacity(np)); err != nil {
+	c := readHostCapacity()
+	for _, o := range opts {
+		o(&c)
+	}
+	if err := checkCapacity(np, c); err != nil {
 		return err
 	}
-	exe, err := os.Executable()
+	exe, err := executable()
 	if err != nil {
 		return fmt.Errorf("%w: cannot find this program to start its ranks: %v", sdk.ErrSystemError, err)
 	}
@@ -108,6 +115,19 @@ func Local(np int, argv []string, env []string, stdout, stderr io.Writer) error 
 	}
 	return err
 }
+
+// A LocalOption tells Local more about its ranks.
+type LocalOption func(*hostCapacity)
+
+// RankBytes is the memory each rank's command allocates (a benchmark's
+// buffers, say), which Local adds to what a rank costs anyway when it
+// checks that the ranks fit in this host's memory.
+func RankBytes(n int64) LocalOption {
+	return func(c *hostCapacity) { c.rankBytes = max(n, 0) }
+}
+
+// executable is os.Executable, replaced by tests that must start nothing.
+var executable = os.Executable
 
 // runLocal is Local once the unique id exists.
 func runLocal(exe string, np int, argv, env []string, id string, stdout, stderr io.Writer) error {

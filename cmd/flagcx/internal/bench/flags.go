@@ -23,7 +23,7 @@ type Flags struct {
 	Op         string `short:"o" name:"op" default:"sum" placeholder:"OP" help:"Reduction (sum, prod, max, min, avg) or all; for reducing collectives."`
 	Root       int    `short:"r" name:"root" default:"0" placeholder:"RANK" help:"Root rank of rooted collectives (reduce, broadcast, gather, scatter)."`
 	Print      int    `short:"p" name:"print" default:"0" placeholder:"0|1" help:"Print the first elements of rank 0's output buffer per size (1), as FlagCX's tests do."`
-	NP         int    `name:"np" default:"0" placeholder:"N" help:"Start N rank processes on this machine (without it and without a launcher such as mpirun or torchrun: one rank)."`
+	NP         *int   `name:"np" placeholder:"N" help:"Start N rank processes on this machine (without it and without a launcher such as mpirun or torchrun: one rank)."`
 	Backend    string `name:"backend" default:"host" placeholder:"NAME" help:"Where every rank runs: host (the CPU, built in) or a plugin's name (nvidia, kunlunxin, cambricon, metax) from --plugin-dir."`
 	Ranks      string `name:"ranks" placeholder:"SPEC" help:"Start ranks on this machine placed on backends in order, e.g. nvidia:2 or kunlunxin:2,metax:1,host:2 (implies --np). Ranks of one vendor form a cluster; several clusters make a heterogeneous communicator. A rank's device is its position among this host's ranks of the same backend."`
 	PrintPlan  bool   `name:"print-plan" help:"Print every rank's schedule (plan of steps) of each collective at the largest size before its results."`
@@ -70,20 +70,26 @@ func (f *Flags) Config() (*Config, error) {
 	c := &Config{
 		MinBytes: f.MinBytes, MaxBytes: f.MaxBytes, StepFactor: f.StepFactor,
 		Warmup: f.Warmup, Iters: f.Iters, Check: f.Check == 1, Root: f.Root,
-		Print: f.Print == 1, NP: f.NP, Format: f.Format, JSON: f.JSON,
+		Print: f.Print == 1, Format: f.Format, JSON: f.JSON,
 		Backend: strings.ToLower(strings.TrimSpace(f.Backend)), PluginDir: f.PluginDir, Emulated: f.Emulated,
 		PrintPlan: f.PrintPlan,
 	}
 	if c.Backend == "" {
 		c.Backend = HostBackendName
 	}
+	if f.NP != nil { // nil: not given; an explicit 0 is a mistake, not one rank
+		if *f.NP < 1 {
+			return nil, fmt.Errorf("--np %d: give the number of ranks to start (1 or more)", *f.NP)
+		}
+		c.NP = *f.NP
+	}
 	if f.Ranks != "" {
 		p, err := ParsePlacement(f.Ranks)
 		if err != nil {
 			return nil, err
 		}
-		if f.NP != 0 && f.NP != len(p) {
-			return nil, fmt.Errorf("--np %d and --ranks %q (%d ranks) disagree: give one of them", f.NP, f.Ranks, len(p))
+		if c.NP != 0 && c.NP != len(p) {
+			return nil, fmt.Errorf("--np %d and --ranks %q (%d ranks) disagree: give one of them", c.NP, f.Ranks, len(p))
 		}
 		c.Placement, c.NP, c.Backend = p, len(p), p[0]
 	}
@@ -144,8 +150,6 @@ func (f *Flags) Config() (*Config, error) {
 		return nil, fmt.Errorf("-p/--print %d: give 1 to print output elements or 0 not to", f.Print)
 	case f.Root < 0:
 		return nil, fmt.Errorf("-r/--root %d: give a rank number (0 or more)", f.Root)
-	case f.NP < 0:
-		return nil, fmt.Errorf("--np %d: give the number of ranks to start (1 or more)", f.NP)
 	case f.Format != "table" && f.Format != "flagcx":
 		return nil, fmt.Errorf("--format %q: give table or flagcx", f.Format)
 	}
