@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/flagcx/flagcx-go/core/launch"
 )
 
 // segmentsOf lists the /dev/shm segments whose creator is one of pids
@@ -35,14 +37,22 @@ func segmentsOf(pids map[int]bool) []string {
 	return out
 }
 
-// children are the processes the launcher started.
-func children(pid int) []int {
+// ranks are the launcher's children that are ranks: processes that have
+// exec'ed with FLAGCX_RANK in their environment. Other children exist:
+// Go's runtime probes clone(CLONE_PIDFD) with a child that exits at once
+// before the first exec, and a child between fork and exec is not a rank yet.
+func ranks(pid int) []int {
 	var out []int
 	tasks, _ := filepath.Glob("/proc/" + strconv.Itoa(pid) + "/task/*/children")
 	for _, t := range tasks {
 		b, _ := os.ReadFile(t)
 		for _, f := range strings.Fields(string(b)) {
-			if c, err := strconv.Atoi(f); err == nil {
+			c, err := strconv.Atoi(f)
+			if err != nil {
+				continue
+			}
+			env, _ := os.ReadFile("/proc/" + f + "/environ")
+			if bytes.Contains(env, []byte("\x00"+launch.EnvRank+"=")) || bytes.HasPrefix(env, []byte(launch.EnvRank+"=")) {
 				out = append(out, c)
 			}
 		}
@@ -83,7 +93,7 @@ func TestKilledRankLeavesNoSegment(t *testing.T) {
 			deadline := time.Now().Add(30 * time.Second)
 			for victim == 0 || !tc.ready(victim, &out) {
 				require.True(t, time.Now().Before(deadline), "the moment to kill never came; stderr:\n%s", errb.String())
-				for _, c := range children(cmd.Process.Pid) {
+				for _, c := range ranks(cmd.Process.Pid) {
 					pids[c] = true
 					if victim == 0 {
 						victim = c
@@ -92,7 +102,7 @@ func TestKilledRankLeavesNoSegment(t *testing.T) {
 				time.Sleep(200 * time.Microsecond)
 			}
 			require.NoError(t, syscall.Kill(victim, syscall.SIGKILL), "rank process %d is gone already; stdout:\n%s\nstderr:\n%s", victim, out.String(), errb.String())
-			for _, c := range children(cmd.Process.Pid) {
+			for _, c := range ranks(cmd.Process.Pid) {
 				pids[c] = true
 			}
 			select {

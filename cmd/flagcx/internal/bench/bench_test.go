@@ -88,6 +88,7 @@ func TestFlagValidation(t *testing.T) {
 		{[]string{"allreduce", "-p", "5"}, []string{"-p/--print 5", "give 1"}},
 		{[]string{"allreduce", "--root=-1"}, []string{"-r/--root -1"}},
 		{[]string{"allreduce", "--np=-2"}, []string{"--np -2", "1 or more"}},
+		{[]string{"allreduce", "--np", "0"}, []string{"--np 0", "1 or more"}},
 		{[]string{"allreduce", "--format", "csv"}, []string{"--format", "table", "flagcx"}},
 	}
 	for _, c := range cases {

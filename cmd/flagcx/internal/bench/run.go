@@ -88,7 +88,8 @@ func Run(f *Flags, e Env) error {
 					return err
 				}
 			}
-			return launch.Local(cfg.NP, e.Args, e.Environ, e.Stdout, e.Stderr)
+			return launch.Local(cfg.NP, e.Args, e.Environ, e.Stdout, e.Stderr,
+				launch.RankBytes(hostBytesPerRank(cfg.MaxBytes, cfg.Check)))
 		case job.Launcher != "flagcx" || job.NRanks != cfg.NP:
 			return fmt.Errorf("--np %d starts ranks itself, but %s already started this process as rank %d of %d: drop --np", cfg.NP, job.Launcher, job.Rank, job.NRanks)
 		}
