@@ -162,6 +162,7 @@ type HeteroComm struct {
 	ccl   *loader.Comm // the cluster's vendor communicator (device ranks)
 
 	d2h, h2d loader.Stream // staging copies (device ranks)
+	shm      *shmPlane     // the zero-copy plane (every rank on one host), or nil
 
 	stagePtr   uintptr // pinned staging (device ranks)
 	stage      []byte  // staging (host memory on host ranks)
@@ -422,11 +423,17 @@ func (c *HeteroComm) start() error {
 	if c.be.OnDevice() {
 		startErr = c.startDevice(cl)
 	}
+	shmOK := startErr == nil && c.setupShm()
 	// Share the outcome: a rank whose vendor library failed must not
-	// leave the others waiting in their first collective.
+	// leave the others waiting in their first collective; the zero-copy
+	// plane runs only if every rank can take part.
+	const failed, noShm = 1, 2
 	flag := []byte{0}
 	if startErr != nil {
-		flag[0] = 1
+		flag[0] |= failed
+	}
+	if !shmOK {
+		flag[0] |= noShm
 	}
 	flags := make([]byte, c.n)
 	if err := c.world.AllGather(flag, flags, 1, sdk.Uint8); err != nil {
@@ -437,12 +444,18 @@ func (c *HeteroComm) start() error {
 	}
 	var bad []int
 	for r, f := range flags {
-		if f != 0 {
+		if f&failed != 0 {
 			bad = append(bad, r)
 		}
+		shmOK = shmOK && f&noShm == 0
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("%w: rank %d: ranks %s could not start their cluster's library (see their errors)", sdk.ErrRemoteError, c.rank, sched.FormatRanks(bad))
+	}
+	if shmOK {
+		c.opts.ShmWindow = c.shm.windowMin()
+	} else if err := c.releaseShm(); err != nil {
+		return fmt.Errorf("rank %d: releasing the shared windows: %w", c.rank, err)
 	}
 	return nil
 }
@@ -549,6 +562,10 @@ func (c *HeteroComm) stop(abort bool) error {
 			} else {
 				errs = append(errs, c.ccl.Destroy())
 			}
+		}
+		// The windows go with the host communicators: unregister first.
+		if err := c.releaseShm(); err != nil && !abort {
+			errs = append(errs, err)
 		}
 		for _, cm := range c.hostComms() {
 			if abort {

@@ -384,6 +384,12 @@ func (c *HeteroComm) ensure(p *sched.Plan) error {
 // aborts this communicator, so that the other ranks, waiting on this one,
 // fail at once instead of at their deadline.
 func (c *HeteroComm) execute(p *sched.Plan, b *callBufs, s loader.Stream) error {
+	if p.Path == sched.PathShm {
+		if err := c.runShm(p, b, s); err != nil {
+			return c.failure(p, err)
+		}
+		return nil
+	}
 	if len(p.Steps) == 0 {
 		return nil
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/flagcx/flagcx-go/conformance/heterotest"
 	"github.com/flagcx/flagcx-go/conformance/reference"
 	"github.com/flagcx/flagcx-go/core"
+	"github.com/flagcx/flagcx-go/core/sched"
 	"github.com/flagcx/flagcx-go/hostnet"
 	"github.com/flagcx/flagcx-go/sdk"
 )
@@ -277,4 +278,45 @@ func TestHeteroAbort(t *testing.T) {
 	err = comms[1].AllReduce(buf, buf, 1<<18, sdk.Float32, sdk.Sum, 0)
 	require.Error(t, err)
 	require.ErrorIs(t, comms[1].Barrier(), sdk.ErrInvalidUsage, "a failed schedule aborts the communicator")
+}
+
+// TestHeteroShmPlane: clusters of host ranks in one process share the
+// host's windows, so AllReduce takes the zero-copy plane (sched.PathShm):
+// exact for every type and op, in one step and through many chunks that
+// reuse few slots, with parts that do not divide evenly.
+func TestHeteroShmPlane(t *testing.T) {
+	slots, chunkMax := sched.ShmSlots, sched.ShmChunkMax
+	t.Cleanup(func() { sched.ShmSlots, sched.ShmChunkMax = slots, chunkMax })
+	for _, tc := range []struct {
+		name   string
+		split  []int
+		slots  int
+		counts []int
+	}{
+		{"2 clusters of 1, one step and 2 slots", []int{1, 1}, 2, []int{1, 37, 70001}},
+		{"2+1+2, 1 slot", []int{2, 1, 2}, 1, []int{5, 30011}},
+		{"3+2, 3 slots", []int{3, 2}, 3, []int{66001}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sched.ShmSlots, sched.ShmChunkMax = tc.slots, 8<<10
+			n := 0
+			for _, s := range tc.split {
+				n += s
+			}
+			comms := startHetero(t, n, core.WithSplitList(tc.split))
+			for _, count := range tc.counts {
+				p, err := comms[0].PlanFor(0, sched.Call{Coll: sched.AllReduce, Count: count, DType: sdk.Float32, Op: sdk.Sum})
+				require.NoError(t, err)
+				require.Equal(t, sched.PathShm, p.Path, "%s", p)
+				require.Equal(t, count*4*n <= sched.ShmOneShot, p.Shm.OneShot)
+			}
+			var cases []reference.Case
+			for _, c := range heterotest.Matrix(n, tc.counts, sdk.AllDataTypes(), 11) {
+				if c.Coll == reference.AllReduce {
+					cases = append(cases, c)
+				}
+			}
+			checkAll(t, comms, cases)
+		})
+	}
 }

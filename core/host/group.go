@@ -138,7 +138,7 @@ func (e *Engine) Barrier() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.shared() {
-		e.sig = stepSig("Barrier", 0, 0, 0, 0)
+		e.sig = StepSig("Barrier", 0, 0, 0, 0)
 		if err := e.sh.Enter(); err != nil {
 			return e.stepErr("Barrier", err)
 		}

@@ -100,10 +100,10 @@ func (e *Engine) half(r int, t uint32) []byte {
 // next is the step the coming Sync publishes.
 func (e *Engine) next() uint32 { return e.sh.Step() + 1 }
 
-// stepSig labels the steps of one collective call: ranks that disagree on
+// StepSig labels the steps of one collective call: ranks that disagree on
 // the call (another collective, count, type, op or root) fail at the first
 // step instead of reading windows of another shape.
-func stepSig(name string, count int, dt sdk.DataType, op sdk.RedOp, root int) uint64 {
+func StepSig(name string, count int, dt sdk.DataType, op sdk.RedOp, root int) uint64 {
 	h := uint64(14695981039346656037) // FNV-1a over the name, then the numbers
 	for i := 0; i < len(name); i++ {
 		h = (h ^ uint64(name[i])) * 1099511628211
@@ -376,7 +376,7 @@ func (e *Engine) allReduceShm(name string, send, recv []byte, count int, dt sdk.
 // reduceShm is allReduceShm whose result only root copies out (root < 0:
 // every rank does).
 func (e *Engine) reduceShm(name string, send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp, root int) error {
-	e.sig = stepSig(name, count, dt, op, root)
+	e.sig = StepSig(name, count, dt, op, root)
 	if err := e.sh.Enter(); err != nil {
 		return e.stepErr(name, err)
 	}
@@ -444,7 +444,7 @@ func (e *Engine) reduceChunks(name string, send, recv []byte, count int, dt sdk.
 // reduceScatterShm: per chunk, every rank stages its piece of every block
 // and folds its own block's pieces from all windows. One step a chunk.
 func (e *Engine) reduceScatterShm(name string, send, recv []byte, recvcount int, dt sdk.DataType, op sdk.RedOp) error {
-	e.sig = stepSig(name, recvcount, dt, op, 0)
+	e.sig = StepSig(name, recvcount, dt, op, 0)
 	if err := e.sh.Enter(); err != nil {
 		return e.stepErr(name, err)
 	}
@@ -474,7 +474,7 @@ func (e *Engine) reduceScatterShm(name string, send, recv []byte, recvcount int,
 // allGatherShm: per chunk, every rank stages its piece and copies all
 // others'. One step a chunk.
 func (e *Engine) allGatherShm(name string, send, recv []byte) error {
-	e.sig = stepSig(name, len(send), 0, 0, 0)
+	e.sig = StepSig(name, len(send), 0, 0, 0)
 	if err := e.sh.Enter(); err != nil {
 		return e.stepErr(name, err)
 	}
@@ -506,7 +506,7 @@ func (e *Engine) allGatherShm(name string, send, recv []byte) error {
 // broadcastShm: per chunk, root stages it and the others copy it. One
 // step a chunk.
 func (e *Engine) broadcastShm(name string, send, recv []byte, root int) error {
-	e.sig = stepSig(name, len(recv), 0, 0, root)
+	e.sig = StepSig(name, len(recv), 0, 0, root)
 	if err := e.sh.Enter(); err != nil {
 		return e.stepErr(name, err)
 	}
@@ -541,7 +541,7 @@ func (e *Engine) broadcastShm(name string, send, recv []byte, root int) error {
 // recv is written, and later chunks read other places; so the copy out of
 // one chunk does not run beside the staging of the next here.
 func (e *Engine) alltoAllShm(name string, send, recv []byte, bytes int) error {
-	e.sig = stepSig(name, bytes, 0, 0, 0)
+	e.sig = StepSig(name, bytes, 0, 0, 0)
 	if err := e.sh.Enter(); err != nil {
 		return e.stepErr(name, err)
 	}

@@ -25,10 +25,14 @@ type Options struct {
 	// Chunk is the pipeline chunk in bytes (FLAGCX_NET_CHUNK_SIZE; 0 means
 	// DefaultChunk).
 	Chunk int
+	// ShmWindow is the smallest shared-memory window of the ranks when
+	// every rank shares one host and every device rank registered every
+	// window with its runtime (0 otherwise): AllReduce then takes PathShm.
+	ShmWindow int
 }
 
 // span is a byte range [Off, Off+Len).
-type span struct{ Off, Len int }
+type span = Range
 
 // Spans cuts bytes (whole elements of size bytes) into pipeline chunks.
 // Every rank computes the same chunks from the same call.
@@ -319,6 +323,10 @@ func (b *builder) choose() {
 	}
 	switch call.Coll {
 	case AllReduce:
+		if b.o.ShmWindow > 0 && call.Count > 0 {
+			b.shm()
+			return
+		}
 		b.p.Path = PathC2C
 		b.allReduce()
 	case Reduce:

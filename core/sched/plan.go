@@ -106,9 +106,15 @@ const (
 	// every rank copies its data to the host, one host collective over all
 	// ranks runs, every rank copies the result back.
 	PathHost
+	// PathShm: every rank on one host, device ranks able to register the
+	// host's shared-memory windows with their runtime: device copies land
+	// in the windows, where the peers read them (no private staging, no
+	// host copy), every rank of every cluster carries a part, and every
+	// rank reduces a piece on the host. See ShmPlan.
+	PathShm
 )
 
-var pathNames = []string{"vendor", "host-comm", "c2c", "p2p", "host"}
+var pathNames = []string{"vendor", "host-comm", "c2c", "p2p", "host", "c2c-shm"}
 
 func (p Path) String() string {
 	if p < 0 || int(p) >= len(pathNames) {
@@ -264,6 +270,9 @@ type Plan struct {
 	// returns before they complete (the vendor library's own semantics).
 	// Otherwise the call returns when its result is in place.
 	Async bool `json:"async"`
+	// Shm is the geometry of a PathShm plan (whose steps the executor
+	// makes: see ShmPlan).
+	Shm *ShmPlan `json:"shm,omitempty"`
 }
 
 // StageBytes and ScratchBytes are the sizes the plan's refs need.
@@ -400,6 +409,10 @@ func (p *Plan) Format(w io.Writer, maxChunks int) {
 			mem = fmt.Sprintf("%s device %d", c.Plugin, p.Layout.Members[p.Rank].Device)
 		}
 		fmt.Fprintf(w, "  rank %d: %s of cluster %d (%s, ranks %s), %s\n", p.Rank, role, c.Index, c.Vendor, FormatRanks(c.Ranks), mem)
+	}
+	if p.Shm != nil {
+		p.formatShm(w)
+		return
 	}
 	if len(p.Steps) == 0 {
 		fmt.Fprintln(w, "  (nothing to do on this rank)")

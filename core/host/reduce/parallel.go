@@ -29,6 +29,13 @@ func ScaleParallel(buf []byte, dt sdk.DataType, n, workers int) {
 	split(len(buf), workers, func(lo, hi int) { Scale(buf[lo:hi], dt, n) })
 }
 
+// CopyParallel is copy split over up to workers goroutines (len(dst) >=
+// len(src)), for the large copies between a rank's buffers and the shared
+// windows that one core cannot stream at the memory's speed.
+func CopyParallel(dst, src []byte, workers int) {
+	split(len(src), workers, func(lo, hi int) { copy(dst[lo:hi], src[lo:hi]) })
+}
+
 // split calls fn on pieces of [0, n) in parallel.
 func split(n, workers int, fn func(lo, hi int)) {
 	pieces := min(workers, n/ParallelMin)

@@ -1,0 +1,431 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"github.com/flagcx/flagcx-go/core/host"
+	"github.com/flagcx/flagcx-go/core/host/reduce"
+	"github.com/flagcx/flagcx-go/core/sched"
+	"github.com/flagcx/flagcx-go/hostnet"
+	"github.com/flagcx/flagcx-go/sdk"
+	"github.com/flagcx/flagcx-go/sdk/loader"
+)
+
+// The zero-copy data plane of a heterogeneous communicator whose ranks all
+// share one host (sched.PathShm): the host's shared-memory windows,
+// registered with every device rank's runtime, are the staging. The
+// geometry and the reasons are in core/sched/shm.go; this file runs it.
+
+type registrar interface {
+	CanRegisterHost() bool
+	HostRegister(uintptr, int) error
+	HostUnregister(uintptr) error
+}
+
+// shmPlane is what a rank holds for PathShm.
+type shmPlane struct {
+	node *hostnet.ShmNode
+	// registered are the windows this rank registered with its runtime
+	// (device ranks: every rank's window, as mapped here).
+	registered []uintptr
+	// Events per slot: the intra reduction of a chunk done (on the
+	// caller's stream), its input in the window (d2h), its output back
+	// on the device (h2d); start marks the caller's earlier work.
+	start                 loader.Event
+	reduced, input, outpt []loader.Event
+}
+
+// setupShm makes the zero-copy plane when every rank is on this host and
+// shares its windows: a device rank registers every window with its
+// runtime. It returns whether this rank can take part (every rank must,
+// or nobody does: start agrees).
+func (c *HeteroComm) setupShm() bool {
+	node := c.world.mesh.Node
+	if c.layout.IsHomogeneous() || c.opts.HostPath || node == nil || node.Size() != c.n {
+		return false
+	}
+	sp := &shmPlane{node: node}
+	c.shm = sp
+	p := c.be.Plugin
+	if p == nil {
+		return true
+	}
+	reg, ok := any(p).(registrar) // TEMP until loader lands
+	if !ok || !reg.CanRegisterHost() {
+		return false
+	}
+	for i := 0; i < node.Size(); i++ {
+		w := node.Window(i)
+		addr := uintptr(unsafe.Pointer(unsafe.SliceData(w)))
+		if err := reg.HostRegister(addr, len(w)); err != nil {
+			if c.debug.init {
+				c.logf("INIT", "cannot register rank %d's shared window with %s (%v): the staged schedules run", i, p.Name, err)
+			}
+			return false
+		}
+		sp.registered = append(sp.registered, addr)
+	}
+	var err error
+	sp.start, err = p.EventCreate(c.be.Device)
+	return err == nil
+}
+
+// windowMin is the smallest window of the host (the same on every rank).
+func (sp *shmPlane) windowMin() int {
+	w := len(sp.node.Window(0))
+	for i := 1; i < sp.node.Size(); i++ {
+		w = min(w, len(sp.node.Window(i)))
+	}
+	return w
+}
+
+// events makes sure there are n events of each kind.
+func (c *HeteroComm) shmEvents(n int) error {
+	sp, p := c.shm, c.be.Plugin
+	for _, evs := range []*[]loader.Event{&sp.reduced, &sp.input, &sp.outpt} {
+		for len(*evs) < n {
+			e, err := p.EventCreate(c.be.Device)
+			if err != nil {
+				return fmt.Errorf("creating an event on %s device %d: %w", p.Name, c.be.Device, err)
+			}
+			*evs = append(*evs, e)
+		}
+	}
+	return nil
+}
+
+// releaseShm unregisters the windows and destroys the events.
+func (c *HeteroComm) releaseShm() error {
+	sp, p := c.shm, c.be.Plugin
+	c.shm = nil
+	if sp == nil || p == nil {
+		return nil
+	}
+	var errs []error
+	for _, addr := range sp.registered {
+		errs = append(errs, any(p).(registrar).HostUnregister(addr))
+	}
+	for _, e := range append(append(append([]loader.Event{sp.start}, sp.reduced...), sp.input...), sp.outpt...) {
+		if e != 0 {
+			errs = append(errs, p.EventDestroy(e))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// shmRun is one PathShm call on this rank.
+type shmRun struct {
+	c          *HeteroComm
+	g          *sched.ShmPlan
+	call       sched.Call
+	send, recv Buffer
+	s          loader.Stream
+	node       *hostnet.ShmNode
+	p          *loader.Plugin
+	size       int
+	cl         *sched.Cluster
+	m, j       int // cluster size, index in it
+}
+
+func (c *HeteroComm) runShm(p *sched.Plan, b *callBufs, s loader.Stream) error {
+	r := &shmRun{c: c, g: p.Shm, call: p.Call, send: b.send, recv: b.recv, s: s, node: c.shm.node, p: c.be.Plugin,
+		size: p.Call.DType.Size(), cl: c.layout.ClusterOf(c.rank)}
+	r.m, r.j = len(r.cl.Ranks), c.layout.LocalRank(c.rank)
+	if err := r.node.Enter(); err != nil {
+		return stepError(err)
+	}
+	defer r.node.Exit()
+	defer c.bindDevice()()
+	var err error
+	if r.g.OneShot {
+		err = r.oneShot()
+	} else {
+		err = r.pipeline()
+	}
+	if err != nil && r.p != nil {
+		// No copy may touch a window once this rank lets go of it.
+		_ = r.p.StreamSynchronize(c.d2h)
+		_ = r.p.StreamSynchronize(c.h2d)
+		_ = r.p.StreamSynchronize(s)
+	}
+	return err
+}
+
+func (r *shmRun) window(rank int) []byte { return r.node.Window(rank) }
+
+func addrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+
+func (r *shmRun) sig(k, phase int) uint64 {
+	return host.StepSig("AllReduce/shm", r.call.Count, r.call.DType, r.call.Op, 2*k+phase)
+}
+
+func (r *shmRun) sync(sig uint64) error {
+	if err := r.node.Sync(sig); err != nil {
+		return fmt.Errorf("in the host's shared windows: %w", stepError(err))
+	}
+	return nil
+}
+
+// oneShot: every rank puts its input in half (t+1)&1 of its window (the
+// half the host engine's rule leaves free at step t), publishes the step,
+// and folds every rank's input in rank order; a device rank folds into its
+// own window beside its input and copies the result back.
+func (r *shmRun) oneShot() error {
+	c, B := r.c, r.call.Count*r.size
+	half := (c.shm.windowMin() / 2) &^ 63 // as the host engine cuts them
+	in := int((r.node.Step()+1)&1) * half
+	own := r.window(c.rank)
+	if r.p != nil {
+		if err := r.p.Memcpy(addrOf(own[in:]), r.send.ptr, B, loader.DeviceToHost, r.s); err != nil {
+			return err
+		}
+		if err := r.p.StreamSynchronize(r.s); err != nil {
+			return err
+		}
+	} else {
+		copy(own[in:in+B], r.send.host[:B])
+	}
+	if err := r.node.Post(r.sig(0, 0)); err != nil {
+		return stepError(err)
+	}
+	dst := own[in+r.g.In : in+r.g.In+B]
+	if r.p == nil {
+		dst = r.recv.host[:B]
+	}
+	opR := reduceOpOf(r.call.Op)
+	for i := 0; i < r.node.Size(); i++ {
+		if err := r.node.Wait(i); err != nil {
+			return fmt.Errorf("in the host's shared windows: %w", stepError(err))
+		}
+		src := r.window(i)[in : in+B]
+		if i == 0 {
+			copy(dst, src)
+		} else {
+			reduce.Reduce(dst, src, r.call.DType, opR)
+		}
+	}
+	if r.call.Op == sdk.Avg {
+		reduce.Scale(dst, r.call.DType, c.n)
+	}
+	if r.p == nil {
+		return nil
+	}
+	if err := r.p.Memcpy(r.recv.ptr, addrOf(dst), B, loader.HostToDevice, r.s); err != nil {
+		return err
+	}
+	return r.p.StreamSynchronize(r.s)
+}
+
+func reduceOpOf(op sdk.RedOp) sdk.RedOp {
+	if op == sdk.Avg {
+		return sdk.Sum
+	}
+	return op
+}
+
+// part is the range of chunk k this rank carries: part j of m in a device
+// cluster, the whole chunk alone or on the host.
+func (r *shmRun) part(k int) sched.Range {
+	_, L := r.g.Span(k)
+	if r.p == nil || r.m == 1 {
+		return sched.Range{Len: L}
+	}
+	return sched.Part(L, r.size, r.m, r.j)
+}
+
+// evenParts reports whether a chunk of L bytes splits into m equal parts
+// (then one ReduceScatter and one AllGather do what m Reduces and m
+// Broadcasts do otherwise).
+func (r *shmRun) evenParts(L int) bool { return (L/r.size)%r.m == 0 }
+
+// issue starts chunk k's input: into the window's input area at the
+// chunk's offsets (a device rank: enqueued, recorded on input[slot]).
+func (r *shmRun) issue(k int) error {
+	c := r.c
+	off, L := r.g.Span(k)
+	area := r.window(c.rank)[r.g.InArea(k):]
+	if r.p == nil {
+		reduce.CopyParallel(area[:L], r.send.host[off:off+L], c.workers)
+		return nil
+	}
+	slot := k % r.g.Slots
+	pt := r.part(k)
+	src := r.send.ptr + uintptr(off)
+	if r.m > 1 {
+		cc, opR := c.ccl, reduceOpOf(r.call.Op)
+		var err error
+		if r.evenParts(L) {
+			err = cc.ReduceScatter(src, r.recv.ptr+uintptr(off+pt.Off), pt.Len/r.size, r.call.DType, opR, r.s)
+		} else {
+			for jj := 0; jj < r.m && err == nil; jj++ {
+				q := sched.Part(L, r.size, r.m, jj)
+				err = cc.Reduce(src+uintptr(q.Off), r.recv.ptr+uintptr(off+q.Off), q.Len/r.size, r.call.DType, opR, jj, r.s)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("%s's intra-cluster reduction: %w", r.p.Name, err)
+		}
+		if err := r.p.EventRecord(c.shm.reduced[slot], r.s); err != nil {
+			return err
+		}
+		if err := r.p.StreamWaitEvent(c.d2h, c.shm.reduced[slot]); err != nil {
+			return err
+		}
+		src = r.recv.ptr + uintptr(off+pt.Off)
+	} else {
+		src += uintptr(pt.Off)
+	}
+	if err := r.p.Memcpy(addrOf(area[pt.Off:]), src, pt.Len, loader.DeviceToHost, c.d2h); err != nil {
+		return err
+	}
+	return r.p.EventRecord(c.shm.input[slot], c.d2h)
+}
+
+// reducePiece folds every contribution to this rank's piece of chunk k
+// into its output area.
+func (r *shmRun) reducePiece(k int) {
+	c := r.c
+	_, L := r.g.Span(k)
+	piece := sched.Part(L, r.size, c.n, c.rank)
+	if piece.Len == 0 {
+		return
+	}
+	out := r.window(c.rank)[r.g.OutArea(k):][:piece.Len]
+	opR, inArea := reduceOpOf(r.call.Op), r.g.InArea(k)
+	for _, s := range sched.Sources(c.layout, L, r.size, piece) {
+		d := out[s.Off-piece.Off:][:s.Len]
+		in := func(i int) []byte { return r.window(s.Ranks[i])[inArea+s.Off:][:s.Len] }
+		if len(s.Ranks) == 1 {
+			reduce.CopyParallel(d, in(0), c.workers)
+			continue
+		}
+		reduce.IntoParallel(d, in(0), in(1), r.call.DType, opR, c.workers)
+		for i := 2; i < len(s.Ranks); i++ {
+			reduce.ReduceParallel(d, in(i), r.call.DType, opR, c.workers)
+		}
+	}
+	if r.call.Op == sdk.Avg {
+		reduce.ScaleParallel(out, r.call.DType, c.n, c.workers)
+	}
+}
+
+// output brings chunk k's result to this rank: a device rank copies the
+// pieces covering its part (enqueued, recorded on outpt[slot]) and, in a
+// cluster, its library gathers the parts; a host rank copies every piece.
+func (r *shmRun) output(k int) error {
+	c := r.c
+	off, L := r.g.Span(k)
+	pt, outArea := r.part(k), r.g.OutArea(k)
+	for _, s := range sched.Covering(L, r.size, c.n, pt) {
+		q := s.Ranks[0]
+		src := r.window(q)[outArea+s.Off-sched.Part(L, r.size, c.n, q).Off:][:s.Len]
+		if r.p == nil {
+			reduce.CopyParallel(r.recv.host[off+s.Off:][:s.Len], src, c.workers)
+			continue
+		}
+		if err := r.p.Memcpy(r.recv.ptr+uintptr(off+s.Off), addrOf(src), s.Len, loader.HostToDevice, c.h2d); err != nil {
+			return err
+		}
+	}
+	if r.p == nil {
+		return nil
+	}
+	slot := k % r.g.Slots
+	if err := r.p.EventRecord(c.shm.outpt[slot], c.h2d); err != nil {
+		return err
+	}
+	if r.m == 1 {
+		return nil
+	}
+	if err := r.p.StreamWaitEvent(r.s, c.shm.outpt[slot]); err != nil {
+		return err
+	}
+	cc, base := c.ccl, r.recv.ptr+uintptr(off)
+	var err error
+	if r.evenParts(L) {
+		err = cc.AllGather(base+uintptr(pt.Off), base, pt.Len, sdk.Uint8, r.s)
+	} else {
+		for jj := 0; jj < r.m && err == nil; jj++ {
+			q := sched.Part(L, r.size, r.m, jj)
+			err = cc.Broadcast(base+uintptr(q.Off), base+uintptr(q.Off), q.Len, sdk.Uint8, jj, r.s)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("%s's intra-cluster gather: %w", r.p.Name, err)
+	}
+	return nil
+}
+
+// pipeline runs the chunks, Slots of them in flight. Chunk k's input area
+// is written again (chunk k+Slots) once every rank has reduced chunk k
+// (its second step); its output area once every rank has copied chunk k
+// out, which each rank waits for before it publishes chunk k+Slots' first
+// step. An opening and a closing step keep the host engine's rule about
+// the halves of the windows (nobody reads them across this call).
+func (r *shmRun) pipeline() error {
+	c, g := r.c, r.g
+	if r.p != nil {
+		if err := c.shmEvents(g.Slots); err != nil {
+			return err
+		}
+		// The d2h stream reads the input after the caller's earlier work.
+		if err := r.p.EventRecord(c.shm.start, r.s); err != nil {
+			return err
+		}
+		if err := r.p.StreamWaitEvent(c.d2h, c.shm.start); err != nil {
+			return err
+		}
+	}
+	if err := r.sync(r.sig(-1, 0)); err != nil {
+		return err
+	}
+	K := g.Chunks()
+	issued := 0
+	for ; issued < min(g.Slots, K); issued++ {
+		if err := r.issue(issued); err != nil {
+			return err
+		}
+	}
+	for k := 0; k < K; k++ {
+		slot := k % g.Slots
+		if r.p != nil {
+			if k >= g.Slots {
+				if err := r.p.EventSynchronize(c.shm.outpt[slot]); err != nil {
+					return err
+				}
+			}
+			if err := r.p.EventSynchronize(c.shm.input[slot]); err != nil {
+				return err
+			}
+		}
+		if err := r.sync(r.sig(k, 0)); err != nil {
+			return err
+		}
+		r.reducePiece(k)
+		if err := r.sync(r.sig(k, 1)); err != nil {
+			return err
+		}
+		if err := r.output(k); err != nil {
+			return err
+		}
+		if issued < K {
+			if err := r.issue(issued); err != nil {
+				return err
+			}
+			issued++
+		}
+	}
+	if r.p != nil {
+		if err := r.p.StreamSynchronize(c.h2d); err != nil {
+			return err
+		}
+		if r.m > 1 {
+			if err := r.p.StreamSynchronize(r.s); err != nil {
+				return err
+			}
+		}
+	}
+	return r.sync(r.sig(K, 0))
+}

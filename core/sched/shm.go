@@ -1,0 +1,242 @@
+package sched
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// PathShm: the zero-copy AllReduce of a heterogeneous communicator whose
+// ranks share one host.
+//
+// Every rank maps every rank's shared-memory window (hostnet), and every
+// device rank has registered all of them with its runtime, so a device
+// copy can land in a window and a peer can read it from there. A call is
+// cut into chunks; chunk k uses slot k%Slots of every window: an input
+// area (the chunk's bytes at their offsets in the chunk) and an output
+// area (one piece of the reduced chunk).
+//
+//	device rank, cluster of m > 1   intra ReduceScatter of the chunk (rank j keeps part j) | d2h part j -> own input area
+//	device rank alone in its cluster  d2h the chunk -> own input area
+//	host rank                       copy the chunk -> own input area
+//	every rank q                    step: inputs ready | reduce piece q of every input area -> own output area | step
+//	device rank                     h2d the pieces covering its part (the chunk when alone) | cluster of m > 1: intra AllGather
+//	host rank                       copy every piece -> recv
+//
+// So every rank of a cluster carries a part over its own link, the host
+// reduction runs on every rank's cores, and no byte is copied on the host
+// between device and peer. Copies are chained with events (the caller's
+// stream, a d2h and an h2d stream); the host waits for a chunk's copy only
+// where the next step reads it. A slot is written again only after every
+// rank has read it (the steps of the chunk Slots earlier).
+//
+// Small calls (OneShot) take one step: every rank puts its whole input in
+// its window, and every rank reduces all of them in rank order itself.
+type ShmPlan struct {
+	// OneShot: the latency path (one step, no pipeline).
+	OneShot bool
+	// Spans are the chunks (offsets and lengths in the call's bytes).
+	Spans []Range
+	// Slots are the chunks in flight; SlotBytes the window bytes of one
+	// slot: the input area [0, In), then the output area [In, SlotBytes).
+	Slots, SlotBytes, In int
+}
+
+// Tuning of PathShm; every rank must use the same values.
+var (
+	// ShmSlots is how many chunks are in flight in the windows.
+	ShmSlots = 3
+	// ShmOneShot: calls of at most this many bytes times the rank count
+	// take the one-step path.
+	ShmOneShot = 256 << 10
+	// ShmChunkMax caps the chunk below what the windows hold (0: no cap);
+	// tests make it small to run many chunks through few slots.
+	ShmChunkMax = 0
+)
+
+const shmAlign = 4096 // slot areas start on pages (and on any element)
+
+func alignUp(n, a int) int { return (n + a - 1) / a * a }
+
+// NewShmPlan is the geometry of an AllReduce of bytes (elements of size)
+// over n ranks whose smallest window is window bytes.
+func NewShmPlan(bytes, size, n, window int) (*ShmPlan, error) {
+	if bytes*n <= ShmOneShot && 2*alignUp(bytes, 64) <= window/2 {
+		return &ShmPlan{OneShot: true, Spans: []span{{0, bytes}}, Slots: 1, In: alignUp(bytes, 64)}, nil
+	}
+	slots := max(ShmSlots, 1)
+	// A slot holds a chunk and one n-th of it (plus alignment).
+	per := window/slots - 2*shmAlign
+	chunk := (per * n / (n + 1)) / shmAlign * shmAlign
+	if ShmChunkMax > 0 {
+		chunk = min(chunk, max(ShmChunkMax/shmAlign*shmAlign, shmAlign))
+	}
+	if chunk < shmAlign {
+		return nil, fmt.Errorf("the shared-memory window (%d bytes) is too small for %d chunks in flight: raise FLAGCX_SHM_WINDOW_SIZE", window, slots)
+	}
+	p := &ShmPlan{Spans: Spans(bytes, size, chunk), Slots: slots}
+	maxLen := 0
+	for _, s := range p.Spans {
+		maxLen = max(maxLen, s.Len)
+	}
+	p.In = alignUp(maxLen, shmAlign)
+	p.SlotBytes = p.In + alignUp(Part(maxLen, size, n, 0).Len, shmAlign)
+	return p, nil
+}
+
+// Chunks is the number of chunks.
+func (p *ShmPlan) Chunks() int { return len(p.Spans) }
+
+// Span is chunk k's offset and length in the call's bytes.
+func (p *ShmPlan) Span(k int) (off, n int) { return p.Spans[k].Off, p.Spans[k].Len }
+
+// InArea and OutArea are the window offsets of chunk k's input and output
+// areas.
+func (p *ShmPlan) InArea(k int) int  { return (k % p.Slots) * p.SlotBytes }
+func (p *ShmPlan) OutArea(k int) int { return (k%p.Slots)*p.SlotBytes + p.In }
+
+// Range is a byte range [Off, Off+Len).
+type Range struct{ Off, Len int }
+
+// End is Off+Len.
+func (r Range) End() int { return r.Off + r.Len }
+
+// Part is part j of m of bytes (whole elements of size): the first
+// elems%m parts have one element more.
+func Part(bytes, size, m, j int) Range {
+	elems := bytes / size
+	base, rem := elems/m, elems%m
+	off := j*base + min(j, rem)
+	n := base
+	if j < rem {
+		n++
+	}
+	return Range{off * size, n * size}
+}
+
+// Source is a sub-range of a piece with the ranks whose input areas hold
+// a contribution to it, in rank order.
+type Source struct {
+	Range
+	Ranks []int
+}
+
+// Sources splits r (a range of a chunk of chunkLen bytes) where the
+// carriers change and names each sub-range's contributors: the carrier of
+// each device cluster (the rank whose part holds it; the rank itself in a
+// cluster of one) and every host rank.
+func Sources(l *Layout, chunkLen, size int, r Range) []Source {
+	cuts := []int{r.Off, r.End()}
+	for _, c := range l.Clusters {
+		if !c.OnDevice() {
+			continue
+		}
+		for j := 1; j < len(c.Ranks); j++ {
+			if x := Part(chunkLen, size, len(c.Ranks), j).Off; x > r.Off && x < r.End() {
+				cuts = append(cuts, x)
+			}
+		}
+	}
+	sortInts(cuts)
+	var out []Source
+	for i := 0; i+1 < len(cuts); i++ {
+		a, b := cuts[i], cuts[i+1]
+		if a == b {
+			continue
+		}
+		s := Source{Range: Range{a, b - a}}
+		for _, c := range l.Clusters {
+			switch {
+			case !c.OnDevice():
+				s.Ranks = append(s.Ranks, c.Ranks...)
+			default:
+				s.Ranks = append(s.Ranks, c.Ranks[carrier(chunkLen, size, len(c.Ranks), a)])
+			}
+		}
+		sortInts(s.Ranks)
+		out = append(out, s)
+	}
+	return out
+}
+
+// carrier is the part of m that holds byte x of bytes.
+func carrier(bytes, size, m, x int) int {
+	for j := m - 1; j > 0; j-- {
+		if Part(bytes, size, m, j).Off <= x {
+			return j
+		}
+	}
+	return 0
+}
+
+func sortInts(a []int) {
+	for i := 1; i < len(a); i++ {
+		for j := i; j > 0 && a[j] < a[j-1]; j-- {
+			a[j], a[j-1] = a[j-1], a[j]
+		}
+	}
+}
+
+// Covering lists the pieces (of n, one per rank) that overlap r, with the
+// overlap: piece q's bytes [Off, End) of the chunk come from rank q's
+// output area at Off - Part(chunkLen, size, n, q).Off.
+func Covering(chunkLen, size, n int, r Range) []Source {
+	var out []Source
+	for q := 0; q < n; q++ {
+		p := Part(chunkLen, size, n, q)
+		a, b := max(p.Off, r.Off), min(p.End(), r.End())
+		if a < b {
+			out = append(out, Source{Range: Range{a, b - a}, Ranks: []int{q}})
+		}
+	}
+	return out
+}
+
+// shm makes an AllReduce plan on PathShm. The steps are the executor's
+// (core); the plan records the geometry.
+func (b *builder) shm() {
+	b.p.Path = PathShm
+	g, err := NewShmPlan(b.call.Count*b.size, b.size, b.n, b.o.ShmWindow)
+	if err != nil {
+		b.p.Why = err.Error() + "; the staged schedule runs instead"
+		b.p.Path = PathC2C
+		b.allReduce()
+		return
+	}
+	b.p.Shm = g
+	b.p.Chunks = g.Chunks()
+	b.p.ChunkBytes = g.Spans[0].Len
+	if g.OneShot {
+		b.p.Why = "every rank on one host: one step in the shared windows"
+	} else {
+		b.p.Why = "every rank on one host: device copies land in the shared windows, every rank carries a part and reduces a piece"
+	}
+}
+
+// formatShm writes what a PathShm plan does on its rank.
+func (p *Plan) formatShm(w io.Writer) {
+	g := p.Shm
+	c := p.Layout.ClusterOf(p.Rank)
+	m, j := len(c.Ranks), p.Layout.LocalRank(p.Rank)
+	var in, out []string
+	switch {
+	case !c.OnDevice():
+		in = []string{"copy send -> own window"}
+		out = []string{"copy every rank's piece -> recv"}
+	case g.OneShot:
+		in = []string{"d2h send -> own window"}
+		out = []string{"h2d -> recv"}
+	case m > 1:
+		in = []string{fmt.Sprintf("intra ReduceScatter (part %d of %d stays here)", j, m), fmt.Sprintf("d2h part %d -> own window", j)}
+		out = []string{fmt.Sprintf("h2d part %d from the pieces' windows", j), "intra AllGather"}
+	default:
+		in = []string{"d2h chunk -> own window"}
+		out = []string{"h2d chunk from the pieces' windows"}
+	}
+	red := fmt.Sprintf("reduce piece %d of every window into own window", p.Rank)
+	if g.OneShot {
+		red = "reduce every window in rank order"
+	}
+	fmt.Fprintf(w, "  per chunk (%d slots of %s in each window): %s | step | %s | step | %s\n",
+		g.Slots, Bytes(g.SlotBytes), strings.Join(in, " | "), red, strings.Join(out, " | "))
+}

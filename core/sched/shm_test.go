@@ -1,0 +1,107 @@
+package sched
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestPartCoversEveryElementOnce(t *testing.T) {
+	for _, tc := range []struct{ bytes, size, m int }{
+		{40, 4, 3}, {4, 4, 3}, {0, 2, 2}, {1 << 20, 8, 5}, {7, 1, 7}, {12, 2, 4},
+	} {
+		next := 0
+		for j := 0; j < tc.m; j++ {
+			p := Part(tc.bytes, tc.size, tc.m, j)
+			require.Equal(t, next, p.Off, "%+v part %d", tc, j)
+			require.Zero(t, p.Len%tc.size, "%+v part %d: whole elements", tc, j)
+			require.LessOrEqual(t, p.Len, Part(tc.bytes, tc.size, tc.m, 0).Len)
+			if p.Len > 0 {
+				require.Equal(t, j, carrier(tc.bytes, tc.size, tc.m, p.Off))
+				require.Equal(t, j, carrier(tc.bytes, tc.size, tc.m, p.End()-1))
+			}
+			next = p.End()
+		}
+		require.Equal(t, tc.bytes, next, "%+v", tc)
+	}
+}
+
+// TestSourcesNameEveryContributor: for every byte of a chunk, the sources
+// name exactly one carrier per device cluster (the rank whose part holds
+// the byte) and every host rank.
+func TestSourcesNameEveryContributor(t *testing.T) {
+	members := []Member{
+		{Rank: 0, Vendor: "A", Plugin: "a"}, {Rank: 1, Vendor: "A", Plugin: "a"}, {Rank: 2, Vendor: "A", Plugin: "a"},
+		{Rank: 3, Vendor: HostVendor}, {Rank: 4, Vendor: HostVendor},
+		{Rank: 5, Vendor: "B", Plugin: "b"}, {Rank: 6, Vendor: "B", Plugin: "b"},
+	}
+	l, err := NewLayout(members, nil)
+	require.NoError(t, err)
+	for _, chunk := range []int{4, 28, 40, 4096 + 12} {
+		for q := 0; q < 7; q++ {
+			piece := Part(chunk, 4, 7, q)
+			covered := 0
+			for _, s := range Sources(l, chunk, 4, piece) {
+				require.Equal(t, piece.Off+covered, s.Off)
+				covered += s.Len
+				for x := s.Off; x < s.End(); x += 4 {
+					a := []int{0, 1, 2}[carrier(chunk, 4, 3, x)]
+					b := []int{5, 6}[carrier(chunk, 4, 2, x)]
+					want := []int{a, 3, 4, b}
+					require.Equal(t, want, s.Ranks, "chunk %d byte %d", chunk, x)
+				}
+			}
+			require.Equal(t, piece.Len, covered)
+		}
+	}
+}
+
+func TestCoveringTilesTheRange(t *testing.T) {
+	for _, r := range []Range{{0, 40}, {12, 16}, {36, 4}, {8, 0}} {
+		got := Covering(40, 4, 3, r)
+		at := r.Off
+		for _, s := range got {
+			p := Part(40, 4, 3, s.Ranks[0])
+			require.Equal(t, at, s.Off)
+			require.True(t, s.Off >= p.Off && s.End() <= p.End(), "%+v inside piece %+v", s, p)
+			at = s.End()
+		}
+		require.Equal(t, r.End(), at)
+	}
+}
+
+func TestShmPlanGeometry(t *testing.T) {
+	cases := []struct {
+		name                 string
+		bytes, size, n, win  int
+		oneShot              bool
+		minChunks, maxChunks int
+	}{
+		{"700 bytes on 5 ranks", 700, 4, 5, 4 << 20, true, 1, 1},
+		{"256 MiB on 2 ranks", 256 << 20, 4, 2, 32 << 20, false, 36, 40},
+		{"1 MiB pipelines", 1 << 20, 4, 2, 32 << 20, false, 4, 4},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			g, err := NewShmPlan(tc.bytes, tc.size, tc.n, tc.win)
+			require.NoError(t, err)
+			require.Equal(t, tc.oneShot, g.OneShot)
+			require.GreaterOrEqual(t, g.Chunks(), tc.minChunks)
+			require.LessOrEqual(t, g.Chunks(), tc.maxChunks)
+			total := 0
+			for k := 0; k < g.Chunks(); k++ {
+				off, n := g.Span(k)
+				require.Equal(t, total, off)
+				total += n
+				if !g.OneShot {
+					require.LessOrEqual(t, n, g.In, "chunk %d fits the input area", k)
+					require.LessOrEqual(t, Part(n, tc.size, tc.n, 0).Len, g.SlotBytes-g.In, "piece fits the output area")
+					require.LessOrEqual(t, g.OutArea(k)+g.SlotBytes-g.In, tc.win, "slot %d fits the window", k%g.Slots)
+				}
+			}
+			require.Equal(t, tc.bytes, total)
+		})
+	}
+	_, err := NewShmPlan(64<<20, 4, 2, 8<<10)
+	require.ErrorContains(t, err, "FLAGCX_SHM_WINDOW_SIZE")
+}
