@@ -1,0 +1,390 @@
+package sched
+
+import (
+	"github.com/flagcx/flagcx-go/sdk"
+)
+
+// Cluster-to-cluster schedules (Path c2c).
+//
+// The leader (first rank) of each cluster is its inter rank: the inter
+// communicator's rank of cluster c is c. Inside a cluster the vendor
+// library (or the host backend) gathers the cluster's contribution at the
+// leader; the leader copies it to pinned staging chunk by chunk, runs the
+// inter-cluster step on hostnet chunk by chunk, copies each chunk back, and
+// the cluster's library spreads the result. Every cluster member issues
+// the same intra steps in the same order; every leader the same inter
+// steps.
+
+// leaderChunk adds one chunk's trip through a leader (chunk i, bytes sp
+// of the call): a device leader copies in (if any) to staging, the
+// inter-cluster step runs on the host side, avg is divided there when
+// scale is set, and a device leader copies the result to out (if any). A
+// host leader's inter step reads in and writes out (in when out is
+// none; out when in is none). inter gives the step's collective; after
+// is the step the input waits for. It returns the chunk's last step.
+func (b *builder) leaderChunk(i int, sp span, after int, in, out Ref, inter Step, scale bool) int {
+	src, dst := in, out
+	if dst.Buf == BufNone {
+		dst = in
+	}
+	if src.Buf == BufNone {
+		src = dst
+	}
+	last := after
+	if b.dev {
+		stage := ref(BufStage, sp.Off, sp.Len)
+		if in.Buf != BufNone {
+			last = b.add(Step{Lane: LaneD2H, Kind: KindCopy, Copies: []CopyPair{{in, stage}}, Chunk: i, Deps: deps(last)})
+		}
+		src, dst = stage, stage
+	}
+	inter.Lane, inter.Kind, inter.Chunk, inter.Src, inter.Dst, inter.Deps = LaneNet, KindInter, i, src, dst, deps(last)
+	last = b.add(inter)
+	if scale {
+		last = b.add(Step{Lane: LaneNet, Kind: KindScale, Dst: dst, DType: b.call.DType, N: b.n, Chunk: i})
+	}
+	if b.dev && out.Buf != BufNone {
+		last = b.add(Step{Lane: LaneH2D, Kind: KindCopy, Copies: []CopyPair{{dst, out}}, Chunk: i, Deps: deps(last)})
+	}
+	return last
+}
+
+func (b *builder) allReduce() {
+	call := b.call
+	B := call.Count * b.size
+	opR := reduceOp(call.Op)
+	sp := b.spans(B)
+	src := BufSend
+	red := make([]int, len(sp))
+	for i := range red {
+		red[i] = -1
+	}
+	if b.m > 1 {
+		for i, s := range sp {
+			red[i] = b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: Reduce, Src: ref(BufSend, s.Off, s.Len), Dst: ref(BufRecv, s.Off, s.Len),
+				Count: b.count(s.Len), DType: call.DType, Op: opR, Root: 0, Chunk: i})
+		}
+		src = BufRecv
+	}
+	fin := make([]int, len(sp))
+	if b.leader {
+		for i, s := range sp {
+			fin[i] = b.leaderChunk(i, s, red[i], ref(src, s.Off, s.Len), ref(BufRecv, s.Off, s.Len),
+				Step{Coll: AllReduce, Count: b.count(s.Len), DType: call.DType, Op: opR}, call.Op == sdk.Avg)
+		}
+	}
+	if b.m > 1 {
+		for i, s := range sp {
+			d := -1
+			if b.leader {
+				d = fin[i]
+			}
+			r := ref(BufRecv, s.Off, s.Len)
+			b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: Broadcast, Src: r, Dst: r, Count: s.Len, DType: sdk.Uint8, Root: 0, Chunk: i, Deps: deps(d)})
+		}
+	}
+}
+
+func (b *builder) reduce() {
+	call := b.call
+	B := call.Count * b.size
+	opR := reduceOp(call.Op)
+	root := call.Root
+	c0 := b.l.ClusterOf(root)
+	inC0 := c0.Index == b.c.Index
+	rootLocal := b.l.LocalRank(root)
+	isRoot := b.rank == root
+	sp := b.spans(B)
+	// Where the leader's partial result lives on its side of the intra
+	// reduce: the root's receive buffer when the leader is the root,
+	// scratch otherwise (a non-root's receive buffer must stay untouched).
+	acc := BufSend
+	red := make([]int, len(sp))
+	for i := range red {
+		red[i] = -1
+	}
+	if b.m > 1 {
+		dst := BufSend // ignored off the intra root
+		if b.leader {
+			dst = BufScratch
+			if isRoot {
+				dst = BufRecv
+			}
+			acc = dst
+		}
+		for i, s := range sp {
+			red[i] = b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: Reduce, Src: ref(BufSend, s.Off, s.Len), Dst: ref(dst, s.Off, s.Len),
+				Count: b.count(s.Len), DType: call.DType, Op: opR, Root: 0, Chunk: i})
+		}
+	}
+	// The result lands in the root's receive buffer, or in the scratch of
+	// the root's leader; a host leader that is not the root leaves its
+	// buffers alone (the host Reduce writes only the root's).
+	to := Buf(BufNone)
+	switch {
+	case inC0 && isRoot:
+		to = BufRecv
+	case inC0 && b.dev:
+		to = BufScratch
+	}
+	fin := make([]int, len(sp))
+	if b.leader {
+		for i, s := range sp {
+			fin[i] = b.leaderChunk(i, s, red[i], ref(acc, s.Off, s.Len), ref(to, s.Off, s.Len),
+				Step{Coll: Reduce, Count: b.count(s.Len), DType: call.DType, Op: opR, Root: c0.Index}, inC0 && call.Op == sdk.Avg)
+		}
+	}
+	// The root is not its cluster's leader: the leader hands it the result.
+	if inC0 && c0.Leader != root {
+		for i, s := range sp {
+			switch {
+			case b.leader:
+				b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: P2P, Xfers: []Xfer{{Peer: rootLocal, Ref: ref(BufScratch, s.Off, s.Len)}}, Chunk: i, Deps: deps(fin[i])})
+			case isRoot:
+				b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: P2P, Xfers: []Xfer{{Peer: 0, Recv: true, Ref: ref(BufRecv, s.Off, s.Len)}}, Chunk: i})
+			}
+		}
+	}
+}
+
+func (b *builder) broadcast() {
+	call := b.call
+	B := call.Count * b.size
+	root := call.Root
+	c0 := b.l.ClusterOf(root)
+	sp := b.spans(B)
+	if c0.Index == b.c.Index {
+		// The root's cluster: its library broadcasts from the root; the
+		// leader forwards the result to the other leaders as it arrives.
+		src := BufSend
+		ready := make([]int, len(sp))
+		for i, s := range sp {
+			ready[i] = -1
+			if b.m > 1 {
+				from := ref(BufRecv, s.Off, s.Len) // ignored off the root
+				if b.rank == root {
+					from = ref(BufSend, s.Off, s.Len)
+				}
+				ready[i] = b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: Broadcast, Src: from, Dst: ref(BufRecv, s.Off, s.Len),
+					Count: s.Len, DType: sdk.Uint8, Root: b.l.LocalRank(root), Chunk: i})
+			}
+		}
+		if b.m > 1 {
+			src = BufRecv
+		} else {
+			// A lone root keeps its own copy (nothing to do in place).
+			b.add(Step{Lane: LaneIntra, Kind: KindCopy, Copies: []CopyPair{{ref(BufSend, 0, B), ref(BufRecv, 0, B)}}, Chunk: -1})
+		}
+		if !b.leader {
+			return
+		}
+		for i, s := range sp {
+			b.leaderChunk(i, s, ready[i], ref(src, s.Off, s.Len), Ref{},
+				Step{Coll: Broadcast, Count: s.Len, DType: sdk.Uint8, Root: c0.Index}, false)
+		}
+		return
+	}
+	fin := make([]int, len(sp))
+	if b.leader {
+		for i, s := range sp {
+			fin[i] = b.leaderChunk(i, s, -1, Ref{}, ref(BufRecv, s.Off, s.Len),
+				Step{Coll: Broadcast, Count: s.Len, DType: sdk.Uint8, Root: c0.Index}, false)
+		}
+	}
+	if b.m > 1 {
+		for i, s := range sp {
+			d := -1
+			if b.leader {
+				d = fin[i]
+			}
+			r := ref(BufRecv, s.Off, s.Len)
+			b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: Broadcast, Src: r, Dst: r, Count: s.Len, DType: sdk.Uint8, Root: 0, Chunk: i, Deps: deps(d)})
+		}
+	}
+}
+
+// allGather: each cluster gathers its blocks at its leader (slice by
+// slice: slice i is bytes [off, off+len) of every block), the leaders
+// exchange their clusters' slices on hostnet, and each leader's cluster
+// library broadcasts the whole result.
+func (b *builder) allGather() {
+	call := b.call
+	B := call.Count * b.size
+	nB := b.n * B
+	sp := b.spans(B)
+	whole := ref(BufRecv, 0, nB)
+	gat := make([]int, len(sp))
+	for i, s := range sp {
+		gat[i] = -1
+		if b.m > 1 {
+			src := ref(BufSend, s.Off, s.Len)
+			dst := src // ignored off the intra root
+			if b.leader {
+				dst = ref(BufScratch, b.m*s.Off, b.m*s.Len)
+			}
+			gat[i] = b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: Gather, Src: src, Dst: dst, Count: s.Len, DType: sdk.Uint8, Root: 0, Chunk: i})
+		}
+	}
+	if !b.leader {
+		b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: Broadcast, Src: whole, Dst: whole, Count: nB, DType: sdk.Uint8, Root: 0, Chunk: -1})
+		return
+	}
+	side := BufRecv
+	if b.dev {
+		side = BufStage
+	}
+	block := func(buf Buf, g int, s span) Ref { return ref(buf, g*B+s.Off, s.Len) }
+	var fin []int
+	for i, s := range sp {
+		var cp []CopyPair
+		for j, g := range b.c.Ranks {
+			from := ref(BufSend, s.Off, s.Len)
+			if b.m > 1 {
+				from = ref(BufScratch, b.m*s.Off+j*s.Len, s.Len)
+			}
+			cp = append(cp, CopyPair{from, block(side, g, s)})
+		}
+		in := b.add(Step{Lane: LaneD2H, Kind: KindCopy, Copies: cp, Chunk: i, Deps: deps(gat[i])})
+		var xs []Xfer
+		for _, o := range b.l.Clusters {
+			if o.Index == b.c.Index {
+				continue
+			}
+			for _, g := range b.c.Ranks {
+				xs = append(xs, Xfer{Peer: o.Index, Ref: block(side, g, s)})
+			}
+			for _, g := range o.Ranks {
+				xs = append(xs, Xfer{Peer: o.Index, Recv: true, Ref: block(side, g, s)})
+			}
+		}
+		last := b.add(Step{Lane: LaneNet, Kind: KindInter, Coll: P2P, Xfers: xs, Chunk: i, Deps: deps(in)})
+		if b.dev {
+			var out []CopyPair
+			if len(sp) == 1 {
+				out = []CopyPair{{ref(BufStage, 0, nB), whole}}
+			} else {
+				for g := 0; g < b.n; g++ {
+					out = append(out, CopyPair{block(BufStage, g, s), block(BufRecv, g, s)})
+				}
+			}
+			last = b.add(Step{Lane: LaneH2D, Kind: KindCopy, Copies: out, Chunk: i, Deps: deps(last)})
+		}
+		fin = append(fin, last)
+	}
+	if b.m > 1 {
+		b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: Broadcast, Src: whole, Dst: whole, Count: nB, DType: sdk.Uint8, Root: 0, Chunk: -1, Deps: fin})
+	}
+}
+
+// reduceScatter: each cluster reduces the whole input at its leader; the
+// leaders send each other the partial blocks the other clusters' ranks
+// own (slice by slice), each leader combines what it receives for its own
+// ranks' blocks, and its cluster library scatters them.
+func (b *builder) reduceScatter() {
+	call := b.call
+	B := call.Count * b.size
+	nB := b.n * B
+	opR := reduceOp(call.Op)
+	sp := b.spans(B)
+	partial := BufSend // where this leader's partial sums of all n blocks are
+	red := -1
+	if b.m > 1 {
+		dst := ref(BufSend, 0, nB) // ignored off the intra root
+		if b.leader {
+			dst = ref(BufScratch, 0, nB)
+			partial = BufScratch
+		}
+		red = b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: Reduce, Src: ref(BufSend, 0, nB), Dst: dst,
+			Count: b.count(nB), DType: call.DType, Op: opR, Root: 0, Chunk: -1})
+	}
+	// The scattered blocks of a cluster of several ranks, in cluster order.
+	scat := ref(BufScratch, nB, b.m*B)
+	if !b.leader {
+		r := ref(BufRecv, 0, B)
+		b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: Scatter, Src: r, Dst: r, Count: B, DType: sdk.Uint8, Root: 0, Chunk: -1})
+		return
+	}
+	var others []*Cluster
+	for i := range b.l.Clusters {
+		if i != b.c.Index {
+			others = append(others, &b.l.Clusters[i])
+		}
+	}
+	// Host-side layout: this leader's partials of all n blocks at
+	// [g*B], then one receive area of m blocks per other cluster. On a
+	// host leader the partials stay where they are (send or scratch); the
+	// accumulation happens in its own blocks' final places.
+	var part, acc func(g, j int, s span) Ref
+	var area func(t, j int, s span) Ref
+	if b.dev {
+		part = func(g, _ int, s span) Ref { return ref(BufStage, g*B+s.Off, s.Len) }
+		acc = part
+		area = func(t, j int, s span) Ref { return ref(BufStage, nB+(t*b.m+j)*B+s.Off, s.Len) }
+	} else {
+		part = func(g, _ int, s span) Ref { return ref(partial, g*B+s.Off, s.Len) }
+		base := nB + b.m*B // after the partials and the scatter area in scratch
+		area = func(t, j int, s span) Ref { return ref(BufScratch, base+(t*b.m+j)*B+s.Off, s.Len) }
+		if b.m > 1 {
+			acc = func(_, j int, s span) Ref { return scat.Sub(j*B+s.Off, s.Len) }
+		} else {
+			acc = func(_, _ int, s span) Ref { return ref(BufRecv, s.Off, s.Len) }
+		}
+	}
+	var fin []int
+	for i, s := range sp {
+		last := red
+		if b.dev {
+			var cp []CopyPair
+			if len(sp) == 1 {
+				cp = []CopyPair{{ref(partial, 0, nB), ref(BufStage, 0, nB)}}
+			} else {
+				for g := 0; g < b.n; g++ {
+					cp = append(cp, CopyPair{ref(partial, g*B+s.Off, s.Len), part(g, 0, s)})
+				}
+			}
+			last = b.add(Step{Lane: LaneD2H, Kind: KindCopy, Copies: cp, Chunk: i, Deps: deps(last)})
+		} else {
+			// Start each of this cluster's blocks from this cluster's partial.
+			var cp []CopyPair
+			for j, g := range b.c.Ranks {
+				cp = append(cp, CopyPair{part(g, j, s), acc(g, j, s)})
+			}
+			last = b.add(Step{Lane: LaneD2H, Kind: KindCopy, Copies: cp, Chunk: i, Deps: deps(last)})
+		}
+		var xs []Xfer
+		for t, o := range others {
+			for _, g := range o.Ranks {
+				xs = append(xs, Xfer{Peer: o.Index, Ref: part(g, 0, s)})
+			}
+			for j := range b.c.Ranks {
+				xs = append(xs, Xfer{Peer: o.Index, Recv: true, Ref: area(t, j, s)})
+			}
+		}
+		last = b.add(Step{Lane: LaneNet, Kind: KindInter, Coll: P2P, Xfers: xs, Chunk: i, Deps: deps(last)})
+		for t := range others {
+			for j, g := range b.c.Ranks {
+				last = b.add(Step{Lane: LaneNet, Kind: KindReduce, Src: area(t, j, s), Dst: acc(g, j, s), DType: call.DType, Op: opR, Chunk: i})
+			}
+		}
+		if call.Op == sdk.Avg {
+			for j, g := range b.c.Ranks {
+				last = b.add(Step{Lane: LaneNet, Kind: KindScale, Dst: acc(g, j, s), DType: call.DType, N: b.n, Chunk: i})
+			}
+		}
+		if b.dev {
+			var cp []CopyPair
+			for j, g := range b.c.Ranks {
+				to := ref(BufRecv, s.Off, s.Len)
+				if b.m > 1 {
+					to = scat.Sub(j*B+s.Off, s.Len)
+				}
+				cp = append(cp, CopyPair{acc(g, j, s), to})
+			}
+			last = b.add(Step{Lane: LaneH2D, Kind: KindCopy, Copies: cp, Chunk: i, Deps: deps(last)})
+		}
+		fin = append(fin, last)
+	}
+	if b.m > 1 {
+		b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: Scatter, Src: scat, Dst: ref(BufRecv, 0, B), Count: B, DType: sdk.Uint8, Root: 0, Chunk: -1, Deps: fin})
+	}
+}
