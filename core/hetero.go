@@ -161,8 +161,9 @@ type HeteroComm struct {
 	inter *Comm        // the cluster leaders (leaders only; heterogeneous only)
 	ccl   *loader.Comm // the cluster's vendor communicator (device ranks)
 
-	d2h, h2d loader.Stream // staging copies (device ranks)
-	shm      *shmPlane     // the zero-copy plane (every rank on one host), or nil
+	d2h, h2d loader.Stream  // staging copies (device ranks)
+	shm      *shmPlane      // the zero-copy plane (every rank on one host), or nil
+	events   []loader.Event // ordering the steps of staged plans (device ranks; see chain)
 
 	stagePtr   uintptr // pinned staging (device ranks)
 	stage      []byte  // staging (host memory on host ranks)
@@ -580,6 +581,10 @@ func (c *HeteroComm) stop(abort bool) error {
 					errs = append(errs, p.StreamDestroy(s))
 				}
 			}
+			for _, e := range c.events {
+				errs = append(errs, p.EventDestroy(e))
+			}
+			c.events = nil
 			if c.stagePtr != 0 {
 				errs = append(errs, p.HostFree(c.stagePtr))
 				c.stagePtr, c.stage = 0, nil

@@ -396,11 +396,9 @@ func (c *HeteroComm) execute(p *sched.Plan, b *callBufs, s loader.Stream) error 
 	if err := c.ensure(p); err != nil {
 		return err
 	}
-	if c.be.OnDevice() && !p.Async {
-		// Other streams read the input: the work before the call must be done.
-		if err := c.be.Plugin.StreamSynchronize(s); err != nil {
-			return c.failure(p, err)
-		}
+	ch, err := c.newChain(p, s)
+	if err != nil {
+		return c.failure(p, err)
 	}
 	lanes := p.Lanes()
 	if len(lanes) == 1 {
@@ -409,6 +407,12 @@ func (c *HeteroComm) execute(p *sched.Plan, b *callBufs, s loader.Stream) error 
 			if err := c.step(p, i, b, s); err != nil {
 				return c.failure(p, err)
 			}
+			if err := ch.record(i); err != nil {
+				return c.failure(p, err)
+			}
+		}
+		if err := ch.finish(); err != nil {
+			return c.failure(p, err)
 		}
 		return nil
 	}
@@ -451,7 +455,14 @@ func (c *HeteroComm) execute(p *sched.Plan, b *callBufs, s loader.Stream) error 
 					return
 				default:
 				}
-				if err := c.step(p, i, b, s); err != nil {
+				err := ch.await(i)
+				if err == nil {
+					err = c.step(p, i, b, s)
+				}
+				if err == nil {
+					err = ch.record(i)
+				}
+				if err != nil {
 					fail(err)
 					return
 				}
@@ -460,8 +471,117 @@ func (c *HeteroComm) execute(p *sched.Plan, b *callBufs, s loader.Stream) error 
 		}(lane)
 	}
 	wg.Wait()
+	if first == nil {
+		first = ch.finish()
+	}
 	if first != nil {
 		return c.failure(p, first)
+	}
+	return nil
+}
+
+// chain orders a plan's device work with events instead of waiting for
+// each step: a step that enqueues device work (a copy, a vendor
+// operation) records an event after it; a step that depends on it waits
+// for that event on its own stream when it runs on the device too, or on
+// the host (EventSynchronize) when it runs there. Lanes thus enqueue
+// ahead, and the host blocks only where it reads what a device step
+// wrote. The caller's earlier work orders the copy streams through one
+// event; the streams are synchronised once, at the end.
+type chain struct {
+	c  *HeteroComm
+	p  *sched.Plan
+	s  loader.Stream
+	ev []loader.Event // per step; 0 where the step enqueues no device work
+}
+
+// onDevice reports whether a step's work is enqueued on a stream.
+func onDevice(st *sched.Step) bool { return st.Kind == sched.KindCopy || st.Kind == sched.KindIntra }
+
+func (c *HeteroComm) newChain(p *sched.Plan, s loader.Stream) (*chain, error) {
+	ch := &chain{c: c, p: p, s: s}
+	pl := c.be.Plugin
+	if pl == nil || p.Async {
+		return ch, nil // host memory, or enqueued on the caller's stream alone
+	}
+	ch.ev = make([]loader.Event, len(p.Steps))
+	n := 0
+	for i := range p.Steps {
+		if onDevice(&p.Steps[i]) {
+			n++
+		}
+	}
+	for len(c.events) < n+1 {
+		e, err := pl.EventCreate(c.be.Device)
+		if err != nil {
+			return nil, fmt.Errorf("creating an event on %s device %d: %w", pl.Name, c.be.Device, err)
+		}
+		c.events = append(c.events, e)
+	}
+	next := 1
+	for i := range p.Steps {
+		if onDevice(&p.Steps[i]) {
+			ch.ev[i] = c.events[next]
+			next++
+		}
+	}
+	// The copy streams read the input after the work before the call.
+	start := c.events[0]
+	if err := pl.EventRecord(start, s); err != nil {
+		return nil, err
+	}
+	for _, strm := range []loader.Stream{c.d2h, c.h2d} {
+		if err := pl.StreamWaitEvent(strm, start); err != nil {
+			return nil, err
+		}
+	}
+	return ch, nil
+}
+
+// await makes step i wait for the device work of the steps it depends on.
+func (ch *chain) await(i int) error {
+	if ch.ev == nil {
+		return nil
+	}
+	st, pl := &ch.p.Steps[i], ch.c.be.Plugin
+	for _, d := range st.Deps {
+		e := ch.ev[d]
+		if e == 0 {
+			continue
+		}
+		var err error
+		if onDevice(st) {
+			err = pl.StreamWaitEvent(ch.c.laneStream(st.Lane, ch.s), e)
+		} else {
+			err = pl.EventSynchronize(e)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// record marks the end of step i's device work.
+func (ch *chain) record(i int) error {
+	if ch.ev == nil || ch.ev[i] == 0 {
+		return nil
+	}
+	return ch.c.be.Plugin.EventRecord(ch.ev[i], ch.c.laneStream(ch.p.Steps[i].Lane, ch.s))
+}
+
+// finish waits for the device work of the call: its result is in place.
+func (ch *chain) finish() error {
+	if ch.ev == nil {
+		return nil
+	}
+	for _, l := range ch.p.Lanes() {
+		if l == sched.LaneNet {
+			continue
+		}
+		if err := ch.c.be.Plugin.StreamSynchronize(ch.c.laneStream(l, ch.s)); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -529,7 +649,7 @@ func (c *HeteroComm) step(p *sched.Plan, i int, b *callBufs, s loader.Stream) er
 	strm := c.laneStream(st.Lane, s)
 	switch st.Kind {
 	case sched.KindCopy:
-		return c.copies(st, b, strm, p.Async)
+		return c.copies(st, b, strm)
 	case sched.KindScale, sched.KindReduce:
 		dst, err := c.resolve(b, st.Dst)
 		if err != nil {
@@ -553,7 +673,7 @@ func (c *HeteroComm) step(p *sched.Plan, i int, b *callBufs, s loader.Stream) er
 		return nil
 	case sched.KindIntra:
 		if c.be.OnDevice() {
-			return c.vendorStep(st, b, s, p.Async)
+			return c.vendorStep(st, b, s)
 		}
 		cl := c.layout.ClusterOf(c.rank)
 		return c.hostStep(c.intra, fmt.Sprintf("cluster %d's host communicator (its ranks 0.. are ranks %s)", cl.Index, sched.FormatRanks(cl.Ranks)), st, b)
@@ -568,9 +688,11 @@ func (c *HeteroComm) step(p *sched.Plan, i int, b *callBufs, s loader.Stream) er
 	return fmt.Errorf("%w: step kind %v", sdk.ErrInternalError, st.Kind)
 }
 
-// copies runs a copy step and waits for it.
-func (c *HeteroComm) copies(st *sched.Step, b *callBufs, strm loader.Stream, async bool) error {
-	onDev := false
+// copies enqueues a copy step's device copies on strm (the chain waits
+// for them); host-to-host pairs are copied at once, after the work
+// already on strm (a device rank's lanes order everything on its stream).
+func (c *HeteroComm) copies(st *sched.Step, b *callBufs, strm loader.Stream) error {
+	synced := false
 	for _, cp := range st.Copies {
 		src, err := c.resolve(b, cp.Src)
 		if err != nil {
@@ -593,23 +715,25 @@ func (c *HeteroComm) copies(st *sched.Step, b *callBufs, strm loader.Stream, asy
 		case dst.dev:
 			err = pl.Memcpy(dst.ptr, hostAddr(src.host), n, loader.HostToDevice, strm)
 		default:
+			if pl != nil && !synced {
+				if err := pl.StreamSynchronize(strm); err != nil {
+					return err
+				}
+				synced = true
+			}
 			copy(dst.host, src.host)
 			continue
 		}
 		if err != nil {
 			return fmt.Errorf("copying %s to %s: %w", cp.Src, cp.Dst, err)
 		}
-		onDev = true
-	}
-	if onDev && !async {
-		return c.be.Plugin.StreamSynchronize(strm)
 	}
 	return nil
 }
 
-// vendorStep runs an intra-cluster step on the vendor library, on the
-// caller's stream, and (unless the plan is asynchronous) waits for it.
-func (c *HeteroComm) vendorStep(st *sched.Step, b *callBufs, s loader.Stream, async bool) error {
+// vendorStep enqueues an intra-cluster step on the vendor library, on the
+// caller's stream (the chain waits for it).
+func (c *HeteroComm) vendorStep(st *sched.Step, b *callBufs, s loader.Stream) error {
 	cc := c.ccl
 	if cc == nil {
 		return fmt.Errorf("%w: vendor step on rank %d without a vendor communicator", sdk.ErrInternalError, c.rank)
@@ -670,10 +794,7 @@ func (c *HeteroComm) vendorStep(st *sched.Step, b *callBufs, s loader.Stream, as
 	if err != nil {
 		return fmt.Errorf("%s's %s in cluster %d: %w", pl.Name, st.Coll, c.layout.ClusterOf(c.rank).Index, err)
 	}
-	if async {
-		return nil
-	}
-	return pl.StreamSynchronize(s)
+	return nil
 }
 
 // hostStep runs a step's collective on a host communicator.
