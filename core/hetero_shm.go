@@ -18,15 +18,24 @@ import (
 // registered with every device rank's runtime, are the staging. The
 // geometry and the reasons are in core/sched/shm.go; this file runs it.
 
+// registrar registers host memory with a device runtime.
 type registrar interface {
 	CanRegisterHost() bool
-	HostRegister(uintptr, int) error
-	HostUnregister(uintptr) error
+	HostRegister(ptr uintptr, n int) error
+	HostUnregister(ptr uintptr) error
+}
+
+var hostRegistrar = func(p *loader.Plugin) (registrar, bool) {
+	r, ok := any(p).(registrar)
+	return r, ok
 }
 
 // shmPlane is what a rank holds for PathShm.
 type shmPlane struct {
 	node *hostnet.ShmNode
+	// workers is how many goroutines one rank's copies and reductions use:
+	// the host's cores shared by its ranks.
+	workers int
 	// registered are the windows this rank registered with its runtime
 	// (device ranks: every rank's window, as mapped here).
 	registered []uintptr
@@ -46,13 +55,13 @@ func (c *HeteroComm) setupShm() bool {
 	if c.layout.IsHomogeneous() || c.opts.HostPath || node == nil || node.Size() != c.n {
 		return false
 	}
-	sp := &shmPlane{node: node}
+	sp := &shmPlane{node: node, workers: node.Cores()}
 	c.shm = sp
 	p := c.be.Plugin
 	if p == nil {
 		return true
 	}
-	reg, ok := any(p).(registrar) // TEMP until loader lands
+	reg, ok := hostRegistrar(p)
 	if !ok || !reg.CanRegisterHost() {
 		return false
 	}
@@ -105,7 +114,8 @@ func (c *HeteroComm) releaseShm() error {
 	}
 	var errs []error
 	for _, addr := range sp.registered {
-		errs = append(errs, any(p).(registrar).HostUnregister(addr))
+		rg, _ := hostRegistrar(p)
+		errs = append(errs, rg.HostUnregister(addr))
 	}
 	for _, e := range append(append(append([]loader.Event{sp.start}, sp.reduced...), sp.input...), sp.outpt...) {
 		if e != 0 {
@@ -127,12 +137,13 @@ type shmRun struct {
 	size       int
 	cl         *sched.Cluster
 	m, j       int // cluster size, index in it
+	workers    int
 }
 
 func (c *HeteroComm) runShm(p *sched.Plan, b *callBufs, s loader.Stream) error {
 	r := &shmRun{c: c, g: p.Shm, call: p.Call, send: b.send, recv: b.recv, s: s, node: c.shm.node, p: c.be.Plugin,
 		size: p.Call.DType.Size(), cl: c.layout.ClusterOf(c.rank)}
-	r.m, r.j = len(r.cl.Ranks), c.layout.LocalRank(c.rank)
+	r.m, r.j, r.workers = len(r.cl.Ranks), c.layout.LocalRank(c.rank), c.shm.workers
 	if err := r.node.Enter(); err != nil {
 		return stepError(err)
 	}
@@ -247,7 +258,7 @@ func (r *shmRun) issue(k int) error {
 	off, L := r.g.Span(k)
 	area := r.window(c.rank)[r.g.InArea(k):]
 	if r.p == nil {
-		reduce.CopyParallel(area[:L], r.send.host[off:off+L], c.workers)
+		reduce.CopyParallel(area[:L], r.send.host[off:off+L], r.workers)
 		return nil
 	}
 	slot := k % r.g.Slots
@@ -298,16 +309,16 @@ func (r *shmRun) reducePiece(k int) {
 		d := out[s.Off-piece.Off:][:s.Len]
 		in := func(i int) []byte { return r.window(s.Ranks[i])[inArea+s.Off:][:s.Len] }
 		if len(s.Ranks) == 1 {
-			reduce.CopyParallel(d, in(0), c.workers)
+			reduce.CopyParallel(d, in(0), r.workers)
 			continue
 		}
-		reduce.IntoParallel(d, in(0), in(1), r.call.DType, opR, c.workers)
+		reduce.IntoParallel(d, in(0), in(1), r.call.DType, opR, r.workers)
 		for i := 2; i < len(s.Ranks); i++ {
-			reduce.ReduceParallel(d, in(i), r.call.DType, opR, c.workers)
+			reduce.ReduceParallel(d, in(i), r.call.DType, opR, r.workers)
 		}
 	}
 	if r.call.Op == sdk.Avg {
-		reduce.ScaleParallel(out, r.call.DType, c.n, c.workers)
+		reduce.ScaleParallel(out, r.call.DType, c.n, r.workers)
 	}
 }
 
@@ -322,7 +333,7 @@ func (r *shmRun) output(k int) error {
 		q := s.Ranks[0]
 		src := r.window(q)[outArea+s.Off-sched.Part(L, r.size, c.n, q).Off:][:s.Len]
 		if r.p == nil {
-			reduce.CopyParallel(r.recv.host[off+s.Off:][:s.Len], src, c.workers)
+			reduce.CopyParallel(r.recv.host[off+s.Off:][:s.Len], src, r.workers)
 			continue
 		}
 		if err := r.p.Memcpy(r.recv.ptr+uintptr(off+s.Off), addrOf(src), s.Len, loader.HostToDevice, c.h2d); err != nil {

@@ -285,8 +285,8 @@ func TestHeteroAbort(t *testing.T) {
 // exact for every type and op, in one step and through many chunks that
 // reuse few slots, with parts that do not divide evenly.
 func TestHeteroShmPlane(t *testing.T) {
-	slots, chunkMax := sched.ShmSlots, sched.ShmChunkMax
-	t.Cleanup(func() { sched.ShmSlots, sched.ShmChunkMax = slots, chunkMax })
+	slots := sched.ShmSlots
+	t.Cleanup(func() { sched.ShmSlots = slots })
 	for _, tc := range []struct {
 		name   string
 		split  []int
@@ -298,17 +298,20 @@ func TestHeteroShmPlane(t *testing.T) {
 		{"3+2, 3 slots", []int{3, 2}, 3, []int{66001}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			sched.ShmSlots, sched.ShmChunkMax = tc.slots, 8<<10
+			sched.ShmSlots = tc.slots
 			n := 0
 			for _, s := range tc.split {
 				n += s
 			}
-			comms := startHetero(t, n, core.WithSplitList(tc.split))
+			comms := startHetero(t, n, core.WithSplitList(tc.split), core.WithChunk(8<<10))
 			for _, count := range tc.counts {
 				p, err := comms[0].PlanFor(0, sched.Call{Coll: sched.AllReduce, Count: count, DType: sdk.Float32, Op: sdk.Sum})
 				require.NoError(t, err)
 				require.Equal(t, sched.PathShm, p.Path, "%s", p)
 				require.Equal(t, count*4*n <= sched.ShmOneShot, p.Shm.OneShot)
+				if !p.Shm.OneShot {
+					require.Greater(t, p.Chunks, 2*tc.slots, "chunks reuse the slots")
+				}
 			}
 			var cases []reference.Case
 			for _, c := range heterotest.Matrix(n, tc.counts, sdk.AllDataTypes(), 11) {

@@ -49,9 +49,6 @@ var (
 	// ShmOneShot: calls of at most this many bytes times the rank count
 	// take the one-step path.
 	ShmOneShot = 256 << 10
-	// ShmChunkMax caps the chunk below what the windows hold (0: no cap);
-	// tests make it small to run many chunks through few slots.
-	ShmChunkMax = 0
 )
 
 const shmAlign = 4096 // slot areas start on pages (and on any element)
@@ -59,8 +56,9 @@ const shmAlign = 4096 // slot areas start on pages (and on any element)
 func alignUp(n, a int) int { return (n + a - 1) / a * a }
 
 // NewShmPlan is the geometry of an AllReduce of bytes (elements of size)
-// over n ranks whose smallest window is window bytes.
-func NewShmPlan(bytes, size, n, window int) (*ShmPlan, error) {
+// over n ranks whose smallest window is window bytes, in chunks of at most
+// chunk bytes (FLAGCX_NET_CHUNK_SIZE; 0: as large as the slots allow).
+func NewShmPlan(bytes, size, n, window, chunkMax int) (*ShmPlan, error) {
 	if bytes*n <= ShmOneShot && 2*alignUp(bytes, 64) <= window/2 {
 		return &ShmPlan{OneShot: true, Spans: []span{{0, bytes}}, Slots: 1, In: alignUp(bytes, 64)}, nil
 	}
@@ -68,8 +66,8 @@ func NewShmPlan(bytes, size, n, window int) (*ShmPlan, error) {
 	// A slot holds a chunk and one n-th of it (plus alignment).
 	per := window/slots - 2*shmAlign
 	chunk := (per * n / (n + 1)) / shmAlign * shmAlign
-	if ShmChunkMax > 0 {
-		chunk = min(chunk, max(ShmChunkMax/shmAlign*shmAlign, shmAlign))
+	if chunkMax > 0 {
+		chunk = min(chunk, max(chunkMax/shmAlign*shmAlign, shmAlign))
 	}
 	if chunk < shmAlign {
 		return nil, fmt.Errorf("the shared-memory window (%d bytes) is too small for %d chunks in flight: raise FLAGCX_SHM_WINDOW_SIZE", window, slots)
@@ -196,7 +194,7 @@ func Covering(chunkLen, size, n int, r Range) []Source {
 // (core); the plan records the geometry.
 func (b *builder) shm() {
 	b.p.Path = PathShm
-	g, err := NewShmPlan(b.call.Count*b.size, b.size, b.n, b.o.ShmWindow)
+	g, err := NewShmPlan(b.call.Count*b.size, b.size, b.n, b.o.ShmWindow, b.o.Chunk)
 	if err != nil {
 		b.p.Why = err.Error() + "; the staged schedule runs instead"
 		b.p.Path = PathC2C
