@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The heterogeneous data plane side by side on one GPU host: the pinned
+# copy limit (bin/copybw), then each layout with every flagcx build given
+# in FLAGCX_BINS ("bin/flagcx" or "label=path:plugindir ..."), in one run.
+#   tools/hetero-bench/run.sh                       # bin/flagcx with build/plugins
+#   FLAGCX_BINS="new=bin/flagcx:build/plugins old=/tmp/flagcx:/tmp/plugins" tools/hetero-bench/run.sh
+# LARGE, LATENCY, ITERS override the sizes and iterations.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
+bins=${FLAGCX_BINS:-"new=bin/flagcx:build/plugins"}
+large=${LARGE:-"-b 64M -e 1G -f 2"}
+iters=${ITERS:-10}
+latency=${LATENCY:-"-b 700 -e 700"}
+
+echo "== $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs); $(nvidia-smi -L 2>/dev/null | wc -l) GPUs"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1
+echo "== pinned copies through the plugin ABI"
+first=${bins%% *}; first=${first#*=}
+bin/copybw -plugin-dir "${first#*:}" -size 64M,256M,1G -n 20
+for spec in $bins; do
+  label=${spec%%=*}; rest=${spec#*=}; exe=${rest%%:*}; dir=${rest#*:}
+  echo "== $label: split 1,1 on nvidia:2"
+  FLAGCX_CLUSTER_SPLIT_LIST=1,1 "$exe" --plugin-dir "$dir" bench allreduce --ranks nvidia:2 $large -w 3 -n "$iters" -c 0
+  echo "== $label: nvidia:2,host:2"
+  "$exe" --plugin-dir "$dir" bench allreduce --ranks nvidia:2,host:2 $large -w 3 -n "$iters" -c 0
+  echo "== $label: nvidia:2,host:3 latency"
+  "$exe" --plugin-dir "$dir" bench allreduce --ranks nvidia:2,host:3 $latency -w 20 -n 200 -c 0
+done
