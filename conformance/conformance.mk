@@ -12,18 +12,24 @@
 
 EXAMPLE_PLUGIN_DIR  := $(BUILD)/example-plugin
 EXAMPLE_PLUGIN      := $(EXAMPLE_PLUGIN_DIR)/libflagcx-example.so
+# The same source against the ABI v1 header: a plugin built before v2.
+EXAMPLE_PLUGIN_V1   := $(BUILD)/example-plugin-v1/libflagcx-example.so
 CONFORMANCE_OUT     := $(BUILD)/conformance
 CONFORMANCE_FLAGS   ?= --quick
 CONFORMANCE_NP      ?= 2,3,4
 
 .PHONY: example-plugin conformance conformance-full
 all: example-plugin
-example-plugin: $(EXAMPLE_PLUGIN)
+example-plugin: $(EXAMPLE_PLUGIN) $(EXAMPLE_PLUGIN_V1)
 
 # Built as a vendor team builds a plugin out of tree: the header and a C compiler.
 $(EXAMPLE_PLUGIN): conformance/example/example.c sdk/include/flagcx_plugin.h
 	@mkdir -p $(@D)
 	$(CC) -shared -fPIC -O2 -Wall -Werror -std=gnu11 -fvisibility=hidden -Isdk/include -o $@ $< -lrt -pthread
+
+$(EXAMPLE_PLUGIN_V1): conformance/example/example.c conformance/example/v1/flagcx_plugin.h
+	@mkdir -p $(@D)
+	$(CC) -shared -fPIC -O2 -Wall -Werror -std=gnu11 -fvisibility=hidden -Iconformance/example/v1 -o $@ $< -lrt -pthread
 
 conformance: all
 	@mkdir -p $(CONFORMANCE_OUT)

@@ -18,18 +18,6 @@ import (
 // registered with every device rank's runtime, are the staging. The
 // geometry and the reasons are in core/sched/shm.go; this file runs it.
 
-// registrar registers host memory with a device runtime.
-type registrar interface {
-	CanRegisterHost() bool
-	HostRegister(ptr uintptr, n int) error
-	HostUnregister(ptr uintptr) error
-}
-
-var hostRegistrar = func(p *loader.Plugin) (registrar, bool) {
-	r, ok := any(p).(registrar)
-	return r, ok
-}
-
 // shmPlane is what a rank holds for PathShm.
 type shmPlane struct {
 	node *hostnet.ShmNode
@@ -61,14 +49,13 @@ func (c *HeteroComm) setupShm() bool {
 	if p == nil {
 		return true
 	}
-	reg, ok := hostRegistrar(p)
-	if !ok || !reg.CanRegisterHost() {
-		return false
+	if !p.CanRegisterHost() {
+		return false // ABI v1: the staged schedules run
 	}
 	for i := 0; i < node.Size(); i++ {
 		w := node.Window(i)
 		addr := uintptr(unsafe.Pointer(unsafe.SliceData(w)))
-		if err := reg.HostRegister(addr, len(w)); err != nil {
+		if err := p.HostRegister(addr, len(w)); err != nil {
 			if c.debug.init {
 				c.logf("INIT", "cannot register rank %d's shared window with %s (%v): the staged schedules run", i, p.Name, err)
 			}
@@ -114,8 +101,7 @@ func (c *HeteroComm) releaseShm() error {
 	}
 	var errs []error
 	for _, addr := range sp.registered {
-		rg, _ := hostRegistrar(p)
-		errs = append(errs, rg.HostUnregister(addr))
+		errs = append(errs, p.HostUnregister(addr))
 	}
 	for _, e := range append(append(append([]loader.Event{sp.start}, sp.reduced...), sp.input...), sp.outpt...) {
 		if e != 0 {

@@ -35,6 +35,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -152,6 +153,52 @@ static flagcxResult_t exDeviceMalloc(int dev, void** ptr, size_t bytes) {
 static flagcxResult_t exDeviceFree(void* ptr) { free(ptr); return flagcxSuccess; }
 static flagcxResult_t exHostMalloc(void** ptr, size_t bytes) { return exDeviceMalloc(0, ptr, bytes); }
 static flagcxResult_t exHostFree(void* ptr) { free(ptr); return flagcxSuccess; }
+
+#if FLAGCX_PLUGIN_ABI_VERSION >= 2
+/* Host registration (ABI v2). All memory here is host memory that copies
+ * reach at once, so registering only records the range: overlapping
+ * registrations and unknown pointers are refused as a real runtime
+ * refuses them. */
+#define MAX_REGISTERED 256
+static struct { uintptr_t base; size_t bytes; } registered[MAX_REGISTERED];
+static int numRegistered;
+static pthread_mutex_t registeredLock = PTHREAD_MUTEX_INITIALIZER;
+
+static flagcxResult_t exHostRegister(void* ptr, size_t bytes) {
+  uintptr_t b = (uintptr_t)ptr;
+  if (ptr == NULL || bytes == 0) return fail(flagcxInvalidArgument, "hostRegister: empty range %p+%zu", ptr, bytes);
+  pthread_mutex_lock(&registeredLock);
+  for (int i = 0; i < numRegistered; i++) {
+    if (b < registered[i].base + registered[i].bytes && registered[i].base < b + bytes) {
+      pthread_mutex_unlock(&registeredLock);
+      return fail(flagcxInvalidUsage, "hostRegister: %p+%zu overlaps the registered range %p+%zu", ptr, bytes,
+                  (void*)registered[i].base, registered[i].bytes);
+    }
+  }
+  if (numRegistered == MAX_REGISTERED) {
+    pthread_mutex_unlock(&registeredLock);
+    return fail(flagcxSystemError, "hostRegister: more than %d ranges registered", MAX_REGISTERED);
+  }
+  registered[numRegistered].base = b;
+  registered[numRegistered].bytes = bytes;
+  numRegistered++;
+  pthread_mutex_unlock(&registeredLock);
+  return flagcxSuccess;
+}
+
+static flagcxResult_t exHostUnregister(void* ptr) {
+  pthread_mutex_lock(&registeredLock);
+  for (int i = 0; i < numRegistered; i++) {
+    if (registered[i].base == (uintptr_t)ptr) {
+      registered[i] = registered[--numRegistered];
+      pthread_mutex_unlock(&registeredLock);
+      return flagcxSuccess;
+    }
+  }
+  pthread_mutex_unlock(&registeredLock);
+  return fail(flagcxInvalidUsage, "hostUnregister: %p does not start a registered range", ptr);
+}
+#endif
 
 /* Streams and events: handles that remember their device. Work runs at
  * once, so a stream is always idle and an event is reached when recorded. */
@@ -866,8 +913,18 @@ static const char* exGetErrorString(flagcxResult_t r) {
 }
 
 /* ---- The exported table ------------------------------------------------------ */
-EXPORT const flagcxVendorPlugin_v1_t flagcxVendorPlugin_v1 = {
-    .size = sizeof(flagcxVendorPlugin_v1_t),
+/* Built against this SDK's header it is an ABI v2 table; against the v1
+ * header (conformance/example/v1/) the same source makes a v1 plugin, which
+ * is how the loader's compatibility with v1 plugins is tested. */
+#if FLAGCX_PLUGIN_ABI_VERSION >= 2
+#define EXAMPLE_TABLE_T flagcxVendorPlugin_v2_t
+#define EXAMPLE_TABLE flagcxVendorPlugin_v2
+#else
+#define EXAMPLE_TABLE_T flagcxVendorPlugin_v1_t
+#define EXAMPLE_TABLE flagcxVendorPlugin_v1
+#endif
+EXPORT const EXAMPLE_TABLE_T EXAMPLE_TABLE = {
+    .size = sizeof(EXAMPLE_TABLE_T),
     .abiVersion = EXAMPLE_ABI_VERSION,
     .name = "example",
     .vendor = "EXAMPLE",
@@ -887,6 +944,9 @@ EXPORT const flagcxVendorPlugin_v1_t flagcxVendorPlugin_v1 = {
         .streamQuery = exStreamQuery, .streamWaitEvent = exStreamWaitEvent, .eventCreate = exEventCreate,
         .eventDestroy = exEventDestroy, .eventRecord = exEventRecord, .eventQuery = exEventQuery,
         .eventSynchronize = exEventSynchronize, .eventElapsedTime = exEventElapsedTime,
+#if FLAGCX_PLUGIN_ABI_VERSION >= 2
+        .hostRegister = exHostRegister, .hostUnregister = exHostUnregister,
+#endif
     },
     .ccl = {
         .getUniqueIdBytes = exGetUniqueIdBytes, .getUniqueId = exGetUniqueId, .commInitRank = exCommInitRank,

@@ -301,17 +301,19 @@ func TestHeteroPlacements(t *testing.T) {
 		counts    []int  // default 1 and 37
 		types     []int  // default all
 	}{
-		{"large messages through the pipeline", "nvidia:2,host:1,nvidia:1", []string{"FLAGCX_NET_CHUNK_SIZE=32K"}, 2, false, "c2c", []int{70001}, []int{int(sdk.Float32)}},
-		{"nvidia and host, 2 clusters of 2", "nvidia:2,host:2", nil, 2, false, "c2c", nil, nil},
-		{"3 clusters 2+1+2 by split list", "nvidia:2,host:1,nvidia:2", []string{"FLAGCX_CLUSTER_SPLIT_LIST=2,1,2", "FLAGCX_NET_CHUNK_SIZE=64"}, 3, false, "c2c", nil, nil},
-		{"non-contiguous cluster and a cluster of one", "nvidia:1,host:1,nvidia:1", nil, 2, false, "c2c", nil, nil},
-		{"split list on one vendor 2,2", "nvidia:4", []string{"FLAGCX_CLUSTER_SPLIT_LIST=2,2"}, 2, false, "c2c", nil, nil},
-		{"split list on one vendor 1,1", "nvidia:2", []string{"FLAGCX_CLUSTER_SPLIT_LIST=1,1"}, 2, false, "c2c", nil, nil},
+		{"large messages through the pipeline", "nvidia:2,host:1,nvidia:1", []string{"FLAGCX_NET_CHUNK_SIZE=32K"}, 2, false, "c2c-shm", []int{70001}, []int{int(sdk.Float32)}},
+		{"nvidia and host, 2 clusters of 2", "nvidia:2,host:2", nil, 2, false, "c2c-shm", nil, nil},
+		{"3 clusters 2+1+2 by split list", "nvidia:2,host:1,nvidia:2", []string{"FLAGCX_CLUSTER_SPLIT_LIST=2,1,2", "FLAGCX_NET_CHUNK_SIZE=64"}, 3, false, "c2c-shm", nil, nil},
+		{"non-contiguous cluster and a cluster of one", "nvidia:1,host:1,nvidia:1", nil, 2, false, "c2c-shm", nil, nil},
+		{"split list on one vendor 2,2", "nvidia:4", []string{"FLAGCX_CLUSTER_SPLIT_LIST=2,2"}, 2, false, "c2c-shm", nil, nil},
+		{"split list on one vendor 1,1", "nvidia:2", []string{"FLAGCX_CLUSTER_SPLIT_LIST=1,1"}, 2, false, "c2c-shm", nil, nil},
 		{"forced host path", "nvidia:2,host:2", []string{"FLAGCX_USE_HOST_COMM=1", "FLAGCX_NET_CHUNK_SIZE=64"}, 2, false, "host", nil, nil},
+		{"staged pipeline (no shared memory: TCP)", "nvidia:2,host:1,nvidia:1", []string{"FLAGCX_SHM_DISABLE=1", "FLAGCX_NET_CHUNK_SIZE=32K"}, 2, false, "c2c", []int{70001}, []int{int(sdk.Float32)}},
+		{"staged, 3 clusters (no shared memory: TCP)", "nvidia:2,host:1,nvidia:2", []string{"FLAGCX_SHM_DISABLE=1", "FLAGCX_CLUSTER_SPLIT_LIST=2,1,2", "FLAGCX_NET_CHUNK_SIZE=64"}, 3, false, "c2c", nil, nil},
 		{"homogeneous cambricon (no float64, no avg: bytes and host path)", "cambricon:2", nil, 1, true, "vendor", nil, nil},
 		{"homogeneous nvidia", "nvidia:2", nil, 1, true, "vendor", nil, nil},
-		{"three vendors 2+1+2", "kunlunxin:2,metax:1,host:2", nil, 3, false, "c2c", nil, nil},
-		{"every vendor", "nvidia:1,kunlunxin:1,cambricon:2,metax:1,host:1", nil, 5, false, "c2c", nil, nil},
+		{"three vendors 2+1+2", "kunlunxin:2,metax:1,host:2", nil, 3, false, "c2c-shm", nil, nil},
+		{"every vendor", "nvidia:1,kunlunxin:1,cambricon:2,metax:1,host:1", nil, 5, false, "c2c-shm", nil, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -159,9 +159,9 @@ func TestNegativeControls(t *testing.T) {
 				"coll.allreduce.float32.sum.n2.count1.outofplace": regexp.MustCompile(`^deadline: rank 0, 1 did not finish within 2s .*a hang`),
 			},
 			[]string{"coll.broadcast.float32.n2.root1.count1031.outofplace", "coll.broadcast.float32.n2.root1.count1031.inplace"}},
-		{"wrong ABI version", []string{"-DEXAMPLE_ABI_VERSION=2"}, ``, 0,
+		{"wrong ABI version", []string{"-DEXAMPLE_ABI_VERSION=3"}, ``, 0,
 			map[string]*regexp.Regexp{
-				"plugin.load": regexp.MustCompile(`^unknown ABI version: .*abiVersion 2, which this build of flagcx-go does not know`),
+				"plugin.load": regexp.MustCompile(`^unknown ABI version: .*abiVersion 3, which this build of flagcx-go does not know`),
 			}, nil},
 	}
 	for _, c := range cases {

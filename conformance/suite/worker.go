@@ -103,9 +103,11 @@ func (w *worker) open(a OpenArgs) OpenReply {
 	w.p = p
 	info := PluginInfo{Name: p.Name, Vendor: p.Vendor, Version: p.Version, Path: p.Path, ABI: p.ABIVersion,
 		Caps: p.Caps.String(), HasDevice: p.Caps&loader.CapDevice != 0, HasCCL: p.Caps&loader.CapCCL != 0}
-	if p.ABIVersion == 1 {
-		if e, err := readEntries(p.Path); err == nil {
-			info.Entries = e
+	info.Entries = map[string]bool{}
+	for _, e := range p.Entries() {
+		info.Entries[e.Name] = e.Provided
+		if e.Optional && !e.Provided {
+			info.NullOpt = append(info.NullOpt, e.Name)
 		}
 	}
 	err = p.Init(loader.InitOptions{Emulated: a.Emulated, VendorsimDir: a.VendorsimDir})
@@ -120,13 +122,6 @@ func (w *worker) open(a OpenArgs) OpenReply {
 	for _, l := range pi.Libraries {
 		info.Libraries = append(info.Libraries, LibraryInfo{Role: l.Role, Path: l.Path, Version: l.Version,
 			Loaded: l.Loaded, Emulated: l.Emulated, Error: l.Error})
-	}
-	for _, group := range [][]string{deviceEntryNames, cclEntryNames} {
-		for _, name := range group {
-			if set, known := info.Entries[name]; known && !set {
-				info.NullOpt = append(info.NullOpt, name)
-			}
-		}
 	}
 	if err != nil {
 		return OpenReply{Info: info, Kind: "init failed", Problem: err.Error()}

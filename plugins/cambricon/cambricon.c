@@ -101,6 +101,8 @@ static const int cnrtDir[3] = {cnrtMemcpyHostToDev, cnrtMemcpyDevToHost, cnrtMem
   REQ(cnrtRet_t, cnrtWaitNotifier, (cnrtNotifier_t))                                \
   REQ(cnrtRet_t, cnrtQueueWaitNotifier, (cnrtNotifier_t, cnrtQueue_t, unsigned))    \
   REQ(const char*, cnrtGetErrorStr, (cnrtRet_t))                                    \
+  OPT(cnrtRet_t, cnrtHostRegister, (void*, size_t, unsigned))                      \
+  OPT(cnrtRet_t, cnrtHostUnregister, (void*))                                       \
   OPT(cnrtRet_t, cnrtMemcpyAsync, (void*, void*, size_t, cnrtQueue_t, int))         \
   OPT(cnrtRet_t, cnrtMemcpyAsync_V2, (void*, void*, size_t, cnrtQueue_t, int))      \
   OPT(cnrtRet_t, cnrtQueueQuery, (cnrtQueue_t))                                     \
@@ -317,6 +319,18 @@ static flagcxResult_t cnHostMalloc(void** ptr, size_t bytes) {
   return cnrtCheck(f_cnrtHostMalloc(ptr, bytes), "cnrtHostMalloc");
 }
 static flagcxResult_t cnHostFree(void* ptr) { READY(); return cnrtCheck(f_cnrtFreeHost(ptr), "cnrtFreeHost"); }
+/* cnrtHostRegister exists in CNRT 6 (cnrt.h's cnrtAttrSupportHostRegsiter
+ * names it); its flags argument is taken as 0 = default (unverified). */
+static flagcxResult_t cnHostRegister(void* ptr, size_t bytes) {
+  READY();
+  if (!f_cnrtHostRegister) return shimFail(flagcxNotSupported, "cnrtHostRegister not found in libcnrt");
+  return cnrtCheck(f_cnrtHostRegister(ptr, bytes, 0), "cnrtHostRegister");
+}
+static flagcxResult_t cnHostUnregister(void* ptr) {
+  READY();
+  if (!f_cnrtHostUnregister) return shimFail(flagcxNotSupported, "cnrtHostUnregister not found in libcnrt");
+  return cnrtCheck(f_cnrtHostUnregister(ptr), "cnrtHostUnregister");
+}
 
 static flagcxResult_t cnMemCopy(void* dst, const void* src, size_t bytes, flagcxMemcpyKind_t kind, flagcxStream_t s) {
   READY();
@@ -609,7 +623,7 @@ static const char* cnGetErrorString(flagcxResult_t r) {
 }
 
 /* ---- The exported table ---------------------------------------------------- */
-SHIM_EXPORT const flagcxVendorPlugin_v1_t flagcxVendorPlugin_v1 = {
+SHIM_EXPORT const flagcxVendorPlugin_v2_t flagcxVendorPlugin_v2 = {
     SHIM_TABLE_HEAD("cambricon", "Cambricon", FLAGCX_PLUGIN_CAP_DEVICE | FLAGCX_PLUGIN_CAP_CCL, libraries),
     .device = {
         .getDeviceCount = cnGetDeviceCount, .setDevice = cnSetDevice, .getDeviceInfo = cnGetDeviceInfo,
@@ -620,6 +634,7 @@ SHIM_EXPORT const flagcxVendorPlugin_v1_t flagcxVendorPlugin_v1 = {
         .streamQuery = cnStreamQuery, .streamWaitEvent = cnStreamWaitEvent, .eventCreate = cnEventCreate,
         .eventDestroy = cnEventDestroy, .eventRecord = cnEventRecord, .eventQuery = cnEventQuery,
         .eventSynchronize = cnEventSynchronize, .eventElapsedTime = cnEventElapsedTime,
+        .hostRegister = cnHostRegister, .hostUnregister = cnHostUnregister, /* ABI v2 */
     },
     .ccl = {
         .getUniqueIdBytes = cnGetUniqueIdBytes, .getUniqueId = cnGetUniqueId, .commInitRank = cnCommInitRank,

@@ -152,6 +152,8 @@ enum { XPUATTR_PCI_ADDRESS = 0 }; /* domain[31:16] bus[15:8] dev[7:3] fn[2:0] */
   REQ(int, xpu_event_wait, (XPUEvent))                                     \
   REQ(int, xpu_event_destroy, (XPUEvent))                                  \
   REQ(int, xpu_stream_wait_event, (XPUStream, XPUEvent))                   \
+  OPT(int, xpu_host_register, (void*, uint64_t, unsigned))                 \
+  OPT(int, xpu_host_unregister, (void*))                                   \
   OPT(int, xpu_memcpy_async, (void*, const void*, uint64_t, int, XPUStream)) \
   OPT(int, xpu_device_get_attr, (uint64_t*, int, int))                     \
   OPT(const char*, xpu_strerror, (int))
@@ -473,6 +475,18 @@ static flagcxResult_t klxHostMalloc(void** ptr, size_t bytes) {
   return xpuCheck(f_xpu_host_alloc(ptr, bytes, 0), "xpu_host_alloc");
 }
 static flagcxResult_t klxHostFree(void* ptr) { READY(); return xpuCheck(f_xpu_host_free(ptr), "xpu_host_free"); }
+/* Unverified: xpu_host_register's C signature was not found in a public
+ * header; it is taken as xpu_host_alloc's (plugins/kunlunxin/README.md). */
+static flagcxResult_t klxHostRegister(void* ptr, size_t bytes) {
+  READY();
+  if (!f_xpu_host_register) return shimFail(flagcxNotSupported, "xpu_host_register not found in libxpurt");
+  return xpuCheck(f_xpu_host_register(ptr, bytes, 0), "xpu_host_register");
+}
+static flagcxResult_t klxHostUnregister(void* ptr) {
+  READY();
+  if (!f_xpu_host_unregister) return shimFail(flagcxNotSupported, "xpu_host_unregister not found in libxpurt");
+  return xpuCheck(f_xpu_host_unregister(ptr), "xpu_host_unregister");
+}
 
 /* flagcx H2D 0, D2H 1, D2D 2 -> XPUMemcpyKind 1, 0, 2 (XPU: D2H 0, H2D 1, D2D 2). */
 static const int xpuKind[3] = {XPU_HOST_TO_DEVICE, XPU_DEVICE_TO_HOST, XPU_DEVICE_TO_DEVICE};
@@ -832,7 +846,7 @@ static const char* klxGetErrorString(flagcxResult_t r) {
 }
 
 /* ---- The exported table ---------------------------------------------------- */
-SHIM_EXPORT const flagcxVendorPlugin_v1_t flagcxVendorPlugin_v1 = {
+SHIM_EXPORT const flagcxVendorPlugin_v2_t flagcxVendorPlugin_v2 = {
     SHIM_TABLE_HEAD("kunlunxin", "Kunlunxin", FLAGCX_PLUGIN_CAP_DEVICE | FLAGCX_PLUGIN_CAP_CCL, libraries),
     .device = {
         .getDeviceCount = klxGetDeviceCount, .setDevice = klxSetDevice, .getDeviceInfo = klxGetDeviceInfo,
@@ -846,6 +860,7 @@ SHIM_EXPORT const flagcxVendorPlugin_v1_t flagcxVendorPlugin_v1 = {
         .eventQuery = NULL, /* no event query */
         .eventSynchronize = klxEventSynchronize,
         .eventElapsedTime = NULL, /* no event timing: the host uses host timers */
+        .hostRegister = klxHostRegister, .hostUnregister = klxHostUnregister, /* ABI v2 */
     },
     .ccl = {
         .getUniqueIdBytes = klxGetUniqueIdBytes, .getUniqueId = klxGetUniqueId, .commInitRank = klxCommInitRank,

@@ -92,6 +92,8 @@ typedef struct { char internal[128]; } mcclUniqueId; /* MCCL_UNIQUE_ID_BYTES 128
   REQ(mcError_t, mcEventSynchronize, (mcEvent_t))                               \
   REQ(mcError_t, mcDeviceGetPCIBusId, (char*, int, int))                        \
   REQ(const char*, mcGetErrorString, (mcError_t))                               \
+  OPT(mcError_t, mcHostRegister, (void*, size_t, unsigned))                    \
+  OPT(mcError_t, mcHostUnregister, (void*))                                     \
   OPT(mcError_t, mcStreamQuery, (mcStream_t))                                   \
   OPT(mcError_t, mcEventQuery, (mcEvent_t))                                     \
   OPT(mcError_t, mcEventElapsedTime, (float*, mcEvent_t, mcEvent_t))            \
@@ -254,6 +256,19 @@ static flagcxResult_t mxHostMalloc(void** ptr, size_t bytes) {
   return mcCheck(f_mcMallocHost(ptr, bytes), "mcMallocHost");
 }
 static flagcxResult_t mxHostFree(void* ptr) { READY(); return mcCheck(f_mcFreeHost(ptr), "mcFreeHost"); }
+/* mcHostRegister(void*, size_t, unsigned) as public callers declare it;
+ * mcHostRegisterPortable is taken as CUDA's 1 (unverified). */
+enum { mcHostRegisterPortable = 0x01 };
+static flagcxResult_t mxHostRegister(void* ptr, size_t bytes) {
+  READY();
+  if (!f_mcHostRegister) return shimFail(flagcxNotSupported, "mcHostRegister not found in libmcruntime");
+  return mcCheck(f_mcHostRegister(ptr, bytes, mcHostRegisterPortable), "mcHostRegister");
+}
+static flagcxResult_t mxHostUnregister(void* ptr) {
+  READY();
+  if (!f_mcHostUnregister) return shimFail(flagcxNotSupported, "mcHostUnregister not found in libmcruntime");
+  return mcCheck(f_mcHostUnregister(ptr), "mcHostUnregister");
+}
 
 static flagcxResult_t mxMemCopy(void* dst, const void* src, size_t bytes, flagcxMemcpyKind_t kind, flagcxStream_t s) {
   /* flagcx H2D 0, D2H 1, D2D 2 -> mcMemcpyKind 1, 2, 3 (⚠, see METAX_UNVERIFIED) */
@@ -534,7 +549,7 @@ static const char* mxGetErrorString(flagcxResult_t r) {
 /* getLinkInfo and pointerKind are left NULL: the reference has no MACA call
  * for link types (MetaXLink) and mcPointerGetAttributes' struct is ❌. The
  * host then shows links as "not reported" and skips its pointer checks. */
-SHIM_EXPORT const flagcxVendorPlugin_v1_t flagcxVendorPlugin_v1 = {
+SHIM_EXPORT const flagcxVendorPlugin_v2_t flagcxVendorPlugin_v2 = {
     SHIM_TABLE_HEAD("metax", "MetaX", FLAGCX_PLUGIN_CAP_DEVICE | FLAGCX_PLUGIN_CAP_CCL, libraries),
     .device = {
         .getDeviceCount = mxGetDeviceCount, .setDevice = mxSetDevice, .getDeviceInfo = mxGetDeviceInfo,
@@ -545,6 +560,7 @@ SHIM_EXPORT const flagcxVendorPlugin_v1_t flagcxVendorPlugin_v1 = {
         .streamQuery = mxStreamQuery, .streamWaitEvent = mxStreamWaitEvent, .eventCreate = mxEventCreate,
         .eventDestroy = mxEventDestroy, .eventRecord = mxEventRecord, .eventQuery = mxEventQuery,
         .eventSynchronize = mxEventSynchronize, .eventElapsedTime = mxEventElapsedTime,
+        .hostRegister = mxHostRegister, .hostUnregister = mxHostUnregister, /* ABI v2 */
     },
     .ccl = {
         .getUniqueIdBytes = mxGetUniqueIdBytes, .getUniqueId = mxGetUniqueId, .commInitRank = mxCommInitRank,

@@ -67,6 +67,8 @@ enum { NVML_P2P_CAPS_INDEX_NVLINK = 2, NVML_P2P_STATUS_OK = 0, NVML_FEATURE_ENAB
   REQ(cudaError_t, cudaEventSynchronize, (cudaEvent_t))                         \
   REQ(cudaError_t, cudaDeviceGetPCIBusId, (char*, int, int))                    \
   REQ(const char*, cudaGetErrorString, (cudaError_t))                           \
+  OPT(cudaError_t, cudaHostRegister, (void*, size_t, unsigned))                 \
+  OPT(cudaError_t, cudaHostUnregister, (void*))                                 \
   OPT(cudaError_t, cudaStreamQuery, (cudaStream_t))                             \
   OPT(cudaError_t, cudaEventQuery, (cudaEvent_t))                               \
   OPT(cudaError_t, cudaEventElapsedTime, (float*, cudaEvent_t, cudaEvent_t))    \
@@ -299,6 +301,18 @@ static flagcxResult_t nvHostMalloc(void** ptr, size_t bytes) {
   return cudaCheck(f_cudaHostAlloc(ptr, bytes, cudaHostAllocPortable), "cudaHostAlloc");
 }
 static flagcxResult_t nvHostFree(void* ptr) { READY(); return cudaCheck(f_cudaFreeHost(ptr), "cudaFreeHost"); }
+/* Portable: pinned for every device, as hostMalloc's memory is. */
+enum { cudaHostRegisterPortable = 0x01 };
+static flagcxResult_t nvHostRegister(void* ptr, size_t bytes) {
+  READY();
+  if (!f_cudaHostRegister) return shimFail(flagcxNotSupported, "cudaHostRegister not found in libcudart");
+  return cudaCheck(f_cudaHostRegister(ptr, bytes, cudaHostRegisterPortable), "cudaHostRegister");
+}
+static flagcxResult_t nvHostUnregister(void* ptr) {
+  READY();
+  if (!f_cudaHostUnregister) return shimFail(flagcxNotSupported, "cudaHostUnregister not found in libcudart");
+  return cudaCheck(f_cudaHostUnregister(ptr), "cudaHostUnregister");
+}
 
 static flagcxResult_t nvPointerKind(const void* ptr, flagcxMemoryKind_t* kind) {
   static const flagcxMemoryKind_t kinds[4] = {flagcxMemHost, flagcxMemHostPinned, flagcxMemDevice, flagcxMemManaged};
@@ -596,7 +610,7 @@ static const char* nvGetErrorString(flagcxResult_t r) {
 }
 
 /* ---- The exported table ---------------------------------------------------- */
-SHIM_EXPORT const flagcxVendorPlugin_v1_t flagcxVendorPlugin_v1 = {
+SHIM_EXPORT const flagcxVendorPlugin_v2_t flagcxVendorPlugin_v2 = {
     SHIM_TABLE_HEAD("nvidia", "NVIDIA", FLAGCX_PLUGIN_CAP_DEVICE | FLAGCX_PLUGIN_CAP_CCL, libraries),
     .device = {
         .getDeviceCount = nvGetDeviceCount, .setDevice = nvSetDevice, .getDeviceInfo = nvGetDeviceInfo,
@@ -607,6 +621,7 @@ SHIM_EXPORT const flagcxVendorPlugin_v1_t flagcxVendorPlugin_v1 = {
         .streamQuery = nvStreamQuery, .streamWaitEvent = nvStreamWaitEvent, .eventCreate = nvEventCreate,
         .eventDestroy = nvEventDestroy, .eventRecord = nvEventRecord, .eventQuery = nvEventQuery,
         .eventSynchronize = nvEventSynchronize, .eventElapsedTime = nvEventElapsedTime,
+        .hostRegister = nvHostRegister, .hostUnregister = nvHostUnregister, /* ABI v2 */
     },
     .ccl = {
         .getUniqueIdBytes = nvGetUniqueIdBytes, .getUniqueId = nvGetUniqueId, .commInitRank = nvCommInitRank,

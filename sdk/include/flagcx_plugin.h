@@ -1,10 +1,10 @@
 /*
- * flagcx_plugin.h: the vendor-plugin contract of flagcx-go, ABI version 1.
+ * flagcx_plugin.h: the vendor-plugin contract of flagcx-go, ABI version 2.
  *
  * A vendor plugin is a shared object named libflagcx-<name>.so that exports
  * ONE data symbol,
  *
- *     const flagcxVendorPlugin_v1_t flagcxVendorPlugin_v1 = { ... };
+ *     const flagcxVendorPlugin_v2_t flagcxVendorPlugin_v2 = { ... };
  *
  * holding its name, its capabilities and two groups of function pointers:
  * the device runtime (devices, memory, copies, streams, events) and the
@@ -37,10 +37,13 @@
  *     cc -shared -fPIC -O2 -I<flagcx-go>/sdk/include -o libflagcx-acme.so acme.c
  * and load their runtime with dlopen at init, so the plugin builds anywhere.
  *
- * Versioning: a new field or entry makes a new table, flagcxVendorPlugin_v2_t,
- * exported as flagcxVendorPlugin_v2. Hosts probe the newest symbol they know
- * first and adapt older tables, so a v1 plugin keeps loading. A plugin may
- * export several versions at once to serve older hosts.
+ * Versioning: a new field or entry makes a new table version. v2 added
+ * host memory registration (hostRegister, hostUnregister), with which the
+ * host stages heterogeneous traffic in its shared memory without a copy.
+ * Hosts probe the newest symbol they know first (flagcxVendorPlugin_v2,
+ * then flagcxVendorPlugin_v1) and adapt older tables: a v1 plugin keeps
+ * loading and its traffic takes the staged copy path. A plugin may export
+ * several versions at once to serve older hosts (sdk/README.md shows how).
  */
 #ifndef FLAGCX_PLUGIN_H_
 #define FLAGCX_PLUGIN_H_
@@ -52,8 +55,9 @@
 extern "C" {
 #endif
 
-#define FLAGCX_PLUGIN_ABI_VERSION 1
+#define FLAGCX_PLUGIN_ABI_VERSION 2
 #define FLAGCX_PLUGIN_SYMBOL_V1 "flagcxVendorPlugin_v1"
+#define FLAGCX_PLUGIN_SYMBOL_V2 "flagcxVendorPlugin_v2"
 
 /* The largest vendor unique id the host exchanges between ranks (bytes). */
 #define FLAGCX_UNIQUE_ID_MAX_BYTES 4096
@@ -323,10 +327,10 @@ typedef struct {
 } flagcxCcl_v1_t;
 
 /* ---------------------------------------------------------------------- */
-/* The table. Export it as:                                                */
+/* The v1 table (hosts still load it; new plugins export v2, below), as:  */
 /*   const flagcxVendorPlugin_v1_t flagcxVendorPlugin_v1 = {               */
 /*     .size = sizeof(flagcxVendorPlugin_v1_t),                            */
-/*     .abiVersion = FLAGCX_PLUGIN_ABI_VERSION, ... };                     */
+/*     .abiVersion = 1, ... };                                             */
 typedef struct flagcxVendorPlugin_v1 {
   uint32_t size;          /* sizeof(flagcxVendorPlugin_v1_t) as built */
   uint32_t abiVersion;    /* 1 */
@@ -353,6 +357,69 @@ typedef struct flagcxVendorPlugin_v1 {
   flagcxDeviceRuntime_v1_t device;
   flagcxCcl_v1_t ccl;
 } flagcxVendorPlugin_v1_t;
+
+/* ---------------------------------------------------------------------- */
+/* ABI v2: the device runtime gains host memory registration; everything    */
+/* else is v1's. Export it as:                                              */
+/*   const flagcxVendorPlugin_v2_t flagcxVendorPlugin_v2 = {               */
+/*     .size = sizeof(flagcxVendorPlugin_v2_t),                            */
+/*     .abiVersion = 2, ... };                                             */
+typedef struct {
+  /* The v1 entries, unchanged and in the same order. */
+  flagcxResult_t (*getDeviceCount)(int* count);
+  flagcxResult_t (*setDevice)(int dev);
+  flagcxResult_t (*getDeviceInfo)(int dev, flagcxDeviceInfo_v1_t* info);
+  flagcxResult_t (*getLinkInfo)(int devA, int devB, flagcxLinkInfo_v1_t* link); /* OPTIONAL */
+  flagcxResult_t (*deviceMalloc)(int dev, void** ptr, size_t bytes);
+  flagcxResult_t (*deviceFree)(void* ptr);
+  flagcxResult_t (*hostMalloc)(void** ptr, size_t bytes);
+  flagcxResult_t (*hostFree)(void* ptr);
+  flagcxResult_t (*pointerKind)(const void* ptr, flagcxMemoryKind_t* kind); /* OPTIONAL */
+  flagcxResult_t (*memCopy)(void* dst, const void* src, size_t bytes,
+                            flagcxMemcpyKind_t kind, flagcxStream_t stream);
+  flagcxResult_t (*memSet)(void* dst, int value, size_t bytes, flagcxStream_t stream);
+  flagcxResult_t (*streamCreate)(int dev, flagcxStream_t* stream);
+  flagcxResult_t (*streamDestroy)(flagcxStream_t stream);
+  flagcxResult_t (*streamSynchronize)(flagcxStream_t stream);
+  flagcxResult_t (*streamQuery)(flagcxStream_t stream); /* OPTIONAL */
+  flagcxResult_t (*streamWaitEvent)(flagcxStream_t stream, flagcxEvent_t event);
+  flagcxResult_t (*eventCreate)(int dev, flagcxEvent_t* event);
+  flagcxResult_t (*eventDestroy)(flagcxEvent_t event);
+  flagcxResult_t (*eventRecord)(flagcxEvent_t event, flagcxStream_t stream);
+  flagcxResult_t (*eventQuery)(flagcxEvent_t event); /* OPTIONAL */
+  flagcxResult_t (*eventSynchronize)(flagcxEvent_t event);
+  flagcxResult_t (*eventElapsedTime)(float* ms, flagcxEvent_t start, flagcxEvent_t end); /* OPTIONAL */
+
+  /* OPTIONAL (v2). Page-locks [ptr, ptr+bytes) of existing host memory
+   * (malloc'ed, or an mmap of a shared-memory file that other processes
+   * map too; the host passes page-aligned ranges) and makes it usable by
+   * every device for async copies (memCopy with a stream), as hostMalloc's
+   * memory is: cudaHostRegister(ptr, bytes, cudaHostRegisterPortable) and
+   * each vendor's equivalent. The memory stays the caller's. A range that
+   * overlaps a registered one is flagcxInvalidUsage. */
+  flagcxResult_t (*hostRegister)(void* ptr, size_t bytes);
+  /* OPTIONAL (v2). Undoes hostRegister of the range that starts at ptr
+   * (flagcxInvalidUsage when none does). Copies using it must be done. */
+  flagcxResult_t (*hostUnregister)(void* ptr);
+} flagcxDeviceRuntime_v2_t;
+
+typedef flagcxCcl_v1_t flagcxCcl_v2_t;
+
+typedef struct flagcxVendorPlugin_v2 {
+  uint32_t size;          /* sizeof(flagcxVendorPlugin_v2_t) as built */
+  uint32_t abiVersion;    /* 2 */
+  const char* name;
+  const char* vendor;
+  const char* version;
+  uint64_t caps;
+  const flagcxPluginLibrary_v1_t* libraries;
+  flagcxResult_t (*init)(flagcxLogFn_t log, void* logCtx, flagcxPluginInfo_v1_t* info);
+  flagcxResult_t (*fini)(void); /* OPTIONAL */
+  const char* (*getLastError)(void);
+
+  flagcxDeviceRuntime_v2_t device;
+  flagcxCcl_v2_t ccl;
+} flagcxVendorPlugin_v2_t;
 
 #ifdef __cplusplus
 }

@@ -5,7 +5,7 @@ import (
 	"unsafe"
 )
 
-// Go mirrors of the C structs of sdk/include/flagcx_plugin.h, ABI v1. Every
+// Go mirrors of the C structs of sdk/include/flagcx_plugin.h, ABI v1 and v2. Every
 // field is declared at its C offset (no implicit padding: each struct is
 // ordered so that Go and C agree, and TestABILayout checks every offset
 // against the C compiler). The c tag names the C field; ",optional" marks
@@ -77,6 +77,35 @@ type deviceV1 struct {
 	EventElapsedTime  uintptr `c:"eventElapsedTime,optional"`
 }
 
+// deviceV2 is deviceV1 followed by v2's entries (C has no embedding: the
+// fields repeat, and TestABILayout checks them all).
+type deviceV2 struct {
+	GetDeviceCount    uintptr `c:"getDeviceCount"`
+	SetDevice         uintptr `c:"setDevice"`
+	GetDeviceInfo     uintptr `c:"getDeviceInfo"`
+	GetLinkInfo       uintptr `c:"getLinkInfo,optional"`
+	DeviceMalloc      uintptr `c:"deviceMalloc"`
+	DeviceFree        uintptr `c:"deviceFree"`
+	HostMalloc        uintptr `c:"hostMalloc"`
+	HostFree          uintptr `c:"hostFree"`
+	PointerKind       uintptr `c:"pointerKind,optional"`
+	MemCopy           uintptr `c:"memCopy"`
+	MemSet            uintptr `c:"memSet"`
+	StreamCreate      uintptr `c:"streamCreate"`
+	StreamDestroy     uintptr `c:"streamDestroy"`
+	StreamSynchronize uintptr `c:"streamSynchronize"`
+	StreamQuery       uintptr `c:"streamQuery,optional"`
+	StreamWaitEvent   uintptr `c:"streamWaitEvent"`
+	EventCreate       uintptr `c:"eventCreate"`
+	EventDestroy      uintptr `c:"eventDestroy"`
+	EventRecord       uintptr `c:"eventRecord"`
+	EventQuery        uintptr `c:"eventQuery,optional"`
+	EventSynchronize  uintptr `c:"eventSynchronize"`
+	EventElapsedTime  uintptr `c:"eventElapsedTime,optional"`
+	HostRegister      uintptr `c:"hostRegister,optional"`
+	HostUnregister    uintptr `c:"hostUnregister,optional"`
+}
+
 type cclV1 struct {
 	GetUniqueIDBytes  uintptr `c:"getUniqueIdBytes"`
 	GetUniqueID       uintptr `c:"getUniqueId"`
@@ -113,6 +142,32 @@ type tableV1 struct {
 	GetLastError uintptr  `c:"getLastError"`
 	Device       deviceV1 `c:"device"`
 	CCL          cclV1    `c:"ccl"`
+}
+
+// tableV2 is the newest table: the loader keeps every plugin's table in
+// this form (a v1 table adapted: its v2 entries NULL).
+type tableV2 struct {
+	Size         uint32   `c:"size"`
+	ABIVersion   uint32   `c:"abiVersion"`
+	Name         uintptr  `c:"name"`
+	Vendor       uintptr  `c:"vendor"`
+	Version      uintptr  `c:"version"`
+	Caps         uint64   `c:"caps"`
+	Libraries    uintptr  `c:"libraries"`
+	Init         uintptr  `c:"init"`
+	Fini         uintptr  `c:"fini,optional"`
+	GetLastError uintptr  `c:"getLastError"`
+	Device       deviceV2 `c:"device"`
+	CCL          cclV1    `c:"ccl"`
+}
+
+// fromV1 adapts a v1 table: the same fields, v2's entries NULL.
+func fromV1(t tableV1) tableV2 {
+	out := tableV2{Size: t.Size, ABIVersion: t.ABIVersion, Name: t.Name, Vendor: t.Vendor, Version: t.Version,
+		Caps: t.Caps, Libraries: t.Libraries, Init: t.Init, Fini: t.Fini, GetLastError: t.GetLastError, CCL: t.CCL}
+	// deviceV2 starts with deviceV1's fields, in order (TestABILayout).
+	*(*deviceV1)(unsafe.Pointer(&out.Device)) = t.Device
+	return out
 }
 
 // tableHeader is the start shared by every table version: enough to learn

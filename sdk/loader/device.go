@@ -203,6 +203,40 @@ func (p *Plugin) HostMalloc(bytes int) (uintptr, error) {
 	return ptr, p.result("hostMalloc", p.fn.hostMalloc(&ptr, uintptr(bytes)))
 }
 
+// CanRegisterHost reports whether the plugin registers existing host
+// memory with its runtime (ABI v2's hostRegister and hostUnregister).
+func (p *Plugin) CanRegisterHost() bool {
+	return p.Caps&CapDevice != 0 && p.t.Device.HostRegister != 0 && p.t.Device.HostUnregister != 0
+}
+
+// HostRegister page-locks n bytes of host memory at ptr (page-aligned; any
+// mapping, shared memory included) and makes it usable for async copies
+// on every device, as HostMalloc's memory is. A v1 plugin, or one without
+// the entry, returns an error wrapping sdk.ErrNotSupported.
+func (p *Plugin) HostRegister(ptr uintptr, n int) error {
+	if err := p.needDevice("hostRegister"); err != nil {
+		return err
+	}
+	if p.t.Device.HostRegister == 0 {
+		return p.errorf("hostRegister", sdk.NotSupported, "plugin ABI v%d without hostRegister: it cannot register host memory (ABI v2 can: sdk/README.md)", p.ABIVersion)
+	}
+	if n <= 0 || ptr == 0 {
+		return p.errorf("hostRegister", sdk.InvalidArgument, "range %#x+%d is empty", ptr, n)
+	}
+	return p.sysHandles("hostRegister", p.t.Device.HostRegister, ptr, uintptr(n))
+}
+
+// HostUnregister undoes HostRegister of the range that starts at ptr.
+func (p *Plugin) HostUnregister(ptr uintptr) error {
+	if err := p.needDevice("hostUnregister"); err != nil {
+		return err
+	}
+	if p.t.Device.HostUnregister == 0 {
+		return p.errorf("hostUnregister", sdk.NotSupported, "plugin ABI v%d without hostUnregister", p.ABIVersion)
+	}
+	return p.sysHandles("hostUnregister", p.t.Device.HostUnregister, ptr)
+}
+
 // HostFree frees memory from HostMalloc.
 func (p *Plugin) HostFree(ptr uintptr) error {
 	if err := p.needDevice("hostFree"); err != nil {

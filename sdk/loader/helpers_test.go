@@ -145,8 +145,8 @@ static flagcxResult_t recv(void* b, size_t n, flagcxDataType_t t, int peer, flag
 static flagcxResult_t groupStart(void) { note("groupStart;"); return flagcxSuccess; }
 static flagcxResult_t groupEnd(void) { note("groupEnd;"); return flagcxSuccess; }
 
-__attribute__((visibility("default"))) const flagcxVendorPlugin_v1_t flagcxVendorPlugin_v1 = {
-  .size = sizeof(flagcxVendorPlugin_v1_t) + MOCK_SIZE_DELTA, .abiVersion = MOCK_ABI,
+__attribute__((visibility("default"))) const flagcxVendorPlugin_v2_t flagcxVendorPlugin_v2 = {
+  .size = sizeof(flagcxVendorPlugin_v2_t) + MOCK_SIZE_DELTA, .abiVersion = MOCK_ABI,
   .name = "acme", .vendor = "ACME", .version = "0.1", .caps = FLAGCX_PLUGIN_CAP_DEVICE | FLAGCX_PLUGIN_CAP_CCL,
   .libraries = libs, .init = init, .getLastError = getLastError,
   .device = {.getDeviceCount = getDeviceCount, .setDevice = setDevice, .getDeviceInfo = getDeviceInfo,

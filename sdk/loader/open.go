@@ -42,18 +42,19 @@ func (e *OpenError) Unwrap() []error { return []error{e.Err, sdk.ErrInvalidUsage
 
 const rebuildHint = "rebuild it against this SDK's sdk/include/flagcx_plugin.h"
 
-// probe is one table version this build can load, newest first. A future
-// v2 adds a probe in front, and adapt for v1 then fills v2's new fields
-// with defaults (as NCCL's net-plugin shims do).
+// probe is one table version this build can load, newest first; adapt
+// turns an older table into the newest, its new entries NULL (as NCCL's
+// net-plugin shims do).
 type probe struct {
 	symbol  string
 	version uint32
 	size    uintptr
-	adapt   func(addr uintptr) tableV1
+	adapt   func(addr uintptr) tableV2
 }
 
 var probes = []probe{
-	{"flagcxVendorPlugin_v1", 1, unsafe.Sizeof(tableV1{}), func(addr uintptr) tableV1 { return *(*tableV1)(cPtr(addr)) }},
+	{"flagcxVendorPlugin_v2", 2, unsafe.Sizeof(tableV2{}), func(addr uintptr) tableV2 { return *(*tableV2)(cPtr(addr)) }},
+	{"flagcxVendorPlugin_v1", 1, unsafe.Sizeof(tableV1{}), func(addr uintptr) tableV2 { return fromV1(*(*tableV1)(cPtr(addr))) }},
 }
 
 // KnownABIVersions lists the table versions this build loads, newest first.

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -84,7 +85,7 @@ type Plugin struct {
 	Libraries  []LibrarySpec
 
 	handle uintptr
-	t      tableV1
+	t      tableV2
 	fn     boundFuncs
 
 	mu          sync.Mutex  // serializes Init and Fini
@@ -148,7 +149,7 @@ func (p *Plugin) bind() {
 		reg(&f.eventCreate, d.EventCreate)
 		reg(&f.eventElapsedTime, d.EventElapsedTime)
 	} else {
-		t.Device = deviceV1{} // entries of an undeclared group are never called
+		t.Device = deviceV2{} // entries of an undeclared group are never called
 	}
 	if p.Caps&CapCCL != 0 {
 		c := &t.CCL
@@ -162,6 +163,35 @@ func (p *Plugin) bind() {
 	} else {
 		t.CCL = cclV1{}
 	}
+}
+
+// Entry is one entry of a plugin's table.
+type Entry struct {
+	Group    string // "device" or "ccl"
+	Name     string // the C field: "pointerKind", "hostRegister"
+	Optional bool   // the plugin may leave it NULL
+	Provided bool   // the plugin's table sets it
+}
+
+// Entries lists the entries of the groups the plugin declares (caps), in
+// table order of the newest ABI: a v1 table does not provide v2's.
+func (p *Plugin) Entries() []Entry {
+	var out []Entry
+	for _, g := range []struct {
+		name  string
+		cap   Caps
+		table any
+	}{{"device", CapDevice, &p.t.Device}, {"ccl", CapCCL, &p.t.CCL}} {
+		if p.Caps&g.cap == 0 {
+			continue
+		}
+		v := reflect.ValueOf(g.table).Elem()
+		for i := range v.NumField() {
+			name, opt, _ := strings.Cut(v.Type().Field(i).Tag.Get("c"), ",")
+			out = append(out, Entry{Group: g.name, Name: name, Optional: opt == "optional", Provided: v.Field(i).Uint() != 0})
+		}
+	}
+	return out
 }
 
 // ---- Errors -------------------------------------------------------------

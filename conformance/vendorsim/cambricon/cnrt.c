@@ -173,6 +173,18 @@ EXPORT cnrtRet_t cnrtFreeHost(void* ptr) {
   return cnrtSuccess;
 }
 
+EXPORT cnrtRet_t cnrtHostRegister(void* ptr, size_t bytes, unsigned int flags) {
+  if (ptr == NULL || bytes == 0) return fail(cnrtErrorArgsInvalid, __func__, "empty range %p+%zu", ptr, bytes);
+  if (vsim_mem_register(ptr, bytes, flags) != 0)
+    return fail(cnrtErrorArgsInvalid, __func__, "%p+%zu overlaps registered or allocated memory", ptr, bytes);
+  return cnrtSuccess;
+}
+
+EXPORT cnrtRet_t cnrtHostUnregister(void* ptr) {
+  if (vsim_mem_unregister(ptr) != 0) return fail(cnrtErrorArgsInvalid, __func__, "%p is not the start of a registered range", ptr);
+  return cnrtSuccess;
+}
+
 static const char* dir_name(int dir) {
   static const char* const names[] = {"cnrtMemcpyHostToDev", "cnrtMemcpyDevToDev", "cnrtMemcpyDevToHost",
                                       "cnrtMemcpyHostToHost", "cnrtMemcpyPeerToPeer", "cnrtMemcpyNoDirection"};

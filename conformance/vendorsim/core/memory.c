@@ -22,6 +22,7 @@ typedef struct {
   vsim_mem_kind kind;
   int device;
   unsigned flags;
+  int registered; /* the caller's memory (vsim_mem_register): never freed here */
 } entry;
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -45,6 +46,16 @@ static long floor_index(uintptr_t p) {
     }
   }
   return ans;
+}
+
+/* Doubles the registry's room. Caller holds the lock. */
+static int grow(void) {
+  size_t ncap = reg_cap ? reg_cap * 2 : 64;
+  entry* nr = realloc(reg, ncap * sizeof *nr);
+  if (nr == NULL) return -1;
+  reg = nr;
+  reg_cap = ncap;
+  return 0;
 }
 
 static uint64_t* used_slot(int device) {
@@ -79,20 +90,14 @@ int vsim_mem_alloc(void** out, size_t size, vsim_mem_kind kind, int device, unsi
     free(p);
     return -1;
   }
-  if (reg_len == reg_cap) {
-    size_t ncap = reg_cap ? reg_cap * 2 : 64;
-    entry* nr = realloc(reg, ncap * sizeof *nr);
-    if (nr == NULL) {
-      pthread_mutex_unlock(&reg_lock);
-      free(p);
-      return -1;
-    }
-    reg = nr;
-    reg_cap = ncap;
+  if (reg_len == reg_cap && grow() != 0) {
+    pthread_mutex_unlock(&reg_lock);
+    free(p);
+    return -1;
   }
   long i = floor_index((uintptr_t)p) + 1;
   memmove(&reg[i + 1], &reg[i], (reg_len - (size_t)i) * sizeof *reg);
-  reg[i] = (entry){(uintptr_t)p, size, kind, device, flags};
+  reg[i] = (entry){(uintptr_t)p, size, kind, device, flags, 0};
   reg_len++;
   if (used) *used += size;
   pthread_mutex_unlock(&reg_lock);
@@ -103,7 +108,7 @@ int vsim_mem_alloc(void** out, size_t size, vsim_mem_kind kind, int device, unsi
 int vsim_mem_free(void* p, vsim_mem_kind kind) {
   pthread_mutex_lock(&reg_lock);
   long i = floor_index((uintptr_t)p);
-  if (i < 0 || reg[i].base != (uintptr_t)p || reg[i].kind != kind) {
+  if (i < 0 || reg[i].base != (uintptr_t)p || reg[i].kind != kind || reg[i].registered) {
     pthread_mutex_unlock(&reg_lock);
     return -1;
   }
@@ -115,6 +120,38 @@ int vsim_mem_free(void* p, vsim_mem_kind kind) {
   reg_len--;
   pthread_mutex_unlock(&reg_lock);
   free(p);
+  return 0;
+}
+
+int vsim_mem_register(void* p, size_t size, unsigned flags) {
+  uintptr_t b = (uintptr_t)p;
+  if (p == NULL || size == 0 || b + size < b) return -1;
+  pthread_mutex_lock(&reg_lock);
+  long i = floor_index(b);
+  int overlaps = (i >= 0 && b - reg[i].base < reg[i].size) ||
+                 ((size_t)(i + 1) < reg_len && reg[i + 1].base < b + size);
+  if (overlaps || (reg_len == reg_cap && grow() != 0)) {
+    pthread_mutex_unlock(&reg_lock);
+    return -1;
+  }
+  i++;
+  memmove(&reg[i + 1], &reg[i], (reg_len - (size_t)i) * sizeof *reg);
+  reg[i] = (entry){b, size, VSIM_MEM_HOST, -1, flags, 1};
+  reg_len++;
+  pthread_mutex_unlock(&reg_lock);
+  return 0;
+}
+
+int vsim_mem_unregister(void* p) {
+  pthread_mutex_lock(&reg_lock);
+  long i = floor_index((uintptr_t)p);
+  if (p == NULL || i < 0 || reg[i].base != (uintptr_t)p || !reg[i].registered) {
+    pthread_mutex_unlock(&reg_lock);
+    return -1;
+  }
+  memmove(&reg[i], &reg[i + 1], (reg_len - (size_t)i - 1) * sizeof *reg);
+  reg_len--;
+  pthread_mutex_unlock(&reg_lock);
   return 0;
 }
 

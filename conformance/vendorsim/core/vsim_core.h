@@ -126,6 +126,14 @@ VSIM_API int vsim_mem_alloc(void** out, size_t size, vsim_mem_kind kind, int dev
 /* Frees an allocation of the given kind by its base address. Returns 0, or
  * -1 when p is not the base of a live allocation of that kind. */
 VSIM_API int vsim_mem_free(void* p, vsim_mem_kind kind);
+/* Registers existing host memory [p, p+size) as pinned (cudaHostRegister
+ * and its kin): it then classifies as VSIM_MEM_HOST, but the registry never
+ * frees it. Returns 0, or -1 when the range is empty or overlaps a
+ * registered range or an allocation. */
+VSIM_API int vsim_mem_register(void* p, size_t size, unsigned flags);
+/* Undoes vsim_mem_register of the range that starts at p. Returns 0, or -1
+ * when no registered range starts there. */
+VSIM_API int vsim_mem_unregister(void* p);
 /* Classifies p (pointers inside an allocation resolve to it). */
 VSIM_API vsim_mem_kind vsim_mem_query(const void* p, vsim_mem_info* info);
 /* As vsim_mem_query, and also returns -1 when [p, p+bytes) is registered

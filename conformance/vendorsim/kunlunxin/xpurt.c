@@ -136,6 +136,21 @@ EXPORT int xpu_host_free(void* p) {
   return XPU_SUCCESS;
 }
 
+/* Not in the public XPU headers seen: the signature follows xpu_host_alloc
+ * (plugins/kunlunxin/README.md lists it as unverified). */
+EXPORT int xpu_host_register(void* p, uint64_t sz, unsigned int flags) {
+  if (p == NULL || sz == 0) return fail(XPUERR_INVALID_PARAM, __func__, "empty range %p+%llu", p, (unsigned long long)sz);
+  if (flags != 0) return fail(XPUERR_INVALID_PARAM, __func__, "flags 0x%x (only 0 is known)", flags);
+  if (vsim_mem_register(p, (size_t)sz, 0) != 0)
+    return fail(XPUERR_INVALID_PARAM, __func__, "%p+%llu overlaps registered or allocated memory", p, (unsigned long long)sz);
+  return XPU_SUCCESS;
+}
+
+EXPORT int xpu_host_unregister(void* p) {
+  if (vsim_mem_unregister(p) != 0) return fail(XPUERR_INVALID_PARAM, __func__, "%p is not the start of a registered range", p);
+  return XPU_SUCCESS;
+}
+
 static const char* kind_name(int kind) {
   static const char* const names[] = {"XPU_DEVICE_TO_HOST", "XPU_HOST_TO_DEVICE", "XPU_DEVICE_TO_DEVICE"};
   return kind >= 0 && kind <= 2 ? names[kind] : "invalid";

@@ -161,6 +161,18 @@ EXPORT mcError_t mcFreeHost(void* ptr) {
   return mcSuccess;
 }
 
+EXPORT mcError_t mcHostRegister(void* ptr, size_t size, unsigned int flags) {
+  if (ptr == NULL || size == 0) return fail(mcErrorInvalidValue, __func__, "empty range %p+%zu", ptr, size);
+  if (vsim_mem_register(ptr, size, flags) != 0)
+    return fail(mcErrorInvalidValue, __func__, "%p+%zu overlaps registered or allocated memory", ptr, size);
+  return mcSuccess;
+}
+
+EXPORT mcError_t mcHostUnregister(void* ptr) {
+  if (vsim_mem_unregister(ptr) != 0) return fail(mcErrorInvalidValue, __func__, "%p is not the start of a registered range", ptr);
+  return mcSuccess;
+}
+
 static const char* kind_name(int kind) {
   if (kind == mcMemcpyHostToHost) return "mcMemcpyHostToHost";
   if (kind == mcMemcpyHostToDevice) return "mcMemcpyHostToDevice";

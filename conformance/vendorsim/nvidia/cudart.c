@@ -34,7 +34,9 @@ typedef enum cudaError {
   cudaErrorInvalidDevice = 101,
   cudaErrorInvalidResourceHandle = 400,
   cudaErrorNotReady = 600,
-  cudaErrorIllegalAddress = 700
+  cudaErrorIllegalAddress = 700,
+  cudaErrorHostMemoryAlreadyRegistered = 712,
+  cudaErrorHostMemoryNotRegistered = 713
 } cudaError_t;
 
 enum cudaMemcpyKind {
@@ -192,6 +194,22 @@ EXPORT cudaError_t cudaFreeHost(void* ptr) {
   if (vsim_mem_free(ptr, VSIM_MEM_HOST) != 0) {
     return fail(cudaErrorInvalidValue, __func__, "%p is not the start of a pinned host allocation", ptr);
   }
+  return cudaSuccess;
+}
+
+/* Registered memory is pinned from then on (the registry records it). */
+#define cudaHostRegisterFlagsMask 0x0Fu /* Portable 1 | Mapped 2 | IoMemory 4 | ReadOnly 8 */
+EXPORT cudaError_t cudaHostRegister(void* ptr, size_t size, unsigned int flags) {
+  if (ptr == NULL || size == 0) return fail(cudaErrorInvalidValue, __func__, "empty range %p+%zu", ptr, size);
+  if (flags & ~cudaHostRegisterFlagsMask) return fail(cudaErrorInvalidValue, __func__, "flags 0x%x", flags);
+  if (vsim_mem_register(ptr, size, flags) != 0)
+    return fail(cudaErrorHostMemoryAlreadyRegistered, __func__, "%p+%zu overlaps registered or allocated memory", ptr, size);
+  return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaHostUnregister(void* ptr) {
+  if (vsim_mem_unregister(ptr) != 0)
+    return fail(cudaErrorHostMemoryNotRegistered, __func__, "%p is not the start of a registered range", ptr);
   return cudaSuccess;
 }
 
