@@ -124,12 +124,18 @@ type shmRun struct {
 	cl         *sched.Cluster
 	m, j       int // cluster size, index in it
 	workers    int
+	block      int             // bytes of the count argument (the message, or one rank's block)
+	gotten     [maxSlots]bool // outpt[slot] was recorded in this call
 }
+
+// maxSlots bounds sched.ShmSlots for the executor's per-slot state.
+const maxSlots = 16
 
 func (c *HeteroComm) runShm(p *sched.Plan, b *callBufs, s loader.Stream) error {
 	r := &shmRun{c: c, g: p.Shm, call: p.Call, send: b.send, recv: b.recv, s: s, node: c.shm.node, p: c.be.Plugin,
 		size: p.Call.DType.Size(), cl: c.layout.ClusterOf(c.rank)}
 	r.m, r.j, r.workers = len(r.cl.Ranks), c.layout.LocalRank(c.rank), c.shm.workers
+	r.block = r.call.Count * r.size
 	if err := r.node.Enter(); err != nil {
 		return stepError(err)
 	}
@@ -155,7 +161,7 @@ func (r *shmRun) window(rank int) []byte { return r.node.Window(rank) }
 func addrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
 
 func (r *shmRun) sig(k, phase int) uint64 {
-	return host.StepSig("AllReduce/shm", r.call.Count, r.call.DType, r.call.Op, 2*k+phase)
+	return host.StepSig(r.call.Coll.String()+"/shm", r.call.Count, r.call.DType, r.call.Op, r.call.Root<<24^(2*k+phase))
 }
 
 func (r *shmRun) sync(sig uint64) error {
@@ -281,7 +287,8 @@ func (r *shmRun) issue(k int) error {
 }
 
 // reducePiece folds every contribution to this rank's piece of chunk k
-// into its output area.
+// into its output area: AllReduce's carriers (sched.Sources), or every
+// rank's input for Reduce.
 func (r *shmRun) reducePiece(k int) {
 	c := r.c
 	_, L := r.g.Span(k)
@@ -290,21 +297,17 @@ func (r *shmRun) reducePiece(k int) {
 		return
 	}
 	out := r.window(c.rank)[r.g.OutArea(k):][:piece.Len]
-	opR, inArea := reduceOpOf(r.call.Op), r.g.InArea(k)
-	for _, s := range sched.Sources(c.layout, L, r.size, piece) {
-		d := out[s.Off-piece.Off:][:s.Len]
-		in := func(i int) []byte { return r.window(s.Ranks[i])[inArea+s.Off:][:s.Len] }
-		if len(s.Ranks) == 1 {
-			reduce.CopyParallel(d, in(0), r.workers)
-			continue
-		}
-		reduce.IntoParallel(d, in(0), in(1), r.call.DType, opR, r.workers)
-		for i := 2; i < len(s.Ranks); i++ {
-			reduce.ReduceParallel(d, in(i), r.call.DType, opR, r.workers)
+	inArea := r.g.InArea(k)
+	sources := []sched.Source{{Range: piece, Ranks: nil}}
+	if r.call.Coll == sched.AllReduce {
+		sources = sched.Sources(c.layout, L, r.size, piece)
+	} else {
+		for q := 0; q < c.n; q++ {
+			sources[0].Ranks = append(sources[0].Ranks, q)
 		}
 	}
-	if r.call.Op == sdk.Avg {
-		reduce.ScaleParallel(out, r.call.DType, c.n, r.workers)
+	for _, s := range sources {
+		r.fold(out[s.Off-piece.Off:][:s.Len], func(i int) []byte { return r.window(s.Ranks[i])[inArea+s.Off:][:s.Len] }, len(s.Ranks))
 	}
 }
 
@@ -333,6 +336,7 @@ func (r *shmRun) output(k int) error {
 	if err := r.p.EventRecord(c.shm.outpt[slot], c.h2d); err != nil {
 		return err
 	}
+	r.gotten[slot] = true
 	if r.m == 1 {
 		return nil
 	}
@@ -355,15 +359,27 @@ func (r *shmRun) output(k int) error {
 	return nil
 }
 
-// pipeline runs the chunks, Slots of them in flight. Chunk k's input area
-// is written again (chunk k+Slots) once every rank has reduced chunk k
-// (its second step); its output area once every rank has copied chunk k
-// out, which each rank waits for before it publishes chunk k+Slots' first
-// step. An opening and a closing step keep the host engine's rule about
-// the halves of the windows (nobody reads them across this call).
+// pipeline runs the chunks, Slots of them in flight, one or two steps a
+// chunk (sched.ShmPlan). An opening and a closing step keep the host
+// engine's rule about the halves of the windows (nobody reads them across
+// this call). Slots are reused safely because each rank, before it
+// publishes chunk k, waits for its own reads that the next writes would
+// overwrite:
+//
+//   - two steps (AllReduce, Reduce): the input area of chunk k is read
+//     before the chunk's second step, so chunk k+Slots is put in after
+//     it; the output area is read by device copies, so a rank waits for
+//     its copies of chunk k-Slots before publishing chunk k.
+//   - one step (Broadcast, AllGather, ReduceScatter): a rank waits for its
+//     copies of chunk k-1 before publishing chunk k, so once chunk k is
+//     published every read of chunk k-1 is done and chunk k-1+Slots may
+//     be put in.
 func (r *shmRun) pipeline() error {
 	c, g := r.c, r.g
 	if r.p != nil {
+		if g.Slots > maxSlots {
+			return fmt.Errorf("%w: %d shared-memory slots, more than %d", sdk.ErrInternalError, g.Slots, maxSlots)
+		}
 		if err := c.shmEvents(g.Slots); err != nil {
 			return err
 		}
@@ -378,51 +394,196 @@ func (r *shmRun) pipeline() error {
 	if err := r.sync(r.sig(-1, 0)); err != nil {
 		return err
 	}
-	K := g.Chunks()
+	if err := r.local(); err != nil {
+		return err
+	}
+	K, two := g.Chunks(), g.Steps() == 2
 	issued := 0
-	for ; issued < min(g.Slots, K); issued++ {
-		if err := r.issue(issued); err != nil {
-			return err
+	put := func(upTo int) error {
+		for ; issued < K && issued <= upTo; issued++ {
+			if err := r.put(issued); err != nil {
+				return err
+			}
 		}
+		return nil
+	}
+	if err := put(g.Slots - 1); err != nil {
+		return err
 	}
 	for k := 0; k < K; k++ {
-		slot := k % g.Slots
-		if r.p != nil {
-			if k >= g.Slots {
-				if err := r.p.EventSynchronize(c.shm.outpt[slot]); err != nil {
-					return err
-				}
-			}
-			if err := r.p.EventSynchronize(c.shm.input[slot]); err != nil {
+		lag := 1
+		if two {
+			lag = g.Slots
+		}
+		if err := r.waitGotten(k - lag); err != nil {
+			return err
+		}
+		if r.p != nil && r.puts() {
+			if err := r.p.EventSynchronize(c.shm.input[k%g.Slots]); err != nil {
 				return err
 			}
 		}
 		if err := r.sync(r.sig(k, 0)); err != nil {
 			return err
 		}
-		r.reducePiece(k)
-		if err := r.sync(r.sig(k, 1)); err != nil {
-			return err
-		}
-		if err := r.output(k); err != nil {
-			return err
-		}
-		if issued < K {
-			if err := r.issue(issued); err != nil {
+		if two {
+			r.reducePiece(k)
+			if err := r.sync(r.sig(k, 1)); err != nil {
 				return err
 			}
-			issued++
+		}
+		if err := r.get(k); err != nil {
+			return err
+		}
+		upTo := k + g.Slots
+		if !two {
+			upTo = k - 1 + g.Slots
+		}
+		if err := put(upTo); err != nil {
+			return err
 		}
 	}
 	if r.p != nil {
 		if err := r.p.StreamSynchronize(c.h2d); err != nil {
 			return err
 		}
-		if r.m > 1 {
-			if err := r.p.StreamSynchronize(r.s); err != nil {
-				return err
-			}
+		if err := r.p.StreamSynchronize(r.s); err != nil {
+			return err
 		}
 	}
 	return r.sync(r.sig(K, 0))
+}
+
+// waitGotten waits for this rank's device copies out of the windows of
+// chunk k (nothing for k < 0 or when it copied nothing).
+func (r *shmRun) waitGotten(k int) error {
+	if k < 0 || r.p == nil || !r.gotten[k%r.g.Slots] {
+		return nil
+	}
+	r.gotten[k%r.g.Slots] = false
+	return r.p.EventSynchronize(r.c.shm.outpt[k%r.g.Slots])
+}
+
+// puts reports whether this rank puts input in its window.
+func (r *shmRun) puts() bool {
+	return r.call.Coll != sched.Broadcast || r.c.rank == r.call.Root
+}
+
+// local is what a rank does for itself without the windows: a Broadcast
+// root's own copy.
+func (r *shmRun) local() error {
+	if r.call.Coll != sched.Broadcast || r.c.rank != r.call.Root {
+		return nil
+	}
+	if r.p == nil {
+		copy(r.recv.host[:r.block], r.send.host[:r.block])
+		return nil
+	}
+	if r.send.ptr == r.recv.ptr {
+		return nil
+	}
+	return r.p.Memcpy(r.recv.ptr, r.send.ptr, r.block, loader.DeviceToDevice, r.s)
+}
+
+// put starts chunk k's input into this rank's window (a device rank:
+// enqueued, recorded on input[slot]).
+func (r *shmRun) put(k int) error {
+	if !r.puts() {
+		return nil
+	}
+	if r.call.Coll == sched.AllReduce {
+		return r.issue(k)
+	}
+	off, L := r.g.Span(k)
+	area := r.window(r.c.rank)[r.g.InArea(k):]
+	for b := 0; b < r.g.Blocks; b++ {
+		from := off + b*r.block // ReduceScatter: block b's chunk
+		dst := area[r.g.Block(b):][:L]
+		if r.p == nil {
+			reduce.CopyParallel(dst, r.send.host[from:from+L], r.workers)
+			continue
+		}
+		if err := r.p.Memcpy(addrOf(dst), r.send.ptr+uintptr(from), L, loader.DeviceToHost, r.c.d2h); err != nil {
+			return err
+		}
+	}
+	if r.p == nil {
+		return nil
+	}
+	return r.p.EventRecord(r.c.shm.input[k%r.g.Slots], r.c.d2h)
+}
+
+// get takes chunk k's result out of the windows (a device rank: enqueued,
+// recorded on outpt[slot]).
+func (r *shmRun) get(k int) error {
+	c, g := r.c, r.g
+	if g.Coll == sched.AllReduce {
+		return r.output(k)
+	}
+	off, L := g.Span(k)
+	type piece struct {
+		src []byte
+		to  int // offset in recv
+	}
+	var pieces []piece
+	switch g.Coll {
+	case sched.Reduce:
+		if c.rank != r.call.Root {
+			return nil
+		}
+		for _, s := range sched.Covering(L, r.size, c.n, sched.Range{Len: L}) {
+			q := s.Ranks[0]
+			pieces = append(pieces, piece{r.window(q)[g.OutArea(k)+s.Off-sched.Part(L, r.size, c.n, q).Off:][:s.Len], off + s.Off})
+		}
+	case sched.Broadcast:
+		if c.rank == r.call.Root {
+			return nil
+		}
+		pieces = append(pieces, piece{r.window(r.call.Root)[g.InArea(k):][:L], off})
+	case sched.AllGather:
+		for q := 0; q < c.n; q++ {
+			pieces = append(pieces, piece{r.window(q)[g.InArea(k):][:L], q*r.block + off})
+		}
+	case sched.ReduceScatter:
+		dst := r.window(c.rank)[g.OutArea(k):][:L]
+		if r.p == nil {
+			dst = r.recv.host[off : off+L]
+		}
+		r.fold(dst, func(q int) []byte { return r.window(q)[g.InArea(k)+g.Block(c.rank):][:L] }, c.n)
+		if r.p == nil {
+			return nil
+		}
+		pieces = append(pieces, piece{dst, off})
+	}
+	for _, pc := range pieces {
+		if r.p == nil {
+			reduce.CopyParallel(r.recv.host[pc.to:pc.to+len(pc.src)], pc.src, r.workers)
+			continue
+		}
+		if err := r.p.Memcpy(r.recv.ptr+uintptr(pc.to), addrOf(pc.src), len(pc.src), loader.HostToDevice, c.h2d); err != nil {
+			return err
+		}
+	}
+	if r.p == nil || len(pieces) == 0 {
+		return nil
+	}
+	r.gotten[k%g.Slots] = true
+	return r.p.EventRecord(c.shm.outpt[k%g.Slots], c.h2d)
+}
+
+// fold reduces n inputs, in order, into dst (avg: then divides by the
+// rank count).
+func (r *shmRun) fold(dst []byte, in func(i int) []byte, n int) {
+	opR := reduceOpOf(r.call.Op)
+	if n == 1 {
+		reduce.CopyParallel(dst, in(0), r.workers)
+	} else {
+		reduce.IntoParallel(dst, in(0), in(1), r.call.DType, opR, r.workers)
+	}
+	for q := 2; q < n; q++ {
+		reduce.ReduceParallel(dst, in(q), r.call.DType, opR, r.workers)
+	}
+	if r.call.Op == sdk.Avg {
+		reduce.ScaleParallel(dst, r.call.DType, r.c.n, r.workers)
+	}
 }

@@ -281,12 +281,17 @@ func TestHeteroAbort(t *testing.T) {
 }
 
 // TestHeteroShmPlane: clusters of host ranks in one process share the
-// host's windows, so AllReduce takes the zero-copy plane (sched.PathShm):
-// exact for every type and op, in one step and through many chunks that
-// reuse few slots, with parts that do not divide evenly.
+// host's windows, so AllReduce, Reduce, Broadcast, AllGather and
+// ReduceScatter take the zero-copy plane (sched.PathShm): exact for every
+// type, op and root, in one step and through many chunks that reuse few
+// slots, with parts that do not divide evenly.
 func TestHeteroShmPlane(t *testing.T) {
 	slots := sched.ShmSlots
 	t.Cleanup(func() { sched.ShmSlots = slots })
+	shmColls := map[reference.Collective]sched.Coll{
+		reference.AllReduce: sched.AllReduce, reference.Reduce: sched.Reduce, reference.Broadcast: sched.Broadcast,
+		reference.AllGather: sched.AllGather, reference.ReduceScatter: sched.ReduceScatter,
+	}
 	for _, tc := range []struct {
 		name   string
 		split  []int
@@ -304,18 +309,20 @@ func TestHeteroShmPlane(t *testing.T) {
 				n += s
 			}
 			comms := startHetero(t, n, core.WithSplitList(tc.split), core.WithChunk(8<<10))
-			for _, count := range tc.counts {
-				p, err := comms[0].PlanFor(0, sched.Call{Coll: sched.AllReduce, Count: count, DType: sdk.Float32, Op: sdk.Sum})
-				require.NoError(t, err)
-				require.Equal(t, sched.PathShm, p.Path, "%s", p)
-				require.Equal(t, count*4*n <= sched.ShmOneShot, p.Shm.OneShot)
-				if !p.Shm.OneShot {
-					require.Greater(t, p.Chunks, 2*tc.slots, "chunks reuse the slots")
+			for _, coll := range shmColls {
+				for _, count := range tc.counts {
+					p, err := comms[0].PlanFor(0, sched.Call{Coll: coll, Count: count, DType: sdk.Float32, Op: sdk.Sum})
+					require.NoError(t, err)
+					require.Equal(t, sched.PathShm, p.Path, "%s", p)
+					require.Equal(t, coll == sched.AllReduce && count*4*n <= sched.ShmOneShot, p.Shm.OneShot)
+					if count*4 > 8<<10 {
+						require.Greater(t, p.Chunks, 2*tc.slots, "chunks reuse the slots")
+					}
 				}
 			}
 			var cases []reference.Case
 			for _, c := range heterotest.Matrix(n, tc.counts, sdk.AllDataTypes(), 11) {
-				if c.Coll == reference.AllReduce {
+				if _, ok := shmColls[c.Coll]; ok {
 					cases = append(cases, c)
 				}
 			}

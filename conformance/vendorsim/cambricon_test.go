@@ -224,7 +224,7 @@ func TestCambriconLibrariesAreMarkedAndExportTheSubset(t *testing.T) {
 	e := cnTest(t)
 	want := map[string][]string{
 		e.rtPath: {"cnrtDeviceGetPCIBusId", "cnrtFree", "cnrtFreeHost", "cnrtGetDevice", "cnrtGetDeviceCount",
-			"cnrtGetErrorStr", "cnrtGetLibVersion", "cnrtHostMalloc", "cnrtMalloc", "cnrtMemcpy", "cnrtMemcpyAsync",
+			"cnrtGetErrorStr", "cnrtGetLibVersion", "cnrtHostMalloc", "cnrtHostRegister", "cnrtHostUnregister", "cnrtMalloc", "cnrtMemcpy", "cnrtMemcpyAsync",
 			"cnrtMemcpyAsync_V2", "cnrtMemset", "cnrtMemsetAsync", "cnrtNotifierCreate", "cnrtNotifierCreateWithFlags",
 			"cnrtNotifierDestroy", "cnrtNotifierElapsedTime", "cnrtPlaceNotifier", "cnrtQueryNotifier", "cnrtQueueCreate",
 			"cnrtQueueDestroy", "cnrtQueueQuery", "cnrtQueueSync", "cnrtQueueWaitNotifier", "cnrtSetDevice",

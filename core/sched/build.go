@@ -177,29 +177,32 @@ func (b *builder) choose() {
 			}
 		}
 	}
-	switch call.Coll {
-	case AllReduce:
-		if b.o.ShmWindow > 0 && call.Count > 0 {
-			b.shm()
-			return
-		}
+	if ShmColl(call.Coll) && b.o.ShmWindow > 0 && call.Count > 0 {
+		b.shm()
+		return
+	}
+	if ShmColl(call.Coll) {
 		b.p.Path = PathC2C
+		b.c2c()
+		return
+	}
+	b.p.Path = PathP2P
+	b.p2p()
+}
+
+// c2c builds the staged cluster-to-cluster schedule of call (c2c.go).
+func (b *builder) c2c() {
+	switch b.call.Coll {
+	case AllReduce:
 		b.allReduce()
 	case Reduce:
-		b.p.Path = PathC2C
 		b.reduce()
 	case Broadcast:
-		b.p.Path = PathC2C
 		b.broadcast()
 	case AllGather:
-		b.p.Path = PathC2C
 		b.allGather()
 	case ReduceScatter:
-		b.p.Path = PathC2C
 		b.reduceScatter()
-	default:
-		b.p.Path = PathP2P
-		b.p2p()
 	}
 }
 

@@ -6,40 +6,62 @@ import (
 	"strings"
 )
 
-// PathShm: the zero-copy AllReduce of a heterogeneous communicator whose
+// PathShm: the zero-copy collectives of a heterogeneous communicator whose
 // ranks share one host.
 //
 // Every rank maps every rank's shared-memory window (hostnet), and every
 // device rank has registered all of them with its runtime, so a device
 // copy can land in a window and a peer can read it from there. A call is
 // cut into chunks; chunk k uses slot k%Slots of every window: an input
-// area (the chunk's bytes at their offsets in the chunk) and an output
-// area (one piece of the reduced chunk).
+// area (what the rank puts in for the chunk) and an output area (what it
+// reduced, for the ranks that read it). A slot is written again only
+// after every rank has read it. Copies are chained with events (the
+// caller's stream, a d2h and an h2d stream); the host waits for a chunk's
+// copy only where the next step reads it.
+//
+// AllReduce (two steps a chunk):
 //
 //	device rank, cluster of m > 1   intra ReduceScatter of the chunk (rank j keeps part j) | d2h part j -> own input area
 //	device rank alone in its cluster  d2h the chunk -> own input area
 //	host rank                       copy the chunk -> own input area
-//	every rank q                    step: inputs ready | reduce piece q of every input area -> own output area | step
+//	every rank q                    step | reduce piece q of every input area -> own output area | step
 //	device rank                     h2d the pieces covering its part (the chunk when alone) | cluster of m > 1: intra AllGather
 //	host rank                       copy every piece -> recv
 //
 // So every rank of a cluster carries a part over its own link, the host
 // reduction runs on every rank's cores, and no byte is copied on the host
-// between device and peer. Copies are chained with events (the caller's
-// stream, a d2h and an h2d stream); the host waits for a chunk's copy only
-// where the next step reads it. A slot is written again only after every
-// rank has read it (the steps of the chunk Slots earlier).
+// between device and peer. Small AllReduces (OneShot) take one step:
+// every rank puts its whole input in its window and reduces all of them
+// in rank order itself.
 //
-// Small calls (OneShot) take one step: every rank puts its whole input in
-// its window, and every rank reduces all of them in rank order itself.
+// Reduce: as AllReduce without the intra steps (every rank puts its own
+// input in), and only the root collects the pieces. Broadcast: the root
+// puts the chunk in, every rank copies it out (one step a chunk).
+// AllGather: every rank puts its block's chunk in and copies every rank's
+// out. ReduceScatter: every rank puts the chunk of each of its n blocks
+// in, and reduces block r's chunk of every window into its own result.
 type ShmPlan struct {
-	// OneShot: the latency path (one step, no pipeline).
+	Coll Coll
+	// OneShot: the AllReduce latency path (one step, no pipeline).
 	OneShot bool
-	// Spans are the chunks (offsets and lengths in the call's bytes).
+	// Spans are the chunks (offsets and lengths in the call's bytes; of
+	// each block for AllGather and ReduceScatter).
 	Spans []Range
 	// Slots are the chunks in flight; SlotBytes the window bytes of one
 	// slot: the input area [0, In), then the output area [In, SlotBytes).
 	Slots, SlotBytes, In int
+	// Blocks is how many blocks of a chunk a rank puts in (n for
+	// ReduceScatter, else 1).
+	Blocks int
+}
+
+// Steps is how many steps a chunk takes: the reductions publish their
+// pieces in a second step.
+func (p *ShmPlan) Steps() int {
+	if p.Coll == AllReduce || p.Coll == Reduce {
+		return 2
+	}
+	return 1
 }
 
 // Tuning of PathShm; every rank must use the same values.
@@ -55,32 +77,66 @@ const shmAlign = 4096 // slot areas start on pages (and on any element)
 
 func alignUp(n, a int) int { return (n + a - 1) / a * a }
 
-// NewShmPlan is the geometry of an AllReduce of bytes (elements of size)
-// over n ranks whose smallest window is window bytes, in chunks of at most
-// chunk bytes (FLAGCX_NET_CHUNK_SIZE; 0: as large as the slots allow).
-func NewShmPlan(bytes, size, n, window, chunkMax int) (*ShmPlan, error) {
-	if bytes*n <= ShmOneShot && 2*alignUp(bytes, 64) <= window/2 {
-		return &ShmPlan{OneShot: true, Spans: []span{{0, bytes}}, Slots: 1, In: alignUp(bytes, 64)}, nil
+// ShmColl reports whether coll runs on PathShm.
+func ShmColl(coll Coll) bool {
+	switch coll {
+	case AllReduce, Reduce, Broadcast, AllGather, ReduceScatter:
+		return true
+	}
+	return false
+}
+
+// NewShmPlan is the geometry of coll over n ranks whose smallest window is
+// window bytes: bytes (elements of size) is the message (AllReduce,
+// Reduce, Broadcast) or one rank's block (AllGather, ReduceScatter), cut
+// into chunks of at most chunkMax bytes (FLAGCX_NET_CHUNK_SIZE; 0: as
+// large as the slots allow).
+func NewShmPlan(coll Coll, bytes, size, n, window, chunkMax int) (*ShmPlan, error) {
+	if coll == AllReduce && bytes*n <= ShmOneShot && 2*alignUp(bytes, 64) <= window/2 {
+		return &ShmPlan{Coll: coll, OneShot: true, Spans: []Range{{0, bytes}}, Slots: 1, In: alignUp(bytes, 64), Blocks: 1}, nil
 	}
 	slots := max(ShmSlots, 1)
-	// A slot holds a chunk and one n-th of it (plus alignment).
+	if coll != AllReduce && coll != Reduce {
+		// One step a chunk: chunk k+1 goes in while chunk k-1 may still
+		// be read, so it takes two slots at least (pipeline in core).
+		slots = max(slots, 2)
+	}
+	// A slot holds Blocks chunks in and, for the reductions, a piece of a
+	// chunk (an n-th; a whole chunk for ReduceScatter's result) out.
+	blocks, outNum, outDen := 1, 0, 1
+	switch coll {
+	case AllReduce, Reduce:
+		outNum, outDen = 1, n
+	case ReduceScatter:
+		blocks, outNum = n, 1
+	}
 	per := window/slots - 2*shmAlign
-	chunk := (per * n / (n + 1)) / shmAlign * shmAlign
+	chunk := (per * outDen / (blocks*outDen + outNum)) / shmAlign * shmAlign
 	if chunkMax > 0 {
 		chunk = min(chunk, max(chunkMax/shmAlign*shmAlign, shmAlign))
 	}
 	if chunk < shmAlign {
 		return nil, fmt.Errorf("the shared-memory window (%d bytes) is too small for %d chunks in flight: raise FLAGCX_SHM_WINDOW_SIZE", window, slots)
 	}
-	p := &ShmPlan{Spans: Spans(bytes, size, chunk), Slots: slots}
+	p := &ShmPlan{Coll: coll, Spans: Spans(bytes, size, chunk), Slots: slots, Blocks: blocks}
 	maxLen := 0
 	for _, s := range p.Spans {
 		maxLen = max(maxLen, s.Len)
 	}
-	p.In = alignUp(maxLen, shmAlign)
-	p.SlotBytes = p.In + alignUp(Part(maxLen, size, n, 0).Len, shmAlign)
+	p.In = blocks * alignUp(maxLen, shmAlign)
+	out := 0
+	switch coll {
+	case AllReduce, Reduce:
+		out = Part(maxLen, size, n, 0).Len
+	case ReduceScatter:
+		out = maxLen
+	}
+	p.SlotBytes = p.In + alignUp(out, shmAlign)
 	return p, nil
 }
+
+// Block is where block j of chunk k's input starts in an input area.
+func (p *ShmPlan) Block(j int) int { return j * (p.In / p.Blocks) }
 
 // Chunks is the number of chunks.
 func (p *ShmPlan) Chunks() int { return len(p.Spans) }
@@ -190,15 +246,15 @@ func Covering(chunkLen, size, n int, r Range) []Source {
 	return out
 }
 
-// shm makes an AllReduce plan on PathShm. The steps are the executor's
-// (core); the plan records the geometry.
+// shm makes a plan on PathShm. The steps are the executor's (core); the
+// plan records the geometry.
 func (b *builder) shm() {
 	b.p.Path = PathShm
-	g, err := NewShmPlan(b.call.Count*b.size, b.size, b.n, b.o.ShmWindow, b.o.Chunk)
+	g, err := NewShmPlan(b.call.Coll, b.call.Count*b.size, b.size, b.n, b.o.ShmWindow, b.o.Chunk)
 	if err != nil {
 		b.p.Why = err.Error() + "; the staged schedule runs instead"
 		b.p.Path = PathC2C
-		b.allReduce()
+		b.c2c()
 		return
 	}
 	b.p.Shm = g
@@ -207,7 +263,7 @@ func (b *builder) shm() {
 	if g.OneShot {
 		b.p.Why = "every rank on one host: one step in the shared windows"
 	} else {
-		b.p.Why = "every rank on one host: device copies land in the shared windows, every rank carries a part and reduces a piece"
+		b.p.Why = "every rank on one host: device copies land in the shared windows, where the peers read them"
 	}
 }
 
@@ -216,25 +272,37 @@ func (p *Plan) formatShm(w io.Writer) {
 	g := p.Shm
 	c := p.Layout.ClusterOf(p.Rank)
 	m, j := len(c.Ranks), p.Layout.LocalRank(p.Rank)
-	var in, out []string
+	put, get := "d2h", "h2d"
+	if !c.OnDevice() {
+		put, get = "copy", "copy"
+	}
+	var steps []string
 	switch {
-	case !c.OnDevice():
-		in = []string{"copy send -> own window"}
-		out = []string{"copy every rank's piece -> recv"}
-	case g.OneShot:
-		in = []string{"d2h send -> own window"}
-		out = []string{"h2d -> recv"}
-	case m > 1:
-		in = []string{fmt.Sprintf("intra ReduceScatter (part %d of %d stays here)", j, m), fmt.Sprintf("d2h part %d -> own window", j)}
-		out = []string{fmt.Sprintf("h2d part %d from the pieces' windows", j), "intra AllGather"}
-	default:
-		in = []string{"d2h chunk -> own window"}
-		out = []string{"h2d chunk from the pieces' windows"}
+	case g.Coll == AllReduce && g.OneShot:
+		steps = []string{put + " send -> own window", "step", "reduce every window in rank order", get + " -> recv"}
+	case g.Coll == AllReduce && c.OnDevice() && m > 1:
+		steps = []string{fmt.Sprintf("intra ReduceScatter (part %d of %d stays here)", j, m), fmt.Sprintf("d2h part %d -> own window", j),
+			"step", fmt.Sprintf("reduce piece %d of every window", p.Rank), "step", fmt.Sprintf("h2d part %d from the pieces' windows", j), "intra AllGather"}
+	case g.Coll == AllReduce:
+		steps = []string{put + " chunk -> own window", "step", fmt.Sprintf("reduce piece %d of every window", p.Rank), "step", get + " every piece -> recv"}
+	case g.Coll == Reduce:
+		steps = []string{put + " chunk -> own window", "step", fmt.Sprintf("reduce piece %d of every window", p.Rank), "step"}
+		if p.Rank == p.Call.Root {
+			steps = append(steps, get+" every piece -> recv")
+		}
+	case g.Coll == Broadcast:
+		if p.Rank == p.Call.Root {
+			steps = []string{put + " chunk -> own window", "step", get + " -> recv"}
+		} else {
+			steps = []string{"step", get + fmt.Sprintf(" rank %d's window -> recv", p.Call.Root)}
+		}
+	case g.Coll == AllGather:
+		steps = []string{put + " own block's chunk -> own window", "step", get + " every window -> recv"}
+	case g.Coll == ReduceScatter:
+		steps = []string{put + " every block's chunk -> own window", "step", fmt.Sprintf("reduce block %d of every window", p.Rank)}
+		if c.OnDevice() {
+			steps = append(steps, "h2d -> recv")
+		}
 	}
-	red := fmt.Sprintf("reduce piece %d of every window into own window", p.Rank)
-	if g.OneShot {
-		red = "reduce every window in rank order"
-	}
-	fmt.Fprintf(w, "  per chunk (%d slots of %s in each window): %s | step | %s | step | %s\n",
-		g.Slots, Bytes(g.SlotBytes), strings.Join(in, " | "), red, strings.Join(out, " | "))
+	fmt.Fprintf(w, "  per chunk (%d slots of %s in each window): %s\n", g.Slots, Bytes(g.SlotBytes), strings.Join(steps, " | "))
 }

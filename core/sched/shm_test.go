@@ -83,7 +83,7 @@ func TestShmPlanGeometry(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			g, err := NewShmPlan(tc.bytes, tc.size, tc.n, tc.win, DefaultChunk)
+			g, err := NewShmPlan(AllReduce, tc.bytes, tc.size, tc.n, tc.win, DefaultChunk)
 			require.NoError(t, err)
 			require.Equal(t, tc.oneShot, g.OneShot)
 			require.GreaterOrEqual(t, g.Chunks(), tc.minChunks)
@@ -102,6 +102,6 @@ func TestShmPlanGeometry(t *testing.T) {
 			require.Equal(t, tc.bytes, total)
 		})
 	}
-	_, err := NewShmPlan(64<<20, 4, 2, 8<<10, 0)
+	_, err := NewShmPlan(AllReduce, 64<<20, 4, 2, 8<<10, 0)
 	require.ErrorContains(t, err, "FLAGCX_SHM_WINDOW_SIZE")
 }
