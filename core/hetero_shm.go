@@ -124,7 +124,7 @@ type shmRun struct {
 	cl         *sched.Cluster
 	m, j       int // cluster size, index in it
 	workers    int
-	block      int             // bytes of the count argument (the message, or one rank's block)
+	block      int            // bytes of the count argument (the message, or one rank's block)
 	gotten     [maxSlots]bool // outpt[slot] was recorded in this call
 }
 
