@@ -83,20 +83,22 @@ func TestClassify(t *testing.T) {
 		outs          []rankOutcome
 		dead          []int // ranks whose process died of SIGSEGV
 		level         Level
+		declared      bool // the case's type and op are in the plugin's masks
 		st            Status
 		reason        string
 		broken, trips bool
 	}{
-		{"all ok", []rankOutcome{ok, ok, ok}, nil, MUST, Passed, `^$`, false, false},
-		{"wrong on one rank", []rankOutcome{ok, wrong}, nil, MUST, Failed, `^wrong result: rank 1: recv buffer: 1 of 7`, false, false},
-		{"wrong on two ranks", []rankOutcome{wrong, wrong}, nil, SHOULD, Failed, `^wrong result: rank 0: .* \(and 1 more ranks\)$`, false, false},
-		{"error", []rankOutcome{failed, ok}, nil, MUST, Failed, `^error: rank 0: plugin x: allReduce: invalid argument$`, true, false},
-		{"error while a peer waits", []rankOutcome{failed, stopped}, nil, MUST, Failed, `^error: rank 0: .*; rank 1 did not finish within 3s after that$`, true, false},
-		{"unsupported SHOULD", []rankOutcome{unsup, unsup}, nil, SHOULD, Skipped, `^not supported: rank 0: plugin x: alltoAll`, true, false},
-		{"unsupported MUST", []rankOutcome{unsup, unsup}, nil, MUST, Failed, `^not supported, but required \(MUST\): `, true, false},
-		{"wrong beats error", []rankOutcome{wrong, failed}, nil, MAY, Failed, `^wrong result: `, true, false},
-		{"hang", []rankOutcome{hung, hung}, nil, MUST, Failed, `^deadline: rank 0, 1 did not finish within 5s while running the case \(a hang\?\)`, true, true},
-		{"crash", []rankOutcome{crashed, failed}, []int{0}, MUST, Failed,
+		{"all ok", []rankOutcome{ok, ok, ok}, nil, MUST, false, Passed, `^$`, false, false},
+		{"wrong on one rank", []rankOutcome{ok, wrong}, nil, MUST, false, Failed, `^wrong result: rank 1: recv buffer: 1 of 7`, false, false},
+		{"wrong on two ranks", []rankOutcome{wrong, wrong}, nil, SHOULD, false, Failed, `^wrong result: rank 0: .* \(and 1 more ranks\)$`, false, false},
+		{"error", []rankOutcome{failed, ok}, nil, MUST, false, Failed, `^error: rank 0: plugin x: allReduce: invalid argument$`, true, false},
+		{"error while a peer waits", []rankOutcome{failed, stopped}, nil, MUST, false, Failed, `^error: rank 0: .*; rank 1 did not finish within 3s after that$`, true, false},
+		{"unsupported SHOULD", []rankOutcome{unsup, unsup}, nil, SHOULD, false, Skipped, `^not supported: rank 0: plugin x: alltoAll`, true, false},
+		{"unsupported MUST", []rankOutcome{unsup, unsup}, nil, MUST, false, Failed, `^not supported, but required \(MUST\): `, true, false},
+		{"unsupported although declared", []rankOutcome{unsup, unsup}, nil, MAY, true, Failed, `^not supported, although the plugin declares the data type and op in its masks: rank 0`, true, false},
+		{"wrong beats error", []rankOutcome{wrong, failed}, nil, MAY, false, Failed, `^wrong result: `, true, false},
+		{"hang", []rankOutcome{hung, hung}, nil, MUST, false, Failed, `^deadline: rank 0, 1 did not finish within 5s while running the case \(a hang\?\)`, true, true},
+		{"crash", []rankOutcome{crashed, failed}, []int{0}, MUST, false, Failed,
 			`^crash: rank 0: signal SIGSEGV \(segmentation fault\) \(while running the case\); rank 1: plugin x: allReduce`, true, true},
 	}
 	for _, c := range cases {
@@ -111,7 +113,7 @@ func TestClassify(t *testing.T) {
 				}
 				s.workers = append(s.workers, w)
 			}
-			st, reason, broken, trips := s.classify(c.outs, c.level, 5*time.Second)
+			st, reason, broken, trips := s.classify(c.outs, c.level, c.declared, 5*time.Second)
 			require.Equal(t, c.st, st)
 			require.Regexp(t, c.reason, reason)
 			require.Equal(t, c.broken, broken, "restart")

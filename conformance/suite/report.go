@@ -45,12 +45,14 @@ func (p *PluginReport) Counts() (all Counts, byLevel map[Level]*Counts) {
 	return all, byLevel
 }
 
-// MustFailures counts the failed MUST cases of every plugin.
-func (r *Report) MustFailures() (total int, perPlugin map[string]int) {
+// Failures counts the failed cases of every plugin, at every level: a
+// wrong result or an unexpected error fails the run whatever the case's
+// level (levels only decide what a plugin may call "not supported").
+func (r *Report) Failures() (total int, perPlugin map[string]int) {
 	perPlugin = map[string]int{}
 	for _, p := range r.Plugins {
 		for _, res := range p.Results {
-			if res.Status == Failed && res.Level == MUST {
+			if res.Status == Failed {
 				total++
 				perPlugin[p.Info.Name]++
 			}
@@ -59,8 +61,20 @@ func (r *Report) MustFailures() (total int, perPlugin map[string]int) {
 	return total, perPlugin
 }
 
-// Passed reports whether the run finished and no MUST case failed.
-func (r *Report) Passed() bool { n, _ := r.MustFailures(); return n == 0 && !r.Interrupted }
+// Passed reports whether the run finished and no case failed.
+func (r *Report) Passed() bool { n, _ := r.Failures(); return n == 0 && !r.Interrupted }
+
+// failedByLevel says how a plugin's failures split over the levels:
+// "MUST 1, SHOULD 2".
+func failedByLevel(byLevel map[Level]*Counts) string {
+	var parts []string
+	for _, l := range []Level{MUST, SHOULD, MAY} {
+		if n := byLevel[l].Failed; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s %d", l, n))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
 
 // emulatedNote is appended to every headline of an emulated run.
 func emulatedNote(emulated bool) string {
@@ -85,7 +99,7 @@ func (r *Report) WriteText(w io.Writer) {
 		total.Failed += c.Failed
 		total.Skipped += c.Skipped
 	}
-	n, per := r.MustFailures()
+	n, per := r.Failures()
 	verdict := "PASS"
 	if r.Interrupted {
 		verdict = "INTERRUPTED (the results are partial)"
@@ -96,7 +110,7 @@ func (r *Report) WriteText(w io.Writer) {
 				parts = append(parts, fmt.Sprintf("%s %d", p.Info.Name, per[p.Info.Name]))
 			}
 		}
-		verdict = fmt.Sprintf("FAIL (%d MUST cases failed: %s)", n, strings.Join(parts, ", "))
+		verdict = fmt.Sprintf("FAIL (%d cases failed: %s)", n, strings.Join(parts, ", "))
 	}
 	fmt.Fprintf(w, "conformance%s: %d plugins, %d cases: %d passed, %d failed, %d skipped in %.1f s: %s\n",
 		emulatedNote(r.Emulated), len(r.Plugins), total.Total(), total.Passed, total.Failed, total.Skipped, r.Seconds, verdict)
@@ -184,8 +198,8 @@ func (r *Report) writePlugin(w io.Writer, p *PluginReport) {
 		}
 	}
 	verdict := "PASS"
-	if byLevel[MUST].Failed > 0 {
-		verdict = fmt.Sprintf("FAIL: %d MUST cases failed", byLevel[MUST].Failed)
+	if all.Failed > 0 {
+		verdict = fmt.Sprintf("FAIL: %d cases failed (%s)", all.Failed, failedByLevel(byLevel))
 	}
 	fmt.Fprintf(w, "   result: %s%s (%.1f s)\n", verdict, emulatedNote(in.Emulated), p.Seconds)
 }

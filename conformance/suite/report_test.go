@@ -33,12 +33,16 @@ func sampleReport(emulated bool) *Report {
 
 func TestReportVerdict(t *testing.T) {
 	r := sampleReport(false)
-	n, per := r.MustFailures()
-	require.Equal(t, 1, n)
-	require.Equal(t, map[string]int{"bad": 1}, per)
+	n, per := r.Failures()
+	require.Equal(t, 2, n)
+	require.Equal(t, map[string]int{"good": 1, "bad": 1}, per)
 	require.False(t, r.Passed())
-	r.Plugins = r.Plugins[:1] // a SHOULD failure alone passes the run
+	r.Plugins = r.Plugins[:1] // a SHOULD failure alone fails the run too
+	require.False(t, r.Passed())
+	r.Plugins[0].Results = r.Plugins[0].Results[:len(r.Plugins[0].Results)-1] // without it, a skipped MAY case passes
 	require.True(t, r.Passed())
+	r = sampleReport(false)
+	r.Plugins = r.Plugins[:1]
 	all, byLevel := r.Plugins[0].Counts()
 	require.Equal(t, Counts{Passed: 2, Failed: 1, Skipped: 1}, all)
 	require.Equal(t, 1, byLevel[SHOULD].Failed)
@@ -56,8 +60,9 @@ func TestWriteText(t *testing.T) {
 		require.Regexp(t, `(?m)^   total +2 +1 +1$`, out)
 		require.Contains(t, out, "[SHOULD] coll.gather.float32.n2.root1.count1.outofplace: wrong result")
 		require.Contains(t, out, "not tested: unknown ABI version")
-		require.Contains(t, out, "result: FAIL: 1 MUST cases failed")
-		require.Contains(t, out, "FAIL (1 MUST cases failed: bad 1)")
+		require.Contains(t, out, "result: FAIL: 1 cases failed (MUST 1)")
+		require.Contains(t, out, "result: FAIL: 1 cases failed (SHOULD 1)")
+		require.Contains(t, out, "FAIL (2 cases failed: good 1, bad 1)")
 		require.Equal(t, emulated, strings.Contains(out, "EMULATED vendor runtimes"), out)
 		require.Equal(t, emulated, strings.Contains(out, "conformance (emulated vendor runtimes):"), out)
 	}

@@ -92,7 +92,7 @@ type Report struct {
 
 // Run discovers the plugins and runs the matrix on each. The error is only
 // about the run itself (no plugin dir, unknown --plugin name); failing cases
-// are in the report (see Report.MustFailures).
+// are in the report (see Report.Failures).
 func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.Dir == "" {
 		o.Dir = loader.DefaultDir()
@@ -353,9 +353,12 @@ func (r *pluginRun) session(ctx context.Context, s *session, cases []Case, n int
 		}
 		if prev, ok := r.unsupported[unsupportedKey(c.Spec)]; ok {
 			why := fmt.Sprintf("not supported (as in %s): %s", prev[0], prev[1])
-			if c.Level == MUST {
+			switch {
+			case c.Level == MUST:
 				record(Failed, "not supported, but required (MUST): "+why, 0)
-			} else {
+			case c.UsesType || c.UsesOp:
+				record(Failed, "not supported, although the plugin declares the data type and op in its masks: "+why, 0)
+			default:
 				record(Skipped, why, 0)
 			}
 			continue
@@ -493,7 +496,7 @@ func (s *session) open(ctx context.Context) (PluginInfo, string) {
 	replies := make([]OpenReply, s.n)
 	outs := s.callAllInto(ctx, o.StartTimeout, "Open", func(int) any { return openArgs },
 		func(i int) any { return &replies[i] })
-	if st, fail, _, _ := s.classify(outs, MUST, o.StartTimeout); st != Passed {
+	if st, fail, _, _ := s.classify(outs, MUST, false, o.StartTimeout); st != Passed {
 		return PluginInfo{}, strings.Replace(fail, "running the case", "opening the plugin", 1)
 	}
 	for i, rep := range replies {
@@ -518,7 +521,7 @@ func (s *session) join(ctx context.Context) string {
 	outs := s.callAll(ctx, s.r.o.StartTimeout, "Join", func(i int) any {
 		return JoinArgs{NRanks: s.n, Rank: i, Dev: i, ID: id}
 	})
-	if st, reason, _, _ := s.classify(outs, MUST, s.r.o.StartTimeout); st != Passed {
+	if st, reason, _, _ := s.classify(outs, MUST, false, s.r.o.StartTimeout); st != Passed {
 		return strings.Replace(reason, "running the case", "joining the communicator", 1)
 	}
 	s.joined = true
@@ -564,7 +567,7 @@ func (s *session) runCase(ctx context.Context, c Case) (st Status, reason string
 	if ctx.Err() != nil {
 		return Skipped, "not run: interrupted", true, false, ""
 	}
-	st, reason, broken, tripped = s.classify(outs, c.Level, timeout)
+	st, reason, broken, tripped = s.classify(outs, c.Level, c.UsesType || c.UsesOp, timeout)
 	all := true
 	for _, o := range outs {
 		all = all && o.err == nil && o.res.Status == rankUnsupported
@@ -667,7 +670,7 @@ func (s *session) transportFailure(outs []rankOutcome, doing string, deadlineWas
 
 // classify turns the ranks' answers into the case's status and reason.
 // broken: the workers must be restarted; tripped: a worker crashed or hung.
-func (s *session) classify(outs []rankOutcome, level Level, deadline time.Duration) (st Status, reason string, broken, tripped bool) {
+func (s *session) classify(outs []rankOutcome, level Level, declared bool, deadline time.Duration) (st Status, reason string, broken, tripped bool) {
 	var stopped []string
 	byStatus := map[string][]int{}
 	for i, o := range outs {
@@ -708,6 +711,11 @@ func (s *session) classify(outs []rankOutcome, level Level, deadline time.Durati
 	case len(byStatus[rankUnsupported]) > 0:
 		if level == MUST {
 			return Failed, "not supported, but required (MUST): " + detail(rankUnsupported) + tail, true, false
+		}
+		if declared {
+			// The masks are the plugin's promise: a type or op it declares
+			// must work wherever the case's entries exist.
+			return Failed, "not supported, although the plugin declares the data type and op in its masks: " + detail(rankUnsupported) + tail, true, false
 		}
 		return Skipped, "not supported: " + detail(rankUnsupported) + tail, true, false
 	case len(byStatus[rankOK])+len(stopped) == len(outs) && len(stopped) > 0:
