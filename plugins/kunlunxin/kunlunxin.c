@@ -134,8 +134,9 @@ enum { XPUATTR_PCI_ADDRESS = 0 }; /* domain[31:16] bus[15:8] dev[7:3] fn[2:0] */
 /* REQ: init fails without it; OPT: NULL means the feature is unavailable.
  * xpu_memcpy_async is declared in newer runtime_ex.h only (⚠ seen at call
  * sites, absent from the [KLRT] header); without it a stream copy waits for
- * the stream and copies synchronously. xpu_strerror is named in the XRE
- * docs, not in the header. */
+ * the stream and copies synchronously. xpu_strerror is a static inline of
+ * xpu/defs.h, not an exported symbol: errors are named from the header's
+ * codes (xpuErrName). */
 #define XPURT_FUNCS(REQ, OPT)                                              \
   REQ(int, xpu_device_count, (int*))                                       \
   REQ(int, xpu_set_device, (int))                                          \
@@ -155,8 +156,7 @@ enum { XPUATTR_PCI_ADDRESS = 0 }; /* domain[31:16] bus[15:8] dev[7:3] fn[2:0] */
   OPT(int, xpu_host_register, (void*, uint64_t, unsigned))                 \
   OPT(int, xpu_host_unregister, (void*))                                   \
   OPT(int, xpu_memcpy_async, (void*, const void*, uint64_t, int, XPUStream)) \
-  OPT(int, xpu_device_get_attr, (uint64_t*, int, int))                     \
-  OPT(const char*, xpu_strerror, (int))
+  OPT(int, xpu_device_get_attr, (uint64_t*, int, int))
 
 /* BKCL (C [PD], [FCX], [IC]; counts size_t ⚠, Paddle passes int64).
  * bkcl_comm_abort exists only in newer XCCL; bkcl_all_to_all(_v) may be
@@ -209,10 +209,8 @@ static const char* xpuErrName(int code) {
 
 static flagcxResult_t xpuCheck(int e, const char* call) {
   int code = e < 0 ? -e : e;
-  const char* text;
   if (e == XPU_SUCCESS) return flagcxSuccess;
-  text = f_xpu_strerror ? f_xpu_strerror(code) : NULL;
-  return shimFail(flagcxUnhandledDeviceError, "%s: %s (XPUError %d)", call, text && *text ? text : xpuErrName(code), e);
+  return shimFail(flagcxUnhandledDeviceError, "%s: %s (XPUError %d)", call, xpuErrName(code), e);
 }
 
 static const char* bkclName(int r) {

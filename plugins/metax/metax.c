@@ -77,7 +77,7 @@ typedef struct { char internal[128]; } mcclUniqueId; /* MCCL_UNIQUE_ID_BYTES 128
   REQ(mcError_t, mcSetDevice, (int))                                            \
   REQ(mcError_t, mcMalloc, (void**, size_t))                                    \
   REQ(mcError_t, mcFree, (void*))                                               \
-  REQ(mcError_t, mcMallocHost, (void**, size_t))                                \
+  REQ(mcError_t, mcMallocHost, (void**, size_t, unsigned))                      \
   REQ(mcError_t, mcFreeHost, (void*))                                           \
   REQ(mcError_t, mcMemcpy, (void*, const void*, size_t, int))                   \
   REQ(mcError_t, mcMemcpyAsync, (void*, const void*, size_t, int, mcStream_t))  \
@@ -250,10 +250,12 @@ static flagcxResult_t mxDeviceMalloc(int dev, void** ptr, size_t bytes) {
   return mcCheck(f_mcMalloc(ptr, bytes), "mcMalloc");
 }
 static flagcxResult_t mxDeviceFree(void* ptr) { READY(); return mcCheck(f_mcFree(ptr), "mcFree"); }
-/* mcMallocHost, not mcHostAlloc: the latter was not seen anywhere (4.3). */
+/* mcMallocHost, not mcHostAlloc: the latter was not seen anywhere (4.3).
+ * It takes flags, as a public C caller passes them (ptr, size, flags); 0 is
+ * the default. */
 static flagcxResult_t mxHostMalloc(void** ptr, size_t bytes) {
   READY();
-  return mcCheck(f_mcMallocHost(ptr, bytes), "mcMallocHost");
+  return mcCheck(f_mcMallocHost(ptr, bytes, 0), "mcMallocHost");
 }
 static flagcxResult_t mxHostFree(void* ptr) { READY(); return mcCheck(f_mcFreeHost(ptr), "mcFreeHost"); }
 /* mcHostRegister(void*, size_t, unsigned) as public callers declare it;

@@ -44,7 +44,7 @@ int mcGetDeviceCount(int* n) { *n = 2; return 0; }
 int mcSetDevice(int d) { fake_set_device = d; return d < 2 ? 0 : 101; }
 int mcMalloc(void** p, size_t n) { if (n > ((size_t)1 << 40)) return 2; *p = calloc(1, n ? n : 1); return 0; }
 int mcFree(void* p) { free(p); return 0; }
-int mcMallocHost(void** p, size_t n) { note("mcMallocHost;"); *p = calloc(1, n ? n : 1); return 0; }
+int mcMallocHost(void** p, size_t n, unsigned flags) { note("mcMallocHost;"); if (flags != 0) return 1; *p = calloc(1, n ? n : 1); return 0; }
 int mcFreeHost(void* p) { note("mcFreeHost;"); free(p); return 0; }
 int mcMemcpy(void* d, const void* s, size_t n, int kind) { fake_kind = kind; fake_sync_copy = 1; memcpy(d, s, n); return 0; }
 int mcMemcpyAsync(void* d, const void* s, size_t n, int kind, void* st) {

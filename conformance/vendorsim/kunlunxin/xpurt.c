@@ -53,8 +53,9 @@ EXPORT const char flagcxVendorsimDescription[] =
     "flagcx vendorsim: emulated Kunlunxin XPU runtime (libxpurt.so.1; host memory, no XPU)";
 
 /* Failures return the negated XPUError_t; the reason goes to
- * FLAGCX_VENDORSIM_DEBUG=1 output (the runtime has no error-text query
- * beyond xpu_strerror of the code). */
+ * FLAGCX_VENDORSIM_DEBUG=1 output (the runtime has no error-text query:
+ * xpu_strerror is a static inline of xpu/defs.h, so it is not exported
+ * here either). */
 static int fail(int code, const char* api, const char* fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(int code, const char* api, const char* fmt, ...) {
   char why[512];
@@ -249,20 +250,3 @@ EXPORT int xpu_event_destroy(XPUEvent event) {
   return XPU_SUCCESS;
 }
 
-/* ---- errors ---- */
-
-/* Takes the code with either sign, as the XRE documentation describes. */
-EXPORT const char* xpu_strerror(int err) {
-  switch (err < 0 ? -err : err) {
-    case XPU_SUCCESS: return "success";
-    case XPUERR_INVALID_DEVICE: return "invalid XPU device";
-    case XPUERR_UNINIT: return "XPU runtime not initialized";
-    case XPUERR_NODEV: return "no XPU device";
-    case XPUERR_NOMEM: return "out of XPU memory";
-    case XPUERR_INVALID_PARAM: return "invalid parameter";
-    case XPUERR_NOSUPPORT: return "operation not supported";
-    case XPUERR_TIMEOUT: return "timeout";
-    case XPUERR_BUSY: return "device busy";
-    default: return "unknown XPU error";
-  }
-}

@@ -145,9 +145,13 @@ EXPORT mcError_t mcFree(void* ptr) {
   return mcSuccess;
 }
 
-EXPORT mcError_t mcMallocHost(void** ptr, size_t size) {
+/* Three arguments, as a public C caller passes them; the flags are taken
+ * as CUDA's cudaHostAlloc flags (Default 0, Portable 1, Mapped 2,
+ * WriteCombined 4). */
+EXPORT mcError_t mcMallocHost(void** ptr, size_t size, unsigned int flags) {
   if (ptr == NULL) return fail(mcErrorInvalidValue, __func__, "ptr is NULL");
-  if (vsim_mem_alloc(ptr, size, VSIM_MEM_HOST, vsim_current_device(), 0) != 0) {
+  if (flags & ~0x07u) return fail(mcErrorInvalidValue, __func__, "flags 0x%x", flags);
+  if (vsim_mem_alloc(ptr, size, VSIM_MEM_HOST, vsim_current_device(), flags) != 0) {
     return fail(mcErrorMemoryAllocation, __func__, "%zu bytes", size);
   }
   return mcSuccess;
