@@ -24,7 +24,7 @@ func init() {
 
 type conformanceCmd struct {
 	Plugin  []string      `name:"plugin" sep:"," placeholder:"NAME" help:"Plugins to test (repeat or separate with commas); default: every plugin in --plugin-dir."`
-	NP      []int         `name:"np" sep:"," default:"2,3,4" placeholder:"N,N" help:"Communicator sizes (default 2,3,4); one worker process (and device) per rank."`
+	NP      []int         `name:"np" sep:"," default:"2,3,4,5,8" placeholder:"N,N" help:"Communicator sizes (default 2,3,4,5,8: powers of two and not, up to 8); one worker process (and device) per rank; sizes above the plugin's device count are skipped."`
 	Quick   bool          `name:"quick" help:"The smaller matrix (fewer sizes, types and roots) that CI runs."`
 	JUnit   string        `name:"junit" placeholder:"FILE" help:"Write JUnit XML (one testsuite per plugin) to FILE."`
 	JSON    string        `name:"json" placeholder:"FILE" help:"Write every case as JSON to FILE."`

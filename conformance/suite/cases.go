@@ -89,8 +89,10 @@ type MatrixOptions struct {
 }
 
 // Counts used for the collectives: 0, 1, primes (odd sizes that divide
-// nothing: unaligned for every vector width and chunk size), and a large
-// prime of about 4 MiB of float32.
+// nothing: unaligned for every vector width and chunk size), sizes at and
+// around powers of two (where vector loops, chunking and protocol switches
+// change: a bug only when count % 4 == 0, or only at 4097, shows there),
+// and a large prime of about 4 MiB of float32.
 const (
 	countLarge = 1048583
 )
@@ -98,11 +100,33 @@ const (
 func baseCounts(quick bool, dt sdk.DataType) []int {
 	if quick {
 		if dt == sdk.Float32 {
-			return []int{0, 1, 1031}
+			return []int{0, 1, 4, 1031, 4097}
 		}
-		return []int{1, 1031}
+		return []int{1, 4, 1031}
 	}
-	return []int{0, 1, 7, 1031, 65537}
+	return []int{0, 1, 4, 7, 8, 1031, 4095, 4096, 4097, 65536, 65537}
+}
+
+// rootsFor are the roots a rooted collective is run with: every root up
+// to 5 ranks for the common case (sum, or no op; float32 in the quick
+// matrix), so that a root other than the first and the last is tried, and
+// the last rank otherwise.
+func rootsFor(n int, quick bool, dt sdk.DataType, op sdk.RedOp) []int {
+	common := op == sdk.Sum || op == reference.NoOp
+	if quick {
+		common = common && dt == sdk.Float32
+	}
+	if !common || n > 5 {
+		if !quick && common {
+			return []int{0, n / 2, n - 1}
+		}
+		return []int{n - 1}
+	}
+	roots := make([]int, n)
+	for r := range roots {
+		roots[r] = r
+	}
+	return roots
 }
 
 // largeCombos are the (collective, type, op) combinations also run with
@@ -321,10 +345,7 @@ func collCases(n int, quick bool) []Case {
 				}
 				roots := []int{0}
 				if coll.Rooted() {
-					roots = []int{n - 1}
-					if !quick && (op == sdk.Sum || op == reference.NoOp) {
-						roots = []int{0, n - 1}
-					}
+					roots = rootsFor(n, quick, dt, op)
 				}
 				places := []bool{false}
 				if inPlaceOK(coll) {
