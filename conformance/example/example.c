@@ -25,11 +25,17 @@
  *
  * Negative controls: the conformance tests compile this file with one of
  * these macros to get a deliberately broken plugin, which the suite must
- * catch (conformance/suite/negative_test.go):
+ * catch (TestNegativeControls in conformance/suite/suite_test.go):
  *   EXAMPLE_BREAK_SUM    allReduce/reduce/reduceScatter sums leave out the last rank
  *   EXAMPLE_BREAK_SWAP   broadcast swaps sendbuff and recvbuff
  *   EXAMPLE_BREAK_SEGV   allReduce dereferences NULL (SIGSEGV)
  *   EXAMPLE_BREAK_HANG   allReduce never returns
+ *   EXAMPLE_BREAK_MIN_AS_SUM     min is computed as sum
+ *   EXAMPLE_BREAK_COUNT4         allReduce drops the last element when count % 4 == 0
+ *   EXAMPLE_BREAK_HANG_4097      allReduce never returns at count 4097 only
+ *   EXAMPLE_BREAK_MIDDLE_ROOT    broadcast from a root other than the first and last rank sends zeros
+ *   EXAMPLE_BREAK_ABOVE_4_RANKS  allReduce leaves out rank 4 on more than 4 ranks
+ *   EXAMPLE_BREAK_UINT64_REDUCE  uint64 is declared, but its reductions answer invalid argument
  *   EXAMPLE_ABI_VERSION  the table claims another ABI version
  */
 #define _GNU_SOURCE
@@ -691,9 +697,15 @@ static void combine(void* out, const char* tmp, size_t count, flagcxDataType_t t
   size_t bytes = count * typeSize[t];
   int p;
   memmove(out, tmp, bytes);
+#ifdef EXAMPLE_BREAK_MIN_AS_SUM
+  if (op == flagcxMin) op = flagcxSum; /* negative control: the wrong operation */
+#endif
   for (p = 1; p < nranks; p++) {
 #ifdef EXAMPLE_BREAK_SUM
     if (op == flagcxSum && p == nranks - 1) continue; /* negative control: the last rank goes missing */
+#endif
+#ifdef EXAMPLE_BREAK_ABOVE_4_RANKS
+    if (p == 4) continue; /* negative control: wrong only with more than 4 ranks */
 #endif
     reduceInto(out, tmp + (size_t)p * bytes, count, t, op);
   }
@@ -722,6 +734,11 @@ static flagcxResult_t newList(opList* l, exComm* c) {
 static flagcxResult_t checkColl(exComm* c, flagcxDataType_t t, int op, int root, flagcxStream_t s, const char* call) {
   TRY(checkArgs(c, t, root, call));
   if (op >= flagcxNumRedOps) return fail(flagcxInvalidArgument, "%s: unknown reduction op %d", call, op);
+#ifdef EXAMPLE_BREAK_UINT64_REDUCE
+  /* negative control: a declared type the reductions refuse */
+  if (t == flagcxUint64 && (!strcmp(call, "allReduce") || !strcmp(call, "reduce") || !strcmp(call, "reduceScatter")))
+    return fail(flagcxInvalidArgument, "%s: uint64 is not reducible", call);
+#endif
   return checkStream(s);
 }
 
@@ -759,6 +776,12 @@ static flagcxResult_t exAllReduce(const void* send, void* recv, size_t count, fl
 #endif
 #ifdef EXAMPLE_BREAK_HANG
   if (count > 0) for (;;) sleep(1); /* negative control: never returns */
+#endif
+#ifdef EXAMPLE_BREAK_HANG_4097
+  if (count == 4097) for (;;) sleep(1); /* negative control: a hang at one size */
+#endif
+#ifdef EXAMPLE_BREAK_COUNT4
+  if (count % 4 == 0 && count > 0) count--; /* negative control: a vector loop's tail lost at multiples of 4 */
 #endif
   return reduceTo(send, recv, count, t, op, -1, (exComm*)comm, "allReduce");
 }
@@ -809,6 +832,9 @@ static flagcxResult_t exBroadcast(const void* send, void* recv, size_t count, fl
   TRY(checkColl(c, t, 0, root, s, "broadcast"));
   if (count == 0) return flagcxSuccess;
   TRY(newList(&l, c));
+#ifdef EXAMPLE_BREAK_MIDDLE_ROOT
+  if (root > 0 && root < c->nranks - 1 && c->rank == root) memset((void*)send, 0, bytes); /* negative control */
+#endif
   if (c->rank == root) {
     for (p = 0; p < c->nranks; p++)
       if (p != root) addOp(&l, c, p, 1, send, bytes);

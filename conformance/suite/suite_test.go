@@ -134,6 +134,7 @@ func TestNegativeControls(t *testing.T) {
 		timeout time.Duration
 		failed  map[string]*regexp.Regexp // case id -> reason
 		passed  []string                  // cases that still pass (afterwards)
+		np      []int                     // communicator sizes (default 2)
 	}{
 		{"wrong sums", []string{"-DEXAMPLE_BREAK_SUM"}, `allreduce\.float32\.(sum|max)|reducescatter\.int32\.sum\.n2\.count1031`, 0,
 			map[string]*regexp.Regexp{
@@ -141,34 +142,66 @@ func TestNegativeControls(t *testing.T) {
 				"coll.allreduce.float32.sum.n2.count1.inplace":         regexp.MustCompile(`^wrong result: rank \d: in-place buffer: 1 of 1 float32`),
 				"coll.reducescatter.int32.sum.n2.count1031.outofplace": regexp.MustCompile(`^wrong result: .*int32 elements differ`),
 			},
-			[]string{"coll.allreduce.float32.sum.n2.count0.outofplace", "coll.allreduce.float32.max.n2.count1031.outofplace"}},
+			[]string{"coll.allreduce.float32.sum.n2.count0.outofplace", "coll.allreduce.float32.max.n2.count1031.outofplace"}, nil},
 		{"swapped arguments", []string{"-DEXAMPLE_BREAK_SWAP"}, `broadcast\.float32`, 0,
 			map[string]*regexp.Regexp{
 				"coll.broadcast.float32.n2.root1.count1031.outofplace": regexp.MustCompile(`^wrong result: rank \d: recv buffer: 1031 of 1031 float32 elements differ`),
 			},
-			[]string{"coll.broadcast.float32.n2.root1.count1031.inplace"}},
+			[]string{"coll.broadcast.float32.n2.root1.count1031.inplace"}, nil},
 		{"segfault", []string{"-DEXAMPLE_BREAK_SEGV"}, `comm\.init|allreduce\.float32\.sum|broadcast\.float32\.n2\.root1\.count1031`, 0,
 			map[string]*regexp.Regexp{
 				"coll.allreduce.float32.sum.n2.count1.outofplace":    regexp.MustCompile(`^crash: rank \d: signal SIGSEGV \(segmentation violation\)`),
 				"coll.allreduce.float32.sum.n2.count1.inplace":       regexp.MustCompile(`^crash: rank \d: signal SIGSEGV`),
 				"coll.allreduce.float32.sum.n2.count1031.outofplace": regexp.MustCompile(`^not run: allreduce crashed or hung twice`),
 			},
-			[]string{"coll.allreduce.float32.sum.n2.count0.outofplace", "coll.broadcast.float32.n2.root1.count1031.outofplace", "comm.init.n2"}},
+			[]string{"coll.allreduce.float32.sum.n2.count0.outofplace", "coll.broadcast.float32.n2.root1.count1031.outofplace", "comm.init.n2"}, nil},
 		{"hang", []string{"-DEXAMPLE_BREAK_HANG"}, `allreduce\.float32\.sum\.n2\.count1\.outofplace|broadcast\.float32\.n2\.root1\.count1031`, 2 * time.Second,
 			map[string]*regexp.Regexp{
 				"coll.allreduce.float32.sum.n2.count1.outofplace": regexp.MustCompile(`^deadline: rank 0, 1 did not finish within 2s .*a hang`),
 			},
-			[]string{"coll.broadcast.float32.n2.root1.count1031.outofplace", "coll.broadcast.float32.n2.root1.count1031.inplace"}},
+			[]string{"coll.broadcast.float32.n2.root1.count1031.outofplace", "coll.broadcast.float32.n2.root1.count1031.inplace"}, nil},
 		{"wrong ABI version", []string{"-DEXAMPLE_ABI_VERSION=3"}, ``, 0,
 			map[string]*regexp.Regexp{
 				"plugin.load": regexp.MustCompile(`^unknown ABI version: .*abiVersion 3, which this build of flagcx-go does not know`),
-			}, nil},
+			}, nil, nil},
+		// The classic bugs of a vendor team (conformance/example/example.c's
+		// EXAMPLE_BREAK_* mutants): each fails the run, for the right reason.
+		{"min computed as sum", []string{"-DEXAMPLE_BREAK_MIN_AS_SUM"}, `allreduce\.int32\.(min|sum)\.n2\.count1031\.outofplace`, 0,
+			map[string]*regexp.Regexp{
+				"coll.allreduce.int32.min.n2.count1031.outofplace": regexp.MustCompile(`^wrong result: rank \d: recv buffer: \d+ of 1031 int32 elements differ`),
+			},
+			[]string{"coll.allreduce.int32.sum.n2.count1031.outofplace"}, nil},
+		{"wrong when count % 4 == 0", []string{"-DEXAMPLE_BREAK_COUNT4"}, `allreduce\.float32\.sum\.n2\.count(4|1031|4097)\.outofplace`, 0,
+			map[string]*regexp.Regexp{
+				"coll.allreduce.float32.sum.n2.count4.outofplace": regexp.MustCompile(`^wrong result: rank \d: recv buffer: 1 of 4 float32 elements differ; first at element 3`),
+			},
+			[]string{"coll.allreduce.float32.sum.n2.count1031.outofplace", "coll.allreduce.float32.sum.n2.count4097.outofplace"}, nil},
+		{"a hang at count 4097 only", []string{"-DEXAMPLE_BREAK_HANG_4097"}, `allreduce\.float32\.sum\.n2\.count(1031|4097)\.outofplace`, 2 * time.Second,
+			map[string]*regexp.Regexp{
+				"coll.allreduce.float32.sum.n2.count4097.outofplace": regexp.MustCompile(`^deadline: rank 0, 1 did not finish within 2s`),
+			},
+			[]string{"coll.allreduce.float32.sum.n2.count1031.outofplace"}, nil},
+		{"broadcast wrong from a middle root", []string{"-DEXAMPLE_BREAK_MIDDLE_ROOT"}, `broadcast\.float32\.n3\.root[012]\.count1031\.outofplace`, 0,
+			map[string]*regexp.Regexp{
+				"coll.broadcast.float32.n3.root1.count1031.outofplace": regexp.MustCompile(`^wrong result: `),
+			},
+			[]string{"coll.broadcast.float32.n3.root0.count1031.outofplace", "coll.broadcast.float32.n3.root2.count1031.outofplace"}, []int{3}},
+		{"allreduce wrong above 4 ranks", []string{"-DEXAMPLE_BREAK_ABOVE_4_RANKS"}, `allreduce\.float32\.sum\.n[45]\.count1031\.outofplace`, 0,
+			map[string]*regexp.Regexp{
+				"coll.allreduce.float32.sum.n5.count1031.outofplace": regexp.MustCompile(`^wrong result: `),
+			},
+			[]string{"coll.allreduce.float32.sum.n4.count1031.outofplace"}, []int{4, 5}},
+		{"a declared type whose reductions are refused", []string{"-DEXAMPLE_BREAK_UINT64_REDUCE"}, `allreduce\.uint64\.sum\.n2\.count1031\.outofplace|allgather\.uint64\.n2\.count1031\.outofplace`, 0,
+			map[string]*regexp.Regexp{
+				"coll.allreduce.uint64.sum.n2.count1031.outofplace": regexp.MustCompile(`^error: rank \d: .*uint64 is not reducible`),
+			},
+			[]string{"coll.allgather.uint64.n2.count1031.outofplace"}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			buildExample(t, dir, c.flags...)
-			o := Options{CaseTimeout: c.timeout}
+			o := Options{CaseTimeout: c.timeout, NP: c.np}
 			if c.filter != "" {
 				o.Filter = regexp.MustCompile(c.filter)
 			}
