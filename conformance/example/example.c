@@ -36,6 +36,8 @@
  *   EXAMPLE_BREAK_MIDDLE_ROOT    broadcast from a root other than the first and last rank sends zeros
  *   EXAMPLE_BREAK_ABOVE_4_RANKS  allReduce leaves out rank 4 on more than 4 ranks
  *   EXAMPLE_BREAK_UINT64_REDUCE  uint64 is declared, but its reductions answer invalid argument
+ *   EXAMPLE_BREAK_BF16_TRUNCATE  bfloat16 results are truncated instead of rounded to nearest even
+ *   EXAMPLE_BREAK_INT8_SATURATE  int8 sums saturate instead of wrapping
  *   EXAMPLE_ABI_VERSION  the table claims another ABI version
  */
 #define _GNU_SOURCE
@@ -621,11 +623,19 @@ static uint16_t floatToBf16(float f) {
   uint32_t b;
   memcpy(&b, &f, 4);
   if ((b & 0x7fffffff) > 0x7f800000) return (uint16_t)(b >> 16) | 0x40;
+#ifndef EXAMPLE_BREAK_BF16_TRUNCATE /* negative control: round toward zero */
   b += 0x7fff + ((b >> 16) & 1);
+#endif
   return (uint16_t)(b >> 16);
 }
 
 /* Integer sums and products wrap (computed unsigned, as C allows). */
+#ifdef EXAMPLE_BREAK_INT8_SATURATE /* negative control: int8 sums saturate */
+#define SUM_OF(T, U, x, y) \
+  (sizeof(T) == 1 && (T)-1 < 0 ? (int)(x) + (int)(y) > 127 ? 127 : (int)(x) + (int)(y) < -128 ? -128 : (int)(x) + (int)(y) : (U)(x) + (U)(y))
+#else
+#define SUM_OF(T, U, x, y) ((U)(x) + (U)(y))
+#endif
 #define INT_RED(T, U)                                                      \
   for (i = 0; i < n; i++) {                                                \
     T x = ((T*)a)[i], y = ((const T*)b)[i];                                \
@@ -633,7 +643,7 @@ static uint16_t floatToBf16(float f) {
     case flagcxProd: x = (T)((U)x * (U)y); break;                          \
     case flagcxMax: x = x > y ? x : y; break;                              \
     case flagcxMin: x = x < y ? x : y; break;                              \
-    default: x = (T)((U)x + (U)y); break; /* sum, avg (divided at the end) */ \
+    default: x = (T)(SUM_OF(T, U, x, y)); break; /* sum, avg (divided at the end) */ \
     }                                                                      \
     ((T*)a)[i] = x;                                                        \
   }

@@ -172,6 +172,9 @@ func (g *gen) elemHash(i int) uint64 { return mix(g.ek + uint64(i)*golden) }
 func (g *gen) value(rank, i int) int64 {
 	switch g.op {
 	case sdk.Sum:
+		if g.n >= 2 && g.elemHash(i)%8 == 7 {
+			return g.edgeSum(rank, i)
+		}
 		h := mix(g.rk[rank] + uint64(i)*golden)
 		if g.sumM >= 1 {
 			if g.uns {
@@ -232,6 +235,46 @@ func (g *gen) value(rank, i int) int64 {
 	default:
 		return inRange(mix(g.rk[rank]+uint64(i)*golden), g.lo, g.hi)
 	}
+}
+
+// edgeSum is rank's input at an element (one in eight) whose sum is the
+// edge of the data type: exactly two ranks contribute, every other rank
+// contributes 0, so the result takes one addition in any order. Integers
+// overflow and must wrap (two's complement, as NCCL's do), not saturate;
+// floating types get a sum between two representable values, a tie one
+// time in three, which must round to nearest even (not toward zero).
+// Every input is an integer the type holds exactly.
+func (g *gen) edgeSum(rank, i int) int64 {
+	e := g.elemHash(i)
+	a := int(e % uint64(g.n))
+	b := (a + 1 + int((e>>8)%uint64(g.n-1))) % g.n
+	h := mix(g.ek2 + uint64(i)*golden)
+	var x, y int64
+	switch g.dt {
+	case sdk.Int8:
+		x, y = inRange(h, 64, math.MaxInt8), inRange(h>>20, 64, math.MaxInt8)
+	case sdk.Uint8:
+		x, y = inRange(h, 128, math.MaxUint8), inRange(h>>20, 128, math.MaxUint8)
+	case sdk.Int32:
+		x, y = inRange(h, 1<<30, math.MaxInt32), inRange(h>>20, 1<<30, math.MaxInt32)
+	case sdk.Uint32:
+		x, y = inRange(h, 1<<31, math.MaxUint32), inRange(h>>20, 1<<31, math.MaxUint32)
+	case sdk.Int64, sdk.Uint64:
+		x, y = inRange(h, 1<<62, math.MaxInt64), inRange(h>>2, 1<<62, math.MaxInt64)
+	default:
+		// x = 2^(p+1) + 4k is exact (the spacing there is 4); y in 1..3
+		// makes x+y a tie (y = 2) or not.
+		p := map[sdk.DataType]uint{sdk.Bfloat16: 8, sdk.Float16: 11, sdk.Float32: 24, sdk.Float64: 53}[g.dt]
+		x = 1<<(p+1) + 4*inRange(h, 0, 1<<(p-1)-1)
+		y = 1 + int64((h>>60)%3)
+	}
+	switch rank {
+	case a:
+		return x
+	case b:
+		return y
+	}
+	return 0
 }
 
 // avgDev is rank's deviation from the base at element i. Ranks pair up

@@ -196,6 +196,16 @@ func TestNegativeControls(t *testing.T) {
 				"coll.allreduce.uint64.sum.n2.count1031.outofplace": regexp.MustCompile(`^error: rank \d: .*uint64 is not reducible`),
 			},
 			[]string{"coll.allgather.uint64.n2.count1031.outofplace"}, nil},
+		{"bfloat16 truncated instead of rounded", []string{"-DEXAMPLE_BREAK_BF16_TRUNCATE"}, `allreduce\.bfloat16\.sum\.n2\.count1031\.outofplace|allreduce\.float32\.sum\.n2\.count1031\.outofplace`, 0,
+			map[string]*regexp.Regexp{
+				"coll.allreduce.bfloat16.sum.n2.count1031.outofplace": regexp.MustCompile(`^wrong result: rank \d: recv buffer: \d+ of 1031 bfloat16 elements differ`),
+			},
+			[]string{"coll.allreduce.float32.sum.n2.count1031.outofplace"}, nil},
+		{"int8 sums saturate", []string{"-DEXAMPLE_BREAK_INT8_SATURATE"}, `allreduce\.int8\.(sum|max)\.n2\.count1031\.outofplace|allreduce\.int32\.sum\.n2\.count1031\.outofplace`, 0,
+			map[string]*regexp.Regexp{
+				"coll.allreduce.int8.sum.n2.count1031.outofplace": regexp.MustCompile(`^wrong result: rank \d: recv buffer: \d+ of 1031 int8 elements differ`),
+			},
+			[]string{"coll.allreduce.int8.max.n2.count1031.outofplace", "coll.allreduce.int32.sum.n2.count1031.outofplace"}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
