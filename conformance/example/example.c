@@ -38,6 +38,7 @@
  *   EXAMPLE_BREAK_UINT64_REDUCE  uint64 is declared, but its reductions answer invalid argument
  *   EXAMPLE_BREAK_BF16_TRUNCATE  bfloat16 results are truncated instead of rounded to nearest even
  *   EXAMPLE_BREAK_INT8_SATURATE  int8 sums saturate instead of wrapping
+ *   EXAMPLE_BREAK_OVERRUN        broadcast writes 600 bytes past the end of recvbuff
  *   EXAMPLE_ABI_VERSION  the table claims another ABI version
  */
 #define _GNU_SOURCE
@@ -151,16 +152,39 @@ static flagcxResult_t exGetLinkInfo(int a, int b, flagcxLinkInfo_v1_t* link) {
   return flagcxSuccess;
 }
 
-/* Device memory: host memory, 256-byte aligned like cudaMalloc. */
+/* Device memory: host memory, 256-byte aligned like cudaMalloc, that ends
+ * where an inaccessible page begins, so that a collective writing or
+ * reading past a buffer faults at once rather than corrupting the heap. A
+ * header before the buffer remembers the mapping. */
+typedef struct { uint64_t magic; void* map; size_t len; } exAlloc;
+#define ALLOC_MAGIC 0x416c6c6f63ull
+
 static flagcxResult_t exDeviceMalloc(int dev, void** ptr, size_t bytes) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  size_t usable = (bytes + 255) / 256 * 256, body;
+  char* m;
   CHECK_DEV(dev);
-  if (posix_memalign(ptr, 256, bytes ? bytes : 1) != 0)
+  body = (usable + sizeof(exAlloc) + page - 1) / page * page;
+  m = mmap(NULL, body + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED || mprotect(m + body, page, PROT_NONE) != 0) {
+    if (m != MAP_FAILED) munmap(m, body + page);
     return fail(flagcxSystemError, "deviceMalloc: out of memory for %zu bytes", bytes);
+  }
+  *ptr = m + body - usable;
+  ((exAlloc*)*ptr)[-1] = (exAlloc){ALLOC_MAGIC, m, body + page};
   return flagcxSuccess;
 }
-static flagcxResult_t exDeviceFree(void* ptr) { free(ptr); return flagcxSuccess; }
+static flagcxResult_t exDeviceFree(void* ptr) {
+  exAlloc a;
+  if (ptr == NULL) return flagcxSuccess;
+  a = ((exAlloc*)ptr)[-1];
+  if (a.magic != ALLOC_MAGIC) return fail(flagcxInvalidArgument, "free: %p is not memory of this plugin", ptr);
+  ((exAlloc*)ptr)[-1].magic = 0;
+  munmap(a.map, a.len);
+  return flagcxSuccess;
+}
 static flagcxResult_t exHostMalloc(void** ptr, size_t bytes) { return exDeviceMalloc(0, ptr, bytes); }
-static flagcxResult_t exHostFree(void* ptr) { free(ptr); return flagcxSuccess; }
+static flagcxResult_t exHostFree(void* ptr) { return exDeviceFree(ptr); }
 
 #if FLAGCX_PLUGIN_ABI_VERSION >= 2
 /* Host registration (ABI v2). All memory here is host memory that copies
@@ -842,6 +866,9 @@ static flagcxResult_t exBroadcast(const void* send, void* recv, size_t count, fl
   TRY(checkColl(c, t, 0, root, s, "broadcast"));
   if (count == 0) return flagcxSuccess;
   TRY(newList(&l, c));
+#ifdef EXAMPLE_BREAK_OVERRUN
+  memset((char*)recv + bytes, 0x5a, 600); /* negative control: an overrun past the suite's 256 guard bytes */
+#endif
 #ifdef EXAMPLE_BREAK_MIDDLE_ROOT
   if (root > 0 && root < c->nranks - 1 && c->rank == root) memset((void*)send, 0, bytes); /* negative control */
 #endif

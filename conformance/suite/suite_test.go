@@ -206,6 +206,11 @@ func TestNegativeControls(t *testing.T) {
 				"coll.allreduce.int8.sum.n2.count1031.outofplace": regexp.MustCompile(`^wrong result: rank \d: recv buffer: \d+ of 1031 int8 elements differ`),
 			},
 			[]string{"coll.allreduce.int8.max.n2.count1031.outofplace", "coll.allreduce.int32.sum.n2.count1031.outofplace"}, nil},
+		{"a write past the buffer (guard pages)", []string{"-DEXAMPLE_BREAK_OVERRUN"}, `broadcast\.float32\.n2\.root1\.count1031\.outofplace|allreduce\.float32\.sum\.n2\.count1031\.outofplace`, 0,
+			map[string]*regexp.Regexp{
+				"coll.broadcast.float32.n2.root1.count1031.outofplace": regexp.MustCompile(`^crash: rank \d: signal SIGSEGV`),
+			},
+			[]string{"coll.allreduce.float32.sum.n2.count1031.outofplace"}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -9,10 +9,17 @@
  *
  * The registry is an array sorted by base address under one mutex: lookups
  * are a binary search, and allocation counts in tests and plugins are small.
+ *
+ * Every allocation ends just before a page that cannot be touched (a guard
+ * page): a plugin that writes or reads past the end of a buffer by more than
+ * the 256-byte alignment's slack faults at once, instead of corrupting the
+ * heap silently.
  */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "vsim_core.h"
 
@@ -23,7 +30,26 @@ typedef struct {
   int device;
   unsigned flags;
   int registered; /* the caller's memory (vsim_mem_register): never freed here */
+  void* map;      /* the mapping that holds the allocation and its guard page */
+  size_t mapLen;
 } entry;
+
+/* guardedAlloc maps room for size bytes, 256-byte aligned, that end where
+ * a PROT_NONE page begins. */
+static void* guardedAlloc(size_t size, void** map, size_t* mapLen) {
+  size_t page = (size_t)sysconf(_SC_PAGESIZE);
+  size_t usable = (size + 255) / 256 * 256;
+  size_t body = (usable + page - 1) / page * page;
+  char* m = mmap(NULL, body + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (m == MAP_FAILED) return NULL;
+  if (mprotect(m + body, page, PROT_NONE) != 0) {
+    munmap(m, body + page);
+    return NULL;
+  }
+  *map = m;
+  *mapLen = body + page;
+  return m + body - usable;
+}
 
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static entry* reg = NULL;
@@ -75,9 +101,11 @@ int vsim_mem_alloc(void** out, size_t size, vsim_mem_kind kind, int device, unsi
   if (out == NULL) return -1;
   *out = NULL;
   if (size == 0) return 0; /* cudaMalloc(&p, 0) succeeds with p == NULL */
-  void* p = NULL;
-  /* 256-byte alignment, as cudaMalloc guarantees. */
-  if (posix_memalign(&p, 256, size) != 0) return -1;
+  void* map = NULL;
+  size_t mapLen = 0;
+  /* 256-byte alignment, as cudaMalloc guarantees, and a guard page after. */
+  void* p = guardedAlloc(size, &map, &mapLen);
+  if (p == NULL) return -1;
   /* Fresh device memory is not zero on real hardware; a fixed non-zero
    * pattern makes code that relies on zeroed buffers fail visibly. */
   if (kind == VSIM_MEM_DEVICE) memset(p, 0xCB, size);
@@ -87,17 +115,17 @@ int vsim_mem_alloc(void** out, size_t size, vsim_mem_kind kind, int device, unsi
   if (kind == VSIM_MEM_DEVICE &&
       (used == NULL || *used + size > vsim_device_memory_total())) {
     pthread_mutex_unlock(&reg_lock);
-    free(p);
+    munmap(map, mapLen);
     return -1;
   }
   if (reg_len == reg_cap && grow() != 0) {
     pthread_mutex_unlock(&reg_lock);
-    free(p);
+    munmap(map, mapLen);
     return -1;
   }
   long i = floor_index((uintptr_t)p) + 1;
   memmove(&reg[i + 1], &reg[i], (reg_len - (size_t)i) * sizeof *reg);
-  reg[i] = (entry){(uintptr_t)p, size, kind, device, flags, 0};
+  reg[i] = (entry){(uintptr_t)p, size, kind, device, flags, 0, map, mapLen};
   reg_len++;
   if (used) *used += size;
   pthread_mutex_unlock(&reg_lock);
@@ -116,10 +144,12 @@ int vsim_mem_free(void* p, vsim_mem_kind kind) {
     uint64_t* used = used_slot(reg[i].device);
     if (used) *used -= reg[i].size;
   }
+  void* map = reg[i].map;
+  size_t mapLen = reg[i].mapLen;
   memmove(&reg[i], &reg[i + 1], (reg_len - (size_t)i - 1) * sizeof *reg);
   reg_len--;
   pthread_mutex_unlock(&reg_lock);
-  free(p);
+  munmap(map, mapLen);
   return 0;
 }
 
@@ -136,7 +166,7 @@ int vsim_mem_register(void* p, size_t size, unsigned flags) {
   }
   i++;
   memmove(&reg[i + 1], &reg[i], (reg_len - (size_t)i) * sizeof *reg);
-  reg[i] = (entry){b, size, VSIM_MEM_HOST, -1, flags, 1};
+  reg[i] = (entry){b, size, VSIM_MEM_HOST, -1, flags, 1, NULL, 0};
   reg_len++;
   pthread_mutex_unlock(&reg_lock);
   return 0;
