@@ -39,6 +39,7 @@
  *   EXAMPLE_BREAK_BF16_TRUNCATE  bfloat16 results are truncated instead of rounded to nearest even
  *   EXAMPLE_BREAK_INT8_SATURATE  int8 sums saturate instead of wrapping
  *   EXAMPLE_BREAK_OVERRUN        broadcast writes 600 bytes past the end of recvbuff
+ *   EXAMPLE_BREAK_LEAK           allReduce and reduce never free their staging buffer
  *   EXAMPLE_ABI_VERSION  the table claims another ABI version
  */
 #define _GNU_SOURCE
@@ -798,7 +799,9 @@ static flagcxResult_t reduceTo(const void* send, void* recv, size_t count, flagc
   }
   r = runList(&l, call);
   if (r == flagcxSuccess && gets) combine(recv, tmp, count, t, op, c->nranks);
+#ifndef EXAMPLE_BREAK_LEAK /* negative control: a buffer lost per call */
   free(tmp);
+#endif
   return r;
 }
 

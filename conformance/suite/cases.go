@@ -322,8 +322,14 @@ func commCases(n int, quick bool) []Case {
 			Spec{Kind: "comm.asyncerror"}, "commGetAsyncError"),
 		c("comm.abort", SHOULD, "a second communicator runs an allReduce, then every rank aborts it; the first one still works",
 			Spec{Kind: "comm.abort", NeedIDs: 1, Type: sdk.Float32, Count: 1031}, "commAbort"),
+		c("comm.leak", SHOULD, fmt.Sprintf("%d identical allReduces of 256 KiB leave the rank's resident memory (and an emulator's device memory in use) where %d warm-up rounds left them", leakRounds, leakRounds/4),
+			Spec{Kind: "comm.leak", Iters: leakRounds, Type: sdk.Float32, Count: 65536}),
 	}
 }
+
+// leakRounds is how many identical calls the leak check makes; a plugin
+// that keeps a buffer of the message's size per call grows by 50 MiB.
+const leakRounds = 200
 
 func collCases(n int, quick bool) []Case {
 	var out []Case

@@ -211,6 +211,11 @@ func TestNegativeControls(t *testing.T) {
 				"coll.broadcast.float32.n2.root1.count1031.outofplace": regexp.MustCompile(`^crash: rank \d: signal SIGSEGV`),
 			},
 			[]string{"coll.allreduce.float32.sum.n2.count1031.outofplace"}, nil},
+		{"a buffer leaked per call", []string{"-DEXAMPLE_BREAK_LEAK"}, `comm\.init\.n2|comm\.leak\.n2`, 0,
+			map[string]*regexp.Regexp{
+				"comm.leak.n2": regexp.MustCompile(`^wrong result: rank \d: resident memory grew by \d+ MiB over 200 identical allReduces of 256 KiB`),
+			},
+			[]string{"comm.init.n2"}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -5,9 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"regexp"
 	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
 	"unsafe"
+
+	"github.com/ebitengine/purego"
 
 	"github.com/flagcx/flagcx-go/conformance/reference"
 	"github.com/flagcx/flagcx-go/sdk"
@@ -478,6 +484,77 @@ func (w *worker) allReduceCheck(comm *loader.Comm, s Spec, seed uint64) error {
 	return w.runJobs([]*job{j}, false)
 }
 
+// leakCheck runs s.Iters identical allReduces on the rank's communicator
+// after a quarter as many warm-up rounds (caches, lazily made streams and
+// registrations settle), and fails when the process's resident memory or,
+// on an emulated runtime, the device memory in use grew by more than
+// leakSlack: a plugin that keeps a message-sized buffer per call grows by
+// about Iters times the message.
+func (w *worker) leakCheck(s Spec) error {
+	if w.comm == nil {
+		return errors.New("no communicator")
+	}
+	measure := func() (rss, dev int64) {
+		runtime.GC()
+		debug.FreeOSMemory()
+		return residentBytes(), emulatedDeviceBytes(w.dev)
+	}
+	for i := 0; i < s.Iters/4; i++ {
+		if err := w.allReduceCheck(w.comm, s, s.Seed+uint64(i)); err != nil {
+			return fmt.Errorf("warm-up round %d: %w", i+1, err)
+		}
+	}
+	rss0, dev0 := measure()
+	for i := 0; i < s.Iters; i++ {
+		if err := w.allReduceCheck(w.comm, s, s.Seed+uint64(i)); err != nil {
+			return fmt.Errorf("round %d: %w", i+1, err)
+		}
+	}
+	rss1, dev1 := measure()
+	msg := int64(s.Count * s.Type.Size())
+	switch {
+	case rss1-rss0 > leakSlack:
+		return wrongf("resident memory grew by %d MiB over %d identical allReduces of %d KiB (%d KiB a call): a leak", (rss1-rss0)>>20, s.Iters, msg>>10, (rss1-rss0)/int64(s.Iters)>>10)
+	case dev0 >= 0 && dev1-dev0 > 0:
+		return wrongf("device memory in use grew by %d bytes over %d identical allReduces: a leak", dev1-dev0, s.Iters)
+	}
+	return nil
+}
+
+// leakSlack is the growth of resident memory a leak check tolerates (the
+// Go runtime's and the allocator's own fluctuation).
+const leakSlack = 24 << 20
+
+// residentBytes is this process's resident set (VmRSS), 0 where unknown.
+func residentBytes() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0
+	}
+	pages, _ := strconv.ParseInt(f[1], 10, 64)
+	return pages * int64(os.Getpagesize())
+}
+
+// emulatedDeviceBytes is the device memory an emulated runtime has handed
+// out on dev (vendorsim's counter), or -1 on a real runtime.
+func emulatedDeviceBytes(dev int) int64 {
+	const rtldNoLoad = 0x4 // glibc's RTLD_NOLOAD: only a library already in the process
+	h, err := purego.Dlopen("libflagcx-vendorsim-core.so", purego.RTLD_NOW|rtldNoLoad)
+	if err != nil {
+		return -1
+	}
+	fn, err := purego.Dlsym(h, "vsim_mem_used")
+	if err != nil {
+		return -1
+	}
+	r, _, _ := purego.SyscallN(fn, uintptr(dev))
+	return int64(r)
+}
+
 // ---- Dispatch -----------------------------------------------------------------------
 
 func (w *worker) exec(s Spec) error {
@@ -568,6 +645,8 @@ func (w *worker) execComm(s Spec) error {
 				return fmt.Errorf("round %d: %w", i+1, err)
 			}
 		}
+	case "comm.leak":
+		return w.leakCheck(s)
 	case "comm.multi":
 		var comms []*loader.Comm
 		defer func() {
