@@ -40,6 +40,7 @@
  *   EXAMPLE_BREAK_INT8_SATURATE  int8 sums saturate instead of wrapping
  *   EXAMPLE_BREAK_OVERRUN        broadcast writes 600 bytes past the end of recvbuff
  *   EXAMPLE_BREAK_LEAK           allReduce and reduce never free their staging buffer
+ *   EXAMPLE_BREAK_UNALIGNED      allReduce drops the first element when recvbuff is not 16-byte aligned
  *   EXAMPLE_ABI_VERSION  the table claims another ABI version
  */
 #define _GNU_SOURCE
@@ -819,6 +820,13 @@ static flagcxResult_t exAllReduce(const void* send, void* recv, size_t count, fl
 #endif
 #ifdef EXAMPLE_BREAK_COUNT4
   if (count % 4 == 0 && count > 0) count--; /* negative control: a vector loop's tail lost at multiples of 4 */
+#endif
+#ifdef EXAMPLE_BREAK_UNALIGNED
+  if ((uintptr_t)recv % 16 != 0 && count > 0) { /* negative control: an aligned-only head */
+    size_t sz = typeSize[t];
+    TRY(reduceTo((const char*)send + sz, (char*)recv + sz, count - 1, t, op, -1, (exComm*)comm, "allReduce"));
+    return flagcxSuccess;
+  }
 #endif
   return reduceTo(send, recv, count, t, op, -1, (exComm*)comm, "allReduce");
 }

@@ -211,6 +211,11 @@ func TestNegativeControls(t *testing.T) {
 				"coll.broadcast.float32.n2.root1.count1031.outofplace": regexp.MustCompile(`^crash: rank \d: signal SIGSEGV`),
 			},
 			[]string{"coll.allreduce.float32.sum.n2.count1031.outofplace"}, nil},
+		{"wrong on buffers off 16-byte alignment", []string{"-DEXAMPLE_BREAK_UNALIGNED"}, `allreduce\.float32\.sum\.n2\.count1031\.outofplace`, 0,
+			map[string]*regexp.Regexp{
+				"coll.allreduce.float32.sum.n2.count1031.outofplace.unaligned": regexp.MustCompile(`^wrong result: rank \d: recv buffer: 1 of 1031 float32 elements differ; first at element 0`),
+			},
+			[]string{"coll.allreduce.float32.sum.n2.count1031.outofplace"}, nil},
 		{"a buffer leaked per call", []string{"-DEXAMPLE_BREAK_LEAK"}, `comm\.init\.n2|comm\.leak\.n2`, 0,
 			map[string]*regexp.Regexp{
 				"comm.leak.n2": regexp.MustCompile(`^wrong result: rank \d: resident memory grew by \d+ MiB over 200 identical allReduces of 256 KiB`),

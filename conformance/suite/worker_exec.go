@@ -30,13 +30,16 @@ const (
 	fillByte  = 0x3c
 )
 
-// devBuf is a device allocation with guards: data lives at base+guard.
+// devBuf is a device allocation with guards: data lives at base+lead,
+// lead = guard bytes plus the case's shift (Spec.Shift), and guard bytes
+// follow it.
 type devBuf struct {
 	base uintptr
 	n    int // data bytes
+	lead int
 }
 
-func (b devBuf) ptr() uintptr { return b.base + guard }
+func (b devBuf) ptr() uintptr { return b.base + uintptr(b.lead) }
 
 // checked is a buffer to verify after a case ran: its expected content and,
 // where exactness is impossible, a per-element tolerance.
@@ -55,10 +58,13 @@ type job struct {
 	checks []checked
 }
 
-// scratch owns what a case allocated; free releases it all.
+// scratch owns what a case allocated; free releases it all. shift moves
+// the data of every buffer it allocates that many bytes off the 256-byte
+// alignment of the allocation.
 type scratch struct {
-	w    *worker
-	bufs []devBuf
+	w     *worker
+	bufs  []devBuf
+	shift int
 }
 
 func (sc *scratch) free() {
@@ -70,17 +76,17 @@ func (sc *scratch) free() {
 
 // alloc makes a guarded device buffer holding content.
 func (sc *scratch) alloc(content []byte) (devBuf, error) {
-	n := len(content)
-	base, err := sc.w.p.DeviceMalloc(sc.w.dev, n+2*guard)
+	n, lead := len(content), guard+sc.shift
+	base, err := sc.w.p.DeviceMalloc(sc.w.dev, lead+n+guard)
 	if err != nil {
 		return devBuf{}, err
 	}
-	b := devBuf{base: base, n: n}
+	b := devBuf{base: base, n: n, lead: lead}
 	sc.bufs = append(sc.bufs, b)
-	img := make([]byte, n+2*guard)
-	fillBytes(img[:guard], guardByte)
-	copy(img[guard:], content)
-	fillBytes(img[guard+n:], guardByte)
+	img := make([]byte, lead+n+guard)
+	fillBytes(img[:lead], guardByte)
+	copy(img[lead:], content)
+	fillBytes(img[lead+n:], guardByte)
 	return b, sc.w.p.CopyToDevice(base, img)
 }
 
@@ -98,21 +104,22 @@ func filled(n int, v byte) []byte {
 
 // verify reads a checked buffer back and compares it with its reference.
 func (w *worker) verify(c checked) error {
-	got := make([]byte, c.buf.n+2*guard)
+	lead := c.buf.lead
+	got := make([]byte, lead+c.buf.n+guard)
 	if err := w.p.CopyFromDevice(got, c.buf.base); err != nil {
 		return err
 	}
-	for i := 0; i < guard; i++ {
+	for i := 0; i < lead; i++ {
 		if got[i] != guardByte {
-			return wrongf("%s: the plugin wrote %d bytes before the start of the buffer", c.name, guard-i)
+			return wrongf("%s: the plugin wrote %d bytes before the start of the buffer", c.name, lead-i)
 		}
 	}
-	for i := guard + c.buf.n; i < len(got); i++ {
+	for i := lead + c.buf.n; i < len(got); i++ {
 		if got[i] != guardByte {
-			return wrongf("%s: the plugin wrote past the end of the buffer (byte %d after it)", c.name, i-guard-c.buf.n)
+			return wrongf("%s: the plugin wrote past the end of the buffer (byte %d after it)", c.name, i-lead-c.buf.n)
 		}
 	}
-	return compareElems(c.name, c.dt, got[guard:guard+c.buf.n], c.want, c.tol)
+	return compareElems(c.name, c.dt, got[lead:lead+c.buf.n], c.want, c.tol)
 }
 
 // compareElems compares element by element: integers bitwise, floating
@@ -563,7 +570,7 @@ func (w *worker) exec(s Spec) error {
 		if w.comm == nil {
 			return errors.New("no communicator")
 		}
-		sc := &scratch{w: w}
+		sc := &scratch{w: w, shift: s.Shift}
 		defer sc.free()
 		if s.Kind == "coll" {
 			j, err := w.prepColl(sc, w.comm, s)
