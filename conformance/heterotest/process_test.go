@@ -93,11 +93,13 @@ func backendFor(job *workerJob) (core.Backend, error) {
 			dev++
 		}
 	}
-	p, err := loader.Open(filepath.Join(job.Root, "build", "plugins", "libflagcx-"+name+".so"))
+	p, err := loader.Open(pluginPath(job.Root, name))
 	if err != nil {
 		return core.Backend{}, err
 	}
-	if err := p.Init(loader.InitOptions{Emulated: true, VendorsimDir: filepath.Join(job.Root, "build", "vendorsim"), Log: func(string, loader.LogLevel, string) {}}); err != nil {
+	// The example plugin's "vendor" is the host itself: nothing to emulate.
+	emulated := !strings.HasPrefix(name, "example")
+	if err := p.Init(loader.InitOptions{Emulated: emulated, VendorsimDir: filepath.Join(job.Root, "build", "vendorsim"), Log: func(string, loader.LogLevel, string) {}}); err != nil {
 		return core.Backend{}, err
 	}
 	return core.DeviceBackend(p, dev), nil
@@ -203,6 +205,19 @@ func repoRoot(t *testing.T) string {
 	return root
 }
 
+// pluginPath is the built plugin a placement names: a vendor plugin of
+// build/plugins, or the example plugin ("example": ABI v2; "example-v1":
+// the same source built against the v1 header).
+func pluginPath(root, name string) string {
+	switch name {
+	case "example":
+		return filepath.Join(root, "build", "example-plugin", "libflagcx-example.so")
+	case "example-v1":
+		return filepath.Join(root, "build", "example-plugin-v1", "libflagcx-example.so")
+	}
+	return filepath.Join(root, "build", "plugins", "libflagcx-"+name+".so")
+}
+
 // requirePlugins skips when an optional vendor's plugin is not built, and
 // fails when nvidia's is missing (make builds it).
 func requirePlugins(t *testing.T, placement []string) {
@@ -211,9 +226,9 @@ func requirePlugins(t *testing.T, placement []string) {
 		if name == "host" {
 			continue
 		}
-		path := filepath.Join(repoRoot(t), "build", "plugins", "libflagcx-"+name+".so")
+		path := pluginPath(repoRoot(t), name)
 		if _, err := os.Stat(path); err != nil {
-			if name == "nvidia" {
+			if name == "nvidia" || strings.HasPrefix(name, "example") {
 				t.Fatalf("%s is missing: run make first (it builds the plugins and the emulated runtimes)", path)
 			}
 			t.Skipf("%s is not built (the %s plugin is optional here): skipping this layout", path, name)
@@ -310,6 +325,8 @@ func TestHeteroPlacements(t *testing.T) {
 		{"forced host path", "nvidia:2,host:2", []string{"FLAGCX_USE_HOST_COMM=1", "FLAGCX_NET_CHUNK_SIZE=64"}, 2, false, "host", nil, nil},
 		{"staged pipeline (no shared memory: TCP)", "nvidia:2,host:1,nvidia:1", []string{"FLAGCX_SHM_DISABLE=1", "FLAGCX_NET_CHUNK_SIZE=32K"}, 2, false, "c2c", []int{70001}, []int{int(sdk.Float32)}},
 		{"staged, 3 clusters (no shared memory: TCP)", "nvidia:2,host:1,nvidia:2", []string{"FLAGCX_SHM_DISABLE=1", "FLAGCX_CLUSTER_SPLIT_LIST=2,1,2", "FLAGCX_NET_CHUNK_SIZE=64"}, 3, false, "c2c", nil, nil},
+		{"a v2 plugin registers the windows: zero copy", "example:2,host:1", nil, 2, false, "c2c-shm", nil, nil},
+		{"a v1 plugin cannot: the staged path", "example-v1:2,host:1", nil, 2, false, "c2c", nil, nil},
 		{"homogeneous cambricon (no float64, no avg: bytes and host path)", "cambricon:2", nil, 1, true, "vendor", nil, nil},
 		{"homogeneous nvidia", "nvidia:2", nil, 1, true, "vendor", nil, nil},
 		{"three vendors 2+1+2", "kunlunxin:2,metax:1,host:2", nil, 3, false, "c2c-shm", nil, nil},
