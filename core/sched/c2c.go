@@ -73,15 +73,23 @@ func (b *builder) allReduce() {
 				Step{Coll: AllReduce, Count: b.count(s.Len), DType: call.DType, Op: opR}, call.Op == sdk.Avg)
 		}
 	}
-	if b.m > 1 {
-		for i, s := range sp {
-			d := -1
-			if b.leader {
-				d = fin[i]
-			}
-			r := ref(BufRecv, s.Off, s.Len)
-			b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: Broadcast, Src: r, Dst: r, Count: s.Len, DType: sdk.Uint8, Root: 0, Chunk: i, Deps: deps(d)})
+	b.spreadChunks(sp, fin)
+}
+
+// spreadChunks adds, in a cluster of several ranks, the intra Broadcast of
+// each chunk of the receive buffer from the leader, after the leader's
+// last step of that chunk (fin).
+func (b *builder) spreadChunks(sp []span, fin []int) {
+	if b.m == 1 {
+		return
+	}
+	for i, s := range sp {
+		d := -1
+		if b.leader {
+			d = fin[i]
 		}
+		r := ref(BufRecv, s.Off, s.Len)
+		b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: Broadcast, Src: r, Dst: r, Count: s.Len, DType: sdk.Uint8, Root: 0, Chunk: i, Deps: deps(d)})
 	}
 }
 
@@ -191,16 +199,7 @@ func (b *builder) broadcast() {
 				Step{Coll: Broadcast, Count: s.Len, DType: sdk.Uint8, Root: c0.Index}, false)
 		}
 	}
-	if b.m > 1 {
-		for i, s := range sp {
-			d := -1
-			if b.leader {
-				d = fin[i]
-			}
-			r := ref(BufRecv, s.Off, s.Len)
-			b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: Broadcast, Src: r, Dst: r, Count: s.Len, DType: sdk.Uint8, Root: 0, Chunk: i, Deps: deps(d)})
-		}
-	}
+	b.spreadChunks(sp, fin)
 }
 
 // allGather: each cluster gathers its blocks at its leader (slice by

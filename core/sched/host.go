@@ -78,35 +78,13 @@ func (b *builder) host() {
 // hostP2P: every send and receive of a group over hostnet, through staging
 // on device ranks.
 func (b *builder) hostP2P() {
-	var xs []Xfer
-	var in, out []CopyPair
-	off := 0
+	var xs []xfer
 	for i, x := range b.call.Ops {
-		if x.Bytes == 0 {
-			continue
+		if x.Bytes > 0 {
+			xs = append(xs, xfer{peer: x.Peer, recv: x.Recv, ref: Ref{Buf: BufUser, Idx: i, Len: x.Bytes}})
 		}
-		user := Ref{Buf: BufUser, Idx: i, Len: x.Bytes}
-		r := user
-		if b.dev {
-			r = ref(BufStage, off, x.Bytes)
-			off += x.Bytes
-			if x.Recv {
-				out = append(out, CopyPair{r, user})
-			} else {
-				in = append(in, CopyPair{user, r})
-			}
-		}
-		xs = append(xs, Xfer{Peer: x.Peer, Recv: x.Recv, Ref: r})
 	}
-	if len(xs) == 0 {
-		return
-	}
-	first := -1
-	if len(in) > 0 {
-		first = b.add(Step{Lane: LaneD2H, Kind: KindCopy, Copies: in, Chunk: -1})
-	}
-	net := b.add(Step{Lane: LaneNet, Kind: KindWorld, Coll: P2P, Xfers: xs, Chunk: -1, Deps: deps(first)})
-	if len(out) > 0 {
-		b.add(Step{Lane: LaneH2D, Kind: KindCopy, Copies: out, Chunk: -1, Deps: deps(net)})
+	if len(xs) > 0 {
+		b.hostnetXfers(xs)
 	}
 }

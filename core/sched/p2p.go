@@ -86,13 +86,19 @@ func (b *builder) p2p() {
 		}
 		b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: P2P, Xfers: s, Chunk: -1})
 	}
-	if len(cross) == 0 {
-		return
+	if len(cross) > 0 {
+		b.hostnetXfers(cross)
 	}
+}
+
+// hostnetXfers adds the transfers of xs over hostnet (a KindWorld P2P
+// step), through pinned staging on a device rank: its sends are copied to
+// staging first (d2h), its receives out of it after (h2d).
+func (b *builder) hostnetXfers(xs []xfer) {
 	var s []Xfer
 	var in, out []CopyPair
 	off := 0
-	for _, x := range cross {
+	for _, x := range xs {
 		r := x.ref
 		if b.dev {
 			r = ref(BufStage, off, x.ref.Len)
