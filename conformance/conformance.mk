@@ -16,7 +16,7 @@ EXAMPLE_PLUGIN      := $(EXAMPLE_PLUGIN_DIR)/libflagcx-example.so
 EXAMPLE_PLUGIN_V1   := $(BUILD)/example-plugin-v1/libflagcx-example.so
 CONFORMANCE_OUT     := $(BUILD)/conformance
 CONFORMANCE_FLAGS   ?= --quick
-CONFORMANCE_NP      ?= 2,3,4
+CONFORMANCE_NP      ?= 2,3,4,5
 
 .PHONY: example-plugin conformance conformance-full
 all: example-plugin
