@@ -41,6 +41,7 @@
  *   EXAMPLE_BREAK_OVERRUN        broadcast writes 600 bytes past the end of recvbuff
  *   EXAMPLE_BREAK_LEAK           allReduce and reduce never free their staging buffer
  *   EXAMPLE_BREAK_UNALIGNED      allReduce drops the first element when recvbuff is not 16-byte aligned
+ *   EXAMPLE_BREAK_MIRROR_PEER    send and recv talk to rank n-1-peer instead of peer
  *   EXAMPLE_ABI_VERSION  the table claims another ABI version
  */
 #define _GNU_SOURCE
@@ -596,12 +597,18 @@ static flagcxResult_t exSend(const void* buf, size_t count, flagcxDataType_t t, 
                              flagcxStream_t s) {
   TRY(checkArgs((exComm*)comm, t, peer, "send"));
   TRY(checkStream(s));
+#ifdef EXAMPLE_BREAK_MIRROR_PEER
+  peer = ((exComm*)comm)->nranks - 1 - peer; /* negative control: the wrong peer (the mirror) */
+#endif
   return enqueue((exComm*)comm, peer, 1, buf, count * typeSize[t]);
 }
 static flagcxResult_t exRecv(void* buf, size_t count, flagcxDataType_t t, int peer, flagcxVendorComm_t comm,
                              flagcxStream_t s) {
   TRY(checkArgs((exComm*)comm, t, peer, "recv"));
   TRY(checkStream(s));
+#ifdef EXAMPLE_BREAK_MIRROR_PEER
+  peer = ((exComm*)comm)->nranks - 1 - peer;
+#endif
   return enqueue((exComm*)comm, peer, 0, buf, count * typeSize[t]);
 }
 

@@ -560,6 +560,9 @@ func (s *session) runCase(ctx context.Context, c Case) (st Status, reason string
 		spec.IDs = ids
 	}
 	timeout := s.r.o.CaseTimeout
+	if c.Deadline > 0 {
+		timeout = min(timeout, c.Deadline)
+	}
 	if spec.Iters > 1 {
 		timeout *= time.Duration(spec.Iters)
 	}

@@ -216,6 +216,11 @@ func TestNegativeControls(t *testing.T) {
 				"coll.allreduce.float32.sum.n2.count1031.outofplace.unaligned": regexp.MustCompile(`^wrong result: rank \d: recv buffer: 1 of 1031 float32 elements differ; first at element 0`),
 			},
 			[]string{"coll.allreduce.float32.sum.n2.count1031.outofplace"}, nil},
+		{"send and recv to the wrong peer", []string{"-DEXAMPLE_BREAK_MIRROR_PEER"}, `p2p\.(exchange|ring)\.float32\.n3\.count1031$`, 2 * time.Second,
+			map[string]*regexp.Regexp{
+				"p2p.exchange.float32.n3.count1031": regexp.MustCompile(`^wrong result: `),
+			},
+			nil, []int{3}},
 		{"a buffer leaked per call", []string{"-DEXAMPLE_BREAK_LEAK"}, `comm\.init\.n2|comm\.leak\.n2`, 0,
 			map[string]*regexp.Regexp{
 				"comm.leak.n2": regexp.MustCompile(`^wrong result: rank \d: resident memory grew by \d+ MiB over 200 identical allReduces of 256 KiB`),
