@@ -49,6 +49,7 @@ func main() {
 
 // run parses args, runs the chosen subcommand and returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
+	args = aliases(args)
 	var root cli
 	opts := []kong.Option{
 		kong.Name("flagcx"),
@@ -76,6 +77,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return fail(stderr, err)
 	}
 	return 0
+}
+
+// aliases turns what users type out of habit into the commands that do it:
+// `flagcx --version` (-V) is `flagcx version`, `flagcx help [command]` is
+// `flagcx [command] --help`.
+func aliases(args []string) []string {
+	if len(args) == 0 {
+		return args
+	}
+	switch args[0] {
+	case "--version", "-V":
+		if len(args) == 1 {
+			return []string{"version"}
+		}
+	case "help":
+		return append(append([]string(nil), args[1:]...), "--help")
+	}
+	return args
 }
 
 // fail reports err as one line and returns the exit status.

@@ -166,6 +166,16 @@ func TestBadInputs(t *testing.T) {
 }
 
 func TestVersion(t *testing.T) {
+	for _, alias := range [][]string{{"--version"}, {"-V"}} {
+		r := runFlagcx(t, 10*time.Second, cleanEnv(), alias...)
+		require.Zero(t, r.code, "%v: %s", alias, r.stderr)
+		require.Regexp(t, `^flagcx version \S+\n`, r.stdout, "%v", alias)
+	}
+	for _, help := range [][]string{{"help"}, {"help", "bench"}} {
+		r := runFlagcx(t, 10*time.Second, cleanEnv(), help...)
+		require.Zero(t, r.code, "%v: %s", help, r.stderr)
+		require.Contains(t, r.stdout, "Usage: flagcx "+strings.Join(help[1:], " "), "%v", help)
+	}
 	r := runFlagcx(t, 10*time.Second, cleanEnv(), "version")
 	require.Zero(t, r.code, r.stderr)
 	require.Regexp(t, `^flagcx version \S+\ngo version go\S+ \S+/\S+\nplugin ABI version \d+\n$`, r.stdout)

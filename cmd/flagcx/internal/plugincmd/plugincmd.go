@@ -18,7 +18,10 @@ import (
 )
 
 // load runs discovery; dir "" means the default (FLAGCX_PLUGIN_DIR, ...).
+// A dir the user named that does not exist is an error; a missing default
+// is only noted.
 func load(w io.Writer, dir string, emulated bool) (string, []loader.Loaded, error) {
+	named := dir != ""
 	if dir == "" {
 		dir = loader.DefaultDir()
 	}
@@ -34,7 +37,10 @@ func load(w io.Writer, dir string, emulated bool) (string, []loader.Loaded, erro
 	if _, werr := fmt.Fprintf(w, "plugin dir %s; vendor runtimes: %s\n", dir, mode); werr != nil {
 		return dir, nil, werr
 	}
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err != nil && (named || !errors.Is(err, fs.ErrNotExist)) {
+		if named && errors.Is(err, fs.ErrNotExist) {
+			err = fmt.Errorf("%w: %v", sdk.ErrInvalidArgument, err)
+		}
 		return dir, all, err
 	}
 	if err != nil {

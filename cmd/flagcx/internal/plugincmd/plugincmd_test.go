@@ -100,8 +100,9 @@ func TestListingsEmptyDir(t *testing.T) {
 	require.Contains(t, out.String(), "no plugins found")
 
 	out.Reset()
-	require.NoError(t, Plugins(&out, filepath.Join(dir, "missing"), false))
-	require.Contains(t, out.String(), "does not exist")
+	err := Plugins(&out, filepath.Join(dir, "missing"), false)
+	require.ErrorContains(t, err, "does not exist", "a plugin dir the user named must exist")
+	require.ErrorIs(t, err, sdk.ErrInvalidArgument)
 }
 
 func regexpQuote(s string) string {
