@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"unsafe"
 
 	"github.com/flagcx/flagcx-go/core/host"
@@ -135,6 +136,11 @@ func (c *HeteroComm) runShm(p *sched.Plan, b *callBufs, s loader.Stream) error {
 	r := &shmRun{c: c, g: p.Shm, call: p.Call, send: b.send, recv: b.recv, s: s, node: c.shm.node, p: c.be.Plugin,
 		size: p.Call.DType.Size(), cl: c.layout.ClusterOf(c.rank)}
 	r.m, r.j, r.workers = len(r.cl.Ranks), c.layout.LocalRank(c.rank), c.shm.workers
+	if red := r.g.Reducers; len(red) > 0 && len(red) < c.n && r.p == nil {
+		// Only the host ranks reduce (sched.ShmReducers): they share the
+		// cores the device ranks leave (one each, to drive their copies).
+		r.workers = max(1, (runtime.NumCPU()-(c.n-len(red)))/len(red))
+	}
 	r.block = r.call.Count * r.size
 	if err := r.node.Enter(); err != nil {
 		return stepError(err)
@@ -250,7 +256,7 @@ func (r *shmRun) issue(k int) error {
 	off, L := r.g.Span(k)
 	area := r.window(c.rank)[r.g.InArea(k):]
 	if r.p == nil {
-		reduce.CopyParallel(area[:L], r.send.host[off:off+L], r.workers)
+		r.putAround(area, off, L)
 		return nil
 	}
 	slot := k % r.g.Slots
@@ -286,18 +292,35 @@ func (r *shmRun) issue(k int) error {
 	return r.p.EventRecord(c.shm.input[slot], c.d2h)
 }
 
-// reducePiece folds every contribution to this rank's piece of chunk k
-// into its output area: AllReduce's carriers (sched.Sources), or every
-// rank's input for Reduce.
+// putAround copies a host rank's chunk (off, L) into its input area but
+// for its own piece, which it reduces straight from its send buffer.
+func (r *shmRun) putAround(area []byte, off, L int) {
+	own := sched.Range{Off: L}
+	if i := r.g.ReducerIndex(r.c.rank); i >= 0 {
+		own = r.g.Piece(L, r.size, i)
+	}
+	reduce.CopyParallel(area[:own.Off], r.send.host[off:off+own.Off], r.workers)
+	reduce.CopyParallel(area[own.End():L], r.send.host[off+own.End():off+L], r.workers)
+}
+
+// reducePiece folds every contribution to this rank's piece of chunk k,
+// if it is a reducer, into its output area (and a host rank's recv, when
+// it gets the result): AllReduce's carriers (sched.Sources), or every
+// rank's input for Reduce. A host rank reads its own contribution from its
+// send buffer.
 func (r *shmRun) reducePiece(k int) {
-	c := r.c
-	_, L := r.g.Span(k)
-	piece := sched.Part(L, r.size, c.n, c.rank)
+	c, g := r.c, r.g
+	i := g.ReducerIndex(c.rank)
+	if i < 0 {
+		return
+	}
+	off, L := g.Span(k)
+	piece := g.Piece(L, r.size, i)
 	if piece.Len == 0 {
 		return
 	}
-	out := r.window(c.rank)[r.g.OutArea(k):][:piece.Len]
-	inArea := r.g.InArea(k)
+	out := r.window(c.rank)[g.OutArea(k):][:piece.Len]
+	inArea := g.InArea(k)
 	sources := []sched.Source{{Range: piece, Ranks: nil}}
 	if r.call.Coll == sched.AllReduce {
 		sources = sched.Sources(c.layout, L, r.size, piece)
@@ -306,9 +329,27 @@ func (r *shmRun) reducePiece(k int) {
 			sources[0].Ranks = append(sources[0].Ranks, q)
 		}
 	}
+	gets := r.p == nil && (r.call.Coll == sched.AllReduce || c.rank == r.call.Root)
 	for _, s := range sources {
-		r.fold(out[s.Off-piece.Off:][:s.Len], func(i int) []byte { return r.window(s.Ranks[i])[inArea+s.Off:][:s.Len] }, len(s.Ranks))
+		ins := make([][]byte, len(s.Ranks))
+		for x, q := range s.Ranks {
+			ins[x] = r.window(q)[inArea+s.Off:][:s.Len]
+			if q == c.rank && r.p == nil {
+				ins[x] = r.send.host[off+s.Off:][:s.Len]
+			}
+		}
+		var also []byte
+		if gets {
+			also = r.recv.host[off+s.Off:][:s.Len]
+		}
+		reduce.FoldParallel(out[s.Off-piece.Off:][:s.Len], also, ins, r.call.DType, r.call.Op, c.n, r.workers)
 	}
+}
+
+// holders are the output areas that hold the bytes rg of chunk k.
+func (r *shmRun) holders(k int, rg sched.Range) []sched.Held {
+	_, L := r.g.Span(k)
+	return r.g.Holders(L, r.size, rg)
 }
 
 // output brings chunk k's result to this rank: a device rank copies the
@@ -318,9 +359,11 @@ func (r *shmRun) output(k int) error {
 	c := r.c
 	off, L := r.g.Span(k)
 	pt, outArea := r.part(k), r.g.OutArea(k)
-	for _, s := range sched.Covering(L, r.size, c.n, pt) {
-		q := s.Ranks[0]
-		src := r.window(q)[outArea+s.Off-sched.Part(L, r.size, c.n, q).Off:][:s.Len]
+	for _, s := range r.holders(k, pt) {
+		if s.Rank == c.rank && r.p == nil {
+			continue // reducePiece wrote it
+		}
+		src := r.window(s.Rank)[outArea+s.At:][:s.Len]
 		if r.p == nil {
 			reduce.CopyParallel(r.recv.host[off+s.Off:][:s.Len], src, r.workers)
 			continue
@@ -496,6 +539,10 @@ func (r *shmRun) put(k int) error {
 	}
 	off, L := r.g.Span(k)
 	area := r.window(r.c.rank)[r.g.InArea(k):]
+	if r.p == nil && r.call.Coll == sched.Reduce {
+		r.putAround(area, off, L)
+		return nil
+	}
 	for b := 0; b < r.g.Blocks; b++ {
 		from := off + b*r.block // ReduceScatter: block b's chunk
 		dst := area[r.g.Block(b):][:L]
@@ -531,9 +578,11 @@ func (r *shmRun) get(k int) error {
 		if c.rank != r.call.Root {
 			return nil
 		}
-		for _, s := range sched.Covering(L, r.size, c.n, sched.Range{Len: L}) {
-			q := s.Ranks[0]
-			pieces = append(pieces, piece{r.window(q)[g.OutArea(k)+s.Off-sched.Part(L, r.size, c.n, q).Off:][:s.Len], off + s.Off})
+		for _, s := range r.holders(k, sched.Range{Len: L}) {
+			if s.Rank == c.rank && r.p == nil {
+				continue // reducePiece wrote it
+			}
+			pieces = append(pieces, piece{r.window(s.Rank)[g.OutArea(k)+s.At:][:s.Len], off + s.Off})
 		}
 	case sched.Broadcast:
 		if c.rank == r.call.Root {
@@ -574,16 +623,9 @@ func (r *shmRun) get(k int) error {
 // fold reduces n inputs, in order, into dst (avg: then divides by the
 // rank count).
 func (r *shmRun) fold(dst []byte, in func(i int) []byte, n int) {
-	opR := reduceOpOf(r.call.Op)
-	if n == 1 {
-		reduce.CopyParallel(dst, in(0), r.workers)
-	} else {
-		reduce.IntoParallel(dst, in(0), in(1), r.call.DType, opR, r.workers)
+	ins := make([][]byte, n)
+	for i := range ins {
+		ins[i] = in(i)
 	}
-	for q := 2; q < n; q++ {
-		reduce.ReduceParallel(dst, in(q), r.call.DType, opR, r.workers)
-	}
-	if r.call.Op == sdk.Avg {
-		reduce.ScaleParallel(dst, r.call.DType, r.c.n, r.workers)
-	}
+	reduce.FoldParallel(dst, nil, ins, r.call.DType, r.call.Op, r.c.n, r.workers)
 }

@@ -19,20 +19,25 @@ import (
 // caller's stream, a d2h and an h2d stream); the host waits for a chunk's
 // copy only where the next step reads it.
 //
-// AllReduce (two steps a chunk):
+// AllReduce (two steps a chunk). A chunk is cut into pieces, one per
+// reducer (Reducers): the host ranks when there are any, else every rank.
 //
 //	device rank, cluster of m > 1   intra ReduceScatter of the chunk (rank j keeps part j) | d2h part j -> own input area
 //	device rank alone in its cluster  d2h the chunk -> own input area
-//	host rank                       copy the chunk -> own input area
-//	every rank q                    step | reduce piece q of every input area -> own output area | step
+//	host rank                       copy the chunk but its own piece -> own input area
+//	reducer i                       step | reduce piece i of every contribution -> own output area (and a host rank's recv) | step
 //	device rank                     h2d the pieces covering its part (the chunk when alone) | cluster of m > 1: intra AllGather
-//	host rank                       copy every piece -> recv
+//	host rank                       copy every other piece -> recv
 //
-// So every rank of a cluster carries a part over its own link, the host
-// reduction runs on every rank's cores, and no byte is copied on the host
-// between device and peer. Small AllReduces (OneShot) take one step:
-// every rank puts its whole input in its window and reduces all of them
-// in rank order itself.
+// So every rank of a cluster carries a part over its own link and no byte
+// is copied on the host between device and peer. Why the host ranks reduce
+// when there are any: their inputs and results live in private memory, so
+// a host rank that reduces its own piece reads its input and writes its
+// result where they are; a piece reduced elsewhere costs it a copy in and
+// a copy out, and the host's memory bandwidth, not its cores, is what
+// bounds these calls. A host rank alone reduces the whole chunk and copies
+// nothing. Small AllReduces (OneShot) take one step: every rank puts its
+// whole input in its window and reduces all of them in rank order itself.
 //
 // Reduce: as AllReduce without the intra steps (every rank puts its own
 // input in), and only the root collects the pieces. Broadcast: the root
@@ -53,6 +58,62 @@ type ShmPlan struct {
 	// Blocks is how many blocks of a chunk a rank puts in (n for
 	// ReduceScatter, else 1).
 	Blocks int
+	// Reducers reduce the pieces of every chunk (AllReduce, Reduce):
+	// piece i (Piece) is reduced by Reducers[i] into its output area.
+	Reducers []int
+}
+
+// ShmReducers are the ranks that reduce AllReduce's and Reduce's pieces
+// on PathShm: the host ranks when there are any, else every rank (the
+// package comment says why).
+func ShmReducers(l *Layout) []int {
+	var host, all []int
+	for r, m := range l.Members {
+		all = append(all, r)
+		if !m.OnDevice() {
+			host = append(host, r)
+		}
+	}
+	if len(host) > 0 {
+		return host
+	}
+	return all
+}
+
+// Piece is piece i of a chunk of chunkLen bytes: the part reducer i reduces.
+func (p *ShmPlan) Piece(chunkLen, size, i int) Range {
+	return Part(chunkLen, size, len(p.Reducers), i)
+}
+
+// ReducerIndex is rank's index in Reducers, or -1.
+func (p *ShmPlan) ReducerIndex(rank int) int {
+	for i, r := range p.Reducers {
+		if r == rank {
+			return i
+		}
+	}
+	return -1
+}
+
+// Held is a sub-range of a chunk in a reducer's output area: Rank's area
+// holds it from offset At.
+type Held struct {
+	Range
+	Rank, At int
+}
+
+// Holders lists where the bytes r of a chunk of chunkLen bytes are once
+// reduced, piece by piece in order.
+func (p *ShmPlan) Holders(chunkLen, size int, r Range) []Held {
+	var out []Held
+	for i, q := range p.Reducers {
+		pc := p.Piece(chunkLen, size, i)
+		a, b := max(pc.Off, r.Off), min(pc.End(), r.End())
+		if a < b {
+			out = append(out, Held{Range{a, b - a}, q, a - pc.Off})
+		}
+	}
+	return out
 }
 
 // Steps is how many steps a chunk takes: the reductions publish their
@@ -90,8 +151,14 @@ func ShmColl(coll Coll) bool {
 // window bytes: bytes (elements of size) is the message (AllReduce,
 // Reduce, Broadcast) or one rank's block (AllGather, ReduceScatter), cut
 // into chunks of at most chunkMax bytes (FLAGCX_NET_CHUNK_SIZE; 0: as
-// large as the slots allow).
-func NewShmPlan(coll Coll, bytes, size, n, window, chunkMax int) (*ShmPlan, error) {
+// large as the slots allow). reducers are AllReduce's and Reduce's
+// (ShmReducers; nil: every rank).
+func NewShmPlan(coll Coll, bytes, size, n int, reducers []int, window, chunkMax int) (*ShmPlan, error) {
+	if reducers == nil {
+		for r := 0; r < n; r++ {
+			reducers = append(reducers, r)
+		}
+	}
 	if coll == AllReduce && bytes*n <= ShmOneShot && 2*alignUp(bytes, 64) <= window/2 {
 		return &ShmPlan{Coll: coll, OneShot: true, Spans: []Range{{0, bytes}}, Slots: 1, In: alignUp(bytes, 64), Blocks: 1}, nil
 	}
@@ -102,11 +169,11 @@ func NewShmPlan(coll Coll, bytes, size, n, window, chunkMax int) (*ShmPlan, erro
 		slots = max(slots, 2)
 	}
 	// A slot holds Blocks chunks in and, for the reductions, a piece of a
-	// chunk (an n-th; a whole chunk for ReduceScatter's result) out.
+	// chunk (one per reducer; a whole chunk for ReduceScatter's result) out.
 	blocks, outNum, outDen := 1, 0, 1
 	switch coll {
 	case AllReduce, Reduce:
-		outNum, outDen = 1, n
+		outNum, outDen = 1, len(reducers)
 	case ReduceScatter:
 		blocks, outNum = n, 1
 	}
@@ -119,6 +186,9 @@ func NewShmPlan(coll Coll, bytes, size, n, window, chunkMax int) (*ShmPlan, erro
 		return nil, fmt.Errorf("the shared-memory window (%d bytes) is too small for %d chunks in flight: raise FLAGCX_SHM_WINDOW_SIZE", window, slots)
 	}
 	p := &ShmPlan{Coll: coll, Spans: Spans(bytes, size, chunk), Slots: slots, Blocks: blocks}
+	if coll == AllReduce || coll == Reduce {
+		p.Reducers = reducers
+	}
 	maxLen := 0
 	for _, s := range p.Spans {
 		maxLen = max(maxLen, s.Len)
@@ -127,7 +197,7 @@ func NewShmPlan(coll Coll, bytes, size, n, window, chunkMax int) (*ShmPlan, erro
 	out := 0
 	switch coll {
 	case AllReduce, Reduce:
-		out = Part(maxLen, size, n, 0).Len
+		out = p.Piece(maxLen, size, 0).Len
 	case ReduceScatter:
 		out = maxLen
 	}
@@ -231,26 +301,11 @@ func sortInts(a []int) {
 	}
 }
 
-// Covering lists the pieces (of n, one per rank) that overlap r, with the
-// overlap: piece q's bytes [Off, End) of the chunk come from rank q's
-// output area at Off - Part(chunkLen, size, n, q).Off.
-func Covering(chunkLen, size, n int, r Range) []Source {
-	var out []Source
-	for q := 0; q < n; q++ {
-		p := Part(chunkLen, size, n, q)
-		a, b := max(p.Off, r.Off), min(p.End(), r.End())
-		if a < b {
-			out = append(out, Source{Range: Range{a, b - a}, Ranks: []int{q}})
-		}
-	}
-	return out
-}
-
 // shm makes a plan on PathShm. The steps are the executor's (core); the
 // plan records the geometry.
 func (b *builder) shm() {
 	b.p.Path = PathShm
-	g, err := NewShmPlan(b.call.Coll, b.call.Count*b.size, b.size, b.n, b.o.ShmWindow, b.o.Chunk)
+	g, err := NewShmPlan(b.call.Coll, b.call.Count*b.size, b.size, b.n, ShmReducers(b.l), b.o.ShmWindow, b.o.Chunk)
 	if err != nil {
 		b.p.Why = err.Error() + "; the staged schedule runs instead"
 		b.p.Path = PathC2C
@@ -276,20 +331,34 @@ func (p *Plan) formatShm(w io.Writer) {
 	if !c.OnDevice() {
 		put, get = "copy", "copy"
 	}
+	reduce := "step"
+	if i := g.ReducerIndex(p.Rank); i >= 0 {
+		reduce = fmt.Sprintf("reduce piece %d of %d of every contribution -> own window", i, len(g.Reducers))
+		if !c.OnDevice() && (g.Coll == AllReduce || p.Rank == p.Call.Root) {
+			reduce += " and recv"
+		}
+	}
+	put0, get0 := put+" chunk -> own window", get+" every piece -> recv"
+	if !c.OnDevice() && g.ReducerIndex(p.Rank) >= 0 {
+		put0, get0 = "copy chunk but own piece -> own window", "copy every other piece -> recv"
+		if len(g.Reducers) == 1 {
+			put0, get0 = "", ""
+		}
+	}
 	var steps []string
 	switch {
 	case g.Coll == AllReduce && g.OneShot:
 		steps = []string{put + " send -> own window", "step", "reduce every window in rank order", get + " -> recv"}
 	case g.Coll == AllReduce && c.OnDevice() && m > 1:
 		steps = []string{fmt.Sprintf("intra ReduceScatter (part %d of %d stays here)", j, m), fmt.Sprintf("d2h part %d -> own window", j),
-			"step", fmt.Sprintf("reduce piece %d of every window", p.Rank), "step", fmt.Sprintf("h2d part %d from the pieces' windows", j), "intra AllGather"}
+			"step", reduce, "step", fmt.Sprintf("h2d part %d from the pieces' windows", j), "intra AllGather"}
 	case g.Coll == AllReduce:
-		steps = []string{put + " chunk -> own window", "step", fmt.Sprintf("reduce piece %d of every window", p.Rank), "step", get + " every piece -> recv"}
+		steps = []string{put0, "step", reduce, "step", get0}
 	case g.Coll == Reduce:
-		steps = []string{put + " chunk -> own window", "step", fmt.Sprintf("reduce piece %d of every window", p.Rank), "step"}
-		if p.Rank == p.Call.Root {
-			steps = append(steps, get+" every piece -> recv")
+		if p.Rank != p.Call.Root {
+			get0 = ""
 		}
+		steps = []string{put0, "step", reduce, "step", get0}
 	case g.Coll == Broadcast:
 		if p.Rank == p.Call.Root {
 			steps = []string{put + " chunk -> own window", "step", get + " -> recv"}
@@ -304,5 +373,11 @@ func (p *Plan) formatShm(w io.Writer) {
 			steps = append(steps, "h2d -> recv")
 		}
 	}
-	fmt.Fprintf(w, "  per chunk (%d slots of %s in each window): %s\n", g.Slots, Bytes(g.SlotBytes), strings.Join(steps, " | "))
+	var named []string
+	for _, st := range steps {
+		if st != "" {
+			named = append(named, st)
+		}
+	}
+	fmt.Fprintf(w, "  per chunk (%d slots of %s in each window): %s\n", g.Slots, Bytes(g.SlotBytes), strings.Join(named, " | "))
 }

@@ -56,17 +56,43 @@ func TestSourcesNameEveryContributor(t *testing.T) {
 	}
 }
 
-func TestCoveringTilesTheRange(t *testing.T) {
-	for _, r := range []Range{{0, 40}, {12, 16}, {36, 4}, {8, 0}} {
-		got := Covering(40, 4, 3, r)
-		at := r.Off
-		for _, s := range got {
-			p := Part(40, 4, 3, s.Ranks[0])
-			require.Equal(t, at, s.Off)
-			require.True(t, s.Off >= p.Off && s.End() <= p.End(), "%+v inside piece %+v", s, p)
-			at = s.End()
+func TestHoldersTileTheRange(t *testing.T) {
+	for _, reducers := range [][]int{{0, 1, 2}, {3, 4}, {1}} {
+		g := &ShmPlan{Reducers: reducers}
+		for _, r := range []Range{{0, 40}, {12, 16}, {36, 4}, {8, 0}} {
+			at := r.Off
+			for _, h := range g.Holders(40, 4, r) {
+				i := g.ReducerIndex(h.Rank)
+				require.GreaterOrEqual(t, i, 0)
+				p := g.Piece(40, 4, i)
+				require.Equal(t, at, h.Off)
+				require.True(t, h.Off >= p.Off && h.End() <= p.End(), "%+v inside piece %+v", h, p)
+				require.Equal(t, h.Off-p.Off, h.At, "offset in the holder's output area")
+				at = h.End()
+			}
+			require.Equal(t, r.End(), at)
 		}
-		require.Equal(t, r.End(), at)
+	}
+}
+
+// TestShmReducers: the host ranks reduce when there are any (their data
+// is private, so they save a copy in and out), else every rank.
+func TestShmReducers(t *testing.T) {
+	dev := func(r int) Member { return Member{Rank: r, Vendor: "A", Plugin: "a"} }
+	host := func(r int) Member { return Member{Rank: r, Vendor: HostVendor} }
+	for _, tc := range []struct {
+		members []Member
+		split   []int
+		want    []int
+	}{
+		{[]Member{dev(0), dev(1)}, []int{1, 1}, []int{0, 1}},
+		{[]Member{dev(0), host(1)}, nil, []int{1}},
+		{[]Member{dev(0), dev(1), host(2), host(3)}, nil, []int{2, 3}},
+		{[]Member{host(0), dev(1), host(2)}, nil, []int{0, 2}},
+	} {
+		l, err := NewLayout(tc.members, tc.split)
+		require.NoError(t, err)
+		require.Equal(t, tc.want, ShmReducers(l))
 	}
 }
 
@@ -83,7 +109,7 @@ func TestShmPlanGeometry(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			g, err := NewShmPlan(AllReduce, tc.bytes, tc.size, tc.n, tc.win, DefaultChunk)
+			g, err := NewShmPlan(AllReduce, tc.bytes, tc.size, tc.n, nil, tc.win, DefaultChunk)
 			require.NoError(t, err)
 			require.Equal(t, tc.oneShot, g.OneShot)
 			require.GreaterOrEqual(t, g.Chunks(), tc.minChunks)
@@ -102,6 +128,6 @@ func TestShmPlanGeometry(t *testing.T) {
 			require.Equal(t, tc.bytes, total)
 		})
 	}
-	_, err := NewShmPlan(AllReduce, 64<<20, 4, 2, 8<<10, 0)
+	_, err := NewShmPlan(AllReduce, 64<<20, 4, 2, nil, 8<<10, 0)
 	require.ErrorContains(t, err, "FLAGCX_SHM_WINDOW_SIZE")
 }

@@ -36,6 +36,51 @@ func CopyParallel(dst, src []byte, workers int) {
 	split(len(src), workers, func(lo, hi int) { copy(dst[lo:hi], src[lo:hi]) })
 }
 
+// foldBlock is how much FoldParallel reduces before copying it to its
+// second destination: small enough to still be in the core's cache.
+const foldBlock = 64 << 10
+
+// FoldParallel folds ins in order into dst (dst = ins[0] op ins[1] op
+// ...; Avg sums and divides by ranks) and, when also is not nil, copies
+// the result to also too, block by block while the block is in the cache,
+// split over up to workers goroutines. dst must not overlap any input;
+// also may be one of them (an in-place caller's own input): each block is
+// read before it is written.
+func FoldParallel(dst, also []byte, ins [][]byte, dt sdk.DataType, op sdk.RedOp, ranks, workers int) {
+	fop := op
+	if op == sdk.Avg {
+		fop = sdk.Sum
+	}
+	for _, in := range ins {
+		check(dst, dst, in, dt, fop)
+	}
+	if also != nil && len(also) < len(dst) {
+		panic("reduce: FoldParallel: second destination shorter than the first")
+	}
+	split(len(dst), workers, func(lo, hi int) {
+		for a := lo; a < hi; a += foldBlock {
+			b := min(a+foldBlock, hi)
+			switch len(ins) {
+			case 0:
+				continue
+			case 1:
+				copy(dst[a:b], ins[0][a:b])
+			default:
+				Into(dst[a:b], ins[0][a:b], ins[1][a:b], dt, fop)
+			}
+			for _, in := range ins[min(2, len(ins)):] {
+				Into(dst[a:b], dst[a:b], in[a:b], dt, fop)
+			}
+			if op == sdk.Avg {
+				Scale(dst[a:b], dt, ranks)
+			}
+			if also != nil {
+				copy(also[a:b], dst[a:b])
+			}
+		}
+	})
+}
+
 // split calls fn on pieces of [0, n) in parallel.
 func split(n, workers int, fn func(lo, hi int)) {
 	pieces := min(workers, n/ParallelMin)

@@ -312,6 +312,42 @@ func TestParallelMatchesSerial(t *testing.T) {
 	}
 }
 
+// TestFoldParallelMatchesSerial: folding in order with a second
+// destination equals the serial fold, also when that destination is one
+// of the inputs (a host rank reducing in place), for every op including
+// avg, across the block and worker boundaries.
+func TestFoldParallelMatchesSerial(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	for _, dt := range []sdk.DataType{sdk.Int8, sdk.Float16, sdk.Float32, sdk.Float64} {
+		for _, op := range []sdk.RedOp{sdk.Sum, sdk.Min, sdk.Avg} {
+			for _, size := range []int{64, 3*foldBlock + 192, 2*ParallelMin + 64*5} {
+				for _, n := range []int{1, 2, 4} {
+					count := size / dt.Size()
+					ins := make([][]byte, n)
+					for i := range ins {
+						ins[i] = randomBuf(rng, dt, count)
+					}
+					want := append([]byte(nil), ins[0]...)
+					fop := op
+					if op == sdk.Avg {
+						fop = sdk.Sum
+					}
+					for _, in := range ins[1:] {
+						Reduce(want, in, dt, fop)
+					}
+					if op == sdk.Avg {
+						Scale(want, dt, 5)
+					}
+					dst := make([]byte, len(want))
+					FoldParallel(dst, ins[n-1], ins, dt, op, 5, 3)
+					require.Equal(t, want, dst, "%v %v %d bytes, %d inputs", dt, op, size, n)
+					require.Equal(t, want, ins[n-1], "the second destination (an input)")
+				}
+			}
+		}
+	}
+}
+
 func TestMisusePanics(t *testing.T) {
 	require.Panics(t, func() { Into(make([]byte, 3), make([]byte, 3), make([]byte, 3), sdk.Int32, sdk.Sum) })
 	require.Panics(t, func() { Into(make([]byte, 8), make([]byte, 4), make([]byte, 8), sdk.Int32, sdk.Sum) })
