@@ -44,6 +44,15 @@ func (c *conformanceCmd) Run(kctx *kong.Context, g *Globals) error {
 		suite.ServeWorker()
 		return nil
 	}
+	// Checked before --list too: the case matrix is built from these.
+	for _, n := range c.NP {
+		if n < 2 || n > 64 {
+			return fmt.Errorf("--np %d: give communicator sizes from 2 to 64 (e.g. --np 2,4)", n)
+		}
+	}
+	if c.Timeout <= 0 {
+		return fmt.Errorf("--timeout %v: give a positive deadline per case (e.g. 60s)", c.Timeout)
+	}
 	out := kctx.Stdout
 	var filter *regexp.Regexp
 	if c.Filter != "" {

@@ -160,6 +160,9 @@ func TestConformanceBadInputs(t *testing.T) {
 	}{
 		{"unknown plugin", nil, []string{"--plugin-dir", dir, "conformance", "--plugin", "acme"}, []string{`no plugin "acme"`, "found: example"}},
 		{"one rank", nil, []string{"--plugin-dir", dir, "conformance", "--np", "1"}, []string{"--np 1"}},
+		{"negative size, listing", nil, []string{"conformance", "--list", "--np", "-1"}, []string{"--np -1", "from 2 to 64"}},
+		{"size too large, listing", nil, []string{"conformance", "--list", "--np", "2,65"}, []string{"--np 65", "from 2 to 64"}},
+		{"negative timeout", nil, []string{"--plugin-dir", dir, "conformance", "--timeout", "-1s"}, []string{"--timeout -1s", "positive"}},
 		{"bad regexp", nil, []string{"--plugin-dir", dir, "conformance", "--run", "("}, []string{"--run"}},
 		{"empty dir", nil, []string{"--plugin-dir", t.TempDir(), "conformance"}, []string{"no plugins"}},
 		{"worker by hand", nil, []string{"conformance", "--worker"}, []string{"--worker is internal"}},

@@ -3,7 +3,8 @@
 //
 // Each subcommand lives in a file of its own that registers it from an init
 // function with addCommand; main only wires kong and reports errors, one
-// line on stderr each: "flagcx: error: ...", exit status 1.
+// line on stderr each: "flagcx: error: ...", exit status 1 (128 + the
+// signal's number when a signal stopped a local launch: 130 for SIGINT).
 package main
 
 import (
@@ -49,13 +50,14 @@ func main() {
 
 // run parses args, runs the chosen subcommand and returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
-	args = aliases(args)
+	args = negativeValues(aliases(args))
 	var root cli
 	opts := []kong.Option{
 		kong.Name("flagcx"),
 		kong.Description("Heterogeneous collective communication: benchmarks and tools."),
 		kong.Writers(stdout, stderr),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
+		kong.ValueFormatter(helpWithDefault),
 	}
 	for _, c := range commands {
 		opts = append(opts, kong.DynamicCommand(c.name, c.help, "", c.cmd))
@@ -97,6 +99,56 @@ func aliases(args []string) []string {
 	return args
 }
 
+// negativeValues joins a flag and a negative number after it ("-w -1",
+// "--root -1") into one argument ("-w-1", "--root=-1"). Kong reads a
+// separate "-1" as a short flag and answers "perhaps try --warmup_iters=-1";
+// joined, the value reaches the command's own check, which names the flag
+// and the values it takes.
+func negativeValues(args []string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		if i+1 < len(args) && isNegativeNumber(args[i+1]) && !strings.Contains(a, "=") {
+			switch {
+			case len(a) > 2 && strings.HasPrefix(a, "--"):
+				a += "=" + args[i+1]
+				i++
+			case len(a) == 2 && a[0] == '-' && a[1] != '-':
+				a += args[i+1]
+				i++
+			}
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// isNegativeNumber matches what no flag name looks like: -1, -2.5, -.5, -4K.
+func isNegativeNumber(s string) bool {
+	return len(s) > 1 && s[0] == '-' && (s[1] >= '0' && s[1] <= '9' || s[1] == '.' && len(s) > 2 && s[2] >= '0' && s[2] <= '9')
+}
+
+// helpWithDefault adds a flag's default to its help, so that --help shows
+// what an omitted flag means, unless the help already says it.
+func helpWithDefault(v *kong.Value) string {
+	h := kong.DefaultHelpValueFormatter(v)
+	if !v.HasDefault || v.Default == "" || v.IsBool() && v.Default == "false" || strings.Contains(v.Help, "default") {
+		return h
+	}
+	if strings.HasSuffix(h, ".") {
+		return h[:len(h)-1] + " (default: " + v.Default + ")."
+	}
+	return h + " (default: " + v.Default + ")"
+}
+
+// exitStatuser is an error that asks for an exit status of its own: a local
+// launch stopped by SIGINT exits 130, as the shell reports an interrupted
+// program.
+type exitStatuser interface{ ExitStatus() int }
+
 // fail reports err as one line and returns the exit status.
 func fail(stderr io.Writer, err error) int {
 	var pe *kong.ParseError
@@ -112,5 +164,9 @@ func fail(stderr io.Writer, err error) int {
 	}
 	msg = strings.Join(strings.Fields(strings.ReplaceAll(msg, "\n", " ")), " ")
 	fmt.Fprintf(stderr, "flagcx: error: %s\n", msg)
+	var es exitStatuser
+	if errors.As(err, &es) && es.ExitStatus() > 1 {
+		return es.ExitStatus()
+	}
 	return 1
 }

@@ -11,8 +11,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -147,6 +149,13 @@ func TestBadInputs(t *testing.T) {
 		{"split list of another size", []string{"FLAGCX_CLUSTER_SPLIT_LIST=2,2"}, []string{"bench", "allreduce", "--np", "3"}, []string{"FLAGCX_CLUSTER_SPLIT_LIST", "add up to 4", "3 ranks"}},
 		{"malformed split list", []string{"FLAGCX_CLUSTER_SPLIT_LIST=two"}, []string{"bench", "allreduce", "--np", "2"}, []string{"FLAGCX_CLUSTER_SPLIT_LIST", "not a cluster size"}},
 		{"unknown backend", nil, []string{"--plugin-dir", ".", "bench", "allreduce", "--backend", "nosuch"}, []string{"no plugin libflagcx-nosuch.so"}},
+		{"negative warmup", nil, []string{"bench", "allreduce", "-w", "-1"}, []string{"-w/--warmup_iters -1", "give 0 or more"}},
+		{"negative iterations", nil, []string{"bench", "allreduce", "--iters", "-5"}, []string{"-n/--iters -5", "at least 1"}},
+		{"negative factor", nil, []string{"bench", "allreduce", "-f", "-2"}, []string{"-f/--stepfactor -2", "at least 2"}},
+		{"negative root", nil, []string{"bench", "reduce", "-r", "-1"}, []string{"-r/--root -1", "0 or more"}},
+		{"negative np", nil, []string{"bench", "allreduce", "--np", "-2"}, []string{"--np -2", "1 or more"}},
+		{"negative min size", nil, []string{"bench", "allreduce", "-b", "-1"}, []string{"--minbytes", `"-1": negative`, "from 0 to 1048576G"}},
+		{"negative max size", nil, []string{"bench", "allreduce", "-e", "-4K"}, []string{"--maxbytes", `"-4K": negative`, "from 0 to 1048576G"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -160,7 +169,55 @@ func TestBadInputs(t *testing.T) {
 			}
 			require.NotContains(t, all, "panic")
 			require.NotContains(t, all, "goroutine")
+			require.NotContains(t, all, "perhaps try", "kong's advice to quote a value is not an answer")
 			require.Less(t, r.took, 5*time.Second)
+		})
+	}
+}
+
+func TestNegativeValues(t *testing.T) {
+	cases := []struct{ in, want []string }{
+		{[]string{"bench", "allreduce", "-w", "-1"}, []string{"bench", "allreduce", "-w-1"}},
+		{[]string{"bench", "--root", "-1", "-n", "5"}, []string{"bench", "--root=-1", "-n", "5"}},
+		{[]string{"bench", "-e", "-4K", "-f", "-.5"}, []string{"bench", "-e-4K", "-f-.5"}},
+		{[]string{"conformance", "--np", "-1,2"}, []string{"conformance", "--np=-1,2"}},
+		{[]string{"bench", "--np=3", "-1"}, []string{"bench", "--np=3", "-1"}},     // the flag has its value
+		{[]string{"bench", "-w", "-x"}, []string{"bench", "-w", "-x"}},             // not a number: kong's to judge
+		{[]string{"bench", "--", "-w", "-1"}, []string{"bench", "--", "-w", "-1"}}, // after --, nothing is a flag
+		{[]string{"bench", "-w"}, []string{"bench", "-w"}},
+	}
+	for _, c := range cases {
+		require.Equal(t, c.want, negativeValues(c.in), "%q", c.in)
+	}
+}
+
+// TestConfigErrorsOnce: a setting every rank reads, wrong, is refused once
+// by the launcher before any rank starts, not once per rank.
+func TestConfigErrorsOnce(t *testing.T) {
+	empty := t.TempDir()
+	cases := []struct {
+		name string
+		env  []string
+		args []string
+		want string
+	}{
+		{"shm ring size", []string{"FLAGCX_SHM_P2P_SIZE=abc"}, []string{"bench", "allreduce", "--np", "3"}, `FLAGCX_SHM_P2P_SIZE="abc": allowed is a byte count from 64K to 1G`},
+		{"shm window size", []string{"FLAGCX_SHM_WINDOW_SIZE=1"}, []string{"bench", "allreduce", "--np", "3"}, `FLAGCX_SHM_WINDOW_SIZE="1"`},
+		{"shm switch", []string{"FLAGCX_SHM_DISABLE=maybe"}, []string{"bench", "allreduce", "--np", "3"}, `FLAGCX_SHM_DISABLE="maybe"`},
+		{"host path switch", []string{"FLAGCX_USE_HOST_COMM=maybe"}, []string{"bench", "allreduce", "--np", "3"}, `FLAGCX_USE_HOST_COMM="maybe"`},
+		{"chunk size", []string{"FLAGCX_NET_CHUNK_SIZE=-3"}, []string{"bench", "allreduce", "--ranks", "host:3"}, `FLAGCX_NET_CHUNK_SIZE="-3"`},
+		{"unknown backend", nil, []string{"--plugin-dir", empty, "bench", "allreduce", "--np", "3", "--backend", "nosuch"}, "no plugin libflagcx-nosuch.so"},
+		{"unknown backend in --ranks", nil, []string{"--plugin-dir", empty, "bench", "allreduce", "--ranks", "nosuch:2,host:1"}, "no plugin libflagcx-nosuch.so"},
+		{"plugin dir missing", nil, []string{"--plugin-dir", filepath.Join(empty, "gone"), "bench", "allreduce", "--ranks", "nvidia:3"}, "does not exist"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := runFlagcx(t, 30*time.Second, cleanEnv(c.env...), append(c.args, "-e", "1K")...)
+			require.Equal(t, 1, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+			require.Equal(t, 1, strings.Count(r.stderr, c.want), "printed once:\n%s", r.stderr)
+			require.Equal(t, []string{"flagcx: error: "}, regexp.MustCompile(`(?m)^.*?error: `).FindAllString(r.stderr, -1),
+				"one line from the launcher, none from ranks:\n%s", r.stderr)
+			require.Empty(t, r.stdout, "no rank started")
 		})
 	}
 }
@@ -188,6 +245,17 @@ func TestHelp(t *testing.T) {
 		"--datatype", "--op", "--root", "--print", "--np", "--format", "--json", "--plugin-dir", "--debug"} {
 		require.Contains(t, r.stdout, f)
 	}
+	// Every default shows, as "(default: X)" at the end of its flag's help.
+	help := strings.Join(strings.Fields(r.stdout), " ")
+	for flag, def := range map[string]string{"--minbytes": "8", "--maxbytes": "8M", "--stepfactor": "2", "--warmup_iters": "5",
+		"--iters": "20", "--check": "1", "--datatype": "float32", "--op": "sum", "--root": "0", "--print": "0",
+		"--backend": "host", "--format": "table"} {
+		require.Regexp(t, regexp.QuoteMeta(flag)+`=\S+ (?:[^(]|\([^d])*\(default: `+regexp.QuoteMeta(def)+`\)`, help, flag)
+	}
+	require.NotContains(t, help, "(default: false)", "switches need no default")
+	r = runFlagcx(t, 10*time.Second, cleanEnv(), "plot", "--help")
+	require.Zero(t, r.code)
+	require.Contains(t, strings.Join(strings.Fields(r.stdout), " "), "(default: plot.svg)")
 }
 
 var rowRE = regexp.MustCompile(`^ +(\d+) +(\d+) +(\S+) +(\S+) +(-?\d+) +([\d.]+) +([\d.]+) +([\d.]+) +(\S+) +([\d.]+) +([\d.]+) +([\d.]+) +(\S+)$`)
@@ -444,4 +512,57 @@ func TestBenchNvidiaEmulatedDefaults(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &doc))
 	require.NotNil(t, doc.Emulated)
 	require.True(t, *doc.Emulated)
+}
+
+// TestInterrupt: SIGINT (Ctrl-C) or SIGTERM to a local launch stops every
+// rank, then the launcher exits 128 + the signal (as the shell reports a
+// program the signal ended) with one short line.
+func TestInterrupt(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	for _, c := range []struct {
+		sig  syscall.Signal
+		code int
+	}{{syscall.SIGINT, 130}, {syscall.SIGTERM, 143}} {
+		t.Run(c.sig.String(), func(t *testing.T) {
+			cmd := exec.Command(flagcxBin(t), "bench", "allreduce", "--np", "2", "-b", "64K", "-e", "64K", "-w", "0", "-n", "1000000000", "-c", "0")
+			cmd.Env = cleanEnv()
+			cmd.Dir = t.TempDir()
+			var out, errb lockedBuffer
+			cmd.Stdout, cmd.Stderr = &out, &errb
+			require.NoError(t, cmd.Start())
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			t.Cleanup(func() {
+				_ = cmd.Process.Kill()
+				<-done
+			})
+			// The header means both ranks joined and the timed loop, which
+			// would run for hours, has begun.
+			require.Eventually(t, func() bool { return strings.Contains(out.String(), "# Using devices") }, time.Minute, 20*time.Millisecond,
+				"stdout:\n%s\nstderr:\n%s", out.String(), errb.String())
+			rankPids := ranks(cmd.Process.Pid)
+			require.Len(t, rankPids, 2, "the launcher's rank processes")
+
+			require.NoError(t, cmd.Process.Signal(c.sig))
+			var err error
+			select {
+			case err = <-done:
+				done <- err // for the cleanup
+			case <-time.After(30 * time.Second):
+				t.Fatalf("flagcx did not exit within 30s of %v\nstderr:\n%s", c.sig, errb.String())
+			}
+			var ee *exec.ExitError
+			require.ErrorAs(t, err, &ee)
+			require.Equal(t, c.code, ee.ExitCode(), "stderr:\n%s", errb.String())
+			for _, pid := range rankPids {
+				_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
+				require.True(t, os.IsNotExist(err), "rank process %d is still there", pid)
+			}
+			lines := strings.Split(strings.TrimSpace(errb.String()), "\n")
+			require.Len(t, lines, 1, "one short line:\n%s", errb.String())
+			require.Regexp(t, `^flagcx: error: interrupted \(`+c.sig.String()+`, passed on to every rank\)$`, lines[0])
+		})
+	}
 }

@@ -310,7 +310,7 @@ func summarize(failures []*RankError, interrupted os.Signal) error {
 		tail = " (" + strings.Join(extra, "; ") + ")"
 	}
 	if interrupted != nil {
-		return &launchError{first: first, msg: fmt.Sprintf("interrupted (%v, passed on to every rank)", interrupted)}
+		return &launchError{first: first, msg: fmt.Sprintf("interrupted (%v, passed on to every rank)", interrupted), signal: interrupted}
 	}
 	if first == nil {
 		return nil
@@ -321,11 +321,24 @@ func summarize(failures []*RankError, interrupted os.Signal) error {
 // launchError is a local launch's failure: its message covers every rank;
 // errors.As finds the first failing rank's *RankError.
 type launchError struct {
-	first *RankError
-	msg   string
+	first  *RankError
+	msg    string
+	signal os.Signal // the signal that stopped the launch, if one did
 }
 
 func (e *launchError) Error() string { return e.msg }
+
+// ExitStatus is what the launcher should exit with: 128 + the signal's
+// number after SIGINT or SIGTERM (130, 143), as a shell reports a program
+// that the signal ended, so scripts tell an interrupted run from a failed
+// one; 1 otherwise.
+func (e *launchError) ExitStatus() int {
+	if s, ok := e.signal.(syscall.Signal); ok {
+		return 128 + int(s)
+	}
+	return 1
+}
+
 func (e *launchError) Unwrap() error {
 	if e.first == nil {
 		return nil

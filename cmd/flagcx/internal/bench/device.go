@@ -66,34 +66,22 @@ func (p Placement) localIndex(rank int) int {
 // openPlugin opens and initializes the named plugin from dir (only that
 // one: each rank loads only its own vendor's runtime).
 func openPlugin(name, dir string, emulated bool) (*loader.Plugin, error) {
-	if dir == "" {
-		dir = loader.DefaultDir()
+	path, dir, err := pluginFile(name, dir)
+	if err != nil {
+		return nil, err
 	}
-	cands, dirErr := loader.Discover(dir)
-	var found []string
-	for _, c := range cands {
-		if c.Name != name {
-			found = append(found, c.Name)
-			continue
-		}
-		p, err := loader.Open(c.Path)
-		if err != nil {
-			return nil, fmt.Errorf("backend %s: %w", name, err)
-		}
-		simDir := ""
-		if os.Getenv(loader.EnvVendorsimDir) == "" {
-			simDir = filepath.Join(dir, "..", "vendorsim")
-		}
-		if err := p.Init(loader.InitOptions{Emulated: emulated || loader.EmulatedFromEnv(), VendorsimDir: simDir}); err != nil {
-			return nil, fmt.Errorf("backend %s: %s: vendor runtime does not load: %w", name, c.Path, err)
-		}
-		return p, nil
+	p, err := loader.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("backend %s: %w", name, err)
 	}
-	if dirErr != nil {
-		return nil, fmt.Errorf("backend %s: %w", name, dirErr)
+	simDir := ""
+	if os.Getenv(loader.EnvVendorsimDir) == "" {
+		simDir = filepath.Join(dir, "..", "vendorsim")
 	}
-	return nil, fmt.Errorf("backend %s: no plugin libflagcx-%s.so in %q (found: %s): build it with make, or point --plugin-dir / FLAGCX_PLUGIN_DIR at it",
-		name, name, dir, strings.Join(append(found, HostBackendName+" (built in)"), ", "))
+	if err := p.Init(loader.InitOptions{Emulated: emulated || loader.EmulatedFromEnv(), VendorsimDir: simDir}); err != nil {
+		return nil, fmt.Errorf("backend %s: %s: vendor runtime does not load: %w", name, path, err)
+	}
+	return p, nil
 }
 
 // deviceBackend is a device rank's side of the benchmark: a plugin's

@@ -80,6 +80,9 @@ func Run(f *Flags, e Env) error {
 			if err := checkSplitList(e.Lookup, cfg.Placement, cfg.NP); err != nil {
 				return err
 			}
+			if err := preflight(cfg, e.Lookup); err != nil {
+				return err
+			}
 			if err := checkMemory(cfg.MaxBytes, cfg.Check, cfg.NP); err != nil {
 				return err
 			}
@@ -118,12 +121,7 @@ func Run(f *Flags, e Env) error {
 	if err != nil {
 		return err
 	}
-	cfg.Hetero = cfg.Placement != nil || cfg.Backend != HostBackendName
-	for _, v := range []string{core.EnvClusterSplitList, core.EnvUseHostComm} {
-		if s, ok := e.Lookup(v); ok && strings.TrimSpace(s) != "" {
-			cfg.Hetero = true
-		}
-	}
+	cfg.Hetero = cfg.hetero(e.Lookup)
 	comm, be, err := joinBackend(cfg, job, launched, id, nranks, rank)
 	job.Joined()
 	if err != nil {

@@ -21,7 +21,7 @@ const MaxSize = Size(1) << 50
 func ParseSize(s string) (Size, error) {
 	in := strings.TrimSpace(s)
 	if in == "" {
-		return 0, fmt.Errorf("empty size; give bytes, or a number with K, M or G (1024-based): 8, 64K, 32M, 1G")
+		return 0, fmt.Errorf("empty size; give a byte count from 0 to %s, K, M or G for 1024-based units: 8, 64K, 32M, 1G", MaxSize)
 	}
 	num := strings.ToUpper(in)
 	num = strings.TrimSuffix(num, "IB")
@@ -42,7 +42,7 @@ func ParseSize(s string) (Size, error) {
 	}
 	num = strings.TrimSpace(num)
 	bad := func(why string) (Size, error) {
-		return 0, fmt.Errorf("invalid size %q: %s; give bytes, or a number with K, M or G (1024-based): 8, 64K, 32M, 1G", s, why)
+		return 0, fmt.Errorf("invalid size %q: %s; give a byte count from 0 to %s, K, M or G for 1024-based units: 8, 64K, 32M, 1G", s, why, MaxSize)
 	}
 	if num == "" {
 		return bad("no number")

@@ -1,0 +1,76 @@
+package bench
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/flagcx/flagcx-go/core"
+	"github.com/flagcx/flagcx-go/hostnet"
+	"github.com/flagcx/flagcx-go/sdk/loader"
+)
+
+// preflight checks, in the local launcher before any rank starts, the
+// settings every rank reads on its own: malformed, each of np ranks would
+// refuse them with the same error, printed np times. Checked here, the
+// error is printed once and nothing starts.
+func preflight(cfg *Config, lookup func(string) (string, bool)) error {
+	if _, err := hostnet.ConfigFromLookup(lookup); err != nil {
+		return err
+	}
+	if _, err := hostnet.ShmConfigFromLookup(lookup); err != nil {
+		return err
+	}
+	if cfg.hetero(lookup) {
+		if err := core.CheckHeteroEnv(lookup); err != nil {
+			return err
+		}
+	}
+	backends := []string{cfg.Backend}
+	if cfg.Placement != nil {
+		backends = cfg.Placement.backends()
+	}
+	for _, b := range backends {
+		if b == HostBackendName {
+			continue
+		}
+		if _, _, err := pluginFile(b, cfg.PluginDir); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hetero reports whether the ranks run on heterogeneous communicators:
+// for placements, plugins, and the cluster variables.
+func (c *Config) hetero(lookup func(string) (string, bool)) bool {
+	if c.Placement != nil || c.Backend != HostBackendName {
+		return true
+	}
+	for _, v := range []string{core.EnvClusterSplitList, core.EnvUseHostComm} {
+		if s, ok := lookup(v); ok && strings.TrimSpace(s) != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// pluginFile finds the named plugin's file in dir (loader.DefaultDir when
+// empty) without loading it, and returns the directory searched too.
+func pluginFile(name, dir string) (path, searched string, err error) {
+	if dir == "" {
+		dir = loader.DefaultDir()
+	}
+	cands, dirErr := loader.Discover(dir)
+	var found []string
+	for _, c := range cands {
+		if c.Name == name {
+			return c.Path, dir, nil
+		}
+		found = append(found, c.Name)
+	}
+	if dirErr != nil {
+		return "", dir, fmt.Errorf("backend %s: %w", name, dirErr)
+	}
+	return "", dir, fmt.Errorf("backend %s: no plugin libflagcx-%s.so in %q (found: %s): build it with make, or point --plugin-dir / FLAGCX_PLUGIN_DIR at it",
+		name, name, dir, strings.Join(append(found, HostBackendName+" (built in)"), ", "))
+}
