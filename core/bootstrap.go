@@ -24,7 +24,11 @@ import (
 //     made before the rendezvous), TCP to the others.
 //
 // Both stages use hostnet's authenticated handshake, so a process without the
-// id's secret is refused at the door and the communicator carries on.
+// id's secret is refused at the door and the communicator carries on; a
+// connection that never answers is dropped within hostnet.FirstByteTimeout
+// and cannot take a place a rank needs, so idle connections to the
+// rendezvous port (a scanner, another job on that port) do not keep the
+// ranks out, and a wait that fails anyway names the strangers refused.
 
 // PeerInfo is what a rank tells the others about itself at bootstrap
 // (hostnet chooses the transport between two ranks from theirs).

@@ -256,7 +256,7 @@ func TestBadPeersRefused(t *testing.T) {
 		{"wrong version", answer(hsVersion+1, 0)[:12], ErrProtocol, verdictProtocol},
 		{"hello too large", answer(hsVersion, MaxHello+1), ErrProtocol, -1},
 		{"forged MAC", answer(hsVersion, 0), ErrAuth, verdictBadAuth},
-		{"silent", nil, ErrTimeout, -1},
+		{"silent", nil, ErrTimeout, verdictBusy},
 		{"too slow", []byte(hsMagic), ErrTimeout, -1},
 	}
 	l, refused := newTestListener(t, "127.0.0.1:0", cfg, testSecret)

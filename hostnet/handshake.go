@@ -28,7 +28,10 @@ import (
 //     e.g. its rank and stream index).
 //  3. Acceptor -> dialer, verdict, 33 bytes:
 //     [0] status: 0 accepted, 1 refused (wrong secret), 2 refused (protocol
-//     or version mismatch; [1:3] then holds the acceptor's version);
+//     or version mismatch; [1:3] then holds the acceptor's version), 3 busy
+//     (the acceptor dropped the connection before the answer came: it was
+//     slower than the first-byte deadline, or the oldest of too many
+//     unanswered connections; the dialer dials again);
 //     [1:33] when accepted: HMAC-SHA256(secret, "flagcx-hostnet accept v1"
 //     || A || D || answer MAC), so the dialer knows the acceptor holds the
 //     secret too (mutual authentication, fresh on both sides thanks to A
@@ -36,7 +39,10 @@ import (
 //
 // The acceptor compares MACs with hmac.Equal (constant time). Each step
 // has its own deadline (Config.Timeout, or DefaultTimeout if that is not
-// positive), so a silent or slow peer cannot hold a handshake forever.
+// positive), so a silent or slow peer cannot hold a handshake forever; the
+// first byte of the answer has a much shorter one (FirstByteTimeout), since
+// a real dialer answers as soon as the challenge arrives, and a stranger
+// that connects and says nothing should not hold a socket for long.
 // After the verdict the connection carries frames (see conn.go). Frames are
 // not encrypted nor authenticated: like NCCL, hostnet trusts the network
 // once a peer has joined.
@@ -52,7 +58,31 @@ const (
 	verdictOK       = 0
 	verdictBadAuth  = 1
 	verdictProtocol = 2
+	verdictBusy     = 3
 )
+
+// FirstByteTimeout bounds how long a Listener waits for the first byte of
+// a dialer's answer after sending the challenge (or Config.Timeout when
+// that is shorter). A flagcx dialer answers within one round trip; a
+// connection that stays silent is a stranger, or a peer so slowed down that
+// dialing again is its best chance anyway (it is told so: verdict "busy").
+const FirstByteTimeout = 2 * time.Second
+
+// errBusy: the listener asked the dialer to dial again.
+var errBusy = errors.New("the listener dropped the connection before the answer arrived and asked to dial again")
+
+// silentError: the peer sent nothing within the first-byte deadline.
+type silentError struct{ after time.Duration }
+
+func (e *silentError) Error() string {
+	return fmt.Sprintf("sent nothing within %v of the challenge (not a flagcx peer, or far too slow)", e.after)
+}
+
+func (e *silentError) Is(target error) bool { return target == ErrTimeout }
+
+func firstByteTimeout(cfg Config) time.Duration {
+	return min(FirstByteTimeout, hsTimeout(cfg))
+}
 
 func hsTimeout(cfg Config) time.Duration {
 	if cfg.Timeout > 0 {
@@ -98,20 +128,31 @@ type pendingAccept struct {
 
 // acceptHandshake runs steps 1 and 2 on the acceptor side. On a refusal it
 // tries to tell the dialer why (status byte) before the caller closes.
-func acceptHandshake(nc net.Conn, cfg Config, secret Secret) (*pendingAccept, error) {
+// arm sets the deadline of the next step (the Listener's also honours an
+// eviction: a dropped connection's reads fail at once).
+func acceptHandshake(nc net.Conn, cfg Config, secret Secret, arm func(time.Duration)) (*pendingAccept, error) {
 	timeout := hsTimeout(cfg)
+	step := func(d time.Duration, f func() error) error { arm(d); return f() }
 	chall := make([]byte, hsChallLen)
 	copy(chall, hsMagic)
 	binary.LittleEndian.PutUint16(chall[8:], hsVersion)
 	if _, err := rand.Read(chall[12:28]); err != nil {
 		return nil, fmt.Errorf("drawing a nonce: %w", err)
 	}
-	if err := hsIO(nc, timeout, func() error { _, err := nc.Write(chall); return err }); err != nil {
+	if err := step(timeout, func() error { _, err := nc.Write(chall); return err }); err != nil {
 		return nil, hsErr("sending the challenge", timeout, err)
 	}
 	ans := make([]byte, hsAnswerLen)
+	first := firstByteTimeout(cfg)
+	if err := step(first, func() error { _, err := io.ReadFull(nc, ans[:1]); return err }); err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return nil, &silentError{after: first}
+		}
+		return nil, hsErr("waiting for the answer", timeout, err)
+	}
 	// The first 12 bytes alone, so garbage is refused without waiting for more.
-	if err := hsIO(nc, timeout, func() error { _, err := io.ReadFull(nc, ans[:12]); return err }); err != nil {
+	if err := step(timeout, func() error { _, err := io.ReadFull(nc, ans[1:12]); return err }); err != nil {
 		return nil, hsErr("waiting for the answer", timeout, err)
 	}
 	if string(ans[:8]) != hsMagic {
@@ -121,10 +162,10 @@ func acceptHandshake(nc net.Conn, cfg Config, secret Secret) (*pendingAccept, er
 		verdict := make([]byte, hsVerdictLen)
 		verdict[0] = verdictProtocol
 		binary.LittleEndian.PutUint16(verdict[1:], hsVersion)
-		_ = hsIO(nc, timeout, func() error { _, err := nc.Write(verdict); return err })
+		_ = step(timeout, func() error { _, err := nc.Write(verdict); return err })
 		return nil, fmt.Errorf("peer speaks hostnet protocol version %d, this side %d (run the same flagcx version on every rank): %w", v, hsVersion, ErrProtocol)
 	}
-	if err := hsIO(nc, timeout, func() error { _, err := io.ReadFull(nc, ans[12:]); return err }); err != nil {
+	if err := step(timeout, func() error { _, err := io.ReadFull(nc, ans[12:]); return err }); err != nil {
 		return nil, hsErr("waiting for the answer", timeout, err)
 	}
 	n := binary.LittleEndian.Uint32(ans[12:16])
@@ -132,17 +173,27 @@ func acceptHandshake(nc net.Conn, cfg Config, secret Secret) (*pendingAccept, er
 		return nil, fmt.Errorf("peer announced a %d-byte hello, above the %d-byte limit: %w", n, MaxHello, ErrProtocol)
 	}
 	hello := make([]byte, n)
-	if err := hsIO(nc, timeout, func() error { _, err := io.ReadFull(nc, hello); return err }); err != nil {
+	if err := step(timeout, func() error { _, err := io.ReadFull(nc, hello); return err }); err != nil {
 		return nil, hsErr("waiting for the hello", timeout, err)
 	}
 	want := dialMAC(secret, chall[12:28], ans[16:32], hello)
 	if !hmac.Equal(want, ans[32:64]) {
 		verdict := make([]byte, hsVerdictLen)
 		verdict[0] = verdictBadAuth
-		_ = hsIO(nc, timeout, func() error { _, err := nc.Write(verdict); return err })
+		_ = step(timeout, func() error { _, err := nc.Write(verdict); return err })
 		return nil, fmt.Errorf("peer does not hold this communicator's secret (another job, or a stale unique id?): %w", ErrAuth)
 	}
 	return &pendingAccept{hello: hello, answer: ans[32:64], a: chall[12:28], d: ans[16:32]}, nil
+}
+
+// sendBusy tells a dropped dialer to dial again. Best effort and brief: the
+// connection's send buffer holds at most the challenge, so the write does
+// not block unless the peer is gone.
+func sendBusy(nc net.Conn) {
+	verdict := make([]byte, hsVerdictLen)
+	verdict[0] = verdictBusy
+	_ = nc.SetWriteDeadline(time.Now().Add(time.Second))
+	_, _ = nc.Write(verdict)
 }
 
 // acceptVerdict runs step 3 for a verified peer.
@@ -193,6 +244,8 @@ func dialHandshake(nc net.Conn, addr string, cfg Config, secret Secret, hello []
 	case verdictOK:
 	case verdictBadAuth:
 		return wrap(fmt.Errorf("the listener refused this peer: it holds another secret (is every rank using the same unique id?): %w", ErrAuth))
+	case verdictBusy:
+		return wrap(errBusy)
 	case verdictProtocol:
 		return wrap(fmt.Errorf("the listener speaks hostnet protocol version %d, this side %d (run the same flagcx version on every rank): %w",
 			binary.LittleEndian.Uint16(verdict[1:3]), hsVersion, ErrProtocol))

@@ -1,20 +1,38 @@
 package hostnet
 
 import (
+	"container/list"
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 )
 
+// How a Listener keeps strangers from starving its peers.
+//
+// Every accepted connection gets its own handshake goroutine at once: no
+// fixed pool of handshake slots exists that idle connections could fill
+// while the ranks wait in the kernel's backlog behind them. What is bounded
+// is the number of connections that have not proven the secret yet
+// (maxUnauthenticated); past it, the oldest of them is dropped. A real
+// peer answers the challenge within a round trip, so among unanswered
+// connections it is always one of the youngest, and the oldest are the
+// strangers that connected and said nothing (or are dribbling bytes): a
+// flood of them costs each at most FirstByteTimeout and can never push out
+// a peer that answers promptly. Should a peer be dropped anyway (a flood
+// faster than it can answer), it is told "busy" and Dial connects again.
+// Connections that proved the secret are outside the bound: only holders
+// of the secret can make them.
 const (
-	// maxHandshakes bounds the handshakes a Listener runs at once; further
-	// connections wait in the kernel's backlog.
-	maxHandshakes = 64
+	// maxUnauthenticated leaves room for the sockets a communicator's own
+	// peers open at once (Streams per higher rank, each unanswered for a
+	// round trip only; past it they are told "busy" and dial again) while
+	// keeping a flood's file descriptors well under the common per-process
+	// hard limits (4096 and up; Go raises the soft limit to the hard one).
+	maxUnauthenticated = 1024
 	// readyQueue is how many authenticated connections may wait for Accept.
 	readyQueue = 256
 )
@@ -25,9 +43,12 @@ const (
 // their handshakes completed. Several goroutines may call Accept.
 //
 // Peers that fail the handshake (wrong secret, not a hostnet peer, another
-// protocol version, too slow) are closed and reported to the function set
-// with SetOnRefused (default: one line on stderr prefixed "flagcx
-// hostnet:"); they never reach Accept.
+// protocol version, silent for FirstByteTimeout, too slow) are closed and
+// never reach Accept. They are counted, and reported to the function set
+// with SetOnRefused, or by default on stderr (prefixed "flagcx hostnet:")
+// without flooding it: the first refusal in full, then one summary line per
+// few seconds. When Accept times out, its error says how many strangers
+// were refused meanwhile.
 type Listener struct {
 	ln     net.Listener
 	cfg    Config
@@ -35,16 +56,26 @@ type Listener struct {
 	addr   string
 
 	onRefused atomic.Pointer[func(remote string, err error)]
+	log       refusalLog
 
 	closed    chan struct{}
 	closeOnce sync.Once
 	ready     chan accepted
 	ackMu     sync.Mutex // orders verdicts and queueing: dial order = accept order
-	sem       chan struct{}
 	wg        sync.WaitGroup
 
-	mu      sync.Mutex
-	pending map[net.Conn]struct{}
+	mu       sync.Mutex
+	pending  map[*net.TCPConn]*hsConn // every connection not yet handed to Accept
+	unauth   list.List                // of *hsConn not yet past the secret, oldest first
+	maxUnaut int                      // maxUnauthenticated; tests lower it
+}
+
+// hsConn is one connection in its handshake. Fields other than nc are
+// guarded by Listener.mu.
+type hsConn struct {
+	nc      *net.TCPConn
+	elem    *list.Element // in Listener.unauth; nil once past the secret or evicted
+	evicted bool
 }
 
 type accepted struct {
@@ -97,15 +128,17 @@ func tcpNetwork(family int) string {
 
 func newListener(ln net.Listener, cfg Config, secret Secret) *Listener {
 	l := &Listener{
-		ln:      ln,
-		cfg:     cfg,
-		secret:  secret,
-		closed:  make(chan struct{}),
-		ready:   make(chan accepted, readyQueue),
-		sem:     make(chan struct{}, maxHandshakes),
-		pending: make(map[net.Conn]struct{}),
+		ln:       ln,
+		cfg:      cfg,
+		secret:   secret,
+		closed:   make(chan struct{}),
+		ready:    make(chan accepted, readyQueue),
+		pending:  make(map[*net.TCPConn]*hsConn),
+		maxUnaut: maxUnauthenticated,
 	}
 	l.addr = dialableAddr(ln.Addr().(*net.TCPAddr), cfg)
+	l.log.addr = l.addr
+	l.log.firstByte = firstByteTimeout(cfg)
 	l.wg.Add(1)
 	go l.acceptLoop()
 	return l
@@ -143,8 +176,9 @@ func dialableAddr(ta *net.TCPAddr, cfg Config) string {
 func (l *Listener) Addr() string { return l.addr }
 
 // SetOnRefused sets the function told about each peer that failed the
-// handshake (nil restores the default, a line on stderr). It may be called
-// at any time; the function may be called from several goroutines at once.
+// handshake, instead of the default summary on stderr (nil restores it).
+// It may be called at any time; the function may be called from several
+// goroutines at once. Refusals are counted either way.
 func (l *Listener) SetOnRefused(f func(remote string, err error)) {
 	if f == nil {
 		l.onRefused.Store(nil)
@@ -153,23 +187,28 @@ func (l *Listener) SetOnRefused(f func(remote string, err error)) {
 	l.onRefused.Store(&f)
 }
 
+// refused reports a failed handshake; remote is "" for a failed accept.
 func (l *Listener) refused(remote string, err error) {
 	select {
 	case <-l.closed:
 		return // handshakes cut short by Close are not news
 	default:
 	}
-	if f := l.onRefused.Load(); f != nil {
+	f := l.onRefused.Load()
+	l.log.record(remote, err, f != nil)
+	if f != nil {
+		if remote == "" {
+			remote = "(accept)"
+		}
 		(*f)(remote, err)
-		return
 	}
-	fmt.Fprintf(os.Stderr, "flagcx hostnet: refused connection from %s to %s: %v\n", remote, l.addr, err)
 }
 
 // Accept waits up to cfg.Timeout (forever if not positive) for a peer that
 // passed the handshake and returns its connection and the hello it sent.
 // It returns an error wrapping ErrTimeout when none came in time (the
-// Listener stays usable), and one wrapping ErrClosed after Close.
+// Listener stays usable; the error also counts the strangers refused
+// meanwhile), and one wrapping ErrClosed after Close.
 func (l *Listener) Accept() (*Conn, []byte, error) {
 	select {
 	case <-l.closed:
@@ -188,6 +227,13 @@ func (l *Listener) Accept() (*Conn, []byte, error) {
 	case <-l.closed:
 		return nil, nil, fmt.Errorf("hostnet: accept on %s: %w (listener closed)", l.addr, ErrClosed)
 	case <-timeout:
+		if note := l.log.strangerNote(); note != "" {
+			// Strangers cannot fill the listener (see above), so they are
+			// not why the peers are missing; but they hint at a port shared
+			// with another job, which the user should hear about first.
+			return nil, nil, fmt.Errorf("hostnet: accept on %s: no flagcx peer completed the handshake within %v; %s They did not keep the ranks out: check that the other ranks are running with the same unique id, and give each job a port of its own (%s sets the limit): %w",
+				l.addr, l.cfg.Timeout, note, EnvTimeout, ErrTimeout)
+		}
 		return nil, nil, fmt.Errorf("hostnet: accept on %s: no peer completed the handshake within %v (are the other ranks running, with the same unique id? %s sets the limit): %w",
 			l.addr, l.cfg.Timeout, EnvTimeout, ErrTimeout)
 	}
@@ -199,6 +245,7 @@ func (l *Listener) Accept() (*Conn, []byte, error) {
 func (l *Listener) Close() error {
 	var err error
 	l.closeOnce.Do(func() {
+		l.log.close()
 		close(l.closed)
 		err = l.ln.Close()
 		l.mu.Lock()
@@ -235,7 +282,7 @@ func (l *Listener) acceptLoop() {
 				return
 			}
 			// EMFILE and friends: report, wait, try again (as net/http does).
-			l.refused("(accept)", fmt.Errorf("accept failed, retrying in %v: %w", backoff, err))
+			l.refused("", fmt.Errorf("accept failed, retrying in %v: %w", backoff, err))
 			select {
 			case <-time.After(backoff):
 			case <-l.closed:
@@ -245,54 +292,92 @@ func (l *Listener) acceptLoop() {
 			continue
 		}
 		backoff = 5 * time.Millisecond
-		select {
-		case l.sem <- struct{}{}:
-		case <-l.closed:
-			nc.Close()
-			return
-		}
+		tc := nc.(*net.TCPConn)
+		h := &hsConn{nc: tc}
 		l.mu.Lock()
 		select {
 		case <-l.closed:
 			l.mu.Unlock()
 			nc.Close()
-			<-l.sem
 			return
 		default:
 		}
-		l.pending[nc] = struct{}{}
+		l.pending[tc] = h
+		h.elem = l.unauth.PushBack(h)
+		if l.unauth.Len() > l.maxUnaut {
+			// The oldest goes: see "How a Listener keeps strangers from
+			// starving its peers" above. Its handshake goroutine finds its
+			// reads failing at once and tells it to dial again.
+			old := l.unauth.Remove(l.unauth.Front()).(*hsConn)
+			old.elem = nil
+			old.evicted = true
+			_ = old.nc.SetReadDeadline(time.Now())
+		}
 		l.mu.Unlock()
 		l.wg.Add(1)
-		go l.handshake(nc.(*net.TCPConn))
+		go l.handshake(h)
 	}
 }
 
-func (l *Listener) handshake(nc *net.TCPConn) {
+// arm sets h's deadline d from now for its next handshake step; an evicted
+// connection's reads fail at once instead. Under l.mu, so that an eviction
+// cannot be undone by a step arming its deadline just after.
+func (l *Listener) arm(h *hsConn, d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_ = h.nc.SetDeadline(time.Now().Add(d))
+	if h.evicted {
+		_ = h.nc.SetReadDeadline(time.Now())
+	}
+}
+
+func (l *Listener) handshake(h *hsConn) {
 	defer l.wg.Done()
-	defer func() { <-l.sem }()
+	nc := h.nc
 	remote := nc.RemoteAddr().String()
 	drop := func() bool {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		_, ok := l.pending[nc]
 		delete(l.pending, nc)
+		if h.elem != nil {
+			l.unauth.Remove(h.elem)
+			h.elem = nil
+		}
 		return ok
 	}
-	p, err := acceptHandshake(nc, l.cfg, l.secret)
-	if err != nil {
+	refuse := func(err error) {
 		drop()
 		nc.Close()
 		l.refused(remote, err)
+	}
+	p, err := acceptHandshake(nc, l.cfg, l.secret, func(d time.Duration) { l.arm(h, d) })
+	if err != nil {
+		l.mu.Lock()
+		evicted := h.evicted
+		l.mu.Unlock()
+		var se *silentError
+		if evicted {
+			err = &evictedError{bound: l.maxUnauthBound()}
+		}
+		if evicted || errors.As(err, &se) {
+			sendBusy(nc) // a real peer, however slow, dials again
+		}
+		refuse(err)
 		return
 	}
+	l.mu.Lock()
+	if h.elem != nil {
+		l.unauth.Remove(h.elem)
+		h.elem = nil
+	}
+	l.mu.Unlock()
 	// Verdict and queueing under one lock: a dialer that dials again after
 	// its Dial returned is queued after its previous connection.
 	l.ackMu.Lock()
 	defer l.ackMu.Unlock()
 	if err := acceptVerdict(nc, l.cfg, l.secret, p); err != nil {
-		drop()
-		nc.Close()
-		l.refused(remote, err)
+		refuse(err)
 		return
 	}
 	if !drop() { // Close got here first and closed it
@@ -306,12 +391,19 @@ func (l *Listener) handshake(nc *net.TCPConn) {
 	}
 }
 
+func (l *Listener) maxUnauthBound() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.maxUnaut
+}
+
 // Dial connects to a Listener at addr ("ip:port", "[ip6]:port",
 // "host:port"), proves the secret and sends hello (at most MaxHello bytes)
 // which the acceptor's Accept returns. A refused connection (no listener
-// yet) is retried with a short backoff until cfg.Timeout; then Dial fails
-// with an error naming addr and wrapping ErrTimeout. A listener holding
-// another secret gives an error wrapping ErrAuth.
+// yet), or one the listener dropped as busy, is retried with a short
+// backoff until cfg.Timeout; then Dial fails with an error naming addr and
+// wrapping ErrTimeout. A listener holding another secret gives an error
+// wrapping ErrAuth.
 func Dial(addr string, cfg Config, secret Secret, hello []byte) (*Conn, error) {
 	if len(hello) > MaxHello {
 		return nil, fmt.Errorf("hostnet: dial %s: hello of %d bytes is above the %d-byte limit", addr, len(hello), MaxHello)
@@ -323,36 +415,50 @@ func Dial(addr string, cfg Config, secret Secret, hello []byte) (*Conn, error) {
 	}
 	network := tcpNetwork(cfg.Family)
 	backoff := 2 * time.Millisecond
-	var nc net.Conn
+	sleep := func() {
+		wait := backoff
+		if !deadline.IsZero() {
+			wait = min(wait, time.Until(deadline))
+		}
+		time.Sleep(wait)
+		backoff = min(2*backoff, 100*time.Millisecond)
+	}
+	busy := 0
 	for {
 		d := net.Dialer{Deadline: deadline}
-		var err error
-		nc, err = d.Dial(network, addr)
-		if err == nil {
-			break
-		}
-		var ne net.Error
-		refused := errors.Is(err, syscall.ECONNREFUSED)
-		timedOut := errors.As(err, &ne) && ne.Timeout()
-		if refused && (deadline.IsZero() || time.Until(deadline) > 0) {
-			wait := backoff
-			if !deadline.IsZero() {
-				wait = min(wait, time.Until(deadline))
+		nc, err := d.Dial(network, addr)
+		if err != nil {
+			var ne net.Error
+			refused := errors.Is(err, syscall.ECONNREFUSED)
+			timedOut := errors.As(err, &ne) && ne.Timeout()
+			if refused && (deadline.IsZero() || time.Until(deadline) > 0) {
+				sleep()
+				continue
 			}
-			time.Sleep(wait)
-			backoff = min(2*backoff, 100*time.Millisecond)
-			continue
+			if busy > 0 {
+				return nil, fmt.Errorf("hostnet: dial %s: the listener dropped this peer's connection %d times as busy, and no attempt got through within %v (last error: %v): is something flooding that port with connections? %s sets the limit: %w",
+					addr, busy, cfg.Timeout, err, EnvTimeout, ErrTimeout)
+			}
+			if refused || timedOut {
+				return nil, fmt.Errorf("hostnet: dial %s: no listener accepted the connection within %v (last error: %v); check that the peer is running and that %s picks an interface both hosts can reach: %w",
+					addr, cfg.Timeout, err, EnvSocketIfName, ErrTimeout)
+			}
+			return nil, fmt.Errorf("hostnet: dial %s: %w", addr, err)
 		}
-		if refused || timedOut {
-			return nil, fmt.Errorf("hostnet: dial %s: no listener accepted the connection within %v (last error: %v); check that the peer is running and that %s picks an interface both hosts can reach: %w",
-				addr, cfg.Timeout, err, EnvSocketIfName, ErrTimeout)
+		tc := nc.(*net.TCPConn)
+		err = dialHandshake(tc, addr, cfg, secret, hello)
+		if err == nil {
+			return newConn(tc, cfg.Timeout), nil
 		}
-		return nil, fmt.Errorf("hostnet: dial %s: %w", addr, err)
-	}
-	tc := nc.(*net.TCPConn)
-	if err := dialHandshake(tc, addr, cfg, secret, hello); err != nil {
 		tc.Close()
-		return nil, err
+		if !errors.Is(err, errBusy) {
+			return nil, err
+		}
+		busy++
+		if !deadline.IsZero() && time.Until(deadline) <= 0 {
+			return nil, fmt.Errorf("hostnet: dial %s: the listener dropped this peer's connection %d times as busy within %v: is something flooding that port with connections? %s sets the limit: %w",
+				addr, busy, cfg.Timeout, EnvTimeout, ErrTimeout)
+		}
+		sleep()
 	}
-	return newConn(tc, cfg.Timeout), nil
 }

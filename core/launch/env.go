@@ -14,9 +14,11 @@
 package launch
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -41,6 +43,11 @@ const (
 	EnvCommSecret = "FLAGCX_COMM_SECRET" // 32 hex digits shared by all ranks
 	EnvTimeout    = "FLAGCX_TIMEOUT"     // seconds or a Go duration
 )
+
+// EnvRequireSecret=1 makes a rendezvous beyond loopback without
+// FLAGCX_COMM_SECRET an error instead of a warning: for clusters where a
+// forgotten secret must stop the job rather than scroll by.
+const EnvRequireSecret = "FLAGCX_REQUIRE_SECRET"
 
 // DefaultTimeout bounds the wait for rank 0's id file.
 const DefaultTimeout = 30 * time.Second
@@ -77,6 +84,12 @@ type Job struct {
 	SecretFrom string
 	// UserSecret is true when FLAGCX_COMM_SECRET was set.
 	UserSecret bool
+	// RequireSecret is FLAGCX_REQUIRE_SECRET: ID fails instead of warning
+	// when a derived secret guards a rendezvous that is not on loopback.
+	RequireSecret bool
+	// Stderr receives ID's warning (nil: os.Stderr).
+	Stderr io.Writer
+	warned bool
 
 	// Identity is the launcher's job identity (job id, step id, run id...),
 	// or the parent process id when the launcher gives none.
@@ -264,6 +277,9 @@ func FromEnv(lookup func(string) (string, bool)) (Job, bool, error) {
 	if j.Timeout, err = timeout(e); err != nil {
 		return Job{}, false, err
 	}
+	if j.RequireSecret, err = boolVar(e, EnvRequireSecret); err != nil {
+		return Job{}, false, err
+	}
 
 	// The job identity: what the launcher calls this job.
 	var ids []string
@@ -373,6 +389,20 @@ func rankAndSize(e env, def *launcherDef) (rank, size int, err error) {
 	return rank, size, nil
 }
 
+func boolVar(e env, name string) (bool, error) {
+	s, ok := e.get(name)
+	if !ok {
+		return false, nil
+	}
+	switch strings.ToLower(s) {
+	case "1", "true", "yes", "on":
+		return true, nil
+	case "0", "false", "no", "off":
+		return false, nil
+	}
+	return false, fmt.Errorf("%w: %s=%q: use 1 or 0", sdk.ErrInvalidArgument, name, s)
+}
+
 func timeout(e env) (time.Duration, error) {
 	s, ok := e.get(EnvTimeout)
 	if !ok {
@@ -423,4 +453,67 @@ func deriveSecret(launcher, identity, addr string, nranks int) hostnet.Secret {
 	var s hostnet.Secret
 	copy(s[:], sum[:len(s)])
 	return s
+}
+
+// checkSecret runs before the rendezvous: a secret derived from what the
+// launcher tells every rank is guessable, which matters once the
+// rendezvous can be reached from other hosts. Rank 0 says so, once per
+// job (the other ranks would only repeat it); FLAGCX_REQUIRE_SECRET=1
+// turns it into an error on every rank.
+func (j *Job) checkSecret() error {
+	if j.UserSecret || j.Addr == "" || (!j.RequireSecret && (j.Rank != 0 || j.warned)) {
+		return nil
+	}
+	if isLoopback(j.Addr) {
+		return nil
+	}
+	identity := j.Identity
+	if identity == "" {
+		identity = "none"
+	}
+	if j.RequireSecret {
+		return fmt.Errorf("%w: %s=1, but %s is not set and the rendezvous at %s (from %s) is not on loopback: the job's secret would be derived from the launcher (%s), the rank count, the address and the job identity (%s), which anyone who can reach the address may guess. Draw one secret and give that same value to every rank, e.g. export %s=$(openssl rand -hex 16) once where the job is launched (mpirun: add -x %s), or unset %s",
+			sdk.ErrInvalidUsage, EnvRequireSecret, EnvCommSecret, j.Addr, j.AddrFrom, j.Launcher, identity, EnvCommSecret, EnvCommSecret, EnvRequireSecret)
+	}
+	j.warned = true
+	w := j.Stderr
+	if w == nil {
+		w = os.Stderr
+	}
+	fmt.Fprintf(w, "flagcx: warning: the rendezvous at %s (from %s) is unauthenticated: %s is not set, so the job's secret is derived from the launcher (%s), the rank count, the address and the job identity (%s), and anyone who can reach the address and guess those can join the job. Draw one secret and give that same value to every rank, e.g. export %s=$(openssl rand -hex 16) once where the job is launched (mpirun: add -x %s); %s=1 makes this an error.\n",
+		j.Addr, j.AddrFrom, EnvCommSecret, j.Launcher, identity, EnvCommSecret, EnvCommSecret, EnvRequireSecret)
+	return nil
+}
+
+// isLoopback reports whether host:port can only be reached from this host:
+// a loopback address, "localhost", or a name whose every address is
+// loopback. A name that does not resolve (in 2 s) counts as reachable from
+// elsewhere, so the warning errs on the side of being said.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if i := strings.IndexByte(host, '%'); i >= 0 {
+		host = host[:i]
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		return ip.IsLoopback()
+	}
+	h := strings.ToLower(strings.TrimSuffix(host, "."))
+	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupIPAddr(ctx, host)
+	if err != nil || len(addrs) == 0 {
+		return false
+	}
+	for _, a := range addrs {
+		if !a.IP.IsLoopback() {
+			return false
+		}
+	}
+	return true
 }

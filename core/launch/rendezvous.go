@@ -27,7 +27,10 @@ const pollInterval = 20 * time.Millisecond
 //
 //   - FLAGCX_UNIQUE_ID: the id it names;
 //   - an address: rank 0 hosts the rendezvous there (this process must then
-//     live until every rank joined), the others name it;
+//     live until every rank joined), the others name it. Beyond loopback
+//     without FLAGCX_COMM_SECRET, rank 0 first warns once that the job is
+//     unauthenticated (every rank fails instead with
+//     FLAGCX_REQUIRE_SECRET=1);
 //   - a file rendezvous: rank 0 makes an id (hosting its rendezvous on an
 //     address of this host) and writes it, readable only by this user, to
 //     File; the others wait for the file until Timeout.
@@ -36,6 +39,9 @@ func (j *Job) ID() (core.UniqueID, error) {
 	case j.GivenID != nil:
 		return *j.GivenID, nil
 	case j.Addr != "":
+		if err := j.checkSecret(); err != nil {
+			return core.UniqueID{}, err
+		}
 		if j.Rank != 0 {
 			return core.NewUniqueID(j.Addr, j.Secret), nil
 		}
