@@ -72,7 +72,7 @@ type Case struct {
 
 // Spec is what the workers execute. It crosses the RPC boundary.
 type Spec struct {
-	Kind    string // "coll", "p2p.ring", "device.memcpy", ... (see worker_exec.go)
+	Kind    Kind // what runs it (kinds.go)
 	Coll    reference.Collective
 	Type    sdk.DataType
 	Op      sdk.RedOp
@@ -241,15 +241,15 @@ func Matrix(o MatrixOptions) []Case {
 		c.Spec.Seed = seedFor(o.Seed, c.ID)
 		out = append(out, c)
 	}
-	add(Case{ID: "plugin.load", Level: MUST, Area: "plugin", Spec: Spec{Kind: "plugin.load"},
+	add(Case{ID: "plugin.load", Level: MUST, Area: "plugin", Spec: Spec{Kind: KindPluginLoad},
 		Description: "the file is a plugin of a known ABI version, its table passes the loader's checks and init succeeds"})
 	for _, t := range sdk.AllDataTypes() {
 		add(Case{ID: "plugin.datatype." + t.String(), Level: typeLevel(t), Area: "plugin", NeedsCCL: true,
-			Description: "dataTypeMask declares " + t.String(), Spec: Spec{Kind: "info.datatype", Type: t}})
+			Description: "dataTypeMask declares " + t.String(), Spec: Spec{Kind: KindDataType, Type: t}})
 	}
 	for _, op := range sdk.AllRedOps() {
 		add(Case{ID: "plugin.redop." + op.String(), Level: opLevel(op), Area: "plugin", NeedsCCL: true,
-			Description: "redOpMask declares " + op.String(), Spec: Spec{Kind: "info.redop", Op: op}})
+			Description: "redOpMask declares " + op.String(), Spec: Spec{Kind: KindRedOp, Op: op}})
 	}
 	for _, c := range deviceCases() {
 		c.NRanks = 1
@@ -269,41 +269,41 @@ func Matrix(o MatrixOptions) []Case {
 			add(c)
 		}
 		add(Case{ID: fmt.Sprintf("comm.destroy.n%d", n), Level: MUST, Area: "comm", NRanks: n, NeedsCCL: true,
-			Description: fmt.Sprintf("commDestroy of the %d-rank communicator after all its work", n), Spec: Spec{Kind: "comm.destroy"}})
+			Description: fmt.Sprintf("commDestroy of the %d-rank communicator after all its work", n), Spec: Spec{Kind: KindCommDestroy}})
 	}
 	return out
 }
 
 func deviceCases() []Case {
-	d := func(id string, level Level, desc string, needs ...string) Case {
-		return Case{ID: id, Level: level, Area: "device", Description: desc, Needs: needs, Spec: Spec{Kind: id}}
+	d := func(kind Kind, level Level, desc string, needs ...string) Case {
+		return Case{ID: string(kind), Level: level, Area: "device", Description: desc, Needs: needs, Spec: Spec{Kind: kind}}
 	}
 	cases := []Case{
-		d("device.count", MUST, "getDeviceCount reports at least one device"),
-		d("device.info", MUST, "getDeviceInfo describes every device with a name"),
-		d("device.info.pcibusid", SHOULD, "getDeviceInfo gives PCI bus ids as dddd:bb:dd.f in lower case, distinct per device"),
-		d("device.link.self", MAY, "getLinkInfo(d, d) reports the link type Self", "getLinkInfo"),
-		d("device.malloc", MUST, "deviceMalloc/deviceFree of 1 B, 4099 B and 8 MiB + 3 B; distinct, non-NULL pointers"),
-		d("device.hostmalloc", MUST, "hostMalloc/hostFree; the memory is usable from the host"),
-		d("device.memcpy.sync", MUST, "synchronous copies host to device to host, sizes 1 B .. 8 MiB + 3 B, at unaligned offsets"),
-		d("device.memcpy.d2d", MUST, "synchronous device-to-device copies between two allocations and within one"),
-		d("device.memcpy.async", MUST, "copies on a stream with pinned host memory, complete at streamSynchronize"),
-		d("device.memset", MUST, "memSet without a stream sets exactly the bytes asked, at an unaligned offset"),
-		d("device.memset.async", MUST, "memSet on a stream, complete at streamSynchronize"),
-		d("device.stream", MUST, "streamCreate / streamSynchronize / streamDestroy, 16 streams at once"),
-		d("device.stream.query", MAY, "streamQuery reports an idle stream as done", "streamQuery"),
-		d("device.event", MUST, "eventRecord after a copy, eventSynchronize, the copy is visible"),
-		d("device.event.query", MAY, "eventQuery reports a synchronized event as reached", "eventQuery"),
-		d("device.stream.waitevent", MUST, "work on a second stream waits for an event recorded on the first"),
-		d("device.event.elapsed", SHOULD, "eventElapsedTime of two recorded events is finite and not negative", "eventElapsedTime"),
-		d("device.pointerkind", MAY, "pointerKind tells device memory, pinned host memory and pageable host memory apart", "pointerKind"),
-		d("device.all", SHOULD, "allocation, copies and a stream on every device the plugin reports (up to 16)"),
-		d("device.error", SHOULD, "an entry given a device that does not exist fails and getLastError says why"),
-		{ID: "comm.uniqueid", Level: MUST, Area: "comm", NeedsCCL: true, Spec: Spec{Kind: "comm.uniqueid"},
+		d(KindDeviceCount, MUST, "getDeviceCount reports at least one device"),
+		d(KindDeviceInfo, MUST, "getDeviceInfo describes every device with a name"),
+		d(KindDevicePCIBusID, SHOULD, "getDeviceInfo gives PCI bus ids as dddd:bb:dd.f in lower case, distinct per device"),
+		d(KindDeviceLinkSelf, MAY, "getLinkInfo(d, d) reports the link type Self", "getLinkInfo"),
+		d(KindDeviceMalloc, MUST, "deviceMalloc/deviceFree of 1 B, 4099 B and 8 MiB + 3 B; distinct, non-NULL pointers"),
+		d(KindDeviceHostMalloc, MUST, "hostMalloc/hostFree; the memory is usable from the host"),
+		d(KindDeviceMemcpySync, MUST, "synchronous copies host to device to host, sizes 1 B .. 8 MiB + 3 B, at unaligned offsets"),
+		d(KindDeviceMemcpyD2D, MUST, "synchronous device-to-device copies between two allocations and within one"),
+		d(KindDeviceMemcpyAsync, MUST, "copies on a stream with pinned host memory, complete at streamSynchronize"),
+		d(KindDeviceMemset, MUST, "memSet without a stream sets exactly the bytes asked, at an unaligned offset"),
+		d(KindDeviceMemsetAsync, MUST, "memSet on a stream, complete at streamSynchronize"),
+		d(KindDeviceStreams, MUST, "streamCreate / streamSynchronize / streamDestroy, 16 streams at once"),
+		d(KindDeviceStreamQuery, MAY, "streamQuery reports an idle stream as done", "streamQuery"),
+		d(KindDeviceEvent, MUST, "eventRecord after a copy, eventSynchronize, the copy is visible"),
+		d(KindDeviceEventQuery, MAY, "eventQuery reports a synchronized event as reached", "eventQuery"),
+		d(KindDeviceStreamWaitEvent, MUST, "work on a second stream waits for an event recorded on the first"),
+		d(KindDeviceEventElapsed, SHOULD, "eventElapsedTime of two recorded events is finite and not negative", "eventElapsedTime"),
+		d(KindDevicePointerKind, MAY, "pointerKind tells device memory, pinned host memory and pageable host memory apart", "pointerKind"),
+		d(KindDeviceAll, SHOULD, "allocation, copies and a stream on every device the plugin reports (up to 16)"),
+		d(KindDeviceError, SHOULD, "an entry given a device that does not exist fails and getLastError says why"),
+		{ID: "comm.uniqueid", Level: MUST, Area: "comm", NeedsCCL: true, Spec: Spec{Kind: KindCommUniqueID},
 			Description: "getUniqueIdBytes is within 1..4096 and two unique ids differ"},
-		{ID: "comm.errorstring", Level: MAY, Area: "comm", NeedsCCL: true, Needs: []string{"getErrorString"}, Spec: Spec{Kind: "comm.errorstring"},
+		{ID: "comm.errorstring", Level: MAY, Area: "comm", NeedsCCL: true, Needs: []string{"getErrorString"}, Spec: Spec{Kind: KindCommErrorString},
 			Description: "getErrorString describes every result code"},
-		{ID: "comm.init.n1", Level: SHOULD, Area: "comm", NeedsCCL: true, Spec: Spec{Kind: "comm.single", NeedIDs: 1, Type: sdk.Float32, Count: 1031},
+		{ID: "comm.init.n1", Level: SHOULD, Area: "comm", NeedsCCL: true, Spec: Spec{Kind: KindCommSingle, NeedIDs: 1, Type: sdk.Float32, Count: 1031},
 			Description: "a one-rank communicator: commInitRank, allReduce sum, commDestroy"},
 	}
 	return cases
@@ -318,17 +318,19 @@ func commCases(n int, quick bool) []Case {
 		return Case{ID: fmt.Sprintf("%s.n%d", id, n), Level: level, Area: "comm", Description: desc, Spec: spec, Needs: needs}
 	}
 	return []Case{
-		c("comm.init", MUST, fmt.Sprintf("commInitRank on %d ranks, one process each, device = rank", n), Spec{Kind: "comm.init"}),
+		c("comm.init", MUST, fmt.Sprintf("commInitRank on %d ranks, one process each, device = rank", n), Spec{Kind: KindCommInit}),
 		c("comm.initdestroy", MUST, fmt.Sprintf("%d rounds of commInitRank, allReduce, commDestroy", loops),
-			Spec{Kind: "comm.loop", Iters: loops, NeedIDs: loops, Type: sdk.Float32, Count: 1031}),
+			Spec{Kind: KindCommLoop, Iters: loops, NeedIDs: loops, Type: sdk.Float32, Count: 1031}),
 		c("comm.multi", SHOULD, "three communicators at once, allReduce on each, issued interleaved",
-			Spec{Kind: "comm.multi", Iters: 3, NeedIDs: 3, Type: sdk.Float32, Count: 1031}),
+			Spec{Kind: KindCommMulti, Iters: 3, NeedIDs: 3, Type: sdk.Float32, Count: 1031}),
 		c("comm.asyncerror", SHOULD, "commGetAsyncError on a healthy communicator reports success",
-			Spec{Kind: "comm.asyncerror"}, "commGetAsyncError"),
+			Spec{Kind: KindCommAsyncError}, "commGetAsyncError"),
 		c("comm.abort", SHOULD, "a second communicator runs an allReduce, then every rank aborts it; the first one still works",
-			Spec{Kind: "comm.abort", NeedIDs: 1, Type: sdk.Float32, Count: 1031}, "commAbort"),
+			Spec{Kind: KindCommAbort, NeedIDs: 1, Type: sdk.Float32, Count: 1031}, "commAbort"),
+		{ID: fmt.Sprintf("stream.allreduce.n%d", n), Level: MUST, Area: "stream", UsesType: true, Description: "allReduce float32 sum of 4097 elements ordered on the caller's stream: the input copied in and the result copied out by copies on the same stream, one streamSynchronize at the end",
+			Spec: Spec{Kind: KindStreamAllReduce, Type: sdk.Float32, Count: 4097}},
 		c("comm.leak", SHOULD, fmt.Sprintf("%d identical allReduces of 256 KiB leave the rank's resident memory (and an emulator's device memory in use) where %d warm-up rounds left them", leakRounds, leakRounds/4),
-			Spec{Kind: "comm.leak", Iters: leakRounds, Type: sdk.Float32, Count: 65536}),
+			Spec{Kind: KindCommLeak, Iters: leakRounds, Type: sdk.Float32, Count: 65536}),
 	}
 }
 
@@ -414,7 +416,7 @@ func collCase(coll reference.Collective, dt sdk.DataType, op sdk.RedOp, n, root,
 	desc += fmt.Sprintf(", %d ranks, %s", n, map[bool]string{false: "out of place", true: "in place"}[inPlace])
 	c := Case{ID: strings.Join(parts, "."), Level: level, Area: coll.String(), Description: desc,
 		UsesType: true, UsesOp: coll.Reduces(),
-		Spec: Spec{Kind: "coll", Coll: coll, Type: dt, Op: op, Root: root, Count: count, InPlace: inPlace}}
+		Spec: Spec{Kind: KindColl, Coll: coll, Type: dt, Op: op, Root: root, Count: count, InPlace: inPlace}}
 	if e := optionalEntry(coll); e != "" {
 		c.Needs = []string{e}
 	}
@@ -427,7 +429,7 @@ const p2pDeadline = 15 * time.Second
 
 func p2pCases(n int, quick bool) []Case {
 	var out []Case
-	p := func(kind, area string, level Level, dt sdk.DataType, count int, desc string) {
+	p := func(kind Kind, area string, level Level, dt sdk.DataType, count int, desc string) {
 		out = append(out, Case{ID: fmt.Sprintf("%s.%s.n%d.count%d", kind, dt, n, count), Level: level, Area: area,
 			Description: desc, UsesType: true, Deadline: p2pDeadline, Spec: Spec{Kind: kind, Coll: reference.SendRecv, Type: dt, Count: count}})
 	}
@@ -443,7 +445,7 @@ func p2pCases(n int, quick bool) []Case {
 	// may hang and, twice, stop the area's remaining cases).
 	for _, dt := range exTypes {
 		for _, count := range baseCounts(quick, dt) {
-			p("p2p.exchange", "sendrecv", MUST, dt, count,
+			p(KindP2PExchange, "sendrecv", MUST, dt, count,
 				fmt.Sprintf("one group with a send and a recv for every other rank, %d %s elements each", count, dt))
 		}
 	}
@@ -453,17 +455,17 @@ func p2pCases(n int, quick bool) []Case {
 			counts = append(counts, countLarge)
 		}
 		for _, count := range counts {
-			p("p2p.ring", "sendrecv", MUST, dt, count,
+			p(KindP2PRing, "sendrecv", MUST, dt, count,
 				fmt.Sprintf("grouped send to rank+1 and recv from rank-1, %d %s elements", count, dt))
 		}
 	}
 	for _, count := range []int{1, 1031} {
-		p("p2p.pair", "sendrecv", MUST, sdk.Float32, count,
+		p(KindP2PPair, "sendrecv", MUST, sdk.Float32, count,
 			fmt.Sprintf("send from rank 0 to rank %d and its recv, outside any group, %d float32 elements", n-1, count))
 	}
-	p("p2p.self", "sendrecv", SHOULD, sdk.Float32, 1031, "a send to oneself and its recv in one group")
-	p("group.nested", "group", SHOULD, sdk.Float32, 1031, "the ring send/recv inside two nested groups")
-	p("group.collectives", "group", SHOULD, sdk.Float32, 1031,
+	p(KindP2PSelf, "sendrecv", SHOULD, sdk.Float32, 1031, "a send to oneself and its recv in one group")
+	p(KindGroupNested, "group", SHOULD, sdk.Float32, 1031, "the ring send/recv inside two nested groups")
+	p(KindGroupCollectives, "group", SHOULD, sdk.Float32, 1031,
 		"allReduce float32 sum, allReduce int32 max and broadcast float64 in one group")
 	out[len(out)-1].UsesType = false // its types are checked in the worker (all three must be declared)
 	return out

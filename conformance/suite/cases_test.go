@@ -34,6 +34,8 @@ func TestMatrixShape(t *testing.T) {
 			require.NotEmpty(t, c.Description, c.ID)
 			require.Contains(t, areaOrder, c.Area, c.ID)
 			require.NotEmpty(t, c.Spec.Kind, c.ID)
+			_, byWorker := workerKinds[c.Spec.Kind]
+			require.True(t, byWorker || runnerKinds[c.Spec.Kind], "%s: kind %q is not registered", c.ID, c.Spec.Kind)
 			if c.NRanks >= 2 {
 				sm := nSuffix.FindStringSubmatch(c.ID)
 				require.NotNil(t, sm, "%s: a communicator case names its size", c.ID)
@@ -201,4 +203,13 @@ func TestLevelText(t *testing.T) {
 	}
 	require.Equal(t, MAY, weaker(MUST, MAY))
 	require.Equal(t, SHOULD, weaker(SHOULD, MUST))
+}
+
+// TestUnknownKindFailsAtStart: a case naming a kind nothing executes is
+// an error of the run, found before any worker starts.
+func TestUnknownKindFailsAtStart(t *testing.T) {
+	cases := Matrix(MatrixOptions{NP: []int{2}, Quick: true})
+	require.NoError(t, checkKinds(cases))
+	cases = append(cases, Case{ID: "device.typo", Spec: Spec{Kind: "device.tpyo"}})
+	require.ErrorContains(t, checkKinds(cases), `case device.typo names kind "device.tpyo", which no worker or runner executes`)
 }

@@ -8,7 +8,6 @@ import (
 	"net/rpc"
 	"os"
 	"os/exec"
-	"reflect"
 	"regexp"
 	"strings"
 	"sync"
@@ -57,12 +56,52 @@ func ServeWorker() {
 	os.Exit(0)
 }
 
-// rankPlugin is go-plugin's factory for both sides.
+// rankPlugin is go-plugin's factory for both sides: the worker serves a
+// WorkerRPC, the runner gets a rankClient.
 type rankPlugin struct{}
 
 func (*rankPlugin) Server(*goplugin.MuxBroker) (any, error) { return &WorkerRPC{w: &worker{}}, nil }
 func (*rankPlugin) Client(_ *goplugin.MuxBroker, c *rpc.Client) (any, error) {
-	return c, nil
+	return &rankClient{c: c}, nil
+}
+
+// rankClient is the runner's typed client of one worker: one method per
+// WorkerRPC method, each bounded by its context.
+type rankClient struct{ c *rpc.Client }
+
+func (r *rankClient) Open(ctx context.Context, a OpenArgs) (OpenReply, error) {
+	return call[OpenReply](ctx, r.c, "Open", a)
+}
+
+func (r *rankClient) UniqueIDs(ctx context.Context, n int) ([][]byte, error) {
+	return call[[][]byte](ctx, r.c, "UniqueIDs", n)
+}
+
+func (r *rankClient) Join(ctx context.Context, a JoinArgs) (RankResult, error) {
+	return call[RankResult](ctx, r.c, "Join", a)
+}
+
+func (r *rankClient) Run(ctx context.Context, a RunArgs) (RankResult, error) {
+	return call[RankResult](ctx, r.c, "Run", a)
+}
+
+func (r *rankClient) Leave(ctx context.Context) (RankResult, error) {
+	return call[RankResult](ctx, r.c, "Leave", true)
+}
+
+// call runs one RPC, giving up when ctx ends. The answer is decoded into a
+// value of its own, returned only when it arrived in time, so an abandoned
+// call never writes into the caller's memory later.
+func call[T any](ctx context.Context, c *rpc.Client, method string, args any) (T, error) {
+	reply := new(T)
+	done := c.Go("Plugin."+method, args, reply, make(chan *rpc.Call, 1))
+	select {
+	case <-done.Done:
+		return *reply, done.Error
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
+	}
 }
 
 // ---- Messages ----------------------------------------------------------------
@@ -139,12 +178,13 @@ type RankResult struct {
 
 // ---- Runner side: one worker process -------------------------------------------
 
-// workerProc is one running worker: the go-plugin client, its RPC client
-// and the process underneath (exit status, last lines of stderr).
+// workerProc is one running worker: the go-plugin client, the typed
+// client of its calls and the process underneath (exit status, last lines
+// of stderr).
 type workerProc struct {
 	rank   int
 	client *goplugin.Client
-	rpc    *rpc.Client
+	rpc    *rankClient
 	proc   *procRunner
 }
 
@@ -176,7 +216,7 @@ func startWorker(cmdline []string, rank int, timeout time.Duration, passStderr i
 	if err == nil {
 		var raw any
 		if raw, err = proto.Dispense(pluginKey); err == nil {
-			w.rpc = raw.(*rpc.Client)
+			w.rpc = raw.(*rankClient)
 			return w, nil
 		}
 	}
@@ -186,23 +226,6 @@ func startWorker(cmdline []string, rank int, timeout time.Duration, passStderr i
 		return nil, fmt.Errorf("worker for rank %d did not start: %s (%v)", rank, reason, err)
 	}
 	return nil, fmt.Errorf("worker for rank %d did not start: %v", rank, err)
-}
-
-// call runs one RPC method, giving up when ctx ends. The answer is decoded
-// into a private value and copied to reply only when it arrived in time, so
-// an abandoned call never writes into reply later.
-func (w *workerProc) call(ctx context.Context, method string, args, reply any) error {
-	private := reflect.New(reflect.TypeOf(reply).Elem())
-	c := w.rpc.Go("Plugin."+method, args, private.Interface(), make(chan *rpc.Call, 1))
-	select {
-	case <-c.Done:
-		if c.Error == nil {
-			reflect.ValueOf(reply).Elem().Set(private.Elem())
-		}
-		return c.Error
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // kill ends the worker at once (it may be stuck in a plugin entry). Once

@@ -12,7 +12,7 @@ import (
 
 // areaOrder is the order of the summary rows.
 var areaOrder = []string{"plugin", "device", "comm", "allreduce", "reduce", "broadcast", "allgather", "reducescatter",
-	"alltoall", "alltoallv", "gather", "scatter", "sendrecv", "group"}
+	"alltoall", "alltoallv", "gather", "scatter", "sendrecv", "group", "stream"}
 
 // Counts tallies results.
 type Counts struct {

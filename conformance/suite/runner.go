@@ -149,6 +149,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			cases = append(cases, c)
 		}
 	}
+	if err := checkKinds(cases); err != nil {
+		return nil, err
+	}
 	for _, cand := range cands {
 		if ctx.Err() != nil {
 			break
@@ -268,9 +271,9 @@ func (r *pluginRun) declared(c Case) {
 	}
 	has, what := false, ""
 	switch c.Spec.Kind {
-	case "info.datatype":
+	case KindDataType:
 		has, what = contains(r.info.DataTypes, c.Spec.Type.String()), "dataTypeMask lacks "+c.Spec.Type.String()
-	case "info.redop":
+	case KindRedOp:
 		has, what = contains(r.info.RedOps, c.Spec.Op.String()), "redOpMask lacks "+c.Spec.Op.String()
 	}
 	switch {
@@ -347,7 +350,7 @@ func (r *pluginRun) session(ctx context.Context, s *session, cases []Case, n int
 			}
 			continue
 		}
-		if trips := r.trips[c.Area]; len(trips) >= 2 && c.Spec.Kind != "comm.destroy" {
+		if trips := r.trips[c.Area]; len(trips) >= 2 && c.Spec.Kind != KindCommDestroy {
 			record(Failed, fmt.Sprintf("not run: %s crashed or hung twice on this plugin (%s), so its remaining cases are not run", c.Area, strings.Join(trips, ", ")), 0)
 			continue
 		}
@@ -364,7 +367,7 @@ func (r *pluginRun) session(ctx context.Context, s *session, cases []Case, n int
 			continue
 		}
 		t0 := time.Now()
-		if c.Spec.Kind == "comm.init" {
+		if c.Spec.Kind == KindCommInit {
 			// The join is the case: from fresh workers.
 			if fail := s.start(ctx); fail != "" {
 				record(Failed, fail, time.Since(t0))
@@ -395,7 +398,7 @@ func (r *pluginRun) session(ctx context.Context, s *session, cases []Case, n int
 		}
 		st, reason, broken, tripped, unsup := s.runCase(ctx, c)
 		record(st, reason, time.Since(t0))
-		if unsup != "" && c.Spec.Kind == "coll" {
+		if unsup != "" && c.Spec.Kind == KindColl {
 			r.unsupported[unsupportedKey(c.Spec)] = [2]string{c.ID, unsup}
 		}
 		if tripped {
@@ -446,7 +449,7 @@ func (s *session) kill() {
 // close lets the workers destroy their communicator and exit.
 func (s *session) close(ctx context.Context) {
 	if s.running() {
-		s.callAll(ctx, 10*time.Second, "Leave", func(int) any { return true })
+		s.callRanks(ctx, 10*time.Second, func(ctx context.Context, _ int, r *rankClient) (RankResult, error) { return r.Leave(ctx) })
 	}
 	var wg sync.WaitGroup
 	for _, w := range s.workers {
@@ -493,9 +496,9 @@ func (s *session) open(ctx context.Context) (PluginInfo, string) {
 	}
 	s.workers = ws
 	openArgs := OpenArgs{Path: s.r.cand.Path, Emulated: o.Emulated, VendorsimDir: o.VendorsimDir}
-	replies := make([]OpenReply, s.n)
-	outs := s.callAllInto(ctx, o.StartTimeout, "Open", func(int) any { return openArgs },
-		func(i int) any { return &replies[i] })
+	replies, outs := callAll(ctx, s, o.StartTimeout, func(ctx context.Context, _ int, r *rankClient) (OpenReply, error) {
+		return r.Open(ctx, openArgs)
+	})
 	if st, fail, _, _ := s.classify(outs, MUST, false, o.StartTimeout); st != Passed {
 		return PluginInfo{}, strings.Replace(fail, "running the case", "opening the plugin", 1)
 	}
@@ -518,8 +521,8 @@ func (s *session) join(ctx context.Context) string {
 		}
 		id = ids[0]
 	}
-	outs := s.callAll(ctx, s.r.o.StartTimeout, "Join", func(i int) any {
-		return JoinArgs{NRanks: s.n, Rank: i, Dev: i, ID: id}
+	outs := s.callRanks(ctx, s.r.o.StartTimeout, func(ctx context.Context, i int, r *rankClient) (RankResult, error) {
+		return r.Join(ctx, JoinArgs{NRanks: s.n, Rank: i, Dev: i, ID: id})
 	})
 	if st, reason, _, _ := s.classify(outs, MUST, false, s.r.o.StartTimeout); st != Passed {
 		return strings.Replace(reason, "running the case", "joining the communicator", 1)
@@ -530,10 +533,10 @@ func (s *session) join(ctx context.Context) string {
 
 // uniqueIDs asks rank 0 for k vendor unique ids.
 func (s *session) uniqueIDs(ctx context.Context, k int) ([][]byte, string) {
-	var ids [][]byte
 	cctx, cancel := context.WithTimeout(ctx, s.r.o.CaseTimeout)
 	defer cancel()
-	if err := s.workers[0].call(cctx, "UniqueIDs", k, &ids); err != nil {
+	ids, err := s.workers[0].rpc.UniqueIDs(cctx, k)
+	if err != nil {
 		outs := make([]rankOutcome, s.n)
 		outs[0].err = err
 		if fail := s.transportFailure(outs, "making unique ids", s.r.o.CaseTimeout); fail != "" {
@@ -566,7 +569,9 @@ func (s *session) runCase(ctx context.Context, c Case) (st Status, reason string
 	if spec.Iters > 1 {
 		timeout *= time.Duration(spec.Iters)
 	}
-	outs := s.callAll(ctx, timeout, "Run", func(int) any { return RunArgs{Case: c.ID, Spec: spec} })
+	outs := s.callRanks(ctx, timeout, func(ctx context.Context, _ int, r *rankClient) (RankResult, error) {
+		return r.Run(ctx, RunArgs{Case: c.ID, Spec: spec})
+	})
 	if ctx.Err() != nil {
 		return Skipped, "not run: interrupted", true, false, ""
 	}
@@ -592,18 +597,20 @@ const grace = 3 * time.Second
 
 var errStopped = errors.New("stopped after another rank failed")
 
-func (s *session) callAll(ctx context.Context, timeout time.Duration, method string, args func(int) any) []rankOutcome {
-	replies := make([]RankResult, s.n)
-	outs := s.callAllInto(ctx, timeout, method, args, func(i int) any { return &replies[i] })
+// callRanks is callAll for the calls that answer a RankResult.
+func (s *session) callRanks(ctx context.Context, timeout time.Duration, fn func(context.Context, int, *rankClient) (RankResult, error)) []rankOutcome {
+	replies, outs := callAll(ctx, s, timeout, fn)
 	for i := range outs {
 		outs[i].res = replies[i]
 	}
 	return outs
 }
 
-// callAllInto calls method on every worker at once and waits for all of
-// them, at most timeout, and at most grace after the first failure.
-func (s *session) callAllInto(ctx context.Context, timeout time.Duration, method string, args, reply func(int) any) []rankOutcome {
+// callAll runs fn on every worker at once and waits for all of them, at
+// most timeout, and at most grace after the first failure (an error, or a
+// RankResult that is not ok).
+func callAll[T any](ctx context.Context, s *session, timeout time.Duration, fn func(context.Context, int, *rankClient) (T, error)) ([]T, []rankOutcome) {
+	replies := make([]T, s.n)
 	outs := make([]rankOutcome, s.n)
 	dctx, cancelDeadline := context.WithTimeout(ctx, timeout)
 	defer cancelDeadline()
@@ -612,13 +619,13 @@ func (s *session) callAllInto(ctx context.Context, timeout time.Duration, method
 	done := make(chan int, s.n)
 	for i, w := range s.workers {
 		go func() {
-			err := w.call(cctx, method, args(i), reply(i))
+			reply, err := fn(cctx, i, w.rpc)
 			if err != nil && errors.Is(err, context.Canceled) {
 				if cause := context.Cause(cctx); cause != nil && !errors.Is(cause, context.Canceled) {
 					err = cause
 				}
 			}
-			outs[i].err = err
+			replies[i], outs[i].err = reply, err
 			done <- i
 		}()
 	}
@@ -628,7 +635,7 @@ func (s *session) callAllInto(ctx context.Context, timeout time.Duration, method
 		case i := <-done:
 			pending--
 			failed := outs[i].err != nil
-			if rr, ok := reply(i).(*RankResult); ok && rr.Status != "" && rr.Status != rankOK {
+			if rr, ok := any(replies[i]).(RankResult); ok && rr.Status != "" && rr.Status != rankOK {
 				failed = true
 			}
 			if failed && graceC == nil && pending > 0 {
@@ -639,7 +646,7 @@ func (s *session) callAllInto(ctx context.Context, timeout time.Duration, method
 			graceC = nil
 		}
 	}
-	return outs
+	return replies, outs
 }
 
 // transportFailure describes calls that did not complete because a worker

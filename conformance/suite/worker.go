@@ -3,12 +3,17 @@ package suite
 import (
 	"errors"
 	"fmt"
+	"os"
 	"runtime/debug"
 	"strings"
 
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
+
+// envStreamDelay is how long the emulated runtimes hold back stream work
+// that nobody waits for, in microseconds.
+const envStreamDelay = "FLAGCX_VENDORSIM_STREAM_DELAY_US"
 
 // worker is one rank: the plugin it loaded, its device, stream and
 // communicator. Its methods run in the worker process.
@@ -108,6 +113,14 @@ func (w *worker) open(a OpenArgs) OpenReply {
 		info.Entries[e.Name] = e.Provided
 		if e.Optional && !e.Provided {
 			info.NullOpt = append(info.NullOpt, e.Name)
+		}
+	}
+	if a.Emulated {
+		// Stream-ordering mistakes must show as wrong data every time, not
+		// now and then: the emulated runtimes hold back work nobody waits
+		// for (conformance/vendorsim/README.md, "Streams and events").
+		if _, set := os.LookupEnv(envStreamDelay); !set {
+			_ = os.Setenv(envStreamDelay, "5000")
 		}
 	}
 	err = p.Init(loader.InitOptions{Emulated: a.Emulated, VendorsimDir: a.VendorsimDir})

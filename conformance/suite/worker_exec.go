@@ -62,16 +62,31 @@ type job struct {
 // the data of every buffer it allocates that many bytes off the 256-byte
 // alignment of the allocation.
 type scratch struct {
-	w     *worker
-	bufs  []devBuf
-	shift int
+	w      *worker
+	bufs   []devBuf
+	pinned []uintptr
+	shift  int
 }
 
 func (sc *scratch) free() {
 	for _, b := range sc.bufs {
 		_ = sc.w.p.DeviceFree(b.base)
 	}
-	sc.bufs = nil
+	for _, h := range sc.pinned {
+		_ = sc.w.p.HostFree(h)
+	}
+	sc.bufs, sc.pinned = nil, nil
+}
+
+// hostAlloc allocates n bytes of the plugin's pinned host memory, freed
+// with the case, and returns it as a pointer and a slice.
+func (sc *scratch) hostAlloc(n int) (uintptr, []byte, error) {
+	h, err := sc.w.p.HostMalloc(n)
+	if err != nil {
+		return 0, nil, err
+	}
+	sc.pinned = append(sc.pinned, h)
+	return h, loader.HostSlice(h, n), nil
 }
 
 // alloc makes a guarded device buffer holding content.
@@ -125,6 +140,9 @@ func (w *worker) verify(c checked) error {
 // compareElems compares element by element: integers bitwise, floating
 // point by value (reference.Compare's rules), within tol where given.
 func compareElems(name string, dt sdk.DataType, got, want []byte, tol func(int) float64) error {
+	// got may be pinned memory that stray work of a broken plugin still
+	// writes: compare a snapshot, so the message shows what was compared.
+	got = append([]byte(nil), got...)
 	if bytes.Equal(got, want) {
 		return nil
 	}
@@ -294,112 +312,126 @@ func (w *worker) prepColl(sc *scratch, comm *loader.Comm, s Spec) (*job, error) 
 	return j, nil
 }
 
-// prepP2P prepares the point-to-point cases.
-func (w *worker) prepP2P(sc *scratch, comm *loader.Comm, s Spec) (*job, error) {
+// prepRing prepares the ring (KindP2PRing), inside two nested groups for KindGroupNested.
+func (w *worker) prepRing(sc *scratch, comm *loader.Comm, s Spec) (*job, error) {
+	n, rank, dt, count := comm.Count(), comm.Rank(), s.Type, s.Count
+	j := &job{}
+	c := reference.Case{Coll: reference.SendRecv, Type: dt, NRanks: n, Count: count, Seed: s.Seed}
+	sb, rb, err := w.sendRecvBufs(sc, j, c, rank)
+	if err != nil {
+		return nil, err
+	}
+	depth := 1
+	if s.Kind == KindGroupNested {
+		depth = 2
+	}
+	j.issue = func(st loader.Stream) error {
+		return grouped(comm.Plugin(), depth, func() error {
+			if err := comm.Send(sb, count, dt, (rank+1)%n, st); err != nil {
+				return err
+			}
+			return comm.Recv(rb, count, dt, (rank-1+n)%n, st)
+		})
+	}
+	return j, nil
+}
+
+// prepExchange prepares a send and a recv with every other rank in one group.
+func (w *worker) prepExchange(sc *scratch, comm *loader.Comm, s Spec) (*job, error) {
 	n, rank, dt, count := comm.Count(), comm.Rank(), s.Type, s.Count
 	sz := dt.Size()
 	j := &job{}
-	switch s.Kind {
-	case "p2p.ring", "group.nested":
-		c := reference.Case{Coll: reference.SendRecv, Type: dt, NRanks: n, Count: count, Seed: s.Seed}
-		sb, rb, err := w.sendRecvBufs(sc, j, c, rank)
-		if err != nil {
-			return nil, err
+	c := reference.Case{Coll: reference.AlltoAll, Type: dt, NRanks: n, Count: count, Seed: s.Seed}
+	input := make([]byte, c.SendCount()*sz)
+	reference.FillInput(c, rank, input)
+	init := filled(c.RecvCount()*sz, fillByte)
+	full := reference.Expected(c, rank)
+	want := append([]byte(nil), init...)
+	for p := 0; p < n; p++ {
+		if p != rank {
+			copy(want[p*count*sz:(p+1)*count*sz], full[p*count*sz:])
 		}
-		depth := 1
-		if s.Kind == "group.nested" {
-			depth = 2
-		}
-		j.issue = func(st loader.Stream) error {
-			return grouped(comm.Plugin(), depth, func() error {
-				if err := comm.Send(sb, count, dt, (rank+1)%n, st); err != nil {
+	}
+	sb, err := sc.alloc(input)
+	if err != nil {
+		return nil, err
+	}
+	rb, err := sc.alloc(init)
+	if err != nil {
+		return nil, err
+	}
+	j.checks = []checked{{name: "recv buffer", buf: rb, want: want, dt: dt},
+		{name: "send buffer (must stay unchanged)", buf: sb, want: input, dt: dt}}
+	j.issue = func(st loader.Stream) error {
+		return grouped(comm.Plugin(), 1, func() error {
+			for p := 0; p < n; p++ {
+				if p == rank {
+					continue
+				}
+				off := uintptr(p * count * sz)
+				if err := comm.Send(sb.ptr()+off, count, dt, p, st); err != nil {
 					return err
 				}
-				return comm.Recv(rb, count, dt, (rank-1+n)%n, st)
-			})
-		}
-	case "p2p.exchange":
-		c := reference.Case{Coll: reference.AlltoAll, Type: dt, NRanks: n, Count: count, Seed: s.Seed}
-		input := make([]byte, c.SendCount()*sz)
-		reference.FillInput(c, rank, input)
-		init := filled(c.RecvCount()*sz, fillByte)
-		full := reference.Expected(c, rank)
-		want := append([]byte(nil), init...)
-		for p := 0; p < n; p++ {
-			if p != rank {
-				copy(want[p*count*sz:(p+1)*count*sz], full[p*count*sz:])
+				if err := comm.Recv(rb.ptr()+off, count, dt, p, st); err != nil {
+					return err
+				}
 			}
-		}
+			return nil
+		})
+	}
+	return j, nil
+}
+
+// prepSelf prepares a send to this rank and its recv, in one group.
+func (w *worker) prepSelf(sc *scratch, comm *loader.Comm, s Spec) (*job, error) {
+	n, rank, dt, count := comm.Count(), comm.Rank(), s.Type, s.Count
+	j := &job{}
+	// A broadcast case rooted at this rank has the data: recv = own input.
+	c := reference.Case{Coll: reference.Broadcast, Type: dt, NRanks: n, Root: rank, Count: count, Seed: s.Seed}
+	sb, rb, err := w.sendRecvBufs(sc, j, c, rank)
+	if err != nil {
+		return nil, err
+	}
+	j.issue = func(st loader.Stream) error {
+		return grouped(comm.Plugin(), 1, func() error {
+			if err := comm.Send(sb, count, dt, rank, st); err != nil {
+				return err
+			}
+			return comm.Recv(rb, count, dt, rank, st)
+		})
+	}
+	return j, nil
+}
+
+// prepPair prepares a send from rank 0 to rank n-1 outside any group.
+func (w *worker) prepPair(sc *scratch, comm *loader.Comm, s Spec) (*job, error) {
+	n, rank, dt, count := comm.Count(), comm.Rank(), s.Type, s.Count
+	sz := dt.Size()
+	j := &job{}
+	// Rank 0 sends its broadcast input to rank n-1, outside any group.
+	c := reference.Case{Coll: reference.Broadcast, Type: dt, NRanks: n, Root: 0, Count: count, Seed: s.Seed}
+	switch rank {
+	case 0:
+		input := make([]byte, count*sz)
+		reference.FillInput(c, 0, input)
 		sb, err := sc.alloc(input)
 		if err != nil {
 			return nil, err
 		}
+		j.checks = []checked{{name: "send buffer (must stay unchanged)", buf: sb, want: input, dt: dt}}
+		j.issue = func(st loader.Stream) error { return comm.Send(sb.ptr(), count, dt, n-1, st) }
+	case n - 1:
+		init := filled(count*sz, fillByte)
+		want := append([]byte(nil), init...)
+		reference.ExpectedInto(c, rank, want)
 		rb, err := sc.alloc(init)
 		if err != nil {
 			return nil, err
 		}
-		j.checks = []checked{{name: "recv buffer", buf: rb, want: want, dt: dt},
-			{name: "send buffer (must stay unchanged)", buf: sb, want: input, dt: dt}}
-		j.issue = func(st loader.Stream) error {
-			return grouped(comm.Plugin(), 1, func() error {
-				for p := 0; p < n; p++ {
-					if p == rank {
-						continue
-					}
-					off := uintptr(p * count * sz)
-					if err := comm.Send(sb.ptr()+off, count, dt, p, st); err != nil {
-						return err
-					}
-					if err := comm.Recv(rb.ptr()+off, count, dt, p, st); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-		}
-	case "p2p.self":
-		// A broadcast case rooted at this rank has the data: recv = own input.
-		c := reference.Case{Coll: reference.Broadcast, Type: dt, NRanks: n, Root: rank, Count: count, Seed: s.Seed}
-		sb, rb, err := w.sendRecvBufs(sc, j, c, rank)
-		if err != nil {
-			return nil, err
-		}
-		j.issue = func(st loader.Stream) error {
-			return grouped(comm.Plugin(), 1, func() error {
-				if err := comm.Send(sb, count, dt, rank, st); err != nil {
-					return err
-				}
-				return comm.Recv(rb, count, dt, rank, st)
-			})
-		}
-	case "p2p.pair":
-		// Rank 0 sends its broadcast input to rank n-1, outside any group.
-		c := reference.Case{Coll: reference.Broadcast, Type: dt, NRanks: n, Root: 0, Count: count, Seed: s.Seed}
-		switch rank {
-		case 0:
-			input := make([]byte, count*sz)
-			reference.FillInput(c, 0, input)
-			sb, err := sc.alloc(input)
-			if err != nil {
-				return nil, err
-			}
-			j.checks = []checked{{name: "send buffer (must stay unchanged)", buf: sb, want: input, dt: dt}}
-			j.issue = func(st loader.Stream) error { return comm.Send(sb.ptr(), count, dt, n-1, st) }
-		case n - 1:
-			init := filled(count*sz, fillByte)
-			want := append([]byte(nil), init...)
-			reference.ExpectedInto(c, rank, want)
-			rb, err := sc.alloc(init)
-			if err != nil {
-				return nil, err
-			}
-			j.checks = []checked{{name: "recv buffer", buf: rb, want: want, dt: dt}}
-			j.issue = func(st loader.Stream) error { return comm.Recv(rb.ptr(), count, dt, 0, st) }
-		default:
-			j.issue = func(loader.Stream) error { return nil }
-		}
+		j.checks = []checked{{name: "recv buffer", buf: rb, want: want, dt: dt}}
+		j.issue = func(st loader.Stream) error { return comm.Recv(rb.ptr(), count, dt, 0, st) }
 	default:
-		return nil, fmt.Errorf("unknown point-to-point case %q", s.Kind)
+		j.issue = func(loader.Stream) error { return nil }
 	}
 	return j, nil
 }
@@ -478,6 +510,55 @@ func (w *worker) runJobs(jobs []*job, inGroup bool) error {
 		}
 	}
 	return nil
+}
+
+// streamOrdered runs an allReduce sum whose input arrives, and whose
+// result leaves, by copies on the caller's stream, with one synchronise at
+// the end. A plugin that runs the collective on another stream (the NULL
+// stream, say) reads its input before the copy lands or has its result
+// copied out before it is written: on a device, and on the emulators,
+// whose streams run asynchronously. The device buffers hold fillByte
+// until the copy in lands, so stale input cannot pass for the right one.
+func (w *worker) streamOrdered(s Spec) error {
+	if w.comm == nil {
+		return errors.New("no communicator")
+	}
+	p, rank := w.p, w.comm.Rank()
+	c := reference.Case{Coll: reference.AllReduce, Type: s.Type, Op: sdk.Sum, NRanks: w.comm.Count(), Count: s.Count, Seed: s.Seed}
+	n := s.Count * s.Type.Size()
+	sc := &scratch{w: w}
+	defer sc.free()
+	sb, err := sc.alloc(filled(n, fillByte))
+	if err != nil {
+		return err
+	}
+	rb, err := sc.alloc(filled(n, fillByte))
+	if err != nil {
+		return err
+	}
+	hin, in, err := sc.hostAlloc(n)
+	if err != nil {
+		return err
+	}
+	hout, out, err := sc.hostAlloc(n)
+	if err != nil {
+		return err
+	}
+	reference.FillInput(c, rank, in)
+	fillBytes(out, 0)
+	want := filled(n, fillByte)
+	reference.ExpectedInto(c, rank, want)
+	for _, step := range []func() error{
+		func() error { return p.Memcpy(sb.ptr(), hin, n, loader.HostToDevice, w.stream) },
+		func() error { return w.comm.AllReduce(sb.ptr(), rb.ptr(), s.Count, s.Type, sdk.Sum, w.stream) },
+		func() error { return p.Memcpy(hout, rb.ptr(), n, loader.DeviceToHost, w.stream) },
+		func() error { return p.StreamSynchronize(w.stream) },
+	} {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	return compareElems("result copied out on the stream after the allReduce", s.Type, out, want, nil)
 }
 
 // allReduceCheck runs one allreduce sum on comm and verifies it.
@@ -562,165 +643,190 @@ func emulatedDeviceBytes(dev int) int64 {
 	return int64(r)
 }
 
-// ---- Dispatch -----------------------------------------------------------------------
+// ---- Collectives and groups as cases --------------------------------------------
 
-func (w *worker) exec(s Spec) error {
-	switch {
-	case s.Kind == "coll", s.Kind == "group.collectives":
-		if w.comm == nil {
-			return errors.New("no communicator")
+// collCase runs one collective (KindColl).
+func (w *worker) collCase(s Spec) error {
+	if w.comm == nil {
+		return errors.New("no communicator")
+	}
+	sc := &scratch{w: w, shift: s.Shift}
+	defer sc.free()
+	j, err := w.prepColl(sc, w.comm, s)
+	if err != nil {
+		return err
+	}
+	return w.runJobs([]*job{j}, false)
+}
+
+// groupCollectives runs three collectives of different types in one group.
+func (w *worker) groupCollectives(s Spec) error {
+	if w.comm == nil {
+		return errors.New("no communicator")
+	}
+	sc := &scratch{w: w}
+	defer sc.free()
+	n := w.comm.Count()
+	var jobs []*job
+	for i, sub := range []Spec{
+		{Coll: reference.AllReduce, Type: sdk.Float32, Op: sdk.Sum, Count: s.Count},
+		{Coll: reference.AllReduce, Type: sdk.Int32, Op: sdk.Max, Count: s.Count},
+		{Coll: reference.Broadcast, Type: sdk.Float64, Root: n - 1, Count: s.Count},
+	} {
+		sub.Seed = s.Seed + uint64(i)
+		j, err := w.prepColl(sc, w.comm, sub)
+		if err != nil {
+			return err
 		}
-		sc := &scratch{w: w, shift: s.Shift}
-		defer sc.free()
-		if s.Kind == "coll" {
-			j, err := w.prepColl(sc, w.comm, s)
-			if err != nil {
-				return err
-			}
-			return w.runJobs([]*job{j}, false)
-		}
-		n := w.comm.Count()
-		var jobs []*job
-		for i, sub := range []Spec{
-			{Coll: reference.AllReduce, Type: sdk.Float32, Op: sdk.Sum, Count: s.Count},
-			{Coll: reference.AllReduce, Type: sdk.Int32, Op: sdk.Max, Count: s.Count},
-			{Coll: reference.Broadcast, Type: sdk.Float64, Root: n - 1, Count: s.Count},
-		} {
-			sub.Seed = s.Seed + uint64(i)
-			j, err := w.prepColl(sc, w.comm, sub)
-			if err != nil {
-				return err
-			}
-			jobs = append(jobs, j)
-		}
-		return w.runJobs(jobs, true)
-	case s.Kind == "p2p.ring", s.Kind == "p2p.exchange", s.Kind == "p2p.self", s.Kind == "p2p.pair", s.Kind == "group.nested":
+		jobs = append(jobs, j)
+	}
+	return w.runJobs(jobs, true)
+}
+
+// p2pCase adapts a point-to-point preparation to the registry.
+func p2pCase(prep func(w *worker, sc *scratch, comm *loader.Comm, s Spec) (*job, error)) caseFunc {
+	return func(w *worker, s Spec) error {
 		if w.comm == nil {
 			return errors.New("no communicator")
 		}
 		sc := &scratch{w: w}
 		defer sc.free()
-		j, err := w.prepP2P(sc, w.comm, s)
+		j, err := prep(w, sc, w.comm, s)
 		if err != nil {
 			return err
 		}
 		return w.runJobs([]*job{j}, false)
-	case len(s.Kind) > 5 && s.Kind[:5] == "comm.":
-		return w.execComm(s)
-	case len(s.Kind) > 7 && s.Kind[:7] == "device.":
-		return w.execDevice(s)
 	}
-	return fmt.Errorf("unknown case kind %q", s.Kind)
 }
 
-func (w *worker) execComm(s Spec) error {
-	p := w.p
-	switch s.Kind {
-	case "comm.uniqueid":
-		a, err := p.UniqueID()
-		if err != nil {
-			return err
-		}
-		b, err := p.UniqueID()
-		if err != nil {
-			return err
-		}
-		if bytes.Equal(a, b) {
-			return wrongf("two getUniqueId calls returned the same %d bytes: two communicators would meet", len(a))
-		}
-	case "comm.errorstring":
-		for r := sdk.UnhandledDeviceError; r < sdk.NumResults; r++ {
-			if p.ErrorString(r) == "" {
-				return wrongf("getErrorString(%d) is empty", int(r))
-			}
-		}
-	case "comm.single":
-		c, err := p.CommInitRank(w.dev, 1, s.IDs[0], 0)
-		if err != nil {
-			return err
-		}
-		err = w.allReduceCheck(c, s, s.Seed)
-		return errors.Join(err, c.Destroy())
-	case "comm.loop":
-		for i := 0; i < s.Iters; i++ {
-			c, err := p.CommInitRank(w.dev, w.nranks, s.IDs[i], w.rank)
-			if err != nil {
-				return fmt.Errorf("round %d: %w", i+1, err)
-			}
-			err = w.allReduceCheck(c, s, s.Seed+uint64(i))
-			if err = errors.Join(err, c.Destroy()); err != nil {
-				return fmt.Errorf("round %d: %w", i+1, err)
-			}
-		}
-	case "comm.leak":
-		return w.leakCheck(s)
-	case "comm.multi":
-		var comms []*loader.Comm
-		defer func() {
-			for _, c := range comms {
-				_ = c.Destroy()
-			}
-		}()
-		for i := 0; i < s.Iters; i++ {
-			c, err := p.CommInitRank(w.dev, w.nranks, s.IDs[i], w.rank)
-			if err != nil {
-				return fmt.Errorf("communicator %d: %w", i+1, err)
-			}
-			comms = append(comms, c)
-		}
-		sc := &scratch{w: w}
-		defer sc.free()
-		var jobs []*job
-		for i, c := range comms {
-			j, err := w.prepColl(sc, c, Spec{Coll: reference.AllReduce, Type: s.Type, Op: sdk.Sum, Count: s.Count, Seed: s.Seed + uint64(i)})
-			if err != nil {
-				return err
-			}
-			jobs = append(jobs, j)
-		}
-		if err := w.runJobs(jobs, false); err != nil {
-			return err
-		}
-		for len(comms) > 0 {
-			if err := comms[0].Destroy(); err != nil {
-				return err
-			}
-			comms = comms[1:]
-		}
-	case "comm.asyncerror":
-		if w.comm == nil {
-			return errors.New("no communicator")
-		}
-		return w.comm.AsyncError()
-	case "comm.abort":
-		c, err := p.CommInitRank(w.dev, w.nranks, s.IDs[0], w.rank)
-		if err != nil {
-			return err
-		}
-		if err := w.allReduceCheck(c, s, s.Seed); err != nil {
-			_ = c.Destroy()
-			return err
-		}
-		if err := c.Abort(); err != nil {
-			_ = c.Destroy()
-			return err
-		}
-		if w.comm != nil {
-			if err := w.allReduceCheck(w.comm, s, s.Seed+1); err != nil {
-				return fmt.Errorf("the first communicator after aborting the second: %w", err)
-			}
-		}
-	case "comm.destroy":
-		if w.comm == nil {
-			return errors.New("no communicator")
-		}
-		err := w.comm.Destroy()
-		w.comm = nil
+// ---- Communicators --------------------------------------------------------------------
+
+// commUniqueID: two unique ids differ.
+func (w *worker) commUniqueID(Spec) error {
+	a, err := w.p.UniqueID()
+	if err != nil {
 		return err
-	default:
-		return fmt.Errorf("unknown case kind %q", s.Kind)
+	}
+	b, err := w.p.UniqueID()
+	if err != nil {
+		return err
+	}
+	if bytes.Equal(a, b) {
+		return wrongf("two getUniqueId calls returned the same %d bytes: two communicators would meet", len(a))
 	}
 	return nil
+}
+
+// commErrorString: every result code has a description.
+func (w *worker) commErrorString(Spec) error {
+	for r := sdk.UnhandledDeviceError; r < sdk.NumResults; r++ {
+		if w.p.ErrorString(r) == "" {
+			return wrongf("getErrorString(%d) is empty", int(r))
+		}
+	}
+	return nil
+}
+
+// commSingle: a one-rank communicator works.
+func (w *worker) commSingle(s Spec) error {
+	c, err := w.p.CommInitRank(w.dev, 1, s.IDs[0], 0)
+	if err != nil {
+		return err
+	}
+	err = w.allReduceCheck(c, s, s.Seed)
+	return errors.Join(err, c.Destroy())
+}
+
+// commLoop: communicators made and destroyed in a loop.
+func (w *worker) commLoop(s Spec) error {
+	for i := 0; i < s.Iters; i++ {
+		c, err := w.p.CommInitRank(w.dev, w.nranks, s.IDs[i], w.rank)
+		if err != nil {
+			return fmt.Errorf("round %d: %w", i+1, err)
+		}
+		err = w.allReduceCheck(c, s, s.Seed+uint64(i))
+		if err = errors.Join(err, c.Destroy()); err != nil {
+			return fmt.Errorf("round %d: %w", i+1, err)
+		}
+	}
+	return nil
+}
+
+// commMulti: several communicators at once, their collectives interleaved.
+func (w *worker) commMulti(s Spec) error {
+	var comms []*loader.Comm
+	defer func() {
+		for _, c := range comms {
+			_ = c.Destroy()
+		}
+	}()
+	for i := 0; i < s.Iters; i++ {
+		c, err := w.p.CommInitRank(w.dev, w.nranks, s.IDs[i], w.rank)
+		if err != nil {
+			return fmt.Errorf("communicator %d: %w", i+1, err)
+		}
+		comms = append(comms, c)
+	}
+	sc := &scratch{w: w}
+	defer sc.free()
+	var jobs []*job
+	for i, c := range comms {
+		j, err := w.prepColl(sc, c, Spec{Coll: reference.AllReduce, Type: s.Type, Op: sdk.Sum, Count: s.Count, Seed: s.Seed + uint64(i)})
+		if err != nil {
+			return err
+		}
+		jobs = append(jobs, j)
+	}
+	if err := w.runJobs(jobs, false); err != nil {
+		return err
+	}
+	for len(comms) > 0 {
+		if err := comms[0].Destroy(); err != nil {
+			return err
+		}
+		comms = comms[1:]
+	}
+	return nil
+}
+
+// commAsyncError: a healthy communicator reports no error.
+func (w *worker) commAsyncError(Spec) error {
+	if w.comm == nil {
+		return errors.New("no communicator")
+	}
+	return w.comm.AsyncError()
+}
+
+// commAbort: aborting a second communicator leaves the first working.
+func (w *worker) commAbort(s Spec) error {
+	c, err := w.p.CommInitRank(w.dev, w.nranks, s.IDs[0], w.rank)
+	if err != nil {
+		return err
+	}
+	if err := w.allReduceCheck(c, s, s.Seed); err != nil {
+		_ = c.Destroy()
+		return err
+	}
+	if err := c.Abort(); err != nil {
+		_ = c.Destroy()
+		return err
+	}
+	if w.comm != nil {
+		if err := w.allReduceCheck(w.comm, s, s.Seed+1); err != nil {
+			return fmt.Errorf("the first communicator after aborting the second: %w", err)
+		}
+	}
+	return nil
+}
+
+// commDestroy destroys the rank's communicator after all its work.
+func (w *worker) commDestroy(Spec) error {
+	if w.comm == nil {
+		return errors.New("no communicator")
+	}
+	err := w.comm.Destroy()
+	w.comm = nil
+	return err
 }
 
 // ---- Device runtime --------------------------------------------------------------------
@@ -734,431 +840,476 @@ func pattern(n int, seed uint64) []byte {
 	return b
 }
 
-func (w *worker) execDevice(s Spec) error {
-	p, dev := w.p, w.dev
-	ndev, err := p.DeviceCount()
+// devCtx is what a device-runtime case works with: the plugin, the
+// worker's device and stream, and a scratch that frees the case's
+// allocations.
+type devCtx struct {
+	w    *worker
+	p    *loader.Plugin
+	dev  int
+	ndev int
+	sc   *scratch
+}
+
+// deviceCase adapts a device-runtime case to the registry.
+func deviceCase(fn func(*devCtx, Spec) error) caseFunc {
+	return func(w *worker, s Spec) error {
+		ndev, err := w.p.DeviceCount()
+		if err != nil {
+			return err
+		}
+		dc := &devCtx{w: w, p: w.p, dev: w.dev, ndev: ndev, sc: &scratch{w: w}}
+		defer dc.sc.free()
+		return fn(dc, s)
+	}
+}
+
+// raw allocates n device bytes without guards, freed with the case.
+func (dc *devCtx) raw(n int) (uintptr, error) {
+	ptr, err := dc.p.DeviceMalloc(dc.dev, n)
+	if err == nil {
+		dc.sc.bufs = append(dc.sc.bufs, devBuf{base: ptr})
+	}
+	return ptr, err
+}
+
+// readBack copies n bytes at ptr to the host.
+func (dc *devCtx) readBack(ptr uintptr, n int) ([]byte, error) {
+	b := make([]byte, n)
+	return b, dc.p.CopyFromDevice(b, ptr)
+}
+
+// pinned allocates pinned host memory freed with the case.
+func (dc *devCtx) pinned(n int) (uintptr, []byte, error) { return dc.sc.hostAlloc(n) }
+
+// bigBytes is the large transfer of the device cases: 8 MiB and an odd tail.
+const bigBytes = 8<<20 + 3
+
+func (dc *devCtx) count(s Spec) error {
+	if dc.ndev < 1 {
+		return wrongf("getDeviceCount reports %d devices", dc.ndev)
+	}
+	return nil
+}
+
+func (dc *devCtx) info(s Spec) error {
+	seen := map[string]int{}
+	for d := 0; d < min(dc.ndev, 64); d++ {
+		info, err := dc.p.DeviceInfo(d)
+		if err != nil {
+			return err
+		}
+		if s.Kind == KindDeviceInfo {
+			if info.Name == "" {
+				return wrongf("device %d has no name", d)
+			}
+			continue
+		}
+		if !pciBusID.MatchString(info.PCIBusID) {
+			return wrongf("device %d: PCI bus id %q is not dddd:bb:dd.f in lower case", d, info.PCIBusID)
+		}
+		if prev, dup := seen[info.PCIBusID]; dup {
+			return wrongf("devices %d and %d have the same PCI bus id %s", prev, d, info.PCIBusID)
+		}
+		seen[info.PCIBusID] = d
+	}
+	return nil
+}
+
+func (dc *devCtx) linkSelf(s Spec) error {
+	l, err := dc.p.Link(dc.dev, dc.dev)
 	if err != nil {
 		return err
 	}
-	sc := &scratch{w: w}
-	defer sc.free()
-	// raw allocates without guards, freed with the case.
-	raw := func(n int) (uintptr, error) {
-		ptr, err := p.DeviceMalloc(dev, n)
-		if err == nil {
-			sc.bufs = append(sc.bufs, devBuf{base: ptr})
-		}
-		return ptr, err
+	if l.Type != loader.LinkSelf {
+		return wrongf("getLinkInfo(%d, %d) says %s, want self", dc.dev, dc.dev, l.Type)
 	}
-	readBack := func(ptr uintptr, n int) ([]byte, error) {
-		b := make([]byte, n)
-		return b, p.CopyFromDevice(b, ptr)
-	}
-	// pinned allocates host memory freed with the case.
-	var pinnedPtrs []uintptr
-	defer func() {
-		for _, h := range pinnedPtrs {
-			_ = p.HostFree(h)
-		}
-	}()
-	pinned := func(n int) (uintptr, []byte, error) {
-		h, err := p.HostMalloc(n)
-		if err != nil {
-			return 0, nil, err
-		}
-		pinnedPtrs = append(pinnedPtrs, h)
-		return h, loader.HostSlice(h, n), nil
-	}
-	const big = 8<<20 + 3
+	return nil
+}
 
-	switch s.Kind {
-	case "device.count":
-		if ndev < 1 {
-			return wrongf("getDeviceCount reports %d devices", ndev)
-		}
-	case "device.info", "device.info.pcibusid":
-		seen := map[string]int{}
-		for d := 0; d < min(ndev, 64); d++ {
-			info, err := p.DeviceInfo(d)
-			if err != nil {
-				return err
-			}
-			if s.Kind == "device.info" {
-				if info.Name == "" {
-					return wrongf("device %d has no name", d)
-				}
-				continue
-			}
-			if !pciBusID.MatchString(info.PCIBusID) {
-				return wrongf("device %d: PCI bus id %q is not dddd:bb:dd.f in lower case", d, info.PCIBusID)
-			}
-			if prev, dup := seen[info.PCIBusID]; dup {
-				return wrongf("devices %d and %d have the same PCI bus id %s", prev, d, info.PCIBusID)
-			}
-			seen[info.PCIBusID] = d
-		}
-	case "device.link.self":
-		l, err := p.Link(dev, dev)
+func (dc *devCtx) malloc(s Spec) error {
+	seen := map[uintptr]bool{}
+	for _, n := range []int{1, 4099, bigBytes} {
+		ptr, err := dc.raw(n)
 		if err != nil {
 			return err
 		}
-		if l.Type != loader.LinkSelf {
-			return wrongf("getLinkInfo(%d, %d) says %s, want self", dev, dev, l.Type)
+		if ptr == 0 || seen[ptr] {
+			return wrongf("deviceMalloc(%d) returned %#x (NULL or already in use)", n, ptr)
 		}
-	case "device.malloc":
-		seen := map[uintptr]bool{}
-		for _, n := range []int{1, 4099, big} {
-			ptr, err := raw(n)
-			if err != nil {
-				return err
-			}
-			if ptr == 0 || seen[ptr] {
-				return wrongf("deviceMalloc(%d) returned %#x (NULL or already in use)", n, ptr)
-			}
-			seen[ptr] = true
+		seen[ptr] = true
+	}
+	for _, b := range dc.sc.bufs {
+		if err := dc.p.DeviceFree(b.base); err != nil {
+			return err
 		}
-		for _, b := range sc.bufs {
-			if err := p.DeviceFree(b.base); err != nil {
-				return err
-			}
-		}
-		sc.bufs = nil
-	case "device.hostmalloc":
-		h, mem, err := pinned(4099)
+	}
+	dc.sc.bufs = nil
+	return nil
+}
+
+func (dc *devCtx) hostMalloc(s Spec) error {
+	h, mem, err := dc.pinned(4099)
+	if err != nil {
+		return err
+	}
+	if h == 0 {
+		return wrongf("hostMalloc returned NULL")
+	}
+	want := pattern(4099, s.Seed)
+	copy(mem, want)
+	if !bytes.Equal(mem, want) {
+		return wrongf("pinned host memory does not keep what the host wrote")
+	}
+	return nil
+}
+
+func (dc *devCtx) memcpySync(s Spec) error {
+	for _, n := range []int{1, 4099, bigBytes} {
+		ptr, err := dc.raw(n + 16)
 		if err != nil {
 			return err
 		}
-		if h == 0 {
-			return wrongf("hostMalloc returned NULL")
-		}
-		want := pattern(4099, s.Seed)
-		copy(mem, want)
-		if !bytes.Equal(mem, want) {
-			return wrongf("pinned host memory does not keep what the host wrote")
-		}
-	case "device.memcpy.sync":
-		for _, n := range []int{1, 4099, big} {
-			ptr, err := raw(n + 16)
-			if err != nil {
-				return err
-			}
-			if err := p.CopyToDevice(ptr, make([]byte, n+16)); err != nil {
-				return err
-			}
-			data := pattern(n, s.Seed+uint64(n))
-			if err := p.CopyToDevice(ptr+3, data); err != nil {
-				return err
-			}
-			got, err := readBack(ptr, n+16)
-			if err != nil {
-				return err
-			}
-			want := make([]byte, n+16)
-			copy(want[3:], data)
-			if err := compareElems(fmt.Sprintf("%d bytes copied to device offset 3 and back", n), sdk.Uint8, got, want, nil); err != nil {
-				return err
-			}
-		}
-	case "device.memcpy.d2d":
-		const n = 1<<20 + 5
-		a, err := raw(n)
-		if err != nil {
+		if err := dc.p.CopyToDevice(ptr, make([]byte, n+16)); err != nil {
 			return err
 		}
-		b, err := raw(n)
-		if err != nil {
+		data := pattern(n, s.Seed+uint64(n))
+		if err := dc.p.CopyToDevice(ptr+3, data); err != nil {
 			return err
 		}
-		data := pattern(n, s.Seed)
-		if err := p.CopyToDevice(a, data); err != nil {
-			return err
-		}
-		if err := p.CopyToDevice(b, make([]byte, n)); err != nil {
-			return err
-		}
-		if err := p.Memcpy(b+1, a+3, n-3, loader.DeviceToDevice, 0); err != nil {
-			return err
-		}
-		got, err := readBack(b, n)
-		if err != nil {
-			return err
-		}
-		want := make([]byte, n)
-		copy(want[1:], data[3:])
-		if err := compareElems("device-to-device copy between allocations", sdk.Uint8, got, want, nil); err != nil {
-			return err
-		}
-		if err := p.Memcpy(a+n/2, a+7, 4099, loader.DeviceToDevice, 0); err != nil {
-			return err
-		}
-		got, err = readBack(a, n)
-		if err != nil {
-			return err
-		}
-		copy(data[n/2:], data[7:7+4099])
-		return compareElems("device-to-device copy within an allocation", sdk.Uint8, got, data, nil)
-	case "device.memcpy.async":
-		const n = 1<<20 + 7
-		h, hm, err := pinned(n)
-		if err != nil {
-			return err
-		}
-		h2, hm2, err := pinned(n)
-		if err != nil {
-			return err
-		}
-		a, err := raw(n)
-		if err != nil {
-			return err
-		}
-		b, err := raw(n)
-		if err != nil {
-			return err
-		}
-		data := pattern(n, s.Seed)
-		copy(hm, data)
-		fillBytes(hm2, 0)
-		steps := []func() error{
-			func() error { return p.Memcpy(a, h, n, loader.HostToDevice, w.stream) },
-			func() error { return p.Memcpy(b, a, n, loader.DeviceToDevice, w.stream) },
-			func() error { return p.Memcpy(h2, b, n, loader.DeviceToHost, w.stream) },
-			func() error { return p.StreamSynchronize(w.stream) },
-		}
-		for _, f := range steps {
-			if err := f(); err != nil {
-				return err
-			}
-		}
-		return compareElems("host to device to device to host on a stream", sdk.Uint8, hm2, data, nil)
-	case "device.memset", "device.memset.async":
-		const n = 4099
-		ptr, err := raw(n + 16)
-		if err != nil {
-			return err
-		}
-		if err := p.CopyToDevice(ptr, make([]byte, n+16)); err != nil {
-			return err
-		}
-		var st loader.Stream
-		if s.Kind == "device.memset.async" {
-			st = w.stream
-		}
-		if err := p.Memset(ptr+5, 0xa7, n, st); err != nil {
-			return err
-		}
-		if st != 0 {
-			if err := p.StreamSynchronize(st); err != nil {
-				return err
-			}
-		}
-		got, err := readBack(ptr, n+16)
+		got, err := dc.readBack(ptr, n+16)
 		if err != nil {
 			return err
 		}
 		want := make([]byte, n+16)
-		fillBytes(want[5:5+n], 0xa7)
-		return compareElems("memSet of 4099 bytes at offset 5", sdk.Uint8, got, want, nil)
-	case "device.stream":
-		var streams []loader.Stream
-		for i := 0; i < 16; i++ {
-			st, err := p.StreamCreate(dev)
-			if err != nil {
-				return err
-			}
-			streams = append(streams, st)
-		}
-		for _, st := range streams {
-			if err := p.StreamSynchronize(st); err != nil {
-				return err
-			}
-		}
-		for _, st := range streams {
-			if err := p.StreamDestroy(st); err != nil {
-				return err
-			}
-		}
-	case "device.stream.query":
-		if err := p.StreamSynchronize(w.stream); err != nil {
+		copy(want[3:], data)
+		if err := compareElems(fmt.Sprintf("%d bytes copied to device offset 3 and back", n), sdk.Uint8, got, want, nil); err != nil {
 			return err
 		}
-		done, err := p.StreamQuery(w.stream)
+	}
+	return nil
+}
+
+func (dc *devCtx) memcpyD2D(s Spec) error {
+	const n = 1<<20 + 5
+	a, err := dc.raw(n)
+	if err != nil {
+		return err
+	}
+	b, err := dc.raw(n)
+	if err != nil {
+		return err
+	}
+	data := pattern(n, s.Seed)
+	if err := dc.p.CopyToDevice(a, data); err != nil {
+		return err
+	}
+	if err := dc.p.CopyToDevice(b, make([]byte, n)); err != nil {
+		return err
+	}
+	if err := dc.p.Memcpy(b+1, a+3, n-3, loader.DeviceToDevice, 0); err != nil {
+		return err
+	}
+	got, err := dc.readBack(b, n)
+	if err != nil {
+		return err
+	}
+	want := make([]byte, n)
+	copy(want[1:], data[3:])
+	if err := compareElems("device-to-device copy between allocations", sdk.Uint8, got, want, nil); err != nil {
+		return err
+	}
+	if err := dc.p.Memcpy(a+n/2, a+7, 4099, loader.DeviceToDevice, 0); err != nil {
+		return err
+	}
+	got, err = dc.readBack(a, n)
+	if err != nil {
+		return err
+	}
+	copy(data[n/2:], data[7:7+4099])
+	return compareElems("device-to-device copy within an allocation", sdk.Uint8, got, data, nil)
+}
+
+func (dc *devCtx) memcpyAsync(s Spec) error {
+	const n = 1<<20 + 7
+	h, hm, err := dc.pinned(n)
+	if err != nil {
+		return err
+	}
+	h2, hm2, err := dc.pinned(n)
+	if err != nil {
+		return err
+	}
+	a, err := dc.raw(n)
+	if err != nil {
+		return err
+	}
+	b, err := dc.raw(n)
+	if err != nil {
+		return err
+	}
+	data := pattern(n, s.Seed)
+	copy(hm, data)
+	fillBytes(hm2, 0)
+	steps := []func() error{
+		func() error { return dc.p.Memcpy(a, h, n, loader.HostToDevice, dc.w.stream) },
+		func() error { return dc.p.Memcpy(b, a, n, loader.DeviceToDevice, dc.w.stream) },
+		func() error { return dc.p.Memcpy(h2, b, n, loader.DeviceToHost, dc.w.stream) },
+		func() error { return dc.p.StreamSynchronize(dc.w.stream) },
+	}
+	for _, f := range steps {
+		if err := f(); err != nil {
+			return err
+		}
+	}
+	return compareElems("host to device to device to host on a stream", sdk.Uint8, hm2, data, nil)
+}
+
+func (dc *devCtx) memset(s Spec) error {
+	const n = 4099
+	ptr, err := dc.raw(n + 16)
+	if err != nil {
+		return err
+	}
+	if err := dc.p.CopyToDevice(ptr, make([]byte, n+16)); err != nil {
+		return err
+	}
+	var st loader.Stream
+	if s.Kind == KindDeviceMemsetAsync {
+		st = dc.w.stream
+	}
+	if err := dc.p.Memset(ptr+5, 0xa7, n, st); err != nil {
+		return err
+	}
+	if st != 0 {
+		if err := dc.p.StreamSynchronize(st); err != nil {
+			return err
+		}
+	}
+	got, err := dc.readBack(ptr, n+16)
+	if err != nil {
+		return err
+	}
+	want := make([]byte, n+16)
+	fillBytes(want[5:5+n], 0xa7)
+	return compareElems("memSet of 4099 bytes at offset 5", sdk.Uint8, got, want, nil)
+}
+
+func (dc *devCtx) streams(s Spec) error {
+	var streams []loader.Stream
+	for i := 0; i < 16; i++ {
+		st, err := dc.p.StreamCreate(dc.dev)
+		if err != nil {
+			return err
+		}
+		streams = append(streams, st)
+	}
+	for _, st := range streams {
+		if err := dc.p.StreamSynchronize(st); err != nil {
+			return err
+		}
+	}
+	for _, st := range streams {
+		if err := dc.p.StreamDestroy(st); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (dc *devCtx) streamQuery(s Spec) error {
+	if err := dc.p.StreamSynchronize(dc.w.stream); err != nil {
+		return err
+	}
+	done, err := dc.p.StreamQuery(dc.w.stream)
+	if err != nil {
+		return err
+	}
+	if !done {
+		return wrongf("streamQuery says an idle, synchronized stream is still busy")
+	}
+	return nil
+}
+
+func (dc *devCtx) event(s Spec) error {
+	const n = 8 << 20
+	h, hm, err := dc.pinned(n)
+	if err != nil {
+		return err
+	}
+	a, err := dc.raw(n)
+	if err != nil {
+		return err
+	}
+	data := pattern(4099, s.Seed)
+	copy(hm, data)
+	e0, err := dc.p.EventCreate(dc.dev)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = dc.p.EventDestroy(e0) }()
+	e1, err := dc.p.EventCreate(dc.dev)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = dc.p.EventDestroy(e1) }()
+	for _, f := range []func() error{
+		func() error { return dc.p.EventRecord(e0, dc.w.stream) },
+		func() error { return dc.p.Memcpy(a, h, n, loader.HostToDevice, dc.w.stream) },
+		func() error { return dc.p.EventRecord(e1, dc.w.stream) },
+		func() error { return dc.p.EventSynchronize(e1) },
+	} {
+		if err := f(); err != nil {
+			return err
+		}
+	}
+	switch s.Kind {
+	case KindDeviceEvent:
+		got, err := dc.readBack(a, 4099)
+		if err != nil {
+			return err
+		}
+		return compareElems("copy before the synchronized event", sdk.Uint8, got, data, nil)
+	case KindDeviceEventQuery:
+		done, err := dc.p.EventQuery(e1)
 		if err != nil {
 			return err
 		}
 		if !done {
-			return wrongf("streamQuery says an idle, synchronized stream is still busy")
+			return wrongf("eventQuery says a synchronized event was not reached")
 		}
-	case "device.event", "device.event.query", "device.event.elapsed":
-		const n = 8 << 20
-		h, hm, err := pinned(n)
+	case KindDeviceEventElapsed:
+		d, err := dc.p.EventElapsed(e0, e1)
 		if err != nil {
 			return err
 		}
-		a, err := raw(n)
+		if d < 0 || d.Seconds() > 60 {
+			return wrongf("eventElapsedTime around an 8 MiB copy is %v", d)
+		}
+	}
+	return nil
+}
+
+func (dc *devCtx) streamWaitEvent(s Spec) error {
+	const n = 4 << 20
+	h, hm, err := dc.pinned(n)
+	if err != nil {
+		return err
+	}
+	h2, hm2, err := dc.pinned(n)
+	if err != nil {
+		return err
+	}
+	a, err := dc.raw(n)
+	if err != nil {
+		return err
+	}
+	b, err := dc.raw(n)
+	if err != nil {
+		return err
+	}
+	data := pattern(n, s.Seed)
+	copy(hm, data)
+	fillBytes(hm2, 0)
+	s2, err := dc.p.StreamCreate(dc.dev)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = dc.p.StreamDestroy(s2) }()
+	e, err := dc.p.EventCreate(dc.dev)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = dc.p.EventDestroy(e) }()
+	for _, f := range []func() error{
+		func() error { return dc.p.Memcpy(a, h, n, loader.HostToDevice, dc.w.stream) },
+		func() error { return dc.p.EventRecord(e, dc.w.stream) },
+		func() error { return dc.p.StreamWaitEvent(s2, e) },
+		func() error { return dc.p.Memcpy(b, a, n, loader.DeviceToDevice, s2) },
+		func() error { return dc.p.Memcpy(h2, b, n, loader.DeviceToHost, s2) },
+		func() error { return dc.p.StreamSynchronize(s2) },
+	} {
+		if err := f(); err != nil {
+			return err
+		}
+	}
+	err = compareElems("copies on a second stream that waited for an event of the first", sdk.Uint8, hm2, data, nil)
+	return errors.Join(err, dc.p.StreamSynchronize(dc.w.stream))
+}
+
+func (dc *devCtx) pointerKind(s Spec) error {
+	d, err := dc.raw(4096)
+	if err != nil {
+		return err
+	}
+	h, _, err := dc.pinned(4096)
+	if err != nil {
+		return err
+	}
+	goMem := make([]byte, 4096)
+	kinds := []struct {
+		what string
+		ptr  uintptr
+		ok   []loader.MemoryKind
+	}{
+		{"deviceMalloc memory", d, []loader.MemoryKind{loader.MemDevice, loader.MemManaged}},
+		{"hostMalloc memory", h, []loader.MemoryKind{loader.MemHostPinned}},
+		{"pageable host memory", uintptr(unsafe.Pointer(&goMem[0])), []loader.MemoryKind{loader.MemHost, loader.MemUnknown}},
+	}
+	for _, k := range kinds {
+		got, err := dc.p.PointerKind(k.ptr)
 		if err != nil {
 			return err
 		}
-		data := pattern(4099, s.Seed)
-		copy(hm, data)
-		e0, err := p.EventCreate(dev)
+		good := false
+		for _, ok := range k.ok {
+			good = good || got == ok
+		}
+		if !good {
+			return wrongf("pointerKind of %s says %s, want %v", k.what, got, k.ok)
+		}
+	}
+	runtime.KeepAlive(goMem)
+	return nil
+}
+
+func (dc *devCtx) everyDevice(s Spec) error {
+	for d := 0; d < min(dc.ndev, 16); d++ {
+		ptr, err := dc.p.DeviceMalloc(d, 4099)
 		if err != nil {
+			return fmt.Errorf("device %d: %w", d, err)
+		}
+		dc.sc.bufs = append(dc.sc.bufs, devBuf{base: ptr})
+		data := pattern(4099, s.Seed+uint64(d))
+		if err := dc.p.CopyToDevice(ptr, data); err != nil {
+			return fmt.Errorf("device %d: %w", d, err)
+		}
+		st, err := dc.p.StreamCreate(d)
+		if err != nil {
+			return fmt.Errorf("device %d: %w", d, err)
+		}
+		got := make([]byte, 4099)
+		err = dc.p.CopyFromDevice(got, ptr)
+		err = errors.Join(err, dc.p.StreamSynchronize(st), dc.p.StreamDestroy(st))
+		if err != nil {
+			return fmt.Errorf("device %d: %w", d, err)
+		}
+		if err := compareElems(fmt.Sprintf("device %d: copy to the device and back", d), sdk.Uint8, got, data, nil); err != nil {
 			return err
 		}
-		defer func() { _ = p.EventDestroy(e0) }()
-		e1, err := p.EventCreate(dev)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = p.EventDestroy(e1) }()
-		for _, f := range []func() error{
-			func() error { return p.EventRecord(e0, w.stream) },
-			func() error { return p.Memcpy(a, h, n, loader.HostToDevice, w.stream) },
-			func() error { return p.EventRecord(e1, w.stream) },
-			func() error { return p.EventSynchronize(e1) },
-		} {
-			if err := f(); err != nil {
-				return err
-			}
-		}
-		switch s.Kind {
-		case "device.event":
-			got, err := readBack(a, 4099)
-			if err != nil {
-				return err
-			}
-			return compareElems("copy before the synchronized event", sdk.Uint8, got, data, nil)
-		case "device.event.query":
-			done, err := p.EventQuery(e1)
-			if err != nil {
-				return err
-			}
-			if !done {
-				return wrongf("eventQuery says a synchronized event was not reached")
-			}
-		case "device.event.elapsed":
-			d, err := p.EventElapsed(e0, e1)
-			if err != nil {
-				return err
-			}
-			if d < 0 || d.Seconds() > 60 {
-				return wrongf("eventElapsedTime around an 8 MiB copy is %v", d)
-			}
-		}
-	case "device.stream.waitevent":
-		const n = 4 << 20
-		h, hm, err := pinned(n)
-		if err != nil {
-			return err
-		}
-		h2, hm2, err := pinned(n)
-		if err != nil {
-			return err
-		}
-		a, err := raw(n)
-		if err != nil {
-			return err
-		}
-		b, err := raw(n)
-		if err != nil {
-			return err
-		}
-		data := pattern(n, s.Seed)
-		copy(hm, data)
-		fillBytes(hm2, 0)
-		s2, err := p.StreamCreate(dev)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = p.StreamDestroy(s2) }()
-		e, err := p.EventCreate(dev)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = p.EventDestroy(e) }()
-		for _, f := range []func() error{
-			func() error { return p.Memcpy(a, h, n, loader.HostToDevice, w.stream) },
-			func() error { return p.EventRecord(e, w.stream) },
-			func() error { return p.StreamWaitEvent(s2, e) },
-			func() error { return p.Memcpy(b, a, n, loader.DeviceToDevice, s2) },
-			func() error { return p.Memcpy(h2, b, n, loader.DeviceToHost, s2) },
-			func() error { return p.StreamSynchronize(s2) },
-		} {
-			if err := f(); err != nil {
-				return err
-			}
-		}
-		err = compareElems("copies on a second stream that waited for an event of the first", sdk.Uint8, hm2, data, nil)
-		return errors.Join(err, p.StreamSynchronize(w.stream))
-	case "device.pointerkind":
-		d, err := raw(4096)
-		if err != nil {
-			return err
-		}
-		h, _, err := pinned(4096)
-		if err != nil {
-			return err
-		}
-		goMem := make([]byte, 4096)
-		kinds := []struct {
-			what string
-			ptr  uintptr
-			ok   []loader.MemoryKind
-		}{
-			{"deviceMalloc memory", d, []loader.MemoryKind{loader.MemDevice, loader.MemManaged}},
-			{"hostMalloc memory", h, []loader.MemoryKind{loader.MemHostPinned}},
-			{"pageable host memory", uintptr(unsafe.Pointer(&goMem[0])), []loader.MemoryKind{loader.MemHost, loader.MemUnknown}},
-		}
-		for _, k := range kinds {
-			got, err := p.PointerKind(k.ptr)
-			if err != nil {
-				return err
-			}
-			good := false
-			for _, ok := range k.ok {
-				good = good || got == ok
-			}
-			if !good {
-				return wrongf("pointerKind of %s says %s, want %v", k.what, got, k.ok)
-			}
-		}
-		runtime.KeepAlive(goMem)
-	case "device.all":
-		for d := 0; d < min(ndev, 16); d++ {
-			ptr, err := p.DeviceMalloc(d, 4099)
-			if err != nil {
-				return fmt.Errorf("device %d: %w", d, err)
-			}
-			sc.bufs = append(sc.bufs, devBuf{base: ptr})
-			data := pattern(4099, s.Seed+uint64(d))
-			if err := p.CopyToDevice(ptr, data); err != nil {
-				return fmt.Errorf("device %d: %w", d, err)
-			}
-			st, err := p.StreamCreate(d)
-			if err != nil {
-				return fmt.Errorf("device %d: %w", d, err)
-			}
-			got := make([]byte, 4099)
-			err = p.CopyFromDevice(got, ptr)
-			err = errors.Join(err, p.StreamSynchronize(st), p.StreamDestroy(st))
-			if err != nil {
-				return fmt.Errorf("device %d: %w", d, err)
-			}
-			if err := compareElems(fmt.Sprintf("device %d: copy to the device and back", d), sdk.Uint8, got, data, nil); err != nil {
-				return err
-			}
-		}
-	case "device.error":
-		ptr, err := p.DeviceMalloc(ndev, 64)
-		if err == nil {
-			_ = p.DeviceFree(ptr)
-			return wrongf("deviceMalloc on device %d succeeded, but the plugin reports %d devices", ndev, ndev)
-		}
-		var ce *loader.CallError
-		if !errors.As(err, &ce) || ce.Message == "" {
-			return wrongf("deviceMalloc on device %d failed without a getLastError message (%v)", ndev, err)
-		}
-	default:
-		return fmt.Errorf("unknown case kind %q", s.Kind)
+	}
+	return nil
+}
+
+func (dc *devCtx) badDevice(s Spec) error {
+	ptr, err := dc.p.DeviceMalloc(dc.ndev, 64)
+	if err == nil {
+		_ = dc.p.DeviceFree(ptr)
+		return wrongf("deviceMalloc on device %d succeeded, but the plugin reports %d devices", dc.ndev, dc.ndev)
+	}
+	var ce *loader.CallError
+	if !errors.As(err, &ce) || ce.Message == "" {
+		return wrongf("deviceMalloc on device %d failed without a getLastError message (%v)", dc.ndev, err)
 	}
 	return nil
 }

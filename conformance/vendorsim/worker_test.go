@@ -31,6 +31,13 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	// These tests check the emulated libraries call by call (results and
+	// error codes as each call returns), so they run the synchronous mode;
+	// the asynchronous streams, the default, are tested in
+	// streams_test.go by workers that turn it back on.
+	if _, set := os.LookupEnv("FLAGCX_VENDORSIM_SYNC"); !set {
+		_ = os.Setenv("FLAGCX_VENDORSIM_SYNC", "1")
+	}
 	if scenario := os.Getenv(envWorker); scenario != "" {
 		os.Exit(runWorker(scenario))
 	}

@@ -19,6 +19,14 @@
 #include "flagcx_plugin.h"
 #include "shim.h"
 
+/* Conformance mutants: each NVIDIA_BREAK_* is one stream-ordering bug that
+ * `flagcx conformance` must catch on the emulated runtime, whose streams
+ * run asynchronously (conformance/suite/mutants_test.go builds them; a
+ * release build defines none):
+ *   NVIDIA_BREAK_SYNC        streamSynchronize returns without waiting;
+ *   NVIDIA_BREAK_WAIT_EVENT  streamWaitEvent does nothing;
+ *   NVIDIA_BREAK_NULL_STREAM allReduce runs on the legacy stream, not the caller's. */
+
 /* ---- Vendor declarations (no CUDA SDK needed) ---------------------------- */
 typedef int cudaError_t;
 typedef void* cudaStream_t;
@@ -386,6 +394,10 @@ static flagcxResult_t nvStreamDestroy(flagcxStream_t s) {
 }
 static flagcxResult_t nvStreamSynchronize(flagcxStream_t s) {
   READY();
+#ifdef NVIDIA_BREAK_SYNC
+  (void)s;
+  return flagcxSuccess;
+#endif
   return cudaCheck(f_cudaStreamSynchronize((cudaStream_t)s), "cudaStreamSynchronize");
 }
 /* cudaErrorNotReady is an answer ("pending"), not a failure. */
@@ -403,6 +415,10 @@ static flagcxResult_t nvStreamQuery(flagcxStream_t s) {
 }
 static flagcxResult_t nvStreamWaitEvent(flagcxStream_t s, flagcxEvent_t e) {
   READY();
+#ifdef NVIDIA_BREAK_WAIT_EVENT
+  (void)s, (void)e;
+  return flagcxSuccess;
+#endif
   return cudaCheck(f_cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)e, 0), "cudaStreamWaitEvent");
 }
 
@@ -511,6 +527,9 @@ static flagcxResult_t nvAllReduce(const void* s, void* r, size_t n, flagcxDataTy
                                   flagcxVendorComm_t c, flagcxStream_t st) {
   READY();
   CHECK_TYPE_OP("ncclAllReduce", t, op);
+#ifdef NVIDIA_BREAK_NULL_STREAM
+  st = NULL;
+#endif
   return ncclCheck(f_ncclAllReduce(s, r, n, t, op, NC(c), (cudaStream_t)st), "ncclAllReduce", NC(c));
 }
 static flagcxResult_t nvReduce(const void* s, void* r, size_t n, flagcxDataType_t t, flagcxRedOp_t op, int root,

@@ -546,6 +546,7 @@ func TestMetaxEmulatedOneProcess(t *testing.T) {
 	require.NoError(t, c.Gather(a, b, 8, sdk.Float32, 0, s))
 	require.NoError(t, c.AlltoAllv(a, []int{3}, []int{5}, b, []int{3}, []int{0}, sdk.Float32, s))
 	got := make([]byte, 12)
+	require.NoError(t, p.StreamSynchronize(s)) // a copy on no stream does not wait for s
 	require.NoError(t, p.CopyFromDevice(got, b))
 	require.Equal(t, in[20:32], got)
 
@@ -654,6 +655,8 @@ func (w *mxWorker) upload(b []byte, size int) uintptr {
 	w.must("deviceMalloc", err)
 	w.bufs = append(w.bufs, d)
 	w.must("memSet", w.p.Memset(d, 0x5A, max(size, len(b)), w.s))
+	// The copy below runs on no stream and would not wait for w.s.
+	w.must("streamSynchronize", w.p.StreamSynchronize(w.s))
 	if len(b) > 0 {
 		w.must("copy to device", w.p.CopyToDevice(d, b))
 	}

@@ -185,19 +185,19 @@ static vsim_comm* get_comm(cnclComm_t comm, const char* api, cnclResult_t* r) {
   return c;
 }
 
-static int check_queue(vsim_comm* c, cnrtQueue_t q, const char* api, cnclResult_t* r) {
-  if (q == NULL || q == cnrtQueuePerThread) return 0;
+static vsim_stream* check_queue(vsim_comm* c, cnrtQueue_t q, const char* api, cnclResult_t* r) {
+  if (q == NULL || q == cnrtQueuePerThread) return vsim_stream_default(vsim_comm_device(c));
   vsim_stream* s = vsim_stream_lookup(q);
   if (s == NULL) {
     *r = fail(CNCL_RET_ERR_MLU_RUNTIME, "%s: queue %p is not a live cnrtQueue_t of this process", api, (void*)q);
-    return -1;
+    return NULL;
   }
   if (vsim_stream_device(s) != vsim_comm_device(c)) {
     *r = fail(CNCL_RET_ERR_MLU_RUNTIME, "%s: queue %p belongs to device %d but the communicator uses device %d", api,
               (void*)q, vsim_stream_device(s), vsim_comm_device(c));
-    return -1;
+    return NULL;
   }
-  return 0;
+  return s;
 }
 
 /* ---- version, clique ids, init ---- */
@@ -320,11 +320,12 @@ static cnclResult_t coll(const char* api, int kind, const void* send, void* recv
   int vdt;
   vsim_comm* c = get_comm(comm, api, &r);
   if (c == NULL) return r;
-  if (check_queue(c, queue, api, &r) != 0) return r;
+  vsim_stream* vs = check_queue(c, queue, api, &r);
+  if (vs == NULL) return r;
   if ((r = check_dtype(api, dt, &vdt)) != CNCL_RET_SUCCESS) return r;
   if (op >= 0 && (r = check_op(api, (cnclReduceOp_t)op)) != CNCL_RET_SUCCESS) return r;
   vsim_coll_args a = {kind, vdt, op < 0 ? 0 : op, root, count};
-  return res(vsim_collective(c, api, &a, send, recv));
+  return res(vsim_collective(c, api, &a, send, recv, vs));
 }
 
 EXPORT cnclResult_t cnclAllReduce(const void* sendbuff, void* recvbuff, size_t count, cnclDataType_t datatype,
@@ -367,9 +368,10 @@ EXPORT cnclResult_t cnclSend(void* sendbuff, const size_t count, cnclDataType_t 
   int vdt;
   vsim_comm* c = get_comm(comm, "cnclSend", &r);
   if (c == NULL) return r;
-  if (check_queue(c, queue, "cnclSend", &r) != 0) return r;
+  vsim_stream* vs = check_queue(c, queue, "cnclSend", &r);
+  if (vs == NULL) return r;
   if ((r = check_dtype("cnclSend", datatype, &vdt)) != CNCL_RET_SUCCESS) return r;
-  return res(vsim_send(c, "cnclSend", sendbuff, count, vdt, dest));
+  return res(vsim_send(c, "cnclSend", sendbuff, count, vdt, dest, vs));
 }
 
 EXPORT cnclResult_t cnclRecv(void* recvbuff, const size_t count, cnclDataType_t datatype, const int source,
@@ -378,9 +380,10 @@ EXPORT cnclResult_t cnclRecv(void* recvbuff, const size_t count, cnclDataType_t 
   int vdt;
   vsim_comm* c = get_comm(comm, "cnclRecv", &r);
   if (c == NULL) return r;
-  if (check_queue(c, queue, "cnclRecv", &r) != 0) return r;
+  vsim_stream* vs = check_queue(c, queue, "cnclRecv", &r);
+  if (vs == NULL) return r;
   if ((r = check_dtype("cnclRecv", datatype, &vdt)) != CNCL_RET_SUCCESS) return r;
-  return res(vsim_recv(c, "cnclRecv", recvbuff, count, vdt, source));
+  return res(vsim_recv(c, "cnclRecv", recvbuff, count, vdt, source, vs));
 }
 
 EXPORT cnclResult_t cnclGroupStart(void) { return res(vsim_group_start()); }

@@ -26,8 +26,9 @@
  *   - no devices: cnrtGetDeviceCount returns cnrtErrorNoDevice;
  *   - cnrtMemcpyNoDirection infers the direction, cnrtMemcpyPeerToPeer
  *     needs two device pointers.
- * Execution is synchronous: cnrtQueueQuery / cnrtQueryNotifier never return
- * cnrtErrorNotReady (1) or cnrtErrorBusy (632014).
+ * Queues run their work asynchronously (core/stream.c): cnrtQueueQuery and
+ * cnrtQueryNotifier answer cnrtErrorNotReady (1) while work is pending;
+ * cnrtErrorBusy (632014) is never returned.
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -96,6 +97,18 @@ static cnrtRet_t fail(cnrtRet_t e, const char* api, const char* fmt, ...) {
 
 static int queue_ok(cnrtQueue_t q) { return q == NULL || q == cnrtQueuePerThread || vsim_stream_lookup(q) != NULL; }
 
+/* The core stream behind a queue (NULL, per-thread: the current device's
+ * default queue, with legacy ordering; core/stream.c). */
+static vsim_stream* queue_of(cnrtQueue_t q) {
+  return q == NULL || q == cnrtQueuePerThread ? vsim_stream_default(vsim_current_device()) : vsim_stream_lookup(q);
+}
+
+/* An operation on the queue failed (e.g. a collective whose peer died):
+ * reported at the next wait, standing in for the hang a device shows. */
+static cnrtRet_t waited(int rc, const char* api) {
+  return rc == 0 ? cnrtSuccess : fail(cnrtErrorSys, api, "an operation on the queue failed (see the communicator's async error)");
+}
+
 #define CHECK_QUEUE(q)                                                                                  \
   do {                                                                                                  \
     if (!queue_ok(q))                                                                                   \
@@ -140,7 +153,7 @@ EXPORT cnrtRet_t cnrtDeviceGetPCIBusId(char* pciBusId, int len, int dev) {
   return cnrtSuccess;
 }
 
-EXPORT cnrtRet_t cnrtSyncDevice(void) { return cnrtSuccess; /* all work is done */ }
+EXPORT cnrtRet_t cnrtSyncDevice(void) { return waited(vsim_device_sync(vsim_current_device()), __func__); }
 
 /* ---- memory ---- */
 
@@ -193,7 +206,7 @@ static const char* dir_name(int dir) {
 
 /* The direction must agree with what the registry knows about both
  * pointers: this is what catches a plugin using CUDA's numbering. */
-static cnrtRet_t copy(void* dst, const void* src, size_t bytes, int dir, const char* api) {
+static cnrtRet_t copy(void* dst, const void* src, size_t bytes, int dir, vsim_stream* q, const char* api) {
   if (dir < cnrtMemcpyHostToDev || dir > cnrtMemcpyNoDirection)
     return fail(cnrtErrorArgsInvalid, api, "invalid cnrtMemTransDir_t %d", dir);
   if (bytes == 0) return cnrtSuccess;
@@ -216,39 +229,42 @@ static cnrtRet_t copy(void* dst, const void* src, size_t bytes, int dir, const c
   if (!ok)
     return fail(cnrtErrorArgsInvalid, api, "direction %d (%s) but dst %p is %s memory and src %p is %s memory", dir,
                 dir_name(dir), dst, ddev ? "device" : "host", src, sdev ? "device" : "host");
-  memmove(dst, src, bytes);
-  return cnrtSuccess;
+  vsim_stream* on = q != NULL ? q : vsim_stream_default(vsim_current_device());
+  if (on == NULL || vsim_stream_copy(on, dst, src, bytes) != 0) return fail(cnrtErrorSysNoMem, api, "no memory");
+  return q != NULL ? cnrtSuccess : waited(vsim_stream_sync(on), api);
 }
 
 EXPORT cnrtRet_t cnrtMemcpy(void* dst, void* src, size_t bytes, cnrtMemTransDir_t dir) {
-  return copy(dst, src, bytes, (int)dir, __func__);
+  return copy(dst, src, bytes, (int)dir, NULL, __func__);
 }
 
 EXPORT cnrtRet_t cnrtMemcpyAsync(void* dst, void* src, size_t bytes, cnrtQueue_t queue, cnrtMemTransDir_t dir) {
   CHECK_QUEUE(queue);
-  return copy(dst, src, bytes, (int)dir, __func__); /* synchronous: done when it returns */
+  return copy(dst, src, bytes, (int)dir, queue_of(queue), __func__);
 }
 
 EXPORT cnrtRet_t cnrtMemcpyAsync_V2(void* dst, void* src, size_t bytes, cnrtQueue_t queue, cnrtMemTransDir_t dir) {
   CHECK_QUEUE(queue);
-  return copy(dst, src, bytes, (int)dir, __func__);
+  return copy(dst, src, bytes, (int)dir, queue_of(queue), __func__);
 }
 
-static cnrtRet_t set(void* ptr, int value, size_t bytes, const char* api) {
+/* q NULL: cnrtMemset, which the caller waits for. */
+static cnrtRet_t set(void* ptr, int value, size_t bytes, vsim_stream* q, const char* api) {
   if (bytes == 0) return cnrtSuccess;
   vsim_mem_info info;
   int k = vsim_mem_check_range(ptr, bytes, &info);
   if (k < 0) return fail(cnrtErrorArgsInvalid, api, "%p + %zu runs past its allocation", ptr, bytes);
   if (k != VSIM_MEM_DEVICE) return fail(cnrtErrorArgsInvalid, api, "%p is not device memory", ptr);
-  memset(ptr, value, bytes);
-  return cnrtSuccess;
+  vsim_stream* on = q != NULL ? q : vsim_stream_default(vsim_current_device());
+  if (on == NULL || vsim_stream_memset(on, ptr, value, bytes) != 0) return fail(cnrtErrorSysNoMem, api, "no memory");
+  return q != NULL ? cnrtSuccess : waited(vsim_stream_sync(on), api);
 }
 
-EXPORT cnrtRet_t cnrtMemset(void* ptr, int value, size_t bytes) { return set(ptr, value, bytes, __func__); }
+EXPORT cnrtRet_t cnrtMemset(void* ptr, int value, size_t bytes) { return set(ptr, value, bytes, NULL, __func__); }
 
 EXPORT cnrtRet_t cnrtMemsetAsync(void* ptr, int value, size_t bytes, cnrtQueue_t queue) {
   CHECK_QUEUE(queue);
-  return set(ptr, value, bytes, __func__);
+  return set(ptr, value, bytes, queue_of(queue), __func__);
 }
 
 /* ---- queues ---- */
@@ -269,12 +285,12 @@ EXPORT cnrtRet_t cnrtQueueDestroy(cnrtQueue_t queue) {
 
 EXPORT cnrtRet_t cnrtQueueSync(cnrtQueue_t queue) {
   CHECK_QUEUE(queue);
-  return cnrtSuccess;
+  return waited(vsim_stream_sync(queue_of(queue)), __func__);
 }
 
 EXPORT cnrtRet_t cnrtQueueQuery(cnrtQueue_t queue) {
   CHECK_QUEUE(queue);
-  return cnrtSuccess; /* never cnrtErrorNotReady/cnrtErrorBusy: work is synchronous */
+  return vsim_stream_idle(queue_of(queue)) ? cnrtSuccess : cnrtErrorNotReady;
 }
 
 /* ---- notifiers ---- */
@@ -313,20 +329,19 @@ EXPORT cnrtRet_t cnrtNotifierDestroy(cnrtNotifier_t notifier) {
 EXPORT cnrtRet_t cnrtPlaceNotifier(cnrtNotifier_t notifier, cnrtQueue_t queue) {
   GET_NOTIFIER(e, notifier);
   CHECK_QUEUE(queue);
-  vsim_event_record(e);
+  if (vsim_event_record(e, queue_of(queue)) != 0) return fail(cnrtErrorSysNoMem, __func__, "no memory");
   return cnrtSuccess;
 }
 
 EXPORT cnrtRet_t cnrtWaitNotifier(cnrtNotifier_t notifier) {
   GET_NOTIFIER(e, notifier);
-  (void)e;
+  vsim_event_sync(e);
   return cnrtSuccess;
 }
 
 EXPORT cnrtRet_t cnrtQueryNotifier(cnrtNotifier_t notifier) {
   GET_NOTIFIER(e, notifier);
-  (void)e;
-  return cnrtSuccess; /* placed means reached; never placed is "reached" too */
+  return vsim_event_query(e) ? cnrtSuccess : cnrtErrorNotReady; /* never placed counts as reached */
 }
 
 EXPORT cnrtRet_t cnrtQueueWaitNotifier(cnrtNotifier_t notifier, cnrtQueue_t queue, unsigned int flag) {
@@ -335,7 +350,8 @@ EXPORT cnrtRet_t cnrtQueueWaitNotifier(cnrtNotifier_t notifier, cnrtQueue_t queu
   CHECK_QUEUE(queue);
   if (flag != CNRT_NOTIFIER_WAIT_DEFAULT)
     return fail(cnrtErrorArgsInvalid, __func__, "flag 0x%x (only CNRT_NOTIFIER_WAIT_DEFAULT = 0 is emulated)", flag);
-  return cnrtSuccess; /* the notifier has been reached already */
+  if (vsim_stream_wait_event(queue_of(queue), e) != 0) return fail(cnrtErrorSysNoMem, __func__, "no memory");
+  return cnrtSuccess;
 }
 
 EXPORT cnrtRet_t cnrtNotifierElapsedTime(cnrtNotifier_t start, cnrtNotifier_t end, float* ms) {
@@ -345,6 +361,7 @@ EXPORT cnrtRet_t cnrtNotifierElapsedTime(cnrtNotifier_t start, cnrtNotifier_t en
   int rc = vsim_event_elapsed_ms(a, b, ms);
   if (rc == -1) return fail(cnrtErrorArgsInvalid, __func__, "a notifier was never placed");
   if (rc == -2) return fail(cnrtErrorArgsInvalid, __func__, "a notifier was created with timing disabled");
+  if (rc == -3) return fail(cnrtErrorNotReady, __func__, "a notifier has not been reached yet");
   return cnrtSuccess;
 }
 

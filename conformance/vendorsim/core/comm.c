@@ -368,6 +368,7 @@ vsim_result vsim_comm_init(vsim_comm** out, const void* idp, size_t idbytes, con
   }
 
   vsim_comm* c = calloc(1, sizeof *c);
+  if (c != NULL) pthread_mutex_init(&c->step_lock, NULL);
   uint64_t* arrays = calloc(5 * (size_t)nranks, sizeof(uint64_t));
   if (c == NULL || arrays == NULL) {
     free(c);
@@ -560,13 +561,16 @@ void vsim_comm_release(vsim_comm* c, int unlink) {
 }
 
 vsim_result vsim_comm_finalize(vsim_comm* c) {
-  /* Every operation completed inside its call, so there is nothing to
-   * flush; later operations are refused, as after ncclCommFinalize. */
+  /* Flush what is still queued on the streams; later operations are
+   * refused, as after ncclCommFinalize. */
+  (void)vsim_device_sync(c->device);
   if (c->state == VSIM_COMM_READY) c->state = VSIM_COMM_FINALIZED;
   return VSIM_OK;
 }
 
 vsim_result vsim_comm_destroy(vsim_comm* c) {
+  /* Queued operations still point at c: let them finish (or fail) first. */
+  (void)vsim_device_sync(c->device);
   set_rank_state(c, VSIM_RANK_LEFT);
   vsim_comm_release(c, 1);
   return VSIM_OK;
@@ -576,6 +580,7 @@ vsim_result vsim_comm_abort(vsim_comm* c) {
   char msg[128];
   snprintf(msg, sizeof msg, "rank %d aborted its communicator", c->rank);
   if (c->hdr != NULL) vsim_comm_poison(c, VSIM_ERR_REMOTE, msg);
+  (void)vsim_device_sync(c->device); /* queued operations fail fast now */
   set_rank_state(c, VSIM_RANK_ABORTED);
   vsim_comm_release(c, 1);
   return VSIM_OK;

@@ -38,6 +38,7 @@
  * communicator so that the peers fail promptly too.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <sched.h>
@@ -57,6 +58,7 @@ struct vsim_task {
   int kind;
   const char* api;
   vsim_comm* comm;
+  vsim_stream* stream; /* NULL for init */
   int done;
   int phase;
   double last_progress;
@@ -440,13 +442,22 @@ static int recv_step(vsim_task* t, int check_live) {
 /* The progress loop                                                   */
 /* ------------------------------------------------------------------ */
 
-static int task_step(vsim_task* t, int check_live) {
+static int task_step_locked(vsim_task* t, int check_live) {
   switch (t->kind) {
     case T_INIT: return vsim_comm_join_step(t->comm, &t->phase, t->api, check_live);
     case T_COLL: return coll_step(t, check_live);
     case T_SEND: return send_step(t, check_live);
     default: return recv_step(t, check_live);
   }
+}
+
+/* Operations of one communicator may run on several streams' threads at
+ * once; their steps take turns on its process-local state. */
+static int task_step(vsim_task* t, int check_live) {
+  pthread_mutex_lock(&t->comm->step_lock);
+  int r = task_step_locked(t, check_live);
+  pthread_mutex_unlock(&t->comm->step_lock);
+  return r;
 }
 
 static void task_timeout(vsim_task* t, double waited) {
@@ -584,18 +595,51 @@ static void free_tasks(vsim_task* list) {
   }
 }
 
+/* A list of tasks as one stream work item (stream.c). A failure has
+ * already poisoned the communicators and set their async error. */
+static int run_item(void* list) {
+  vsim_result r = run_tasks(list);
+  free_tasks(list);
+  return r != VSIM_OK;
+}
+
+/* Runs list now (synchronous mode, or tasks without a stream such as a
+ * grouped init) after the work already on its tasks' streams, or enqueues
+ * it on them. */
+static vsim_result launch(vsim_task* list) {
+  vsim_stream* ss[64];
+  int n = 0, now = vsim_env_sync();
+  for (vsim_task* t = list; t != NULL; t = t->next) {
+    if (t->stream == NULL) {
+      now = 1;
+      continue;
+    }
+    int seen = 0;
+    for (int i = 0; i < n; i++) seen |= ss[i] == t->stream;
+    if (!seen && n < 64) ss[n++] = t->stream;
+    else if (!seen) now = 1;
+  }
+  if (!now) {
+    if (vsim_stream_enqueue_joined(ss, n, run_item, list) == 0) return VSIM_OK;
+    vsim_set_last_error("%s: out of host memory enqueueing the operation", list->api);
+    free_tasks(list);
+    return VSIM_ERR_SYSTEM;
+  }
+  for (int i = 0; i < n; i++) (void)vsim_stream_sync(ss[i]);
+  vsim_result r = run_tasks(list);
+  free_tasks(list);
+  return r;
+}
+
 vsim_result vsim_submit(vsim_task* t) {
+  t->next = NULL;
   if (group_depth > 0) {
-    t->next = NULL;
     if (queue_tail) queue_tail->next = t;
     else queue_head = t;
     queue_tail = t;
     return VSIM_OK;
   }
-  t->next = NULL;
-  vsim_result r = run_tasks(t);
-  free_tasks(t);
-  return r;
+  return launch(t);
 }
 
 vsim_result vsim_group_start(void) {
@@ -614,9 +658,7 @@ vsim_result vsim_group_end(const char* api) {
   vsim_task* list = queue_head;
   queue_head = queue_tail = NULL;
   if (list == NULL) return VSIM_OK;
-  vsim_result r = run_tasks(list);
-  free_tasks(list);
-  return r;
+  return launch(list);
 }
 
 /* ------------------------------------------------------------------ */
@@ -655,7 +697,7 @@ static vsim_result check_issuable(vsim_comm* c, const char* api) {
 }
 
 vsim_result vsim_collective(vsim_comm* c, const char* api, const vsim_coll_args* a,
-                            const void* sendbuf, void* recvbuf) {
+                            const void* sendbuf, void* recvbuf, vsim_stream* s) {
   vsim_result r = check_issuable(c, api);
   if (r != VSIM_OK) return r;
   size_t es = vsim_dtype_size(a->dtype);
@@ -703,6 +745,7 @@ vsim_result vsim_collective(vsim_comm* c, const char* api, const vsim_coll_args*
   t->kind = T_COLL;
   t->api = api;
   t->comm = c;
+  t->stream = s;
   t->a = *a;
   if (!reducing) t->a.op = -1;
   if (!rooted) t->a.root = -1;
@@ -715,7 +758,7 @@ vsim_result vsim_collective(vsim_comm* c, const char* api, const vsim_coll_args*
 }
 
 static vsim_result p2p(vsim_comm* c, const char* api, int kind, void* buf, size_t count, int dtype,
-                       int peer) {
+                       int peer, vsim_stream* s) {
   vsim_result r = check_issuable(c, api);
   if (r != VSIM_OK) return r;
   size_t es = vsim_dtype_size(dtype);
@@ -743,6 +786,7 @@ static vsim_result p2p(vsim_comm* c, const char* api, int kind, void* buf, size_
   t->kind = kind;
   t->api = api;
   t->comm = c;
+  t->stream = s;
   t->peer = peer;
   t->dtype = dtype;
   t->count = count;
@@ -753,10 +797,11 @@ static vsim_result p2p(vsim_comm* c, const char* api, int kind, void* buf, size_
 }
 
 vsim_result vsim_send(vsim_comm* c, const char* api, const void* buf, size_t count, int dtype,
-                      int peer) {
-  return p2p(c, api, T_SEND, (void*)buf, count, dtype, peer);
+                      int peer, vsim_stream* s) {
+  return p2p(c, api, T_SEND, (void*)buf, count, dtype, peer, s);
 }
 
-vsim_result vsim_recv(vsim_comm* c, const char* api, void* buf, size_t count, int dtype, int peer) {
-  return p2p(c, api, T_RECV, buf, count, dtype, peer);
+vsim_result vsim_recv(vsim_comm* c, const char* api, void* buf, size_t count, int dtype, int peer,
+                      vsim_stream* s) {
+  return p2p(c, api, T_RECV, buf, count, dtype, peer, s);
 }

@@ -21,6 +21,8 @@ static int env_check_pointers = 1;
 static int env_debug_on = 0;
 static vsim_topology env_topo = VSIM_TOPO_NVLINK;
 static size_t env_slot = 0, env_mailbox = 0;
+static int env_sync = 0;
+static double env_delay = 0; /* seconds; stream.c says why */
 
 /* Strict integer parse: the whole string must be a number. */
 static int parse_long(const char* s, long* out) {
@@ -63,6 +65,11 @@ static void env_read(void) {
     if (parse_long(s, &v) == 0 && v >= 64 && v <= (1L << 30)) env_mailbox = (size_t)v;
     else fprintf(stderr, "vendorsim: ignoring FLAGCX_VENDORSIM_MAILBOX_BYTES=%s (want 64..2^30)\n", s);
   }
+  env_sync = (s = getenv("FLAGCX_VENDORSIM_SYNC")) != NULL && strcmp(s, "0") != 0 && *s;
+  if ((s = getenv("FLAGCX_VENDORSIM_STREAM_DELAY_US")) != NULL && parse_long(s, &v) == 0 && v >= 0 &&
+      v <= 10 * 1000 * 1000) {
+    env_delay = (double)v * 1e-6;
+  }
   if ((s = getenv("FLAGCX_VENDORSIM_CHECK_POINTERS")) != NULL) {
     env_check_pointers = strcmp(s, "0") != 0;
   }
@@ -83,6 +90,8 @@ int vsim_env_debug(void) { env_init(); return env_debug_on; }
 vsim_topology vsim_env_topology(void) { env_init(); return env_topo; }
 size_t vsim_env_slot_bytes(void) { env_init(); return env_slot; }
 size_t vsim_env_mailbox_bytes(void) { env_init(); return env_mailbox; }
+int vsim_env_sync(void) { env_init(); return env_sync; }
+double vsim_env_stream_delay(void) { env_init(); return env_delay; }
 
 void vsim_debug(const char* fmt, ...) {
   if (!vsim_env_debug()) return;

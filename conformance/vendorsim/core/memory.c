@@ -133,7 +133,18 @@ int vsim_mem_alloc(void** out, size_t size, vsim_mem_kind kind, int device, unsi
   return 0;
 }
 
+/* As cudaFree, wait for the queued work that may still use p: its
+ * device's (device memory), else the calling thread's device's. Not every
+ * device's: with several ranks in one process, another rank's queued
+ * collective may be waiting for this thread. */
+static void sync_for(const void* p) {
+  vsim_mem_info info;
+  int dev = vsim_mem_query(p, &info) == VSIM_MEM_DEVICE ? info.device : vsim_current_device();
+  (void)vsim_device_sync(dev);
+}
+
 int vsim_mem_free(void* p, vsim_mem_kind kind) {
+  sync_for(p);
   pthread_mutex_lock(&reg_lock);
   long i = floor_index((uintptr_t)p);
   if (i < 0 || reg[i].base != (uintptr_t)p || reg[i].kind != kind || reg[i].registered) {
@@ -173,6 +184,7 @@ int vsim_mem_register(void* p, size_t size, unsigned flags) {
 }
 
 int vsim_mem_unregister(void* p) {
+  sync_for(p); /* queued copies may still use the range */
   pthread_mutex_lock(&reg_lock);
   long i = floor_index((uintptr_t)p);
   if (p == NULL || i < 0 || reg[i].base != (uintptr_t)p || !reg[i].registered) {

@@ -66,6 +66,8 @@ VSIM_API int vsim_env_devices(void);          /* FLAGCX_VENDORSIM_DEVICES, defau
 VSIM_API double vsim_env_timeout(void);       /* FLAGCX_VENDORSIM_TIMEOUT s, default 60 */
 VSIM_API int vsim_env_check_pointers(void);   /* FLAGCX_VENDORSIM_CHECK_POINTERS, default 1 */
 VSIM_API int vsim_env_debug(void);            /* FLAGCX_VENDORSIM_DEBUG, default 0 */
+VSIM_API int vsim_env_sync(void);             /* FLAGCX_VENDORSIM_SYNC, default 0 */
+VSIM_API double vsim_env_stream_delay(void);  /* FLAGCX_VENDORSIM_STREAM_DELAY_US, default 0; in s */
 /* FLAGCX_VENDORSIM_TOPOLOGY: nvlink (default), pcie or none. */
 typedef enum { VSIM_TOPO_NVLINK = 0, VSIM_TOPO_PCIE = 1, VSIM_TOPO_NONE = 2 } vsim_topology;
 VSIM_API vsim_topology vsim_env_topology(void);
@@ -150,24 +152,36 @@ VSIM_API uint64_t vsim_mem_used(int device);
 typedef struct vsim_stream vsim_stream;
 typedef struct vsim_event vsim_event;
 
+/* Streams run their work in order on a worker thread, asynchronously
+ * (stream.c; FLAGCX_VENDORSIM_SYNC=1 runs it inside each call). */
+#define VSIM_MAX_DEVICES 1024
+#define VSIM_STREAM_NONBLOCKING 0x1u /* no implicit ordering with the default stream */
+typedef int (*vsim_work_fn)(void* arg); /* nonzero: the work failed */
 VSIM_API vsim_stream* vsim_stream_create(int device, unsigned flags);
-/* Returns the stream when s is a live stream of this process, else NULL. */
-VSIM_API vsim_stream* vsim_stream_lookup(const void* s);
+VSIM_API vsim_stream* vsim_stream_default(int device); /* the handles 0, legacy, per-thread */
+VSIM_API vsim_stream* vsim_stream_lookup(const void* s); /* created streams only */
 VSIM_API int vsim_stream_device(const vsim_stream* s);
-VSIM_API int vsim_stream_destroy(void* s); /* 0 ok, -1 not a live stream */
+VSIM_API int vsim_stream_destroy(void* s); /* 0 ok, -1 not a live stream; runs its work first */
+VSIM_API int vsim_stream_enqueue(vsim_stream* s, vsim_work_fn fn, void* arg); /* -1 no memory */
+VSIM_API int vsim_stream_enqueue_joined(vsim_stream** ss, int n, vsim_work_fn fn, void* arg);
+VSIM_API int vsim_stream_copy(vsim_stream* s, void* dst, const void* src, size_t n);
+VSIM_API int vsim_stream_memset(vsim_stream* s, void* dst, int value, size_t n);
+VSIM_API int vsim_stream_sync(vsim_stream* s);  /* 0 ok, -2 an operation on it failed */
+VSIM_API int vsim_stream_idle(vsim_stream* s);  /* 1 all done, 0 work pending */
+VSIM_API int vsim_device_sync(int device);      /* device < 0: all; 0 ok, -2 a failure */
+VSIM_API int vsim_stream_wait_event(vsim_stream* s, vsim_event* e);
 
 #define VSIM_EVENT_NO_TIMING 0x1u
 VSIM_API vsim_event* vsim_event_create(int device, unsigned vsim_flags);
 VSIM_API vsim_event* vsim_event_lookup(const void* e);
 VSIM_API int vsim_event_destroy(void* e); /* 0 ok, -1 not a live event */
-VSIM_API void vsim_event_record(vsim_event* e); /* CLOCK_MONOTONIC timestamp */
+VSIM_API int vsim_event_record(vsim_event* e, vsim_stream* s); /* marks s's current end */
 VSIM_API int vsim_event_recorded(const vsim_event* e);
-/* 0 ok; -1 an event was never recorded; -2 an event has timing disabled. */
+VSIM_API int vsim_event_query(vsim_event* e); /* 1 complete (or never recorded), 0 not yet */
+VSIM_API int vsim_event_sync(vsim_event* e);
+/* 0 ok, -1 not recorded, -2 no timing, -3 not complete yet */
 VSIM_API int vsim_event_elapsed_ms(const vsim_event* start, const vsim_event* end, float* ms);
 
-/* ------------------------------------------------------------------ */
-/* Data types and reduction kernels.                                   */
-/* ------------------------------------------------------------------ */
 VSIM_API size_t vsim_dtype_size(int dtype); /* 0 when invalid */
 VSIM_API const char* vsim_dtype_name(int dtype);
 VSIM_API const char* vsim_op_name(int op);
@@ -236,13 +250,16 @@ typedef struct {
   int root;
   size_t count;
 } vsim_coll_args;
+/* Operations run on stream s, asynchronously: the call checks the
+ * arguments, a failure while running shows in the communicator's async
+ * error and at the stream's next synchronise. */
 VSIM_API vsim_result vsim_collective(vsim_comm* c, const char* api, const vsim_coll_args* a,
-                                     const void* sendbuf, void* recvbuf);
+                                     const void* sendbuf, void* recvbuf, vsim_stream* s);
 /* Point-to-point: matched per (sender, receiver) pair in issue order. */
 VSIM_API vsim_result vsim_send(vsim_comm* c, const char* api, const void* buf, size_t count,
-                               int dtype, int peer);
+                               int dtype, int peer, vsim_stream* s);
 VSIM_API vsim_result vsim_recv(vsim_comm* c, const char* api, void* buf, size_t count,
-                               int dtype, int peer);
+                               int dtype, int peer, vsim_stream* s);
 
 /* Groups nest; operations issued inside are queued (per thread) and run
  * together at the outermost end, so any p2p pattern completes. */

@@ -22,6 +22,7 @@
 #ifndef VSIM_INTERNAL_H
 #define VSIM_INTERNAL_H
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -139,6 +140,7 @@ struct vsim_comm {
   uint64_t* recv_issued;
   uint64_t* recv_served;
   uint64_t* msg_seq;       /* [nranks] messages sent to each peer       */
+  pthread_mutex_t step_lock; /* engine.c: steps of its operations take turns */
 };
 
 /* Pointers into the data segment. */

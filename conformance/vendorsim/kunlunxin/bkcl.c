@@ -31,8 +31,9 @@
  * unverified.
  *
  * Streams are the XPU runtime's (xpurt.c): NULL is the default stream, any
- * other must be a live XPUStream of the communicator's device. Work is
- * synchronous, as everywhere in vendorsim.
+ * other must be a live XPUStream of the communicator's device. Operations
+ * run on that stream asynchronously (core/stream.c), as everywhere in
+ * vendorsim.
  */
 #include <stdarg.h>
 #include <stdint.h>
@@ -169,26 +170,26 @@ static vsim_comm* get_comm(BKCLContext_t ctx, const char* api, BKCLResult_t* r) 
   return c;
 }
 
-static int check_stream(vsim_comm* c, XPUStream s, const char* api, BKCLResult_t* r) {
-  if (s == NULL) return 0;
+static vsim_stream* check_stream(vsim_comm* c, XPUStream s, const char* api, BKCLResult_t* r) {
+  if (s == NULL) return vsim_stream_default(vsim_comm_device(c));
   vsim_stream* vs = vsim_stream_lookup(s);
   if (vs == NULL) {
     *r = fail(BKCL_RUNTIME_ERROR, "%s: stream %p is not a live XPUStream of this process", api, s);
-    return -1;
+    return NULL;
   }
   if (vsim_stream_device(vs) != vsim_comm_device(c)) {
     *r = fail(BKCL_RUNTIME_ERROR, "%s: stream %p belongs to XPU %d but the context uses XPU %d", api, s,
               vsim_stream_device(vs), vsim_comm_device(c));
-    return -1;
+    return NULL;
   }
-  return 0;
+  return vs;
 }
 
 /* Common prologue: the context, the stream and the data type. */
 static vsim_comm* prologue(const char* api, BKCLContext_t ctx, XPUStream s, BKCLDataType t, int* dt,
-                           BKCLResult_t* r) {
+                           vsim_stream** vs, BKCLResult_t* r) {
   vsim_comm* c = get_comm(ctx, api, r);
-  if (c == NULL || check_stream(c, s, api, r) != 0) return NULL;
+  if (c == NULL || (*vs = check_stream(c, s, api, r)) == NULL) return NULL;
   if ((*dt = to_dtype(t)) < 0) {
     *r = fail(BKCL_INVALID_ARGUMENT, "%s: invalid BKCLDataType %d", api, (int)t);
     return NULL;
@@ -256,11 +257,12 @@ static BKCLResult_t coll(const char* api, int kind, BKCLContext_t ctx, const voi
                          BKCLDataType t, int use_op, BKCLOp op, int root, XPUStream s) {
   BKCLResult_t r = BKCL_SUCCESS;
   int dt, vop = 0;
-  vsim_comm* c = prologue(api, ctx, s, t, &dt, &r);
+  vsim_stream* vs = NULL;
+  vsim_comm* c = prologue(api, ctx, s, t, &dt, &vs, &r);
   if (c == NULL) return r;
   if (use_op && (vop = to_op(op)) < 0) return fail(BKCL_INVALID_ARGUMENT, "%s: invalid BKCLOp %d", api, (int)op);
   vsim_coll_args a = {kind, dt, vop, root, count};
-  return done(vsim_collective(c, api, &a, send, recv), api);
+  return done(vsim_collective(c, api, &a, send, recv, vs), api);
 }
 
 EXPORT BKCLResult_t bkcl_all_reduce(BKCLContext_t ctx, const void* sendbuf, void* recvbuf, size_t count,
@@ -352,7 +354,8 @@ EXPORT BKCLResult_t bkcl_all_to_all_v(BKCLContext_t ctx, const void* sendbuf, co
   static const char api[] = "bkcl_all_to_all_v";
   BKCLResult_t r = BKCL_SUCCESS;
   int dt, rdt;
-  vsim_comm* c = prologue(api, ctx, stream, sendtype, &dt, &r);
+  vsim_stream* vs = NULL;
+  vsim_comm* c = prologue(api, ctx, stream, sendtype, &dt, &vs, &r);
   if (c == NULL) return r;
   if ((rdt = to_dtype(recvtype)) < 0) return fail(BKCL_INVALID_ARGUMENT, "%s: invalid recvtype %d", api, (int)recvtype);
   if (rdt != dt)
@@ -366,9 +369,9 @@ EXPORT BKCLResult_t bkcl_all_to_all_v(BKCLContext_t ctx, const void* sendbuf, co
   vsim_result first = vsim_group_start();
   for (int p = 0; p < n && first == VSIM_OK; p++) {
     if (sendcounts[p])
-      first = vsim_send(c, api, (const char*)sendbuf + sdispls[p] * es, sendcounts[p], dt, p);
+      first = vsim_send(c, api, (const char*)sendbuf + sdispls[p] * es, sendcounts[p], dt, p, vs);
     if (first == VSIM_OK && recvcounts[p])
-      first = vsim_recv(c, api, (char*)recvbuf + rdispls[p] * es, recvcounts[p], dt, p);
+      first = vsim_recv(c, api, (char*)recvbuf + rdispls[p] * es, recvcounts[p], dt, p, vs);
   }
   vsim_result end = vsim_group_end(api);
   return done(first != VSIM_OK ? first : end, api);
@@ -382,8 +385,9 @@ EXPORT BKCLResult_t bkcl_send(BKCLContext_t ctx, const void* sendbuf, size_t cou
                               XPUStream stream) {
   BKCLResult_t r = BKCL_SUCCESS;
   int dt;
-  vsim_comm* c = prologue("bkcl_send", ctx, stream, datatype, &dt, &r);
-  return c ? done(vsim_send(c, "bkcl_send", sendbuf, count, dt, peer), "bkcl_send") : r;
+  vsim_stream* vs = NULL;
+  vsim_comm* c = prologue("bkcl_send", ctx, stream, datatype, &dt, &vs, &r);
+  return c ? done(vsim_send(c, "bkcl_send", sendbuf, count, dt, peer, vs), "bkcl_send") : r;
 }
 
 EXPORT BKCLResult_t bkcl_recv(BKCLContext_t ctx, void* recvbuf, size_t count, int peer, BKCLDataType datatype,
@@ -392,8 +396,9 @@ EXPORT BKCLResult_t bkcl_recv(BKCLContext_t ctx, void* recvbuf, size_t count, in
                               XPUStream stream) {
   BKCLResult_t r = BKCL_SUCCESS;
   int dt;
-  vsim_comm* c = prologue("bkcl_recv", ctx, stream, datatype, &dt, &r);
-  return c ? done(vsim_recv(c, "bkcl_recv", recvbuf, count, dt, peer), "bkcl_recv") : r;
+  vsim_stream* vs = NULL;
+  vsim_comm* c = prologue("bkcl_recv", ctx, stream, datatype, &dt, &vs, &r);
+  return c ? done(vsim_recv(c, "bkcl_recv", recvbuf, count, dt, peer, vs), "bkcl_recv") : r;
 }
 
 EXPORT BKCLResult_t bkcl_group_start(void) CXX("_Z16bkcl_group_startv");

@@ -70,6 +70,16 @@ static int fail(int code, const char* api, const char* fmt, ...) {
 
 static int stream_ok(XPUStream s) { return s == NULL || vsim_stream_lookup(s) != NULL; }
 
+/* The core stream behind a handle (NULL: the current device's default
+ * stream, with legacy ordering; core/stream.c). */
+static vsim_stream* stream_of(XPUStream s) { return s == NULL ? vsim_stream_default(vsim_current_device()) : vsim_stream_lookup(s); }
+
+/* An operation on the stream failed (a collective whose peer died, say):
+ * reported at the next wait, standing in for the hang a device shows. */
+static int waited(int rc, const char* api) {
+  return rc == 0 ? XPU_SUCCESS : fail(XPUERR_TIMEOUT, api, "an operation on the stream failed (see the context's async error)");
+}
+
 /* ---- devices ---- */
 
 EXPORT int xpu_device_count(int* count) {
@@ -158,7 +168,7 @@ static const char* kind_name(int kind) {
 }
 
 /* The kind must agree with what the registry knows about both pointers. */
-static int copy(void* dst, const void* src, uint64_t sz, int kind, const char* api) {
+static int copy(void* dst, const void* src, uint64_t sz, int kind, vsim_stream* s, const char* api) {
   if (kind < XPU_DEVICE_TO_HOST || kind > XPU_DEVICE_TO_DEVICE)
     return fail(XPUERR_INVALID_PARAM, api, "invalid XPUMemcpyKind %d", kind);
   if (sz == 0) return XPU_SUCCESS;
@@ -177,17 +187,18 @@ static int copy(void* dst, const void* src, uint64_t sz, int kind, const char* a
   if (!ok)
     return fail(XPUERR_INVALID_PARAM, api, "kind %s (%d) but dst %p is %s memory and src %p is %s memory",
                 kind_name(kind), kind, dst, ddev ? "device" : "host", src, sdev ? "device" : "host");
-  memmove(dst, src, (size_t)sz);
-  return XPU_SUCCESS;
+  vsim_stream* on = s != NULL ? s : vsim_stream_default(vsim_current_device());
+  if (on == NULL || vsim_stream_copy(on, dst, src, (size_t)sz) != 0) return fail(XPUERR_NOMEM, api, "no memory");
+  return s != NULL ? XPU_SUCCESS : waited(vsim_stream_sync(on), api);
 }
 
 EXPORT int xpu_memcpy(void* dst, const void* src, uint64_t sz, XPUMemcpyKind kind) {
-  return copy(dst, src, sz, (int)kind, __func__);
+  return copy(dst, src, sz, (int)kind, NULL, __func__);
 }
 
 EXPORT int xpu_memcpy_async(void* dst, const void* src, uint64_t sz, XPUMemcpyKind kind, XPUStream stream) {
   if (!stream_ok(stream)) return fail(XPUERR_INVALID_PARAM, __func__, "stream %p is not a live XPUStream", stream);
-  return copy(dst, src, sz, (int)kind, __func__); /* synchronous: done when it returns */
+  return copy(dst, src, sz, (int)kind, stream_of(stream), __func__);
 }
 
 /* ---- streams ---- */
@@ -209,14 +220,15 @@ EXPORT int xpu_stream_destroy(XPUStream stream) {
 /* The stream synchronize of the XPU runtime; NULL is the default stream. */
 EXPORT int xpu_wait(XPUStream stream) {
   if (!stream_ok(stream)) return fail(XPUERR_INVALID_PARAM, __func__, "stream %p is not a live XPUStream", stream);
-  return XPU_SUCCESS;
+  return waited(vsim_stream_sync(stream_of(stream)), __func__);
 }
 
 EXPORT int xpu_stream_wait_event(XPUStream stream, XPUEvent event) {
   if (!stream_ok(stream)) return fail(XPUERR_INVALID_PARAM, __func__, "stream %p is not a live XPUStream", stream);
-  if (vsim_event_lookup(event) == NULL)
-    return fail(XPUERR_INVALID_PARAM, __func__, "event %p is not a live XPUEvent", event);
-  return XPU_SUCCESS; /* the event has completed already */
+  vsim_event* e = vsim_event_lookup(event);
+  if (e == NULL) return fail(XPUERR_INVALID_PARAM, __func__, "event %p is not a live XPUEvent", event);
+  if (vsim_stream_wait_event(stream_of(stream), e) != 0) return fail(XPUERR_NOMEM, __func__, "no memory");
+  return XPU_SUCCESS;
 }
 
 /* ---- events (no timing: the runtime has no elapsed-time call) ---- */
@@ -233,14 +245,15 @@ EXPORT int xpu_event_record(XPUEvent event, XPUStream stream) {
   vsim_event* e = vsim_event_lookup(event);
   if (e == NULL) return fail(XPUERR_INVALID_PARAM, __func__, "event %p is not a live XPUEvent", event);
   if (!stream_ok(stream)) return fail(XPUERR_INVALID_PARAM, __func__, "stream %p is not a live XPUStream", stream);
-  vsim_event_record(e);
+  if (vsim_event_record(e, stream_of(stream)) != 0) return fail(XPUERR_NOMEM, __func__, "no memory");
   return XPU_SUCCESS;
 }
 
-/* Blocks the host until the event is reached (here: at once). */
+/* Blocks the host until the event is reached. */
 EXPORT int xpu_event_wait(XPUEvent event) {
-  if (vsim_event_lookup(event) == NULL)
-    return fail(XPUERR_INVALID_PARAM, __func__, "event %p is not a live XPUEvent", event);
+  vsim_event* e = vsim_event_lookup(event);
+  if (e == NULL) return fail(XPUERR_INVALID_PARAM, __func__, "event %p is not a live XPUEvent", event);
+  vsim_event_sync(e);
   return XPU_SUCCESS;
 }
 

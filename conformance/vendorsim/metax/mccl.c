@@ -88,19 +88,19 @@ static vsim_comm* get_comm(mcclComm_t comm, const char* api, mcclResult_t* r) {
 }
 
 /* A bad stream fails the way a launch on it fails in MACA. */
-static int check_stream(vsim_comm* c, mcStream_t s, const char* api, mcclResult_t* r) {
-  if (s == NULL) return 0;
+static vsim_stream* check_stream(vsim_comm* c, mcStream_t s, const char* api, mcclResult_t* r) {
+  if (s == NULL) return vsim_stream_default(vsim_comm_device(c));
   vsim_stream* vs = vsim_stream_lookup(s);
   if (vs == NULL) {
     *r = fail(mcclUnhandledMacaError, "%s: stream %p is not a live mcStream_t of this process", api, (void*)s);
-    return -1;
+    return NULL;
   }
   if (vsim_stream_device(vs) != vsim_comm_device(c)) {
     *r = fail(mcclUnhandledMacaError, "%s: stream %p belongs to device %d but the communicator uses device %d", api,
               (void*)s, vsim_stream_device(vs), vsim_comm_device(c));
-    return -1;
+    return NULL;
   }
-  return 0;
+  return vs;
 }
 
 /* ---- version, ids, init ---- */
@@ -190,9 +190,10 @@ static mcclResult_t coll(const char* api, int kind, const void* sendbuff, void* 
   mcclResult_t r = mcclSuccess;
   vsim_comm* c = get_comm(comm, api, &r);
   if (c == NULL) return r;
-  if (check_stream(c, stream, api, &r) != 0) return r;
+  vsim_stream* vs = check_stream(c, stream, api, &r);
+  if (vs == NULL) return r;
   vsim_coll_args a = {kind, dt, op, root, count};
-  return res(vsim_collective(c, api, &a, sendbuff, recvbuff));
+  return res(vsim_collective(c, api, &a, sendbuff, recvbuff, vs));
 }
 
 EXPORT mcclResult_t mcclAllReduce(const void* sendbuff, void* recvbuff, size_t count, mcclDataType_t datatype,
@@ -236,7 +237,8 @@ static mcclResult_t rooted(const char* api, int gather, const void* sendbuff, vo
   mcclResult_t r = mcclSuccess;
   vsim_comm* c = get_comm(comm, api, &r);
   if (c == NULL) return r;
-  if (check_stream(c, stream, api, &r) != 0) return r;
+  vsim_stream* vs = check_stream(c, stream, api, &r);
+  if (vs == NULL) return r;
   int n = vsim_comm_nranks(c), me = vsim_comm_rank(c);
   size_t es = vsim_dtype_size(dt);
   if (es == 0) return fail(mcclInvalidArgument, "%s: invalid data type %d", api, dt);
@@ -245,11 +247,11 @@ static mcclResult_t rooted(const char* api, int gather, const void* sendbuff, vo
   vsim_result v = vsim_group_start();
   for (int p = 0; p < n && v == VSIM_OK; p++) {
     if (gather) {
-      if (p == root) v = vsim_send(c, api, sendbuff, count, dt, root);
-      if (v == VSIM_OK && me == root) v = vsim_recv(c, api, (char*)recvbuff + (size_t)p * count * es, count, dt, p);
+      if (p == root) v = vsim_send(c, api, sendbuff, count, dt, root, vs);
+      if (v == VSIM_OK && me == root) v = vsim_recv(c, api, (char*)recvbuff + (size_t)p * count * es, count, dt, p, vs);
     } else {
-      if (me == root) v = vsim_send(c, api, (const char*)sendbuff + (size_t)p * count * es, count, dt, p);
-      if (v == VSIM_OK && p == root) v = vsim_recv(c, api, recvbuff, count, dt, root);
+      if (me == root) v = vsim_send(c, api, (const char*)sendbuff + (size_t)p * count * es, count, dt, p, vs);
+      if (v == VSIM_OK && p == root) v = vsim_recv(c, api, recvbuff, count, dt, root, vs);
     }
   }
   vsim_result end = vsim_group_end(api);
@@ -273,8 +275,9 @@ EXPORT mcclResult_t mcclSend(const void* sendbuff, size_t count, mcclDataType_t 
   mcclResult_t r = mcclSuccess;
   vsim_comm* c = get_comm(comm, "mcclSend", &r);
   if (c == NULL) return r;
-  if (check_stream(c, stream, "mcclSend", &r) != 0) return r;
-  return res(vsim_send(c, "mcclSend", sendbuff, count, datatype, peer));
+  vsim_stream* vs = check_stream(c, stream, "mcclSend", &r);
+  if (vs == NULL) return r;
+  return res(vsim_send(c, "mcclSend", sendbuff, count, datatype, peer, vs));
 }
 
 EXPORT mcclResult_t mcclRecv(void* recvbuff, size_t count, mcclDataType_t datatype, int peer, mcclComm_t comm,
@@ -282,8 +285,9 @@ EXPORT mcclResult_t mcclRecv(void* recvbuff, size_t count, mcclDataType_t dataty
   mcclResult_t r = mcclSuccess;
   vsim_comm* c = get_comm(comm, "mcclRecv", &r);
   if (c == NULL) return r;
-  if (check_stream(c, stream, "mcclRecv", &r) != 0) return r;
-  return res(vsim_recv(c, "mcclRecv", recvbuff, count, datatype, peer));
+  vsim_stream* vs = check_stream(c, stream, "mcclRecv", &r);
+  if (vs == NULL) return r;
+  return res(vsim_recv(c, "mcclRecv", recvbuff, count, datatype, peer, vs));
 }
 
 EXPORT mcclResult_t mcclGroupStart(void) { return res(vsim_group_start()); }

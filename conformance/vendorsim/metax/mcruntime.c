@@ -36,7 +36,7 @@ typedef enum mcError {
   mcErrorNoDevice = 100,                /* ⚠ */
   mcErrorInvalidDevice = 101,           /* ⚠ */
   mcErrorInvalidResourceHandle = 400,   /* ⚠ name seen at a call site, value CUDA's */
-  mcErrorNotReady = 600                 /* ❌ value (the name is C [FCX]); never returned here */
+  mcErrorNotReady = 600                 /* ❌ value (the name is C [FCX]); returned by the queries while work is pending */
 } mcError_t;
 
 /* mcMemcpyKind: H2H 0, H2D 1, D2H 2, D2D 3 ⚠ (third-party ctypes
@@ -92,6 +92,19 @@ static mcError_t fail(mcError_t e, const char* api, const char* fmt, ...) {
 /* NULL is the default stream; anything else must be a live mcStream_t. */
 static int stream_ok(mcStream_t s) { return s == NULL || vsim_stream_lookup(s) != NULL; }
 
+/* The core stream behind a handle (NULL: the current device's default
+ * stream, with legacy ordering; core/stream.c). */
+static vsim_stream* stream_of(mcStream_t s) {
+  return s == NULL ? vsim_stream_default(vsim_current_device()) : vsim_stream_lookup(s);
+}
+
+/* An operation on the stream failed (a collective whose peer died, say):
+ * reported at the next synchronise, standing in for the hang a device
+ * shows. mcErrorInvalidValue: no launch-failure code of MACA is known. */
+static mcError_t waited(int rc, const char* api) {
+  return rc == 0 ? mcSuccess : fail(mcErrorInvalidValue, api, "an operation on the stream failed (see the communicator's async error)");
+}
+
 /* ---- devices ---- */
 
 EXPORT mcError_t mcGetDeviceCount(int* count) {
@@ -115,7 +128,7 @@ EXPORT mcError_t mcGetDevice(int* device) {
   return mcSuccess;
 }
 
-EXPORT mcError_t mcDeviceSynchronize(void) { return mcSuccess; /* all work is done */ }
+EXPORT mcError_t mcDeviceSynchronize(void) { return waited(vsim_device_sync(vsim_current_device()), __func__); }
 
 EXPORT mcError_t mcDeviceGetPCIBusId(char* pciBusId, int len, int device) {
   if (device < 0 || device >= vsim_device_count()) return fail(mcErrorInvalidDevice, __func__, "device %d", device);
@@ -187,7 +200,7 @@ static const char* kind_name(int kind) {
 }
 
 /* The kind must agree with what the registry knows about both pointers. */
-static mcError_t copy(void* dst, const void* src, size_t count, int kind, const char* api) {
+static mcError_t copy(void* dst, const void* src, size_t count, int kind, vsim_stream* s, const char* api) {
   if (kind < 0 || kind > mcMemcpyDefault) return fail(mcErrorInvalidValue, api, "invalid mcMemcpyKind %d", kind);
   if (count == 0) return mcSuccess;
   if (dst == NULL || src == NULL) return fail(mcErrorInvalidValue, api, "NULL pointer");
@@ -207,33 +220,36 @@ static mcError_t copy(void* dst, const void* src, size_t count, int kind, const 
     return fail(mcErrorInvalidValue, api, "kind %d (%s) but dst %p is %s memory and src %p is %s memory", kind,
                 kind_name(kind), dst, ddev ? "device" : "host", src, sdev ? "device" : "host");
   }
-  memmove(dst, src, count);
-  return mcSuccess;
+  vsim_stream* on = s != NULL ? s : vsim_stream_default(vsim_current_device());
+  if (on == NULL || vsim_stream_copy(on, dst, src, count) != 0) return fail(mcErrorMemoryAllocation, api, "no memory");
+  return s != NULL ? mcSuccess : waited(vsim_stream_sync(on), api);
 }
 
 EXPORT mcError_t mcMemcpy(void* dst, const void* src, size_t count, enum mcMemcpyKind kind) {
-  return copy(dst, src, count, (int)kind, __func__);
+  return copy(dst, src, count, (int)kind, NULL, __func__);
 }
 
 EXPORT mcError_t mcMemcpyAsync(void* dst, const void* src, size_t count, enum mcMemcpyKind kind, mcStream_t stream) {
   if (!stream_ok(stream)) return fail(mcErrorInvalidResourceHandle, __func__, "stream %p", (void*)stream);
-  return copy(dst, src, count, (int)kind, __func__); /* synchronous: done when it returns */
+  return copy(dst, src, count, (int)kind, stream_of(stream), __func__);
 }
 
-static mcError_t set(void* ptr, int value, size_t count, const char* api) {
+/* s NULL: mcMemset, which the caller waits for. */
+static mcError_t set(void* ptr, int value, size_t count, vsim_stream* s, const char* api) {
   if (count == 0) return mcSuccess;
   int k = vsim_mem_check_range(ptr, count, NULL);
   if (k == VSIM_MEM_UNREGISTERED) return fail(mcErrorInvalidValue, api, "%p is not device or pinned memory", ptr);
   if (k < 0) return fail(mcErrorInvalidValue, api, "%p + %zu runs past its allocation", ptr, count);
-  memset(ptr, value, count);
-  return mcSuccess;
+  vsim_stream* on = s != NULL ? s : vsim_stream_default(vsim_current_device());
+  if (on == NULL || vsim_stream_memset(on, ptr, value, count) != 0) return fail(mcErrorMemoryAllocation, api, "no memory");
+  return s != NULL ? mcSuccess : waited(vsim_stream_sync(on), api);
 }
 
-EXPORT mcError_t mcMemset(void* ptr, int value, size_t count) { return set(ptr, value, count, __func__); }
+EXPORT mcError_t mcMemset(void* ptr, int value, size_t count) { return set(ptr, value, count, NULL, __func__); }
 
 EXPORT mcError_t mcMemsetAsync(void* ptr, int value, size_t count, mcStream_t stream) {
   if (!stream_ok(stream)) return fail(mcErrorInvalidResourceHandle, __func__, "stream %p", (void*)stream);
-  return set(ptr, value, count, __func__);
+  return set(ptr, value, count, stream_of(stream), __func__);
 }
 
 /* ---- streams ---- */
@@ -249,12 +265,12 @@ EXPORT mcError_t mcStreamCreateWithFlags(mcStream_t* stream, unsigned int flags)
 
 EXPORT mcError_t mcStreamSynchronize(mcStream_t stream) {
   if (!stream_ok(stream)) return fail(mcErrorInvalidResourceHandle, __func__, "stream %p", (void*)stream);
-  return mcSuccess;
+  return waited(vsim_stream_sync(stream_of(stream)), __func__);
 }
 
 EXPORT mcError_t mcStreamQuery(mcStream_t stream) {
   if (!stream_ok(stream)) return fail(mcErrorInvalidResourceHandle, __func__, "stream %p", (void*)stream);
-  return mcSuccess; /* never mcErrorNotReady: work is synchronous */
+  return vsim_stream_idle(stream_of(stream)) ? mcSuccess : mcErrorNotReady;
 }
 
 EXPORT mcError_t mcStreamDestroy(mcStream_t stream) {
@@ -270,7 +286,8 @@ EXPORT mcError_t mcStreamWaitEvent(mcStream_t stream, mcEvent_t event, unsigned 
   if (!stream_ok(stream)) return fail(mcErrorInvalidResourceHandle, __func__, "stream %p", (void*)stream);
   if (vsim_event_lookup(event) == NULL) return fail(mcErrorInvalidResourceHandle, __func__, "event %p", (void*)event);
   if (flags != 0) return fail(mcErrorInvalidValue, __func__, "flags 0x%x", flags);
-  return mcSuccess; /* the event has completed already */
+  if (vsim_stream_wait_event(stream_of(stream), vsim_event_lookup(event)) != 0) return fail(mcErrorMemoryAllocation, __func__, "no memory");
+  return mcSuccess;
 }
 
 /* ---- events ---- */
@@ -289,18 +306,21 @@ EXPORT mcError_t mcEventRecord(mcEvent_t event, mcStream_t stream) {
   vsim_event* e = vsim_event_lookup(event);
   if (e == NULL) return fail(mcErrorInvalidResourceHandle, __func__, "event %p", (void*)event);
   if (!stream_ok(stream)) return fail(mcErrorInvalidResourceHandle, __func__, "stream %p", (void*)stream);
-  vsim_event_record(e);
+  if (vsim_event_record(e, stream_of(stream)) != 0) return fail(mcErrorMemoryAllocation, __func__, "no memory");
   return mcSuccess;
 }
 
 EXPORT mcError_t mcEventSynchronize(mcEvent_t event) {
-  if (vsim_event_lookup(event) == NULL) return fail(mcErrorInvalidResourceHandle, __func__, "event %p", (void*)event);
+  vsim_event* e = vsim_event_lookup(event);
+  if (e == NULL) return fail(mcErrorInvalidResourceHandle, __func__, "event %p", (void*)event);
+  vsim_event_sync(e);
   return mcSuccess;
 }
 
 EXPORT mcError_t mcEventQuery(mcEvent_t event) {
-  if (vsim_event_lookup(event) == NULL) return fail(mcErrorInvalidResourceHandle, __func__, "event %p", (void*)event);
-  return mcSuccess;
+  vsim_event* e = vsim_event_lookup(event);
+  if (e == NULL) return fail(mcErrorInvalidResourceHandle, __func__, "event %p", (void*)event);
+  return vsim_event_query(e) ? mcSuccess : mcErrorNotReady;
 }
 
 EXPORT mcError_t mcEventDestroy(mcEvent_t event) {
@@ -319,6 +339,7 @@ EXPORT mcError_t mcEventElapsedTime(float* ms, mcEvent_t start, mcEvent_t end) {
   int rc = vsim_event_elapsed_ms(a, b, ms);
   if (rc == -1) return fail(mcErrorInvalidResourceHandle, __func__, "an event was never recorded");
   if (rc == -2) return fail(mcErrorInvalidResourceHandle, __func__, "an event has mcEventDisableTiming");
+  if (rc == -3) return fail(mcErrorNotReady, __func__, "an event has not completed yet");
   return mcSuccess;
 }
 

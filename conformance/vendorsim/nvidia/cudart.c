@@ -5,9 +5,10 @@
  * Exactly the CUDA runtime entry points that the nvidia plugin calls, with
  * CUDA's names, argument orders and enum values (vendor-apis.md section
  * 1.2); "device" memory is host memory recorded in the core's registry.
- * Every operation completes inside its call: streams and events are real
- * handles that are checked, but never "not ready" (cudaErrorNotReady, 600,
- * is never returned).
+ * Copies, memsets, event records and waits run on the streams' workers
+ * (core/stream.c): asynchronously, in order per stream, with the legacy
+ * default stream's implicit ordering; queries answer cudaErrorNotReady
+ * (600) while work is pending.
  *
  * Only this file's CUDA names are exported; everything else is hidden.
  */
@@ -35,6 +36,7 @@ typedef enum cudaError {
   cudaErrorInvalidResourceHandle = 400,
   cudaErrorNotReady = 600,
   cudaErrorIllegalAddress = 700,
+  cudaErrorLaunchFailure = 719,
   cudaErrorHostMemoryAlreadyRegistered = 712,
   cudaErrorHostMemoryNotRegistered = 713
 } cudaError_t;
@@ -105,6 +107,20 @@ static int is_builtin_stream(cudaStream_t s) {
 
 static int stream_ok(cudaStream_t s) { return is_builtin_stream(s) || vsim_stream_lookup(s) != NULL; }
 
+/* The core stream behind a handle: the built-in handles are the current
+ * device's default stream (legacy semantics; core/stream.c). */
+static vsim_stream* stream_of(cudaStream_t s) {
+  return is_builtin_stream(s) ? vsim_stream_default(vsim_current_device()) : vsim_stream_lookup(s);
+}
+
+/* A stream whose operation failed (a collective whose peer failed, say)
+ * reports it at its synchronise: the emulator's stand-in for the hang or
+ * the launch failure a device would show. */
+static cudaError_t waited(int rc, const char* api) {
+  if (rc == 0) return cudaSuccess;
+  return fail(cudaErrorLaunchFailure, api, "an operation on the stream failed (see the communicator's async error)");
+}
+
 /* ---- devices ---- */
 
 EXPORT cudaError_t cudaGetDeviceCount(int* count) {
@@ -128,7 +144,7 @@ EXPORT cudaError_t cudaGetDevice(int* device) {
   return cudaSuccess;
 }
 
-EXPORT cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; /* all work is done */ }
+EXPORT cudaError_t cudaDeviceSynchronize(void) { return waited(vsim_device_sync(vsim_current_device()), __func__); }
 
 EXPORT cudaError_t cudaDriverGetVersion(int* v) {
   if (v == NULL) return fail(cudaErrorInvalidValue, __func__, "NULL");
@@ -249,8 +265,9 @@ static const char* kind_name(int kind) {
 }
 
 /* The kind must agree with what the registry knows about both pointers,
- * which is how a plugin that maps copy directions wrongly is caught. */
-static cudaError_t copy(void* dst, const void* src, size_t count, int kind, const char* api) {
+ * which is how a plugin that maps copy directions wrongly is caught. The
+ * copy runs on s (NULL: the default stream, and the caller waits). */
+static cudaError_t copy(void* dst, const void* src, size_t count, int kind, vsim_stream* s, const char* api) {
   if (kind < cudaMemcpyHostToHost || kind > cudaMemcpyDefault) {
     return fail(cudaErrorInvalidValue, api, "invalid cudaMemcpyKind %d", kind);
   }
@@ -274,18 +291,19 @@ static cudaError_t copy(void* dst, const void* src, size_t count, int kind, cons
     return fail(cudaErrorInvalidValue, api, "kind %s but dst %p is %s memory and src %p is %s memory",
                 kind_name(kind), dst, ddev ? "device" : "host", src, sdev ? "device" : "host");
   }
-  memmove(dst, src, count);
-  return cudaSuccess;
+  vsim_stream* on = s != NULL ? s : vsim_stream_default(vsim_current_device());
+  if (on == NULL || vsim_stream_copy(on, dst, src, count) != 0) return fail(cudaErrorMemoryAllocation, api, "no memory");
+  return s != NULL ? cudaSuccess : waited(vsim_stream_sync(on), api);
 }
 
 EXPORT cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind) {
-  return copy(dst, src, count, (int)kind, __func__);
+  return copy(dst, src, count, (int)kind, NULL, __func__);
 }
 
 EXPORT cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t count, enum cudaMemcpyKind kind,
                                    cudaStream_t stream) {
   if (!stream_ok(stream)) return fail(cudaErrorInvalidResourceHandle, __func__, "stream %p", (void*)stream);
-  return copy(dst, src, count, (int)kind, __func__); /* synchronous: done when it returns */
+  return copy(dst, src, count, (int)kind, stream_of(stream), __func__);
 }
 
 EXPORT cudaError_t cudaMemsetAsync(void* devPtr, int value, size_t count, cudaStream_t stream) {
@@ -304,7 +322,7 @@ EXPORT cudaError_t cudaMemsetAsync(void* devPtr, int value, size_t count, cudaSt
     return fail(cudaErrorInvalidValue, __func__, "%p is memory of device %d, but this thread's current device is %d",
                 devPtr, info.device, vsim_current_device());
   }
-  memset(devPtr, value, count);
+  if (vsim_stream_memset(stream_of(stream), devPtr, value, count) != 0) return fail(cudaErrorMemoryAllocation, __func__, "no memory");
   return cudaSuccess;
 }
 
@@ -321,12 +339,12 @@ EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t* pStream, unsigned int
 
 EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (!stream_ok(stream)) return fail(cudaErrorInvalidResourceHandle, __func__, "stream %p", (void*)stream);
-  return cudaSuccess;
+  return waited(vsim_stream_sync(stream_of(stream)), __func__);
 }
 
 EXPORT cudaError_t cudaStreamQuery(cudaStream_t stream) {
   if (!stream_ok(stream)) return fail(cudaErrorInvalidResourceHandle, __func__, "stream %p", (void*)stream);
-  return cudaSuccess; /* never cudaErrorNotReady: work is synchronous */
+  return vsim_stream_idle(stream_of(stream)) ? cudaSuccess : cudaErrorNotReady;
 }
 
 EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream) {
@@ -342,7 +360,8 @@ EXPORT cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, u
     return fail(cudaErrorInvalidResourceHandle, __func__, "event %p", (void*)event);
   }
   if (flags & ~cudaEventWaitExternal) return fail(cudaErrorInvalidValue, __func__, "flags 0x%x", flags);
-  return cudaSuccess; /* the event has completed already */
+  if (vsim_stream_wait_event(stream_of(stream), vsim_event_lookup(event)) != 0) return fail(cudaErrorMemoryAllocation, __func__, "no memory");
+  return cudaSuccess;
 }
 
 /* ---- events ---- */
@@ -365,22 +384,21 @@ EXPORT cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   vsim_event* e = vsim_event_lookup(event);
   if (e == NULL) return fail(cudaErrorInvalidResourceHandle, __func__, "event %p", (void*)event);
   if (!stream_ok(stream)) return fail(cudaErrorInvalidResourceHandle, __func__, "stream %p", (void*)stream);
-  vsim_event_record(e);
+  if (vsim_event_record(e, stream_of(stream)) != 0) return fail(cudaErrorMemoryAllocation, __func__, "no memory");
   return cudaSuccess;
 }
 
 EXPORT cudaError_t cudaEventSynchronize(cudaEvent_t event) {
-  if (vsim_event_lookup(event) == NULL) {
-    return fail(cudaErrorInvalidResourceHandle, __func__, "event %p", (void*)event);
-  }
+  vsim_event* e = vsim_event_lookup(event);
+  if (e == NULL) return fail(cudaErrorInvalidResourceHandle, __func__, "event %p", (void*)event);
+  vsim_event_sync(e);
   return cudaSuccess;
 }
 
 EXPORT cudaError_t cudaEventQuery(cudaEvent_t event) {
-  if (vsim_event_lookup(event) == NULL) {
-    return fail(cudaErrorInvalidResourceHandle, __func__, "event %p", (void*)event);
-  }
-  return cudaSuccess; /* recorded means complete; never recorded is complete too, as in CUDA */
+  vsim_event* e = vsim_event_lookup(event);
+  if (e == NULL) return fail(cudaErrorInvalidResourceHandle, __func__, "event %p", (void*)event);
+  return vsim_event_query(e) ? cudaSuccess : cudaErrorNotReady; /* never recorded: complete, as in CUDA */
 }
 
 EXPORT cudaError_t cudaEventDestroy(cudaEvent_t event) {
@@ -400,6 +418,7 @@ EXPORT cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_
   int rc = vsim_event_elapsed_ms(a, b, ms);
   if (rc == -1) return fail(cudaErrorInvalidResourceHandle, __func__, "an event was never recorded");
   if (rc == -2) return fail(cudaErrorInvalidResourceHandle, __func__, "an event has cudaEventDisableTiming");
+  if (rc == -3) return fail(cudaErrorNotReady, __func__, "an event has not completed yet");
   return cudaSuccess;
 }
 

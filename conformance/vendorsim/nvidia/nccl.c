@@ -7,8 +7,9 @@
  * pass through unchanged; this file only checks NCCL's own handles (comm,
  * cudaStream_t) and maps calls onto the core.
  *
- * Differences from real NCCL (documented in the README): work is done when
- * the call returns (the stream is only checked); a non-blocking config is
+ * Differences from real NCCL (documented in the README): operations run on
+ * the stream's worker (core/stream.c), and a failure there shows in
+ * ncclCommGetAsyncError and the stream's next synchronise; a non-blocking config is
  * accepted but behaves as blocking (never ncclInProgress); collectives queued
  * in a group run at the outermost ncclGroupEnd together with the p2p
  * operations; fp8 types and custom reduction ops are not emulated.
@@ -93,21 +94,26 @@ static vsim_comm* get_comm(ncclComm_t comm, const char* api, ncclResult_t* r) {
   return c;
 }
 
-/* NCCL enqueues on the stream; with synchronous execution the stream is
- * only checked, the way a real launch on a bad stream fails in CUDA. */
-static int check_stream(vsim_comm* c, cudaStream_t s, const char* api, ncclResult_t* r) {
-  if (s == NULL || s == (cudaStream_t)0x1 || s == (cudaStream_t)0x2) return 0;
+/* The core stream NCCL enqueues on (the built-in handles: the default
+ * stream of the communicator's device); NULL with *r set when a real
+ * launch on that stream would fail in CUDA. */
+static vsim_stream* check_stream(vsim_comm* c, cudaStream_t s, const char* api, ncclResult_t* r) {
+  if (s == NULL || s == (cudaStream_t)0x1 || s == (cudaStream_t)0x2) {
+    vsim_stream* d = vsim_stream_default(vsim_comm_device(c));
+    if (d == NULL) *r = fail(ncclSystemError, "%s: out of host memory", api);
+    return d;
+  }
   vsim_stream* vs = vsim_stream_lookup(s);
   if (vs == NULL) {
     *r = fail(ncclUnhandledCudaError, "%s: stream %p is not a live cudaStream_t of this process", api, (void*)s);
-    return -1;
+    return NULL;
   }
   if (vsim_stream_device(vs) != vsim_comm_device(c)) {
     *r = fail(ncclUnhandledCudaError, "%s: stream %p belongs to device %d but the communicator uses device %d",
               api, (void*)s, vsim_stream_device(vs), vsim_comm_device(c));
-    return -1;
+    return NULL;
   }
-  return 0;
+  return vs;
 }
 
 /* ---- version, ids, init ---- */
@@ -204,9 +210,10 @@ static ncclResult_t coll(const char* api, int kind, const void* sendbuff, void* 
   ncclResult_t r = ncclSuccess;
   vsim_comm* c = get_comm(comm, api, &r);
   if (c == NULL) return r;
-  if (check_stream(c, stream, api, &r) != 0) return r;
+  vsim_stream* s = check_stream(c, stream, api, &r);
+  if (s == NULL) return r;
   vsim_coll_args a = {kind, dt, op, root, count};
-  return res(vsim_collective(c, api, &a, sendbuff, recvbuff));
+  return res(vsim_collective(c, api, &a, sendbuff, recvbuff, s));
 }
 
 EXPORT ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, ncclDataType_t datatype,
@@ -248,8 +255,9 @@ EXPORT ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t 
   ncclResult_t r = ncclSuccess;
   vsim_comm* c = get_comm(comm, "ncclSend", &r);
   if (c == NULL) return r;
-  if (check_stream(c, stream, "ncclSend", &r) != 0) return r;
-  return res(vsim_send(c, "ncclSend", sendbuff, count, datatype, peer));
+  vsim_stream* s = check_stream(c, stream, "ncclSend", &r);
+  if (s == NULL) return r;
+  return res(vsim_send(c, "ncclSend", sendbuff, count, datatype, peer, s));
 }
 
 EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int peer, ncclComm_t comm,
@@ -257,8 +265,9 @@ EXPORT ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t dataty
   ncclResult_t r = ncclSuccess;
   vsim_comm* c = get_comm(comm, "ncclRecv", &r);
   if (c == NULL) return r;
-  if (check_stream(c, stream, "ncclRecv", &r) != 0) return r;
-  return res(vsim_recv(c, "ncclRecv", recvbuff, count, datatype, peer));
+  vsim_stream* s = check_stream(c, stream, "ncclRecv", &r);
+  if (s == NULL) return r;
+  return res(vsim_recv(c, "ncclRecv", recvbuff, count, datatype, peer, s));
 }
 
 EXPORT ncclResult_t ncclGroupStart(void) { return res(vsim_group_start()); }

@@ -27,6 +27,8 @@ int ncclRecv(void*, size_t, int, int, ncclComm_t, void*);
 int ncclGroupStart(void);
 int ncclGroupEnd(void);
 const char* ncclGetLastError(ncclComm_t);
+int ncclCommGetAsyncError(ncclComm_t, int*);
+int cudaDeviceSynchronize(void);
 int cudaMalloc(void**, size_t);
 int cudaFree(void*);
 int cudaMallocHost(void**, size_t);
@@ -66,6 +68,7 @@ static void rank_main(ncclUniqueId id, int rank) {
   CHECK(ncclSend(sbuf, BIG, 0, (rank + 1) % N, comm, NULL) == 0);
   CHECK(ncclRecv(rbuf, BIG, 0, (rank + N - 1) % N, comm, NULL) == 0);
   CHECK(ncclGroupEnd() == 0);
+  CHECK(cudaDeviceSynchronize() == 0); /* the group ran on the default stream's worker */
   for (int i = 0; i < BIG; i++) CHECK(rbuf[i] == 'a' + (rank + N - 1) % N);
 
   /* alltoall of ints */
@@ -79,11 +82,15 @@ static void rank_main(ncclUniqueId id, int rank) {
   for (int p = 0; p < N; p++)
     for (int j = 0; j < 5; j++) CHECK(ha[p * 5 + j] == p * 100 + rank * 10 + j);
 
-  /* Size mismatch between rank 0 and rank 1: rank 1 must see invalid usage. */
+  /* Size mismatch between rank 0 and rank 1: rank 1 must see invalid usage,
+   * asynchronously (the receive is enqueued, its stream fails). */
   if (rank == 0) {
     CHECK(ncclSend(sbuf, 100, 0, 1, comm, NULL) == 0);
   } else if (rank == 1) {
-    CHECK(ncclRecv(rbuf, 50, 0, 0, comm, NULL) == 5);
+    int async = 0;
+    CHECK(ncclRecv(rbuf, 50, 0, 0, comm, NULL) == 0);
+    CHECK(cudaDeviceSynchronize() == 719); /* cudaErrorLaunchFailure */
+    CHECK(ncclCommGetAsyncError(comm, &async) == 0 && async == 5);
     CHECK(strstr(ncclGetLastError(comm), "size mismatch") != NULL);
   }
   cudaFree(buf);
