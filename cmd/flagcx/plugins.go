@@ -1,9 +1,16 @@
 package main
 
 import (
+	"errors"
+	"fmt"
+	"os"
+
 	"github.com/alecthomas/kong"
 
 	"github.com/flagcx/flagcx-go/cmd/flagcx/internal/plugincmd"
+	"github.com/flagcx/flagcx-go/core/launch"
+	"github.com/flagcx/flagcx-go/sdk"
+	"github.com/flagcx/flagcx-go/sdk/loader"
 )
 
 func init() {
@@ -11,14 +18,50 @@ func init() {
 	addCommand("devices", "List the devices each loadable plugin sees, with the links between them.", &devicesCmd{})
 }
 
-type pluginsCmd struct{}
+type pluginsCmd struct {
+	Probe bool `name:"probe" hidden:"" help:"Internal: load one plugin for a listing and report on descriptor 3."`
+}
 
-func (pluginsCmd) Run(ctx *kong.Context, g *Globals) error {
-	return plugincmd.Plugins(ctx.Stdout, g.PluginDir, g.Emulated)
+func (c pluginsCmd) Run(ctx *kong.Context, g *Globals) error {
+	if c.Probe {
+		if !loader.IsProbeChild() {
+			return errors.New("--probe is internal: flagcx plugins and flagcx devices start their probe processes themselves")
+		}
+		return loader.ServeProbe()
+	}
+	o, err := listingOptions(g)
+	if err != nil {
+		return err
+	}
+	return plugincmd.Plugins(ctx.Stdout, o)
 }
 
 type devicesCmd struct{}
 
 func (devicesCmd) Run(ctx *kong.Context, g *Globals) error {
-	return plugincmd.Devices(ctx.Stdout, g.PluginDir, g.Emulated)
+	o, err := listingOptions(g)
+	if err != nil {
+		return err
+	}
+	return plugincmd.Devices(ctx.Stdout, o)
+}
+
+// listingOptions probe each plugin in this program, re-executed: a plugin
+// that crashes or hangs takes down its probe, not the listing. The probe
+// deadline is FLAGCX_TIMEOUT when set.
+func listingOptions(g *Globals) (plugincmd.Options, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return plugincmd.Options{}, fmt.Errorf("cannot find this program to probe the plugins with: %w", err)
+	}
+	o := plugincmd.Options{Dir: g.PluginDir, Emulated: g.Emulated, Probe: []string{exe, "plugins", "--probe"},
+		TimeoutHint: launch.EnvTimeout + " sets this deadline", Stderr: os.Stderr}
+	// A user who allows waits more time allows a slow driver start-up
+	// more time too.
+	if s, set := os.LookupEnv(launch.EnvTimeout); set {
+		if o.Timeout, err = launch.ParseTimeout(s); err != nil {
+			return o, fmt.Errorf("%w: %s=%q: %v", sdk.ErrInvalidArgument, launch.EnvTimeout, s, err)
+		}
+	}
+	return o, nil
 }

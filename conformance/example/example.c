@@ -43,6 +43,15 @@
  *   EXAMPLE_BREAK_UNALIGNED      allReduce drops the first element when recvbuff is not 16-byte aligned
  *   EXAMPLE_BREAK_MIRROR_PEER    send and recv talk to rank n-1-peer instead of peer
  *   EXAMPLE_ABI_VERSION  the table claims another ABI version
+ *
+ * Plugins that must not take a listing down with them (TestProbe* in
+ * sdk/loader, TestPluginsIsolatesBadPlugins in cmd/flagcx):
+ *   EXAMPLE_BREAK_INIT_SEGV         init dereferences NULL (SIGSEGV)
+ *   EXAMPLE_BREAK_INIT_HANG         init never returns
+ *   EXAMPLE_BREAK_INIT_EXIT         init calls exit(3)
+ *   EXAMPLE_BREAK_CONSTRUCTOR_SEGV  an ELF constructor dereferences NULL: dlopen crashes
+ *   EXAMPLE_INIT_STDOUT             init prints to stdout (and works)
+ *   EXAMPLE_NAME                    the table's name (default "example")
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -64,6 +73,9 @@
 
 #ifndef EXAMPLE_ABI_VERSION
 #define EXAMPLE_ABI_VERSION FLAGCX_PLUGIN_ABI_VERSION
+#endif
+#ifndef EXAMPLE_NAME
+#define EXAMPLE_NAME "example"
 #endif
 
 #define EXPORT __attribute__((visibility("default")))
@@ -105,8 +117,29 @@ static int envInt(const char* name, int def, int lo, int hi) {
 static int numDevices = 8;
 static double timeoutSec = 60;
 
+#if defined(EXAMPLE_BREAK_INIT_SEGV) || defined(EXAMPLE_BREAK_CONSTRUCTOR_SEGV)
+/* NULL the compiler cannot see, so that it emits the store and it faults. */
+static int* volatile exNowhere;
+#endif
+#ifdef EXAMPLE_BREAK_CONSTRUCTOR_SEGV
+__attribute__((constructor)) static void exConstructorCrash(void) { *exNowhere = 1; }
+#endif
+
 static flagcxResult_t exInit(flagcxLogFn_t log, void* ctx, flagcxPluginInfo_v1_t* info) {
   char msg[128];
+#ifdef EXAMPLE_BREAK_INIT_SEGV
+  *exNowhere = 1;
+#endif
+#ifdef EXAMPLE_BREAK_INIT_HANG
+  for (;;) pause();
+#endif
+#ifdef EXAMPLE_BREAK_INIT_EXIT
+  exit(3);
+#endif
+#ifdef EXAMPLE_INIT_STDOUT
+  printf("{\"done\":true}\nexample plugin: hello on stdout\n");
+  fflush(stdout);
+#endif
   logFn = log;
   logCtx = ctx;
   numDevices = envInt("FLAGCX_EXAMPLE_DEVICES", 8, 0, MAX_DEVICES);
@@ -1007,7 +1040,7 @@ static const char* exGetErrorString(flagcxResult_t r) {
 EXPORT const EXAMPLE_TABLE_T EXAMPLE_TABLE = {
     .size = sizeof(EXAMPLE_TABLE_T),
     .abiVersion = EXAMPLE_ABI_VERSION,
-    .name = "example",
+    .name = EXAMPLE_NAME,
     .vendor = "EXAMPLE",
     .version = "1.0.0",
     .caps = FLAGCX_PLUGIN_CAP_DEVICE | FLAGCX_PLUGIN_CAP_CCL,

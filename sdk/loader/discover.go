@@ -3,11 +3,13 @@ package loader
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // Candidate is a plugin file discovery found (not yet opened).
@@ -90,12 +92,89 @@ func Discover(dir string) ([]Candidate, error) {
 	return out, dirErr
 }
 
+// Open opens the candidate's file as Open does. An error says which
+// variable named the file when it was not the plugin dir, and a table whose
+// name is not the candidate's is warned about on stderr, once per process.
+func (c Candidate) Open() (*Plugin, error) {
+	p, err := Open(c.Path)
+	if err != nil {
+		if c.Source != "plugin dir" {
+			err = fmt.Errorf("%w (named by %s)", err, c.Source)
+		}
+		return nil, err
+	}
+	if w := c.NameWarning(p); w != "" {
+		warnOnce(w)
+	}
+	return p, nil
+}
+
+// NameWarning is "" when p's table calls the plugin what the candidate
+// does, else a warning naming the file and both names. Users select a
+// plugin by the candidate's name (--ranks, --plugin, FLAGCX_PLUGIN_<NAME>)
+// while errors and reports quote the table's, so a mismatch makes one
+// plugin look like two.
+func (c Candidate) NameWarning(p *Plugin) string {
+	if p == nil || p.Name == c.Name {
+		return ""
+	}
+	if c.Source == "plugin dir" {
+		return fileNameWarning(c.Path, p.Name)
+	}
+	return fmt.Sprintf("plugin file %s is plugin %q by its variable %s, but its table says name %q (errors and reports will say %q): set %s instead, or fix the name in its table",
+		c.Path, c.Name, c.Source, p.Name, p.Name, OverrideVar(p.Name))
+}
+
+// fileNameWarning is "" unless path is named libflagcx-<name>.so for
+// another name than table's.
+func fileNameWarning(path, table string) string {
+	base := filepath.Base(path)
+	if !strings.HasPrefix(base, "libflagcx-") || !strings.HasSuffix(base, ".so") {
+		return ""
+	}
+	name := strings.TrimSuffix(strings.TrimPrefix(base, "libflagcx-"), ".so")
+	if name == "" || name == table {
+		return ""
+	}
+	return fmt.Sprintf("plugin file %s is plugin %q by its file name, but its table says name %q (errors and reports will say %q): rename the file libflagcx-%s.so, or fix the name in its table",
+		path, name, table, table, table)
+}
+
+// warnOutput receives warnOnce's lines; tests capture it.
+var warnOutput io.Writer = os.Stderr
+
+var (
+	warnedMu sync.Mutex
+	warned   = map[string]bool{}
+)
+
+// warnOnce writes a warning unless this process already wrote it: loading
+// the same plugin again (LoadAll, then a backend's Open) must not repeat it.
+func warnOnce(msg string) {
+	warnedMu.Lock()
+	defer warnedMu.Unlock()
+	if warned[msg] {
+		return
+	}
+	warned[msg] = true
+	fmt.Fprintf(warnOutput, "flagcx: warning: %s\n", msg)
+}
+
 // Options configure LoadAll and Load.
 type Options struct {
 	Dir          string  // "" means DefaultDir()
 	Emulated     bool    // load vendorsim runtimes (also when FLAGCX_EMULATED is set)
 	VendorsimDir string  // "" means FLAGCX_VENDORSIM_DIR, else <Dir>/../vendorsim
 	Log          LogFunc // nil: stderr at the FLAGCX_DEBUG level
+}
+
+// vendorsimDir is the emulators' root for plugins of o.Dir: "" lets
+// FLAGCX_VENDORSIM_DIR decide.
+func (o Options) vendorsimDir() string {
+	if o.VendorsimDir == "" && os.Getenv(EnvVendorsimDir) == "" {
+		return filepath.Join(o.Dir, "..", "vendorsim")
+	}
+	return o.VendorsimDir
 }
 
 // Loaded is the outcome for one candidate.
@@ -106,6 +185,8 @@ type Loaded struct {
 	Plugin *Plugin
 	// Err says why it cannot be used (nil: opened and initialized).
 	Err error
+	// Warnings are about a usable table: its name differs from the file's.
+	Warnings []string
 }
 
 // OK reports whether the plugin opened and initialized.
@@ -123,21 +204,17 @@ func LoadAll(o Options) ([]Loaded, error) {
 	out := make([]Loaded, 0, len(cands))
 	for _, c := range cands {
 		l := Loaded{Candidate: c}
-		p, err := Open(c.Path)
+		p, err := c.Open()
 		if err != nil {
-			if c.Source != "plugin dir" {
-				err = fmt.Errorf("%w (named by %s)", err, c.Source)
-			}
 			l.Err = err
 			out = append(out, l)
 			continue
 		}
 		l.Plugin = p
-		simDir := o.VendorsimDir
-		if simDir == "" && os.Getenv(EnvVendorsimDir) == "" {
-			simDir = filepath.Join(o.Dir, "..", "vendorsim")
+		if w := c.NameWarning(p); w != "" {
+			l.Warnings = append(l.Warnings, w)
 		}
-		if err := p.Init(InitOptions{Emulated: o.Emulated, VendorsimDir: simDir, Log: o.Log}); err != nil {
+		if err := p.Init(InitOptions{Emulated: o.Emulated, VendorsimDir: o.vendorsimDir(), Log: o.Log}); err != nil {
 			l.Err = fmt.Errorf("%s: vendor runtime does not load: %w", c.Path, err)
 		}
 		out = append(out, l)

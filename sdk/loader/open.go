@@ -69,7 +69,8 @@ func KnownABIVersions() []int {
 // Open loads a plugin file and checks its table, without initializing it
 // (no vendor library is loaded yet: see Init). Every problem is an
 // *OpenError; a file that is not a plugin is never dlopen'ed, so its
-// constructors never run.
+// constructors never run. A file libflagcx-<name>.so whose table says
+// another name is warned about on stderr, once per process.
 func Open(path string) (*Plugin, error) {
 	bad := func(sentinel error, problem, hint string) error {
 		return &OpenError{Path: path, Problem: problem, Hint: hint, Err: sentinel}
@@ -83,7 +84,11 @@ func Open(path string) (*Plugin, error) {
 		return nil, bad(ErrNotSharedObject, err.Error(), "check the path")
 	}
 
-	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_LOCAL)
+	dl := path
+	if !strings.Contains(path, "/") { // dlopen would search the library path for a bare name
+		dl = "./" + path
+	}
+	h, err := purego.Dlopen(dl, purego.RTLD_NOW|purego.RTLD_LOCAL)
 	if err != nil {
 		return nil, bad(ErrLoadFailed, "dlopen failed: "+err.Error(),
 			"install the libraries it links against, or rebuild it (vendor plugins should dlopen their runtime at init, not link it)")
@@ -125,6 +130,9 @@ func Open(path string) (*Plugin, error) {
 	}
 	p.Libraries = readLibraries(t.Libraries)
 	p.bind()
+	if w := fileNameWarning(path, p.Name); w != "" {
+		warnOnce(w)
+	}
 	return p, nil
 }
 

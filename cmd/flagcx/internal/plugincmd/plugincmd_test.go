@@ -2,6 +2,7 @@ package plugincmd
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -9,7 +10,26 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flagcx/flagcx-go/sdk"
+	"github.com/flagcx/flagcx-go/sdk/loader"
 )
+
+// TestMain makes this test binary a probe process when a listing starts it
+// as one (opts), as flagcx plugins --probe is.
+func TestMain(m *testing.M) {
+	if loader.IsProbeChild() {
+		if err := loader.ServeProbe(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// opts lists dir, probing with this test binary.
+func opts(dir string, emulated bool) Options {
+	return Options{Dir: dir, Emulated: emulated, Probe: []string{os.Args[0]}}
+}
 
 func repoRoot(t *testing.T) string {
 	t.Helper()
@@ -52,7 +72,7 @@ func TestListingsEmulated(t *testing.T) {
 	dir := pluginDir(t)
 
 	var out bytes.Buffer
-	require.NoError(t, Plugins(&out, dir, true))
+	require.NoError(t, Plugins(&out, opts(dir, true)))
 	s := out.String()
 	t.Log("\n" + s)
 	require.Contains(t, s, "vendor runtimes: emulated (vendorsim)")
@@ -64,7 +84,7 @@ func TestListingsEmulated(t *testing.T) {
 	require.Contains(t, s, "collectives: data types all")
 
 	out.Reset()
-	require.NoError(t, Devices(&out, dir, true))
+	require.NoError(t, Devices(&out, opts(dir, true)))
 	s = out.String()
 	t.Log("\n" + s)
 	require.Regexp(t, `nvidia \(NVIDIA\): \d+ device\(s\), emulated`, s)
@@ -80,27 +100,28 @@ func TestListingsWithoutVendorRuntime(t *testing.T) {
 	t.Setenv("FLAGCX_EMULATED", "")
 
 	var out bytes.Buffer
-	require.NoError(t, Plugins(&out, dir, false), "a plugin that does not load is information, not an error")
+	require.NoError(t, Plugins(&out, opts(dir, false)), "a plugin that does not load is information, not an error")
 	s := out.String()
 	t.Log("\n" + s)
 	require.Regexp(t, `nvidia\s+NVIDIA\s+v2\s+does not load`, s)
 	require.Regexp(t, `does not load: .*(FLAGCX_NVIDIA_CUDART|FLAGCX_NVIDIA_NCCL)`, s)
 
 	out.Reset()
-	err := Devices(&out, dir, false)
+	err := Devices(&out, opts(dir, false))
 	require.ErrorIs(t, err, sdk.ErrSystemError)
 	require.Contains(t, err.Error(), "no plugin in "+dir+" could list devices")
+	require.Contains(t, err.Error(), "--emulated lists emulated devices", "the way to see devices without the vendors' libraries")
 	require.Contains(t, out.String(), "skipped (run `flagcx plugins` to see why): notes, nvidia")
 }
 
 func TestListingsEmptyDir(t *testing.T) {
 	dir := t.TempDir()
 	var out bytes.Buffer
-	require.NoError(t, Plugins(&out, dir, false))
+	require.NoError(t, Plugins(&out, opts(dir, false)))
 	require.Contains(t, out.String(), "no plugins found")
 
 	out.Reset()
-	err := Plugins(&out, filepath.Join(dir, "missing"), false)
+	err := Plugins(&out, opts(filepath.Join(dir, "missing"), false))
 	require.ErrorContains(t, err, "does not exist", "a plugin dir the user named must exist")
 	require.ErrorIs(t, err, sdk.ErrInvalidArgument)
 }
@@ -124,11 +145,11 @@ func TestRealGPUListing(t *testing.T) {
 	}
 	dir := pluginDir(t)
 	var out bytes.Buffer
-	require.NoError(t, Plugins(&out, dir, false))
+	require.NoError(t, Plugins(&out, opts(dir, false)))
 	t.Log("\n" + out.String())
 	require.Regexp(t, `nvidia\s+NVIDIA\s+v2\s+loads\s`, out.String())
 	out.Reset()
-	require.NoError(t, Devices(&out, dir, false))
+	require.NoError(t, Devices(&out, opts(dir, false)))
 	t.Log("\n" + out.String())
 	require.NotContains(t, out.String(), "emulated")
 }
