@@ -20,8 +20,9 @@ flagcx:
 -include conformance/vendorsim/vendorsim.mk
 -include conformance/conformance.mk
 
+# The conformance mutants run in `make conformance` (conformance/conformance.mk).
 test: all
-	$(GO) test -count=1 -timeout 20m ./...
+	$(GO) test -count=1 -timeout 20m -skip '^($(MUTANT_TESTS))$$' ./...
 
 # flagcx's host backend beside Gloo and OpenMPI (needs python3-torch, openmpi-bin, libopenmpi-dev).
 bench-compare: flagcx

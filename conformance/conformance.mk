@@ -6,6 +6,11 @@
 #                           matrix unless CONFORMANCE_FLAGS says otherwise
 #   make conformance-full   the same with the full matrix
 #
+# Both end with the mutants (MUTANT_TESTS): one-bug builds of the example
+# and of the nvidia plugin that the suite must fail, each for the right
+# reason (conformance/README.md, "Negative controls"). `make test` leaves
+# them to this target.
+#
 # Reports (JUnit XML and JSON) go to build/conformance/. The example plugin
 # is built into a directory of its own, build/example-plugin/, so that it
 # never shows up in `flagcx plugins`, `flagcx bench` or the emulated run.
@@ -18,7 +23,9 @@ CONFORMANCE_OUT     := $(BUILD)/conformance
 CONFORMANCE_FLAGS   ?= --quick
 CONFORMANCE_NP      ?= 2,3,4,5
 
-.PHONY: example-plugin conformance conformance-full
+MUTANT_TESTS        := TestNegativeControls|TestStreamMutants
+
+.PHONY: example-plugin conformance conformance-full conformance-mutants
 all: example-plugin
 example-plugin: $(EXAMPLE_PLUGIN) $(EXAMPLE_PLUGIN_V1)
 
@@ -37,6 +44,10 @@ conformance: all
 	  --junit $(CONFORMANCE_OUT)/plugins-emulated.xml --json $(CONFORMANCE_OUT)/plugins-emulated.json
 	$(BIN)/flagcx --plugin-dir $(EXAMPLE_PLUGIN_DIR) conformance --np $(CONFORMANCE_NP) $(CONFORMANCE_FLAGS) \
 	  --junit $(CONFORMANCE_OUT)/example.xml --json $(CONFORMANCE_OUT)/example.json
+	$(MAKE) conformance-mutants
+
+conformance-mutants: all
+	$(GO) test -count=1 -timeout 10m -run '^($(MUTANT_TESTS))$$' ./conformance/suite
 
 conformance-full:
 	$(MAKE) conformance CONFORMANCE_FLAGS=
