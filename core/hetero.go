@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/flagcx/flagcx-go/core/sched"
 	"github.com/flagcx/flagcx-go/sdk"
@@ -145,6 +146,9 @@ func WithEnv(lookup func(string) (string, bool)) HeteroOption {
 // with host transfers between the cluster leaders, through pinned staging,
 // and returns when the result is in place.
 //
+// On a device rank every plugin call that can block is bounded by the
+// deadline (FLAGCX_TIMEOUT): see Watchdog and Guard.
+//
 // Like an NCCL communicator it is used by one goroutine at a time; Abort
 // may be called from another. On a device rank, call it from a goroutine
 // locked to its OS thread (runtime.LockOSThread) for steady latency: vendor
@@ -179,6 +183,10 @@ type HeteroComm struct {
 	groupOps  []groupOp
 	groupErr  error
 	groupStrm loader.Stream
+
+	wd         *Watchdog      // bounds this rank's plugin calls (device ranks)
+	dev        *watchedPlugin // the plugin's calls that can block, under wd (device ranks)
+	vendorGone atomic.Bool    // ccl was aborted or destroyed (see abortVendor)
 
 	mu       sync.Mutex // guards failed and closed against Abort
 	failed   error
@@ -231,6 +239,10 @@ func InitHeteroRank(id UniqueID, nranks, rank int, be Backend, opts ...HeteroOpt
 	if err := c.agree(rec); err != nil {
 		_ = world.Abort()
 		return nil, err
+	}
+	if be.OnDevice() {
+		c.wd = newWatchdog(rank, be.Plugin.Name, world.cfg.Timeout, c.onTimeout)
+		c.dev = &watchedPlugin{be.Plugin, c.wd}
 	}
 	if err := c.start(); err != nil {
 		c.stop(true)
@@ -464,10 +476,11 @@ func (c *HeteroComm) start() error {
 func (c *HeteroComm) startDevice(cl *sched.Cluster) error {
 	p, dev := c.be.Plugin, c.be.Device
 	var err error
+	var cm *loader.Comm
 	if len(cl.Ranks) > 1 {
 		var vid []byte
 		if vid, err = shareVendorID(c.intra, p); err == nil {
-			c.ccl, err = p.CommInitRank(dev, len(cl.Ranks), vid, c.layout.LocalRank(c.rank))
+			cm, err = c.commInit(p, dev, len(cl.Ranks), vid, c.layout.LocalRank(c.rank))
 		}
 	} else if c.layout.IsHomogeneous() {
 		// A one-rank communicator still runs on the vendor library. In a
@@ -475,12 +488,13 @@ func (c *HeteroComm) startDevice(cl *sched.Cluster) error {
 		// schedules only copy.
 		var vid []byte
 		if vid, err = p.UniqueID(); err == nil {
-			c.ccl, err = p.CommInitRank(dev, 1, vid, 0)
+			cm, err = c.commInit(p, dev, 1, vid, 0)
 		}
 	}
 	if err != nil {
 		return fmt.Errorf("rank %d: starting %s's collective library on device %d: %w", c.rank, p.Name, dev, err)
 	}
+	c.ccl = cm // only now: the watchdog reads it when it fires
 	if c.layout.IsHomogeneous() && !c.opts.HostPath {
 		return nil // no staging: the vendor library does everything
 	}
@@ -552,20 +566,24 @@ func (c *HeteroComm) Abort() error {
 func (c *HeteroComm) stop(abort bool) error {
 	var errs []error
 	c.stopOnce.Do(func() {
+		defer c.wd.close()
 		if abort {
 			c.abortHost()
-		}
-		if c.ccl != nil {
-			if abort {
-				if err := c.ccl.Abort(); err != nil && !errors.Is(err, sdk.ErrNotSupported) {
-					errs = append(errs, err)
-				}
-			} else {
-				errs = append(errs, c.ccl.Destroy())
+			if err := c.abortVendor(); err != nil && !errors.Is(err, sdk.ErrNotSupported) {
+				errs = append(errs, err)
 			}
+		} else {
+			errs = append(errs, c.destroyVendor())
 		}
+		// After the watchdog gave up, a call may still be inside the
+		// plugin, using the streams, events and memory below: they are
+		// leaked rather than freed under it (freeing may also block
+		// behind it).
+		stuck := c.wd.Err() != nil
 		// The windows go with the host communicators: unregister first.
-		if err := c.releaseShm(); err != nil && !abort {
+		if stuck {
+			c.shm = nil
+		} else if err := c.releaseShm(); err != nil && !abort {
 			errs = append(errs, err)
 		}
 		for _, cm := range c.hostComms() {
@@ -575,7 +593,7 @@ func (c *HeteroComm) stop(abort bool) error {
 				errs = append(errs, cm.Destroy())
 			}
 		}
-		if p := c.be.Plugin; p != nil {
+		if p := c.be.Plugin; p != nil && !stuck {
 			for _, s := range []loader.Stream{c.d2h, c.h2d} {
 				if s != 0 {
 					errs = append(errs, p.StreamDestroy(s))

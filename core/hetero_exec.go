@@ -1,6 +1,7 @@
 package core
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/bits"
@@ -200,7 +201,7 @@ func (c *HeteroComm) do(name string, call sched.Call, send, recv Buffer, user []
 	}
 	if c.direct(call) {
 		if err := c.directCall(call, send, recv, s); err != nil {
-			return fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
+			return c.callError(name, err)
 		}
 		return nil
 	}
@@ -210,9 +211,19 @@ func (c *HeteroComm) do(name string, call sched.Call, send, recv Buffer, user []
 	}
 	c.tracePlan(plan)
 	if err := c.execute(plan, &callBufs{send: send, recv: recv, user: user}, s); err != nil {
-		return fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
+		return c.callError(name, err)
 	}
 	return nil
+}
+
+// callError puts the operation's name on an error, except on the
+// watchdog's, which names the rank and the plugin call already.
+func (c *HeteroComm) callError(name string, err error) error {
+	var te *TimeoutError
+	if errors.As(err, &te) {
+		return te
+	}
+	return fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
 }
 
 // direct reports whether call goes straight to the vendor library: a
@@ -233,7 +244,7 @@ func (c *HeteroComm) direct(call sched.Call) bool {
 }
 
 func (c *HeteroComm) directCall(call sched.Call, send, recv Buffer, s loader.Stream) error {
-	cc, sp, rp := c.ccl, send.ptr, recv.ptr
+	cc, sp, rp := c.vendorCalls(), send.ptr, recv.ptr
 	switch call.Coll {
 	case sched.AllReduce:
 		return cc.AllReduce(sp, rp, call.Count, call.DType, call.Op, s)
@@ -500,7 +511,7 @@ func onDevice(st *sched.Step) bool { return st.Kind == sched.KindCopy || st.Kind
 
 func (c *HeteroComm) newChain(p *sched.Plan, s loader.Stream) (*chain, error) {
 	ch := &chain{c: c, p: p, s: s}
-	pl := c.be.Plugin
+	pl := c.dev
 	if pl == nil || p.Async {
 		return ch, nil // host memory, or enqueued on the caller's stream alone
 	}
@@ -543,7 +554,7 @@ func (ch *chain) await(i int) error {
 	if ch.ev == nil {
 		return nil
 	}
-	st, pl := &ch.p.Steps[i], ch.c.be.Plugin
+	st, pl := &ch.p.Steps[i], ch.c.dev
 	for _, d := range st.Deps {
 		e := ch.ev[d]
 		if e == 0 {
@@ -567,7 +578,7 @@ func (ch *chain) record(i int) error {
 	if ch.ev == nil || ch.ev[i] == 0 {
 		return nil
 	}
-	return ch.c.be.Plugin.EventRecord(ch.ev[i], ch.c.laneStream(ch.p.Steps[i].Lane, ch.s))
+	return ch.c.dev.EventRecord(ch.ev[i], ch.c.laneStream(ch.p.Steps[i].Lane, ch.s))
 }
 
 // finish waits for the device work of the call: its result is in place.
@@ -579,7 +590,7 @@ func (ch *chain) finish() error {
 		if l == sched.LaneNet {
 			continue
 		}
-		if err := ch.c.be.Plugin.StreamSynchronize(ch.c.laneStream(l, ch.s)); err != nil {
+		if err := ch.c.dev.StreamSynchronize(ch.c.laneStream(l, ch.s)); err != nil {
 			return err
 		}
 	}
@@ -612,9 +623,7 @@ func (c *HeteroComm) failure(p *sched.Plan, err error) error {
 		return err
 	}
 	c.abortHost()
-	if c.ccl != nil {
-		_ = c.ccl.Abort()
-	}
+	_ = c.abortVendor()
 	c.mu.Lock()
 	if c.failed == nil {
 		c.failed = err
@@ -706,7 +715,7 @@ func (c *HeteroComm) copies(st *sched.Step, b *callBufs, strm loader.Stream) err
 		if n == 0 || src.same(dst) {
 			continue
 		}
-		pl := c.be.Plugin
+		pl := c.dev
 		switch {
 		case src.dev && dst.dev:
 			err = pl.Memcpy(dst.ptr, src.ptr, n, loader.DeviceToDevice, strm)
@@ -734,10 +743,10 @@ func (c *HeteroComm) copies(st *sched.Step, b *callBufs, strm loader.Stream) err
 // vendorStep enqueues an intra-cluster step on the vendor library, on the
 // caller's stream (the chain waits for it).
 func (c *HeteroComm) vendorStep(st *sched.Step, b *callBufs, s loader.Stream) error {
-	cc := c.ccl
-	if cc == nil {
+	if c.ccl == nil {
 		return fmt.Errorf("%w: vendor step on rank %d without a vendor communicator", sdk.ErrInternalError, c.rank)
 	}
+	cc := c.vendorCalls()
 	src, err := c.resolve(b, st.Src)
 	if err != nil {
 		return err
@@ -746,7 +755,7 @@ func (c *HeteroComm) vendorStep(st *sched.Step, b *callBufs, s loader.Stream) er
 	if err != nil {
 		return err
 	}
-	pl := c.be.Plugin
+	pl := c.dev
 	switch st.Coll {
 	case sched.AllReduce:
 		err = cc.AllReduce(src.ptr, dst.ptr, st.Count, st.DType, st.Op, s)

@@ -120,7 +120,7 @@ type shmRun struct {
 	send, recv Buffer
 	s          loader.Stream
 	node       *hostnet.ShmNode
-	p          *loader.Plugin
+	p          *watchedPlugin
 	size       int
 	cl         *sched.Cluster
 	m, j       int // cluster size, index in it
@@ -133,7 +133,7 @@ type shmRun struct {
 const maxSlots = 16
 
 func (c *HeteroComm) runShm(p *sched.Plan, b *callBufs, s loader.Stream) error {
-	r := &shmRun{c: c, g: p.Shm, call: p.Call, send: b.send, recv: b.recv, s: s, node: c.shm.node, p: c.be.Plugin,
+	r := &shmRun{c: c, g: p.Shm, call: p.Call, send: b.send, recv: b.recv, s: s, node: c.shm.node, p: c.dev,
 		size: p.Call.DType.Size(), cl: c.layout.ClusterOf(c.rank)}
 	r.m, r.j, r.workers = len(r.cl.Ranks), c.layout.LocalRank(c.rank), c.shm.workers
 	if red := r.g.Reducers; len(red) > 0 && len(red) < c.n && r.p == nil {
@@ -263,7 +263,7 @@ func (r *shmRun) issue(k int) error {
 	pt := r.part(k)
 	src := r.send.ptr + uintptr(off)
 	if r.m > 1 {
-		cc, opR := c.ccl, reduceOpOf(r.call.Op)
+		cc, opR := c.vendorCalls(), reduceOpOf(r.call.Op)
 		var err error
 		if r.evenParts(L) {
 			err = cc.ReduceScatter(src, r.recv.ptr+uintptr(off+pt.Off), pt.Len/r.size, r.call.DType, opR, r.s)
@@ -386,7 +386,7 @@ func (r *shmRun) output(k int) error {
 	if err := r.p.StreamWaitEvent(r.s, c.shm.outpt[slot]); err != nil {
 		return err
 	}
-	cc, base := c.ccl, r.recv.ptr+uintptr(off)
+	cc, base := c.vendorCalls(), r.recv.ptr+uintptr(off)
 	var err error
 	if r.evenParts(L) {
 		err = cc.AllGather(base+uintptr(pt.Off), base, pt.Len, sdk.Uint8, r.s)

@@ -25,6 +25,28 @@ import (
 // pipe to the launcher).
 const EnvProgress = "FLAGCX_PROGRESS_TTY"
 
+// EnvFatalReport tells the ranks of a local launch to report an error that
+// may keep them from exiting (ReportFatal), so that the launcher can end
+// the launch with it instead of waiting for them.
+const EnvFatalReport = "FLAGCX_FATAL_REPORT"
+
+// fatalPrefix starts a report's line on a rank's stderr.
+const fatalPrefix = "flagcx: fatal: "
+
+// ReportFatal tells the local launcher that started this process, if one
+// did, that this rank gave up for good with err: a plugin call that never
+// returned, say, whose thread may keep the process from exiting. The
+// launcher then treats the rank as failed with err (its message names the
+// rank and the call), stops the other ranks and, after GracePeriod, kills
+// whatever is left, this rank included. The report is one line on stderr,
+// which the launcher does not pass on.
+func ReportFatal(lookup func(string) (string, bool), stderr io.Writer, err error) {
+	if v, _ := lookup(EnvFatalReport); v != "1" || err == nil {
+		return
+	}
+	fmt.Fprintf(stderr, "%s%s\n", fatalPrefix, strings.Join(strings.Fields(err.Error()), " "))
+}
+
 // Timings of a local launch after the first rank fails: the others get
 // GracePeriod to fail on their own (they normally do, as their peer is
 // gone), then they are killed, and after KillWait more the launcher returns
@@ -43,10 +65,16 @@ type RankError struct {
 	// Killed is true when the launcher killed the rank after another failed.
 	Killed bool
 	Err    error // a failure to start or wait for the process
+	// Fatal is the error the rank reported before it ended (ReportFatal).
+	Fatal string
 }
 
 func (e *RankError) Error() string {
 	switch {
+	case e.Fatal != "" && strings.HasPrefix(e.Fatal, fmt.Sprintf("rank %d:", e.Rank)):
+		return e.Fatal
+	case e.Fatal != "":
+		return fmt.Sprintf("rank %d: %s", e.Rank, e.Fatal)
 	case e.Err != nil:
 		return fmt.Sprintf("rank %d: %v", e.Rank, e.Err)
 	case e.Signal != nil:
@@ -60,6 +88,8 @@ func (e *RankError) Error() string {
 
 func (e *RankError) short() string {
 	switch {
+	case e.Fatal != "":
+		return "reported a fatal error"
 	case e.Err != nil:
 		return "failed"
 	case e.Signal != nil:
@@ -73,14 +103,16 @@ func (e *RankError) short() string {
 // ranks), and starts np copies of os.Executable() with arguments argv (the
 // arguments after the program name) and environment env (usually
 // os.Environ()), minus every launcher variable an outer launcher set, plus
-// FLAGCX_UNIQUE_ID, FLAGCX_RANK, FLAGCX_NRANKS, FLAGCX_LOCAL_RANK and
-// FLAGCX_LOCAL_SIZE.
+// FLAGCX_UNIQUE_ID, FLAGCX_RANK, FLAGCX_NRANKS, FLAGCX_LOCAL_RANK,
+// FLAGCX_LOCAL_SIZE and FLAGCX_FATAL_REPORT.
 //
 // Rank 0's stdout goes to stdout (the other ranks' to nowhere); every rank's
 // stderr goes to stderr with "rank N: " before each line. SIGINT and SIGTERM
-// are passed on to the ranks. When a rank fails, the others get GracePeriod
-// to end, then are killed; Local returns a *RankError naming the first rank
-// that failed and how (wrapped with the others that failed), or nil when
+// are passed on to the ranks. When a rank fails (exits with an error, or
+// reports a fatal one with ReportFatal before it may hang), the others get
+// GracePeriod to end, then every rank left is killed; Local returns a
+// *RankError naming the first rank that failed and how (a reported error
+// first: it is the cause), wrapped with the others that failed, or nil when
 // every rank exited with status 0.
 //
 // Before starting any rank, Local refuses more ranks than this host can
@@ -135,6 +167,8 @@ func runLocal(exe string, np int, argv, env []string, id string, stdout, stderr 
 	if isTerminal(stderr) {
 		base = append(base, EnvProgress+"=1")
 	}
+	base = append(base, EnvFatalReport+"=1")
+	reports := make(chan rankReport, np)
 
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
@@ -155,7 +189,12 @@ func runLocal(exe string, np int, argv, env []string, id string, stdout, stderr 
 		if r == 0 {
 			cmd.Stdout = stdout
 		}
-		prefixers[r] = &prefixWriter{w: stderr, mu: &mu, prefix: []byte(fmt.Sprintf("rank %d: ", r))}
+		prefixers[r] = &prefixWriter{w: stderr, mu: &mu, prefix: []byte(fmt.Sprintf("rank %d: ", r)), fatal: func(msg string) {
+			select {
+			case reports <- rankReport{rank: r, msg: msg}:
+			default: // a rank reports once; more are dropped rather than block its output
+			}
+		}}
 		cmd.Stderr = prefixers[r]
 		cmd.WaitDelay = time.Second // a grandchild holding the pipe does not hold us
 		setProcAttr(cmd)
@@ -174,6 +213,7 @@ func runLocal(exe string, np int, argv, env []string, id string, stdout, stderr 
 
 	exited := make([]bool, np)
 	var failures []*RankError
+	failed := map[int]*RankError{} // a rank's report and its exit make one failure
 	var interrupted os.Signal
 	var grace, kill <-chan time.Time
 	killed := false
@@ -182,12 +222,29 @@ func runLocal(exe string, np int, argv, env []string, id string, stdout, stderr 
 		case x := <-l.done:
 			remaining--
 			exited[x.rank] = true
-			if re := exitError(x); re != nil {
+			re := exitError(x)
+			if f := failed[x.rank]; f != nil {
+				if re != nil {
+					f.ExitCode, f.Signal, f.Err = re.ExitCode, re.Signal, re.Err
+				}
+			} else if re != nil {
 				re.Killed = killed
 				failures = append(failures, re)
+				failed[x.rank] = re
 				if grace == nil {
 					grace = time.After(GracePeriod)
 				}
+			}
+		case rep := <-reports:
+			f := failed[rep.rank]
+			if f == nil {
+				f = &RankError{Rank: rep.rank, ExitCode: -1}
+				failures = append(failures, f)
+				failed[rep.rank] = f
+			}
+			f.Fatal, f.Killed = rep.msg, false
+			if grace == nil {
+				grace = time.After(GracePeriod)
 			}
 		case s := <-sigs:
 			interrupted = s
@@ -219,6 +276,12 @@ func runLocal(exe string, np int, argv, env []string, id string, stdout, stderr 
 type rankExit struct {
 	rank int
 	err  error
+}
+
+// rankReport is a rank's ReportFatal line.
+type rankReport struct {
+	rank int
+	msg  string
 }
 
 type localRun struct {
@@ -280,9 +343,15 @@ func exitError(x rankExit) *RankError {
 // from it) and lists the others.
 func summarize(failures []*RankError, interrupted os.Signal) error {
 	var first *RankError
+	for _, f := range failures {
+		if f.Fatal != "" {
+			first = f
+			break
+		}
+	}
 	var others []string
 	for _, f := range failures {
-		if f.Killed {
+		if f.Killed || f == first {
 			continue
 		}
 		if first == nil {
@@ -354,6 +423,7 @@ func stripLauncherEnv(env []string) []string {
 		drop[v] = true
 	}
 	drop[EnvProgress] = true
+	drop[EnvFatalReport] = true
 	out := make([]string, 0, len(env))
 	for _, kv := range env {
 		name, _, _ := strings.Cut(kv, "=")
@@ -382,6 +452,9 @@ type prefixWriter struct {
 	mu     *sync.Mutex
 	prefix []byte
 	buf    []byte
+	// fatal receives a line that reports a fatal error (ReportFatal), which
+	// is not passed on: the launcher's own error carries it.
+	fatal func(msg string)
 }
 
 func (p *prefixWriter) Write(b []byte) (int, error) {
@@ -395,6 +468,10 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 		}
 		var out []byte
 		if p.buf[i] == '\n' {
+			if p.report(p.buf[:i]) {
+				p.buf = p.buf[i+1:]
+				continue
+			}
 			out = append(append(append(out, p.prefix...), p.buf[:i]...), '\n')
 		} else {
 			out = append(out, p.buf[:i+1]...)
@@ -415,8 +492,17 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 func (p *prefixWriter) Flush() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.buf) > 0 {
+	if len(p.buf) > 0 && !p.report(p.buf) {
 		_, _ = p.w.Write(append(append(append([]byte(nil), p.prefix...), p.buf...), '\n'))
-		p.buf = nil
 	}
+	p.buf = nil
+}
+
+// report hands a ReportFatal line to fatal; false for any other line.
+func (p *prefixWriter) report(line []byte) bool {
+	if p.fatal == nil || !bytes.HasPrefix(line, []byte(fatalPrefix)) {
+		return false
+	}
+	p.fatal(string(line[len(fatalPrefix):]))
+	return true
 }

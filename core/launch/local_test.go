@@ -56,6 +56,15 @@ func child(mode string) int {
 		}
 		time.Sleep(time.Minute)
 		return 0
+	case "reportsandhangs":
+		// A rank whose plugin call never returned: it reports, then cannot
+		// exit; its peer waits, silent.
+		if rank == 1 {
+			fmt.Fprintln(os.Stderr, "about to give up")
+			ReportFatal(os.LookupEnv, os.Stderr, errors.New("rank 1: acme plugin: allReduce did not return\nwithin 2s"))
+		}
+		time.Sleep(time.Minute)
+		return 0
 	}
 	return 99
 }
@@ -113,6 +122,37 @@ func TestLocalKillsHangingRanks(t *testing.T) {
 	require.Less(t, took, 10*time.Second)
 	require.Contains(t, err.Error(), "rank 0 exited with status 1")
 	require.Contains(t, err.Error(), "killed after")
+}
+
+// TestLocalEndsOnAFatalReport: a rank that reports a fatal error (a plugin
+// call that never returned) ends the launch after GracePeriod although no
+// rank exits: every rank is killed, and the error is the report, which
+// names the rank and the call; the report line itself is not passed on.
+func TestLocalEndsOnAFatalReport(t *testing.T) {
+	old := GracePeriod
+	GracePeriod = 300 * time.Millisecond
+	defer func() { GracePeriod = old }()
+	_, stderr, err, took := runTestRanks(t, "reportsandhangs", 3)
+	require.Error(t, err)
+	require.Less(t, took, 10*time.Second)
+	require.Regexp(t, `^rank 1: acme plugin: allReduce did not return within 2s \(killed after 300ms: ranks (0, 2|2, 0)\)$`, err.Error())
+	var re *RankError
+	require.True(t, errors.As(err, &re))
+	require.Equal(t, 1, re.Rank)
+	require.Equal(t, syscall.SIGKILL, re.Signal)
+	require.Contains(t, stderr, "rank 1: about to give up\n")
+	require.NotContains(t, stderr, fatalPrefix)
+}
+
+// TestReportFatalOnlyUnderTheLocalLauncher: outside a local launch the
+// report line would only be noise.
+func TestReportFatalOnlyUnderTheLocalLauncher(t *testing.T) {
+	var out bytes.Buffer
+	ReportFatal(func(string) (string, bool) { return "", false }, &out, errors.New("stuck"))
+	require.Empty(t, out.String())
+	ReportFatal(func(k string) (string, bool) { return "1", k == EnvFatalReport }, &out, errors.New("rank 2: stuck\nfor good"))
+	require.Equal(t, "flagcx: fatal: rank 2: stuck for good\n", out.String())
+	require.NotContains(t, stripLauncherEnv([]string{EnvFatalReport + "=1", "A=b"}), EnvFatalReport+"=1")
 }
 
 func TestLocalBadArgs(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flagcx/flagcx-go/core"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
 
@@ -87,16 +88,26 @@ func openPlugin(name, dir string, emulated bool) (*loader.Plugin, error) {
 // deviceBackend is a device rank's side of the benchmark: a plugin's
 // device memory, one stream the collectives are enqueued on, and the
 // runtime's events to time them (or host timers around a stream
-// synchronize where the runtime has no event timing).
+// synchronize where the runtime has no event timing). Its calls that wait
+// for the device are bounded by the communicator's watchdog wd.
 type deviceBackend struct {
 	p           *loader.Plugin
+	wd          *core.Watchdog
 	dev         int
 	stream      loader.Stream
 	start, stop loader.Event
 }
 
-func newDeviceBackend(p *loader.Plugin, dev int) (*deviceBackend, error) {
-	d := &deviceBackend{p: p, dev: dev}
+// watched makes a plugin call that waits for the device under the
+// watchdog: past the deadline it aborts the communicator and the call
+// fails with a *core.TimeoutError.
+func watched(wd *core.Watchdog, call string, fn func() error) error {
+	c := wd.Begin(call)
+	return c.End(fn())
+}
+
+func newDeviceBackend(p *loader.Plugin, dev int, wd *core.Watchdog) (*deviceBackend, error) {
+	d := &deviceBackend{p: p, wd: wd, dev: dev}
 	var err error
 	if d.stream, err = d.p.StreamCreate(d.dev); err != nil {
 		return nil, err
@@ -132,7 +143,7 @@ func (d *deviceBackend) Alloc(n int) (Buf, error) {
 	if err != nil {
 		return nil, fmt.Errorf("allocating %s on %s device %d: %w", human(int64(n)), d.p.Name, d.dev, err)
 	}
-	b := &deviceBuf{p: d.p, ptr: ptr, n: n}
+	b := &deviceBuf{p: d.p, wd: d.wd, ptr: ptr, n: n}
 	if err := b.Zero(n); err != nil {
 		_ = b.Free()
 		return nil, err
@@ -140,7 +151,9 @@ func (d *deviceBackend) Alloc(n int) (Buf, error) {
 	return b, nil
 }
 
-func (d *deviceBackend) sync() error { return d.p.StreamSynchronize(d.stream) }
+func (d *deviceBackend) sync() error {
+	return watched(d.wd, "streamSynchronize", func() error { return d.p.StreamSynchronize(d.stream) })
+}
 
 func (d *deviceBackend) startTimer() (func() (time.Duration, error), error) {
 	if d.start != 0 {
@@ -151,7 +164,7 @@ func (d *deviceBackend) startTimer() (func() (time.Duration, error), error) {
 			if err := d.p.EventRecord(d.stop, d.stream); err != nil {
 				return 0, err
 			}
-			if err := d.p.EventSynchronize(d.stop); err != nil {
+			if err := watched(d.wd, "eventSynchronize", func() error { return d.p.EventSynchronize(d.stop) }); err != nil {
 				return 0, err
 			}
 			return d.p.EventElapsed(d.start, d.stop)
@@ -206,6 +219,7 @@ func (d *deviceBackend) close() error {
 // deviceBuf is device memory of a plugin; the host reaches it by copies.
 type deviceBuf struct {
 	p   *loader.Plugin
+	wd  *core.Watchdog
 	ptr uintptr
 	n   int
 }
@@ -220,7 +234,7 @@ func (b *deviceBuf) Write(off int, src []byte) error {
 	if len(src) == 0 {
 		return nil
 	}
-	return b.p.CopyToDevice(b.ptr+uintptr(off), src)
+	return watched(b.wd, "memCopy", func() error { return b.p.CopyToDevice(b.ptr+uintptr(off), src) })
 }
 
 func (b *deviceBuf) Read(off int, dst []byte) error {
@@ -230,14 +244,14 @@ func (b *deviceBuf) Read(off int, dst []byte) error {
 	if len(dst) == 0 {
 		return nil
 	}
-	return b.p.CopyFromDevice(dst, b.ptr+uintptr(off))
+	return watched(b.wd, "memCopy", func() error { return b.p.CopyFromDevice(dst, b.ptr+uintptr(off)) })
 }
 
 func (b *deviceBuf) Zero(n int) error {
 	if n = min(n, b.n); n == 0 {
 		return nil
 	}
-	return b.p.Memset(b.ptr, 0, n, 0)
+	return watched(b.wd, "memSet", func() error { return b.p.Memset(b.ptr, 0, n, 0) })
 }
 
 func (b *deviceBuf) Free() error {

@@ -26,7 +26,7 @@ type heteroBackend struct {
 func newHeteroBackend(comm *core.HeteroComm) (*heteroBackend, error) {
 	h := &heteroBackend{comm: comm}
 	if be := comm.Backend(); be.OnDevice() {
-		d, err := newDeviceBackend(be.Plugin, be.Device)
+		d, err := newDeviceBackend(be.Plugin, be.Device, comm.Watchdog())
 		if err != nil {
 			return nil, err
 		}

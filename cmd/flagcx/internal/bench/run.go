@@ -125,9 +125,10 @@ func Run(f *Flags, e Env) error {
 	comm, be, err := joinBackend(cfg, job, launched, id, nranks, rank)
 	job.Joined()
 	if err != nil {
-		return fmt.Errorf("rank %d of %d could not join the communicator: %w", rank, nranks, err)
+		err = fmt.Errorf("rank %d of %d could not join the communicator: %w", rank, nranks, err)
+		reportStuck(e, err)
+		return err
 	}
-	defer be.close()
 
 	r := newRankRun(cfg, comm, be, io.Discard)
 	if rank == 0 {
@@ -144,15 +145,36 @@ func Run(f *Flags, e Env) error {
 	if launched {
 		r.launcher = job.Launcher
 	}
-	runErr := r.run()
+	runErr := comm.run(r.run)
+	if reportStuck(e, runErr) {
+		// The watchdog aborted the communicator, and a plugin call may
+		// still be inside the plugin, holding what the cleanup would call
+		// into: leave the rest to this process's exit.
+		return runErr
+	}
+	defer be.close()
 	if runErr != nil {
 		_ = comm.abort()
 		return runErr
 	}
 	if err := comm.destroy(); err != nil {
-		return fmt.Errorf("destroying the communicator: %w", err)
+		err = fmt.Errorf("destroying the communicator: %w", err)
+		reportStuck(e, err)
+		return err
 	}
 	return r.verdict()
+}
+
+// reportStuck reports err to the local launcher when a plugin call timed
+// out in it (this process may then be unable to exit: see
+// core.Watchdog), and says whether it did.
+func reportStuck(e Env, err error) bool {
+	var te *core.TimeoutError
+	if !errors.As(err, &te) {
+		return false
+	}
+	launch.ReportFatal(e.Lookup, e.Stderr, err)
+	return true
 }
 
 // checkSplitList refuses, before any rank starts, a
@@ -182,10 +204,20 @@ func checkSplitList(lookup func(string) (string, bool), placement Placement, np 
 }
 
 // communicator is what Run tears down at the end: the host communicator,
-// or a device communicator together with its host one.
+// or a device communicator together with its host one. guard, when set,
+// runs the benchmark so that a plugin call stuck for good strands only the
+// benchmark's goroutine (core.HeteroComm.Guard).
 type communicator struct {
 	Comm
 	destroy, abort func() error
+	guard          func(func() error) error
+}
+
+func (c communicator) run(fn func() error) error {
+	if c.guard == nil {
+		return fn()
+	}
+	return c.guard(fn)
 }
 
 // joinBackend joins this rank to the communicator on its backend: the host
@@ -204,7 +236,7 @@ func joinBackend(cfg *Config, job launch.Job, launched bool, id core.UniqueID, n
 		if err != nil {
 			return communicator{}, nil, err
 		}
-		return communicator{c, c.Destroy, c.Abort}, &hostBackend{comm: c}, nil
+		return communicator{c, c.Destroy, c.Abort, nil}, &hostBackend{comm: c}, nil
 	}
 	// Everything else runs on a heterogeneous communicator, which also
 	// covers one backend (it then calls the vendor library directly).
@@ -214,7 +246,9 @@ func joinBackend(cfg *Config, job launch.Job, launched bool, id core.UniqueID, n
 		// context); the first call on a thread that never touched it pays
 		// to set it up (about 1.5 ms seen on H200s), and Go moves goroutines
 		// between threads. Pinning the rank to one thread for its life keeps
-		// that out of the timings. The pin ends with the rank's process.
+		// that out of the timings. The pin ends with the rank's process; the
+		// benchmark itself runs on a goroutine that core.HeteroComm.Guard
+		// pins in the same way.
 		runtime.LockOSThread()
 		p, err := openPlugin(name, cfg.PluginDir, cfg.Emulated)
 		if err != nil {
@@ -236,7 +270,7 @@ func joinBackend(cfg *Config, job launch.Job, launched bool, id core.UniqueID, n
 		_ = hc.Abort()
 		return communicator{}, nil, err
 	}
-	return communicator{hc.Host(), hc.Destroy, hc.Abort}, hb, nil
+	return communicator{hc.Host(), hc.Destroy, hc.Abort, hc.Guard}, hb, nil
 }
 
 // printPlans writes, on rank 0 with --print-plan, every rank's plan of

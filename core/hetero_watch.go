@@ -1,0 +1,204 @@
+package core
+
+import (
+	"github.com/flagcx/flagcx-go/sdk"
+	"github.com/flagcx/flagcx-go/sdk/loader"
+)
+
+// The watchdog of a device rank's HeteroComm: every plugin call that can
+// block (collectives, synchronizes, copies, communicator init and destroy)
+// is marked on it (see Watchdog).
+
+// Watchdog is this rank's watchdog; nil on a host rank, which makes no
+// plugin calls. Mark the blocking plugin calls made beside the
+// communicator's own (a stream synchronize after its collectives, say)
+// with its Begin, so that they are bounded too.
+func (c *HeteroComm) Watchdog() *Watchdog { return c.wd }
+
+// Guard runs fn, the caller's work on this communicator, on a goroutine of
+// its own bound to this rank's device, and returns fn's error; or, as soon
+// as the watchdog gives up on a plugin call, the watchdog's
+// *TimeoutError, also when that call never returns from C: fn's goroutine
+// is then abandoned there (see Watchdog for why nothing else is possible).
+// On a host rank fn simply runs.
+func (c *HeteroComm) Guard(fn func() error) error {
+	if c.wd == nil {
+		return fn()
+	}
+	done := make(chan error, 1)
+	go func() {
+		defer c.bindDevice()()
+		done <- fn()
+	}()
+	select {
+	case err := <-done:
+		if werr := c.wd.Err(); werr != nil {
+			return werr // the cause; fn's error follows from the abort
+		}
+		return err
+	case <-c.wd.Fired():
+		return c.wd.Err()
+	}
+}
+
+// onTimeout is the watchdog's verdict: the communicator fails, its host
+// side first (peers waiting on this rank learn it at once, and this does
+// not call the plugin), then the vendor's, whose abort is what unblocks a
+// library stuck in a collective.
+func (c *HeteroComm) onTimeout(e *TimeoutError) {
+	c.mu.Lock()
+	if c.failed == nil {
+		c.failed = e
+	}
+	c.mu.Unlock()
+	c.abortHost()
+	_ = c.abortVendor()
+}
+
+// abortVendor aborts the vendor communicator once, whoever asks first (a
+// failed schedule, the watchdog, Abort): the entry frees it, so a second
+// call would free it twice.
+func (c *HeteroComm) abortVendor() error {
+	if c.ccl == nil || !c.vendorGone.CompareAndSwap(false, true) {
+		return nil
+	}
+	return c.ccl.Abort()
+}
+
+// destroyVendor destroys the vendor communicator unless it is gone or the
+// watchdog, which fired, aborts it. commDestroy waits for the
+// communicator's work, which never ends when a peer is stuck: it runs
+// detached.
+func (c *HeteroComm) destroyVendor() error {
+	if c.ccl == nil || c.wd.Err() != nil || !c.vendorGone.CompareAndSwap(false, true) {
+		return nil
+	}
+	return c.detached("commDestroy", c.ccl.Destroy)
+}
+
+// detached makes a plugin call that waits for peers on a goroutine of its
+// own and returns its error, or the watchdog's as soon as it gives up on
+// the call; a call that never returns then strands only that goroutine.
+func (c *HeteroComm) detached(call string, fn func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- c.wd.do(call, false, fn) }()
+	select {
+	case err := <-done:
+		return err
+	case <-c.wd.Fired():
+		return c.wd.Err()
+	}
+}
+
+// commInit is the vendor's commInitRank, which waits for every rank of the
+// cluster, detached as destroyVendor's call is. A communicator that
+// arrives after the watchdog gave up is aborted there: nobody will use it.
+func (c *HeteroComm) commInit(p *loader.Plugin, dev, nranks int, id []byte, rank int) (*loader.Comm, error) {
+	type result struct {
+		cm  *loader.Comm
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		call := c.wd.Begin("commInitRank")
+		cm, err := p.CommInitRank(dev, nranks, id, rank)
+		if err = call.End(err); err != nil && cm != nil {
+			_ = cm.Abort()
+			cm = nil
+		}
+		done <- result{cm, err}
+	}()
+	select {
+	case r := <-done:
+		return r.cm, r.err
+	case <-c.wd.Fired():
+		return nil, c.wd.Err()
+	}
+}
+
+// vendorCalls is the vendor communicator with its calls under the
+// watchdog (HeteroComm.dev is the plugin's stream, event and copy calls).
+func (c *HeteroComm) vendorCalls() watchedComm { return watchedComm{c.ccl, c.wd} }
+
+type watchedComm struct {
+	cc *loader.Comm
+	wd *Watchdog
+}
+
+func (v watchedComm) AllReduce(send, recv uintptr, count int, dt sdk.DataType, op sdk.RedOp, s loader.Stream) error {
+	return v.wd.do("allReduce", true, func() error { return v.cc.AllReduce(send, recv, count, dt, op, s) })
+}
+
+func (v watchedComm) Reduce(send, recv uintptr, count int, dt sdk.DataType, op sdk.RedOp, root int, s loader.Stream) error {
+	return v.wd.do("reduce", true, func() error { return v.cc.Reduce(send, recv, count, dt, op, root, s) })
+}
+
+func (v watchedComm) Broadcast(send, recv uintptr, count int, dt sdk.DataType, root int, s loader.Stream) error {
+	return v.wd.do("broadcast", true, func() error { return v.cc.Broadcast(send, recv, count, dt, root, s) })
+}
+
+func (v watchedComm) AllGather(send, recv uintptr, count int, dt sdk.DataType, s loader.Stream) error {
+	return v.wd.do("allGather", true, func() error { return v.cc.AllGather(send, recv, count, dt, s) })
+}
+
+func (v watchedComm) ReduceScatter(send, recv uintptr, count int, dt sdk.DataType, op sdk.RedOp, s loader.Stream) error {
+	return v.wd.do("reduceScatter", true, func() error { return v.cc.ReduceScatter(send, recv, count, dt, op, s) })
+}
+
+func (v watchedComm) AlltoAll(send, recv uintptr, count int, dt sdk.DataType, s loader.Stream) error {
+	return v.wd.do("alltoAll", true, func() error { return v.cc.AlltoAll(send, recv, count, dt, s) })
+}
+
+func (v watchedComm) AlltoAllv(send uintptr, sendcounts, sdispls []int, recv uintptr, recvcounts, rdispls []int, dt sdk.DataType, s loader.Stream) error {
+	return v.wd.do("alltoAllv", true, func() error {
+		return v.cc.AlltoAllv(send, sendcounts, sdispls, recv, recvcounts, rdispls, dt, s)
+	})
+}
+
+func (v watchedComm) Gather(send, recv uintptr, count int, dt sdk.DataType, root int, s loader.Stream) error {
+	return v.wd.do("gather", true, func() error { return v.cc.Gather(send, recv, count, dt, root, s) })
+}
+
+func (v watchedComm) Scatter(send, recv uintptr, count int, dt sdk.DataType, root int, s loader.Stream) error {
+	return v.wd.do("scatter", true, func() error { return v.cc.Scatter(send, recv, count, dt, root, s) })
+}
+
+func (v watchedComm) Send(buf uintptr, count int, dt sdk.DataType, peer int, s loader.Stream) error {
+	return v.wd.do("send", true, func() error { return v.cc.Send(buf, count, dt, peer, s) })
+}
+
+func (v watchedComm) Recv(buf uintptr, count int, dt sdk.DataType, peer int, s loader.Stream) error {
+	return v.wd.do("recv", true, func() error { return v.cc.Recv(buf, count, dt, peer, s) })
+}
+
+// watchedPlugin shadows the calls of the plugin that wait for the device
+// or enqueue work; the rest (names, creating events) pass through.
+type watchedPlugin struct {
+	*loader.Plugin
+	wd *Watchdog
+}
+
+func (p *watchedPlugin) Memcpy(dst, src uintptr, n int, kind loader.MemcpyKind, s loader.Stream) error {
+	return p.wd.do("memCopy", false, func() error { return p.Plugin.Memcpy(dst, src, n, kind, s) })
+}
+
+func (p *watchedPlugin) StreamSynchronize(s loader.Stream) error {
+	return p.wd.do("streamSynchronize", false, func() error { return p.Plugin.StreamSynchronize(s) })
+}
+
+func (p *watchedPlugin) StreamWaitEvent(s loader.Stream, e loader.Event) error {
+	return p.wd.do("streamWaitEvent", false, func() error { return p.Plugin.StreamWaitEvent(s, e) })
+}
+
+func (p *watchedPlugin) EventRecord(e loader.Event, s loader.Stream) error {
+	return p.wd.do("eventRecord", false, func() error { return p.Plugin.EventRecord(e, s) })
+}
+
+func (p *watchedPlugin) EventSynchronize(e loader.Event) error {
+	return p.wd.do("eventSynchronize", false, func() error { return p.Plugin.EventSynchronize(e) })
+}
+
+// GroupEnd issues the group's work (GroupStart only opens it).
+func (p *watchedPlugin) GroupEnd() error {
+	return p.wd.do("groupEnd", false, p.Plugin.GroupEnd)
+}

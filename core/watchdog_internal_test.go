@@ -1,0 +1,92 @@
+package core
+
+import (
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flagcx/flagcx-go/sdk"
+)
+
+// waitFired fails the test unless w fires within limit.
+func waitFired(t *testing.T, w *Watchdog, limit time.Duration) {
+	t.Helper()
+	select {
+	case <-w.Fired():
+	case <-time.After(limit):
+		t.Fatalf("the watchdog did not fire within %v", limit)
+	}
+}
+
+// TestWatchdogAbortUnblocksTheCall: a call blocked past the deadline is
+// released by the abort (as ncclCommAbort releases NCCL), and then fails
+// with the watchdog's error, which names the rank, the plugin and the call;
+// later calls are refused without reaching the plugin.
+func TestWatchdogAbortUnblocksTheCall(t *testing.T) {
+	release := make(chan struct{})
+	w := newWatchdog(3, "acme", 200*time.Millisecond, func(*TimeoutError) { close(release) })
+	defer w.close()
+
+	start := time.Now()
+	err := w.do("allReduce", true, func() error {
+		<-release
+		return errors.New("acme: the communicator was aborted")
+	})
+	require.Less(t, time.Since(start), 5*time.Second)
+	var te *TimeoutError
+	require.ErrorAs(t, err, &te)
+	require.Equal(t, TimeoutError{Rank: 3, Plugin: "acme", Call: "allReduce", Timeout: 200 * time.Millisecond}, *te)
+	require.ErrorIs(t, err, ErrTimeout)
+	require.ErrorIs(t, err, sdk.ErrSystemError)
+	require.Contains(t, err.Error(), "rank 3: acme plugin: allReduce did not return within 200ms; the communicator was aborted (")
+	require.Contains(t, err.Error(), "raise FLAGCX_TIMEOUT")
+	require.Equal(t, err, w.Err())
+
+	called := false
+	err = w.do("broadcast", true, func() error { called = true; return nil })
+	require.ErrorIs(t, err, ErrTimeout)
+	require.False(t, called, "a call after the abort must not reach the plugin: its communicator may be freed")
+	require.ErrorIs(t, w.Begin("streamSynchronize").End(nil), ErrTimeout)
+}
+
+// TestWatchdogNamesWhatASynchronizeWaitsFor: a stuck synchronize is named
+// with the collective before it, and the watchdog gives up on a call that
+// never returns without waiting for it.
+func TestWatchdogNamesWhatASynchronizeWaitsFor(t *testing.T) {
+	var fired atomic.Int32
+	w := newWatchdog(1, "nvidia", 150*time.Millisecond, func(*TimeoutError) { fired.Add(1) })
+	defer w.close()
+	require.NoError(t, w.do("allReduce", true, func() error { return nil }))
+
+	stuck := w.Begin("streamSynchronize") // never ends: a call stuck in C
+	waitFired(t, w, 5*time.Second)
+	require.EqualError(t, w.Err(), "rank 1: nvidia plugin: streamSynchronize after allReduce did not return within 150ms; the communicator was aborted "+
+		"(a device or a peer rank is stuck, or the work queued before the call needs longer than FLAGCX_TIMEOUT allows: look at the other ranks' errors, or raise FLAGCX_TIMEOUT)")
+	time.Sleep(400 * time.Millisecond)
+	require.EqualValues(t, 1, fired.Load(), "the communicator is aborted once")
+	require.ErrorIs(t, stuck.End(nil), ErrTimeout)
+}
+
+// TestWatchdogQuietWhileCallsReturn: calls that return, however many and
+// however long the communicator lives, never fire it; calls overlapping
+// from several lanes are each bounded.
+func TestWatchdogQuietWhileCallsReturn(t *testing.T) {
+	w := newWatchdog(0, "acme", 100*time.Millisecond, func(*TimeoutError) { t.Error("the watchdog fired on calls that returned") })
+	for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); {
+		a := w.Begin("eventSynchronize")
+		require.NoError(t, w.do("allGather", true, func() error { time.Sleep(time.Millisecond); return nil }))
+		require.NoError(t, a.End(nil))
+	}
+	require.NoError(t, w.Err())
+	require.LessOrEqual(t, len(w.calls), 2, "slots are reused")
+	w.close()
+	w.close()
+
+	var nilWatchdog *Watchdog // a host rank's
+	require.NoError(t, nilWatchdog.Begin("memCopy").End(nil))
+	require.NoError(t, nilWatchdog.Err())
+	require.Nil(t, nilWatchdog.Fired())
+}

@@ -1,0 +1,155 @@
+package core_test
+
+import (
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flagcx/flagcx-go/core"
+	"github.com/flagcx/flagcx-go/sdk"
+	"github.com/flagcx/flagcx-go/sdk/loader"
+)
+
+// examplePlugin compiles the conformance example plugin (the host CPU as a
+// vendor) with flags, e.g. a negative control, and initializes it.
+func examplePlugin(t *testing.T, flags ...string) *loader.Plugin {
+	t.Helper()
+	root, err := filepath.Abs("..")
+	require.NoError(t, err)
+	out := filepath.Join(t.TempDir(), "libflagcx-example.so")
+	args := append([]string{"-shared", "-fPIC", "-O2", "-Wall", "-Werror", "-std=gnu11", "-fvisibility=hidden",
+		"-I", filepath.Join(root, "sdk", "include"), "-o", out, filepath.Join(root, "conformance", "example", "example.c"),
+		"-lrt", "-pthread"}, flags...)
+	msg, err := exec.Command("gcc", args...).CombinedOutput()
+	require.NoError(t, err, "gcc %s:\n%s", strings.Join(args, " "), msg)
+	p, err := loader.Open(out)
+	require.NoError(t, err)
+	require.NoError(t, p.Init(loader.InitOptions{Log: func(string, loader.LogLevel, string) {}}))
+	return p
+}
+
+// startDevices brings up n ranks as goroutines, rank r on device r of p,
+// with the deadline timeout (core.WithTimeout's, as FLAGCX_TIMEOUT).
+func startDevices(t *testing.T, p *loader.Plugin, n int, timeout time.Duration) []*core.HeteroComm {
+	t.Helper()
+	cfg := loopback(timeout)
+	id, err := core.GetUniqueID(core.WithIDNetConfig(cfg))
+	require.NoError(t, err)
+	comms := make([]*core.HeteroComm, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			comms[r], errs[r] = core.InitHeteroRank(id, n, r, core.DeviceBackend(p, r), core.WithEnv(noEnv),
+				core.WithCommOptions(core.WithNetConfig(cfg), core.WithTimeout(timeout)))
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+	}
+	return comms
+}
+
+// TestWatchdogPluginStuckInAllReduce: a plugin whose allReduce never
+// returns (EXAMPLE_BREAK_HANG, stuck in C for good) costs each rank its
+// deadline, not forever: Guard returns the watchdog's error naming the
+// rank, the plugin and the call, and the communicator refuses further
+// calls and is destroyed without waiting for the stuck one.
+func TestWatchdogPluginStuckInAllReduce(t *testing.T) {
+	p := examplePlugin(t, "-DEXAMPLE_BREAK_HANG")
+	const n, timeout = 2, 2 * time.Second
+	comms := startDevices(t, p, n, timeout)
+	errs := make(chan error, n)
+	start := time.Now()
+	for r, c := range comms {
+		require.Equal(t, timeout, c.Watchdog().Timeout())
+		go func() {
+			buf, err := p.DeviceMalloc(r, 64)
+			if err != nil {
+				errs <- err
+				return
+			}
+			b := core.DeviceBuffer(buf, 64)
+			errs <- c.Guard(func() error { return c.AllReduce(b, b, 16, sdk.Float32, sdk.Sum, 0) })
+		}()
+	}
+	seen := map[int]bool{}
+	for range comms {
+		select {
+		case err := <-errs:
+			require.Less(t, time.Since(start), 15*time.Second)
+			var te *core.TimeoutError
+			require.ErrorAs(t, err, &te)
+			require.ErrorIs(t, err, core.ErrTimeout)
+			require.Equal(t, "example", te.Plugin)
+			require.Equal(t, "allReduce", te.Call)
+			require.Regexp(t, `^rank [01]: example plugin: allReduce did not return within 2s; the communicator was aborted`, err.Error())
+			seen[te.Rank] = true
+		case <-time.After(60 * time.Second):
+			t.Fatal("a rank is still waiting for the stuck allReduce after 60s")
+		}
+	}
+	require.Equal(t, map[int]bool{0: true, 1: true}, seen)
+
+	for r, c := range comms {
+		require.ErrorIs(t, c.Watchdog().Err(), core.ErrTimeout, "rank %d", r)
+		err := c.AllReduce(core.DeviceBuffer(1, 4), core.DeviceBuffer(1, 4), 1, sdk.Float32, sdk.Sum, 0)
+		require.ErrorIs(t, err, sdk.ErrInvalidUsage)
+		require.Contains(t, err.Error(), "failed in an earlier call")
+		done := make(chan error, 1)
+		go func() { done <- c.Destroy() }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("rank %d: Destroy waits for the stuck call", r)
+		}
+	}
+}
+
+// TestWatchdogQuietOnAHealthyPlugin: collectives that return keep the
+// watchdog quiet however long the communicator is used.
+func TestWatchdogQuietOnAHealthyPlugin(t *testing.T) {
+	p := examplePlugin(t)
+	const n, timeout = 2, time.Second
+	comms := startDevices(t, p, n, timeout)
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for r, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf, err := p.DeviceMalloc(r, 64)
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			b := core.DeviceBuffer(buf, 64)
+			errs[r] = c.Guard(func() error {
+				for i := 0; i < 25; i++ {
+					if err := c.AllReduce(b, b, 16, sdk.Float32, sdk.Sum, 0); err != nil {
+						return err
+					}
+					if err := c.Barrier(); err != nil {
+						return err
+					}
+					time.Sleep(100 * time.Millisecond) // 2.5s in all: past the deadline
+				}
+				return nil
+			})
+		}()
+	}
+	wg.Wait()
+	for r, c := range comms {
+		require.NoError(t, errs[r], "rank %d", r)
+		require.NoError(t, c.Watchdog().Err())
+		require.NoError(t, c.Destroy())
+	}
+}
