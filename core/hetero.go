@@ -25,7 +25,7 @@ const (
 	// EnvUseHostComm=1 forces the host path for every collective.
 	EnvUseHostComm = "FLAGCX_USE_HOST_COMM"
 	// EnvNetChunkSize is the pipeline chunk of heterogeneous schedules
-	// (bytes, K/M/G 1024-based; default 4M).
+	// (bytes, K/M/G 1024-based; default 16M, sched.DefaultChunk).
 	EnvNetChunkSize = "FLAGCX_NET_CHUNK_SIZE"
 )
 

@@ -23,7 +23,7 @@ import (
 // The emulated Cambricon libraries (build/vendorsim/cambricon/libcnrt.so
 // and libcncl.so) driven directly through their vendor API, as the
 // cambricon plugin drives them: CNRT's and CNCL's names, enum values and
-// argument orders (vendor-apis.md section 3). Multi-rank tests run each
+// argument orders (docs/vendor-facts.md#cambricon). Multi-rank tests run each
 // rank in its own process: this test binary re-executed with
 // VSIM_CAMBRICON_WORKER naming a scenario (init below runs it and exits).
 

@@ -22,7 +22,7 @@ import (
 // through their own API, as the kunlunxin plugin calls it.
 //
 // The BKCL numbers below are the EMULATOR'S MODEL (❌ unverified,
-// vendor-apis.md 2.3), the same model as kunlunxin/bkcl.c; the XPU values
+// docs/vendor-facts.md#kunlunxin-bkcl), the same model as kunlunxin/bkcl.c; the XPU values
 // are from xpu/runtime.h (H).
 const (
 	klxBKCLSuccess       = 0

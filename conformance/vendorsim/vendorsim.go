@@ -6,7 +6,7 @@
 //
 // An emulator library exports `int flagcxVendorsimEmulated = 1` and a
 // `flagcxVendorsimDescription` string: whoever loads one must say so in its
-// output (architecture decision 8).
+// output (docs/architecture.md, decision 8).
 package vendorsim
 
 import (

@@ -4,11 +4,12 @@
  *
  * Both vendor libraries are dlopen'ed at init, so this file builds with gcc
  * alone: the few CNRT/CNCL types and prototypes it needs are declared below
- * from the public headers (values, signatures and evidence: vendor-apis.md
- * section 3; cncl.h v1.25.0 [CNCLH], cnrt.h v6.14.1 [CNRTH], call sites in
- * FlagCX [FCX]). Every fact used here that vendor-apis.md marks ⚠ or does
- * not contain is marked "UNVERIFIED" where it is used, with how to check it
- * on a machine with an MLU; README.md lists them all.
+ * from the public headers (values, signatures and evidence:
+ * docs/vendor-facts.md#cambricon; cncl.h v1.25.0 [CNCLH], cnrt.h v6.14.1
+ * [CNRTH], call sites in FlagCX [FCX]). Every fact used here that
+ * docs/vendor-facts.md marks ⚠ or lists as not surveyed is marked
+ * "UNVERIFIED" where it is used, with how to check it on a machine with an
+ * MLU; README.md lists them all.
  *
  * What differs from NCCL/CUDA and is translated here:
  *   - data types: CNCL numbers its types 0x10.. (table cnclType[] below) and
@@ -41,8 +42,9 @@ typedef int cnrtRet_t;
 enum { cnrtSuccess = 0, cnrtErrorNotReady = 1, cnrtErrorNoDevice = 100004, cnrtErrorBusy = 632014 };
 /* cnrtMemTransDir_t: H2D 0, D2D 1, D2H 2 (HostToHost 3, PeerToPeer 4, NoDirection 5 unused). */
 enum { cnrtMemcpyHostToDev = 0, cnrtMemcpyDevToDev = 1, cnrtMemcpyDevToHost = 2 };
-/* UNVERIFIED (vendor-apis.md ⚠): CNRT_NOTIFIER_WAIT_DEFAULT is presumed 0 (FlagCX
- * passes the name). Check: grep CNRT_NOTIFIER_WAIT_DEFAULT $NEUWARE_HOME/include/cnrt.h */
+/* UNVERIFIED (⚠, docs/vendor-facts.md#cambricon-cnrt): CNRT_NOTIFIER_WAIT_DEFAULT
+ * is presumed 0 (FlagCX passes the name).
+ * Check: grep CNRT_NOTIFIER_WAIT_DEFAULT $NEUWARE_HOME/include/cnrt.h */
 #define CNRT_NOTIFIER_WAIT_DEFAULT 0u
 typedef struct cnrtQueue* cnrtQueue_t;
 typedef struct cnrtNotifier* cnrtNotifier_t;
@@ -63,8 +65,9 @@ enum {
 };
 typedef int cnclReduceOp_t; /* cnclSum 0, cnclProd 1, cnclMax 2, cnclMin 3: no avg */
 #define CNCL_CLIQUE_ID_BYTES_SIZE 128
-/* UNVERIFIED (vendor-apis.md ⚠): sizeof is 136 on x86-64/aarch64 (char[128] +
- * uint64_t, no padding). The whole struct is exchanged, hash included. */
+/* UNVERIFIED (⚠, docs/vendor-facts.md#cambricon-cncl): sizeof is 136 on
+ * x86-64/aarch64 (char[128] + uint64_t, no padding). The whole struct is
+ * exchanged, hash included. */
 typedef struct cnclCliqueId { char data[CNCL_CLIQUE_ID_BYTES_SIZE]; uint64_t hash; } cnclCliqueId;
 typedef struct cnclComm* cnclComm_t;
 
@@ -209,8 +212,9 @@ static flagcxResult_t loadCnrt(void* h) {
   CNRT_FUNCS(SHIM_LOAD_REQ, SHIM_LOAD_OPT)
   if (!f_cnrtMemcpyAsync && !f_cnrtMemcpyAsync_V2)
     return shimMissing(lib, "cnrtMemcpyAsync (and cnrtMemcpyAsync_V2)", "");
-  /* UNVERIFIED: cnrtGetLibVersion(int*, int*, int*) is not in vendor-apis.md
-   * (optional; only the version text depends on it). */
+  /* UNVERIFIED: cnrtGetLibVersion(int*, int*, int*) is not surveyed
+   * (docs/vendor-facts.md#cambricon-cnrt; optional: only the version text
+   * depends on it). */
   if (f_cnrtGetLibVersion && f_cnrtGetLibVersion(&a, &b, &c) == cnrtSuccess)
     shimPrintf(shimStatus[lib].version, sizeof shimStatus[lib].version, "%d.%d.%d", a, b, c);
   return flagcxSuccess;
@@ -282,10 +286,12 @@ static flagcxResult_t cnGetDeviceInfo(int dev, flagcxDeviceInfo_v1_t* info) {
   if ((r = cnGetDeviceCount(&n)) != flagcxSuccess) return r;
   if (dev < 0 || dev >= n) return shimFail(flagcxInvalidArgument, "getDeviceInfo: device %d of %d MLUs", dev, n);
   /* No name or memory-size call is used: cnrtGetDeviceProperties' struct
-   * layout is not in vendor-apis.md, so name is generic and memory 0. */
+   * layout was not surveyed (docs/vendor-facts.md#cambricon-cnrt), so name
+   * is generic and memory 0. */
   shimPrintf(info->name, sizeof info->name, "Cambricon MLU %d", dev);
-  /* UNVERIFIED (vendor-apis.md: C [FCX]): cnrtDeviceGetPCIBusId(char*, int len, int dev)
-   * and its text form; normalized to "dddd:bb:dd.f" lower case. */
+  /* UNVERIFIED (C [FCX], docs/vendor-facts.md#cambricon-cnrt):
+   * cnrtDeviceGetPCIBusId(char*, int len, int dev) and its text form;
+   * normalized to "dddd:bb:dd.f" lower case. */
   if (f_cnrtDeviceGetPCIBusId) {
     CNRT(cnrtDeviceGetPCIBusId, (info->pciBusId, (int)sizeof info->pciBusId, dev));
     normalizeBusId(info->pciBusId);
@@ -298,8 +304,9 @@ static flagcxResult_t cnGetDeviceInfo(int dev, flagcxDeviceInfo_v1_t* info) {
   return flagcxSuccess;
 }
 
-/* No CNRT topology call is used (cnrtGetTopologyRelationship is not in
- * vendor-apis.md): the same device is Self, any other pair Unknown. */
+/* No CNRT topology call is used (cnrtGetTopologyRelationship was not
+ * surveyed, docs/vendor-facts.md#cambricon-cnrt): the same device is Self,
+ * any other pair Unknown. */
 static flagcxResult_t cnGetLinkInfo(int a, int b, flagcxLinkInfo_v1_t* link) {
   READY();
   memset(link, 0, sizeof *link);

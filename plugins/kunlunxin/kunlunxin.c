@@ -4,9 +4,9 @@
  *
  * Every vendor library is dlopen'ed at init, so this file builds with gcc
  * alone: the few vendor types and prototypes it needs are declared below
- * from vendor-apis.md section 2 (sources: Paddle's bkcl_comm_context.cc,
- * FlagCX's xccl/kunlunxin adaptors, InfiniCore, and the XPU runtime.h of
- * kunlun_k200). Facts marked there as inferred or not found are marked
+ * from docs/vendor-facts.md#kunlunxin (sources: Paddle's
+ * bkcl_comm_context.cc, FlagCX's xccl/kunlunxin adaptors, InfiniCore, and
+ * the XPU runtime.h of kunlun_k200). Facts marked there as inferred or not found are marked
  * here too: "UNVERIFIED" below means "not read in a vendor header".
  *
  * What differs from NCCL and is mapped here:
@@ -45,7 +45,7 @@
 #include "flagcx_plugin.h"
 #include "shim.h"
 
-/* ==== BKCL numbers: UNVERIFIED (vendor-apis.md 2.3: values ❌) ===========
+/* ==== BKCL numbers: UNVERIFIED (docs/vendor-facts.md#kunlunxin-bkcl: ❌) ===
  *
  * The enumerator NAMES are seen at real call sites (Paddle, FlagCX,
  * InfiniCore); their numeric VALUES and BKCL_UNIQUE_ID_BYTES were not found
@@ -248,10 +248,10 @@ static flagcxResult_t bkclCheck(int r, const char* call) {
 
 /* ---- C++-mangled BKCL names ------------------------------------------------
  * Some libbkcl.so builds export only C++ names (bkcl.h without extern "C",
- * vendor-apis.md 2.2). Their exact spelling encodes parameter types this
- * plugin cannot know for sure (BKCLContext_t's definition, the enums'
- * names, size_t vs int64 counts), so instead of guessing one spelling the
- * plugin reads the library's .dynsym and accepts the one defined function
+ * docs/vendor-facts.md#kunlunxin-mangled-libbkcl). Their exact spelling
+ * encodes parameter types this plugin cannot know for sure (BKCLContext_t's
+ * definition, the enums' names, size_t vs int64 counts), so instead of
+ * guessing one spelling the plugin reads the library's .dynsym and accepts the one defined function
  * named _Z<len><name>... (global) or _ZN...<len><name>E... (in a
  * namespace). Overloads make the lookup fail (ambiguous) rather than guess. */
 typedef struct {
@@ -451,7 +451,7 @@ static flagcxResult_t klxGetDeviceInfo(int dev, flagcxDeviceInfo_v1_t* info) {
       fclose(f);
     }
   }
-  return flagcxSuccess; /* totalMemory 0 and uuid "": no query in the reference API */
+  return flagcxSuccess; /* totalMemory 0 and uuid "": no such query (docs/vendor-facts.md#kunlunxin-xpu-runtime) */
 }
 
 static flagcxResult_t klxGetLinkInfo(int a, int b, flagcxLinkInfo_v1_t* link) {

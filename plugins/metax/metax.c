@@ -4,8 +4,9 @@
  *
  * Both libraries are dlopen'ed at init, so this file builds with gcc alone:
  * the few MetaX types and prototypes it needs are declared below. Evidence
- * (vendor-apis.md section 4, tags as there: H = read in a vendor header,
- * C = seen at a real call site, ⚠ = inferred, ❌ = not found):
+ * (docs/vendor-facts.md#metax, marks and tags as there: H = read in a
+ * vendor header, C = seen at a real call site, ⚠ = inferred, ❌ = not
+ * found):
  *
  *   - MCCL: H [MCCLH], the MetaX mccl.h with MCCL_VERSION_CODE 21605 (code
  *     index id 54691111213). Results, data types, ops, the 128-byte unique id
@@ -17,8 +18,9 @@
  *     values marked ⚠ / ❌ below are beliefs, not facts (see METAX_UNVERIFIED
  *     and README.md for how to check them on a MetaX machine).
  *
- * Names marked "not in vendor-apis.md" are optional lookups: when dlsym does
- * not find them the feature they serve degrades instead of failing.
+ * Names marked "not surveyed" (docs/vendor-facts.md#evidence-marks) are
+ * optional lookups: when dlsym does not find them the feature they serve
+ * degrades instead of failing.
  */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -97,7 +99,7 @@ typedef struct { char internal[128]; } mcclUniqueId; /* MCCL_UNIQUE_ID_BYTES 128
   OPT(mcError_t, mcStreamQuery, (mcStream_t))                                   \
   OPT(mcError_t, mcEventQuery, (mcEvent_t))                                     \
   OPT(mcError_t, mcEventElapsedTime, (float*, mcEvent_t, mcEvent_t))            \
-  OPT(mcError_t, mcGetLastError, (void)) /* not in vendor-apis.md */
+  OPT(mcError_t, mcGetLastError, (void)) /* not surveyed */
 
 #define MCCL_FUNCS(REQ, OPT)                                                    \
   REQ(mcclResult_t, mcclGetVersion, (int*))                                     \
@@ -157,7 +159,8 @@ static flagcxResult_t mcclCheck(mcclResult_t r, const char* call, mcclComm_t com
 
 /* ---- Init: load libraries ------------------------------------------------- */
 /* ⚠ Moore Threads MUSA ships its own libmccl.so with mccl* names
- * (vendor-apis.md 4.1): a search hit under a musa directory is not MetaX's.
+ * (docs/vendor-facts.md#metax-libraries): a search hit under a musa
+ * directory is not MetaX's.
  * A path given in the variable is taken as it is. */
 static const char* skipMusa(const char* path) {
   if (!strcasestr(path, "/musa")) return NULL;
@@ -223,8 +226,9 @@ static flagcxResult_t mxSetDevice(int dev) {
   return mcCheck(f_mcSetDevice(dev), "mcSetDevice");
 }
 
-/* The reference has no MACA call for names, UUIDs, memory size or links
- * (mcGetDeviceProperties' struct layout is ❌), so only the PCI bus id and
+/* No MACA call for names, UUIDs, memory size or links is known
+ * (docs/vendor-facts.md#metax-maca-runtime: mcGetDeviceProperties' struct
+ * layout is ❌), so only the PCI bus id and
  * the NUMA node (from sysfs) are reported. */
 static flagcxResult_t mxGetDeviceInfo(int dev, flagcxDeviceInfo_v1_t* info) {
   char path[96];
@@ -548,8 +552,9 @@ static const char* mxGetErrorString(flagcxResult_t r) {
 }
 
 /* ---- The exported table ---------------------------------------------------- */
-/* getLinkInfo and pointerKind are left NULL: the reference has no MACA call
- * for link types (MetaXLink) and mcPointerGetAttributes' struct is ❌. The
+/* getLinkInfo and pointerKind are left NULL: no MACA call for link types
+ * (MetaXLink) is known and mcPointerGetAttributes' struct is ❌
+ * (docs/vendor-facts.md#metax-maca-runtime). The
  * host then shows links as "not reported" and skips its pointer checks. */
 SHIM_EXPORT const flagcxVendorPlugin_v2_t flagcxVendorPlugin_v2 = {
     SHIM_TABLE_HEAD("metax", "MetaX", FLAGCX_PLUGIN_CAP_DEVICE | FLAGCX_PLUGIN_CAP_CCL, libraries),

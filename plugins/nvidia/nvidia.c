@@ -4,10 +4,11 @@
  *
  * Every vendor library is dlopen'ed at init, so this file builds with gcc
  * alone: the few vendor types and prototypes it needs are declared below,
- * from the public headers (sources and evidence: vendor-apis.md section 1).
- * Names marked "not in vendor-apis.md" are standard CUDA/NVML API this shim
- * treats as OPTIONAL: when dlsym does not find them, the feature they serve
- * degrades (reduced device info, pointer checks off) instead of failing.
+ * from the public headers (sources and evidence: docs/vendor-facts.md#nvidia).
+ * Names marked "not surveyed" (docs/vendor-facts.md#nvidia-not-surveyed) are
+ * standard CUDA/NVML API this shim treats as OPTIONAL: when dlsym does not
+ * find them, the feature they serve degrades (reduced device info, pointer
+ * checks off) instead of failing.
  */
 #define _GNU_SOURCE
 #include <ctype.h>
@@ -34,7 +35,7 @@ typedef void* cudaEvent_t;
 enum { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorNoDevice = 100, cudaErrorNotReady = 600 };
 enum { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2, cudaMemcpyDeviceToDevice = 3 };
 enum { cudaStreamNonBlocking = 0x01, cudaEventDefault = 0x00, cudaHostAllocPortable = 0x01 };
-/* Not in vendor-apis.md: cudaPointerAttributes as of CUDA 11+, and
+/* Not surveyed: cudaPointerAttributes as of CUDA 11+, and
  * cudaMemoryType Unregistered 0, Host 1, Device 2, Managed 3. Newer CUDA
  * appends reserved fields (CUDA 13 crashed on a 32-byte struct), so it is
  * always passed inside a larger zeroed buffer. */
@@ -48,7 +49,7 @@ typedef struct { char internal[128]; } ncclUniqueId; /* passed BY VALUE to ncclC
 
 typedef int nvmlReturn_t; /* NVML_SUCCESS 0 */
 typedef void* nvmlDevice_t;
-/* Not in vendor-apis.md: nvmlMemory_t {total, free, used} in bytes. */
+/* Not surveyed: nvmlMemory_t {total, free, used} in bytes. */
 typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
 enum { NVML_P2P_CAPS_INDEX_NVLINK = 2, NVML_P2P_STATUS_OK = 0, NVML_FEATURE_ENABLED = 1 };
 #define NVML_NVLINK_MAX_LINKS 18
@@ -105,7 +106,7 @@ enum { NVML_P2P_CAPS_INDEX_NVLINK = 2, NVML_P2P_STATUS_OK = 0, NVML_FEATURE_ENAB
   OPT(ncclResult_t, ncclAlltoAll, (const void*, void*, size_t, int, ncclComm_t, cudaStream_t))
 
 /* NVML is optional as a whole; every symbol is looked up on its own. The
- * last five are not in vendor-apis.md (standard NVML API). */
+ * last five are not surveyed (standard NVML API). */
 #define NVML_FUNCS(REQ, OPT)                                                    \
   OPT(nvmlReturn_t, nvmlInit_v2, (void))                                        \
   OPT(nvmlReturn_t, nvmlInit, (void))                                           \

@@ -13,7 +13,7 @@ import (
 )
 
 // fakeCambriconC is a FAKE libcnrt + libcncl in one library: the vendor
-// signatures and enum values of vendor-apis.md section 3, recording what the
+// signatures and enum values of docs/vendor-facts.md#cambricon, recording what the
 // cambricon plugin passes, argument by argument, so the tests below prove
 // the mapping (a swapped argument, a wrong enum value or a shifted clique id
 // makes them fail). Handles are heap blocks; "device" memory is host memory.
@@ -123,7 +123,7 @@ func cambriconFake(t *testing.T, flags ...string) (*Plugin, string) {
 	return openWithFake(t, "cambricon", "libfakecambricon.so", fakeCambriconC, []string{"FLAGCX_CAMBRICON_CNRT", "FLAGCX_CAMBRICON_CNCL"}, flags...)
 }
 
-// cncl.h v1.25.0 (vendor-apis.md 3.2): what each flagcx data type must
+// cncl.h v1.25.0 (docs/vendor-facts.md#cambricon-cncl): what each flagcx data type must
 // reach CNCL as. Float64 has no CNCL type.
 var cambriconTypes = map[sdk.DataType]int{
 	sdk.Int8: 0x20, sdk.Uint8: 0x30, sdk.Int32: 0x22, sdk.Uint32: 0x32, sdk.Int64: 0x23, sdk.Uint64: 0x33,

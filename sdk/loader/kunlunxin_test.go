@@ -16,7 +16,7 @@ import (
 
 // The mapping test's copy of the numbers the kunlunxin plugin must pass.
 //
-// BKCL's values are UNVERIFIED (vendor-apis.md 2.3: ❌, no public header):
+// BKCL's values are UNVERIFIED (docs/vendor-facts.md#kunlunxin-bkcl: ❌, no public header):
 // this copy, the plugin's table (plugins/kunlunxin/kunlunxin.c) and the
 // emulator's model (conformance/vendorsim/kunlunxin/bkcl.c) are kept apart
 // on purpose, so that changing one alone fails a test. Verify them with a
@@ -61,7 +61,7 @@ var klxTypes = map[sdk.DataType]struct {
 var klxOps = map[sdk.RedOp]int{sdk.Sum: klxBKCLAdd, sdk.Prod: klxBKCLProduct, sdk.Max: klxBKCLMax, sdk.Min: klxBKCLMin}
 
 // fakeKunlunxinC is a FAKE libxpurt + libbkcl in one library, with the
-// signatures of vendor-apis.md section 2, recording what the plugin passes
+// signatures of docs/vendor-facts.md#kunlunxin, recording what the plugin passes
 // so the tests can prove its mapping (argument orders, enum values, unique
 // id bytes, where the alltoallv counts live). "Device" memory is host
 // memory the fake remembers. Variants:

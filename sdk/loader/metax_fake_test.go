@@ -3,8 +3,8 @@ package loader
 import "testing"
 
 // fakeMetaxC is a FAKE libmcruntime + libmccl in one library: the MetaX
-// signatures and values the metax plugin believes in (vendor-apis.md
-// section 4, mccl.h), recording what the plugin passes so the tests can
+// signatures and values the metax plugin believes in
+// (docs/vendor-facts.md#metax, mccl.h), recording what the plugin passes so the tests can
 // prove its mapping value by value. Memory is host memory.
 //
 // Variants: -DEMULATED adds the vendorsim marker; -DNO_NATIVE leaves out

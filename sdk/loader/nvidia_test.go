@@ -13,7 +13,7 @@ import (
 )
 
 // fakeNvidiaC is a FAKE libcudart + libnccl in one library: the vendor
-// signatures and enum values of vendor-apis.md section 1, recording what
+// signatures and enum values of docs/vendor-facts.md#nvidia, recording what
 // the nvidia plugin passes so the tests can prove its mapping. Memory is
 // host memory; "device" allocations are remembered for
 // cudaPointerGetAttributes. -DEMULATED adds the vendorsim marker,

@@ -2,8 +2,8 @@
  * cncl.c: emulated Cambricon CNCL (libcncl.so), reporting 1.25.0.
  *
  * Exactly the CNCL entry points that the cambricon plugin calls, with CNCL's
- * names, argument orders and enum values (vendor-apis.md section 3.2, all
- * from cncl.h v1.25.0 [CNCLH]). What differs from NCCL, and is translated
+ * names, argument orders and enum values (docs/vendor-facts.md#cambricon-cncl,
+ * all from cncl.h v1.25.0 [CNCLH]). What differs from NCCL, and is translated
  * here onto the core's NCCL numbering:
  *   - cnclDataType_t: Half/Float16 0x10, Bfloat16 0x11, Float/Float32 0x12,
  *     Int8/Char 0x20, Int16 0x21, Int/Int32 0x22, Int64 0x23, Uint8 0x30,

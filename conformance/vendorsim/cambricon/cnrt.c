@@ -2,7 +2,7 @@
  * cnrt.c: emulated Cambricon CNRT 6.x (libcnrt.so), reporting 6.14.1.
  *
  * Exactly the CNRT entry points that the cambricon plugin calls, with CNRT's
- * names, argument orders and enum values (vendor-apis.md section 3.3,
+ * names, argument orders and enum values (docs/vendor-facts.md#cambricon-cnrt,
  * evidence [CNRTH] unless marked). Things a plugin gets wrong against CNRT
  * and that this file therefore checks:
  *   - cnrtMemTransDir_t is H2D 0, D2D 1, D2H 2, H2H 3, P2P 4, NoDirection 5
@@ -21,8 +21,8 @@
  *   - CNRT_NOTIFIER_WAIT_DEFAULT is 0: cnrtQueueWaitNotifier refuses any
  *     other flag value;
  *   - cnrtDeviceGetPCIBusId (C [FCX]) writes "dddd:bb:dd.f" in lower case;
- *   - cnrtGetLibVersion(int* major, int* minor, int* patch) is not in
- *     vendor-apis.md (standard CNRT API; the plugin treats it as optional);
+ *   - cnrtGetLibVersion(int* major, int* minor, int* patch) is not surveyed
+ *     (standard CNRT API; the plugin treats it as optional);
  *   - no devices: cnrtGetDeviceCount returns cnrtErrorNoDevice;
  *   - cnrtMemcpyNoDirection infers the direction, cnrtMemcpyPeerToPeer
  *     needs two device pointers.

@@ -5,8 +5,9 @@
 #
 # The sonames are the file names the cambricon plugin dlopens
 # ($NEUWARE_HOME/lib64/libcnrt.so, libcncl.so). Whether the real libraries
-# carry a versioned soname is not known here (vendor-apis.md 3.1 names only
-# the unversioned files); the plugin opens them by these names either way.
+# carry a versioned soname is not known here (docs/vendor-facts.md,
+# "Cambricon: libraries", names only the unversioned files); the plugin opens
+# them by these names either way.
 VSIM_CAMBRICON := $(VSIM_OUT)/cambricon/libcnrt.so $(VSIM_OUT)/cambricon/libcncl.so
 
 vendorsim: $(VSIM_CAMBRICON)

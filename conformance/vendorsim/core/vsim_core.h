@@ -145,9 +145,7 @@ VSIM_API int vsim_mem_check_range(const void* p, size_t bytes, vsim_mem_info* in
 VSIM_API uint64_t vsim_mem_used(int device);
 
 /* ------------------------------------------------------------------ */
-/* Streams and events. Execution is synchronous: every operation has   */
-/* completed when its call returns, so streams only need to exist and  */
-/* events only need a timestamp.                                       */
+/* Streams and events.                                                 */
 /* ------------------------------------------------------------------ */
 typedef struct vsim_stream vsim_stream;
 typedef struct vsim_event vsim_event;

@@ -1,7 +1,7 @@
 /*
  * bkcl.c: emulated Kunlunxin BKCL/XCCL (libbkcl.so).
  *
- * The BKCL entry points of vendor-apis.md section 2.3 that the kunlunxin
+ * The BKCL entry points (docs/vendor-facts.md#kunlunxin-bkcl) that the kunlunxin
  * plugin calls (plus bkcl_comm_count / bkcl_comm_user_rank, which tests use
  * to see how bkcl_init_rank's arguments arrived), with BKCL's names and
  * argument orders:
@@ -14,7 +14,7 @@
  * and no gather/scatter (BKCL has none).
  *
  * ❌ BKCL's numeric enum values and BKCL_UNIQUE_ID_BYTES are not public
- * (vendor-apis.md 2.3). The table below is THIS EMULATOR'S MODEL of the
+ * (docs/vendor-facts.md#kunlunxin-bkcl). The table below is THIS EMULATOR'S MODEL of the
  * vendor, kept independent of the plugin's table on purpose (no shared
  * header): the plugin's table is its belief, this one the model it is
  * tested against; the mapping tests fail when the two disagree. Verify

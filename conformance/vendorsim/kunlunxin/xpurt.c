@@ -1,8 +1,8 @@
 /*
  * xpurt.c: emulated Kunlunxin XPU runtime (libxpurt.so.1).
  *
- * Exactly the XPU runtime entry points of vendor-apis.md section 2.4 that
- * the kunlunxin plugin calls, with the runtime's names, argument orders and
+ * Exactly the XPU runtime entry points (docs/vendor-facts.md#kunlunxin-xpu-runtime)
+ * that the kunlunxin plugin calls, with the runtime's names, argument orders and
  * values from xpu/runtime.h and xpu/defs.h ([KLRT]):
  *   - XPUMemcpyKind: XPU_DEVICE_TO_HOST 0, XPU_HOST_TO_DEVICE 1,
  *     XPU_DEVICE_TO_DEVICE 2 (not CUDA's order), checked against the core's
@@ -18,7 +18,8 @@
  * emulated because real XRE4/5 runtimes export it (FlagCX and InfiniCore
  * call it).
  *
- * Work is synchronous: every operation has finished when its call returns.
+ * Work on a stream runs asynchronously on the stream's worker
+ * (core/stream.c); xpu_memcpy and xpu_wait wait for it.
  */
 #include <stdarg.h>
 #include <stdint.h>

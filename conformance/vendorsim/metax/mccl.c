@@ -4,15 +4,16 @@
  *
  * The MCCL entry points the metax plugin calls, and a few more for tests,
  * with mccl.h's names, argument orders and enum values (H [MCCLH], the MetaX
- * mccl.h in the code index, id 54691111213; vendor-apis.md section 4.2).
+ * mccl.h in the code index, id 54691111213; docs/vendor-facts.md#metax-mccl).
  * mcclUniqueId (128 bytes) is taken BY VALUE. MCCL's results, data types and
  * ops carry NCCL's numbers, which are the core's, so values pass unchanged;
  * the declarations below are this emulator's own (not shared with the
  * plugin), as the README explains.
  *
  * mcclGather and mcclScatter are grouped point-to-point in the core;
- * mcclAllToAll is the core's alltoall. Work is done when the call returns
- * (the stream is only checked); a non-blocking config behaves as blocking.
+ * mcclAllToAll is the core's alltoall. Operations run on the caller's
+ * stream asynchronously (core/stream.c), as everywhere in vendorsim; a
+ * non-blocking config behaves as blocking.
  */
 #include <stdarg.h>
 #include <stdint.h>

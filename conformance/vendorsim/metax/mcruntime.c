@@ -1,12 +1,15 @@
 /*
  * mcruntime.c: emulated MetaX MACA runtime (libmcruntime.so).
  *
- * The MACA entry points the metax plugin calls (vendor-apis.md section 4.3),
- * with MACA's names and argument orders, plus mcGetDevice,
- * mcDeviceSynchronize and mcMemset for tests. "Device" memory is host memory
- * recorded in the core's registry, so a copy whose mcMemcpyKind contradicts
- * its pointers fails: that is how a plugin that maps copy directions wrongly
- * is caught. Every operation completes inside its call.
+ * The MACA entry points the metax plugin calls
+ * (docs/vendor-facts.md#metax-maca-runtime), with MACA's names and argument
+ * orders, plus mcGetDevice, mcDeviceSynchronize and mcMemset for tests.
+ * "Device" memory is host memory recorded in the core's registry, so a copy
+ * whose mcMemcpyKind contradicts its pointers fails: that is how a plugin
+ * that maps copy directions wrongly is caught. Work on a stream runs
+ * asynchronously on the stream's worker (core/stream.c); mcMemcpy and
+ * mcMemset wait for it, and the queries answer mcErrorNotReady while it is
+ * pending.
  *
  * This is the emulator's own model of MACA, declared here and NOT shared
  * with plugins/metax/metax.c on purpose: the plugin's values are its belief,
@@ -14,11 +17,11 @@
  * TestMetaxEmulatorDisagreementFails) builds this file with other values to
  * prove that a disagreement makes the tests fail.
  *
- * Evidence (tags as in vendor-apis.md): mcSuccess = 0 and mcMemcpyDefault = 4
- * are C [VLM]. Everything else marked ⚠ is inferred from the CUDA/HIP mirror
- * (MACA's mccl.h says ENABLE_HIP_TO_MACA_ADAPTOR) and third-party
- * declarations; ❌ = no evidence at all. Check them on a MetaX machine with
- * the probe in plugins/metax/README.md.
+ * Evidence (marks and tags as in docs/vendor-facts.md): mcSuccess = 0 and
+ * mcMemcpyDefault = 4 are C [VLM]. Everything else marked ⚠ is inferred
+ * from the CUDA/HIP mirror (MACA's mccl.h says ENABLE_HIP_TO_MACA_ADAPTOR)
+ * and third-party declarations; ❌ = no evidence at all. Check them on a
+ * MetaX machine with the probe in plugins/metax/README.md.
  */
 #include <stdarg.h>
 #include <stdio.h>

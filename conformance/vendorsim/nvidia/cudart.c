@@ -3,8 +3,9 @@
  * built from the same file with VSIM_CUDART_MAJOR=12).
  *
  * Exactly the CUDA runtime entry points that the nvidia plugin calls, with
- * CUDA's names, argument orders and enum values (vendor-apis.md section
- * 1.2); "device" memory is host memory recorded in the core's registry.
+ * CUDA's names, argument orders and enum values
+ * (docs/vendor-facts.md#nvidia-cuda-runtime); "device" memory is host
+ * memory recorded in the core's registry.
  * Copies, memsets, event records and waits run on the streams' workers
  * (core/stream.c): asynchronously, in order per stream, with the legacy
  * default stream's implicit ordering; queries answer cudaErrorNotReady

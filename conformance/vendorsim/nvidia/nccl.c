@@ -1,7 +1,7 @@
 /*
  * nccl.c: emulated NCCL (libnccl.so.2), reporting version 2.28.9.
  *
- * Exactly the NCCL entry points of vendor-apis.md section 1.1, with NCCL's
+ * Exactly the NCCL entry points of docs/vendor-facts.md#nvidia-nccl, with NCCL's
  * names, argument orders and enum values; ncclUniqueId (128 bytes) is taken
  * BY VALUE as in nccl.h. NCCL's enums are the core's numbering, so values
  * pass through unchanged; this file only checks NCCL's own handles (comm,

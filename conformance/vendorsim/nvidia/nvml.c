@@ -1,7 +1,7 @@
 /*
  * nvml.c: emulated NVML (libnvidia-ml.so.1).
  *
- * The NVML entry points of vendor-apis.md section 1.3 (plus the unversioned
+ * The NVML entry points of docs/vendor-facts.md#nvidia-nvml (plus the unversioned
  * aliases nvmlInit / nvmlDeviceGetCount / nvmlDeviceGetHandleByIndex /
  * nvmlDeviceGetHandleByPciBusId that real NVML also exports and NCCL looks
  * up, and nvmlDeviceGetPciInfo_v3), over the core's emulated devices:
