@@ -11,6 +11,7 @@ import (
 
 	"github.com/flagcx/flagcx-go/core/host"
 	"github.com/flagcx/flagcx-go/hostnet"
+	"github.com/flagcx/flagcx-go/internal/flog"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -123,7 +124,7 @@ func InitRank(id UniqueID, nranks, rank int, opts ...Option) (*Comm, error) {
 		return nil, meshError(rank, err)
 	}
 	for _, w := range mesh.Warnings {
-		fmt.Fprintf(os.Stderr, "flagcx: warning: %s\n", w)
+		flog.Default().Warn(w)
 	}
 	c := &Comm{rank: rank, nranks: nranks, peers: peers, cfg: cfg, listener: l, mesh: mesh, aborted: make(chan struct{})}
 	var hopts []host.Option

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"runtime"
 	"strconv"
@@ -13,20 +12,22 @@ import (
 	"sync/atomic"
 
 	"github.com/flagcx/flagcx-go/core/sched"
+	"github.com/flagcx/flagcx-go/internal/env"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
 
-// Environment variables of heterogeneous communicators (FlagCX's names).
-const (
+// Environment variables of heterogeneous communicators (FlagCX's names,
+// declared in internal/env).
+var (
 	// EnvClusterSplitList splits clusters further: sizes in rank order
 	// (see sched.NewLayout).
-	EnvClusterSplitList = sched.EnvSplitList
+	EnvClusterSplitList = env.ClusterSplitList.Name
 	// EnvUseHostComm=1 forces the host path for every collective.
-	EnvUseHostComm = "FLAGCX_USE_HOST_COMM"
+	EnvUseHostComm = env.UseHostComm.Name
 	// EnvNetChunkSize is the pipeline chunk of heterogeneous schedules
-	// (bytes, K/M/G 1024-based; default 16M, sched.DefaultChunk).
-	EnvNetChunkSize = "FLAGCX_NET_CHUNK_SIZE"
+	// (bytes, K/M/G 1024-based, 1.5M allowed; default 16M, sched.DefaultChunk).
+	EnvNetChunkSize = env.NetChunkSize.Name
 )
 
 // Backend is where a rank runs: the built-in host backend (Plugin nil) or
@@ -257,10 +258,7 @@ func InitHeteroRank(id UniqueID, nranks, rank int, be Backend, opts ...HeteroOpt
 // settings reads the split list, host-path switch and chunk size.
 func settings(o *heteroOptions) (initRecord, error) {
 	var r initRecord
-	get := func(name string) string {
-		v, _ := o.lookup(name)
-		return strings.TrimSpace(v)
-	}
+	lookup := env.Lookup(o.lookup)
 	if o.split != nil {
 		parts := make([]string, len(*o.split))
 		for i, s := range *o.split {
@@ -268,29 +266,29 @@ func settings(o *heteroOptions) (initRecord, error) {
 		}
 		r.Split = strings.Join(parts, ",")
 	} else {
-		r.Split = get(EnvClusterSplitList)
+		r.Split, _ = env.ClusterSplitList.Get(lookup)
 	}
 	if _, err := sched.ParseSplitList(r.Split); err != nil {
 		return r, fmt.Errorf("%w: %v", sdk.ErrInvalidArgument, err)
 	}
 	if o.hostPath != nil {
 		r.HostPath = *o.hostPath
-	} else if v := get(EnvUseHostComm); v != "" {
-		switch strings.ToLower(v) {
-		case "1", "true", "yes", "on":
-			r.HostPath = true
-		case "0", "false", "no", "off":
-		default:
-			return r, fmt.Errorf("%w: %s=%q: give 1 to force the host path or 0 not to", sdk.ErrInvalidArgument, EnvUseHostComm, v)
+	} else {
+		on, err := env.UseHostComm.Get(lookup)
+		if err != nil {
+			return r, fmt.Errorf("%w: %w", sdk.ErrInvalidArgument, err)
 		}
+		r.HostPath = on
 	}
 	r.Chunk = o.chunk
 	if r.Chunk == 0 {
-		if v := get(EnvNetChunkSize); v != "" {
-			n, err := parseSize(v)
-			if err != nil || n < 1 {
-				return r, fmt.Errorf("%w: %s=%q: give a positive byte count such as 4194304, 4M or 512K (K/M/G are 1024-based)", sdk.ErrInvalidArgument, EnvNetChunkSize, v)
-			}
+		// Unset, the chunk is the schedules' own default, which the
+		// registry documents (TestChunkDefault keeps them equal).
+		n, set, err := env.NetChunkSize.Find(lookup)
+		if err != nil {
+			return r, fmt.Errorf("%w: %w", sdk.ErrInvalidArgument, err)
+		}
+		if set {
 			r.Chunk = n
 		}
 	}
@@ -298,26 +296,6 @@ func settings(o *heteroOptions) (initRecord, error) {
 		r.Chunk = sched.DefaultChunk
 	}
 	return r, nil
-}
-
-// parseSize reads "1234", "64K", "4M", "1G" (1024-based).
-func parseSize(s string) (int, error) {
-	s = strings.ToUpper(strings.TrimSpace(s))
-	mult := 1
-	for _, suf := range []struct {
-		s string
-		m int
-	}{{"KIB", 1 << 10}, {"MIB", 1 << 20}, {"GIB", 1 << 30}, {"KB", 1 << 10}, {"MB", 1 << 20}, {"GB", 1 << 30}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}} {
-		if strings.HasSuffix(s, suf.s) {
-			s, mult = strings.TrimSuffix(s, suf.s), suf.m
-			break
-		}
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(s))
-	if err != nil || n < 0 || n > math.MaxInt/mult {
-		return 0, fmt.Errorf("not a size")
-	}
-	return n * mult, nil
 }
 
 func checkBackend(be Backend) error {

@@ -3,11 +3,10 @@ package hostnet
 import (
 	"errors"
 	"fmt"
-	"math"
 	"os"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/flagcx/flagcx-go/internal/env"
 )
 
 // Defaults of Config, also used where a variable is unset.
@@ -23,14 +22,14 @@ const (
 	MaxHello = 64 << 10
 )
 
-// Environment variables read by ConfigFromEnv.
-const (
-	EnvSocketIfName    = "FLAGCX_SOCKET_IFNAME"
-	EnvSocketFamily    = "FLAGCX_SOCKET_FAMILY"
-	EnvSocketNThreads  = "FLAGCX_SOCKET_NTHREADS"
-	EnvNSocksPerThread = "FLAGCX_NSOCKS_PERTHREAD"
-	EnvNetStripeMin    = "FLAGCX_NET_STRIPE_MIN"
-	EnvTimeout         = "FLAGCX_TIMEOUT"
+// Environment variables read by ConfigFromEnv (declared in internal/env).
+var (
+	EnvSocketIfName    = env.SocketIfName.Name
+	EnvSocketFamily    = env.SocketFamily.Name
+	EnvSocketNThreads  = env.SocketNThreads.Name
+	EnvNSocksPerThread = env.NSocksPerThread.Name
+	EnvNetStripeMin    = env.NetStripeMin.Name
+	EnvTimeout         = env.Timeout.Name
 )
 
 // ErrConfig: a configuration value (usually an environment variable) is
@@ -67,120 +66,47 @@ func ConfigFromEnv() (Config, error) {
 //	FLAGCX_SOCKET_FAMILY     AF_INET or 4, AF_INET6 or 6
 //	FLAGCX_SOCKET_NTHREADS   1..16 (default 2)
 //	FLAGCX_NSOCKS_PERTHREAD  1..16 (default 2); Streams = NTHREADS x NSOCKS, at most 64
-//	FLAGCX_NET_STRIPE_MIN    bytes, with optional K/M/G suffix (1024-based)
+//	FLAGCX_NET_STRIPE_MIN    bytes, with optional K/M/G suffix (1024-based; 1.5M allowed)
 //	FLAGCX_TIMEOUT           seconds ("30", "2.5") or a Go duration ("45s", "2m")
 func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	cfg := DefaultConfig()
+	l := env.Lookup(lookup)
 	var errs []error
-	get := func(name string) (string, bool) {
-		v, ok := lookup(name)
-		v = strings.TrimSpace(v)
-		return v, ok && v != ""
-	}
-	bad := func(name, val, allowed string) {
-		errs = append(errs, fmt.Errorf("%w: %s=%q: %s", ErrConfig, name, val, allowed))
-	}
+	bad := func(err error) { errs = append(errs, fmt.Errorf("%w: %w", ErrConfig, err)) }
 
-	if v, ok := get(EnvSocketIfName); ok {
+	if v, ok := env.SocketIfName.Raw(l); ok {
 		if _, err := parseIfSpec(v); err != nil {
-			bad(EnvSocketIfName, v, err.Error())
+			bad(&env.Error{Name: EnvSocketIfName, Value: v, Form: err.Error()})
 		} else {
 			cfg.IfName = v
 		}
 	}
-	if v, ok := get(EnvSocketFamily); ok {
-		switch strings.ToUpper(v) {
-		case "AF_INET", "4":
-			cfg.Family = 4
-		case "AF_INET6", "6":
-			cfg.Family = 6
-		default:
-			bad(EnvSocketFamily, v, "allowed are AF_INET (or 4) and AF_INET6 (or 6); unset for either")
-		}
+	if f, err := env.SocketFamily.Get(l); err != nil {
+		bad(err)
+	} else {
+		cfg.Family = f
 	}
-	nthreads, nsocks := 2, 2
-	for _, e := range []struct {
-		name string
-		dst  *int
-	}{{EnvSocketNThreads, &nthreads}, {EnvNSocksPerThread, &nsocks}} {
-		v, ok := get(e.name)
-		if !ok {
-			continue
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 16 {
-			bad(e.name, v, "allowed is a whole number from 1 to 16")
-			continue
-		}
-		*e.dst = n
+	nthreads, err := env.SocketNThreads.Get(l)
+	if err != nil {
+		bad(err)
+	}
+	nsocks, err := env.NSocksPerThread.Get(l)
+	if err != nil {
+		bad(err)
 	}
 	cfg.Streams = min(nthreads*nsocks, MaxStreams)
-	if v, ok := get(EnvNetStripeMin); ok {
-		n, err := parseBytes(v)
-		if err != nil {
-			bad(EnvNetStripeMin, v, "allowed is a byte count >= 0 such as 262144, 256K or 1M (K/M/G are 1024-based)")
-		} else {
-			cfg.StripeMin = n
-		}
+	if n, err := env.NetStripeMin.Get(l); err != nil {
+		bad(err)
+	} else {
+		cfg.StripeMin = n
 	}
-	if v, ok := get(EnvTimeout); ok {
-		d, err := parseTimeout(v)
-		if err != nil {
-			bad(EnvTimeout, v, "allowed is a positive number of seconds (30, 2.5) or a Go duration (45s, 1m30s)")
-		} else {
-			cfg.Timeout = d
-		}
+	if d, err := env.Timeout.Get(l); err != nil {
+		bad(err)
+	} else {
+		cfg.Timeout = d
 	}
 	if len(errs) > 0 {
 		return DefaultConfig(), errors.Join(errs...)
 	}
 	return cfg, nil
-}
-
-// parseBytes reads "1234", "256K", "4M", "1G", "256KiB", "4MB".
-func parseBytes(s string) (int, error) {
-	u := strings.ToUpper(strings.TrimSpace(s))
-	u = strings.TrimSuffix(strings.TrimSuffix(u, "IB"), "B")
-	mult := int64(1)
-	if u != "" {
-		switch u[len(u)-1] {
-		case 'K':
-			mult = 1 << 10
-		case 'M':
-			mult = 1 << 20
-		case 'G':
-			mult = 1 << 30
-		}
-		if mult > 1 {
-			u = u[:len(u)-1]
-		}
-	}
-	n, err := strconv.ParseInt(u, 10, 64)
-	if err != nil {
-		return 0, err
-	}
-	if n < 0 || n > math.MaxInt64/mult {
-		return 0, fmt.Errorf("out of range")
-	}
-	return int(n * mult), nil
-}
-
-// parseTimeout reads seconds ("30", "2.5") or a Go duration ("45s").
-func parseTimeout(s string) (time.Duration, error) {
-	var d time.Duration
-	if f, err := strconv.ParseFloat(s, 64); err == nil {
-		if math.IsNaN(f) || math.IsInf(f, 0) || f > float64(math.MaxInt64)/float64(time.Second) {
-			return 0, fmt.Errorf("out of range")
-		}
-		d = time.Duration(f * float64(time.Second))
-	} else {
-		d, err = time.ParseDuration(s)
-		if err != nil {
-			return 0, err
-		}
-	}
-	if d <= 0 {
-		return 0, fmt.Errorf("not positive")
-	}
-	return d, nil
 }

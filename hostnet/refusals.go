@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/flagcx/flagcx-go/internal/flog"
 )
 
 // refusalLogInterval is the shortest time between two summary lines of one
@@ -138,8 +139,8 @@ func (c *refusalCounts) breakdown(firstByte time.Duration) string {
 	return strings.Join(parts, ", ")
 }
 
-// refusalLog counts a Listener's refused connections and writes them to
-// stderr without flooding it: the first refusal in full, then at most one
+// refusalLog counts a Listener's refused connections and logs them (on
+// stderr) without flooding it: the first refusal in full, then at most one
 // summary line per refusalLogInterval, and a last one when the Listener
 // closes. The totals also go into Accept's timeout error, so that a rank
 // that waited in vain learns that strangers were knocking meanwhile.
@@ -182,8 +183,8 @@ func (r *refusalLog) record(remote string, err error, quiet bool) {
 		if remote == "" {
 			from = "(accept failed)"
 		}
-		fmt.Fprintf(r.output(), "flagcx hostnet: refused connection %s to %s: %v (further refusals are summed up every %v)\n",
-			from, r.addr, err, refusalLogInterval)
+		r.say(fmt.Sprintf("refused connection %s to %s: %v (further refusals are summed up every %v)",
+			from, r.addr, err, refusalLogInterval))
 		return
 	}
 	r.window.add(host, k)
@@ -192,11 +193,14 @@ func (r *refusalLog) record(remote string, err error, quiet bool) {
 	}
 }
 
-func (r *refusalLog) output() io.Writer {
+// say writes one line, "flagcx hostnet: msg", through the process's
+// logger (to out instead when a test set it).
+func (r *refusalLog) say(msg string) {
+	log := flog.Default()
 	if r.out != nil {
-		return r.out
+		log = flog.To(r.out)
 	}
-	return os.Stderr
+	log.Info(msg, flog.KeyComponent, "hostnet")
 }
 
 func (r *refusalLog) flush() {
@@ -219,8 +223,8 @@ func (r *refusalLog) flushLocked() {
 	if d := time.Since(r.lastLine); d >= time.Second {
 		since = fmt.Sprintf("in the last %v", d.Round(100*time.Millisecond))
 	}
-	fmt.Fprintf(r.output(), "flagcx hostnet: refused %d more connection%s to %s from %s %s (%s)\n",
-		w.n, s, r.addr, w.addrCount(), since, w.breakdown(r.firstByte))
+	r.say(fmt.Sprintf("refused %d more connection%s to %s from %s %s (%s)",
+		w.n, s, r.addr, w.addrCount(), since, w.breakdown(r.firstByte)))
 	r.window = refusalCounts{}
 	r.lastLine = time.Now()
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/flagcx/flagcx-go/internal/env"
 )
 
 // Shared memory between the ranks of one host.
@@ -48,13 +50,13 @@ const (
 	shmWindowMax    = 32 << 20
 )
 
-// Environment variables read by ShmConfigFromEnv.
-const (
-	EnvShmDisable     = "FLAGCX_SHM_DISABLE"
-	EnvShmP2PSize     = "FLAGCX_SHM_P2P_SIZE"
-	EnvShmWindowSize  = "FLAGCX_SHM_WINDOW_SIZE"
-	envShmOldSlotSize = "FLAGCX_SHM_SLOT_SIZE" // replaced by FLAGCX_SHM_P2P_SIZE
-	envShmOldSlots    = "FLAGCX_SHM_SLOTS"
+// Environment variables read by ShmConfigFromEnv (declared in
+// internal/env).
+var (
+	EnvShmDisable     = env.ShmDisable.Name
+	EnvShmP2PSize     = env.ShmP2PSize.Name
+	EnvShmWindowSize  = env.ShmWindowSize.Name
+	EnvShmCopyThreads = env.ShmCopyThreads.Name
 )
 
 // shmPage is the granule of segment areas.
@@ -98,7 +100,8 @@ func (sc ShmConfig) ForRanks(nranks int) ShmConfig {
 }
 
 // ShmConfigFromEnv reads FLAGCX_SHM_DISABLE, FLAGCX_SHM_P2P_SIZE and
-// FLAGCX_SHM_WINDOW_SIZE on top of DefaultShmConfig.
+// FLAGCX_SHM_WINDOW_SIZE on top of DefaultShmConfig, and checks
+// FLAGCX_SHM_COPY_THREADS.
 func ShmConfigFromEnv() (ShmConfig, error) { return ShmConfigFromLookup(os.LookupEnv) }
 
 // ShmConfigFromLookup is ShmConfigFromEnv with the variables read through
@@ -109,45 +112,37 @@ func ShmConfigFromEnv() (ShmConfig, error) { return ShmConfigFromLookup(os.Looku
 //	FLAGCX_SHM_P2P_SIZE     inbound ring bytes per rank, K/M/G suffix (64K..1G, default 8M)
 //	FLAGCX_SHM_WINDOW_SIZE  collective window bytes per rank (64K..1G; default
 //	                        256M / ranks, within 4M..32M)
+//	FLAGCX_SHM_COPY_THREADS goroutines copying a large batch (1..64, default 4)
 func ShmConfigFromLookup(lookup func(string) (string, bool)) (ShmConfig, error) {
 	sc := DefaultShmConfig()
+	l := env.Lookup(lookup)
 	var errs []error
-	get := func(name string) (string, bool) {
-		v, ok := lookup(name)
-		v = strings.TrimSpace(v)
-		return v, ok && v != ""
+	bad := func(err error) { errs = append(errs, fmt.Errorf("%w: %w", ErrConfig, err)) }
+	if n, err := env.ShmP2PSize.Get(l); err != nil {
+		bad(err)
+	} else {
+		sc.P2PBytes = n
 	}
-	bad := func(name, val, allowed string) {
-		errs = append(errs, fmt.Errorf("%w: %s=%q: %s", ErrConfig, name, val, allowed))
+	if n, err := env.ShmWindowSize.Get(l); err != nil {
+		bad(err)
+	} else {
+		sc.WindowBytes = n
 	}
-	area := func(name string, dst *int) {
-		v, ok := get(name)
-		if !ok {
-			return
-		}
-		n, err := parseBytes(v)
-		if err != nil || n < MinShmAreaBytes || n > MaxShmAreaBytes {
-			bad(name, v, "allowed is a byte count from 64K to 1G such as 8388608, 8M or 512K (K/M/G are 1024-based)")
-			return
-		}
-		*dst = n
-	}
-	area(EnvShmP2PSize, &sc.P2PBytes)
-	area(EnvShmWindowSize, &sc.WindowBytes)
-	for _, old := range []string{envShmOldSlotSize, envShmOldSlots} {
-		if v, ok := get(old); ok {
-			bad(old, v, "this variable no longer exists: each rank now has one segment; size its inbound rings with "+EnvShmP2PSize+" and its collective window with "+EnvShmWindowSize)
+	for _, old := range []*env.Setting[struct{}]{env.ShmSlotSize, env.ShmSlots} {
+		if _, err := old.Get(l); err != nil {
+			bad(err)
 		}
 	}
-	if v, ok := get(EnvShmDisable); ok {
-		switch strings.ToLower(v) {
-		case "1", "true", "yes", "on":
-			sc.Disable = true
-		case "0", "false", "no", "off":
-			sc.Disable = false
-		default:
-			bad(EnvShmDisable, v, "allowed are 1 (use TCP between ranks of one host) and 0")
-		}
+	if on, err := env.ShmDisable.Get(l); err != nil {
+		bad(err)
+	} else {
+		sc.Disable = on
+	}
+	// Read where the copies run (copyThreads), checked here so that a
+	// malformed value fails the rank's setup, and the local launcher's
+	// check before any rank starts, instead of passing unnoticed.
+	if _, err := env.ShmCopyThreads.Get(l); err != nil {
+		bad(err)
 	}
 	if len(errs) > 0 {
 		return DefaultShmConfig(), errors.Join(errs...)

@@ -5,13 +5,14 @@ package hostnet
 import (
 	"errors"
 	"fmt"
-	"os"
 	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/flagcx/flagcx-go/internal/env"
 )
 
 // Point-to-point rings. A rank's p2p area holds one inbound ring per
@@ -353,11 +354,15 @@ const parallelCopyMin = 1 << 20
 
 // copyThreads is how many goroutines copy a large batch
 // (FLAGCX_SHM_COPY_THREADS, default 4; 1 copies on the calling goroutine).
+// A malformed value fails ShmConfigFromLookup first, so the default
+// here only serves processes that never read their shared-memory
+// configuration.
 var copyThreads = func() int {
-	if n, err := strconv.Atoi(os.Getenv("FLAGCX_SHM_COPY_THREADS")); err == nil && n >= 1 && n <= 64 {
-		return n
+	n, err := env.ShmCopyThreads.Get(nil)
+	if err != nil {
+		return env.ShmCopyThreads.Default()
 	}
-	return 4
+	return n
 }()
 
 // copyAll copies src[i] into dst[i] (each pair as copy does), spreading a

@@ -15,14 +15,16 @@ import (
 	"strings"
 
 	"github.com/alecthomas/kong"
+
+	"github.com/flagcx/flagcx-go/internal/env"
 )
 
 // Globals are the flags every subcommand accepts, before or after its name.
 // Run methods receive them as a *Globals argument.
 type Globals struct {
-	PluginDir string `name:"plugin-dir" env:"FLAGCX_PLUGIN_DIR" placeholder:"DIR" help:"Directory to load vendor plugins from."`
-	Emulated  bool   `name:"emulated" env:"FLAGCX_EMULATED" help:"Load the emulated vendor runtimes (conformance/vendorsim) instead of the real ones; every output then says emulated."`
-	Debug     bool   `name:"debug" help:"Log what flagcx does to stderr (sets FLAGCX_DEBUG=INFO unless FLAGCX_DEBUG is set)."`
+	PluginDir string `name:"plugin-dir" env:"${env_plugin_dir}" placeholder:"DIR" help:"Directory to load vendor plugins from."`
+	Emulated  bool   `name:"emulated" env:"${env_emulated}" help:"Load the emulated vendor runtimes (conformance/vendorsim) instead of the real ones; every output then says emulated."`
+	Debug     bool   `name:"debug" help:"Log what flagcx does to stderr (sets ${env_debug}=INFO unless ${env_debug} is set)."`
 }
 
 // cli is the root of the command line; subcommands are added dynamically.
@@ -58,6 +60,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		kong.Writers(stdout, stderr),
 		kong.ConfigureHelp(kong.HelpOptions{Compact: true}),
 		kong.ValueFormatter(helpWithDefault),
+		// The flags' variables, by the registry's names.
+		kong.Vars{"env_plugin_dir": env.PluginDir.Name, "env_emulated": env.Emulated.Name, "env_debug": env.Debug.Name},
 	}
 	for _, c := range commands {
 		opts = append(opts, kong.DynamicCommand(c.name, c.help, "", c.cmd))
@@ -70,10 +74,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(stderr, err)
 	}
-	if root.Debug {
-		if _, set := os.LookupEnv("FLAGCX_DEBUG"); !set {
-			_ = os.Setenv("FLAGCX_DEBUG", "INFO")
-		}
+	if root.Debug && !env.Debug.IsSet(nil) {
+		// Set in the environment, not only here: the ranks and probes
+		// this process starts inherit it. The logger reads it at its
+		// first line, which comes after this.
+		_ = os.Setenv(env.Debug.Name, "INFO")
 	}
 	if err := ctx.Run(&root.Globals); err != nil {
 		return fail(stderr, err)

@@ -8,7 +8,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/flagcx/flagcx-go/cmd/flagcx/internal/plugincmd"
-	"github.com/flagcx/flagcx-go/core/launch"
+	"github.com/flagcx/flagcx-go/internal/env"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
@@ -55,13 +55,15 @@ func listingOptions(g *Globals) (plugincmd.Options, error) {
 		return plugincmd.Options{}, fmt.Errorf("cannot find this program to probe the plugins with: %w", err)
 	}
 	o := plugincmd.Options{Dir: g.PluginDir, Emulated: g.Emulated, Probe: []string{exe, "plugins", "--probe"},
-		TimeoutHint: launch.EnvTimeout + " sets this deadline", Stderr: os.Stderr}
+		TimeoutHint: env.Timeout.Name + " sets this deadline", Stderr: os.Stderr}
 	// A user who allows waits more time allows a slow driver start-up
 	// more time too.
-	if s, set := os.LookupEnv(launch.EnvTimeout); set {
-		if o.Timeout, err = launch.ParseTimeout(s); err != nil {
-			return o, fmt.Errorf("%w: %s=%q: %v", sdk.ErrInvalidArgument, launch.EnvTimeout, s, err)
-		}
+	d, set, err := env.Timeout.Find(nil)
+	if err != nil {
+		return o, fmt.Errorf("%w: %w", sdk.ErrInvalidArgument, err)
+	}
+	if set {
+		o.Timeout = d
 	}
 	return o, nil
 }

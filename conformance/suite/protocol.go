@@ -17,13 +17,15 @@ import (
 	"github.com/hashicorp/go-hclog"
 	goplugin "github.com/hashicorp/go-plugin"
 	"github.com/hashicorp/go-plugin/runner"
+
+	"github.com/flagcx/flagcx-go/internal/env"
 )
 
 // The workers are go-plugin plugins over net/rpc. The handshake's cookie
 // only keeps `flagcx conformance --worker` from being run by hand.
 var handshake = goplugin.HandshakeConfig{
 	ProtocolVersion:  1,
-	MagicCookieKey:   "FLAGCX_CONFORMANCE_WORKER",
+	MagicCookieKey:   env.ConformanceWorker.Name,
 	MagicCookieValue: "2f1c6b0e-rank-worker",
 }
 
@@ -31,7 +33,10 @@ const pluginKey = "rank"
 
 // IsWorker reports whether this process was started by the suite as a
 // worker (the handshake cookie is set).
-func IsWorker() bool { return os.Getenv(handshake.MagicCookieKey) == handshake.MagicCookieValue }
+func IsWorker() bool {
+	v, _ := env.ConformanceWorker.Raw(nil)
+	return v == handshake.MagicCookieValue
+}
 
 // ServeWorker serves one rank worker over go-plugin and returns when the
 // runner closes it. Call it from the process the runner started (see

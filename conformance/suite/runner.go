@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/flagcx/flagcx-go/core"
+	"github.com/flagcx/flagcx-go/internal/env"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
@@ -114,7 +114,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if len(o.Worker) == 0 {
 		return nil, errors.New("suite.Options.Worker is empty: the command that starts a worker process is needed")
 	}
-	if o.VendorsimDir == "" && os.Getenv(loader.EnvVendorsimDir) == "" {
+	if o.VendorsimDir == "" && !env.VendorsimDir.IsSet(nil) {
 		o.VendorsimDir = filepath.Join(o.Dir, "..", "vendorsim")
 	}
 	cands, dirErr := loader.Discover(o.Dir)

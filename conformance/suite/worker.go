@@ -7,13 +7,10 @@ import (
 	"runtime/debug"
 	"strings"
 
+	"github.com/flagcx/flagcx-go/internal/env"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
-
-// envStreamDelay is how long the emulated runtimes hold back stream work
-// that nobody waits for, in microseconds.
-const envStreamDelay = "FLAGCX_VENDORSIM_STREAM_DELAY_US"
 
 // worker is one rank: the plugin it loaded, its device, stream and
 // communicator. Its methods run in the worker process.
@@ -119,8 +116,8 @@ func (w *worker) open(a OpenArgs) OpenReply {
 		// Stream-ordering mistakes must show as wrong data every time, not
 		// now and then: the emulated runtimes hold back work nobody waits
 		// for (conformance/vendorsim/README.md, "Streams and events").
-		if _, set := os.LookupEnv(envStreamDelay); !set {
-			_ = os.Setenv(envStreamDelay, "5000")
+		if !env.VendorsimStreamDelay.IsSet(nil) {
+			_ = os.Setenv(env.VendorsimStreamDelay.Name, "5000")
 		}
 	}
 	err = p.Init(loader.InitOptions{Emulated: a.Emulated, VendorsimDir: a.VendorsimDir})

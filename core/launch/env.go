@@ -28,29 +28,32 @@ import (
 
 	"github.com/flagcx/flagcx-go/core"
 	"github.com/flagcx/flagcx-go/hostnet"
+	"github.com/flagcx/flagcx-go/internal/env"
+	"github.com/flagcx/flagcx-go/internal/flog"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
 // The variables flagcx's local launcher sets for its children, and the ones
-// a user may set to launch ranks by hand.
-const (
-	EnvUniqueID   = "FLAGCX_UNIQUE_ID"   // a core.UniqueID string
-	EnvRank       = "FLAGCX_RANK"        // this process's rank
-	EnvNRanks     = "FLAGCX_NRANKS"      // the rank count
-	EnvLocalRank  = "FLAGCX_LOCAL_RANK"  // rank among the ranks of this host
-	EnvLocalSize  = "FLAGCX_LOCAL_SIZE"  // ranks on this host
-	EnvCommID     = "FLAGCX_COMM_ID"     // ip:port of the rendezvous (rank 0)
-	EnvCommSecret = "FLAGCX_COMM_SECRET" // 32 hex digits shared by all ranks
-	EnvTimeout    = "FLAGCX_TIMEOUT"     // seconds or a Go duration
+// a user may set to launch ranks by hand (declared in internal/env).
+var (
+	EnvUniqueID   = env.UniqueID.Name   // a core.UniqueID string
+	EnvRank       = env.Rank.Name       // this process's rank
+	EnvNRanks     = env.NRanks.Name     // the rank count
+	EnvLocalRank  = env.LocalRank.Name  // rank among the ranks of this host
+	EnvLocalSize  = env.LocalSize.Name  // ranks on this host
+	EnvCommID     = env.CommID.Name     // ip:port of the rendezvous (rank 0)
+	EnvCommSecret = env.CommSecret.Name // 32 hex digits shared by all ranks
+	EnvTimeout    = env.Timeout.Name    // seconds or a Go duration
 )
 
 // EnvRequireSecret=1 makes a rendezvous beyond loopback without
 // FLAGCX_COMM_SECRET an error instead of a warning: for clusters where a
 // forgotten secret must stop the job rather than scroll by.
-const EnvRequireSecret = "FLAGCX_REQUIRE_SECRET"
+var EnvRequireSecret = env.RequireSecret.Name
 
-// DefaultTimeout bounds the wait for rank 0's id file.
-const DefaultTimeout = 30 * time.Second
+// DefaultTimeout bounds the wait for rank 0's id file: FLAGCX_TIMEOUT's
+// default, as every wait's.
+const DefaultTimeout = hostnet.DefaultTimeout
 
 // Job is this process's place in a job, as its launcher described it.
 type Job struct {
@@ -87,7 +90,7 @@ type Job struct {
 	// RequireSecret is FLAGCX_REQUIRE_SECRET: ID fails instead of warning
 	// when a derived secret guards a rendezvous that is not on loopback.
 	RequireSecret bool
-	// Stderr receives ID's warning (nil: os.Stderr).
+	// Stderr receives ID's warning (nil: the process's logger, on stderr).
 	Stderr io.Writer
 	warned bool
 
@@ -98,18 +101,20 @@ type Job struct {
 	Timeout time.Duration
 }
 
-type env struct {
-	lookup func(string) (string, bool)
+// vars reads the launchers' variables; FLAGCX_* ones the registry
+// declares (internal/env), the others belong to their launchers.
+type vars struct {
+	lookup env.Lookup
 }
 
-func (e env) get(name string) (string, bool) {
+func (e vars) get(name string) (string, bool) {
 	v, ok := e.lookup(name)
 	v = strings.TrimSpace(v)
 	return v, ok && v != ""
 }
 
 // int reads an integer variable; set reports whether it was present.
-func (e env) int(name string) (v int, set bool, err error) {
+func (e vars) int(name string) (v int, set bool, err error) {
 	s, ok := e.get(name)
 	if !ok {
 		return 0, false, nil
@@ -128,9 +133,9 @@ type launcherDef struct {
 	localRank        string
 	localSize        []string // first one set wins
 	identity         []string // job identity variables, all that are set
-	detect           func(e env) bool
-	allLocal         func(e env, size int) bool // nil: use localSize
-	hint             string                     // how the variables are normally set
+	detect           func(e vars) bool
+	allLocal         func(e vars, size int) bool // nil: use localSize
+	hint             string                      // how the variables are normally set
 	torchAgentOffset bool
 }
 
@@ -168,12 +173,12 @@ var launchers = []launcherDef{
 		identity:  []string{"SLURM_JOB_ID", "SLURM_STEP_ID"},
 		// A batch script or salloc shell has SLURM_PROCID and SLURM_NTASKS
 		// too, but no step: only srun's tasks are ranks.
-		detect: func(e env) bool {
+		detect: func(e vars) bool {
 			_, a := e.get("SLURM_STEP_ID")
 			_, b := e.get("SLURM_STEPID")
 			return a || b
 		},
-		allLocal: func(e env, size int) bool {
+		allLocal: func(e vars, size int) bool {
 			for _, v := range []string{"SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"} {
 				if n, ok := e.get(v); ok {
 					return n == "1"
@@ -223,7 +228,7 @@ func LauncherVars() []string {
 // directory; ranks spread over hosts need an address and get an error that
 // says so.
 func FromEnv(lookup func(string) (string, bool)) (Job, bool, error) {
-	e := env{lookup}
+	e := vars{lookup}
 	var def *launcherDef
 	for i := range launchers {
 		l := &launchers[i]
@@ -242,7 +247,7 @@ func FromEnv(lookup func(string) (string, bool)) (Job, bool, error) {
 		break
 	}
 	if def == nil {
-		if _, ok := e.get(EnvUniqueID); ok {
+		if env.UniqueID.IsSet(e.lookup) {
 			return Job{}, false, fmt.Errorf("%w: %s is set but %s and %s are not: set all three, or unset %s", sdk.ErrInvalidUsage, EnvUniqueID, EnvRank, EnvNRanks, EnvUniqueID)
 		}
 		return Job{}, false, nil
@@ -274,11 +279,11 @@ func FromEnv(lookup func(string) (string, bool)) (Job, bool, error) {
 			break
 		}
 	}
-	if j.Timeout, err = timeout(e); err != nil {
-		return Job{}, false, err
+	if j.Timeout, err = env.Timeout.Get(e.lookup); err != nil {
+		return Job{}, false, fmt.Errorf("%w: %w", sdk.ErrInvalidArgument, err)
 	}
-	if j.RequireSecret, err = boolVar(e, EnvRequireSecret); err != nil {
-		return Job{}, false, err
+	if j.RequireSecret, err = env.RequireSecret.Get(e.lookup); err != nil {
+		return Job{}, false, fmt.Errorf("%w: %w", sdk.ErrInvalidArgument, err)
 	}
 
 	// The job identity: what the launcher calls this job.
@@ -290,7 +295,7 @@ func FromEnv(lookup func(string) (string, bool)) (Job, bool, error) {
 	}
 	j.Identity = strings.Join(ids, ",")
 
-	if s, ok := e.get(EnvUniqueID); ok {
+	if s, ok := env.UniqueID.Raw(e.lookup); ok {
 		id, err := core.ParseUniqueID(s)
 		if err != nil {
 			return Job{}, false, fmt.Errorf("%s: %w", EnvUniqueID, err)
@@ -299,7 +304,7 @@ func FromEnv(lookup func(string) (string, bool)) (Job, bool, error) {
 		return j, true, nil
 	}
 
-	if s, ok := e.get(EnvCommSecret); ok {
+	if s, ok := env.CommSecret.Raw(e.lookup); ok {
 		b, err := hex.DecodeString(s)
 		if err != nil || len(b) != len(j.Secret) {
 			return Job{}, false, fmt.Errorf("%w: %s must be %d hex digits (e.g. from `openssl rand -hex %d`), got %d characters", sdk.ErrInvalidArgument, EnvCommSecret, 2*len(j.Secret), len(j.Secret), len(s))
@@ -309,7 +314,7 @@ func FromEnv(lookup func(string) (string, bool)) (Job, bool, error) {
 		j.UserSecret = true
 	}
 
-	if addr, ok := e.get(EnvCommID); ok {
+	if addr, ok := env.CommID.Raw(e.lookup); ok {
 		if err := checkHostPort(EnvCommID, addr); err != nil {
 			return Job{}, false, err
 		}
@@ -367,7 +372,7 @@ func FromEnv(lookup func(string) (string, bool)) (Job, bool, error) {
 	return j, true, nil
 }
 
-func rankAndSize(e env, def *launcherDef) (rank, size int, err error) {
+func rankAndSize(e vars, def *launcherDef) (rank, size int, err error) {
 	rank, hasRank, err := e.int(def.rank)
 	if err != nil {
 		return 0, 0, fmt.Errorf("%w (%s)", err, def.hint)
@@ -389,49 +394,10 @@ func rankAndSize(e env, def *launcherDef) (rank, size int, err error) {
 	return rank, size, nil
 }
 
-func boolVar(e env, name string) (bool, error) {
-	s, ok := e.get(name)
-	if !ok {
-		return false, nil
-	}
-	switch strings.ToLower(s) {
-	case "1", "true", "yes", "on":
-		return true, nil
-	case "0", "false", "no", "off":
-		return false, nil
-	}
-	return false, fmt.Errorf("%w: %s=%q: use 1 or 0", sdk.ErrInvalidArgument, name, s)
-}
-
-func timeout(e env) (time.Duration, error) {
-	s, ok := e.get(EnvTimeout)
-	if !ok {
-		return DefaultTimeout, nil
-	}
-	d, err := ParseTimeout(s)
-	if err != nil {
-		return 0, fmt.Errorf("%w: %s=%q: %v", sdk.ErrInvalidArgument, EnvTimeout, s, err)
-	}
-	return d, nil
-}
-
 // ParseTimeout reads FLAGCX_TIMEOUT's forms: seconds ("30", "2.5") or a Go
-// duration ("45s", "2m"); it must be positive.
-func ParseTimeout(s string) (time.Duration, error) {
-	var d time.Duration
-	if f, err := strconv.ParseFloat(s, 64); err == nil {
-		if f > float64(1<<62)/float64(time.Second) {
-			return 0, fmt.Errorf("too long")
-		}
-		d = time.Duration(f * float64(time.Second))
-	} else if d, err = time.ParseDuration(s); err != nil {
-		return 0, fmt.Errorf(`want seconds ("30", "2.5") or a duration ("45s", "2m")`)
-	}
-	if d <= 0 {
-		return 0, fmt.Errorf("must be positive")
-	}
-	return d, nil
-}
+// duration ("45s", "2m"); it must be positive. It is env.ParseDuration,
+// the one parser of every deadline.
+func ParseTimeout(s string) (time.Duration, error) { return env.ParseDuration(s) }
 
 func checkHostPort(name, addr string) error {
 	host, port, err := net.SplitHostPort(addr)
@@ -476,12 +442,12 @@ func (j *Job) checkSecret() error {
 			sdk.ErrInvalidUsage, EnvRequireSecret, EnvCommSecret, j.Addr, j.AddrFrom, j.Launcher, identity, EnvCommSecret, EnvCommSecret, EnvRequireSecret)
 	}
 	j.warned = true
-	w := j.Stderr
-	if w == nil {
-		w = os.Stderr
+	log := flog.Default()
+	if j.Stderr != nil {
+		log = flog.To(j.Stderr)
 	}
-	fmt.Fprintf(w, "flagcx: warning: the rendezvous at %s (from %s) is unauthenticated: %s is not set, so the job's secret is derived from the launcher (%s), the rank count, the address and the job identity (%s), and anyone who can reach the address and guess those can join the job. Draw one secret and give that same value to every rank, e.g. export %s=$(openssl rand -hex 16) once where the job is launched (mpirun: add -x %s); %s=1 makes this an error.\n",
-		j.Addr, j.AddrFrom, EnvCommSecret, j.Launcher, identity, EnvCommSecret, EnvCommSecret, EnvRequireSecret)
+	log.Warn(fmt.Sprintf("the rendezvous at %s (from %s) is unauthenticated: %s is not set, so the job's secret is derived from the launcher (%s), the rank count, the address and the job identity (%s), and anyone who can reach the address and guess those can join the job. Draw one secret and give that same value to every rank, e.g. export %s=$(openssl rand -hex 16) once where the job is launched (mpirun: add -x %s); %s=1 makes this an error.",
+		j.Addr, j.AddrFrom, EnvCommSecret, j.Launcher, identity, EnvCommSecret, EnvCommSecret, EnvRequireSecret))
 	return nil
 }
 

@@ -17,18 +17,19 @@ import (
 
 	"github.com/flagcx/flagcx-go/core"
 	"github.com/flagcx/flagcx-go/hostnet"
+	"github.com/flagcx/flagcx-go/internal/env"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
 // EnvProgress tells rank 0 of a local launch that the launcher's stderr is a
 // terminal, so that it may draw a progress line there (its own stderr is a
 // pipe to the launcher).
-const EnvProgress = "FLAGCX_PROGRESS_TTY"
+var EnvProgress = env.ProgressTTY.Name
 
 // EnvFatalReport tells the ranks of a local launch to report an error that
 // may keep them from exiting (ReportFatal), so that the launcher can end
 // the launch with it instead of waiting for them.
-const EnvFatalReport = "FLAGCX_FATAL_REPORT"
+var EnvFatalReport = env.FatalReport.Name
 
 // fatalPrefix starts a report's line on a rank's stderr.
 const fatalPrefix = "flagcx: fatal: "
@@ -41,7 +42,7 @@ const fatalPrefix = "flagcx: fatal: "
 // whatever is left, this rank included. The report is one line on stderr,
 // which the launcher does not pass on.
 func ReportFatal(lookup func(string) (string, bool), stderr io.Writer, err error) {
-	if v, _ := lookup(EnvFatalReport); v != "1" || err == nil {
+	if on, _ := env.FatalReport.Get(lookup); !on || err == nil {
 		return
 	}
 	fmt.Fprintf(stderr, "%s%s\n", fatalPrefix, strings.Join(strings.Fields(err.Error()), " "))

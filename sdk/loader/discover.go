@@ -10,6 +10,9 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/flagcx/flagcx-go/internal/env"
+	"github.com/flagcx/flagcx-go/internal/flog"
 )
 
 // Candidate is a plugin file discovery found (not yet opened).
@@ -29,7 +32,7 @@ func OverrideVar(name string) string {
 // FLAGCX_PLUGIN_DIR, else build/plugins beside the executable's bin/, else
 // ./build/plugins.
 func DefaultDir() string {
-	if d := os.Getenv(EnvPluginDir); d != "" {
+	if d, ok := env.PluginDir.Raw(nil); ok {
 		return d
 	}
 	if exe, err := os.Executable(); err == nil {
@@ -67,11 +70,8 @@ func Discover(dir string) ([]Candidate, error) {
 		}
 		byName[name] = Candidate{Name: name, Path: filepath.Join(dir, n), Source: "plugin dir"}
 	}
-	for _, kv := range os.Environ() {
-		key, val, _ := strings.Cut(kv, "=")
-		if !strings.HasPrefix(key, EnvPluginPrefix) || key == EnvPluginDir || val == "" {
-			continue
-		}
+	for _, kv := range env.PluginFile.Set(nil) {
+		key, val := kv[0], kv[1]
 		name := strings.ToLower(strings.TrimPrefix(key, EnvPluginPrefix))
 		for existing := range byName { // a dir plugin "my-vendor" is FLAGCX_PLUGIN_MY_VENDOR
 			if OverrideVar(existing) == key {
@@ -140,8 +140,9 @@ func fileNameWarning(path, table string) string {
 		path, name, table, table, table)
 }
 
-// warnOutput receives warnOnce's lines; tests capture it.
-var warnOutput io.Writer = os.Stderr
+// warnOutput receives warnOnce's lines instead of the process's logger
+// (nil); tests capture it, probe children discard it.
+var warnOutput io.Writer
 
 var (
 	warnedMu sync.Mutex
@@ -157,7 +158,11 @@ func warnOnce(msg string) {
 		return
 	}
 	warned[msg] = true
-	fmt.Fprintf(warnOutput, "flagcx: warning: %s\n", msg)
+	log := flog.Default()
+	if warnOutput != nil {
+		log = flog.To(warnOutput)
+	}
+	log.Warn(msg)
 }
 
 // Options configure LoadAll and Load.
@@ -165,13 +170,13 @@ type Options struct {
 	Dir          string  // "" means DefaultDir()
 	Emulated     bool    // load vendorsim runtimes (also when FLAGCX_EMULATED is set)
 	VendorsimDir string  // "" means FLAGCX_VENDORSIM_DIR, else <Dir>/../vendorsim
-	Log          LogFunc // nil: stderr at the FLAGCX_DEBUG level
+	Log          LogFunc // nil: the process's logger, at the FLAGCX_DEBUG level
 }
 
 // vendorsimDir is the emulators' root for plugins of o.Dir: "" lets
 // FLAGCX_VENDORSIM_DIR decide.
 func (o Options) vendorsimDir() string {
-	if o.VendorsimDir == "" && os.Getenv(EnvVendorsimDir) == "" {
+	if o.VendorsimDir == "" && !env.VendorsimDir.IsSet(nil) {
 		return filepath.Join(o.Dir, "..", "vendorsim")
 	}
 	return o.VendorsimDir

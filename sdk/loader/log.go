@@ -1,13 +1,14 @@
 package loader
 
 import (
+	"context"
 	"fmt"
-	"os"
-	"strings"
 	"sync"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+
+	"github.com/flagcx/flagcx-go/internal/flog"
 )
 
 // LogLevel is a level of the plugin log callback, numbered as FLAGCX_DEBUG's
@@ -70,7 +71,7 @@ func logCallback() uintptr {
 // registerLog returns the context value for one init call.
 func registerLog(plugin string, fn LogFunc) uintptr {
 	if fn == nil {
-		fn = stderrLog(os.Getenv(EnvDebug))
+		fn = defaultLog(plugin)
 	}
 	logMu.Lock()
 	defer logMu.Unlock()
@@ -78,17 +79,14 @@ func registerLog(plugin string, fn LogFunc) uintptr {
 	return uintptr(len(logTargets))
 }
 
-// stderrLog prints lines up to the FLAGCX_DEBUG level (WARN, INFO, TRACE...).
-func stderrLog(debug string) LogFunc {
-	max := LogNone
-	for i, n := range logLevelNames {
-		if strings.EqualFold(strings.TrimSpace(debug), n) {
-			max = LogLevel(i)
-		}
-	}
-	return func(plugin string, level LogLevel, msg string) {
-		if level != LogNone && level <= max {
-			fmt.Fprintf(os.Stderr, "flagcx %s plugin %s: %s\n", level, plugin, msg)
+// defaultLog sends a plugin's lines to the process's logger, which shows
+// them at the level FLAGCX_DEBUG asks for as "flagcx LEVEL plugin NAME:
+// message".
+func defaultLog(plugin string) LogFunc {
+	log := flog.Default().With(flog.KeyPlugin, plugin)
+	return func(_ string, level LogLevel, msg string) {
+		if l, ok := flog.FlagCXLevel(int(level)); ok {
+			log.Log(context.Background(), l, msg)
 		}
 	}
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/ebitengine/purego"
 
+	"github.com/flagcx/flagcx-go/internal/env"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -282,23 +283,22 @@ func (p *Plugin) syscall(entry string, fn uintptr, args []uintptr) error {
 
 // ---- Init and emulation -----------------------------------------------
 
-// Environment variables the loader reads.
-const (
-	EnvPluginDir    = "FLAGCX_PLUGIN_DIR"    // where libflagcx-<name>.so files live
-	EnvPluginPrefix = "FLAGCX_PLUGIN_"       // FLAGCX_PLUGIN_<NAME>=path|none
-	EnvVendorsimDir = "FLAGCX_VENDORSIM_DIR" // root of emulated runtimes: <dir>/<name>/
-	EnvEmulated     = "FLAGCX_EMULATED"      // 1/true/yes: as --emulated
-	EnvDebug        = "FLAGCX_DEBUG"         // WARN, INFO, TRACE: plugin log lines to stderr
+// Environment variables the loader reads (declared in internal/env).
+var (
+	EnvPluginDir    = env.PluginDir.Name    // where libflagcx-<name>.so files live
+	EnvPluginPrefix = env.PluginFile.Prefix // FLAGCX_PLUGIN_<NAME>=path|none
+	EnvVendorsimDir = env.VendorsimDir.Name // root of emulated runtimes: <dir>/<name>/
+	EnvEmulated     = env.Emulated.Name     // 1/true/yes: as --emulated
+	EnvDebug        = env.Debug.Name        // WARN, INFO, TRACE: plugin log lines (internal/flog)
 )
 
 // EmulatedFromEnv reports whether FLAGCX_EMULATED asks for emulated vendor
 // runtimes.
 func EmulatedFromEnv() bool {
-	switch strings.ToLower(strings.TrimSpace(os.Getenv(EnvEmulated))) {
-	case "1", "true", "yes", "on":
-		return true
-	}
-	return false
+	// Anything but a yes is no, as before the registry: --emulated (kong
+	// reads the same variable) reports a malformed value.
+	on, err := env.Emulated.Get(nil)
+	return on && err == nil
 }
 
 // InitOptions configure Plugin.Init.
@@ -309,15 +309,16 @@ type InitOptions struct {
 	// VendorsimDir is the root of the emulated runtimes; "" means
 	// FLAGCX_VENDORSIM_DIR, else <plugin file's dir>/../vendorsim.
 	VendorsimDir string
-	// Log receives the plugin's log lines; nil prints them to stderr at the
-	// level FLAGCX_DEBUG asks for (nothing when unset).
+	// Log receives the plugin's log lines; nil logs them through the
+	// process's logger (internal/flog): shown at the level FLAGCX_DEBUG
+	// asks for (nothing when unset), on stderr or in FLAGCX_DEBUG_FILE.
 	Log LogFunc
 }
 
 // VendorsimDir is where emulated runtimes for p are looked up.
 func (p *Plugin) VendorsimDir(root string) string {
 	if root == "" {
-		root = os.Getenv(EnvVendorsimDir)
+		root, _ = env.VendorsimDir.Raw(nil)
 	}
 	if root == "" {
 		root = filepath.Join(filepath.Dir(p.Path), "..", "vendorsim")

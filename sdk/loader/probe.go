@@ -24,12 +24,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/flagcx/flagcx-go/internal/env"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
 // EnvProbeRequest holds a probe child's request (JSON). Its presence makes
 // a process a probe child (IsProbeChild).
-const EnvProbeRequest = "FLAGCX_PROBE_REQUEST"
+var EnvProbeRequest = env.ProbeRequest.Name
 
 // DefaultProbeTimeout bounds one probe when ProbeOptions.Timeout is 0: a
 // driver's start-up on a large machine takes seconds, a hang takes forever.
@@ -270,8 +271,7 @@ func (w *wireError) err() error {
 
 // IsProbeChild reports whether this process was started to probe a plugin.
 func IsProbeChild() bool {
-	_, ok := os.LookupEnv(EnvProbeRequest)
-	return ok
+	return env.ProbeRequest.IsSet(nil)
 }
 
 // ServeProbe answers the request of a probe child: it opens and
@@ -279,7 +279,7 @@ func IsProbeChild() bool {
 // what it found to descriptor 3. Failures of the plugin are part of the
 // answer; the error is only about the request or the descriptor.
 func ServeProbe() error {
-	raw := os.Getenv(EnvProbeRequest)
+	raw, _ := env.ProbeRequest.Raw(nil)
 	// What the plugin starts is not a probe child.
 	os.Unsetenv(EnvProbeRequest)
 	var req probeRequest

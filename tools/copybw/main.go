@@ -12,11 +12,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"syscall"
 	"unsafe"
 
+	"github.com/flagcx/flagcx-go/internal/env"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
 
@@ -34,21 +34,18 @@ func main() {
 	}
 }
 
+// parseSize reads a copy size as every size in flagcx is read
+// (env.ParseBytes: K/M/G 1024-based, 1.5M allowed); a copy of 0 bytes
+// measures nothing.
 func parseSize(s string) (int, error) {
-	mult := 1
-	switch {
-	case strings.HasSuffix(s, "K"):
-		mult, s = 1<<10, strings.TrimSuffix(s, "K")
-	case strings.HasSuffix(s, "M"):
-		mult, s = 1<<20, strings.TrimSuffix(s, "M")
-	case strings.HasSuffix(s, "G"):
-		mult, s = 1<<30, strings.TrimSuffix(s, "G")
+	n, err := env.ParseBytes(s)
+	if err != nil {
+		return 0, fmt.Errorf("bad size %q: %v", s, err)
 	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("bad size %q", s)
+	if n == 0 {
+		return 0, fmt.Errorf("bad size %q: a copy of 0 bytes measures nothing", s)
 	}
-	return n * mult, nil
+	return int(n), nil
 }
 
 func run(dir, name string, dev int, sizeList string, iters int, emulated bool) error {

@@ -2,13 +2,13 @@ package bench
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/flagcx/flagcx-go/core"
+	"github.com/flagcx/flagcx-go/internal/env"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
 
@@ -76,7 +76,7 @@ func openPlugin(name, dir string, emulated bool) (*loader.Plugin, error) {
 		return nil, fmt.Errorf("backend %s: %w", name, err)
 	}
 	simDir := ""
-	if os.Getenv(loader.EnvVendorsimDir) == "" {
+	if !env.VendorsimDir.IsSet(nil) {
 		simDir = filepath.Join(dir, "..", "vendorsim")
 	}
 	if err := p.Init(loader.InitOptions{Emulated: emulated || loader.EmulatedFromEnv(), VendorsimDir: simDir}); err != nil {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/flagcx/flagcx-go/core"
 	"github.com/flagcx/flagcx-go/hostnet"
+	"github.com/flagcx/flagcx-go/internal/env"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
 
@@ -46,12 +47,7 @@ func (c *Config) hetero(lookup func(string) (string, bool)) bool {
 	if c.Placement != nil || c.Backend != HostBackendName {
 		return true
 	}
-	for _, v := range []string{core.EnvClusterSplitList, core.EnvUseHostComm} {
-		if s, ok := lookup(v); ok && strings.TrimSpace(s) != "" {
-			return true
-		}
-	}
-	return false
+	return env.ClusterSplitList.IsSet(lookup) || env.UseHostComm.IsSet(lookup)
 }
 
 // pluginFile finds the named plugin's file in dir (loader.DefaultDir when

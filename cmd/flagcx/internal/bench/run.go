@@ -18,6 +18,7 @@ import (
 	"github.com/flagcx/flagcx-go/core"
 	"github.com/flagcx/flagcx-go/core/launch"
 	"github.com/flagcx/flagcx-go/core/sched"
+	"github.com/flagcx/flagcx-go/internal/env"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -134,7 +135,7 @@ func Run(f *Flags, e Env) error {
 	if rank == 0 {
 		r.out = e.Stdout
 		tty := e.StderrTTY
-		if v, ok := e.Lookup(launch.EnvProgress); ok && v == "1" {
+		if on, _ := env.ProgressTTY.Get(e.Lookup); on {
 			tty = true
 		}
 		if tty {
@@ -181,8 +182,8 @@ func reportStuck(e Env, err error) bool {
 // FLAGCX_CLUSTER_SPLIT_LIST that cannot fit the ranks this run starts
 // (the ranks would all refuse it, each with the same error).
 func checkSplitList(lookup func(string) (string, bool), placement Placement, np int) error {
-	v, ok := lookup(core.EnvClusterSplitList)
-	if !ok || strings.TrimSpace(v) == "" {
+	v, ok := env.ClusterSplitList.Raw(lookup)
+	if !ok {
 		return nil
 	}
 	split, err := sched.ParseSplitList(v)

@@ -2,9 +2,10 @@ package bench
 
 import (
 	"fmt"
-	"math"
 	"strconv"
 	"strings"
+
+	"github.com/flagcx/flagcx-go/internal/env"
 )
 
 // Size is a byte count given as nccl-tests and FlagCX's tests read it: a
@@ -15,60 +16,19 @@ type Size int64
 
 // MaxSize is the largest size accepted (a buffer of it could not be
 // allocated anyway).
-const MaxSize = Size(1) << 50
+const MaxSize = Size(env.MaxBytes)
 
-// ParseSize reads a Size.
+// ParseSize reads a Size with env.ParseBytes, the parser of every byte
+// size in flagcx (FLAGCX_NET_CHUNK_SIZE=1.5M reads as -b 1.5M does).
 func ParseSize(s string) (Size, error) {
-	in := strings.TrimSpace(s)
-	if in == "" {
-		return 0, fmt.Errorf("empty size; give a byte count from 0 to %s, K, M or G for 1024-based units: 8, 64K, 32M, 1G", MaxSize)
-	}
-	num := strings.ToUpper(in)
-	num = strings.TrimSuffix(num, "IB")
-	num = strings.TrimSuffix(num, "B")
-	unit := int64(1)
-	if n := len(num); n > 0 {
-		switch num[n-1] {
-		case 'K':
-			unit = 1 << 10
-		case 'M':
-			unit = 1 << 20
-		case 'G':
-			unit = 1 << 30
-		}
-		if unit > 1 {
-			num = num[:n-1]
-		}
-	}
-	num = strings.TrimSpace(num)
-	bad := func(why string) (Size, error) {
-		return 0, fmt.Errorf("invalid size %q: %s; give a byte count from 0 to %s, K, M or G for 1024-based units: 8, 64K, 32M, 1G", s, why, MaxSize)
-	}
-	if num == "" {
-		return bad("no number")
-	}
-	if v, err := strconv.ParseUint(num, 10, 64); err == nil {
-		if v > uint64(MaxSize)/uint64(unit) {
-			return bad(fmt.Sprintf("larger than the largest size (%s)", MaxSize))
-		}
-		return Size(int64(v) * unit), nil
-	}
-	f, err := strconv.ParseFloat(num, 64)
+	n, err := env.ParseBytes(s)
 	switch {
-	case err != nil && strings.ContainsAny(num, "0123456789"):
-		return bad("unknown unit")
+	case err != nil && strings.TrimSpace(s) == "":
+		return 0, fmt.Errorf("empty size; give a byte count from 0 to %s, K, M or G for 1024-based units: 8, 64K, 32M, 1G", MaxSize)
 	case err != nil:
-		return bad("not a number")
-	case f < 0:
-		return bad("negative")
-	case math.IsInf(f, 0) || math.IsNaN(f) || f*float64(unit) > float64(MaxSize):
-		return bad(fmt.Sprintf("larger than the largest size (%s)", MaxSize))
+		return 0, fmt.Errorf("invalid size %q: %v; give a byte count from 0 to %s, K, M or G for 1024-based units: 8, 64K, 32M, 1G", s, err, MaxSize)
 	}
-	b := f * float64(unit)
-	if b != math.Trunc(b) {
-		return bad("not a whole number of bytes")
-	}
-	return Size(b), nil
+	return Size(n), nil
 }
 
 // UnmarshalText lets kong (and JSON) read sizes.
@@ -83,17 +43,7 @@ func (s *Size) UnmarshalText(b []byte) error {
 
 // String writes the size as ParseSize reads it, with the largest exact
 // unit: 8, 64K, 32M, 1G, 1536.
-func (s Size) String() string {
-	switch {
-	case s >= 1<<30 && s%(1<<30) == 0:
-		return strconv.FormatInt(int64(s)>>30, 10) + "G"
-	case s >= 1<<20 && s%(1<<20) == 0:
-		return strconv.FormatInt(int64(s)>>20, 10) + "M"
-	case s >= 1<<10 && s%(1<<10) == 0:
-		return strconv.FormatInt(int64(s)>>10, 10) + "K"
-	}
-	return strconv.FormatInt(int64(s), 10)
-}
+func (s Size) String() string { return env.FormatBytes(int64(s)) }
 
 // MarshalText writes String.
 func (s Size) MarshalText() ([]byte, error) { return []byte(s.String()), nil }

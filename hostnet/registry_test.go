@@ -1,0 +1,39 @@
+package hostnet
+
+import (
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flagcx/flagcx-go/internal/env"
+)
+
+// TestDefaultsAreTheRegistrys keeps hostnet's exported defaults and the
+// ones internal/env documents and returns for unset variables the same.
+func TestDefaultsAreTheRegistrys(t *testing.T) {
+	def := DefaultConfig()
+	require.Equal(t, env.SocketIfName.Default(), def.IfName)
+	require.Equal(t, env.SocketNThreads.Default()*env.NSocksPerThread.Default(), def.Streams)
+	require.Equal(t, env.NetStripeMin.Default(), def.StripeMin)
+	require.Equal(t, env.Timeout.Default(), def.Timeout)
+	require.Equal(t, env.ShmP2PSize.Default(), DefaultShmConfig().P2PBytes)
+	require.Equal(t, env.ShmWindowSize.Default(), DefaultShmConfig().WindowBytes)
+	// The registry's bounds of the areas are hostnet's.
+	for n, ok := range map[int]bool{MinShmAreaBytes - 1: false, MinShmAreaBytes: true, MaxShmAreaBytes: true, MaxShmAreaBytes + 1: false} {
+		for _, s := range []*env.Setting[int]{env.ShmP2PSize, env.ShmWindowSize} {
+			_, err := s.Get(func(k string) (string, bool) { return strconv.Itoa(n), k == s.Name })
+			require.Equal(t, ok, err == nil, "%s=%d: %v", s.Name, n, err)
+		}
+	}
+}
+
+func TestShmCopyThreads(t *testing.T) {
+	for _, v := range []string{"0", "65", "four"} {
+		_, err := ShmConfigFromLookup(func(k string) (string, bool) { return v, k == EnvShmCopyThreads })
+		require.ErrorIs(t, err, ErrConfig, v)
+		require.ErrorContains(t, err, EnvShmCopyThreads+`="`+v+`": allowed is a whole number from 1 to 64`)
+	}
+	_, err := ShmConfigFromLookup(func(k string) (string, bool) { return "8", k == EnvShmCopyThreads })
+	require.NoError(t, err)
+}
