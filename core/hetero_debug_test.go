@@ -43,7 +43,7 @@ func TestTracePlanOncePerCall(t *testing.T) {
 	require.NoError(t, err)
 	var out strings.Builder
 	c := &HeteroComm{rank: 0, layout: l, printed: map[string]bool{}, debug: collDebug{coll: true, w: &out}}
-	call := sched.Call{Coll: sched.AllReduce, Count: 8, DType: sdk.Float32, Op: sdk.Avg}
+	call := sched.Call{Coll: sdk.AllReduce, Count: 8, DType: sdk.Float32, Op: sdk.Avg}
 	p, err := c.PlanFor(0, call)
 	require.NoError(t, err)
 	c.tracePlan(p)

@@ -26,51 +26,51 @@ import (
 // next work on s may use the result.
 
 func (c *HeteroComm) AllReduce(send, recv Buffer, count int, dt sdk.DataType, op sdk.RedOp, s loader.Stream) error {
-	return c.do("AllReduce", sched.Call{Coll: sched.AllReduce, Count: count, DType: dt, Op: op}, send, recv, nil, s)
+	return c.do("AllReduce", sched.Call{Coll: sdk.AllReduce, Count: count, DType: dt, Op: op}, send, recv, nil, s)
 }
 
 func (c *HeteroComm) Reduce(send, recv Buffer, count int, dt sdk.DataType, op sdk.RedOp, root int, s loader.Stream) error {
-	return c.do("Reduce", sched.Call{Coll: sched.Reduce, Count: count, DType: dt, Op: op, Root: root}, send, recv, nil, s)
+	return c.do("Reduce", sched.Call{Coll: sdk.Reduce, Count: count, DType: dt, Op: op, Root: root}, send, recv, nil, s)
 }
 
 func (c *HeteroComm) Broadcast(send, recv Buffer, count int, dt sdk.DataType, root int, s loader.Stream) error {
-	return c.do("Broadcast", sched.Call{Coll: sched.Broadcast, Count: count, DType: dt, Root: root}, send, recv, nil, s)
+	return c.do("Broadcast", sched.Call{Coll: sdk.Broadcast, Count: count, DType: dt, Root: root}, send, recv, nil, s)
 }
 
 // AllGather: recv holds Count() blocks of sendcount elements, rank order.
 func (c *HeteroComm) AllGather(send, recv Buffer, sendcount int, dt sdk.DataType, s loader.Stream) error {
-	return c.do("AllGather", sched.Call{Coll: sched.AllGather, Count: sendcount, DType: dt}, send, recv, nil, s)
+	return c.do("AllGather", sched.Call{Coll: sdk.AllGather, Count: sendcount, DType: dt}, send, recv, nil, s)
 }
 
 // ReduceScatter: send holds Count() blocks of recvcount elements.
 func (c *HeteroComm) ReduceScatter(send, recv Buffer, recvcount int, dt sdk.DataType, op sdk.RedOp, s loader.Stream) error {
-	return c.do("ReduceScatter", sched.Call{Coll: sched.ReduceScatter, Count: recvcount, DType: dt, Op: op}, send, recv, nil, s)
+	return c.do("ReduceScatter", sched.Call{Coll: sdk.ReduceScatter, Count: recvcount, DType: dt, Op: op}, send, recv, nil, s)
 }
 
 // AlltoAll: count elements to and from every rank.
 func (c *HeteroComm) AlltoAll(send, recv Buffer, count int, dt sdk.DataType, s loader.Stream) error {
-	return c.do("AlltoAll", sched.Call{Coll: sched.AlltoAll, Count: count, DType: dt}, send, recv, nil, s)
+	return c.do("AlltoAll", sched.Call{Coll: sdk.AlltoAll, Count: count, DType: dt}, send, recv, nil, s)
 }
 
 // AlltoAllv: counts and displacements in elements, one per rank.
 func (c *HeteroComm) AlltoAllv(send Buffer, sendcounts, sdispls []int, recv Buffer, recvcounts, rdispls []int, dt sdk.DataType, s loader.Stream) error {
-	call := sched.Call{Coll: sched.AlltoAllv, DType: dt, SendCounts: sendcounts, SDispls: sdispls, RecvCounts: recvcounts, RDispls: rdispls}
+	call := sched.Call{Coll: sdk.AlltoAllv, DType: dt, SendCounts: sendcounts, SDispls: sdispls, RecvCounts: recvcounts, RDispls: rdispls}
 	return c.do("AlltoAllv", call, send, recv, nil, s)
 }
 
 // Gather: root's recv holds Count() blocks of count elements.
 func (c *HeteroComm) Gather(send, recv Buffer, count int, dt sdk.DataType, root int, s loader.Stream) error {
-	return c.do("Gather", sched.Call{Coll: sched.Gather, Count: count, DType: dt, Root: root}, send, recv, nil, s)
+	return c.do("Gather", sched.Call{Coll: sdk.Gather, Count: count, DType: dt, Root: root}, send, recv, nil, s)
 }
 
 // Scatter: root's send holds Count() blocks of count elements.
 func (c *HeteroComm) Scatter(send, recv Buffer, count int, dt sdk.DataType, root int, s loader.Stream) error {
-	return c.do("Scatter", sched.Call{Coll: sched.Scatter, Count: count, DType: dt, Root: root}, send, recv, nil, s)
+	return c.do("Scatter", sched.Call{Coll: sdk.Scatter, Count: count, DType: dt, Root: root}, send, recv, nil, s)
 }
 
 // Barrier returns once every rank has entered it (a host barrier).
 func (c *HeteroComm) Barrier() error {
-	return c.do("Barrier", sched.Call{Coll: sched.Barrier}, Buffer{}, Buffer{}, nil, 0)
+	return c.do("Barrier", sched.Call{Coll: sdk.Barrier}, Buffer{}, Buffer{}, nil, 0)
 }
 
 // Send sends count elements of buf to peer; inside a group it is deferred
@@ -130,7 +130,7 @@ func (c *HeteroComm) p2p(name string, buf Buffer, count int, dt sdk.DataType, pe
 }
 
 func (c *HeteroComm) runGroup(name string, ops []groupOp, s loader.Stream) error {
-	call := sched.Call{Coll: sched.P2P}
+	call := sched.Call{Coll: sdk.SendRecv}
 	user := make([]Buffer, len(ops))
 	for i, o := range ops {
 		call.Ops = append(call.Ops, sched.Xfer{Peer: o.peer, Recv: o.recv, Bytes: o.bytes})
@@ -181,13 +181,13 @@ func (c *HeteroComm) do(name string, call sched.Call, send, recv Buffer, user []
 	if err := c.usable(name); err != nil {
 		return err
 	}
-	if c.group > 0 && call.Coll != sched.P2P {
+	if c.group > 0 && call.Coll != sdk.SendRecv {
 		return fmt.Errorf("%w: %s on rank %d inside a group: only Send and Recv can be grouped; call GroupEnd first", sdk.ErrInvalidUsage, name, c.rank)
 	}
 	if err := sched.Validate(call, c.n); err != nil {
 		return fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
 	}
-	if call.Coll != sched.P2P && call.Coll != sched.Barrier {
+	if call.Coll != sdk.SendRecv && call.Coll != sdk.Barrier {
 		sendB, recvB, err := sched.Needs(call, c.rank, c.n)
 		if err == nil {
 			err = c.checkBuf(name, "send", send, sendB)
@@ -200,7 +200,8 @@ func (c *HeteroComm) do(name string, call sched.Call, send, recv Buffer, user []
 		}
 	}
 	if c.direct(call) {
-		if err := c.directCall(call, send, recv, s); err != nil {
+		// The library's call of the same name, enqueued on s.
+		if err := sdk.Dispatch(c.vendorCalls(), call.Args(), send.ptr, recv.ptr, s); err != nil {
 			return c.callError(name, err)
 		}
 		return nil
@@ -236,36 +237,11 @@ func (c *HeteroComm) direct(call sched.Call) bool {
 		return false
 	}
 	switch call.Coll {
-	case sched.P2P, sched.Barrier:
+	case sdk.SendRecv, sdk.Barrier:
 		return false
 	}
 	p := c.be.Plugin
 	return p.SupportsDataType(call.DType) && (!call.Coll.Reduces() || p.SupportsRedOp(call.Op))
-}
-
-func (c *HeteroComm) directCall(call sched.Call, send, recv Buffer, s loader.Stream) error {
-	cc, sp, rp := c.vendorCalls(), send.ptr, recv.ptr
-	switch call.Coll {
-	case sched.AllReduce:
-		return cc.AllReduce(sp, rp, call.Count, call.DType, call.Op, s)
-	case sched.Reduce:
-		return cc.Reduce(sp, rp, call.Count, call.DType, call.Op, call.Root, s)
-	case sched.Broadcast:
-		return cc.Broadcast(sp, rp, call.Count, call.DType, call.Root, s)
-	case sched.AllGather:
-		return cc.AllGather(sp, rp, call.Count, call.DType, s)
-	case sched.ReduceScatter:
-		return cc.ReduceScatter(sp, rp, call.Count, call.DType, call.Op, s)
-	case sched.AlltoAll:
-		return cc.AlltoAll(sp, rp, call.Count, call.DType, s)
-	case sched.AlltoAllv:
-		return cc.AlltoAllv(sp, call.SendCounts, call.SDispls, rp, call.RecvCounts, call.RDispls, call.DType, s)
-	case sched.Gather:
-		return cc.Gather(sp, rp, call.Count, call.DType, call.Root, s)
-	case sched.Scatter:
-		return cc.Scatter(sp, rp, call.Count, call.DType, call.Root, s)
-	}
-	return fmt.Errorf("%w: %v has no direct vendor call", sdk.ErrInternalError, call.Coll)
 }
 
 // ---- the executor ------------------------------------------------------------
@@ -757,25 +733,10 @@ func (c *HeteroComm) vendorStep(st *sched.Step, b *callBufs, s loader.Stream) er
 	}
 	pl := c.dev
 	switch st.Coll {
-	case sched.AllReduce:
-		err = cc.AllReduce(src.ptr, dst.ptr, st.Count, st.DType, st.Op, s)
-	case sched.Reduce:
-		err = cc.Reduce(src.ptr, dst.ptr, st.Count, st.DType, st.Op, st.Root, s)
-	case sched.Broadcast:
-		err = cc.Broadcast(src.ptr, dst.ptr, st.Count, st.DType, st.Root, s)
-	case sched.AllGather:
-		err = cc.AllGather(src.ptr, dst.ptr, st.Count, st.DType, s)
-	case sched.ReduceScatter:
-		err = cc.ReduceScatter(src.ptr, dst.ptr, st.Count, st.DType, st.Op, s)
-	case sched.AlltoAll:
-		err = cc.AlltoAll(src.ptr, dst.ptr, st.Count, st.DType, s)
-	case sched.AlltoAllv:
-		err = cc.AlltoAllv(src.ptr, st.SendCounts, st.SDispls, dst.ptr, st.RecvCounts, st.RDispls, st.DType, s)
-	case sched.Gather:
-		err = cc.Gather(src.ptr, dst.ptr, st.Count, st.DType, st.Root, s)
-	case sched.Scatter:
-		err = cc.Scatter(src.ptr, dst.ptr, st.Count, st.DType, st.Root, s)
-	case sched.P2P:
+	case sdk.SendRecv:
+		// A step's transfers, each to its own peer and buffer, in one
+		// group of the library (groups are the plugin's, not the
+		// communicator's).
 		if err = pl.GroupStart(); err != nil {
 			break
 		}
@@ -797,11 +758,14 @@ func (c *HeteroComm) vendorStep(st *sched.Step, b *callBufs, s loader.Stream) er
 		if gerr := pl.GroupEnd(); err == nil {
 			err = gerr
 		}
+	case sdk.Barrier:
+		// No vendor library has one: the schedules put barriers on the host.
+		err = fmt.Errorf("%w: vendor step %s", sdk.ErrInternalError, st.Coll.Title())
 	default:
-		err = fmt.Errorf("%w: vendor step %v", sdk.ErrInternalError, st.Coll)
+		err = sdk.Dispatch(cc, st.Args(), src.ptr, dst.ptr, s)
 	}
 	if err != nil {
-		return fmt.Errorf("%s's %s in cluster %d: %w", pl.Name, st.Coll, c.layout.ClusterOf(c.rank).Index, err)
+		return fmt.Errorf("%s's %s in cluster %d: %w", pl.Name, st.Coll.Title(), c.layout.ClusterOf(c.rank).Index, err)
 	}
 	return nil
 }
@@ -817,31 +781,13 @@ func (c *HeteroComm) hostStep(cm *Comm, what string, st *sched.Step, b *callBufs
 		return err
 	}
 	if src.dev || dst.dev {
-		return fmt.Errorf("%w: host step %v on device memory", sdk.ErrInternalError, st.Coll)
+		return fmt.Errorf("%w: host step %s on device memory", sdk.ErrInternalError, st.Coll.Title())
 	}
-	s, d := src.host, dst.host
 	switch st.Coll {
-	case sched.AllReduce:
-		err = cm.AllReduce(s, d, st.Count, st.DType, st.Op)
-	case sched.Reduce:
-		err = cm.Reduce(s, d, st.Count, st.DType, st.Op, st.Root)
-	case sched.Broadcast:
-		err = cm.Broadcast(s, d, st.Count, st.DType, st.Root)
-	case sched.AllGather:
-		err = cm.AllGather(s, d, st.Count, st.DType)
-	case sched.ReduceScatter:
-		err = cm.ReduceScatter(s, d, st.Count, st.DType, st.Op)
-	case sched.AlltoAll:
-		err = cm.AlltoAll(s, d, st.Count, st.DType)
-	case sched.AlltoAllv:
-		err = cm.AlltoAllv(s, st.SendCounts, st.SDispls, d, st.RecvCounts, st.RDispls, st.DType)
-	case sched.Gather:
-		err = cm.Gather(s, d, st.Count, st.DType, st.Root)
-	case sched.Scatter:
-		err = cm.Scatter(s, d, st.Count, st.DType, st.Root)
-	case sched.Barrier:
+	case sdk.Barrier:
 		err = cm.Barrier()
-	case sched.P2P:
+	case sdk.SendRecv:
+		// A step's transfers, each to its own peer and buffer, as bytes.
 		cm.GroupStart()
 		for _, x := range st.Xfers {
 			m, rerr := c.resolve(b, x.Ref)
@@ -860,7 +806,7 @@ func (c *HeteroComm) hostStep(cm *Comm, what string, st *sched.Step, b *callBufs
 		}
 		err = cm.GroupEnd()
 	default:
-		err = fmt.Errorf("%w: host step %v", sdk.ErrInternalError, st.Coll)
+		err = sdk.Dispatch(OnHost{cm}, st.Args(), src.host, dst.host, struct{}{})
 	}
 	if err != nil && what != "" && !c.layout.IsHomogeneous() {
 		return fmt.Errorf("in %s: %w", what, err)

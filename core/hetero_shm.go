@@ -167,7 +167,7 @@ func (r *shmRun) window(rank int) []byte { return r.node.Window(rank) }
 func addrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
 
 func (r *shmRun) sig(k, phase int) uint64 {
-	return host.StepSig(r.call.Coll.String()+"/shm", r.call.Count, r.call.DType, r.call.Op, r.call.Root<<24^(2*k+phase))
+	return host.StepSig(r.call.Coll.Title()+"/shm", r.call.Count, r.call.DType, r.call.Op, r.call.Root<<24^(2*k+phase))
 }
 
 func (r *shmRun) sync(sig uint64) error {
@@ -322,14 +322,14 @@ func (r *shmRun) reducePiece(k int) {
 	out := r.window(c.rank)[g.OutArea(k):][:piece.Len]
 	inArea := g.InArea(k)
 	sources := []sched.Source{{Range: piece, Ranks: nil}}
-	if r.call.Coll == sched.AllReduce {
+	if r.call.Coll == sdk.AllReduce {
 		sources = sched.Sources(c.layout, L, r.size, piece)
 	} else {
 		for q := 0; q < c.n; q++ {
 			sources[0].Ranks = append(sources[0].Ranks, q)
 		}
 	}
-	gets := r.p == nil && (r.call.Coll == sched.AllReduce || c.rank == r.call.Root)
+	gets := r.p == nil && (r.call.Coll == sdk.AllReduce || c.rank == r.call.Root)
 	for _, s := range sources {
 		ins := make([][]byte, len(s.Ranks))
 		for x, q := range s.Ranks {
@@ -509,13 +509,13 @@ func (r *shmRun) waitGotten(k int) error {
 
 // puts reports whether this rank puts input in its window.
 func (r *shmRun) puts() bool {
-	return r.call.Coll != sched.Broadcast || r.c.rank == r.call.Root
+	return r.call.Coll != sdk.Broadcast || r.c.rank == r.call.Root
 }
 
 // local is what a rank does for itself without the windows: a Broadcast
 // root's own copy.
 func (r *shmRun) local() error {
-	if r.call.Coll != sched.Broadcast || r.c.rank != r.call.Root {
+	if r.call.Coll != sdk.Broadcast || r.c.rank != r.call.Root {
 		return nil
 	}
 	if r.p == nil {
@@ -534,12 +534,12 @@ func (r *shmRun) put(k int) error {
 	if !r.puts() {
 		return nil
 	}
-	if r.call.Coll == sched.AllReduce {
+	if r.call.Coll == sdk.AllReduce {
 		return r.issue(k)
 	}
 	off, L := r.g.Span(k)
 	area := r.window(r.c.rank)[r.g.InArea(k):]
-	if r.p == nil && r.call.Coll == sched.Reduce {
+	if r.p == nil && r.call.Coll == sdk.Reduce {
 		r.putAround(area, off, L)
 		return nil
 	}
@@ -564,7 +564,7 @@ func (r *shmRun) put(k int) error {
 // recorded on outpt[slot]).
 func (r *shmRun) get(k int) error {
 	c, g := r.c, r.g
-	if g.Coll == sched.AllReduce {
+	if g.Coll == sdk.AllReduce {
 		return r.output(k)
 	}
 	off, L := g.Span(k)
@@ -574,7 +574,7 @@ func (r *shmRun) get(k int) error {
 	}
 	var pieces []piece
 	switch g.Coll {
-	case sched.Reduce:
+	case sdk.Reduce:
 		if c.rank != r.call.Root {
 			return nil
 		}
@@ -584,16 +584,16 @@ func (r *shmRun) get(k int) error {
 			}
 			pieces = append(pieces, piece{r.window(s.Rank)[g.OutArea(k)+s.At:][:s.Len], off + s.Off})
 		}
-	case sched.Broadcast:
+	case sdk.Broadcast:
 		if c.rank == r.call.Root {
 			return nil
 		}
 		pieces = append(pieces, piece{r.window(r.call.Root)[g.InArea(k):][:L], off})
-	case sched.AllGather:
+	case sdk.AllGather:
 		for q := 0; q < c.n; q++ {
 			pieces = append(pieces, piece{r.window(q)[g.InArea(k):][:L], q*r.block + off})
 		}
-	case sched.ReduceScatter:
+	case sdk.ReduceScatter:
 		dst := r.window(c.rank)[g.OutArea(k):][:L]
 		if r.p == nil {
 			dst = r.recv.host[off : off+L]

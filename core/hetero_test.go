@@ -288,9 +288,9 @@ func TestHeteroAbort(t *testing.T) {
 func TestHeteroShmPlane(t *testing.T) {
 	slots := sched.ShmSlots
 	t.Cleanup(func() { sched.ShmSlots = slots })
-	shmColls := map[reference.Collective]sched.Coll{
-		reference.AllReduce: sched.AllReduce, reference.Reduce: sched.Reduce, reference.Broadcast: sched.Broadcast,
-		reference.AllGather: sched.AllGather, reference.ReduceScatter: sched.ReduceScatter,
+	shmColls := map[sdk.Collective]sdk.Collective{
+		sdk.AllReduce: sdk.AllReduce, sdk.Reduce: sdk.Reduce, sdk.Broadcast: sdk.Broadcast,
+		sdk.AllGather: sdk.AllGather, sdk.ReduceScatter: sdk.ReduceScatter,
 	}
 	for _, tc := range []struct {
 		name   string
@@ -314,7 +314,7 @@ func TestHeteroShmPlane(t *testing.T) {
 					p, err := comms[0].PlanFor(0, sched.Call{Coll: coll, Count: count, DType: sdk.Float32, Op: sdk.Sum})
 					require.NoError(t, err)
 					require.Equal(t, sched.PathShm, p.Path, "%s", p)
-					require.Equal(t, coll == sched.AllReduce && count*4*n <= sched.ShmOneShot, p.Shm.OneShot)
+					require.Equal(t, coll == sdk.AllReduce && count*4*n <= sched.ShmOneShot, p.Shm.OneShot)
 					if count*4 > 8<<10 {
 						require.Greater(t, p.Chunks, 2*tc.slots, "chunks reuse the slots")
 					}

@@ -118,57 +118,57 @@ func (c *HeteroComm) commInit(p *loader.Plugin, dev, nranks int, id []byte, rank
 
 // vendorCalls is the vendor communicator with its calls under the
 // watchdog (HeteroComm.dev is the plugin's stream, event and copy calls).
-func (c *HeteroComm) vendorCalls() watchedComm { return watchedComm{c.ccl, c.wd} }
+func (c *HeteroComm) vendorCalls() watchedComm { return watchedComm{c} }
 
-type watchedComm struct {
-	cc *loader.Comm
-	wd *Watchdog
-}
+// watchedComm is a single pointer so that it becomes an sdk.Collectives
+// (sdk.Dispatch) without an allocation: the direct path allocates nothing.
+// c.ccl and c.wd are set once, before any call.
+type watchedComm struct{ c *HeteroComm }
 
 func (v watchedComm) AllReduce(send, recv uintptr, count int, dt sdk.DataType, op sdk.RedOp, s loader.Stream) error {
-	return v.wd.do("allReduce", true, func() error { return v.cc.AllReduce(send, recv, count, dt, op, s) })
+	return v.c.wd.do("allReduce", true, func() error { return v.c.ccl.AllReduce(send, recv, count, dt, op, s) })
 }
 
 func (v watchedComm) Reduce(send, recv uintptr, count int, dt sdk.DataType, op sdk.RedOp, root int, s loader.Stream) error {
-	return v.wd.do("reduce", true, func() error { return v.cc.Reduce(send, recv, count, dt, op, root, s) })
+	return v.c.wd.do("reduce", true, func() error { return v.c.ccl.Reduce(send, recv, count, dt, op, root, s) })
 }
 
 func (v watchedComm) Broadcast(send, recv uintptr, count int, dt sdk.DataType, root int, s loader.Stream) error {
-	return v.wd.do("broadcast", true, func() error { return v.cc.Broadcast(send, recv, count, dt, root, s) })
+	return v.c.wd.do("broadcast", true, func() error { return v.c.ccl.Broadcast(send, recv, count, dt, root, s) })
 }
 
 func (v watchedComm) AllGather(send, recv uintptr, count int, dt sdk.DataType, s loader.Stream) error {
-	return v.wd.do("allGather", true, func() error { return v.cc.AllGather(send, recv, count, dt, s) })
+	return v.c.wd.do("allGather", true, func() error { return v.c.ccl.AllGather(send, recv, count, dt, s) })
 }
 
 func (v watchedComm) ReduceScatter(send, recv uintptr, count int, dt sdk.DataType, op sdk.RedOp, s loader.Stream) error {
-	return v.wd.do("reduceScatter", true, func() error { return v.cc.ReduceScatter(send, recv, count, dt, op, s) })
+	return v.c.wd.do("reduceScatter", true, func() error { return v.c.ccl.ReduceScatter(send, recv, count, dt, op, s) })
 }
 
 func (v watchedComm) AlltoAll(send, recv uintptr, count int, dt sdk.DataType, s loader.Stream) error {
-	return v.wd.do("alltoAll", true, func() error { return v.cc.AlltoAll(send, recv, count, dt, s) })
+	return v.c.wd.do("alltoAll", true, func() error { return v.c.ccl.AlltoAll(send, recv, count, dt, s) })
 }
 
 func (v watchedComm) AlltoAllv(send uintptr, sendcounts, sdispls []int, recv uintptr, recvcounts, rdispls []int, dt sdk.DataType, s loader.Stream) error {
-	return v.wd.do("alltoAllv", true, func() error {
-		return v.cc.AlltoAllv(send, sendcounts, sdispls, recv, recvcounts, rdispls, dt, s)
+	return v.c.wd.do("alltoAllv", true, func() error {
+		return v.c.ccl.AlltoAllv(send, sendcounts, sdispls, recv, recvcounts, rdispls, dt, s)
 	})
 }
 
 func (v watchedComm) Gather(send, recv uintptr, count int, dt sdk.DataType, root int, s loader.Stream) error {
-	return v.wd.do("gather", true, func() error { return v.cc.Gather(send, recv, count, dt, root, s) })
+	return v.c.wd.do("gather", true, func() error { return v.c.ccl.Gather(send, recv, count, dt, root, s) })
 }
 
 func (v watchedComm) Scatter(send, recv uintptr, count int, dt sdk.DataType, root int, s loader.Stream) error {
-	return v.wd.do("scatter", true, func() error { return v.cc.Scatter(send, recv, count, dt, root, s) })
+	return v.c.wd.do("scatter", true, func() error { return v.c.ccl.Scatter(send, recv, count, dt, root, s) })
 }
 
 func (v watchedComm) Send(buf uintptr, count int, dt sdk.DataType, peer int, s loader.Stream) error {
-	return v.wd.do("send", true, func() error { return v.cc.Send(buf, count, dt, peer, s) })
+	return v.c.wd.do("send", true, func() error { return v.c.ccl.Send(buf, count, dt, peer, s) })
 }
 
 func (v watchedComm) Recv(buf uintptr, count int, dt sdk.DataType, peer int, s loader.Stream) error {
-	return v.wd.do("recv", true, func() error { return v.cc.Recv(buf, count, dt, peer, s) })
+	return v.c.wd.do("recv", true, func() error { return v.c.ccl.Recv(buf, count, dt, peer, s) })
 }
 
 // watchedPlugin shadows the calls of the plugin that wait for the device

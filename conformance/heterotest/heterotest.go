@@ -74,17 +74,17 @@ func MemFor(comm *core.HeteroComm) Mem {
 
 // InPlaceChecked reports whether c has an in-place form to check (as in
 // nccl-tests: not AlltoAll, AlltoAllv, SendRecv).
-func InPlaceChecked(c reference.Collective) bool {
-	return c != reference.AlltoAll && c != reference.AlltoAllv && c != reference.SendRecv
+func InPlaceChecked(c sdk.Collective) bool {
+	return c != sdk.AlltoAll && c != sdk.AlltoAllv && c != sdk.SendRecv
 }
 
 // offsets are the element offsets of send and recv inside an in-place
 // buffer (nccl-tests' layouts).
-func offsets(coll reference.Collective, rank, count int) (send, recv int) {
+func offsets(coll sdk.Collective, rank, count int) (send, recv int) {
 	switch coll {
-	case reference.AllGather, reference.Gather:
+	case sdk.AllGather, sdk.Gather:
 		return rank * count, 0
-	case reference.ReduceScatter, reference.Scatter:
+	case sdk.ReduceScatter, sdk.Scatter:
 		return 0, rank * count
 	}
 	return 0, 0
@@ -138,7 +138,7 @@ func Run(comm *core.HeteroComm, m Mem, c reference.Case, inPlace bool, s loader.
 		}
 		defer be.Plugin.StreamDestroy(strm)
 	}
-	if err := call(comm, c, rank, send, recv, strm); err != nil {
+	if err := sdk.Dispatch(comm, c.Call(rank), send, recv, strm); err != nil {
 		return 0, err
 	}
 	if be := comm.Backend(); be.OnDevice() {
@@ -164,49 +164,12 @@ func Run(comm *core.HeteroComm, m Mem, c reference.Case, inPlace bool, s loader.
 	return reference.Compare(c.Type, got, exp), nil
 }
 
-// call issues c's collective on comm.
-func call(comm *core.HeteroComm, c reference.Case, rank int, send, recv core.Buffer, s loader.Stream) error {
-	n := comm.Count()
-	switch c.Coll {
-	case reference.AllReduce:
-		return comm.AllReduce(send, recv, c.Count, c.Type, c.Op, s)
-	case reference.Reduce:
-		return comm.Reduce(send, recv, c.Count, c.Type, c.Op, c.Root, s)
-	case reference.Broadcast:
-		return comm.Broadcast(send, recv, c.Count, c.Type, c.Root, s)
-	case reference.AllGather:
-		return comm.AllGather(send, recv, c.Count, c.Type, s)
-	case reference.ReduceScatter:
-		return comm.ReduceScatter(send, recv, c.Count, c.Type, c.Op, s)
-	case reference.AlltoAll:
-		return comm.AlltoAll(send, recv, c.Count, c.Type, s)
-	case reference.AlltoAllv:
-		sc, sd, rc, rd := reference.AlltoAllvCounts(n, c.Count, rank)
-		return comm.AlltoAllv(send, sc, sd, recv, rc, rd, c.Type, s)
-	case reference.Gather:
-		return comm.Gather(send, recv, c.Count, c.Type, c.Root, s)
-	case reference.Scatter:
-		return comm.Scatter(send, recv, c.Count, c.Type, c.Root, s)
-	case reference.SendRecv:
-		comm.GroupStart()
-		err := comm.Send(send, c.Count, c.Type, (rank+1)%n, s)
-		if err == nil {
-			err = comm.Recv(recv, c.Count, c.Type, (rank-1+n)%n, s)
-		}
-		if gerr := comm.GroupEnd(); err == nil {
-			err = gerr
-		}
-		return err
-	}
-	return fmt.Errorf("%w: collective %v", sdk.ErrInvalidArgument, c.Coll)
-}
-
 // Matrix lists the cases of a full check on n ranks: every collective,
 // data type and (for reducing ones) op, every root for rooted ones, at the
 // given counts.
 func Matrix(n int, counts []int, types []sdk.DataType, seed uint64) []reference.Case {
 	var out []reference.Case
-	for _, coll := range reference.AllCollectives() {
+	for _, coll := range sdk.AllCollectives() {
 		ops := []sdk.RedOp{reference.NoOp}
 		if coll.Reduces() {
 			ops = sdk.AllRedOps()

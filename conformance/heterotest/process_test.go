@@ -131,7 +131,7 @@ func work(job *workerJob, out *workerOut) error {
 	default:
 		return fmt.Errorf("unknown scenario %q", job.Scenario)
 	}
-	seen := map[reference.Collective]bool{}
+	seen := map[sdk.Collective]bool{}
 	types := sdk.AllDataTypes()
 	if job.Types != nil {
 		types = nil
@@ -140,9 +140,9 @@ func work(job *workerJob, out *workerOut) error {
 		}
 	}
 	for _, c := range Matrix(n, job.Counts, types, 11) {
-		if !seen[c.Coll] && c.Coll != reference.SendRecv {
+		if !seen[c.Coll] && c.Coll != sdk.SendRecv {
 			seen[c.Coll] = true
-			p, err := comm.PlanFor(job.Rank, sched.Call{Coll: sched.Coll(c.Coll), Count: c.Count, DType: sdk.Float32, Op: sdk.Sum,
+			p, err := comm.PlanFor(job.Rank, sched.Call{Coll: c.Coll, Count: c.Count, DType: sdk.Float32, Op: sdk.Sum,
 				SendCounts: make([]int, n), SDispls: make([]int, n), RecvCounts: make([]int, n), RDispls: make([]int, n)})
 			if err != nil {
 				return err
@@ -172,11 +172,11 @@ func work(job *workerJob, out *workerOut) error {
 // waiting on it mid-collective whatever the timing. The others must
 // return an error.
 func die(job *workerJob, comm *core.HeteroComm, m Mem, out *workerOut) error {
-	first := reference.Case{Coll: reference.AllReduce, Type: sdk.Float32, Op: sdk.Sum, NRanks: comm.Count(), Count: 1000, Seed: 1}
+	first := reference.Case{Coll: sdk.AllReduce, Type: sdk.Float32, Op: sdk.Sum, NRanks: comm.Count(), Count: 1000, Seed: 1}
 	if _, err := Run(comm, m, first, false, 0); err != nil {
 		return err
 	}
-	c := reference.Case{Coll: reference.AllReduce, Type: sdk.Float32, Op: sdk.Sum, NRanks: comm.Count(), Count: 8 << 20, Seed: 2}
+	c := reference.Case{Coll: sdk.AllReduce, Type: sdk.Float32, Op: sdk.Sum, NRanks: comm.Count(), Count: 8 << 20, Seed: 2}
 	if job.Rank == job.Victim {
 		if job.Inside {
 			go func() { _, _ = Run(comm, m, c, false, 0) }()

@@ -36,77 +36,13 @@ package reference
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
-// Collective names one collective operation.
-type Collective int
-
-// The collectives, in the order `flagcx bench all` runs them.
-const (
-	AllReduce Collective = iota
-	Reduce
-	Broadcast
-	AllGather
-	ReduceScatter
-	AlltoAll
-	AlltoAllv
-	Gather
-	Scatter
-	SendRecv
-	NumCollectives
-)
-
-var collectiveNames = [NumCollectives]string{
-	"allreduce", "reduce", "broadcast", "allgather", "reducescatter",
-	"alltoall", "alltoallv", "gather", "scatter", "sendrecv",
-}
-
-// AllCollectives lists every collective in order.
-func AllCollectives() []Collective {
-	all := make([]Collective, NumCollectives)
-	for i := range all {
-		all[i] = Collective(i)
-	}
-	return all
-}
-
-func (c Collective) Valid() bool { return c >= 0 && c < NumCollectives }
-
-func (c Collective) String() string {
-	if !c.Valid() {
-		return fmt.Sprintf("collective(%d)", int(c))
-	}
-	return collectiveNames[c]
-}
-
-// CollectiveNames lists the names ParseCollective accepts.
-func CollectiveNames() []string { return append([]string(nil), collectiveNames[:]...) }
-
-// ParseCollective reads a collective name ("allreduce", "sendrecv", ...).
-func ParseCollective(s string) (Collective, error) {
-	name := strings.ToLower(strings.TrimSpace(s))
-	for i, n := range collectiveNames {
-		if n == name {
-			return Collective(i), nil
-		}
-	}
-	return 0, fmt.Errorf("%w: unknown collective %q (use one of %s)", sdk.ErrInvalidArgument, s, strings.Join(collectiveNames[:], ", "))
-}
-
-// Reduces reports whether c takes a reduction operation.
-func (c Collective) Reduces() bool { return c == AllReduce || c == Reduce || c == ReduceScatter }
-
-// Rooted reports whether c takes a root rank.
-func (c Collective) Rooted() bool {
-	return c == Reduce || c == Broadcast || c == Gather || c == Scatter
-}
-
 // Case is one call of a collective.
 type Case struct {
-	Coll   Collective
+	Coll   sdk.Collective
 	Type   sdk.DataType
 	Op     sdk.RedOp // reducing collectives only
 	NRanks int
@@ -123,7 +59,7 @@ type Case struct {
 // Validate reports a case that names no real call.
 func (c Case) Validate() error {
 	switch {
-	case !c.Coll.Valid():
+	case !c.Coll.Valid() || c.Coll == sdk.Barrier: // a barrier moves no data: nothing to compute
 		return fmt.Errorf("%w: invalid collective %d", sdk.ErrInvalidArgument, int(c.Coll))
 	case !c.Type.Valid():
 		return fmt.Errorf("%w: invalid data type %d", sdk.ErrInvalidArgument, int32(c.Type))
@@ -139,6 +75,21 @@ func (c Case) Validate() error {
 	return nil
 }
 
+// Call is rank's call of the case, as sdk.Dispatch issues it: AlltoAllv
+// with rank's counts and displacements (AlltoAllvCounts), SendRecv as the
+// ring whose results ExpectedInto gives (send to rank+1, receive from
+// rank-1).
+func (c Case) Call(rank int) sdk.Call {
+	call := sdk.Call{Coll: c.Coll, Count: c.Count, DType: c.Type, Op: c.Op, Root: c.Root}
+	switch c.Coll {
+	case sdk.AlltoAllv:
+		call.SendCounts, call.SDispls, call.RecvCounts, call.RDispls = AlltoAllvCounts(c.NRanks, c.Count, rank)
+	case sdk.SendRecv:
+		call.SendPeer, call.RecvPeer = (rank+1)%c.NRanks, (rank-1+c.NRanks)%c.NRanks
+	}
+	return call
+}
+
 func (c Case) op() sdk.RedOp {
 	if c.Coll.Reduces() {
 		return c.Op
@@ -151,7 +102,7 @@ func (c Case) op() sdk.RedOp {
 // Broadcast's non-roots included).
 func (c Case) SendCount() int {
 	switch c.Coll {
-	case ReduceScatter, AlltoAll, AlltoAllv, Scatter:
+	case sdk.ReduceScatter, sdk.AlltoAll, sdk.AlltoAllv, sdk.Scatter:
 		return c.NRanks * c.Count
 	}
 	return c.Count
@@ -161,7 +112,7 @@ func (c Case) SendCount() int {
 // non-roots of Reduce and Gather included).
 func (c Case) RecvCount() int {
 	switch c.Coll {
-	case AllGather, AlltoAll, AlltoAllv, Gather:
+	case sdk.AllGather, sdk.AlltoAll, sdk.AlltoAllv, sdk.Gather:
 		return c.NRanks * c.Count
 	}
 	return c.Count
@@ -203,37 +154,37 @@ func ExpectedInto(c Case, rank int, dst []byte) {
 		}
 	}
 	switch c.Coll {
-	case AllReduce:
+	case sdk.AllReduce:
 		for i := 0; i < C; i++ {
 			put(i, g.reduced(i))
 		}
-	case Reduce:
+	case sdk.Reduce:
 		if rank == c.Root {
 			for i := 0; i < C; i++ {
 				put(i, g.reduced(i))
 			}
 		}
-	case Broadcast:
+	case sdk.Broadcast:
 		for i := 0; i < C; i++ {
 			put(i, g.value(c.Root, i))
 		}
-	case AllGather:
+	case sdk.AllGather:
 		for p := 0; p < n; p++ {
 			for i := 0; i < C; i++ {
 				put(p*C+i, g.value(p, i))
 			}
 		}
-	case ReduceScatter:
+	case sdk.ReduceScatter:
 		for i := 0; i < C; i++ {
 			put(i, g.reduced(rank*C+i))
 		}
-	case AlltoAll:
+	case sdk.AlltoAll:
 		for p := 0; p < n; p++ {
 			for i := 0; i < C; i++ {
 				put(p*C+i, g.value(p, rank*C+i))
 			}
 		}
-	case AlltoAllv:
+	case sdk.AlltoAllv:
 		_, _, recvcounts, rdispls := AlltoAllvCounts(n, C, rank)
 		for p := 0; p < n; p++ {
 			_, sdispls, _, _ := AlltoAllvCounts(n, C, p)
@@ -241,7 +192,7 @@ func ExpectedInto(c Case, rank int, dst []byte) {
 				put(rdispls[p]+k, g.value(p, sdispls[rank]+k))
 			}
 		}
-	case Gather:
+	case sdk.Gather:
 		if rank == c.Root {
 			for p := 0; p < n; p++ {
 				for i := 0; i < C; i++ {
@@ -249,11 +200,11 @@ func ExpectedInto(c Case, rank int, dst []byte) {
 				}
 			}
 		}
-	case Scatter:
+	case sdk.Scatter:
 		for i := 0; i < C; i++ {
 			put(i, g.value(c.Root, rank*C+i))
 		}
-	case SendRecv:
+	case sdk.SendRecv:
 		from := (rank - 1 + n) % n
 		for i := 0; i < C; i++ {
 			put(i, g.value(from, i))

@@ -190,7 +190,7 @@ func TestExpectedHandComputed(t *testing.T) {
 	in := func(c Case, r, j int) int64 { return c.Input(r, j) }
 
 	t.Run("allreduce sum int8 3 ranks", func(t *testing.T) {
-		c := Case{Coll: AllReduce, Type: sdk.Int8, Op: sdk.Sum, NRanks: 3, Count: 4, Seed: seed}
+		c := Case{Coll: sdk.AllReduce, Type: sdk.Int8, Op: sdk.Sum, NRanks: 3, Count: 4, Seed: seed}
 		want := make([]int64, 4)
 		for i := range want {
 			want[i] = int64(int8(in(c, 0, i) + in(c, 1, i) + in(c, 2, i))) // int8 wraps
@@ -200,7 +200,7 @@ func TestExpectedHandComputed(t *testing.T) {
 		}
 	})
 	t.Run("reduce max float16 root 1", func(t *testing.T) {
-		c := Case{Coll: Reduce, Type: sdk.Float16, Op: sdk.Max, NRanks: 3, Root: 1, Count: 5, Seed: seed}
+		c := Case{Coll: sdk.Reduce, Type: sdk.Float16, Op: sdk.Max, NRanks: 3, Root: 1, Count: 5, Seed: seed}
 		want := make([]int64, 5)
 		for i := range want {
 			want[i] = max(in(c, 0, i), in(c, 1, i), in(c, 2, i))
@@ -209,26 +209,26 @@ func TestExpectedHandComputed(t *testing.T) {
 		require.Equal(t, make([]int64, 5), decodeInts(c.Type, Expected(c, 0)), "a non-root's buffer stays as it was")
 	})
 	t.Run("reducescatter prod int32", func(t *testing.T) {
-		c := Case{Coll: ReduceScatter, Type: sdk.Int32, Op: sdk.Prod, NRanks: 2, Count: 3, Seed: seed}
+		c := Case{Coll: sdk.ReduceScatter, Type: sdk.Int32, Op: sdk.Prod, NRanks: 2, Count: 3, Seed: seed}
 		// rank 1 gets elements 3..5 of the reduction.
 		want := []int64{in(c, 0, 3) * in(c, 1, 3), in(c, 0, 4) * in(c, 1, 4), in(c, 0, 5) * in(c, 1, 5)}
 		require.Equal(t, want, decodeInts(c.Type, Expected(c, 1)))
 	})
 	t.Run("allgather uint8", func(t *testing.T) {
-		c := Case{Coll: AllGather, Type: sdk.Uint8, NRanks: 2, Count: 2, Seed: seed}
+		c := Case{Coll: sdk.AllGather, Type: sdk.Uint8, NRanks: 2, Count: 2, Seed: seed}
 		want := []int64{in(c, 0, 0), in(c, 0, 1), in(c, 1, 0), in(c, 1, 1)}
 		require.Equal(t, want, decodeInts(c.Type, Expected(c, 0)))
 		require.Equal(t, 2, c.SendCount())
 		require.Equal(t, 4, c.RecvCount())
 	})
 	t.Run("alltoall int64", func(t *testing.T) {
-		c := Case{Coll: AlltoAll, Type: sdk.Int64, NRanks: 2, Count: 2, Seed: seed}
+		c := Case{Coll: sdk.AlltoAll, Type: sdk.Int64, NRanks: 2, Count: 2, Seed: seed}
 		// rank 1 receives chunk 1 of every rank.
 		want := []int64{in(c, 0, 2), in(c, 0, 3), in(c, 1, 2), in(c, 1, 3)}
 		require.Equal(t, want, decodeInts(c.Type, Expected(c, 1)))
 	})
 	t.Run("alltoallv float32 3 ranks", func(t *testing.T) {
-		c := Case{Coll: AlltoAllv, Type: sdk.Float32, NRanks: 3, Count: 4, Seed: seed}
+		c := Case{Coll: sdk.AlltoAllv, Type: sdk.Float32, NRanks: 3, Count: 4, Seed: seed}
 		// rank 1 receives 4 elements from rank 0 (from rank 0's slot 1,
 		// elements 4..7), none from itself, 1 from rank 2 (element 4).
 		want := []int64{
@@ -239,29 +239,29 @@ func TestExpectedHandComputed(t *testing.T) {
 		require.Equal(t, want, decodeInts(c.Type, Expected(c, 1)))
 	})
 	t.Run("broadcast bfloat16 root 2", func(t *testing.T) {
-		c := Case{Coll: Broadcast, Type: sdk.Bfloat16, NRanks: 3, Root: 2, Count: 3, Seed: seed}
+		c := Case{Coll: sdk.Broadcast, Type: sdk.Bfloat16, NRanks: 3, Root: 2, Count: 3, Seed: seed}
 		want := []int64{in(c, 2, 0), in(c, 2, 1), in(c, 2, 2)}
 		for r := 0; r < 3; r++ {
 			require.Equal(t, want, decodeInts(c.Type, Expected(c, r)))
 		}
 	})
 	t.Run("gather uint32 root 0", func(t *testing.T) {
-		c := Case{Coll: Gather, Type: sdk.Uint32, NRanks: 2, Root: 0, Count: 2, Seed: seed}
+		c := Case{Coll: sdk.Gather, Type: sdk.Uint32, NRanks: 2, Root: 0, Count: 2, Seed: seed}
 		require.Equal(t, []int64{in(c, 0, 0), in(c, 0, 1), in(c, 1, 0), in(c, 1, 1)}, decodeInts(c.Type, Expected(c, 0)))
 		require.Equal(t, []int64{0, 0, 0, 0}, decodeInts(c.Type, Expected(c, 1)))
 	})
 	t.Run("scatter float64 root 1", func(t *testing.T) {
-		c := Case{Coll: Scatter, Type: sdk.Float64, NRanks: 2, Root: 1, Count: 2, Seed: seed}
+		c := Case{Coll: sdk.Scatter, Type: sdk.Float64, NRanks: 2, Root: 1, Count: 2, Seed: seed}
 		require.Equal(t, []int64{in(c, 1, 0), in(c, 1, 1)}, decodeInts(c.Type, Expected(c, 0)))
 		require.Equal(t, []int64{in(c, 1, 2), in(c, 1, 3)}, decodeInts(c.Type, Expected(c, 1)))
 	})
 	t.Run("sendrecv ring", func(t *testing.T) {
-		c := Case{Coll: SendRecv, Type: sdk.Int32, NRanks: 3, Count: 2, Seed: seed}
+		c := Case{Coll: sdk.SendRecv, Type: sdk.Int32, NRanks: 3, Count: 2, Seed: seed}
 		require.Equal(t, []int64{in(c, 2, 0), in(c, 2, 1)}, decodeInts(c.Type, Expected(c, 0)))
 		require.Equal(t, []int64{in(c, 0, 0), in(c, 0, 1)}, decodeInts(c.Type, Expected(c, 1)))
 	})
 	t.Run("expected into keeps what is not received", func(t *testing.T) {
-		c := Case{Coll: Reduce, Type: sdk.Int8, Op: sdk.Sum, NRanks: 2, Root: 0, Count: 2, Seed: seed}
+		c := Case{Coll: sdk.Reduce, Type: sdk.Int8, Op: sdk.Sum, NRanks: 2, Root: 0, Count: 2, Seed: seed}
 		buf := []byte{5, 6}
 		ExpectedInto(c, 1, buf)
 		require.Equal(t, []byte{5, 6}, buf)
@@ -383,7 +383,7 @@ func TestWrongResultsAreSeen(t *testing.T) {
 	const n, count = 4, 256
 	for _, dt := range allTypes() {
 		for _, op := range sdk.AllRedOps() {
-			c := Case{Coll: AllReduce, Type: dt, Op: op, NRanks: n, Count: count, Seed: 11}
+			c := Case{Coll: sdk.AllReduce, Type: dt, Op: op, NRanks: n, Count: count, Seed: 11}
 			want := Expected(c, 0)
 			sz := dt.Size()
 
@@ -432,7 +432,7 @@ func TestWrongResultsAreSeen(t *testing.T) {
 	}
 
 	// Data movement: elements delivered to the wrong slot.
-	c := Case{Coll: AllGather, Type: sdk.Uint8, NRanks: n, Count: 64, Seed: 3}
+	c := Case{Coll: sdk.AllGather, Type: sdk.Uint8, NRanks: n, Count: 64, Seed: 3}
 	want := Expected(c, 0)
 	swapped := append([]byte(nil), want...)
 	copy(swapped[0:64], want[64:128])
@@ -441,22 +441,22 @@ func TestWrongResultsAreSeen(t *testing.T) {
 }
 
 func TestValidate(t *testing.T) {
-	ok := Case{Coll: Reduce, Type: sdk.Float32, Op: sdk.Sum, NRanks: 2, Root: 1, Count: 1}
+	ok := Case{Coll: sdk.Reduce, Type: sdk.Float32, Op: sdk.Sum, NRanks: 2, Root: 1, Count: 1}
 	require.NoError(t, ok.Validate())
 	bad := []Case{
-		{Coll: NumCollectives, Type: sdk.Float32, NRanks: 1},
-		{Coll: AllReduce, Type: sdk.NumDataTypes, NRanks: 1},
-		{Coll: AllReduce, Type: sdk.Float32, Op: sdk.NumRedOps, NRanks: 1},
-		{Coll: AllReduce, Type: sdk.Float32, NRanks: 0},
-		{Coll: Reduce, Type: sdk.Float32, NRanks: 2, Root: 2},
-		{Coll: AllReduce, Type: sdk.Float32, NRanks: 1, Count: -1},
+		{Coll: sdk.NumCollectives, Type: sdk.Float32, NRanks: 1},
+		{Coll: sdk.AllReduce, Type: sdk.NumDataTypes, NRanks: 1},
+		{Coll: sdk.AllReduce, Type: sdk.Float32, Op: sdk.NumRedOps, NRanks: 1},
+		{Coll: sdk.AllReduce, Type: sdk.Float32, NRanks: 0},
+		{Coll: sdk.Reduce, Type: sdk.Float32, NRanks: 2, Root: 2},
+		{Coll: sdk.AllReduce, Type: sdk.Float32, NRanks: 1, Count: -1},
 	}
 	for _, c := range bad {
 		require.Error(t, c.Validate(), "%+v", c)
 	}
-	_, err := ParseCollective("allgatherv")
+	_, err := sdk.ParseCollective("allgatherv")
 	require.ErrorContains(t, err, "use one of allreduce")
-	got, err := ParseCollective(" AllToAllV ")
+	got, err := sdk.ParseCollective(" AllToAllV ")
 	require.NoError(t, err)
-	require.Equal(t, AlltoAllv, got)
+	require.Equal(t, sdk.AlltoAllv, got)
 }

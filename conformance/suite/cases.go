@@ -73,7 +73,7 @@ type Case struct {
 // Spec is what the workers execute. It crosses the RPC boundary.
 type Spec struct {
 	Kind    Kind // what runs it (kinds.go)
-	Coll    reference.Collective
+	Coll    sdk.Collective
 	Type    sdk.DataType
 	Op      sdk.RedOp
 	Root    int
@@ -137,30 +137,30 @@ func rootsFor(n int, quick bool, dt sdk.DataType, op sdk.RedOp) []int {
 // largeCombos are the (collective, type, op) combinations also run with
 // countLarge elements: large sizes cost time, the small sizes cover the
 // type x op cross.
-func largeCombos(quick bool) map[reference.Collective][][2]int {
+func largeCombos(quick bool) map[sdk.Collective][][2]int {
 	t := func(dt sdk.DataType, op sdk.RedOp) [2]int { return [2]int{int(dt), int(op)} }
 	if quick {
-		return map[reference.Collective][][2]int{
-			reference.AllReduce: {t(sdk.Float32, sdk.Sum)},
-			reference.AllGather: {t(sdk.Float32, reference.NoOp)},
+		return map[sdk.Collective][][2]int{
+			sdk.AllReduce: {t(sdk.Float32, sdk.Sum)},
+			sdk.AllGather: {t(sdk.Float32, reference.NoOp)},
 		}
 	}
-	return map[reference.Collective][][2]int{
-		reference.AllReduce:     {t(sdk.Float32, sdk.Sum), t(sdk.Bfloat16, sdk.Sum), t(sdk.Int8, sdk.Max), t(sdk.Float16, sdk.Avg)},
-		reference.Reduce:        {t(sdk.Float32, sdk.Sum)},
-		reference.Broadcast:     {t(sdk.Float32, reference.NoOp)},
-		reference.AllGather:     {t(sdk.Float32, reference.NoOp)},
-		reference.ReduceScatter: {t(sdk.Float32, sdk.Sum)},
-		reference.AlltoAll:      {t(sdk.Float32, reference.NoOp)},
+	return map[sdk.Collective][][2]int{
+		sdk.AllReduce:     {t(sdk.Float32, sdk.Sum), t(sdk.Bfloat16, sdk.Sum), t(sdk.Int8, sdk.Max), t(sdk.Float16, sdk.Avg)},
+		sdk.Reduce:        {t(sdk.Float32, sdk.Sum)},
+		sdk.Broadcast:     {t(sdk.Float32, reference.NoOp)},
+		sdk.AllGather:     {t(sdk.Float32, reference.NoOp)},
+		sdk.ReduceScatter: {t(sdk.Float32, sdk.Sum)},
+		sdk.AlltoAll:      {t(sdk.Float32, reference.NoOp)},
 	}
 }
 
 // collLevel is the level of each collective (see README: why).
-func collLevel(c reference.Collective) Level {
+func collLevel(c sdk.Collective) Level {
 	switch c {
-	case reference.AllReduce, reference.Reduce, reference.Broadcast, reference.AllGather, reference.ReduceScatter, reference.SendRecv:
+	case sdk.AllReduce, sdk.Reduce, sdk.Broadcast, sdk.AllGather, sdk.ReduceScatter, sdk.SendRecv:
 		return MUST
-	case reference.AlltoAll, reference.Gather, reference.Scatter:
+	case sdk.AlltoAll, sdk.Gather, sdk.Scatter:
 		return SHOULD
 	}
 	return MAY // alltoallv
@@ -202,24 +202,24 @@ func typeLevel(t sdk.DataType) Level {
 }
 
 // optionalEntry is the OPTIONAL table entry a collective needs.
-func optionalEntry(c reference.Collective) string {
+func optionalEntry(c sdk.Collective) string {
 	switch c {
-	case reference.AlltoAll:
+	case sdk.AlltoAll:
 		return "alltoAll"
-	case reference.AlltoAllv:
+	case sdk.AlltoAllv:
 		return "alltoAllv"
-	case reference.Gather:
+	case sdk.Gather:
 		return "gather"
-	case reference.Scatter:
+	case sdk.Scatter:
 		return "scatter"
 	}
 	return ""
 }
 
 // inPlaceOK reports whether the collective has an in-place form (NCCL's).
-func inPlaceOK(c reference.Collective) bool {
+func inPlaceOK(c sdk.Collective) bool {
 	switch c {
-	case reference.AllReduce, reference.Reduce, reference.Broadcast, reference.AllGather, reference.ReduceScatter:
+	case sdk.AllReduce, sdk.Reduce, sdk.Broadcast, sdk.AllGather, sdk.ReduceScatter:
 		return true
 	}
 	return false
@@ -341,8 +341,8 @@ const leakRounds = 200
 func collCases(n int, quick bool) []Case {
 	var out []Case
 	large := largeCombos(quick)
-	colls := []reference.Collective{reference.AllReduce, reference.Reduce, reference.Broadcast, reference.AllGather,
-		reference.ReduceScatter, reference.AlltoAll, reference.AlltoAllv, reference.Gather, reference.Scatter}
+	colls := []sdk.Collective{sdk.AllReduce, sdk.Reduce, sdk.Broadcast, sdk.AllGather,
+		sdk.ReduceScatter, sdk.AlltoAll, sdk.AlltoAllv, sdk.Gather, sdk.Scatter}
 	for _, coll := range colls {
 		for _, dt := range sdk.AllDataTypes() {
 			ops := []sdk.RedOp{reference.NoOp}
@@ -389,7 +389,7 @@ func collCases(n int, quick bool) []Case {
 	return out
 }
 
-func collCase(coll reference.Collective, dt sdk.DataType, op sdk.RedOp, n, root, count int, inPlace bool) Case {
+func collCase(coll sdk.Collective, dt sdk.DataType, op sdk.RedOp, n, root, count int, inPlace bool) Case {
 	parts := []string{"coll", coll.String(), dt.String()}
 	level := collLevel(coll)
 	if coll.Reduces() {
@@ -431,7 +431,7 @@ func p2pCases(n int, quick bool) []Case {
 	var out []Case
 	p := func(kind Kind, area string, level Level, dt sdk.DataType, count int, desc string) {
 		out = append(out, Case{ID: fmt.Sprintf("%s.%s.n%d.count%d", kind, dt, n, count), Level: level, Area: area,
-			Description: desc, UsesType: true, Deadline: p2pDeadline, Spec: Spec{Kind: kind, Coll: reference.SendRecv, Type: dt, Count: count}})
+			Description: desc, UsesType: true, Deadline: p2pDeadline, Spec: Spec{Kind: kind, Coll: sdk.SendRecv, Type: dt, Count: count}})
 	}
 	ringTypes := sdk.AllDataTypes()
 	exTypes := []sdk.DataType{sdk.Float32, sdk.Float16, sdk.Int64, sdk.Uint8}

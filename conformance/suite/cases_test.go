@@ -71,14 +71,14 @@ func TestMatrixShape(t *testing.T) {
 func TestMatrixCoverage(t *testing.T) {
 	m := Matrix(MatrixOptions{NP: []int{3}})
 	type key struct {
-		coll reference.Collective
+		coll sdk.Collective
 		dt   sdk.DataType
 		op   sdk.RedOp
 	}
 	seen := map[key]bool{}
 	counts := map[int]bool{}
 	roots := map[int]bool{}
-	inPlace := map[reference.Collective]bool{}
+	inPlace := map[sdk.Collective]bool{}
 	for _, c := range m {
 		if c.Spec.Kind != "coll" {
 			continue
@@ -92,8 +92,8 @@ func TestMatrixCoverage(t *testing.T) {
 			inPlace[c.Spec.Coll] = true
 		}
 	}
-	for _, coll := range reference.AllCollectives() {
-		if coll == reference.SendRecv {
+	for _, coll := range sdk.AllCollectives() {
+		if coll == sdk.SendRecv {
 			continue
 		}
 		for _, dt := range sdk.AllDataTypes() {
@@ -110,7 +110,7 @@ func TestMatrixCoverage(t *testing.T) {
 		require.True(t, counts[n], "count %d missing", n)
 	}
 	require.True(t, roots[0] && roots[2], "roots 0 and n-1")
-	for _, coll := range []reference.Collective{reference.AllReduce, reference.Reduce, reference.Broadcast, reference.AllGather, reference.ReduceScatter} {
+	for _, coll := range []sdk.Collective{sdk.AllReduce, sdk.Reduce, sdk.Broadcast, sdk.AllGather, sdk.ReduceScatter} {
 		require.True(t, inPlace[coll], "%s in place", coll)
 	}
 	ids := byID(m)

@@ -51,7 +51,7 @@ func TestCompareElems(t *testing.T) {
 // a power of two is inexact, by at most 2*n*u*max|input|.
 func TestAvgTolerance(t *testing.T) {
 	id := func(i int) int { return i }
-	c := reference.Case{Coll: reference.AllReduce, Type: sdk.Float16, Op: sdk.Avg, NRanks: 3, Count: 16, Seed: 9}
+	c := reference.Case{Coll: sdk.AllReduce, Type: sdk.Float16, Op: sdk.Avg, NRanks: 3, Count: 16, Seed: 9}
 	tol := avgTolerance(c, id)
 	require.NotNil(t, tol)
 	for i := 0; i < c.Count; i++ {
@@ -66,9 +66,9 @@ func TestAvgTolerance(t *testing.T) {
 	none := func(i int) int { return -1 }
 	require.Zero(t, avgTolerance(c, none)(0), "elements outside the reduced block are exact")
 	for _, exact := range []reference.Case{
-		{Coll: reference.AllReduce, Type: sdk.Float16, Op: sdk.Avg, NRanks: 4},
-		{Coll: reference.AllReduce, Type: sdk.Int32, Op: sdk.Avg, NRanks: 3},
-		{Coll: reference.AllReduce, Type: sdk.Float32, Op: sdk.Sum, NRanks: 3},
+		{Coll: sdk.AllReduce, Type: sdk.Float16, Op: sdk.Avg, NRanks: 4},
+		{Coll: sdk.AllReduce, Type: sdk.Int32, Op: sdk.Avg, NRanks: 3},
+		{Coll: sdk.AllReduce, Type: sdk.Float32, Op: sdk.Sum, NRanks: 3},
 	} {
 		require.Nil(t, avgTolerance(exact, id), "%+v", exact)
 	}

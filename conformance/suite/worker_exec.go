@@ -242,7 +242,7 @@ func (w *worker) prepColl(sc *scratch, comm *loader.Comm, s Spec) (*job, error) 
 		}
 		send, recv = sb.ptr(), rb.ptr()
 		elemOf := identity
-		if s.Coll == reference.ReduceScatter {
+		if s.Coll == sdk.ReduceScatter {
 			elemOf = func(i int) int { return rank*count + i }
 		}
 		j.checks = []checked{
@@ -254,17 +254,17 @@ func (w *worker) prepColl(sc *scratch, comm *loader.Comm, s Spec) (*job, error) 
 		var sendOff, recvOff int
 		elemOf := identity
 		switch s.Coll {
-		case reference.AllReduce, reference.Reduce, reference.Broadcast:
+		case sdk.AllReduce, sdk.Reduce, sdk.Broadcast:
 			init = input
 			want = append([]byte(nil), init...)
 			reference.ExpectedInto(c, rank, want)
-		case reference.AllGather: // sendbuff = recvbuff + rank*count
+		case sdk.AllGather: // sendbuff = recvbuff + rank*count
 			init = filled(c.RecvCount()*sz, fillByte)
 			copy(init[rank*count*sz:], input)
 			want = append([]byte(nil), init...)
 			reference.ExpectedInto(c, rank, want)
 			sendOff = rank * count * sz
-		case reference.ReduceScatter: // recvbuff = sendbuff + rank*count
+		case sdk.ReduceScatter: // recvbuff = sendbuff + rank*count
 			init = input
 			want = append([]byte(nil), init...)
 			reference.ExpectedInto(c, rank, want[rank*count*sz:(rank+1)*count*sz])
@@ -285,30 +285,8 @@ func (w *worker) prepColl(sc *scratch, comm *loader.Comm, s Spec) (*job, error) 
 		send, recv = b.ptr()+uintptr(sendOff), b.ptr()+uintptr(recvOff)
 		j.checks = []checked{{name: "in-place buffer", buf: b, want: want, dt: dt, tol: avgTolerance(c, elemOf)}}
 	}
-	j.issue = func(st loader.Stream) error {
-		switch s.Coll {
-		case reference.AllReduce:
-			return comm.AllReduce(send, recv, count, dt, s.Op, st)
-		case reference.Reduce:
-			return comm.Reduce(send, recv, count, dt, s.Op, s.Root, st)
-		case reference.Broadcast:
-			return comm.Broadcast(send, recv, count, dt, s.Root, st)
-		case reference.AllGather:
-			return comm.AllGather(send, recv, count, dt, st)
-		case reference.ReduceScatter:
-			return comm.ReduceScatter(send, recv, count, dt, s.Op, st)
-		case reference.AlltoAll:
-			return comm.AlltoAll(send, recv, count, dt, st)
-		case reference.AlltoAllv:
-			sc, sd, rc, rd := reference.AlltoAllvCounts(n, count, rank)
-			return comm.AlltoAllv(send, sc, sd, recv, rc, rd, dt, st)
-		case reference.Gather:
-			return comm.Gather(send, recv, count, dt, s.Root, st)
-		case reference.Scatter:
-			return comm.Scatter(send, recv, count, dt, s.Root, st)
-		}
-		return fmt.Errorf("unknown collective %s", s.Coll)
-	}
+	call := c.Call(rank)
+	j.issue = func(st loader.Stream) error { return sdk.Dispatch(comm, call, send, recv, st) }
 	return j, nil
 }
 
@@ -316,7 +294,7 @@ func (w *worker) prepColl(sc *scratch, comm *loader.Comm, s Spec) (*job, error) 
 func (w *worker) prepRing(sc *scratch, comm *loader.Comm, s Spec) (*job, error) {
 	n, rank, dt, count := comm.Count(), comm.Rank(), s.Type, s.Count
 	j := &job{}
-	c := reference.Case{Coll: reference.SendRecv, Type: dt, NRanks: n, Count: count, Seed: s.Seed}
+	c := reference.Case{Coll: sdk.SendRecv, Type: dt, NRanks: n, Count: count, Seed: s.Seed}
 	sb, rb, err := w.sendRecvBufs(sc, j, c, rank)
 	if err != nil {
 		return nil, err
@@ -341,7 +319,7 @@ func (w *worker) prepExchange(sc *scratch, comm *loader.Comm, s Spec) (*job, err
 	n, rank, dt, count := comm.Count(), comm.Rank(), s.Type, s.Count
 	sz := dt.Size()
 	j := &job{}
-	c := reference.Case{Coll: reference.AlltoAll, Type: dt, NRanks: n, Count: count, Seed: s.Seed}
+	c := reference.Case{Coll: sdk.AlltoAll, Type: dt, NRanks: n, Count: count, Seed: s.Seed}
 	input := make([]byte, c.SendCount()*sz)
 	reference.FillInput(c, rank, input)
 	init := filled(c.RecvCount()*sz, fillByte)
@@ -387,7 +365,7 @@ func (w *worker) prepSelf(sc *scratch, comm *loader.Comm, s Spec) (*job, error) 
 	n, rank, dt, count := comm.Count(), comm.Rank(), s.Type, s.Count
 	j := &job{}
 	// A broadcast case rooted at this rank has the data: recv = own input.
-	c := reference.Case{Coll: reference.Broadcast, Type: dt, NRanks: n, Root: rank, Count: count, Seed: s.Seed}
+	c := reference.Case{Coll: sdk.Broadcast, Type: dt, NRanks: n, Root: rank, Count: count, Seed: s.Seed}
 	sb, rb, err := w.sendRecvBufs(sc, j, c, rank)
 	if err != nil {
 		return nil, err
@@ -409,7 +387,7 @@ func (w *worker) prepPair(sc *scratch, comm *loader.Comm, s Spec) (*job, error) 
 	sz := dt.Size()
 	j := &job{}
 	// Rank 0 sends its broadcast input to rank n-1, outside any group.
-	c := reference.Case{Coll: reference.Broadcast, Type: dt, NRanks: n, Root: 0, Count: count, Seed: s.Seed}
+	c := reference.Case{Coll: sdk.Broadcast, Type: dt, NRanks: n, Root: 0, Count: count, Seed: s.Seed}
 	switch rank {
 	case 0:
 		input := make([]byte, count*sz)
@@ -524,7 +502,7 @@ func (w *worker) streamOrdered(s Spec) error {
 		return errors.New("no communicator")
 	}
 	p, rank := w.p, w.comm.Rank()
-	c := reference.Case{Coll: reference.AllReduce, Type: s.Type, Op: sdk.Sum, NRanks: w.comm.Count(), Count: s.Count, Seed: s.Seed}
+	c := reference.Case{Coll: sdk.AllReduce, Type: s.Type, Op: sdk.Sum, NRanks: w.comm.Count(), Count: s.Count, Seed: s.Seed}
 	n := s.Count * s.Type.Size()
 	sc := &scratch{w: w}
 	defer sc.free()
@@ -565,7 +543,7 @@ func (w *worker) streamOrdered(s Spec) error {
 func (w *worker) allReduceCheck(comm *loader.Comm, s Spec, seed uint64) error {
 	sc := &scratch{w: w}
 	defer sc.free()
-	j, err := w.prepColl(sc, comm, Spec{Coll: reference.AllReduce, Type: s.Type, Op: sdk.Sum, Count: s.Count, Seed: seed})
+	j, err := w.prepColl(sc, comm, Spec{Coll: sdk.AllReduce, Type: s.Type, Op: sdk.Sum, Count: s.Count, Seed: seed})
 	if err != nil {
 		return err
 	}
@@ -669,9 +647,9 @@ func (w *worker) groupCollectives(s Spec) error {
 	n := w.comm.Count()
 	var jobs []*job
 	for i, sub := range []Spec{
-		{Coll: reference.AllReduce, Type: sdk.Float32, Op: sdk.Sum, Count: s.Count},
-		{Coll: reference.AllReduce, Type: sdk.Int32, Op: sdk.Max, Count: s.Count},
-		{Coll: reference.Broadcast, Type: sdk.Float64, Root: n - 1, Count: s.Count},
+		{Coll: sdk.AllReduce, Type: sdk.Float32, Op: sdk.Sum, Count: s.Count},
+		{Coll: sdk.AllReduce, Type: sdk.Int32, Op: sdk.Max, Count: s.Count},
+		{Coll: sdk.Broadcast, Type: sdk.Float64, Root: n - 1, Count: s.Count},
 	} {
 		sub.Seed = s.Seed + uint64(i)
 		j, err := w.prepColl(sc, w.comm, sub)
@@ -771,7 +749,7 @@ func (w *worker) commMulti(s Spec) error {
 	defer sc.free()
 	var jobs []*job
 	for i, c := range comms {
-		j, err := w.prepColl(sc, c, Spec{Coll: reference.AllReduce, Type: s.Type, Op: sdk.Sum, Count: s.Count, Seed: s.Seed + uint64(i)})
+		j, err := w.prepColl(sc, c, Spec{Coll: sdk.AllReduce, Type: s.Type, Op: sdk.Sum, Count: s.Count, Seed: s.Seed + uint64(i)})
 		if err != nil {
 			return err
 		}
@@ -836,7 +814,7 @@ var pciBusID = regexp.MustCompile(`^[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$`
 // pattern is n bytes of reference data (uint8 movement values).
 func pattern(n int, seed uint64) []byte {
 	b := make([]byte, n)
-	reference.FillInput(reference.Case{Coll: reference.Broadcast, Type: sdk.Uint8, NRanks: 1, Count: n, Seed: seed}, 0, b)
+	reference.FillInput(reference.Case{Coll: sdk.Broadcast, Type: sdk.Uint8, NRanks: 1, Count: n, Seed: seed}, 0, b)
 	return b
 }
 

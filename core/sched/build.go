@@ -129,7 +129,7 @@ func Build(l *Layout, rank int, call Call, o Options) (*Plan, error) {
 		local: l.LocalRank(rank), dev: c.OnDevice(), leader: c.Leader == rank,
 		p: &Plan{Call: call, Rank: rank, Layout: l, Chunks: 1},
 	}
-	if call.Coll != P2P && call.Coll != Barrier {
+	if call.Coll != sdk.SendRecv && call.Coll != sdk.Barrier {
 		b.size = call.DType.Size()
 	}
 	b.choose()
@@ -139,10 +139,10 @@ func Build(l *Layout, rank int, call Call, o Options) (*Plan, error) {
 // choose picks the path and builds its steps.
 func (b *builder) choose() {
 	call := b.call
-	if call.Coll == Barrier {
+	if call.Coll == sdk.Barrier {
 		b.p.Path = PathHost
 		b.p.Why = "a barrier is a host barrier over all ranks"
-		b.add(Step{Lane: LaneNet, Kind: KindWorld, Coll: Barrier, Chunk: -1})
+		b.add(Step{Lane: LaneNet, Kind: KindWorld, Coll: sdk.Barrier, Chunk: -1})
 		return
 	}
 	reducing := call.Coll.Reduces()
@@ -193,15 +193,15 @@ func (b *builder) choose() {
 // c2c builds the staged cluster-to-cluster schedule of call (c2c.go).
 func (b *builder) c2c() {
 	switch b.call.Coll {
-	case AllReduce:
+	case sdk.AllReduce:
 		b.allReduce()
-	case Reduce:
+	case sdk.Reduce:
 		b.reduce()
-	case Broadcast:
+	case sdk.Broadcast:
 		b.broadcast()
-	case AllGather:
+	case sdk.AllGather:
 		b.allGather()
-	case ReduceScatter:
+	case sdk.ReduceScatter:
 		b.reduceScatter()
 	}
 }
@@ -228,7 +228,7 @@ func (b *builder) direct() {
 	s := Step{Lane: LaneIntra, Kind: KindIntra, Coll: call.Coll, Src: ref(BufSend, 0, sendB), Dst: ref(BufRecv, 0, recvB),
 		Count: call.Count, DType: call.DType, Op: call.Op, Root: call.Root, Chunk: -1}
 	switch call.Coll {
-	case P2P:
+	case sdk.SendRecv:
 		for i, x := range call.Ops {
 			if x.Bytes > 0 {
 				s.Xfers = append(s.Xfers, Xfer{Peer: x.Peer, Recv: x.Recv, Ref: Ref{Buf: BufUser, Idx: i, Len: x.Bytes}})
@@ -240,7 +240,7 @@ func (b *builder) direct() {
 		s.Src, s.Dst = Ref{}, Ref{}
 		b.add(s)
 		return
-	case AlltoAllv:
+	case sdk.AlltoAllv:
 		// Never skipped: a rank with nothing to move still takes part.
 		s.SendCounts, s.SDispls, s.RecvCounts, s.RDispls = call.SendCounts, call.SDispls, call.RecvCounts, call.RDispls
 	default:
@@ -252,7 +252,7 @@ func (b *builder) direct() {
 		// Data movement never needs the element type: move bytes.
 		b.p.Why = fmt.Sprintf("%s's library has no %s: the data moves as bytes", b.c.Plugin, call.DType)
 		s.Count, s.DType = call.Count*b.size, sdk.Uint8
-		if call.Coll == AlltoAllv {
+		if call.Coll == sdk.AlltoAllv {
 			scale := func(v []int) []int {
 				out := make([]int, len(v))
 				for i, x := range v {

@@ -61,7 +61,7 @@ func (b *builder) allReduce() {
 	}
 	if b.m > 1 {
 		for i, s := range sp {
-			red[i] = b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: Reduce, Src: ref(BufSend, s.Off, s.Len), Dst: ref(BufRecv, s.Off, s.Len),
+			red[i] = b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: sdk.Reduce, Src: ref(BufSend, s.Off, s.Len), Dst: ref(BufRecv, s.Off, s.Len),
 				Count: b.count(s.Len), DType: call.DType, Op: opR, Root: 0, Chunk: i})
 		}
 		src = BufRecv
@@ -70,7 +70,7 @@ func (b *builder) allReduce() {
 	if b.leader {
 		for i, s := range sp {
 			fin[i] = b.leaderChunk(i, s, red[i], ref(src, s.Off, s.Len), ref(BufRecv, s.Off, s.Len),
-				Step{Coll: AllReduce, Count: b.count(s.Len), DType: call.DType, Op: opR}, call.Op == sdk.Avg)
+				Step{Coll: sdk.AllReduce, Count: b.count(s.Len), DType: call.DType, Op: opR}, call.Op == sdk.Avg)
 		}
 	}
 	b.spreadChunks(sp, fin)
@@ -89,7 +89,7 @@ func (b *builder) spreadChunks(sp []span, fin []int) {
 			d = fin[i]
 		}
 		r := ref(BufRecv, s.Off, s.Len)
-		b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: Broadcast, Src: r, Dst: r, Count: s.Len, DType: sdk.Uint8, Root: 0, Chunk: i, Deps: deps(d)})
+		b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: sdk.Broadcast, Src: r, Dst: r, Count: s.Len, DType: sdk.Uint8, Root: 0, Chunk: i, Deps: deps(d)})
 	}
 }
 
@@ -121,7 +121,7 @@ func (b *builder) reduce() {
 			acc = dst
 		}
 		for i, s := range sp {
-			red[i] = b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: Reduce, Src: ref(BufSend, s.Off, s.Len), Dst: ref(dst, s.Off, s.Len),
+			red[i] = b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: sdk.Reduce, Src: ref(BufSend, s.Off, s.Len), Dst: ref(dst, s.Off, s.Len),
 				Count: b.count(s.Len), DType: call.DType, Op: opR, Root: 0, Chunk: i})
 		}
 	}
@@ -139,7 +139,7 @@ func (b *builder) reduce() {
 	if b.leader {
 		for i, s := range sp {
 			fin[i] = b.leaderChunk(i, s, red[i], ref(acc, s.Off, s.Len), ref(to, s.Off, s.Len),
-				Step{Coll: Reduce, Count: b.count(s.Len), DType: call.DType, Op: opR, Root: c0.Index}, inC0 && call.Op == sdk.Avg)
+				Step{Coll: sdk.Reduce, Count: b.count(s.Len), DType: call.DType, Op: opR, Root: c0.Index}, inC0 && call.Op == sdk.Avg)
 		}
 	}
 	// The root is not its cluster's leader: the leader hands it the result.
@@ -147,9 +147,9 @@ func (b *builder) reduce() {
 		for i, s := range sp {
 			switch {
 			case b.leader:
-				b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: P2P, Xfers: []Xfer{{Peer: rootLocal, Ref: ref(BufScratch, s.Off, s.Len)}}, Chunk: i, Deps: deps(fin[i])})
+				b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: sdk.SendRecv, Xfers: []Xfer{{Peer: rootLocal, Ref: ref(BufScratch, s.Off, s.Len)}}, Chunk: i, Deps: deps(fin[i])})
 			case isRoot:
-				b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: P2P, Xfers: []Xfer{{Peer: 0, Recv: true, Ref: ref(BufRecv, s.Off, s.Len)}}, Chunk: i})
+				b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: sdk.SendRecv, Xfers: []Xfer{{Peer: 0, Recv: true, Ref: ref(BufRecv, s.Off, s.Len)}}, Chunk: i})
 			}
 		}
 	}
@@ -173,7 +173,7 @@ func (b *builder) broadcast() {
 				if b.rank == root {
 					from = ref(BufSend, s.Off, s.Len)
 				}
-				ready[i] = b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: Broadcast, Src: from, Dst: ref(BufRecv, s.Off, s.Len),
+				ready[i] = b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: sdk.Broadcast, Src: from, Dst: ref(BufRecv, s.Off, s.Len),
 					Count: s.Len, DType: sdk.Uint8, Root: b.l.LocalRank(root), Chunk: i})
 			}
 		}
@@ -188,7 +188,7 @@ func (b *builder) broadcast() {
 		}
 		for i, s := range sp {
 			b.leaderChunk(i, s, ready[i], ref(src, s.Off, s.Len), Ref{},
-				Step{Coll: Broadcast, Count: s.Len, DType: sdk.Uint8, Root: c0.Index}, false)
+				Step{Coll: sdk.Broadcast, Count: s.Len, DType: sdk.Uint8, Root: c0.Index}, false)
 		}
 		return
 	}
@@ -196,7 +196,7 @@ func (b *builder) broadcast() {
 	if b.leader {
 		for i, s := range sp {
 			fin[i] = b.leaderChunk(i, s, -1, Ref{}, ref(BufRecv, s.Off, s.Len),
-				Step{Coll: Broadcast, Count: s.Len, DType: sdk.Uint8, Root: c0.Index}, false)
+				Step{Coll: sdk.Broadcast, Count: s.Len, DType: sdk.Uint8, Root: c0.Index}, false)
 		}
 	}
 	b.spreadChunks(sp, fin)
@@ -221,11 +221,11 @@ func (b *builder) allGather() {
 			if b.leader {
 				dst = ref(BufScratch, b.m*s.Off, b.m*s.Len)
 			}
-			gat[i] = b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: Gather, Src: src, Dst: dst, Count: s.Len, DType: sdk.Uint8, Root: 0, Chunk: i})
+			gat[i] = b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: sdk.Gather, Src: src, Dst: dst, Count: s.Len, DType: sdk.Uint8, Root: 0, Chunk: i})
 		}
 	}
 	if !b.leader {
-		b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: Broadcast, Src: whole, Dst: whole, Count: nB, DType: sdk.Uint8, Root: 0, Chunk: -1})
+		b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: sdk.Broadcast, Src: whole, Dst: whole, Count: nB, DType: sdk.Uint8, Root: 0, Chunk: -1})
 		return
 	}
 	side := BufRecv
@@ -256,7 +256,7 @@ func (b *builder) allGather() {
 				xs = append(xs, Xfer{Peer: o.Index, Recv: true, Ref: block(side, g, s)})
 			}
 		}
-		last := b.add(Step{Lane: LaneNet, Kind: KindInter, Coll: P2P, Xfers: xs, Chunk: i, Deps: deps(in)})
+		last := b.add(Step{Lane: LaneNet, Kind: KindInter, Coll: sdk.SendRecv, Xfers: xs, Chunk: i, Deps: deps(in)})
 		if b.dev {
 			var out []CopyPair
 			if len(sp) == 1 {
@@ -271,7 +271,7 @@ func (b *builder) allGather() {
 		fin = append(fin, last)
 	}
 	if b.m > 1 {
-		b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: Broadcast, Src: whole, Dst: whole, Count: nB, DType: sdk.Uint8, Root: 0, Chunk: -1, Deps: fin})
+		b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: sdk.Broadcast, Src: whole, Dst: whole, Count: nB, DType: sdk.Uint8, Root: 0, Chunk: -1, Deps: fin})
 	}
 }
 
@@ -293,14 +293,14 @@ func (b *builder) reduceScatter() {
 			dst = ref(BufScratch, 0, nB)
 			partial = BufScratch
 		}
-		red = b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: Reduce, Src: ref(BufSend, 0, nB), Dst: dst,
+		red = b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: sdk.Reduce, Src: ref(BufSend, 0, nB), Dst: dst,
 			Count: b.count(nB), DType: call.DType, Op: opR, Root: 0, Chunk: -1})
 	}
 	// The scattered blocks of a cluster of several ranks, in cluster order.
 	scat := ref(BufScratch, nB, b.m*B)
 	if !b.leader {
 		r := ref(BufRecv, 0, B)
-		b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: Scatter, Src: r, Dst: r, Count: B, DType: sdk.Uint8, Root: 0, Chunk: -1})
+		b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: sdk.Scatter, Src: r, Dst: r, Count: B, DType: sdk.Uint8, Root: 0, Chunk: -1})
 		return
 	}
 	var others []*Cluster
@@ -359,7 +359,7 @@ func (b *builder) reduceScatter() {
 				xs = append(xs, Xfer{Peer: o.Index, Recv: true, Ref: area(t, j, s)})
 			}
 		}
-		last = b.add(Step{Lane: LaneNet, Kind: KindInter, Coll: P2P, Xfers: xs, Chunk: i, Deps: deps(last)})
+		last = b.add(Step{Lane: LaneNet, Kind: KindInter, Coll: sdk.SendRecv, Xfers: xs, Chunk: i, Deps: deps(last)})
 		for t := range others {
 			for j, g := range b.c.Ranks {
 				last = b.add(Step{Lane: LaneNet, Kind: KindReduce, Src: area(t, j, s), Dst: acc(g, j, s), DType: call.DType, Op: opR, Chunk: i})
@@ -384,6 +384,6 @@ func (b *builder) reduceScatter() {
 		fin = append(fin, last)
 	}
 	if b.m > 1 {
-		b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: Scatter, Src: scat, Dst: ref(BufRecv, 0, B), Count: B, DType: sdk.Uint8, Root: 0, Chunk: -1, Deps: fin})
+		b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: sdk.Scatter, Src: scat, Dst: ref(BufRecv, 0, B), Count: B, DType: sdk.Uint8, Root: 0, Chunk: -1, Deps: fin})
 	}
 }

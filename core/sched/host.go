@@ -1,5 +1,7 @@
 package sched
 
+import "github.com/flagcx/flagcx-go/sdk"
+
 // host is the host path: device ranks copy their input to pinned staging,
 // one host collective runs over all ranks, device ranks copy the result
 // back; host ranks run the collective on their buffers. AllReduce, Reduce
@@ -8,12 +10,12 @@ package sched
 func (b *builder) host() {
 	b.p.Path = PathHost
 	call := b.call
-	if call.Coll == P2P {
+	if call.Coll == sdk.SendRecv {
 		b.hostP2P()
 		return
 	}
 	sendB, recvB, _ := Needs(call, b.rank, b.n)
-	if call.Coll != AlltoAllv && call.Count == 0 {
+	if call.Coll != sdk.AlltoAllv && call.Count == 0 {
 		return
 	}
 	reads := sendB > 0
@@ -25,7 +27,7 @@ func (b *builder) host() {
 	} else {
 		world.Src, world.Dst = ref(BufStage, 0, sendB), ref(BufStage, sendB, recvB)
 	}
-	chunked := call.Coll == AllReduce || call.Coll == Reduce || call.Coll == Broadcast
+	chunked := call.Coll == sdk.AllReduce || call.Coll == sdk.Reduce || call.Coll == sdk.Broadcast
 	if !chunked {
 		world.Count = call.Count
 		in := -1
@@ -36,7 +38,7 @@ func (b *builder) host() {
 		net := b.add(world)
 		if b.dev && writes {
 			var cp []CopyPair
-			if call.Coll == AlltoAllv {
+			if call.Coll == sdk.AlltoAllv {
 				for p := range call.RecvCounts {
 					if n := call.RecvCounts[p] * b.size; n > 0 {
 						off := call.RDispls[p] * b.size

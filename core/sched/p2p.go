@@ -1,5 +1,7 @@
 package sched
 
+import "github.com/flagcx/flagcx-go/sdk"
+
 // ---- direct transfers ----------------------------------------------------
 
 // xfer is one transfer of a p2p plan, with a communicator-wide peer.
@@ -20,31 +22,31 @@ func (b *builder) transfers() []xfer {
 		}
 	}
 	switch call.Coll {
-	case AlltoAll:
+	case sdk.AlltoAll:
 		for p := 0; p < b.n; p++ {
 			add(p, false, ref(BufSend, p*B, B))
 			add(p, true, ref(BufRecv, p*B, B))
 		}
-	case AlltoAllv:
+	case sdk.AlltoAllv:
 		for p := 0; p < b.n; p++ {
 			add(p, false, ref(BufSend, call.SDispls[p]*b.size, call.SendCounts[p]*b.size))
 			add(p, true, ref(BufRecv, call.RDispls[p]*b.size, call.RecvCounts[p]*b.size))
 		}
-	case Gather:
+	case sdk.Gather:
 		add(call.Root, false, ref(BufSend, 0, B))
 		if b.rank == call.Root {
 			for p := 0; p < b.n; p++ {
 				add(p, true, ref(BufRecv, p*B, B))
 			}
 		}
-	case Scatter:
+	case sdk.Scatter:
 		if b.rank == call.Root {
 			for p := 0; p < b.n; p++ {
 				add(p, false, ref(BufSend, p*B, B))
 			}
 		}
 		add(call.Root, true, ref(BufRecv, 0, B))
-	case P2P:
+	case sdk.SendRecv:
 		for i, x := range call.Ops {
 			add(x.Peer, x.Recv, Ref{Buf: BufUser, Idx: i, Len: x.Bytes})
 		}
@@ -84,14 +86,14 @@ func (b *builder) p2p() {
 		for _, x := range intra {
 			s = append(s, Xfer{Peer: b.l.LocalRank(x.peer), Recv: x.recv, Ref: x.ref})
 		}
-		b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: P2P, Xfers: s, Chunk: -1})
+		b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: sdk.SendRecv, Xfers: s, Chunk: -1})
 	}
 	if len(cross) > 0 {
 		b.hostnetXfers(cross)
 	}
 }
 
-// hostnetXfers adds the transfers of xs over hostnet (a KindWorld P2P
+// hostnetXfers adds the transfers of xs over hostnet (a KindWorld SendRecv
 // step), through pinned staging on a device rank: its sends are copied to
 // staging first (d2h), its receives out of it after (h2d).
 func (b *builder) hostnetXfers(xs []xfer) {
@@ -115,7 +117,7 @@ func (b *builder) hostnetXfers(xs []xfer) {
 	if len(in) > 0 {
 		first = b.add(Step{Lane: LaneD2H, Kind: KindCopy, Copies: in, Chunk: -1})
 	}
-	net := b.add(Step{Lane: LaneNet, Kind: KindWorld, Coll: P2P, Xfers: s, Chunk: -1, Deps: deps(first)})
+	net := b.add(Step{Lane: LaneNet, Kind: KindWorld, Coll: sdk.SendRecv, Xfers: s, Chunk: -1, Deps: deps(first)})
 	if len(out) > 0 {
 		b.add(Step{Lane: LaneH2D, Kind: KindCopy, Copies: out, Chunk: -1, Deps: deps(net)})
 	}

@@ -8,43 +8,7 @@ import (
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
-// Coll names a collective call (or a step's operation).
-type Coll int
-
-const (
-	AllReduce Coll = iota
-	Reduce
-	Broadcast
-	AllGather
-	ReduceScatter
-	AlltoAll
-	AlltoAllv
-	Gather
-	Scatter
-	// P2P is a group of sends and receives (GroupStart ... GroupEnd, or a
-	// single Send or Recv).
-	P2P
-	Barrier
-	numColls
-)
-
-var collNames = [numColls]string{"AllReduce", "Reduce", "Broadcast", "AllGather", "ReduceScatter",
-	"AlltoAll", "AlltoAllv", "Gather", "Scatter", "SendRecv", "Barrier"}
-
-func (c Coll) String() string {
-	if c < 0 || c >= numColls {
-		return fmt.Sprintf("coll(%d)", int(c))
-	}
-	return collNames[c]
-}
-
-// Reduces reports whether c takes a reduction op.
-func (c Coll) Reduces() bool { return c == AllReduce || c == Reduce || c == ReduceScatter }
-
-// Rooted reports whether c takes a root.
-func (c Coll) Rooted() bool { return c == Reduce || c == Broadcast || c == Gather || c == Scatter }
-
-// Xfer is one send or receive of a P2P call or step. In a Call, Peer is a
+// Xfer is one send or receive of a SendRecv call or step. In a Call, Peer is a
 // rank of the communicator and Bytes the message size; in a Step, Peer is a
 // rank of the step's communicator and Ref the buffer.
 type Xfer struct {
@@ -56,24 +20,47 @@ type Xfer struct {
 
 // Call is one collective call as every rank makes it.
 type Call struct {
-	Coll  Coll         `json:"coll"`
-	Count int          `json:"count"` // elements, as the API's count argument
-	DType sdk.DataType `json:"dtype"`
-	Op    sdk.RedOp    `json:"op"`
-	Root  int          `json:"root"`
+	Coll  sdk.Collective `json:"coll"`
+	Count int            `json:"count"` // elements, as the API's count argument
+	DType sdk.DataType   `json:"dtype"`
+	Op    sdk.RedOp      `json:"op"`
+	Root  int            `json:"root"`
 	// AlltoAllv's arguments, in elements, one per rank.
 	SendCounts, SDispls, RecvCounts, RDispls []int `json:"-"`
-	// P2P's operations, in the order they were issued; a Ref of Buf User
-	// names each one's buffer (Idx is the position in this list).
+	// SendRecv's operations, in the order they were issued (any group of
+	// Send and Recv calls); a Ref of Buf User names each one's buffer (Idx
+	// is the position in this list).
 	Ops []Xfer `json:"-"`
 }
 
+// CallOf is the call every rank makes when this rank issues c: c's
+// arguments, and for SendRecv its send and its receive as Ops. (A Call
+// holds any group, so that the schedules take what GroupStart ... GroupEnd
+// collects; sdk.Call holds the one send and one receive that Dispatch
+// issues.)
+func CallOf(c sdk.Call) Call {
+	call := Call{Coll: c.Coll, Count: c.Count, DType: c.DType, Op: c.Op, Root: c.Root,
+		SendCounts: c.SendCounts, SDispls: c.SDispls, RecvCounts: c.RecvCounts, RDispls: c.RDispls}
+	if c.Coll == sdk.SendRecv {
+		bytes := c.Count * c.DType.Size()
+		call.Ops = []Xfer{{Peer: c.SendPeer, Bytes: bytes}, {Peer: c.RecvPeer, Recv: true, Bytes: bytes}}
+	}
+	return call
+}
+
+// Args is the call as sdk.Dispatch issues it (any collective but SendRecv,
+// whose Ops a group runs, and Barrier).
+func (c Call) Args() sdk.Call {
+	return sdk.Call{Coll: c.Coll, Count: c.Count, DType: c.DType, Op: c.Op, Root: c.Root,
+		SendCounts: c.SendCounts, SDispls: c.SDispls, RecvCounts: c.RecvCounts, RDispls: c.RDispls}
+}
+
 func (c Call) String() string {
-	s := c.Coll.String()
+	s := c.Coll.Title()
 	switch c.Coll {
-	case P2P:
+	case sdk.SendRecv:
 		return fmt.Sprintf("%s (%d operations)", s, len(c.Ops))
-	case Barrier:
+	case sdk.Barrier:
 		return s
 	}
 	s += " " + c.DType.String()
@@ -194,7 +181,7 @@ const (
 	BufScratch
 	// BufStage is host memory: pinned on a device rank.
 	BufStage
-	// BufUser is buffer Idx of a P2P call's operations.
+	// BufUser is buffer Idx of a SendRecv call's operations.
 	BufUser
 )
 
@@ -233,16 +220,16 @@ type Step struct {
 	// intra, inter or world step (Count in elements of DType; data movement
 	// runs as bytes, DType uint8, so it never depends on the library's
 	// types). Src == Dst is in place.
-	Coll  Coll         `json:"coll"`
-	Src   Ref          `json:"src"`
-	Dst   Ref          `json:"dst"`
-	Count int          `json:"count"`
-	DType sdk.DataType `json:"dtype"`
-	Op    sdk.RedOp    `json:"op"`
-	Root  int          `json:"root"`
+	Coll  sdk.Collective `json:"coll"`
+	Src   Ref            `json:"src"`
+	Dst   Ref            `json:"dst"`
+	Count int            `json:"count"`
+	DType sdk.DataType   `json:"dtype"`
+	Op    sdk.RedOp      `json:"op"`
+	Root  int            `json:"root"`
 	// Copies of a copy step.
 	Copies []CopyPair `json:"copies,omitempty"`
-	// Xfers of a P2P step.
+	// Xfers of a SendRecv step.
 	Xfers []Xfer `json:"xfers,omitempty"`
 	// AlltoAllv's counts and displacements (elements) of a world step.
 	SendCounts, SDispls, RecvCounts, RDispls []int `json:"-"`
@@ -253,6 +240,14 @@ type Step struct {
 	// Deps are steps of other lanes that must be complete first (a lane's
 	// own earlier steps always are).
 	Deps []int `json:"deps,omitempty"`
+}
+
+// Args is an intra, inter or world step's collective as sdk.Dispatch
+// issues it on the step's communicator (any but SendRecv, whose Xfers a
+// group runs, and Barrier).
+func (s *Step) Args() sdk.Call {
+	return sdk.Call{Coll: s.Coll, Count: s.Count, DType: s.DType, Op: s.Op, Root: s.Root,
+		SendCounts: s.SendCounts, SDispls: s.SDispls, RecvCounts: s.RecvCounts, RDispls: s.RDispls}
 }
 
 // Plan is one rank's schedule for one call.
@@ -317,7 +312,7 @@ func (p *Plan) Lanes() []Lane {
 
 // Count returns how many steps match kind (and coll, for intra, inter and
 // world steps; pass -1 for any).
-func (p *Plan) Count(kind Kind, coll Coll) int {
+func (p *Plan) Count(kind Kind, coll sdk.Collective) int {
 	n := 0
 	for _, s := range p.Steps {
 		if s.Kind == kind && (coll < 0 || s.Coll == coll || kind == KindCopy || kind == KindScale || kind == KindReduce) {
@@ -348,8 +343,8 @@ func (s Step) String() string {
 	case KindReduce:
 		fmt.Fprintf(&b, "reduce %s %s: %s op= %s", s.DType, s.Op, s.Dst, s.Src)
 	default:
-		fmt.Fprintf(&b, "%s %s", s.Kind, s.Coll)
-		if s.Coll == P2P {
+		fmt.Fprintf(&b, "%s %s", s.Kind, s.Coll.Title())
+		if s.Coll == sdk.SendRecv {
 			for i, x := range s.Xfers {
 				if i == 4 && len(s.Xfers) > 5 {
 					fmt.Fprintf(&b, " ... (%d transfers)", len(s.Xfers))
@@ -363,7 +358,7 @@ func (s Step) String() string {
 			}
 			break
 		}
-		if s.Coll == Barrier {
+		if s.Coll == sdk.Barrier {
 			break
 		}
 		fmt.Fprintf(&b, " %s", s.DType)

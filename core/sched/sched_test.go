@@ -172,7 +172,9 @@ func plan(t *testing.T, l *Layout, rank int, call Call, o Options) *Plan {
 }
 
 func TestPathChoice(t *testing.T) {
-	f32 := func(coll Coll, op sdk.RedOp) Call { return Call{Coll: coll, Count: 100, DType: sdk.Float32, Op: op} }
+	f32 := func(coll sdk.Collective, op sdk.RedOp) Call {
+		return Call{Coll: coll, Count: 100, DType: sdk.Float32, Op: op}
+	}
 	cases := []struct {
 		name  string
 		spec  string
@@ -183,19 +185,19 @@ func TestPathChoice(t *testing.T) {
 		why   string
 		async bool
 	}{
-		{"host alone", "host,host", nil, f32(AllReduce, sdk.Sum), Options{}, PathHostComm, "", false},
-		{"vendor alone", "nvidia,nvidia", nil, f32(AllReduce, sdk.Avg), Options{}, PathVendor, "", true},
-		{"vendor without avg", "kunlunxin,kunlunxin", nil, f32(AllReduce, sdk.Avg), Options{}, PathHost, "no float32 avg", false},
-		{"vendor without float64 moves bytes", "cambricon,cambricon", nil, Call{Coll: Broadcast, Count: 3, DType: sdk.Float64}, Options{}, PathVendor, "moves as bytes", true},
-		{"two clusters", "nvidia,nvidia,host,host", nil, f32(AllReduce, sdk.Prod), Options{}, PathC2C, "", false},
-		{"split vendor", "nvidia,nvidia", []int{1, 1}, f32(ReduceScatter, sdk.Max), Options{}, PathC2C, "", false},
-		{"avg is a sum inside clusters", "kunlunxin,kunlunxin,host", nil, f32(AllReduce, sdk.Avg), Options{}, PathC2C, "", false},
-		{"cluster lacks the type", "cambricon,cambricon,host", nil, Call{Coll: Reduce, Count: 4, DType: sdk.Float64, Op: sdk.Min}, Options{}, PathHost, "cluster 0's library (cambricon) has no float64 min", false},
-		{"a cluster of one needs no library", "cambricon,host", nil, Call{Coll: AllReduce, Count: 4, DType: sdk.Float64, Op: sdk.Sum}, Options{}, PathC2C, "", false},
-		{"forced host path", "nvidia,host", nil, f32(AllGather, 0), Options{HostPath: true}, PathHost, "FLAGCX_USE_HOST_COMM=1", false},
-		{"alltoall across clusters", "nvidia,host", nil, f32(AlltoAll, 0), Options{}, PathP2P, "", false},
-		{"gather across clusters", "nvidia,host,nvidia", nil, Call{Coll: Gather, Count: 5, DType: sdk.Int8, Root: 1}, Options{}, PathP2P, "", false},
-		{"barrier", "nvidia,host", nil, Call{Coll: Barrier}, Options{}, PathHost, "host barrier", false},
+		{"host alone", "host,host", nil, f32(sdk.AllReduce, sdk.Sum), Options{}, PathHostComm, "", false},
+		{"vendor alone", "nvidia,nvidia", nil, f32(sdk.AllReduce, sdk.Avg), Options{}, PathVendor, "", true},
+		{"vendor without avg", "kunlunxin,kunlunxin", nil, f32(sdk.AllReduce, sdk.Avg), Options{}, PathHost, "no float32 avg", false},
+		{"vendor without float64 moves bytes", "cambricon,cambricon", nil, Call{Coll: sdk.Broadcast, Count: 3, DType: sdk.Float64}, Options{}, PathVendor, "moves as bytes", true},
+		{"two clusters", "nvidia,nvidia,host,host", nil, f32(sdk.AllReduce, sdk.Prod), Options{}, PathC2C, "", false},
+		{"split vendor", "nvidia,nvidia", []int{1, 1}, f32(sdk.ReduceScatter, sdk.Max), Options{}, PathC2C, "", false},
+		{"avg is a sum inside clusters", "kunlunxin,kunlunxin,host", nil, f32(sdk.AllReduce, sdk.Avg), Options{}, PathC2C, "", false},
+		{"cluster lacks the type", "cambricon,cambricon,host", nil, Call{Coll: sdk.Reduce, Count: 4, DType: sdk.Float64, Op: sdk.Min}, Options{}, PathHost, "cluster 0's library (cambricon) has no float64 min", false},
+		{"a cluster of one needs no library", "cambricon,host", nil, Call{Coll: sdk.AllReduce, Count: 4, DType: sdk.Float64, Op: sdk.Sum}, Options{}, PathC2C, "", false},
+		{"forced host path", "nvidia,host", nil, f32(sdk.AllGather, 0), Options{HostPath: true}, PathHost, "FLAGCX_USE_HOST_COMM=1", false},
+		{"alltoall across clusters", "nvidia,host", nil, f32(sdk.AlltoAll, 0), Options{}, PathP2P, "", false},
+		{"gather across clusters", "nvidia,host,nvidia", nil, Call{Coll: sdk.Gather, Count: 5, DType: sdk.Int8, Root: 1}, Options{}, PathP2P, "", false},
+		{"barrier", "nvidia,host", nil, Call{Coll: sdk.Barrier}, Options{}, PathHost, "host barrier", false},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -216,7 +218,7 @@ func kinds(p *Plan) []string {
 	for _, s := range p.Steps {
 		k := s.Lane.String() + ":" + s.Kind.String()
 		if s.Kind == KindIntra || s.Kind == KindInter || s.Kind == KindWorld {
-			k += " " + s.Coll.String()
+			k += " " + s.Coll.Title()
 		}
 		out = append(out, k)
 	}
@@ -233,7 +235,7 @@ func repeat(k int, s ...string) []string {
 
 func TestAllReducePlan(t *testing.T) {
 	l := layout(t, "nvidia,nvidia,host,host")
-	call := Call{Coll: AllReduce, Count: 1 << 20, DType: sdk.Float32, Op: sdk.Avg} // 4 MiB: 4 chunks
+	call := Call{Coll: sdk.AllReduce, Count: 1 << 20, DType: sdk.Float32, Op: sdk.Avg} // 4 MiB: 4 chunks
 	lead := plan(t, l, 0, call, Options{})
 	require.Equal(t, 4, lead.Chunks)
 	want := repeat(4, "intra:intra Reduce")
@@ -241,7 +243,7 @@ func TestAllReducePlan(t *testing.T) {
 	want = append(want, repeat(4, "intra:intra Broadcast")...)
 	require.Equal(t, want, kinds(lead))
 	for _, s := range lead.Steps {
-		if s.Kind == KindIntra && s.Coll == Reduce || s.Kind == KindInter {
+		if s.Kind == KindIntra && s.Coll == sdk.Reduce || s.Kind == KindInter {
 			require.Equal(t, sdk.Sum, s.Op, "avg is a sum until the one division")
 		}
 		if s.Kind == KindScale {
@@ -264,20 +266,20 @@ func TestAllReducePlan(t *testing.T) {
 
 func TestRootedPlansEveryRoot(t *testing.T) {
 	l := layout(t, "nvidia,nvidia,host,nvidia,nvidia", 2, 1, 2)
-	for _, coll := range []Coll{Reduce, Broadcast, Gather, Scatter} {
+	for _, coll := range []sdk.Collective{sdk.Reduce, sdk.Broadcast, sdk.Gather, sdk.Scatter} {
 		for root := 0; root < l.NRanks(); root++ {
 			call := Call{Coll: coll, Count: 10, DType: sdk.Int32, Op: sdk.Sum, Root: root}
 			c0 := l.ClusterOf(root)
 			for r := 0; r < l.NRanks(); r++ {
 				p := plan(t, l, r, call, Options{})
 				switch coll {
-				case Reduce:
+				case sdk.Reduce:
 					// The root's leader hands the result to a root that does not lead.
 					if r == c0.Leader && root != r {
-						require.Equal(t, 1, p.Count(KindIntra, P2P), "%v root %d rank %d", coll, root, r)
+						require.Equal(t, 1, p.Count(KindIntra, sdk.SendRecv), "%v root %d rank %d", coll, root, r)
 					}
 					if r == root && root != c0.Leader {
-						require.Equal(t, 1, p.Count(KindIntra, P2P))
+						require.Equal(t, 1, p.Count(KindIntra, sdk.SendRecv))
 						require.Equal(t, BufRecv, p.Steps[len(p.Steps)-1].Xfers[0].Ref.Buf)
 					}
 					if r != root {
@@ -285,7 +287,7 @@ func TestRootedPlansEveryRoot(t *testing.T) {
 							require.NotEqual(t, BufRecv, s.Dst.Buf, "a non-root's receive buffer stays untouched (%v rank %d)", coll, r)
 						}
 					}
-				case Gather:
+				case sdk.Gather:
 					// Every rank's block reaches the root directly: nothing dropped for other clusters.
 					if r == root {
 						n := 0
@@ -323,15 +325,15 @@ func TestPlansAgree(t *testing.T) {
 		l, err := NewLayout(members(strings.Join(spec, ",")), nil)
 		require.NoError(t, err)
 		o := Options{Chunk: []int{0, 16, 1000}[rng.Intn(3)], HostPath: rng.Intn(6) == 0}
-		for coll := AllReduce; coll <= Barrier; coll++ {
+		for coll := sdk.AllReduce; coll <= sdk.Barrier; coll++ {
 			call := Call{Coll: coll, Count: rng.Intn(50), DType: sdk.DataType(rng.Intn(int(sdk.NumDataTypes))), Op: sdk.RedOp(rng.Intn(int(sdk.NumRedOps))), Root: rng.Intn(n)}
 			plans := make([]*Plan, n)
 			for r := 0; r < n; r++ {
 				c := call
 				switch coll {
-				case AlltoAllv:
+				case sdk.AlltoAllv:
 					c.SendCounts, c.SDispls, c.RecvCounts, c.RDispls = vcounts(n, call.Count, r)
-				case P2P:
+				case sdk.SendRecv:
 					b := call.Count * 4
 					c.Ops = []Xfer{{Peer: (r + 1) % n, Bytes: b}, {Peer: (r + n - 1) % n, Recv: true, Bytes: b}, {Peer: r, Bytes: 8}, {Peer: r, Recv: true, Bytes: 8}}
 				}
@@ -355,7 +357,7 @@ func vcounts(n, count, rank int) (sc, sd, rc, rd []int) {
 }
 
 type sig struct {
-	coll        Coll
+	coll        sdk.Collective
 	count, root int
 	dtype       sdk.DataType
 	op          sdk.RedOp
@@ -428,7 +430,7 @@ func checkAgree(t *testing.T, l *Layout, plans []*Plan, what string) {
 				}
 				continue
 			}
-			if s.Coll == P2P {
+			if s.Coll == sdk.SendRecv {
 				for _, x := range s.Xfers {
 					g := peer(x.Peer)
 					if x.Recv {
@@ -495,12 +497,12 @@ func TestValidate(t *testing.T) {
 		call Call
 		want string
 	}{
-		{Call{Coll: AllReduce, Count: 1, DType: 42}, "data type 42"},
-		{Call{Coll: AllReduce, Count: 1, DType: sdk.Float32, Op: 9}, "reduction op 9"},
-		{Call{Coll: Reduce, Count: 1, DType: sdk.Float32, Root: 3}, "root 3 is out of range for 3 ranks"},
-		{Call{Coll: Broadcast, Count: -1, DType: sdk.Float32}, "count -1"},
-		{Call{Coll: AlltoAllv, DType: sdk.Float32, SendCounts: []int{1}}, "needs 3 counts"},
-		{Call{Coll: P2P, Ops: []Xfer{{Peer: 5}}}, "peer 5 is out of range"},
+		{Call{Coll: sdk.AllReduce, Count: 1, DType: 42}, "data type 42"},
+		{Call{Coll: sdk.AllReduce, Count: 1, DType: sdk.Float32, Op: 9}, "reduction op 9"},
+		{Call{Coll: sdk.Reduce, Count: 1, DType: sdk.Float32, Root: 3}, "root 3 is out of range for 3 ranks"},
+		{Call{Coll: sdk.Broadcast, Count: -1, DType: sdk.Float32}, "count -1"},
+		{Call{Coll: sdk.AlltoAllv, DType: sdk.Float32, SendCounts: []int{1}}, "needs 3 counts"},
+		{Call{Coll: sdk.SendRecv, Ops: []Xfer{{Peer: 5}}}, "peer 5 is out of range"},
 		{Call{Coll: 99}, "unknown collective"},
 	}
 	l := layout(t, "nvidia,host,host")
@@ -509,15 +511,15 @@ func TestValidate(t *testing.T) {
 		require.ErrorIs(t, err, sdk.ErrInvalidArgument, c.want)
 		require.Contains(t, err.Error(), c.want)
 	}
-	_, err := Build(l, 0, Call{Coll: P2P, Ops: []Xfer{{Peer: 0, Bytes: 4}}}, Options{})
+	_, err := Build(l, 0, Call{Coll: sdk.SendRecv, Ops: []Xfer{{Peer: 0, Bytes: 4}}}, Options{})
 	require.ErrorContains(t, err, "sends 1 messages to itself but receives 0")
-	_, err = Build(l, 7, Call{Coll: Barrier}, Options{})
+	_, err = Build(l, 7, Call{Coll: sdk.Barrier}, Options{})
 	require.ErrorIs(t, err, sdk.ErrInvalidArgument)
 }
 
 func TestPlanFormat(t *testing.T) {
 	l := layout(t, "nvidia,nvidia,host")
-	p := plan(t, l, 0, Call{Coll: AllReduce, Count: 16 << 20, DType: sdk.Float32, Op: sdk.Sum}, Options{Chunk: 4 << 20})
+	p := plan(t, l, 0, Call{Coll: sdk.AllReduce, Count: 16 << 20, DType: sdk.Float32, Op: sdk.Sum}, Options{Chunk: 4 << 20})
 	require.Equal(t, 16, p.Chunks)
 	out := p.String()
 	for _, w := range []string{
@@ -534,5 +536,5 @@ func TestPlanFormat(t *testing.T) {
 	var full strings.Builder
 	p.Format(&full, 0)
 	require.Equal(t, len(p.Steps)+2, strings.Count(full.String(), "\n"), "0 lists every step")
-	require.Contains(t, plan(t, l, 2, Call{Coll: Barrier}, Options{}).String(), "net       world Barrier")
+	require.Contains(t, plan(t, l, 2, Call{Coll: sdk.Barrier}, Options{}).String(), "net       world Barrier")
 }

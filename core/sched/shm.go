@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/flagcx/flagcx-go/sdk"
 )
 
 // PathShm: the zero-copy collectives of a heterogeneous communicator whose
@@ -46,7 +48,7 @@ import (
 // out. ReduceScatter: every rank puts the chunk of each of its n blocks
 // in, and reduces block r's chunk of every window into its own result.
 type ShmPlan struct {
-	Coll Coll
+	Coll sdk.Collective
 	// OneShot: the AllReduce latency path (one step, no pipeline).
 	OneShot bool
 	// Spans are the chunks (offsets and lengths in the call's bytes; of
@@ -119,7 +121,7 @@ func (p *ShmPlan) Holders(chunkLen, size int, r Range) []Held {
 // Steps is how many steps a chunk takes: the reductions publish their
 // pieces in a second step.
 func (p *ShmPlan) Steps() int {
-	if p.Coll == AllReduce || p.Coll == Reduce {
+	if p.Coll == sdk.AllReduce || p.Coll == sdk.Reduce {
 		return 2
 	}
 	return 1
@@ -139,9 +141,9 @@ const shmAlign = 4096 // slot areas start on pages (and on any element)
 func alignUp(n, a int) int { return (n + a - 1) / a * a }
 
 // ShmColl reports whether coll runs on PathShm.
-func ShmColl(coll Coll) bool {
+func ShmColl(coll sdk.Collective) bool {
 	switch coll {
-	case AllReduce, Reduce, Broadcast, AllGather, ReduceScatter:
+	case sdk.AllReduce, sdk.Reduce, sdk.Broadcast, sdk.AllGather, sdk.ReduceScatter:
 		return true
 	}
 	return false
@@ -153,17 +155,17 @@ func ShmColl(coll Coll) bool {
 // into chunks of at most chunkMax bytes (FLAGCX_NET_CHUNK_SIZE; 0: as
 // large as the slots allow). reducers are AllReduce's and Reduce's
 // (ShmReducers; nil: every rank).
-func NewShmPlan(coll Coll, bytes, size, n int, reducers []int, window, chunkMax int) (*ShmPlan, error) {
+func NewShmPlan(coll sdk.Collective, bytes, size, n int, reducers []int, window, chunkMax int) (*ShmPlan, error) {
 	if reducers == nil {
 		for r := 0; r < n; r++ {
 			reducers = append(reducers, r)
 		}
 	}
-	if coll == AllReduce && bytes*n <= ShmOneShot && 2*alignUp(bytes, 64) <= window/2 {
+	if coll == sdk.AllReduce && bytes*n <= ShmOneShot && 2*alignUp(bytes, 64) <= window/2 {
 		return &ShmPlan{Coll: coll, OneShot: true, Spans: []Range{{0, bytes}}, Slots: 1, In: alignUp(bytes, 64), Blocks: 1}, nil
 	}
 	slots := max(ShmSlots, 1)
-	if coll != AllReduce && coll != Reduce {
+	if coll != sdk.AllReduce && coll != sdk.Reduce {
 		// One step a chunk: chunk k+1 goes in while chunk k-1 may still
 		// be read, so it takes two slots at least (pipeline in core).
 		slots = max(slots, 2)
@@ -172,9 +174,9 @@ func NewShmPlan(coll Coll, bytes, size, n int, reducers []int, window, chunkMax 
 	// chunk (one per reducer; a whole chunk for ReduceScatter's result) out.
 	blocks, outNum, outDen := 1, 0, 1
 	switch coll {
-	case AllReduce, Reduce:
+	case sdk.AllReduce, sdk.Reduce:
 		outNum, outDen = 1, len(reducers)
-	case ReduceScatter:
+	case sdk.ReduceScatter:
 		blocks, outNum = n, 1
 	}
 	per := window/slots - 2*shmAlign
@@ -186,7 +188,7 @@ func NewShmPlan(coll Coll, bytes, size, n int, reducers []int, window, chunkMax 
 		return nil, fmt.Errorf("the shared-memory window (%d bytes) is too small for %d chunks in flight: raise FLAGCX_SHM_WINDOW_SIZE", window, slots)
 	}
 	p := &ShmPlan{Coll: coll, Spans: Spans(bytes, size, chunk), Slots: slots, Blocks: blocks}
-	if coll == AllReduce || coll == Reduce {
+	if coll == sdk.AllReduce || coll == sdk.Reduce {
 		p.Reducers = reducers
 	}
 	maxLen := 0
@@ -196,9 +198,9 @@ func NewShmPlan(coll Coll, bytes, size, n int, reducers []int, window, chunkMax 
 	p.In = blocks * alignUp(maxLen, shmAlign)
 	out := 0
 	switch coll {
-	case AllReduce, Reduce:
+	case sdk.AllReduce, sdk.Reduce:
 		out = p.Piece(maxLen, size, 0).Len
-	case ReduceScatter:
+	case sdk.ReduceScatter:
 		out = maxLen
 	}
 	p.SlotBytes = p.In + alignUp(out, shmAlign)
@@ -334,7 +336,7 @@ func (p *Plan) formatShm(w io.Writer) {
 	reduce := "step"
 	if i := g.ReducerIndex(p.Rank); i >= 0 {
 		reduce = fmt.Sprintf("reduce piece %d of %d of every contribution -> own window", i, len(g.Reducers))
-		if !c.OnDevice() && (g.Coll == AllReduce || p.Rank == p.Call.Root) {
+		if !c.OnDevice() && (g.Coll == sdk.AllReduce || p.Rank == p.Call.Root) {
 			reduce += " and recv"
 		}
 	}
@@ -347,27 +349,27 @@ func (p *Plan) formatShm(w io.Writer) {
 	}
 	var steps []string
 	switch {
-	case g.Coll == AllReduce && g.OneShot:
+	case g.Coll == sdk.AllReduce && g.OneShot:
 		steps = []string{put + " send -> own window", "step", "reduce every window in rank order", get + " -> recv"}
-	case g.Coll == AllReduce && c.OnDevice() && m > 1:
+	case g.Coll == sdk.AllReduce && c.OnDevice() && m > 1:
 		steps = []string{fmt.Sprintf("intra ReduceScatter (part %d of %d stays here)", j, m), fmt.Sprintf("d2h part %d -> own window", j),
 			"step", reduce, "step", fmt.Sprintf("h2d part %d from the pieces' windows", j), "intra AllGather"}
-	case g.Coll == AllReduce:
+	case g.Coll == sdk.AllReduce:
 		steps = []string{put0, "step", reduce, "step", get0}
-	case g.Coll == Reduce:
+	case g.Coll == sdk.Reduce:
 		if p.Rank != p.Call.Root {
 			get0 = ""
 		}
 		steps = []string{put0, "step", reduce, "step", get0}
-	case g.Coll == Broadcast:
+	case g.Coll == sdk.Broadcast:
 		if p.Rank == p.Call.Root {
 			steps = []string{put + " chunk -> own window", "step", get + " -> recv"}
 		} else {
 			steps = []string{"step", get + fmt.Sprintf(" rank %d's window -> recv", p.Call.Root)}
 		}
-	case g.Coll == AllGather:
+	case g.Coll == sdk.AllGather:
 		steps = []string{put + " own block's chunk -> own window", "step", get + " every window -> recv"}
-	case g.Coll == ReduceScatter:
+	case g.Coll == sdk.ReduceScatter:
 		steps = []string{put + " every block's chunk -> own window", "step", fmt.Sprintf("reduce block %d of every window", p.Rank)}
 		if c.OnDevice() {
 			steps = append(steps, "h2d -> recv")

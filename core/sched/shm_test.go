@@ -4,6 +4,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/flagcx/flagcx-go/sdk"
 )
 
 func TestPartCoversEveryElementOnce(t *testing.T) {
@@ -109,7 +111,7 @@ func TestShmPlanGeometry(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			g, err := NewShmPlan(AllReduce, tc.bytes, tc.size, tc.n, nil, tc.win, DefaultChunk)
+			g, err := NewShmPlan(sdk.AllReduce, tc.bytes, tc.size, tc.n, nil, tc.win, DefaultChunk)
 			require.NoError(t, err)
 			require.Equal(t, tc.oneShot, g.OneShot)
 			require.GreaterOrEqual(t, g.Chunks(), tc.minChunks)
@@ -128,6 +130,6 @@ func TestShmPlanGeometry(t *testing.T) {
 			require.Equal(t, tc.bytes, total)
 		})
 	}
-	_, err := NewShmPlan(AllReduce, 64<<20, 4, 2, nil, 8<<10, 0)
+	_, err := NewShmPlan(sdk.AllReduce, 64<<20, 4, 2, nil, 8<<10, 0)
 	require.ErrorContains(t, err, "FLAGCX_SHM_WINDOW_SIZE")
 }

@@ -21,23 +21,23 @@ func Needs(call Call, rank, n int) (send, recv int, err error) {
 	}
 	root := rank == call.Root
 	switch call.Coll {
-	case AllReduce:
+	case sdk.AllReduce:
 		return b, b, nil
-	case Reduce:
+	case sdk.Reduce:
 		return b, pick(root, b), nil
-	case Broadcast:
+	case sdk.Broadcast:
 		return pick(root, b), b, nil
-	case AllGather:
+	case sdk.AllGather:
 		return b, nb, nil
-	case ReduceScatter:
+	case sdk.ReduceScatter:
 		return nb, b, nil
-	case AlltoAll:
+	case sdk.AlltoAll:
 		return nb, nb, nil
-	case Gather:
+	case sdk.Gather:
 		return b, pick(root, nb), nil
-	case Scatter:
+	case sdk.Scatter:
 		return pick(root, nb), b, nil
-	case AlltoAllv:
+	case sdk.AlltoAllv:
 		s, err := extent(call.SendCounts, call.SDispls, size, "send")
 		if err != nil {
 			return 0, 0, err
@@ -90,9 +90,9 @@ func extent(counts, displs []int, size int, which string) (int, error) {
 // its plan.
 func Validate(call Call, n int) error {
 	switch {
-	case call.Coll < 0 || call.Coll >= numColls:
+	case !call.Coll.Valid():
 		return fmt.Errorf("%w: unknown collective %d", sdk.ErrInvalidArgument, int(call.Coll))
-	case call.Coll == P2P || call.Coll == Barrier:
+	case call.Coll == sdk.SendRecv || call.Coll == sdk.Barrier:
 	case !call.DType.Valid():
 		return fmt.Errorf("%w: data type %d is not valid: use one of int8, uint8, int32, uint32, int64, uint64, float16, float32, float64, bfloat16 (0..9)", sdk.ErrInvalidArgument, int32(call.DType))
 	case call.Coll.Reduces() && !call.Op.Valid():
@@ -102,14 +102,14 @@ func Validate(call Call, n int) error {
 	case call.Count < 0:
 		return fmt.Errorf("%w: count %d is negative: pass a number of elements, 0 or more", sdk.ErrInvalidArgument, call.Count)
 	}
-	if call.Coll == AlltoAllv {
+	if call.Coll == sdk.AlltoAllv {
 		for _, a := range [][]int{call.SendCounts, call.SDispls, call.RecvCounts, call.RDispls} {
 			if len(a) != n {
 				return fmt.Errorf("%w: AlltoAllv needs %d counts and displacements (one per rank), got %d", sdk.ErrInvalidArgument, n, len(a))
 			}
 		}
 	}
-	if call.Coll == P2P {
+	if call.Coll == sdk.SendRecv {
 		for i, x := range call.Ops {
 			if x.Peer < 0 || x.Peer >= n {
 				return fmt.Errorf("%w: operation %d: peer %d is out of range for %d ranks", sdk.ErrInvalidArgument, i, x.Peer, n)
@@ -125,7 +125,7 @@ func Validate(call Call, n int) error {
 // checkSelf: in a group, sends to oneself and receives from oneself pair
 // up in order and must agree in number and size.
 func checkSelf(call Call, rank int) error {
-	if call.Coll != P2P {
+	if call.Coll != sdk.SendRecv {
 		return nil
 	}
 	var sends, recvs []int

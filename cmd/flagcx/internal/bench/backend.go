@@ -1,10 +1,10 @@
 package bench
 
 import (
-	"fmt"
 	"time"
 
-	"github.com/flagcx/flagcx-go/conformance/reference"
+	"github.com/flagcx/flagcx-go/core"
+	"github.com/flagcx/flagcx-go/sdk"
 )
 
 // backend runs the benchmark's collectives on one kind of memory: host
@@ -12,8 +12,8 @@ import (
 // plugin's collective library.
 type backend interface {
 	Mem
-	// issue starts one call of coll (on a device: enqueues it).
-	issue(coll reference.Collective, x *call) error
+	// issue starts one call (on a device: enqueues it).
+	issue(x *call) error
 	// sync waits until every issued call has completed.
 	sync() error
 	// startTimer starts timing issued calls; stop returns the time from
@@ -31,41 +31,8 @@ type hostBackend struct {
 	comm Comm
 }
 
-func (h *hostBackend) issue(coll reference.Collective, x *call) error {
-	c := h.comm
-	switch coll {
-	case reference.AllReduce:
-		return c.AllReduce(x.send.host(), x.recv.host(), x.count, x.dt, x.op)
-	case reference.Reduce:
-		return c.Reduce(x.send.host(), x.recv.host(), x.count, x.dt, x.op, x.root)
-	case reference.Broadcast:
-		return c.Broadcast(x.send.host(), x.recv.host(), x.count, x.dt, x.root)
-	case reference.AllGather:
-		return c.AllGather(x.send.host(), x.recv.host(), x.count, x.dt)
-	case reference.ReduceScatter:
-		return c.ReduceScatter(x.send.host(), x.recv.host(), x.count, x.dt, x.op)
-	case reference.AlltoAll:
-		return c.AlltoAll(x.send.host(), x.recv.host(), x.count, x.dt)
-	case reference.AlltoAllv:
-		return c.AlltoAllv(x.send.host(), x.sendcounts, x.sdispls, x.recv.host(), x.recvcounts, x.rdispls, x.dt)
-	case reference.Gather:
-		return c.Gather(x.send.host(), x.recv.host(), x.count, x.dt, x.root)
-	case reference.Scatter:
-		return c.Scatter(x.send.host(), x.recv.host(), x.count, x.dt, x.root)
-	case reference.SendRecv:
-		n, r := c.Count(), c.Rank()
-		c.GroupStart()
-		if err := c.Send(x.send.host(), x.count, x.dt, (r+1)%n); err != nil {
-			_ = c.GroupEnd()
-			return err
-		}
-		if err := c.Recv(x.recv.host(), x.count, x.dt, (r-1+n)%n); err != nil {
-			_ = c.GroupEnd()
-			return err
-		}
-		return c.GroupEnd()
-	}
-	return fmt.Errorf("collective %v has no host implementation", coll)
+func (h *hostBackend) issue(x *call) error {
+	return sdk.Dispatch(core.OnHost{C: h.comm}, x.args, x.send.host(), x.recv.host(), struct{}{})
 }
 
 func (h *hostBackend) sync() error { return nil }

@@ -365,7 +365,7 @@ func TestBusBandwidthFactors(t *testing.T) {
 		"alltoall": 0.75, "alltoallv": 0.75, "gather": 0.75, "scatter": 0.75, "sendrecv": 1,
 	}
 	for i := range opTable {
-		require.InDelta(t, want[opTable[i].name()], opTable[i].busFactor(n), 1e-12, opTable[i].name())
+		require.InDelta(t, want[opTable[i].name()], opTable[i].coll.BusFactor(n), 1e-12, opTable[i].name())
 	}
 }
 

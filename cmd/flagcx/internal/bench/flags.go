@@ -95,13 +95,13 @@ func (f *Flags) Config() (*Config, error) {
 	}
 	name := strings.ToLower(strings.TrimSpace(f.Collective))
 	if name == "all" {
-		for i := range opTable {
-			c.Ops = append(c.Ops, &opTable[i])
+		for _, coll := range sdk.AllCollectives() {
+			c.Ops = append(c.Ops, &opTable[coll])
 		}
 	} else {
-		coll, err := reference.ParseCollective(name)
+		coll, err := sdk.ParseCollective(name)
 		if err != nil {
-			return nil, fmt.Errorf("unknown collective %q: use one of %s, or all", f.Collective, strings.Join(reference.CollectiveNames(), ", "))
+			return nil, fmt.Errorf("unknown collective %q: use one of %s, or all", f.Collective, strings.Join(sdk.CollectiveNames(), ", "))
 		}
 		c.Ops = []*opSpec{&opTable[coll]}
 	}

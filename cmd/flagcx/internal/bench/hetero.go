@@ -64,41 +64,8 @@ func (r region) buffer() core.Buffer {
 	return core.HostBuffer(r.host())
 }
 
-func (h *heteroBackend) issue(coll reference.Collective, x *call) error {
-	c, s := h.comm, h.stream()
-	send, recv := x.send.buffer(), x.recv.buffer()
-	switch coll {
-	case reference.AllReduce:
-		return c.AllReduce(send, recv, x.count, x.dt, x.op, s)
-	case reference.Reduce:
-		return c.Reduce(send, recv, x.count, x.dt, x.op, x.root, s)
-	case reference.Broadcast:
-		return c.Broadcast(send, recv, x.count, x.dt, x.root, s)
-	case reference.AllGather:
-		return c.AllGather(send, recv, x.count, x.dt, s)
-	case reference.ReduceScatter:
-		return c.ReduceScatter(send, recv, x.count, x.dt, x.op, s)
-	case reference.AlltoAll:
-		return c.AlltoAll(send, recv, x.count, x.dt, s)
-	case reference.AlltoAllv:
-		return c.AlltoAllv(send, x.sendcounts, x.sdispls, recv, x.recvcounts, x.rdispls, x.dt, s)
-	case reference.Gather:
-		return c.Gather(send, recv, x.count, x.dt, x.root, s)
-	case reference.Scatter:
-		return c.Scatter(send, recv, x.count, x.dt, x.root, s)
-	case reference.SendRecv:
-		n, r := c.Count(), c.Rank()
-		c.GroupStart()
-		err := c.Send(send, x.count, x.dt, (r+1)%n, s)
-		if err == nil {
-			err = c.Recv(recv, x.count, x.dt, (r-1+n)%n, s)
-		}
-		if gerr := c.GroupEnd(); err == nil {
-			err = gerr
-		}
-		return err
-	}
-	return fmt.Errorf("collective %v has no implementation", coll)
+func (h *heteroBackend) issue(x *call) error {
+	return sdk.Dispatch(h.comm, x.args, x.send.buffer(), x.recv.buffer(), h.stream())
 }
 
 func (h *heteroBackend) sync() error {
@@ -189,19 +156,12 @@ func (h *heteroBackend) printPlans(w io.Writer, o *opSpec, dt sdk.DataType, op s
 		fmt.Fprintf(w, " %s", op)
 	}
 	fmt.Fprintf(w, " at %d bytes (count %d):\n", size, count)
+	c := reference.Case{Coll: o.coll, Type: dt, Op: op, NRanks: n, Count: count}
+	if o.coll.Rooted() {
+		c.Root = root
+	}
 	for r := 0; r < n; r++ {
-		call := sched.Call{Coll: sched.Coll(o.coll), Count: count, DType: dt, Op: op}
-		if o.coll.Rooted() {
-			call.Root = root
-		}
-		switch o.coll {
-		case reference.AlltoAllv:
-			call.SendCounts, call.SDispls, call.RecvCounts, call.RDispls = reference.AlltoAllvCounts(n, count, r)
-		case reference.SendRecv:
-			bytes := count * dt.Size()
-			call.Ops = []sched.Xfer{{Peer: (r + 1) % n, Bytes: bytes}, {Peer: (r - 1 + n) % n, Recv: true, Bytes: bytes}}
-		}
-		p, err := h.comm.PlanFor(r, call)
+		p, err := h.comm.PlanFor(r, sched.CallOf(c.Call(r)))
 		if err != nil {
 			return err
 		}

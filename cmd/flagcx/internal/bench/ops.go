@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"github.com/flagcx/flagcx-go/conformance/reference"
 	"github.com/flagcx/flagcx-go/core"
 	"github.com/flagcx/flagcx-go/sdk"
 )
@@ -35,21 +34,9 @@ func (l inPlaceLayout) offsets(rank, count int) (send, recv int) {
 // Comm is what the benchmark needs of a communicator over host buffers;
 // *core.Comm is one.
 type Comm interface {
+	core.HostCalls
 	Rank() int
 	Count() int
-	AllReduce(send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp) error
-	Reduce(send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp, root int) error
-	Broadcast(send, recv []byte, count int, dt sdk.DataType, root int) error
-	AllGather(send, recv []byte, sendcount int, dt sdk.DataType) error
-	ReduceScatter(send, recv []byte, recvcount int, dt sdk.DataType, op sdk.RedOp) error
-	AlltoAll(send, recv []byte, count int, dt sdk.DataType) error
-	AlltoAllv(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt sdk.DataType) error
-	Gather(send, recv []byte, count int, dt sdk.DataType, root int) error
-	Scatter(send, recv []byte, count int, dt sdk.DataType, root int) error
-	Send(buf []byte, count int, dt sdk.DataType, peer int) error
-	Recv(buf []byte, count int, dt sdk.DataType, peer int) error
-	GroupStart()
-	GroupEnd() error
 	Barrier() error
 }
 
@@ -64,24 +51,17 @@ type region struct {
 // host is the region as host memory; only for buffers the host addresses.
 func (r region) host() []byte { return r.buf.Host()[r.off : r.off+r.n] }
 
-// call is one collective call's arguments on one rank.
+// call is one collective call on one rank: its arguments and its buffers.
 type call struct {
+	args       sdk.Call
 	send, recv region
-	count      int
-	dt         sdk.DataType
-	op         sdk.RedOp
-	root       int
-	// AlltoAllv only.
-	sendcounts, sdispls, recvcounts, rdispls []int
 }
 
-// opSpec is one row of the op table: everything the benchmark knows about
-// a collective.
+// opSpec is one row of the op table: how the benchmark sizes and lays out
+// a collective's buffers (what the collective itself is, its bus bandwidth
+// factor included, is sdk.Collective's).
 type opSpec struct {
-	coll reference.Collective
-	// busFactor converts algorithm bandwidth to bus bandwidth (nccl-tests'
-	// definitions).
-	busFactor func(n int) float64
+	coll sdk.Collective
 	// perRank is true when the call count is the buffer's element count
 	// divided by the rank count (rounded down, as nccl-tests does); false
 	// when it is the whole count.
@@ -93,47 +73,24 @@ type opSpec struct {
 	inPlaceChecked bool
 }
 
-func allReduceFactor(n int) float64 { return 2 * float64(n-1) / float64(n) }
-func spreadFactor(n int) float64    { return float64(n-1) / float64(n) }
-func unitFactor(int) float64        { return 1 }
-
-// opTable has one entry per collective, in reference.Collective order.
-var opTable = [reference.NumCollectives]opSpec{
-	reference.AllReduce: {
-		busFactor: allReduceFactor, inPlace: sameBuffer, inPlaceChecked: true,
-	},
-	reference.Reduce: {
-		busFactor: unitFactor, inPlace: sameBuffer, inPlaceChecked: true,
-	},
-	reference.Broadcast: {
-		busFactor: unitFactor, inPlace: sameBuffer, inPlaceChecked: true,
-	},
-	reference.AllGather: {
-		busFactor: spreadFactor, perRank: true, inPlace: sendAtRankSlot, inPlaceChecked: true,
-	},
-	reference.ReduceScatter: {
-		busFactor: spreadFactor, perRank: true, inPlace: recvAtRankSlot, inPlaceChecked: true,
-	},
-	reference.AlltoAll: {
-		busFactor: spreadFactor, perRank: true, inPlace: sameBuffer,
-	},
-	reference.AlltoAllv: {
-		busFactor: spreadFactor, perRank: true, inPlace: sameBuffer,
-	},
-	reference.Gather: {
-		busFactor: spreadFactor, perRank: true, inPlace: sendAtRankSlot, inPlaceChecked: true,
-	},
-	reference.Scatter: {
-		busFactor: spreadFactor, perRank: true, inPlace: recvAtRankSlot, inPlaceChecked: true,
-	},
-	reference.SendRecv: {
-		busFactor: unitFactor, inPlace: sameBuffer,
-	},
+// opTable has one entry per collective, in sdk.Collective order (Barrier's
+// is unused: it moves no data, and `all` runs sdk.AllCollectives).
+var opTable = [sdk.NumCollectives]opSpec{
+	sdk.AllReduce:     {inPlace: sameBuffer, inPlaceChecked: true},
+	sdk.Reduce:        {inPlace: sameBuffer, inPlaceChecked: true},
+	sdk.Broadcast:     {inPlace: sameBuffer, inPlaceChecked: true},
+	sdk.AllGather:     {perRank: true, inPlace: sendAtRankSlot, inPlaceChecked: true},
+	sdk.ReduceScatter: {perRank: true, inPlace: recvAtRankSlot, inPlaceChecked: true},
+	sdk.AlltoAll:      {perRank: true, inPlace: sameBuffer},
+	sdk.AlltoAllv:     {perRank: true, inPlace: sameBuffer},
+	sdk.Gather:        {perRank: true, inPlace: sendAtRankSlot, inPlaceChecked: true},
+	sdk.Scatter:       {perRank: true, inPlace: recvAtRankSlot, inPlaceChecked: true},
+	sdk.SendRecv:      {inPlace: sameBuffer},
 }
 
 func init() {
 	for i := range opTable {
-		opTable[i].coll = reference.Collective(i)
+		opTable[i].coll = sdk.Collective(i)
 	}
 }
 

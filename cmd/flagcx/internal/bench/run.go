@@ -422,14 +422,9 @@ func (r *rankRun) bench(op *opSpec, dt sdk.DataType, redop sdk.RedOp, sizeIdx in
 	}
 	sendN, recvN := c.SendCount()*ts, c.RecvCount()*ts
 	so, ro := op.inPlace.offsets(r.rank, c.Count)
-	oop := &call{send: region{r.send, 0, sendN}, recv: region{r.recv, 0, recvN}, count: c.Count, dt: dt, op: redop, root: c.Root}
-	ip := &call{send: region{r.recv, so * ts, sendN}, recv: region{r.recv, ro * ts, recvN}, count: c.Count, dt: dt, op: redop, root: c.Root}
-	if op.coll == reference.AlltoAllv {
-		sc, sd, rc, rd := reference.AlltoAllvCounts(r.n, c.Count, r.rank)
-		for _, x := range []*call{oop, ip} {
-			x.sendcounts, x.sdispls, x.recvcounts, x.rdispls = sc, sd, rc, rd
-		}
-	}
+	args := c.Call(r.rank)
+	oop := &call{args: args, send: region{r.send, 0, sendN}, recv: region{r.recv, 0, recvN}}
+	ip := &call{args: args, send: region{r.recv, so * ts, sendN}, recv: region{r.recv, ro * ts, recvN}}
 	seed := uint64(op.coll)<<48 ^ uint64(dt)<<40 ^ uint64(uint8(redop+1))<<32 ^ uint64(sizeIdx)<<8
 	res := &Result{
 		Collective: op.name(), Datatype: dt.String(), RedOp: "none", Root: -1,
@@ -461,7 +456,7 @@ func (r *rankRun) bench(op *opSpec, dt sdk.DataType, redop sdk.RedOp, sizeIdx in
 		// in-place figures at 8 MiB when only the out-of-place half
 		// warmed up).
 		for i := 0; i < r.cfg.Warmup; i++ {
-			if err := r.be.issue(op.coll, x); err != nil {
+			if err := r.be.issue(x); err != nil {
 				return nil, r.collError(op, c, inPlace, err)
 			}
 		}
@@ -476,7 +471,7 @@ func (r *rankRun) bench(op *opSpec, dt sdk.DataType, redop sdk.RedOp, sizeIdx in
 			return nil, err
 		}
 		for i := 0; i < r.cfg.Iters; i++ {
-			if err := r.be.issue(op.coll, x); err != nil {
+			if err := r.be.issue(x); err != nil {
 				return nil, r.collError(op, c, inPlace, err)
 			}
 		}
@@ -491,7 +486,7 @@ func (r *rankRun) bench(op *opSpec, dt sdk.DataType, redop sdk.RedOp, sizeIdx in
 			if err := r.prepare(op, c, inPlace, true); err != nil {
 				return nil, err
 			}
-			if err := r.be.issue(op.coll, x); err != nil {
+			if err := r.be.issue(x); err != nil {
 				return nil, r.collError(op, c, inPlace, err)
 			}
 			if err := r.be.sync(); err != nil {
@@ -530,7 +525,7 @@ func (r *rankRun) bench(op *opSpec, dt sdk.DataType, redop sdk.RedOp, sizeIdx in
 		if t[phase] > 0 {
 			h.AlgBW = float64(res.Size) / 1e9 / t[phase]
 		}
-		h.BusBW = h.AlgBW * op.busFactor(r.n)
+		h.BusBW = h.AlgBW * op.coll.BusFactor(r.n)
 		if r.cfg.Check && (phase == 0 || op.inPlaceChecked) {
 			n := w[phase]
 			h.Wrong = &n
