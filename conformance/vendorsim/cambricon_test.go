@@ -1,15 +1,10 @@
 package vendorsim
 
 import (
-	"debug/elf"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
-	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,14 +13,16 @@ import (
 
 	"github.com/ebitengine/purego"
 	"github.com/stretchr/testify/require"
+
+	"github.com/flagcx/flagcx-go/internal/testkit"
 )
 
 // The emulated Cambricon libraries (build/vendorsim/cambricon/libcnrt.so
 // and libcncl.so) driven directly through their vendor API, as the
 // cambricon plugin drives them: CNRT's and CNCL's names, enum values and
 // argument orders (docs/vendor-facts.md#cambricon). Multi-rank tests run each
-// rank in its own process: this test binary re-executed with
-// VSIM_CAMBRICON_WORKER naming a scenario (init below runs it and exits).
+// rank in its own process: this test binary re-executed by testkit.Run as
+// the "vendorsim-cambricon" worker, envScenario naming a scenario.
 
 // CNRT (cnrt.h v6.14.1) and CNCL (cncl.h v1.25.0) values.
 const (
@@ -198,7 +195,7 @@ func cnTest(t *testing.T) *cnEmulators {
 	runtime.LockOSThread()
 	t.Cleanup(runtime.UnlockOSThread)
 	cnOnce.Do(func() { cnEmu, cnErr = cnLoad(".") })
-	require.NoError(t, cnErr, "the emulators must be built: run make first (make vendorsim)")
+	requireBuilt(t, cnErr)
 	return cnEmu
 }
 
@@ -220,46 +217,10 @@ func (e *cnEmulators) download(t require.TestingT, b devBuf) []byte {
 	return out
 }
 
-func TestCambriconLibrariesAreMarkedAndExportTheSubset(t *testing.T) {
+// The libraries' sonames, markers and exact exports are
+// TestEmulatorLibraries' (vendors_test.go).
+func TestCambriconLibVersions(t *testing.T) {
 	e := cnTest(t)
-	want := map[string][]string{
-		e.rtPath: {"cnrtDeviceGetPCIBusId", "cnrtFree", "cnrtFreeHost", "cnrtGetDevice", "cnrtGetDeviceCount",
-			"cnrtGetErrorStr", "cnrtGetLibVersion", "cnrtHostMalloc", "cnrtHostRegister", "cnrtHostUnregister", "cnrtMalloc", "cnrtMemcpy", "cnrtMemcpyAsync",
-			"cnrtMemcpyAsync_V2", "cnrtMemset", "cnrtMemsetAsync", "cnrtNotifierCreate", "cnrtNotifierCreateWithFlags",
-			"cnrtNotifierDestroy", "cnrtNotifierElapsedTime", "cnrtPlaceNotifier", "cnrtQueryNotifier", "cnrtQueueCreate",
-			"cnrtQueueDestroy", "cnrtQueueQuery", "cnrtQueueSync", "cnrtQueueWaitNotifier", "cnrtSetDevice",
-			"cnrtSyncDevice", "cnrtWaitNotifier"},
-		e.cclPath: {"cnclAbortComm", "cnclAllGather", "cnclAllReduce", "cnclAlltoAll", "cnclBroadcast",
-			"cnclDestroyComms", "cnclFreeComm", "cnclGetCliqueId", "cnclGetCommAsyncError", "cnclGetCommCount",
-			"cnclGetCommDevice", "cnclGetCommRank", "cnclGetErrorStr", "cnclGetLibVersion", "cnclGroupEnd",
-			"cnclGroupStart", "cnclInitComms", "cnclRecv", "cnclReduce", "cnclReduceScatter", "cnclSend"},
-	}
-	for path, soname := range map[string]string{e.rtPath: "libcnrt.so", e.cclPath: "libcncl.so"} {
-		f, err := elf.Open(path)
-		require.NoError(t, err)
-		names, err := f.DynString(elf.DT_SONAME)
-		require.NoError(t, err)
-		require.Equal(t, []string{soname}, names, path)
-		syms, err := f.DynamicSymbols()
-		require.NoError(t, err)
-		var exported []string
-		for _, s := range syms {
-			if s.Section != elf.SHN_UNDEF && elf.ST_BIND(s.Info) == elf.STB_GLOBAL && !strings.HasPrefix(s.Name, "flagcxVendorsim") {
-				exported = append(exported, s.Name)
-			}
-		}
-		sort.Strings(exported)
-		require.Equal(t, want[path], exported, "%s exports exactly the plugin's subset", path)
-		require.NoError(t, f.Close())
-	}
-	for _, h := range []uintptr{e.hRT, e.hCCL} {
-		p, err := dataSymbol(h, "flagcxVendorsimEmulated")
-		require.NoError(t, err)
-		require.Equal(t, int32(1), *(*int32)(p))
-		d, err := dataSymbol(h, "flagcxVendorsimDescription")
-		require.NoError(t, err)
-		require.Contains(t, cString(unsafe.Slice((*byte)(d), 200)), "vendorsim: emulated Cambricon")
-	}
 	var a, b, c int32
 	require.Equal(t, int32(cnrtSuccess), e.rt.GetLibVersion(&a, &b, &c))
 	require.Equal(t, []int32{6, 14, 1}, []int32{a, b, c})
@@ -513,16 +474,15 @@ func TestCambriconInitCommsTwoDevicesOneThread(t *testing.T) {
 // Ranks as processes
 // ---------------------------------------------------------------------
 
-const cnEnvScenario = "VSIM_CAMBRICON_WORKER"
+const cnWorkerName = "vendorsim-cambricon" // envScenario names the scenario
 
 func init() {
-	if s := os.Getenv(cnEnvScenario); s != "" {
-		os.Exit(cnWorkerMain(s))
-	}
+	testkit.Worker(cnWorkerName, cnWorkerMain)
 }
 
 type cnWorker struct {
 	e            *cnEmulators
+	r            testkit.Rank
 	rank, nranks int
 	id           cnClique
 	comm, queue  uintptr
@@ -568,47 +528,22 @@ func (w *cnWorker) join() {
 	w.ok("cnrtQueueCreate", w.e.rt.QueueCreate(&w.queue))
 }
 
-func cnWorkerMain(scenario string) int {
-	runtime.LockOSThread()
-	w := &cnWorker{out: workerOut{Buffers: map[string][]byte{}, Codes: map[string]int{}, Texts: map[string]string{}, Numbers: map[string]float64{}}}
-	w.rank, _ = strconv.Atoi(os.Getenv(envRank))
-	w.nranks, _ = strconv.Atoi(os.Getenv(envNranks))
-	raw, err := hex.DecodeString(os.Getenv(envID))
-	if err != nil || len(raw) != int(unsafe.Sizeof(w.id)) {
-		fmt.Fprintln(os.Stderr, "worker: bad", envID)
-		return 2
+func cnWorkerMain(r testkit.Rank) (any, error) {
+	w := &cnWorker{r: r, rank: r.Rank, nranks: r.N, out: newWorkerOut()}
+	if len(r.ID) != int(unsafe.Sizeof(w.id)) {
+		return nil, fmt.Errorf("bad clique id: %d bytes", len(r.ID))
 	}
-	copy(unsafe.Slice((*byte)(unsafe.Pointer(&w.id)), len(raw)), raw)
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(&w.id)), len(r.ID)), r.ID)
+	var err error
 	if w.e, err = cnLoad(os.Getenv(envLibRoot)); err != nil {
-		fmt.Fprintln(os.Stderr, "worker:", err)
-		return 2
+		return nil, err
 	}
-	fn, ok := cnScenarios[scenario]
+	fn, ok := cnScenarios[os.Getenv(envScenario)]
 	if !ok {
-		fmt.Fprintln(os.Stderr, "worker: unknown scenario", scenario)
-		return 2
+		return nil, fmt.Errorf("unknown scenario %q", os.Getenv(envScenario))
 	}
-	func() {
-		defer func() {
-			if r := recover(); r != nil {
-				a, ok := r.(workerAbort)
-				if !ok {
-					panic(r)
-				}
-				w.out.Fail = a.msg
-			}
-		}()
-		fn(w)
-	}()
-	data, err := json.Marshal(&w.out)
-	if err == nil {
-		err = os.WriteFile(os.Getenv(envOut), data, 0o600)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "worker:", err)
-		return 3
-	}
-	return 0
+	w.out.Fail = recoverAbort(func() { fn(w) })
+	return &w.out, nil
 }
 
 var cnScenarios = map[string]func(*cnWorker){
@@ -686,8 +621,7 @@ func cnScenarioColls(w *cnWorker) {
 func cnScenarioExit(w *cnWorker) {
 	w.join()
 	if w.rank == 1 {
-		data, _ := json.Marshal(&w.out)
-		_ = os.WriteFile(os.Getenv(envOut), data, 0o600)
+		_ = w.r.Save(&w.out)
 		os.Exit(0)
 	}
 	time.Sleep(100 * time.Millisecond)
@@ -717,16 +651,12 @@ func cnRunRanks(t *testing.T, scenario string, n int, env ...string) []workerOut
 	e := cnTest(t)
 	var id cnClique
 	require.Equal(t, int32(cnclSuccess), e.ccl.GetCliqueID(&id))
-	root, err := RepoRoot(".")
-	require.NoError(t, err)
-	// -test.run=^$: init() runs the scenario, no test body runs
-	outs, _, errs := startRanks[workerOut](t, n, []string{"-test.run=^$"}, func(r int, path string) []string {
-		return append([]string{cnEnvScenario + "=" + scenario, envRank + "=" + strconv.Itoa(r), envNranks + "=" + strconv.Itoa(n),
-			envID + "=" + hex.EncodeToString(unsafe.Slice((*byte)(unsafe.Pointer(&id)), unsafe.Sizeof(id))), envOut + "=" + path, envLibRoot + "=" + root}, env...)
-	}, nil, nil)
+	res := testkit.Run[workerOut](t, testkit.Spec{Worker: cnWorkerName, N: n, ID: unsafe.Slice((*byte)(unsafe.Pointer(&id)), unsafe.Sizeof(id)),
+		Env: append([]string{envScenario + "=" + scenario, envLibRoot + "=" + testkit.RepoRoot(t)}, env...)})
+	outs := make([]workerOut, n)
 	for r := range n {
-		require.NoError(t, errs[r])
-		require.Empty(t, outs[r].Fail, "rank %d", r)
+		outs[r] = res[r].Report
+		require.Empty(t, outs[r].Fail, "rank %d:\n%s", r, res[r].Log)
 	}
 	return outs
 }

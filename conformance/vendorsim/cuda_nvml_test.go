@@ -1,7 +1,7 @@
 package vendorsim
 
 import (
-	"debug/elf"
+	"errors"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -12,6 +12,8 @@ import (
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/flagcx/flagcx-go/internal/testkit"
 )
 
 var (
@@ -35,7 +37,7 @@ func testEmulators(t *testing.T) *emulators {
 			emu, emuErr = loadEmulators(libs)
 		}
 	})
-	require.NoError(t, emuErr, "the emulators must be built: run make first (make vendorsim)")
+	requireBuilt(t, emuErr)
 	return emu
 }
 
@@ -48,29 +50,14 @@ func expectedDevices() int {
 	return 8
 }
 
-func TestLibrariesAreMarkedAndNamed(t *testing.T) {
-	e := testEmulators(t)
-	for _, h := range []uintptr{e.hCuda, e.hNCCL, e.hNVML} {
-		p, err := dataSymbol(h, "flagcxVendorsimEmulated")
-		require.NoError(t, err)
-		require.Equal(t, int32(1), *(*int32)(p))
-		d, err := dataSymbol(h, "flagcxVendorsimDescription")
-		require.NoError(t, err)
-		require.Contains(t, cString(unsafe.Slice((*byte)(d), 200)), "vendorsim")
+// requireBuilt: err from loading the make-built emulators is nil; when
+// they are not built the test skips (and fails under CI).
+func requireBuilt(t *testing.T, err error) {
+	t.Helper()
+	if errors.Is(err, ErrNotBuilt) {
+		testkit.Skip(t, testkit.Built, "%v", err)
 	}
-	for path, soname := range map[string]string{
-		e.libs.Cudart:   "libcudart.so.13",
-		e.libs.Cudart12: "libcudart.so.12",
-		e.libs.NCCL:     "libnccl.so.2",
-		e.libs.NVML:     "libnvidia-ml.so.1",
-	} {
-		f, err := elf.Open(path)
-		require.NoError(t, err)
-		names, err := f.DynString(elf.DT_SONAME)
-		require.NoError(t, err)
-		require.Equal(t, []string{soname}, names, path)
-		require.NoError(t, f.Close())
-	}
+	require.NoError(t, err)
 }
 
 func TestFindNvidiaNeedsBuild(t *testing.T) {
@@ -81,7 +68,7 @@ func TestFindNvidiaNeedsBuild(t *testing.T) {
 	require.Contains(t, err.Error(), "run make first")
 
 	libs, err := FindNvidia(".")
-	require.NoError(t, err)
+	requireBuilt(t, err)
 	require.Contains(t, strings.Join(libs.Env(), " "), EnvNvidiaNCCL+"="+libs.NCCL)
 }
 

@@ -1,21 +1,18 @@
 package vendorsim
 
 import (
-	"debug/elf"
-	"encoding/hex"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"sync"
 	"testing"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
 	"github.com/stretchr/testify/require"
+
+	"github.com/flagcx/flagcx-go/internal/testkit"
 )
 
 // Tests of the emulated Kunlunxin libraries (kunlunxin/xpurt.c, bkcl.c)
@@ -166,7 +163,7 @@ func klxEmulators(t *testing.T) *klxEmu {
 		}
 		klxErr = err
 	})
-	require.NoError(t, klxErr, "the kunlunxin emulators must be built: run make first")
+	requireBuilt(t, klxErr)
 	return klxE
 }
 
@@ -192,55 +189,27 @@ func (e *klxEmu) download(t require.TestingT, b devBuf) []byte {
 	return out
 }
 
-func TestKunlunxinEmulatorsMarkedAndNamed(t *testing.T) {
-	e := klxEmulators(t)
-	for _, h := range []uintptr{e.hXPU, e.hBK} {
-		p, err := dataSymbol(h, "flagcxVendorsimEmulated")
-		require.NoError(t, err)
-		require.Equal(t, int32(1), *(*int32)(p))
-		d, err := dataSymbol(h, "flagcxVendorsimDescription")
-		require.NoError(t, err)
-		desc := cString(unsafe.Slice((*byte)(d), 300))
-		require.Contains(t, desc, "vendorsim")
-		require.Contains(t, desc, "Kunlunxin")
+// TestKunlunxinEmulatorsExportWhatBKCLHas: beyond the exact exports that
+// TestEmulatorLibraries (vendors_test.go) compares with the vendor table,
+// what the Kunlunxin emulators must never grow: the C++ build has no C
+// names, BKCL has no gather or scatter, the XPU runtime no event timing or
+// queries (and nothing of CUDA's).
+func TestKunlunxinEmulatorsExportWhatBKCLHas(t *testing.T) {
+	v := testkit.Lookup(t, "kunlunxin")
+	exports := map[string][]string{}
+	for _, e := range v.Emulators() {
+		exports[e.File] = e.Exports
 	}
-	dynamic := func(path string) map[string]bool {
-		f, err := elf.Open(path)
-		require.NoError(t, err)
-		defer f.Close()
-		syms, err := f.DynamicSymbols()
-		require.NoError(t, err)
-		out := map[string]bool{}
-		for _, s := range syms {
-			if s.Section != elf.SHN_UNDEF {
-				out[s.Name] = true
-			}
-		}
-		return out
-	}
-	for path, soname := range map[string]string{
-		e.xpurt: "libxpurt.so.1", e.lib: "libbkcl.so", filepath.Join(e.dir, "cxx", "libbkcl.so"): "libbkcl.so",
-	} {
-		f, err := elf.Open(path)
-		require.NoError(t, err)
-		names, err := f.DynString(elf.DT_SONAME)
-		require.NoError(t, err)
-		require.Equal(t, []string{soname}, names, path)
-		require.NoError(t, f.Close())
-	}
-	plain, cxx := dynamic(e.lib), dynamic(filepath.Join(e.dir, "cxx", "libbkcl.so"))
-	require.True(t, plain["bkcl_all_gather"])
-	require.False(t, cxx["bkcl_all_gather"], "the C++ build has no C names")
-	require.True(t, cxx["_Z15bkcl_all_gatherP11BKCLContextPKvmPv12BKCLDataTypeS3_"])
-	require.True(t, cxx["flagcxVendorsimEmulated"])
+	require.Contains(t, exports["libbkcl.so"], "bkcl_all_gather")
+	require.NotContains(t, exports["cxx/libbkcl.so"], "bkcl_all_gather", "the C++ build has no C names")
+	require.Contains(t, exports["cxx/libbkcl.so"], "_Z15bkcl_all_gatherP11BKCLContextPKvmPv12BKCLDataTypeS3_")
 	// no gather/scatter: BKCL has none, so the emulator has none
-	require.False(t, plain["bkcl_gather"])
-	require.False(t, plain["bkcl_scatter"])
+	require.NotContains(t, exports["libbkcl.so"], "bkcl_gather")
+	require.NotContains(t, exports["libbkcl.so"], "bkcl_scatter")
 	// no event timing or queries in the XPU runtime
-	xpu := dynamic(e.xpurt)
-	require.True(t, xpu["xpu_event_wait"])
+	require.Contains(t, exports["libxpurt.so.1"], "xpu_event_wait")
 	for _, s := range []string{"xpu_event_elapsed_time", "xpu_event_query", "xpu_stream_query", "cudaMemcpy"} {
-		require.False(t, xpu[s], s)
+		require.NotContains(t, exports["libxpurt.so.1"], s)
 	}
 }
 
@@ -440,7 +409,8 @@ func TestKunlunxinBKCLInitArgumentOrder(t *testing.T) {
 
 const klxCount = 29
 
-// klxWorker runs in a re-executed test process (KLX_VSIM_* set).
+// klxWorker is one rank of TestKunlunxinBKCLRanks, in its own process
+// (the "vendorsim-kunlunxin" worker).
 func klxWorker(e *klxEmu, rank, n int, id []byte) (out workerOut, err error) {
 	out = workerOut{Buffers: map[string][]byte{}, Codes: map[string]int{}}
 	x, b := e.xpu, e.bkcl
@@ -545,23 +515,16 @@ func klxWorker(e *klxEmu, rank, n int, id []byte) (out workerOut, err error) {
 	return out, err
 }
 
-// TestKunlunxinVsimWorker is one rank of TestKunlunxinBKCLRanks.
-func TestKunlunxinVsimWorker(t *testing.T) {
-	if os.Getenv("KLX_VSIM_OUT") == "" {
-		t.Skip("a rank of TestKunlunxinBKCLRanks, run in its own process")
-	}
-	runtime.LockOSThread()
-	rank, _ := strconv.Atoi(os.Getenv("KLX_VSIM_RANK"))
-	n, _ := strconv.Atoi(os.Getenv("KLX_VSIM_NRANKS"))
-	id, err := hex.DecodeString(os.Getenv("KLX_VSIM_ID"))
-	require.NoError(t, err)
-	e, err := klxLoad(os.Getenv("KLX_VSIM_ROOT"))
-	require.NoError(t, err)
-	out, err := klxWorker(e, rank, n, id)
-	require.NoError(t, err)
-	data, err := json.Marshal(out)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(os.Getenv("KLX_VSIM_OUT"), data, 0o600))
+const klxWorkerName = "vendorsim-kunlunxin"
+
+func init() {
+	testkit.Worker(klxWorkerName, func(r testkit.Rank) (any, error) {
+		e, err := klxLoad(os.Getenv(envLibRoot))
+		if err != nil {
+			return nil, err
+		}
+		return klxWorker(e, r.Rank, r.N, r.ID)
+	})
 }
 
 func TestKunlunxinBKCLRanks(t *testing.T) {
@@ -572,12 +535,12 @@ func TestKunlunxinBKCLRanks(t *testing.T) {
 		t.Run(fmt.Sprintf("%dranks", n), func(t *testing.T) {
 			id := make([]byte, klxBKCLUniqueIDBytes)
 			require.Equal(t, int32(0), e.bkcl.GetUniqueID(&id[0]))
-			runs, _, errs := startRanks[workerOut](t, n, []string{"-test.run=^TestKunlunxinVsimWorker$", "-test.count=1"}, func(r int, path string) []string {
-				return []string{"KLX_VSIM_RANK=" + strconv.Itoa(r), "KLX_VSIM_NRANKS=" + strconv.Itoa(n),
-					"KLX_VSIM_ID=" + hex.EncodeToString(id), "KLX_VSIM_OUT=" + path, "KLX_VSIM_ROOT=" + root,
-					EnvSlotBytes + "=256", EnvMailboxBytes + "=1024", EnvTimeout + "=30"}
-			}, nil, nil)
-			require.NoError(t, errors.Join(errs...))
+			res := testkit.Run[workerOut](t, testkit.Spec{Worker: klxWorkerName, N: n, ID: id,
+				Env: []string{envLibRoot + "=" + root, EnvSlotBytes + "=256", EnvMailboxBytes + "=1024", EnvTimeout + "=30"}})
+			runs := make([]workerOut, n)
+			for r := range res {
+				runs[r] = res[r].Report
+			}
 			cnt := klxCount
 			for _, ty := range klxBKCLTypes {
 				dt, es := ty.dt, dtypeSize[ty.dt]

@@ -1,14 +1,10 @@
 package vendorsim
 
 import (
-	"debug/elf"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +13,8 @@ import (
 
 	"github.com/ebitengine/purego"
 	"github.com/stretchr/testify/require"
+
+	"github.com/flagcx/flagcx-go/internal/testkit"
 )
 
 // Tests of the emulated MetaX libraries (metax/mcruntime.c, metax/mccl.c)
@@ -190,7 +188,7 @@ func metaxEmulators(t *testing.T) *metaxEmu {
 	runtime.LockOSThread()
 	t.Cleanup(runtime.UnlockOSThread)
 	metaxOnce.Do(func() { metaxE, metaxErr = metaxLoad(".") })
-	require.NoError(t, metaxErr, "the MetaX emulators must be built: run make first (make vendorsim)")
+	requireBuilt(t, metaxErr)
 	return metaxE
 }
 
@@ -216,39 +214,8 @@ func (e *metaxEmu) download(t require.TestingT, p unsafe.Pointer, n int) []byte 
 	return out
 }
 
-func TestMetaxLibrariesMarkedAndNamed(t *testing.T) {
-	e := metaxEmulators(t)
-	for _, h := range []uintptr{e.hRT, e.hCC} {
-		p, err := dataSymbol(h, "flagcxVendorsimEmulated")
-		require.NoError(t, err)
-		require.Equal(t, int32(1), *(*int32)(p))
-		d, err := dataSymbol(h, "flagcxVendorsimDescription")
-		require.NoError(t, err)
-		text := cString(unsafe.Slice((*byte)(d), 200))
-		require.Contains(t, text, "vendorsim")
-		require.Contains(t, text, "MetaX")
-	}
-	for path, want := range map[string]struct {
-		soname string
-		prefix string
-	}{e.rtPath: {"libmcruntime.so", "mc"}, e.ccPath: {"libmccl.so", "mccl"}} {
-		f, err := elf.Open(path)
-		require.NoError(t, err)
-		names, err := f.DynString(elf.DT_SONAME)
-		require.NoError(t, err)
-		require.Equal(t, []string{want.soname}, names, path)
-		syms, err := f.DynamicSymbols()
-		require.NoError(t, err)
-		for _, s := range syms {
-			if s.Section == elf.SHN_UNDEF || elf.ST_BIND(s.Info) != elf.STB_GLOBAL {
-				continue
-			}
-			ok := strings.HasPrefix(s.Name, want.prefix) || strings.HasPrefix(s.Name, "flagcxVendorsim")
-			require.True(t, ok, "%s exports %s: only the vendor's names (and the marker) may be visible", path, s.Name)
-		}
-		require.NoError(t, f.Close())
-	}
-}
+// The libraries' sonames, markers and exact exports are
+// TestEmulatorLibraries' (vendors_test.go).
 
 func TestMetaxRuntimeMemoryAndCopyKinds(t *testing.T) {
 	e := metaxEmulators(t)
@@ -443,18 +410,16 @@ func TestMetaxMCCLSingleRank(t *testing.T) {
 }
 
 // ---------------------------------------------------------------------
-// Ranks as processes: the test binary re-runs itself with only
-// TestMetaxEmulatorWorker selected and FLAGCX_METAX_VSIM_WORKER naming a
-// scenario; the worker records what it got in a JSON file.
+// Ranks as processes: testkit.Run re-executes the test binary as the
+// "vendorsim-metax" worker, envScenario naming a scenario; the worker
+// records what it got in its report.
 // ---------------------------------------------------------------------
 
-const (
-	metaxEnvWorker = "FLAGCX_METAX_VSIM_WORKER"
-	metaxEnvRank   = "FLAGCX_METAX_VSIM_RANK"
-	metaxEnvNranks = "FLAGCX_METAX_VSIM_NRANKS"
-	metaxEnvID     = "FLAGCX_METAX_VSIM_ID"
-	metaxEnvOut    = "FLAGCX_METAX_VSIM_OUT"
-)
+const metaxWorkerName = "vendorsim-metax"
+
+func init() {
+	testkit.Worker(metaxWorkerName, metaxWorkerMain)
+}
 
 type metaxOut struct {
 	Buffers map[string][]byte `json:"buffers"`
@@ -468,54 +433,48 @@ func metaxRunRanks(t *testing.T, scenario string, n int, env ...string) []metaxO
 	e := metaxEmulators(t)
 	var id metaxUniqueID
 	require.Equal(t, int32(mcclSuccess), e.cc.GetUniqueID(&id))
-	outs, logs, errs := startRanks[metaxOut](t, n, []string{"-test.run=^TestMetaxEmulatorWorker$", "-test.count=1"}, func(r int, path string) []string {
-		return append([]string{metaxEnvWorker + "=" + scenario, metaxEnvRank + "=" + strconv.Itoa(r),
-			metaxEnvNranks + "=" + strconv.Itoa(n), metaxEnvID + "=" + hex.EncodeToString(id.Internal[:]), metaxEnvOut + "=" + path}, env...)
-	}, nil, nil)
+	res := testkit.Run[metaxOut](t, testkit.Spec{Worker: metaxWorkerName, N: n, ID: id.Internal[:],
+		Env: append([]string{envScenario + "=" + scenario, envLibRoot + "=" + testkit.RepoRoot(t)}, env...)})
+	outs := make([]metaxOut, n)
 	for r := range n {
-		require.NoError(t, errs[r], "rank %d:\n%s", r, logs[r])
-		require.Empty(t, outs[r].Fail, "rank %d:\n%s", r, logs[r])
+		outs[r] = res[r].Report
+		require.Empty(t, outs[r].Fail, "rank %d:\n%s", r, res[r].Log)
 	}
 	return outs
 }
 
-// TestMetaxEmulatorWorker is one rank of the tests below; it only runs in
-// the processes they start.
-func TestMetaxEmulatorWorker(t *testing.T) {
-	scenario := os.Getenv(metaxEnvWorker)
-	if scenario == "" {
-		t.Skip("a rank process of the MetaX emulator tests")
+// metaxWorkerMain is one rank of the tests below.
+func metaxWorkerMain(r testkit.Rank) (any, error) {
+	w := &metaxWorker{r: r, rank: r.Rank, n: r.N, out: metaxOut{Buffers: map[string][]byte{}, Codes: map[string]int{}, Texts: map[string]string{}}}
+	copy(w.id.Internal[:], r.ID)
+	var err error
+	if w.e, err = metaxLoad(os.Getenv(envLibRoot)); err != nil {
+		return nil, err
 	}
-	runtime.LockOSThread()
-	w := &metaxWorker{out: metaxOut{Buffers: map[string][]byte{}, Codes: map[string]int{}, Texts: map[string]string{}}}
-	w.rank, _ = strconv.Atoi(os.Getenv(metaxEnvRank))
-	w.n, _ = strconv.Atoi(os.Getenv(metaxEnvNranks))
-	raw, err := hex.DecodeString(os.Getenv(metaxEnvID))
-	require.NoError(t, err)
-	copy(w.id.Internal[:], raw)
-	w.e, err = metaxLoad(".")
-	require.NoError(t, err)
+	fn, ok := metaxScenarios[os.Getenv(envScenario)]
+	if !ok {
+		return nil, fmt.Errorf("unknown scenario %q", os.Getenv(envScenario))
+	}
 	func() {
 		defer func() {
-			if r := recover(); r != nil {
-				if a, ok := r.(metaxAbort); ok {
+			if x := recover(); x != nil {
+				if a, ok := x.(metaxAbort); ok {
 					w.out.Fail = string(a)
 					return
 				}
-				panic(r)
+				panic(x)
 			}
 		}()
-		metaxScenarios[scenario](w)
+		fn(w)
 	}()
-	data, err := json.Marshal(&w.out)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(os.Getenv(metaxEnvOut), data, 0o600))
+	return &w.out, nil
 }
 
 type metaxAbort string
 
 type metaxWorker struct {
 	e       *metaxEmu
+	r       testkit.Rank
 	rank, n int
 	id      metaxUniqueID
 	comm    uintptr
@@ -666,8 +625,7 @@ func metaxScenarioCollectives(w *metaxWorker) {
 func metaxScenarioEarlyExit(w *metaxWorker) {
 	w.init()
 	if w.rank == 1 {
-		data, _ := json.Marshal(&w.out)
-		os.WriteFile(os.Getenv(metaxEnvOut), data, 0o600)
+		_ = w.r.Save(&w.out)
 		os.Exit(0)
 	}
 	time.Sleep(100 * time.Millisecond)

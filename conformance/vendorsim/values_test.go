@@ -1,9 +1,10 @@
 package vendorsim
 
 import (
-	"encoding/binary"
-	"fmt"
 	"math"
+
+	"github.com/flagcx/flagcx-go/internal/testkit"
+	"github.com/flagcx/flagcx-go/sdk"
 )
 
 // Inputs are small integers, so every expected result is exact in every
@@ -90,76 +91,15 @@ func reduceExpect(dt, op int, vals []float64) float64 {
 }
 
 // a2aValue is what rank src sends to rank dst at element j of an alltoall
-// (distinct per (src,dst,j), and below 128 so it fits every type as long as
-// src and dst are below 3: the gather tests run 2 and 3 ranks).
-func a2aValue(src, dst, j int) float64 { return float64(src*40 + dst*12 + j%12) }
+// (testkit.Move: distinct per (src,dst,j), and below 128 so it fits every
+// type while src and dst are below 3: the gather tests run 2 and 3 ranks).
+func a2aValue(src, dst, j int) float64 { return testkit.Move(src, dst, j) }
 
-// f16Bits encodes an exactly representable value as IEEE binary16.
-func f16Bits(v float64) uint16 {
-	if v == 0 {
-		return 0
-	}
-	var sign uint16
-	if v < 0 {
-		sign = 0x8000
-		v = -v
-	}
-	frac, exp := math.Frexp(v) // v = frac * 2^exp, frac in [0.5, 1)
-	e := exp - 1               // v = 1.m * 2^e
-	if e < -14 || e > 15 {
-		panic(fmt.Sprintf("f16Bits: %g out of the normal range", v))
-	}
-	m := (frac*2 - 1) * 1024
-	if m != math.Trunc(m) {
-		panic(fmt.Sprintf("f16Bits: %g is not exact in float16", v))
-	}
-	return sign | uint16(e+15)<<10 | uint16(m)
-}
-
-func bf16Bits(v float64) uint16 {
-	b := math.Float32bits(float32(v))
-	if b&0xffff != 0 || float64(float32(v)) != v {
-		panic(fmt.Sprintf("bf16Bits: %g is not exact in bfloat16", v))
-	}
-	return uint16(b >> 16)
-}
-
-// encode appends v as data type dt (little endian, as on the machines the
-// emulator runs on). Integers wrap like C's conversions of in-range values.
-func encode(buf []byte, dt int, v float64) []byte {
-	le := binary.LittleEndian
-	switch dt {
-	case dtInt8:
-		return append(buf, byte(int8(v)))
-	case dtUint8:
-		return append(buf, byte(uint8(v)))
-	case dtInt32:
-		return le.AppendUint32(buf, uint32(int32(v)))
-	case dtUint32:
-		return le.AppendUint32(buf, uint32(v))
-	case dtInt64:
-		return le.AppendUint64(buf, uint64(int64(v)))
-	case dtUint64:
-		return le.AppendUint64(buf, uint64(v))
-	case dtFloat16:
-		return le.AppendUint16(buf, f16Bits(v))
-	case dtFloat32:
-		return le.AppendUint32(buf, math.Float32bits(float32(v)))
-	case dtFloat64:
-		return le.AppendUint64(buf, math.Float64bits(v))
-	case dtBfloat16:
-		return le.AppendUint16(buf, bf16Bits(v))
-	}
-	panic("bad dtype")
-}
-
-// encodeN encodes f(0..count-1).
+// encodeN encodes f(0..count-1) as data type dt (little endian, as on the
+// machines the emulator runs on; testkit.Encode, which panics on a value
+// that is not exact in dt).
 func encodeN(dt, count int, f func(i int) float64) []byte {
-	out := make([]byte, 0, count*dtypeSize[dt])
-	for i := 0; i < count; i++ {
-		out = encode(out, dt, f(i))
-	}
-	return out
+	return testkit.Encode(sdk.DataType(dt), count, f)
 }
 
 // p2pPattern is byte j of the message from rank src to rank dst (tag tells

@@ -3,31 +3,28 @@ package vendorsim
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"os"
-	"runtime"
-	"strconv"
 	"testing"
 	"time"
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/flagcx/flagcx-go/internal/testkit"
 )
 
 // Multi-rank tests run each rank in its own process, as real NCCL ranks
-// are: the test binary re-executes itself with VSIM_TEST_WORKER naming a
-// scenario. A worker drives the emulators and records what it got (buffers,
-// return codes, error texts) in a JSON file; the parent test asserts on it
-// with require. A worker only fails on its own when it cannot run at all.
+// are: testkit.Run re-executes the test binary as the "vendorsim-nccl"
+// worker with envScenario naming a scenario. A worker drives the emulators
+// and records what it got (buffers, return codes, error texts) in its
+// report; the parent test asserts on it with require. A worker only fails
+// on its own when it cannot run at all.
 
 const (
-	envWorker  = "VSIM_TEST_WORKER"
-	envRank    = "VSIM_TEST_RANK"
-	envNranks  = "VSIM_TEST_NRANKS"
-	envID      = "VSIM_TEST_ID"
-	envOut     = "VSIM_TEST_OUT"
-	envLibRoot = "VSIM_TEST_ROOT"
+	ncclWorker  = "vendorsim-nccl"
+	envScenario = "VSIM_TEST_SCENARIO"
+	envLibRoot  = "VSIM_TEST_ROOT"
 )
 
 func TestMain(m *testing.M) {
@@ -38,10 +35,12 @@ func TestMain(m *testing.M) {
 	if _, set := os.LookupEnv("FLAGCX_VENDORSIM_SYNC"); !set {
 		_ = os.Setenv("FLAGCX_VENDORSIM_SYNC", "1")
 	}
-	if scenario := os.Getenv(envWorker); scenario != "" {
-		os.Exit(runWorker(scenario))
-	}
+	testkit.ServeWorker()
 	os.Exit(m.Run())
+}
+
+func init() {
+	testkit.Worker(ncclWorker, runWorker)
 }
 
 // workerOut is what a worker reports.
@@ -55,13 +54,17 @@ type workerOut struct {
 
 type worker struct {
 	e      *emulators
+	r      testkit.Rank
 	rank   int
 	nranks int
 	id     uniqueID
 	out    workerOut
-	path   string
 	comm   uintptr
 	stream uintptr
+}
+
+func newWorkerOut() workerOut {
+	return workerOut{Buffers: map[string][]byte{}, Codes: map[string]int{}, Texts: map[string]string{}, Numbers: map[string]float64{}}
 }
 
 // workerAbort unwinds a scenario on an unexpected failure.
@@ -78,57 +81,49 @@ func (w *worker) ok(what string, rc int32) {
 	}
 }
 
+// save writes the report now (for a rank that exits on purpose).
 func (w *worker) save() {
-	data, err := json.Marshal(&w.out)
-	if err == nil {
-		err = os.WriteFile(w.path, data, 0o600)
-	}
-	if err != nil {
+	if err := w.r.Save(&w.out); err != nil {
 		fmt.Fprintln(os.Stderr, "worker: cannot write results:", err)
 		os.Exit(3)
 	}
 }
 
-func runWorker(scenario string) int {
-	// Per-thread state (current device, groups) must stay on one thread.
-	runtime.LockOSThread()
-	w := &worker{path: os.Getenv(envOut)}
-	w.out = workerOut{Buffers: map[string][]byte{}, Codes: map[string]int{}, Texts: map[string]string{}, Numbers: map[string]float64{}}
-	w.rank, _ = strconv.Atoi(os.Getenv(envRank))
-	w.nranks, _ = strconv.Atoi(os.Getenv(envNranks))
-	raw, err := hex.DecodeString(os.Getenv(envID))
-	if err != nil || len(raw) != len(w.id.Internal) {
-		fmt.Fprintln(os.Stderr, "worker: bad", envID)
-		return 2
+// runWorker is one rank of the scenario envScenario names.
+func runWorker(r testkit.Rank) (any, error) {
+	w := &worker{r: r, rank: r.Rank, nranks: r.N, out: newWorkerOut()}
+	if len(r.ID) != len(w.id.Internal) {
+		return nil, fmt.Errorf("bad unique id: %d bytes", len(r.ID))
 	}
-	copy(w.id.Internal[:], raw)
+	copy(w.id.Internal[:], r.ID)
 	libs, err := FindNvidia(os.Getenv(envLibRoot))
 	if err == nil {
 		w.e, err = loadEmulators(libs)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "worker:", err)
-		return 2
+		return nil, err
 	}
-	fn, ok := scenarios[scenario]
+	fn, ok := scenarios[os.Getenv(envScenario)]
 	if !ok {
-		fmt.Fprintln(os.Stderr, "worker: unknown scenario", scenario)
-		return 2
+		return nil, fmt.Errorf("unknown scenario %q", os.Getenv(envScenario))
 	}
-	func() {
-		defer func() {
-			if r := recover(); r != nil {
-				if a, ok := r.(workerAbort); ok {
-					w.out.Fail = a.msg
-					return
-				}
+	w.out.Fail = recoverAbort(func() { fn(w) })
+	return &w.out, nil
+}
+
+// recoverAbort runs f; a workerAbort it panics with is returned as text.
+func recoverAbort(f func()) (fail string) {
+	defer func() {
+		if r := recover(); r != nil {
+			a, ok := r.(workerAbort)
+			if !ok {
 				panic(r)
 			}
-		}()
-		fn(w)
+			fail = a.msg
+		}
 	}()
-	w.save()
-	return 0
+	f()
+	return ""
 }
 
 // rankRun is one rank's outcome as the parent sees it.
@@ -145,19 +140,11 @@ func runRanks(t *testing.T, scenario string, n int, env []string, perRank func(r
 	e := testEmulators(t)
 	var id uniqueID
 	require.Equal(t, int32(ncclSuccess), e.nccl.GetUniqueID(&id))
-	root, err := RepoRoot(".")
-	require.NoError(t, err)
-	// -test.run=^$: TestMain runs the scenario, no test body runs
-	outs, logs, errs := startRanks[workerOut](t, n, []string{"-test.run=^$"}, func(r int, path string) []string {
-		return append([]string{envWorker + "=" + scenario, envRank + "=" + strconv.Itoa(r), envNranks + "=" + strconv.Itoa(n),
-			envID + "=" + hex.EncodeToString(id.Internal[:]), envOut + "=" + path, envLibRoot + "=" + root}, env...)
-	}, perRank, skip)
+	res := testkit.Run[workerOut](t, testkit.Spec{Worker: ncclWorker, N: n, ID: id.Internal[:],
+		Env: append([]string{envScenario + "=" + scenario, envLibRoot + "=" + testkit.RepoRoot(t)}, env...), PerRank: perRank, Skip: skip})
 	runs := make([]rankRun, n)
 	for r := range n {
-		runs[r] = rankRun{out: outs[r], stderr: logs[r]}
-	}
-	for r := 0; r < n; r++ {
-		require.NoError(t, errs[r])
+		runs[r] = rankRun{out: res[r].Report, stderr: res[r].Log}
 		if skip == nil || !skip(r) {
 			require.Empty(t, runs[r].out.Fail, "rank %d failed; stderr:\n%s", r, runs[r].stderr)
 		}

@@ -1,6 +1,8 @@
 package loader
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -120,7 +122,7 @@ const char* cnclGetErrorStr(int r) { return r == 0x07 ? "fake CNCL: CNCL_RET_ERR
 // FLAGCX_CAMBRICON_* variables at it and opens a fresh copy of the plugin.
 func cambriconFake(t *testing.T, flags ...string) (*Plugin, string) {
 	t.Helper()
-	return openWithFake(t, "cambricon", "libfakecambricon.so", fakeCambriconC, []string{"FLAGCX_CAMBRICON_CNRT", "FLAGCX_CAMBRICON_CNCL"}, flags...)
+	return openFake(t, "cambricon", flags...)
 }
 
 // cncl.h v1.25.0 (docs/vendor-facts.md#cambricon-cncl): what each flagcx data type must
@@ -130,13 +132,9 @@ var cambriconTypes = map[sdk.DataType]int{
 	sdk.Float16: 0x10, sdk.Float32: 0x12, sdk.Bfloat16: 0x11,
 }
 
+// The common init failures (a missing CNCL, a runtime that is not a shared
+// object, no Neuware, the loader skipping the plugin) are vendors_test.go's.
 func TestCambriconInitFailsCleanly(t *testing.T) {
-	t.Run("cncl path does not exist", func(t *testing.T) {
-		p, fake := cambriconFake(t)
-		requireCCLMissing(t, p, fake, "FLAGCX_CAMBRICON_CNCL", "libcncl.so")
-		require.Contains(t, p.Init(InitOptions{}).Error(), "plugin cambricon: init: ")
-		require.Equal(t, "6.14.1", p.Info().Libraries[0].Version)
-	})
 	t.Run("wrong library: lacks the CNCL symbols", func(t *testing.T) {
 		p, _ := cambriconFake(t)
 		t.Setenv("FLAGCX_CAMBRICON_CNCL", compileC(t, filepath.Join(t.TempDir(), "libnotcncl.so"), fakeCambriconC, "-DNO_CNCL"))
@@ -145,33 +143,6 @@ func TestCambriconInitFailsCleanly(t *testing.T) {
 		require.Contains(t, err.Error(), "plugin cambricon: init: ")
 		require.Contains(t, err.Error(), "libnotcncl.so lacks cnclGetCliqueId")
 		require.Contains(t, err.Error(), "FLAGCX_CAMBRICON_CNCL")
-	})
-	t.Run("wrong library: not a shared object", func(t *testing.T) {
-		p, _ := cambriconFake(t)
-		junk := filepath.Join(t.TempDir(), "libcnrt.so")
-		require.NoError(t, os.WriteFile(junk, []byte("not an ELF file"), 0o644))
-		t.Setenv("FLAGCX_CAMBRICON_CNRT", junk)
-		err := p.Init(InitOptions{})
-		require.ErrorIs(t, err, sdk.ErrSystemError)
-		require.Contains(t, err.Error(), "cannot load libcnrt.so from FLAGCX_CAMBRICON_CNRT="+junk)
-	})
-	t.Run("no Neuware on this machine", func(t *testing.T) {
-		plugin := builtPlugin(t, "cambricon")
-		t.Setenv("FLAGCX_CAMBRICON_CNRT", "")
-		t.Setenv("FLAGCX_CAMBRICON_CNCL", "")
-		t.Setenv("NEUWARE_HOME", t.TempDir())
-		p, err := Open(plugin)
-		require.NoError(t, err, "the plugin opens without any vendor library")
-		require.Equal(t, "Cambricon", p.Vendor)
-		err = p.Init(InitOptions{})
-		if err == nil {
-			t.Skip("libcnrt.so and libcncl.so are reachable: installed, or an emulator with those sonames is already loaded in this test process")
-		}
-		require.ErrorIs(t, err, sdk.ErrSystemError)
-		require.Regexp(t, `cannot load libcnrt.so \(tried \$NEUWARE_HOME/lib64, libcnrt.so:.*set NEUWARE_HOME, or set FLAGCX_CAMBRICON_CNRT`, err.Error())
-	})
-	t.Run("loader skips it and goes on", func(t *testing.T) {
-		requireLoaderSkips(t, "cambricon", "FLAGCX_CAMBRICON_CNRT", "libfake.so", fakeCambriconC, "FLAGCX_CAMBRICON_CNCL", "/nonexistent/libcncl.so")
 	})
 }
 
@@ -435,16 +406,74 @@ func TestCambriconRefusesACommunicatorThatDisagrees(t *testing.T) {
 	require.True(t, strings.HasSuffix(cText(t, fake, "fake_calls"), "FreeComm;"), "the bad communicator is freed")
 }
 
-// TestCambriconEmulatedSelection: with Emulated the loader points both
-// library variables at <vendorsim>/cambricon/ and the plugin reports the
-// marker back.
-func TestCambriconEmulatedSelection(t *testing.T) {
-	plugin := builtPlugin(t, "cambricon")
-	sim, rt := fakeVendorsim(t, "cambricon", fakeCambriconC, "libcnrt.so", "libcncl.so", "FLAGCX_CAMBRICON_CNCL")
-
-	t.Run("missing vendorsim dir", func(t *testing.T) {
-		requireEmulatedMissing(t, plugin, sim, "cambricon")
+// TestCambriconMutantsFailOnTheEmulator proves that the emulator catches
+// the mistakes a CNCL/CNRT shim can make: each mutant is the plugin's own
+// source with one mapping broken, built and run (2 ranks on goroutines)
+// through the same exact checks that the real plugin passes (runRank's
+// short version: the runtime, then AllReduce of int8 and float32).
+func TestCambriconMutantsFailOnTheEmulator(t *testing.T) {
+	sim := builtVendorsim(t, "cambricon")
+	srcBytes, err := os.ReadFile(filepath.Join(repoRoot(t), "plugins", "cambricon", "cambricon.c"))
+	require.NoError(t, err)
+	src := string(srcBytes)
+	run := func(t *testing.T, plugin string) error {
+		p, err := Open(plugin)
+		require.NoError(t, err)
+		require.NoError(t, p.Init(InitOptions{Emulated: true, VendorsimDir: sim}))
+		reps, err := inProcessRanks(p, 2, rankOptions{short: true})
+		if err != nil {
+			return err
+		}
+		var errs []error
+		for r, rep := range reps {
+			if len(rep.Failures) > 0 {
+				errs = append(errs, fmt.Errorf("rank %d: %d wrong results, first: %s", r, len(rep.Failures), rep.Failures[0]))
+			}
+		}
+		return errors.Join(errs...)
+	}
+	t.Run("the plugin as it is passes", func(t *testing.T) {
+		require.NoError(t, run(t, builtPlugin(t, "cambricon")))
 	})
-
-	requireEmulatedInit(t, plugin, sim, rt, "FLAGCX_CAMBRICON_CNCL")
+	for _, m := range []struct {
+		name, old, new, want string
+	}{
+		{"CUDA's memcpy directions",
+			"static const int cnrtDir[3] = {cnrtMemcpyHostToDev, cnrtMemcpyDevToHost, cnrtMemcpyDevToDev};",
+			"static const int cnrtDir[3] = {1, 2, 3};", "cnrtMemcpy: Invalid argument"},
+		{"D2H and D2D swapped",
+			"static const int cnrtDir[3] = {cnrtMemcpyHostToDev, cnrtMemcpyDevToHost, cnrtMemcpyDevToDev};",
+			"static const int cnrtDir[3] = {cnrtMemcpyHostToDev, cnrtMemcpyDevToDev, cnrtMemcpyDevToHost};", "cnrtMemcpy"},
+		{"direction before queue in cnrtMemcpyAsync",
+			"f_cnrtMemcpyAsync(dst, (void*)src, bytes, (cnrtQueue_t)s, cnrtDir[kind])",
+			"f_cnrtMemcpyAsync(dst, (void*)src, bytes, (cnrtQueue_t)(uintptr_t)cnrtDir[kind], (int)(uintptr_t)s)", "cnrtMemcpyAsync"},
+		{"queue and notifier swapped in cnrtQueueWaitNotifier",
+			"f_cnrtQueueWaitNotifier((cnrtNotifier_t)e, (cnrtQueue_t)s,",
+			"f_cnrtQueueWaitNotifier((cnrtNotifier_t)s, (cnrtQueue_t)e,", "cnrtQueueWaitNotifier"},
+		{"float32 sent as float16",
+			"[flagcxFloat32] = cnclFloat32", "[flagcxFloat32] = cnclFloat16", "float32"},
+		{"int8 sent as uint8",
+			"[flagcxInt8] = cnclInt8,       [flagcxUint8] = cnclUint8,",
+			"[flagcxInt8] = cnclUint8,      [flagcxUint8] = cnclInt8,", "int8"},
+		{"clique id without its hash (128 bytes, as torch_mlu sends)",
+			"memcpy(&u, id, sizeof u); /* all 136 bytes, data and hash */",
+			"memset(&u, 0, sizeof u); memcpy(&u, id, CNCL_CLIQUE_ID_BYTES_SIZE);", "hash does not match"},
+		{"clique id copied at an offset",
+			"memcpy(&u, id, sizeof u); /* all 136 bytes, data and hash */",
+			"memset(&u, 0, sizeof u); memcpy((char*)&u + 4, id, sizeof u - 4);", "cnclInitComms"},
+		{"max and min swapped",
+			"return cnclCheck(f_cnclAllReduce(s, r, n, ct, op, CC(c), (cnrtQueue_t)st), \"cnclAllReduce\");",
+			"return cnclCheck(f_cnclAllReduce(s, r, n, ct, op == 2 ? 3 : op == 3 ? 2 : op, CC(c), (cnrtQueue_t)st), \"cnclAllReduce\");", "max"},
+	} {
+		t.Run(m.name, func(t *testing.T) {
+			require.Equal(t, 1, strings.Count(src, m.old), "the mutation's target is not (uniquely) in cambricon.c any more: update this test")
+			dir := t.TempDir()
+			common := filepath.Join(repoRoot(t), "plugins", "common") // the shared shim core (plugins/plugins.mk)
+			plugin := compileC(t, filepath.Join(dir, "libflagcx-cambricon.so"), strings.Replace(src, m.old, m.new, 1),
+				"-I", common, filepath.Join(common, "shim.c"), "-fvisibility=hidden", "-ldl")
+			err := run(t, plugin)
+			require.Error(t, err, "the emulator let a broken mapping pass")
+			require.Contains(t, err.Error(), m.want)
+		})
+	}
 }

@@ -2,7 +2,6 @@ package loader
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -218,40 +217,13 @@ DECL(17, bkcl_all_to_all_v, (void* c, const void* s, const size_t* sc, const siz
 // opens a fresh copy of the built plugin.
 func fakeKunlunxin(t *testing.T, flags ...string) (*Plugin, string) {
 	t.Helper()
-	return openWithFake(t, "kunlunxin", "libfakexpu.so", fakeKunlunxinC, []string{"FLAGCX_KUNLUNXIN_XPURT", "FLAGCX_KUNLUNXIN_BKCL"}, flags...)
+	return openFake(t, "kunlunxin", flags...)
 }
 
+// The common init failures (a missing BKCL, a runtime that is not a shared
+// object, no XPU software, the loader skipping the plugin) are
+// vendors_test.go's.
 func TestKunlunxinInitFailsCleanly(t *testing.T) {
-	t.Run("bkcl path does not exist", func(t *testing.T) {
-		p, fake := fakeKunlunxin(t)
-		requireCCLMissing(t, p, fake, "FLAGCX_KUNLUNXIN_BKCL", "libbkcl.so")
-	})
-	t.Run("no XPU software on this machine", func(t *testing.T) {
-		if os.Getenv("KLX_FRESH_PROCESS") == "" {
-			// dlopen("libbkcl.so") finds any library of that soname this
-			// process loaded already (the emulators, in other tests): ask
-			// a fresh process.
-			cmd := exec.Command(os.Args[0], "-test.run=^TestKunlunxinInitFailsCleanly$/^no_XPU_software", "-test.v", "-test.count=1")
-			cmd.Env = append(os.Environ(), "KLX_FRESH_PROCESS=1")
-			out, err := cmd.CombinedOutput()
-			require.NoError(t, err, "%s", out)
-			require.Contains(t, string(out), "--- ", "%s", out)
-			t.Logf("in a fresh process:\n%s", out)
-			return
-		}
-		plugin := builtPlugin(t, "kunlunxin")
-		t.Setenv("FLAGCX_KUNLUNXIN_XPURT", "")
-		t.Setenv("FLAGCX_KUNLUNXIN_BKCL", "")
-		p, err := Open(plugin)
-		require.NoError(t, err, "the plugin opens without any vendor library")
-		require.Equal(t, "Kunlunxin", p.Vendor)
-		err = p.Init(InitOptions{})
-		if err == nil {
-			t.Skip("this machine has the XPU runtime and BKCL")
-		}
-		require.ErrorIs(t, err, sdk.ErrSystemError)
-		require.Regexp(t, `cannot load (libxpurt.so|libbkcl.so) .*(FLAGCX_KUNLUNXIN_XPURT|FLAGCX_KUNLUNXIN_BKCL)`, err.Error())
-	})
 	t.Run("wrong library: no BKCL symbols", func(t *testing.T) {
 		p, _ := fakeKunlunxin(t)
 		t.Setenv("FLAGCX_KUNLUNXIN_BKCL", compileC(t, filepath.Join(t.TempDir(), "libnotbkcl.so"), fakeKunlunxinC, "-DNO_BKCL"))
@@ -275,9 +247,6 @@ func TestKunlunxinInitFailsCleanly(t *testing.T) {
 		err := p.Init(InitOptions{})
 		require.ErrorIs(t, err, sdk.ErrSystemError)
 		require.Contains(t, err.Error(), "lacks bkcl_all_reduce (found several C++ overloads")
-	})
-	t.Run("loader skips it and goes on", func(t *testing.T) {
-		requireLoaderSkips(t, "kunlunxin", "FLAGCX_KUNLUNXIN_XPURT", "libfakexpu.so", fakeKunlunxinC, "FLAGCX_KUNLUNXIN_BKCL", "/nonexistent/libbkcl.so")
 	})
 }
 
@@ -614,15 +583,47 @@ func TestKunlunxinUniqueIdTooLarge(t *testing.T) {
 	require.Contains(t, err.Error(), "bkcl_get_unique_id wrote 5000 bytes, more than the 4096")
 }
 
-// TestKunlunxinEmulatedSelection: with Emulated the loader points both
-// variables at <vendorsim>/kunlunxin/ and the plugin reports the marker.
-func TestKunlunxinEmulatedSelection(t *testing.T) {
-	plugin := builtPlugin(t, "kunlunxin")
-	sim, rt := fakeVendorsim(t, "kunlunxin", fakeKunlunxinC, "libxpurt.so.1", "libbkcl.so", "FLAGCX_KUNLUNXIN_BKCL")
+// TestKunlunxinEmulatedCxxNames: the plugin on the emulated BKCL that
+// exports only C++-mangled names (build/vendorsim/kunlunxin/cxx), two
+// ranks on goroutines through runRank's exact checks.
+func TestKunlunxinEmulatedCxxNames(t *testing.T) {
+	sim := builtVendorsim(t, "kunlunxin")
+	t.Setenv("FLAGCX_KUNLUNXIN_XPURT", filepath.Join(sim, "kunlunxin", "libxpurt.so.1"))
+	t.Setenv("FLAGCX_KUNLUNXIN_BKCL", filepath.Join(sim, "kunlunxin", "cxx", "libbkcl.so"))
+	p, err := Open(builtPlugin(t, "kunlunxin"))
+	require.NoError(t, err)
+	require.NoError(t, p.Init(InitOptions{}))
+	require.True(t, p.Emulated(), "the marker is reported even when emulation was not requested")
+	require.Equal(t, "C++ symbols", p.Info().Libraries[1].Version)
+	reps, err := inProcessRanks(p, 2, rankOptions{types: []sdk.DataType{sdk.Float32, sdk.Int8, sdk.Bfloat16}})
+	require.NoError(t, err)
+	require.Empty(t, failures(reps))
+	for r, rep := range reps {
+		require.Contains(t, rep.Refused["ag/int8"], "not supported", "rank %d: BKCL has no int8", r)
+	}
+}
 
-	t.Run("missing vendorsim dir", func(t *testing.T) {
-		requireEmulatedMissing(t, plugin, sim, "kunlunxin")
-	})
-
-	requireEmulatedInit(t, plugin, sim, rt, "FLAGCX_KUNLUNXIN_BKCL")
+// TestKunlunxinEmulatorDisagreementIsCaught: the plugin's BKCL table and
+// the emulator's model are independent; an emulator built with a model
+// that disagrees (float<->int32, add<->max swapped) makes the exact checks
+// fail instead of passing silently.
+func TestKunlunxinEmulatorDisagreementIsCaught(t *testing.T) {
+	sim := builtVendorsim(t, "kunlunxin")
+	root := repoRoot(t)
+	src, err := os.ReadFile(filepath.Join(root, "conformance", "vendorsim", "kunlunxin", "bkcl.c"))
+	require.NoError(t, err)
+	perturbed := compileC(t, filepath.Join(t.TempDir(), "libbkcl.so"), string(src),
+		"-I", filepath.Join(root, "conformance", "vendorsim", "kunlunxin"), "-std=gnu11", "-pthread",
+		"-DVSIM_BKCL_PERTURB_FOR_TESTS", "-L", sim, "-lflagcx-vendorsim-core", "-Wl,-rpath,"+sim)
+	t.Setenv("FLAGCX_KUNLUNXIN_XPURT", filepath.Join(sim, "kunlunxin", "libxpurt.so.1"))
+	t.Setenv("FLAGCX_KUNLUNXIN_BKCL", perturbed)
+	p, err := Open(builtPlugin(t, "kunlunxin"))
+	require.NoError(t, err)
+	require.NoError(t, p.Init(InitOptions{}))
+	reps, err := inProcessRanks(p, 2, rankOptions{types: []sdk.DataType{sdk.Float32, sdk.Int32}})
+	require.NoError(t, err)
+	bad := strings.Join(failures(reps), "\n")
+	require.Contains(t, bad, "rank 0 ar/float32/sum:", "float32 summed as int32 by the disagreeing model")
+	require.Contains(t, bad, "rank 1 ar/int32/max:", "max computed as add by the disagreeing model")
+	require.NotContains(t, bad, "ag/float32", "data movement does not depend on the type's number")
 }

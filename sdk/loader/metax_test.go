@@ -1,37 +1,159 @@
 package loader
 
 import (
-	"encoding/json"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flagcx/flagcx-go/internal/testkit"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
-// The metax plugin's tests. The fake (metax_fake_test.go) records every
-// argument, so a wrong argument order, enum value, unique-id offset or
-// handle makes a test fail; the emulator tests run the plugin on the
-// make-built vendorsim MACA/MCCL, in one process and in 2 and 3 processes.
+// The metax plugin's tests. The fake (fakeMetaxC) records every argument,
+// so a wrong argument order, enum value, unique-id offset or handle makes a
+// test fail; the emulator tests run the plugin on the make-built vendorsim
+// MACA/MCCL in one process. The common vendor tests (vendors_test.go) run
+// it on the emulators in 2 and 3 processes.
 
+// fakeMetaxC is a FAKE libmcruntime + libmccl in one library: the MetaX
+// signatures and values the metax plugin believes in
+// (docs/vendor-facts.md#metax, mccl.h), recording what the plugin passes so the tests can
+// prove its mapping value by value. Memory is host memory.
+//
+// Variants: -DEMULATED adds the vendorsim marker; -DNO_NATIVE leaves out
+// mcclGather/mcclScatter/mcclAllToAll (older or smaller MCCL builds) so the
+// plugin must compose them; -DNOT_READY=<code> and -DNOT_READY_TEXT=<string>
+// change what mcEventQuery answers while the event is pending.
+const fakeMetaxC = `
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef EMULATED
+int flagcxVendorsimEmulated = 1;
+#endif
+#ifndef NOT_READY
+#define NOT_READY 600
+#endif
+#ifndef NOT_READY_TEXT
+#define NOT_READY_TEXT "device not ready"
+#endif
+typedef struct { char internal[128]; } mcclUniqueId;
+
+int fake_kind = -1, fake_sync_copy = -1, fake_set_device = -1, fake_stream_flags = -1, fake_event_flags = -1;
+int fake_wait_flags = -1, fake_memset_value = -1, fake_last_error_calls = 0;
+int fake_dtype = -1, fake_op = -1, fake_root = -1, fake_nranks = -1, fake_rank = -1, fake_mccl_calls = 0;
+size_t fake_count, fake_memset_bytes;
+void *fake_stream, *fake_memset_stream, *fake_wait_stream, *fake_wait_event, *fake_elapsed_start, *fake_elapsed_end;
+void *fake_synced_stream = (void*)1, *fake_comm_handle, *fake_send, *fake_recv;
+unsigned char fake_uid[128];
+char fake_calls[8192];
+static char lastErr[256];
+static int eventPolls;
+static void note(const char* s) { strncat(fake_calls, s, sizeof fake_calls - strlen(fake_calls) - 1); }
+
+/* ---- MACA runtime ---- */
+int mcGetDeviceCount(int* n) { *n = 2; return 0; }
+int mcSetDevice(int d) { fake_set_device = d; return d < 2 ? 0 : 101; }
+int mcMalloc(void** p, size_t n) { if (n > ((size_t)1 << 40)) return 2; *p = calloc(1, n ? n : 1); return 0; }
+int mcFree(void* p) { free(p); return 0; }
+int mcMallocHost(void** p, size_t n, unsigned flags) { note("mcMallocHost;"); if (flags != 0) return 1; *p = calloc(1, n ? n : 1); return 0; }
+int mcFreeHost(void* p) { note("mcFreeHost;"); free(p); return 0; }
+int mcMemcpy(void* d, const void* s, size_t n, int kind) { fake_kind = kind; fake_sync_copy = 1; memcpy(d, s, n); return 0; }
+int mcMemcpyAsync(void* d, const void* s, size_t n, int kind, void* st) {
+  fake_kind = kind; fake_sync_copy = 0; fake_stream = st; memcpy(d, s, n); return 0;
+}
+int mcMemsetAsync(void* d, int v, size_t n, void* st) {
+  fake_memset_stream = st; fake_memset_value = v; fake_memset_bytes = n; memset(d, v, n); note("mcMemsetAsync;"); return 0;
+}
+int mcStreamCreateWithFlags(void** s, unsigned f) { fake_stream_flags = (int)f; *s = malloc(1); return 0; }
+int mcStreamDestroy(void* s) { free(s); return 0; }
+int mcStreamSynchronize(void* s) { fake_synced_stream = s; note("mcStreamSynchronize;"); return 0; }
+int mcStreamQuery(void* s) { (void)s; return 0; }
+int mcStreamWaitEvent(void* s, void* e, unsigned f) { fake_wait_stream = s; fake_wait_event = e; fake_wait_flags = (int)f; return 0; }
+int mcEventCreateWithFlags(void** e, unsigned f) { fake_event_flags = (int)f; *e = malloc(1); eventPolls = 0; return 0; }
+int mcEventDestroy(void* e) { free(e); return 0; }
+int mcEventRecord(void* e, void* s) { (void)e; fake_stream = s; return 0; }
+/* pending, then reached, then a real failure */
+int mcEventQuery(void* e) { (void)e; eventPolls++; return eventPolls == 1 ? NOT_READY : eventPolls == 2 ? 0 : 709; }
+int mcEventSynchronize(void* e) { (void)e; return 0; }
+int mcEventElapsedTime(float* ms, void* a, void* b) { fake_elapsed_start = a; fake_elapsed_end = b; *ms = 2.5f; return 0; }
+int mcDeviceGetPCIBusId(char* b, int len, int dev) { snprintf(b, len, "0000:%02X:00.0", 0x1A + dev); return dev < 2 ? 0 : 101; }
+const char* mcGetErrorString(int e) {
+  if (e == NOT_READY) return NOT_READY_TEXT;
+  switch (e) {
+    case 2: return "out of memory";
+    case 101: return "invalid device ordinal";
+    case 709: return "fake MACA: context is destroyed";
+    default: return "fake MACA error";
+  }
+}
+int mcGetLastError(void) { fake_last_error_calls++; return 0; }
+
+/* ---- MCCL ---- */
+int mcclGetVersion(int* v) { *v = 21605; return 0; }
+int mcclGetUniqueId(mcclUniqueId* id) { int i; for (i = 0; i < 128; i++) id->internal[i] = (char)(i * 5 + 2); return 0; }
+int mcclCommInitRank(void** c, int nranks, mcclUniqueId id, int rank) {
+  fake_nranks = nranks; fake_rank = rank; memcpy(fake_uid, id.internal, 128);
+  if (nranks == 13) { snprintf(lastErr, sizeof lastErr, "fake MCCL: 13 ranks are unlucky"); return 5; }
+  *c = fake_comm_handle = malloc(1); return 0;
+}
+int mcclCommDestroy(void* c) { free(c); note("mcclCommDestroy;"); return 0; }
+int mcclCommAbort(void* c) { free(c); note("mcclCommAbort;"); return 0; }
+int mcclCommGetAsyncError(void* c, int* a) { (void)c; *a = 6; snprintf(lastErr, sizeof lastErr, "fake MCCL: peer 1 vanished"); return 0; }
+static int coll(const void* s, void* r, size_t count, int dt, int op, int root, void* comm, void* st) {
+  fake_mccl_calls++; fake_send = (void*)s; fake_recv = r; fake_count = count; fake_dtype = dt; fake_op = op; fake_root = root; fake_stream = st;
+  if (comm != fake_comm_handle) { snprintf(lastErr, sizeof lastErr, "fake MCCL: not my communicator"); return 4; }
+  if (count == 7777) { snprintf(lastErr, sizeof lastErr, "fake MCCL: count 7777 rejected"); return 4; }
+  if (count == 8888) { snprintf(lastErr, sizeof lastErr, "fake MCCL: a code from the future"); return 8; }
+  lastErr[0] = 0; return 0;
+}
+int mcclAllReduce(const void* s, void* r, size_t n, int dt, int op, void* c, void* st) { return coll(s, r, n, dt, op, -1, c, st); }
+int mcclReduce(const void* s, void* r, size_t n, int dt, int op, int root, void* c, void* st) { return coll(s, r, n, dt, op, root, c, st); }
+int mcclBroadcast(const void* s, void* r, size_t n, int dt, int root, void* c, void* st) { return coll(s, r, n, dt, -1, root, c, st); }
+int mcclAllGather(const void* s, void* r, size_t n, int dt, void* c, void* st) { return coll(s, r, n, dt, -1, -1, c, st); }
+int mcclReduceScatter(const void* s, void* r, size_t n, int dt, int op, void* c, void* st) { return coll(s, r, n, dt, op, -1, c, st); }
+int mcclSend(const void* b, size_t n, int dt, int peer, void* c, void* st) {
+  char m[96]; (void)c; (void)st; fake_mccl_calls++;
+  snprintf(m, sizeof m, "Send(%d,%zu,%d,@%lx);", peer, n, dt, (unsigned long)(uintptr_t)b); note(m); return 0;
+}
+int mcclRecv(void* b, size_t n, int dt, int peer, void* c, void* st) {
+  char m[96]; (void)c; (void)st; fake_mccl_calls++;
+  snprintf(m, sizeof m, "Recv(%d,%zu,%d,@%lx);", peer, n, dt, (unsigned long)(uintptr_t)b); note(m); return 0;
+}
+int mcclGroupStart(void) { note("GroupStart;"); return 0; }
+int mcclGroupEnd(void) { note("GroupEnd;"); return 0; }
+const char* mcclGetErrorString(int r) {
+  switch (r) {
+    case 4: return "invalid argument";
+    case 5: return "invalid usage";
+    case 6: return "remote process exited or there was a network error";
+    default: return "fake MCCL error";
+  }
+}
+const char* mcclGetLastError(void* c) { (void)c; return lastErr; }
+#ifndef NO_NATIVE
+int mcclGather(const void* s, void* r, size_t n, int dt, int root, void* c, void* st) { note("mcclGather;"); return coll(s, r, n, dt, -1, root, c, st); }
+int mcclScatter(const void* s, void* r, size_t n, int dt, int root, void* c, void* st) { note("mcclScatter;"); return coll(s, r, n, dt, -1, root, c, st); }
+int mcclAllToAll(const void* s, void* r, size_t n, int dt, void* c, void* st) { note("mcclAllToAll;"); return coll(s, r, n, dt, -1, -1, c, st); }
+#endif
+`
+
+// fakeMetax builds the fake (with variant flags), points FLAGCX_METAX_* at
+// it and opens a fresh copy of the built metax plugin.
+func fakeMetax(t *testing.T, flags ...string) (*Plugin, string) {
+	t.Helper()
+	return openFake(t, "metax", flags...)
+}
+
+// The common init failures (a missing MCCL, a runtime that is not a shared
+// object, no MACA, the loader skipping the plugin) are vendors_test.go's.
 func TestMetaxInitFailsCleanly(t *testing.T) {
-	t.Run("mccl path does not exist", func(t *testing.T) {
-		p, fake := fakeMetax(t)
-		requireCCLMissing(t, p, fake, "FLAGCX_METAX_MCCL", "libmccl.so")
-		require.Contains(t, p.Info().Libraries[1].Error, "FLAGCX_METAX_MCCL")
-
-		// a later init with a good path succeeds (the failed one closed everything)
-		t.Setenv("FLAGCX_METAX_MCCL", fake)
-		require.NoError(t, p.Init(InitOptions{}))
-	})
 	t.Run("wrong library lacks the vendor symbols", func(t *testing.T) {
 		p, fake := fakeMetax(t)
 		other := compileC(t, filepath.Join(t.TempDir(), "libother.so"), "int unrelated(void) { return 0; }\n")
@@ -50,52 +172,44 @@ func TestMetaxInitFailsCleanly(t *testing.T) {
 		require.Contains(t, err.Error(), other+" lacks mcGetDeviceCount: it is not MetaX MACA runtime")
 		require.Contains(t, err.Error(), "FLAGCX_METAX_MCRUNTIME")
 	})
-	t.Run("not a shared object", func(t *testing.T) {
-		p, _ := fakeMetax(t)
-		text := filepath.Join(t.TempDir(), "libmcruntime.so")
-		require.NoError(t, os.WriteFile(text, []byte("not an ELF file\n"), 0o644))
-		t.Setenv("FLAGCX_METAX_MCRUNTIME", text)
-		err := p.Init(InitOptions{})
-		require.ErrorIs(t, err, sdk.ErrSystemError)
-		require.Contains(t, err.Error(), "cannot load libmcruntime.so from FLAGCX_METAX_MCRUNTIME="+text)
-	})
+	// In a fresh process: dlopen("libmcruntime.so") would find the
+	// emulator of that soname if an earlier test had loaded it here.
 	t.Run("MACA_PATH is searched first, a Moore Threads library is skipped", func(t *testing.T) {
-		plugin := builtPlugin(t, "metax")
-		fake := compileC(t, filepath.Join(t.TempDir(), "libfakemaca.so"), fakeMetaxC)
-		b, err := os.ReadFile(fake)
-		require.NoError(t, err)
-		tree := func(dir string) {
-			require.NoError(t, os.MkdirAll(filepath.Join(dir, "lib"), 0o755))
-			for _, n := range []string{"libmcruntime.so", "libmccl.so"} {
-				require.NoError(t, os.WriteFile(filepath.Join(dir, "lib", n), b, 0o755))
+		testkit.InFreshProcess(t, func(t *testing.T) {
+			plugin := builtPlugin(t, "metax")
+			fake := compileC(t, filepath.Join(t.TempDir(), "libfakemaca.so"), fakeMetaxC)
+			b, err := os.ReadFile(fake)
+			require.NoError(t, err)
+			tree := func(dir string) {
+				require.NoError(t, os.MkdirAll(filepath.Join(dir, "lib"), 0o755))
+				for _, n := range []string{"libmcruntime.so", "libmccl.so"} {
+					require.NoError(t, os.WriteFile(filepath.Join(dir, "lib", n), b, 0o755))
+				}
 			}
-		}
-		maca, musa := filepath.Join(t.TempDir(), "maca"), filepath.Join(t.TempDir(), "musa")
-		tree(maca)
-		tree(musa)
-		t.Setenv("FLAGCX_METAX_MCRUNTIME", "")
-		t.Setenv("FLAGCX_METAX_MCCL", "")
+			maca, musa := filepath.Join(t.TempDir(), "maca"), filepath.Join(t.TempDir(), "musa")
+			tree(maca)
+			tree(musa)
+			t.Setenv("FLAGCX_METAX_MCRUNTIME", "")
+			t.Setenv("FLAGCX_METAX_MCCL", "")
 
-		t.Setenv("MACA_PATH", maca)
-		p, err := Open(plugin)
-		require.NoError(t, err)
-		require.NoError(t, p.Init(InitOptions{}))
-		require.Equal(t, filepath.Join(maca, "lib", "libmcruntime.so"), p.Info().Libraries[0].Path)
-		require.Equal(t, filepath.Join(maca, "lib", "libmccl.so"), p.Info().Libraries[1].Path)
+			t.Setenv("MACA_PATH", maca)
+			p, err := Open(plugin)
+			require.NoError(t, err)
+			require.NoError(t, p.Init(InitOptions{}))
+			require.Equal(t, filepath.Join(maca, "lib", "libmcruntime.so"), p.Info().Libraries[0].Path)
+			require.Equal(t, filepath.Join(maca, "lib", "libmccl.so"), p.Info().Libraries[1].Path)
 
-		t.Setenv("MACA_PATH", musa)
-		p, err = Open(builtPlugin(t, "metax"))
-		require.NoError(t, err)
-		err = p.Init(InitOptions{})
-		if err == nil {
-			require.NotContains(t, p.Info().Libraries[0].Path, musa, "a MUSA library must never be taken for MetaX's")
-			t.Skip("this machine has MetaX MACA installed")
-		}
-		require.Contains(t, err.Error(), "cannot load libmcruntime.so (tried "+filepath.Join(musa, "lib", "libmcruntime.so"))
-		require.Contains(t, err.Error(), "install MetaX MACA or set FLAGCX_METAX_MCRUNTIME")
-	})
-	t.Run("loader skips it and goes on", func(t *testing.T) {
-		requireLoaderSkips(t, "metax", "FLAGCX_METAX_MCRUNTIME", "libfakemaca.so", fakeMetaxC, "FLAGCX_METAX_MCCL", "/nonexistent/libmccl.so")
+			t.Setenv("MACA_PATH", musa)
+			p, err = Open(builtPlugin(t, "metax"))
+			require.NoError(t, err)
+			err = p.Init(InitOptions{})
+			if err == nil {
+				require.NotContains(t, p.Info().Libraries[0].Path, musa, "a MUSA library must never be taken for MetaX's")
+				testkit.Skip(t, testkit.NoVendorSoftware, "MetaX MACA loads here (%s)", p.Info().Libraries[0].Path)
+			}
+			require.Contains(t, err.Error(), "cannot load libmcruntime.so (tried "+filepath.Join(musa, "lib", "libmcruntime.so"))
+			require.Contains(t, err.Error(), "install MetaX MACA or set FLAGCX_METAX_MCRUNTIME")
+		})
 	})
 }
 
@@ -403,45 +517,16 @@ func TestMetaxNotReadyIsNeverDone(t *testing.T) {
 	}
 }
 
-// TestMetaxEmulatedSelection: with Emulated the loader points
-// FLAGCX_METAX_* at <vendorsim>/metax/ and the plugin reports the marker.
-func TestMetaxEmulatedSelection(t *testing.T) {
-	plugin := builtPlugin(t, "metax")
-	sim, rt := fakeVendorsim(t, "metax", fakeMetaxC, "libmcruntime.so", "libmccl.so", "FLAGCX_METAX_MCCL")
-	requireEmulatedMissing(t, plugin, sim, "metax")
-	requireEmulatedInit(t, plugin, sim, rt, "FLAGCX_METAX_MCCL")
-
-	// a library without the marker is refused when emulation was asked for
-	plain := t.TempDir()
-	require.NoError(t, os.MkdirAll(filepath.Join(plain, "metax"), 0o755))
-	compileC(t, filepath.Join(plain, "metax", "libmcruntime.so"), fakeMetaxC)
-	require.NoError(t, os.Symlink("libmcruntime.so", filepath.Join(plain, "metax", "libmccl.so")))
-	p, err := Open(builtPlugin(t, "metax"))
-	require.NoError(t, err)
-	err = p.Init(InitOptions{Emulated: true, VendorsimDir: plain})
-	require.ErrorIs(t, err, sdk.ErrInvalidUsage)
-	require.Contains(t, err.Error(), "is not a vendorsim build")
-}
-
-func metaxEmulated(t *testing.T) *Plugin {
-	t.Helper()
-	sim := builtVendorsim(t, "metax", "libmcruntime.so", "libmccl.so")
-	p, err := Open(builtPlugin(t, "metax"))
-	require.NoError(t, err)
-	require.NoError(t, p.Init(InitOptions{Emulated: true, VendorsimDir: sim}))
-	return p
-}
-
 // TestMetaxEmulatorDisagreementFails builds the emulated MACA runtime with
 // another numbering of the copy directions (a MACA whose values differ
 // from the plugin's belief): the plugin's copies must then fail, with the
 // vendor call named, while they succeed on the emulator as built.
 func TestMetaxEmulatorDisagreementFails(t *testing.T) {
 	root := repoRoot(t)
-	sim := builtVendorsim(t, "metax", "libmcruntime.so", "libmccl.so")
+	sim := builtVendorsim(t, "metax")
 	data := []byte("sixteen bytes!!!")
 
-	good := metaxEmulated(t)
+	good := emulatedPlugin(t, "metax")
 	d, err := good.DeviceMalloc(0, len(data))
 	require.NoError(t, err)
 	require.NoError(t, good.CopyToDevice(d, data))
@@ -477,21 +562,14 @@ func TestMetaxEmulatorDisagreementFails(t *testing.T) {
 	require.NoError(t, p.DeviceFree(d))
 }
 
-// TestMetaxEmulatedOneProcess: the plugin on the built emulators, one rank.
+// TestMetaxEmulatedOneProcess: the plugin on the built emulators, one
+// rank: MACA's errors, copies, events and MCCL's pointer checks as they
+// reach the loader. (The libraries, devices and every collective on 2 and
+// 3 ranks are the common tests', vendors_test.go.)
 func TestMetaxEmulatedOneProcess(t *testing.T) {
-	p := metaxEmulated(t)
-	require.True(t, p.Emulated())
-	sim := builtVendorsim(t, "metax", "libmcruntime.so", "libmccl.so")
-	for _, l := range p.Info().Libraries {
-		require.True(t, l.Loaded && l.Emulated, l.Path)
-		require.True(t, strings.HasPrefix(l.Path, filepath.Join(sim, "metax")), l.Path)
-	}
+	p := emulatedPlugin(t, "metax")
 	n, err := p.DeviceCount()
 	require.NoError(t, err)
-	require.GreaterOrEqual(t, n, 2)
-	di, err := p.DeviceInfo(1)
-	require.NoError(t, err)
-	require.Equal(t, "0000:11:00.0", di.PCIBusID)
 	_, err = p.DeviceMalloc(n+3, 8)
 	require.ErrorIs(t, err, sdk.ErrUnhandledDeviceError)
 	require.Contains(t, err.Error(), "mcSetDevice: invalid device ordinal (emulated mcErrorInvalidDevice) (mcError 101)")
@@ -540,7 +618,7 @@ func TestMetaxEmulatedOneProcess(t *testing.T) {
 	require.NoError(t, err)
 	c, err := p.CommInitRank(0, 1, id, 0)
 	require.NoError(t, err)
-	in := mxEncode(sdk.Float32, []float64{1, 2, 3, 4, 5, 6, 7, 8})
+	in := testkit.Encode(sdk.Float32, 8, func(i int) float64 { return float64(i + 1) })
 	require.NoError(t, p.CopyToDevice(a, in))
 	require.NoError(t, c.AllReduce(a, b, 8, sdk.Float32, sdk.Avg, s))
 	require.NoError(t, c.Gather(a, b, 8, sdk.Float32, 0, s))
@@ -567,376 +645,4 @@ func TestMetaxEmulatedOneProcess(t *testing.T) {
 	err = p.StreamDestroy(s)
 	require.ErrorIs(t, err, sdk.ErrUnhandledDeviceError)
 	require.Contains(t, err.Error(), "mcStreamDestroy: invalid resource handle")
-}
-
-// ---- Ranks in processes ---------------------------------------------------
-
-// mxEnvPrefix is rankEnv's prefix for TestMetaxEmulatedRankWorker.
-const mxEnvPrefix = "FLAGCX_METAX_TEST"
-
-type mxWorkerOut struct {
-	Checks int      `json:"checks"`
-	Errors []string `json:"errors"`
-}
-
-// TestMetaxEmulatedRanks runs the metax plugin on the emulators with 2 and
-// 3 ranks, one process each, through every collective of the ABI, and
-// checks every result exactly.
-func TestMetaxEmulatedRanks(t *testing.T) {
-	p := metaxEmulated(t)
-	for _, n := range []int{2, 3} {
-		t.Run(strconv.Itoa(n)+"ranks", func(t *testing.T) {
-			id, err := p.UniqueID()
-			require.NoError(t, err)
-			outs, errs := runRankWorkers[mxWorkerOut](t, mxEnvPrefix, n, id,
-				[]string{"-test.run=^TestMetaxEmulatedRankWorker$", "-test.count=1"},
-				"FLAGCX_VENDORSIM_SLOT_BYTES=256", "FLAGCX_VENDORSIM_TIMEOUT=30")
-			for r := range n {
-				require.NoError(t, errs[r], "rank %d", r)
-				o := outs[r]
-				require.Empty(t, o.Errors, "rank %d", r)
-				require.Greater(t, o.Checks, 100, "rank %d checked too little", r)
-				t.Logf("rank %d: %d exact checks", r, o.Checks)
-			}
-		})
-	}
-}
-
-// TestMetaxEmulatedRankWorker is one rank of TestMetaxEmulatedRanks; it
-// only runs in the processes that test starts.
-func TestMetaxEmulatedRankWorker(t *testing.T) {
-	w := &mxWorker{}
-	var id []byte
-	var out string
-	var err error
-	w.rank, w.n, id, out, err = workerRank(mxEnvPrefix)
-	if out == "" {
-		t.Skip("a rank process of TestMetaxEmulatedRanks")
-	}
-	require.NoError(t, err)
-	func() {
-		defer func() {
-			if r := recover(); r != nil {
-				if a, ok := r.(mxAbort); ok {
-					w.errs = append(w.errs, string(a))
-					return
-				}
-				panic(r)
-			}
-		}()
-		w.run(metaxEmulated(t), id)
-	}()
-	data, err := json.Marshal(mxWorkerOut{Checks: w.checks, Errors: w.errs})
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(out, data, 0o600))
-}
-
-type mxAbort string
-
-type mxWorker struct {
-	p       *Plugin
-	c       *Comm
-	s       Stream
-	rank, n int
-	checks  int
-	errs    []string
-	bufs    []uintptr
-}
-
-// must aborts the rank on an unexpected failure.
-func (w *mxWorker) must(what string, err error) {
-	if err != nil {
-		panic(mxAbort(fmt.Sprintf("rank %d: %s: %v", w.rank, what, err)))
-	}
-}
-
-func (w *mxWorker) upload(b []byte, size int) uintptr {
-	d, err := w.p.DeviceMalloc(w.c.Device(), max(size, len(b), 1))
-	w.must("deviceMalloc", err)
-	w.bufs = append(w.bufs, d)
-	w.must("memSet", w.p.Memset(d, 0x5A, max(size, len(b)), w.s))
-	// The copy below runs on no stream and would not wait for w.s.
-	w.must("streamSynchronize", w.p.StreamSynchronize(w.s))
-	if len(b) > 0 {
-		w.must("copy to device", w.p.CopyToDevice(d, b))
-	}
-	return d
-}
-
-func (w *mxWorker) expect(name string, d uintptr, want []byte) {
-	w.must("streamSynchronize", w.p.StreamSynchronize(w.s))
-	got := make([]byte, len(want))
-	w.must("copy from device", w.p.CopyFromDevice(got, d))
-	w.checks++
-	if string(got) != string(want) {
-		w.errs = append(w.errs, fmt.Sprintf("rank %d: %s:\n got %x\nwant %x", w.rank, name, got, want))
-	}
-}
-
-func (w *mxWorker) run(p *Plugin, id []byte) {
-	w.p = p
-	if !p.Emulated() {
-		panic(mxAbort("the plugin is not on the emulators"))
-	}
-	ndev, err := p.DeviceCount()
-	w.must("deviceCount", err)
-	dev := w.rank % ndev
-	w.c, err = p.CommInitRank(dev, w.n, id, w.rank)
-	w.must("commInitRank", err)
-	w.s, err = p.StreamCreate(dev)
-	w.must("streamCreate", err)
-	defer func() {
-		for _, b := range w.bufs {
-			p.DeviceFree(b)
-		}
-		p.StreamDestroy(w.s)
-		w.must("commDestroy", w.c.Destroy())
-	}()
-	n, me, c, s := w.n, w.rank, w.c, w.s
-	const C = 29
-	fold := func(dt sdk.DataType, op sdk.RedOp, i int) float64 {
-		vals := make([]float64, n)
-		for r := range vals {
-			vals[r] = mxInput(dt, op, r, n, i)
-		}
-		return mxReduce(op, vals)
-	}
-	series := func(count int, f func(i int) float64) []float64 {
-		v := make([]float64, count)
-		for i := range v {
-			v[i] = f(i)
-		}
-		return v
-	}
-	e0, err := p.EventCreate(dev)
-	w.must("eventCreate", err)
-	e1, err := p.EventCreate(dev)
-	w.must("eventCreate", err)
-	w.must("eventRecord", p.EventRecord(e0, s))
-
-	// AllReduce: every data type and op, out of place and in place.
-	for _, dt := range sdk.AllDataTypes() {
-		for _, op := range sdk.AllRedOps() {
-			in := mxEncode(dt, series(C, func(i int) float64 { return mxInput(dt, op, me, n, i) }))
-			want := mxEncode(dt, series(C, func(i int) float64 { return fold(dt, op, i) }))
-			a, b := w.upload(in, 0), w.upload(nil, len(in))
-			w.must("allReduce", c.AllReduce(a, b, C, dt, op, s))
-			w.expect(fmt.Sprintf("allReduce %s %s", dt, op), b, want)
-			w.must("allReduce in place", c.AllReduce(a, a, C, dt, op, s))
-			w.expect(fmt.Sprintf("allReduce in place %s %s", dt, op), a, want)
-		}
-	}
-	// Reduce and Broadcast from every root; non-roots' recv stays untouched.
-	untouched := func(k int) []byte { return []byte(strings.Repeat("\x5a", k)) }
-	for root := range n {
-		for _, dt := range []sdk.DataType{sdk.Float32, sdk.Bfloat16, sdk.Int64} {
-			for _, op := range sdk.AllRedOps() {
-				in := mxEncode(dt, series(C, func(i int) float64 { return mxInput(dt, op, me, n, i) }))
-				a, b := w.upload(in, 0), w.upload(nil, len(in))
-				w.must("reduce", c.Reduce(a, b, C, dt, op, root, s))
-				want := untouched(len(in))
-				if me == root {
-					want = mxEncode(dt, series(C, func(i int) float64 { return fold(dt, op, i) }))
-				}
-				w.expect(fmt.Sprintf("reduce root %d %s %s", root, dt, op), b, want)
-			}
-		}
-		for _, dt := range []sdk.DataType{sdk.Int8, sdk.Float64} {
-			bc := mxEncode(dt, series(C, func(i int) float64 { return mxA2A(root, 0, i) }))
-			var a uintptr
-			if me == root {
-				a = w.upload(bc, 0)
-			} else {
-				a = w.upload(nil, len(bc))
-			}
-			b := w.upload(nil, len(bc))
-			w.must("broadcast", c.Broadcast(a, b, C, dt, root, s))
-			w.expect(fmt.Sprintf("broadcast root %d %s", root, dt), b, bc)
-		}
-	}
-	// AllGather, ReduceScatter, AlltoAll.
-	for _, dt := range []sdk.DataType{sdk.Uint8, sdk.Float16} {
-		in := mxEncode(dt, series(C, func(i int) float64 { return mxA2A(me, 0, i) }))
-		a, b := w.upload(in, 0), w.upload(nil, n*len(in))
-		w.must("allGather", c.AllGather(a, b, C, dt, s))
-		w.expect("allGather "+dt.String(), b, mxEncode(dt, series(n*C, func(i int) float64 { return mxA2A(i/C, 0, i%C) })))
-	}
-	for _, dt := range []sdk.DataType{sdk.Int32, sdk.Float32} {
-		for _, op := range sdk.AllRedOps() {
-			in := mxEncode(dt, series(n*C, func(i int) float64 { return mxInput(dt, op, me, n, i) }))
-			a, b := w.upload(in, 0), w.upload(nil, len(in)/n)
-			w.must("reduceScatter", c.ReduceScatter(a, b, C, dt, op, s))
-			w.expect(fmt.Sprintf("reduceScatter %s %s", dt, op), b, mxEncode(dt, series(C, func(j int) float64 { return fold(dt, op, me*C+j) })))
-		}
-	}
-	for _, dt := range []sdk.DataType{sdk.Int32, sdk.Bfloat16} {
-		in := mxEncode(dt, series(n*C, func(i int) float64 { return mxA2A(me, i/C, i%C) }))
-		a, b := w.upload(in, 0), w.upload(nil, len(in))
-		w.must("alltoAll", c.AlltoAll(a, b, C, dt, s))
-		w.expect("alltoAll "+dt.String(), b, mxEncode(dt, series(n*C, func(i int) float64 { return mxA2A(i/C, me, i%C) })))
-	}
-	// AlltoAllv: rank r sends (r+p)%3+1 elements to p, with gaps between
-	// the blocks on both sides (the gaps must stay untouched).
-	{
-		dt, es := sdk.Float32, 4
-		sc, sd, rc, rd := make([]int, n), make([]int, n), make([]int, n), make([]int, n)
-		soff, roff := 0, 0
-		for q := range n {
-			sc[q], rc[q] = (me+q)%3+1, (q+me)%3+1
-			sd[q], rd[q] = soff, roff
-			soff += sc[q] + 1
-			roff += rc[q] + 2
-		}
-		send := make([]float64, soff)
-		for q := range n {
-			for j := range sc[q] {
-				send[sd[q]+j] = mxA2A(me, q, j)
-			}
-		}
-		a, b := w.upload(mxEncode(dt, send), 0), w.upload(nil, roff*es)
-		w.must("alltoAllv", c.AlltoAllv(a, sc, sd, b, rc, rd, dt, s))
-		want := untouched(roff * es)
-		for q := range n {
-			copy(want[rd[q]*es:], mxEncode(dt, series(rc[q], func(j int) float64 { return mxA2A(q, me, j) })))
-		}
-		w.expect("alltoAllv", b, want)
-	}
-	// Gather and Scatter from every root.
-	for root := range n {
-		dt := sdk.Uint64
-		in := mxEncode(dt, series(C, func(i int) float64 { return mxA2A(me, root, i) }))
-		a, b := w.upload(in, 0), w.upload(nil, n*len(in))
-		w.must("gather", c.Gather(a, b, C, dt, root, s))
-		want := untouched(n * len(in))
-		if me == root {
-			want = mxEncode(dt, series(n*C, func(i int) float64 { return mxA2A(i/C, root, i%C) }))
-		}
-		w.expect(fmt.Sprintf("gather root %d", root), b, want)
-
-		dt = sdk.Int8
-		var full []byte
-		if me == root {
-			full = mxEncode(dt, series(n*C, func(i int) float64 { return mxA2A(root, i/C, i%C) }))
-		}
-		a, b = w.upload(full, n*C), w.upload(nil, C)
-		w.must("scatter", c.Scatter(a, b, C, dt, root, s))
-		w.expect(fmt.Sprintf("scatter root %d", root), b, mxEncode(dt, series(C, func(i int) float64 { return mxA2A(root, me, i) })))
-	}
-	// Send/Recv around a ring, in a group.
-	{
-		next, prev := (me+1)%n, (me+n-1)%n
-		dt := sdk.Float64
-		a := w.upload(mxEncode(dt, series(C, func(i int) float64 { return mxA2A(me, next, i) })), 0)
-		b := w.upload(nil, C*8)
-		w.must("groupStart", p.GroupStart())
-		errSend := c.Send(a, C, dt, next, s)
-		errRecv := c.Recv(b, C, dt, prev, s)
-		w.must("groupEnd", p.GroupEnd())
-		w.must("send", errSend)
-		w.must("recv", errRecv)
-		w.expect("ring", b, mxEncode(dt, series(C, func(i int) float64 { return mxA2A(prev, me, i) })))
-	}
-	w.must("eventRecord", p.EventRecord(e1, s))
-	w.must("eventSynchronize", p.EventSynchronize(e1))
-	el, err := p.EventElapsed(e0, e1)
-	w.must("eventElapsed", err)
-	if el < 0 {
-		w.errs = append(w.errs, fmt.Sprintf("rank %d: negative elapsed time %v", w.rank, el))
-	}
-	w.must("asyncError", c.AsyncError())
-	p.EventDestroy(e0)
-	p.EventDestroy(e1)
-}
-
-// ---- Exact values -----------------------------------------------------------
-
-// mxInput is rank r's element i for op over n ranks: small integers, so
-// every result is exact in every type. For avg they are base*n + d_r with
-// the d_r summing to 0, so the mean is an integer.
-func mxInput(dt sdk.DataType, op sdk.RedOp, r, n, i int) float64 {
-	if op == sdk.Avg {
-		d := 0
-		if r < n-n%2 {
-			d = 1 - 2*(r%2)
-		}
-		return float64((i%5+1)*n + d)
-	}
-	v := float64((i+2*r)%3 + 1)
-	if mxSigned(dt) && (i+r)%4 == 0 {
-		v = -v
-	}
-	return v
-}
-
-func mxSigned(dt sdk.DataType) bool {
-	switch dt {
-	case sdk.Uint8, sdk.Uint32, sdk.Uint64:
-		return false
-	}
-	return true
-}
-
-func mxReduce(op sdk.RedOp, vals []float64) float64 {
-	acc := vals[0]
-	for _, v := range vals[1:] {
-		switch op {
-		case sdk.Sum, sdk.Avg:
-			acc += v
-		case sdk.Prod:
-			acc *= v
-		case sdk.Max:
-			acc = math.Max(acc, v)
-		case sdk.Min:
-			acc = math.Min(acc, v)
-		}
-	}
-	if op == sdk.Avg {
-		acc /= float64(len(vals))
-	}
-	return acc
-}
-
-// mxA2A is what rank src sends to rank dst at element j (below 128).
-func mxA2A(src, dst, j int) float64 { return float64(src*40 + dst*12 + j%12) }
-
-// mxEncode encodes exactly representable values as data type dt.
-func mxEncode(dt sdk.DataType, vals []float64) []byte {
-	out := make([]byte, 0, len(vals)*dt.Size())
-	le := func(v uint64, n int) {
-		for k := range n {
-			out = append(out, byte(v>>(8*k)))
-		}
-	}
-	for _, v := range vals {
-		switch dt {
-		case sdk.Int8, sdk.Uint8:
-			le(uint64(int64(v)), 1)
-		case sdk.Int32, sdk.Uint32:
-			le(uint64(int64(v)), 4)
-		case sdk.Int64, sdk.Uint64:
-			le(uint64(int64(v)), 8)
-		case sdk.Float32:
-			le(uint64(math.Float32bits(float32(v))), 4)
-		case sdk.Float64:
-			le(math.Float64bits(v), 8)
-		case sdk.Bfloat16:
-			le(uint64(math.Float32bits(float32(v))>>16), 2)
-		case sdk.Float16:
-			le(uint64(mxHalf(v)), 2)
-		}
-	}
-	return out
-}
-
-// mxHalf encodes an integer-valued float (|v| < 2048) as IEEE binary16.
-func mxHalf(v float64) uint16 {
-	if v == 0 {
-		return 0
-	}
-	var sign uint16
-	if v < 0 {
-		sign, v = 0x8000, -v
-	}
-	frac, exp := math.Frexp(v) // v = frac * 2^exp, frac in [0.5, 1)
-	return sign | uint16(exp-1+15)<<10 | uint16((frac*2-1)*1024)
 }

@@ -1,9 +1,6 @@
 package loader
 
 import (
-	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"unsafe"
 
@@ -110,34 +107,12 @@ const char* ncclGetLastError(void* c) { (void)c; return lastErr; }
 // and opens the plugin.
 func fakeNvidia(t *testing.T, flags ...string) (*Plugin, string) {
 	t.Helper()
-	t.Setenv("FLAGCX_NVIDIA_NVML", filepath.Join(t.TempDir(), "no-libnvidia-ml.so.1"))
-	return openWithFake(t, "nvidia", "libfakecuda.so", fakeNvidiaC, []string{"FLAGCX_NVIDIA_CUDART", "FLAGCX_NVIDIA_NCCL"}, flags...)
+	return openFake(t, "nvidia", flags...)
 }
 
-func TestNvidiaInitFailsCleanly(t *testing.T) {
-	t.Run("nccl path does not exist", func(t *testing.T) {
-		p, fake := fakeNvidia(t)
-		requireCCLMissing(t, p, fake, "FLAGCX_NVIDIA_NCCL", "libnccl.so.2")
-	})
-	t.Run("no CUDA on this machine", func(t *testing.T) {
-		plugin := builtPlugin(t, "nvidia")
-		for _, v := range []string{"FLAGCX_NVIDIA_CUDART", "FLAGCX_NVIDIA_NCCL", "FLAGCX_NVIDIA_NVML"} {
-			t.Setenv(v, "")
-		}
-		p, err := Open(plugin)
-		require.NoError(t, err, "the plugin opens without any vendor library")
-		require.Equal(t, "NVIDIA", p.Vendor)
-		err = p.Init(InitOptions{})
-		if err == nil {
-			t.Skip("this machine has CUDA and NCCL")
-		}
-		require.ErrorIs(t, err, sdk.ErrSystemError)
-		require.Regexp(t, `cannot load (libcudart.so.13|libnccl.so.2).*(FLAGCX_NVIDIA_CUDART|FLAGCX_NVIDIA_NCCL)`, err.Error())
-	})
-	t.Run("loader skips it and goes on", func(t *testing.T) {
-		requireLoaderSkips(t, "nvidia", "FLAGCX_NVIDIA_CUDART", "libfakecuda.so", fakeNvidiaC, "FLAGCX_NVIDIA_NCCL", "/nonexistent/libnccl.so.2")
-	})
-}
+// The common init failures (a missing NCCL, a runtime that is not a shared
+// object, no CUDA, the loader skipping the plugin), the emulated selection
+// and the plugin on the emulators are vendors_test.go's.
 
 func TestNvidiaMapsOntoCudaAndNccl(t *testing.T) {
 	p, fake := fakeNvidia(t)
@@ -330,107 +305,3 @@ func TestNvidiaAvgNeedsNccl210(t *testing.T) {
 	require.ErrorIs(t, err, sdk.ErrNotSupported)
 	require.Contains(t, err.Error(), "not supported")
 }
-
-// TestNvidiaEmulatedSelection: with Emulated the loader points the
-// plugin's library variables at <vendorsim>/nvidia/ and the plugin reports
-// the emulator marker back.
-func TestNvidiaEmulatedSelection(t *testing.T) {
-	plugin := builtPlugin(t, "nvidia")
-	// the same object serves as libnccl.so.2 (a symlink keeps one copy loaded)
-	sim, rt := fakeVendorsim(t, "nvidia", fakeNvidiaC, "libcudart.so.13", "libnccl.so.2", "FLAGCX_NVIDIA_NCCL")
-
-	t.Run("missing vendorsim dir", func(t *testing.T) {
-		err := requireEmulatedMissing(t, plugin, sim, "nvidia")
-		require.Contains(t, err.Error(), "run make")
-	})
-
-	p := requireEmulatedInit(t, plugin, sim, rt, "FLAGCX_NVIDIA_NCCL")
-	require.False(t, p.Info().Libraries[2].Loaded, "no NVML emulator here, and the real one must not be mixed in")
-	n, err := p.DeviceCount()
-	require.NoError(t, err)
-	require.Equal(t, 2, n)
-}
-
-// TestVendorsimBuild runs the nvidia plugin on the make-built emulators of
-// conformance/vendorsim: devices,
-// links, and two ranks (goroutines) through AllReduce, Gather and AlltoAll.
-func TestVendorsimBuild(t *testing.T) {
-	root := repoRoot(t)
-	sim := filepath.Join(root, "build", "vendorsim")
-	_, err := os.Stat(filepath.Join(sim, "nvidia", "libnccl.so.2"))
-	require.NoError(t, err, "vendorsim is not built: run make first")
-	p, err := Open(builtPlugin(t, "nvidia"))
-	require.NoError(t, err)
-	require.NoError(t, p.Init(InitOptions{Emulated: true, VendorsimDir: sim}))
-	require.True(t, p.Emulated())
-	for _, l := range p.Info().Libraries {
-		if l.Loaded {
-			require.True(t, l.Emulated, l.Path)
-			require.True(t, strings.HasPrefix(l.Path, sim), l.Path)
-		}
-	}
-	n, err := p.DeviceCount()
-	require.NoError(t, err)
-	require.GreaterOrEqual(t, n, 2)
-	di, err := p.DeviceInfo(1)
-	require.NoError(t, err)
-	require.NotEmpty(t, di.Name)
-	require.NotEmpty(t, di.PCIBusID)
-	l, err := p.Link(0, 1)
-	require.NoError(t, err)
-	require.NotEqual(t, LinkSelf, l.Type)
-
-	id, err := p.UniqueID()
-	require.NoError(t, err)
-	const nranks = 2
-	results := make([][]float32, nranks)
-	errs := make(chan error, nranks)
-	for r := range nranks {
-		go func() {
-			errs <- func() error {
-				c, err := p.CommInitRank(r, nranks, id, r)
-				if err != nil {
-					return err
-				}
-				defer c.Destroy()
-				s, err := p.StreamCreate(r)
-				if err != nil {
-					return err
-				}
-				defer p.StreamDestroy(s)
-				a, _ := p.DeviceMalloc(r, 64)
-				b, err := p.DeviceMalloc(r, 64)
-				if err != nil {
-					return err
-				}
-				in := []float32{float32(r + 1), float32(10 * (r + 1)), 0, 0}
-				if err := p.CopyToDevice(a, f32bytes(in)); err != nil {
-					return err
-				}
-				if err := c.AllReduce(a, b, 2, sdk.Float32, sdk.Sum, s); err != nil {
-					return err
-				}
-				if err := c.AlltoAll(a, b+8, 1, sdk.Float32, s); err != nil {
-					return err
-				}
-				if err := p.StreamSynchronize(s); err != nil {
-					return err
-				}
-				out := make([]float32, 4)
-				if err := p.CopyFromDevice(f32bytes(out), b); err != nil {
-					return err
-				}
-				results[r] = out
-				return nil
-			}()
-		}()
-	}
-	for range nranks {
-		require.NoError(t, <-errs)
-	}
-	// allreduce: {1+2, 10+20}; alltoall: rank r gets element r of each peer
-	require.Equal(t, []float32{3, 30, 1, 2}, results[0])
-	require.Equal(t, []float32{3, 30, 10, 20}, results[1])
-}
-
-func f32bytes(v []float32) []byte { return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), 4*len(v)) }

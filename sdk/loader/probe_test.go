@@ -14,12 +14,15 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flagcx/flagcx-go/internal/testkit"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
 // TestMain makes this test binary a probe process when ProbeAll starts it
-// as one (probeOptions), as flagcx plugins --probe is.
+// as one (probeOptions), as flagcx plugins --probe is, and a rank process
+// when testkit.Run starts it as one (vendors_test.go).
 func TestMain(m *testing.M) {
+	testkit.ServeWorker()
 	if IsProbeChild() {
 		if err := ServeProbe(); err != nil {
 			fmt.Fprintln(os.Stderr, err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flagcx/flagcx-go/internal/testkit"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -16,7 +17,7 @@ import (
 // (goroutines): FLAGCX_TEST_REAL_GPU=1 go test -run TestRealNvidia -v.
 func TestRealNvidia(t *testing.T) {
 	if os.Getenv("FLAGCX_TEST_REAL_GPU") != "1" {
-		t.Skip("set FLAGCX_TEST_REAL_GPU=1 on a machine with NVIDIA GPUs, CUDA and NCCL")
+		testkit.Skip(t, testkit.RealGPU, "FLAGCX_TEST_REAL_GPU is not 1")
 	}
 	p, err := Open(builtPlugin(t, "nvidia"))
 	require.NoError(t, err)

@@ -3,14 +3,13 @@ package loader
 import (
 	"bytes"
 	"errors"
-	"os"
-	"path/filepath"
 	"syscall"
 	"testing"
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flagcx/flagcx-go/internal/testkit"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -19,12 +18,7 @@ import (
 // against the v1 header), initialized.
 func builtExample(t *testing.T, dir string) *Plugin {
 	t.Helper()
-	src := filepath.Join(repoRoot(t), "build", dir, "libflagcx-example.so")
-	b, err := os.ReadFile(src)
-	require.NoError(t, err, "%s is missing: run make first (make test builds it)", src)
-	dst := filepath.Join(t.TempDir(), "libflagcx-example.so")
-	require.NoError(t, os.WriteFile(dst, b, 0o755))
-	p, err := Open(dst)
+	p, err := Open(testkit.CopyBuilt(t, dir, "libflagcx-example.so"))
 	require.NoError(t, err)
 	require.NoError(t, p.Init(InitOptions{}))
 	return p
