@@ -35,6 +35,10 @@ type Comm struct {
 	closeOnce  sync.Once
 	aborted    chan struct{}
 	closeError error
+	// inner: a HeteroComm's cluster or leaders' communicator, whose ranks
+	// are not the ones its user knows: the HeteroComm names the stalled
+	// peers (noteStalled) in its own numbering instead.
+	inner bool
 }
 
 // Option configures InitRank.
@@ -254,7 +258,9 @@ func getInt64(b []byte) int64 {
 }
 
 // opError puts the collective's name on an error and, after an abort,
-// says so rather than reporting closed sockets.
+// says so rather than reporting closed sockets. It names the peers of
+// this host that are gone or stopped: the peer the error blames may only
+// have waited for, or given up on, one of them (see noteStalled).
 func (c *Comm) opError(op string, err error) error {
 	if err == nil {
 		return nil
@@ -262,7 +268,11 @@ func (c *Comm) opError(op string, err error) error {
 	if c.isAborted() {
 		return fmt.Errorf("%w: %s on rank %d: the communicator was aborted", sdk.ErrInvalidUsage, op, c.rank)
 	}
-	return fmt.Errorf("%s on rank %d: %w", op, c.rank, err)
+	err = fmt.Errorf("%s on rank %d: %w", op, c.rank, err)
+	if c.inner {
+		return err
+	}
+	return noteStalled(err, c.peers, c.rank)
 }
 
 func (c *Comm) AllReduce(send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp) error {

@@ -242,7 +242,8 @@ func InitHeteroRank(id UniqueID, nranks, rank int, be Backend, opts ...HeteroOpt
 		return nil, err
 	}
 	if be.OnDevice() {
-		c.wd = newWatchdog(rank, be.Plugin.Name, world.cfg.Timeout, c.onTimeout)
+		c.wd = newWatchdog(rank, be.Plugin.Name, world.cfg.Timeout, c.onTimeout,
+			func() string { return stalledPeers(world.peers, rank) })
 		c.dev = &watchedPlugin{be.Plugin, c.wd}
 	}
 	if err := c.start(); err != nil {
@@ -401,6 +402,7 @@ func (c *HeteroComm) start() error {
 			return fmt.Errorf("rank %d: starting cluster %d's communicator: %w", c.rank, cl.Index, err)
 		}
 		c.intra = sub
+		sub.inner = true
 		color := SplitNoColor
 		if cl.Leader == c.rank {
 			color = 0
@@ -410,6 +412,9 @@ func (c *HeteroComm) start() error {
 			return fmt.Errorf("rank %d: starting the leaders' communicator: %w", c.rank, err)
 		}
 		c.inter = inter
+		if inter != nil {
+			inter.inner = true
+		}
 	}
 	if c.be.OnDevice() {
 		startErr = c.startDevice(cl)

@@ -218,13 +218,16 @@ func (c *HeteroComm) do(name string, call sched.Call, send, recv Buffer, user []
 }
 
 // callError puts the operation's name on an error, except on the
-// watchdog's, which names the rank and the plugin call already.
+// watchdog's, which names the rank and the plugin call already, and names
+// the ranks of this host that are gone or stopped (noteStalled): a vendor
+// library's error or a cluster communicator's names neither them nor
+// ranks of this communicator.
 func (c *HeteroComm) callError(name string, err error) error {
 	var te *TimeoutError
 	if errors.As(err, &te) {
 		return te
 	}
-	return fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
+	return noteStalled(fmt.Errorf("%s on rank %d: %w", name, c.rank, err), c.world.peers, c.rank)
 }
 
 // direct reports whether call goes straight to the vendor library: a

@@ -23,12 +23,21 @@ type TimeoutError struct {
 	Call    string // the plugin entry: "allReduce", "streamSynchronize"
 	After   string // the collective begun before a call that waits for the device, or ""
 	Timeout time.Duration
+	// Stalled lists the ranks of this host whose process was gone or
+	// stopped when the watchdog fired ("rank 2 (process 4242) is
+	// stopped (...)"), the likely cause of a collective that never
+	// returned; "" when there were none.
+	Stalled string
 }
 
 func (e *TimeoutError) Error() string {
 	call := e.Call
 	if e.After != "" {
 		call += " after " + e.After
+	}
+	if e.Stalled != "" {
+		return fmt.Sprintf("rank %d: %s plugin: %s did not return within %v; the communicator was aborted (on this host %s)",
+			e.Rank, e.Plugin, call, e.Timeout, e.Stalled)
 	}
 	return fmt.Sprintf("rank %d: %s plugin: %s did not return within %v; the communicator was aborted "+
 		"(a device or a peer rank is stuck, or the work queued before the call needs longer than %s allows: "+
@@ -60,6 +69,7 @@ type Watchdog struct {
 	plugin  string
 	timeout time.Duration
 	onFire  func(*TimeoutError) // aborts the communicator
+	stalled func() string       // the peers of this host that are gone or stopped (TimeoutError.Stalled), or nil
 	epoch   time.Time           // the clock of watchedCall.since
 
 	mu     sync.Mutex
@@ -84,12 +94,13 @@ type Call struct {
 }
 
 // newWatchdog starts the watchdog of a rank on plugin; onFire runs once,
-// on the watchdog's goroutine, when a call is overdue.
-func newWatchdog(rank int, plugin string, timeout time.Duration, onFire func(*TimeoutError)) *Watchdog {
+// on the watchdog's goroutine, when a call is overdue. stalled, if not
+// nil, says which peers are gone or stopped then (TimeoutError.Stalled).
+func newWatchdog(rank int, plugin string, timeout time.Duration, onFire func(*TimeoutError), stalled func() string) *Watchdog {
 	if timeout <= 0 {
 		timeout = hostnet.DefaultTimeout
 	}
-	w := &Watchdog{rank: rank, plugin: plugin, timeout: timeout, onFire: onFire, epoch: time.Now(),
+	w := &Watchdog{rank: rank, plugin: plugin, timeout: timeout, onFire: onFire, stalled: stalled, epoch: time.Now(),
 		fired: make(chan struct{}), stop: make(chan struct{})}
 	go w.run()
 	return w
@@ -238,6 +249,11 @@ func (w *Watchdog) overdue() *TimeoutError {
 	}
 	c := w.calls[oldest]
 	w.err = &TimeoutError{Rank: w.rank, Plugin: w.plugin, Call: c.call, After: c.after, Timeout: w.timeout}
+	if w.stalled != nil {
+		// Before the error is out: it is read without the lock later.
+		// (stalled only reads /proc; it takes no lock of ours.)
+		w.err.Stalled = w.stalled()
+	}
 	close(w.fired)
 	return w.err
 }

@@ -27,7 +27,7 @@ func waitFired(t *testing.T, w *Watchdog, limit time.Duration) {
 // later calls are refused without reaching the plugin.
 func TestWatchdogAbortUnblocksTheCall(t *testing.T) {
 	release := make(chan struct{})
-	w := newWatchdog(3, "acme", 200*time.Millisecond, func(*TimeoutError) { close(release) })
+	w := newWatchdog(3, "acme", 200*time.Millisecond, func(*TimeoutError) { close(release) }, nil)
 	defer w.close()
 
 	start := time.Now()
@@ -57,7 +57,7 @@ func TestWatchdogAbortUnblocksTheCall(t *testing.T) {
 // never returns without waiting for it.
 func TestWatchdogNamesWhatASynchronizeWaitsFor(t *testing.T) {
 	var fired atomic.Int32
-	w := newWatchdog(1, "nvidia", 150*time.Millisecond, func(*TimeoutError) { fired.Add(1) })
+	w := newWatchdog(1, "nvidia", 150*time.Millisecond, func(*TimeoutError) { fired.Add(1) }, nil)
 	defer w.close()
 	require.NoError(t, w.do("allReduce", true, func() error { return nil }))
 
@@ -74,7 +74,7 @@ func TestWatchdogNamesWhatASynchronizeWaitsFor(t *testing.T) {
 // however long the communicator lives, never fire it; calls overlapping
 // from several lanes are each bounded.
 func TestWatchdogQuietWhileCallsReturn(t *testing.T) {
-	w := newWatchdog(0, "acme", 100*time.Millisecond, func(*TimeoutError) { t.Error("the watchdog fired on calls that returned") })
+	w := newWatchdog(0, "acme", 100*time.Millisecond, func(*TimeoutError) { t.Error("the watchdog fired on calls that returned") }, nil)
 	for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); {
 		a := w.Begin("eventSynchronize")
 		require.NoError(t, w.do("allGather", true, func() error { time.Sleep(time.Millisecond); return nil }))

@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -161,6 +162,49 @@ func processGone(pid int) string {
 	}
 	if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X') {
 		return "died (it was killed or crashed; a zombie now)"
+	}
+	return ""
+}
+
+// ProcessStalled says why process pid of this host cannot take part in a
+// collective: "is gone" when it no longer runs (it exited, was killed or
+// crashed; a zombie, or a process in the middle of exiting, counts), "is
+// stopped" when a signal (SIGSTOP, SIGTSTP) or a debugger holds it; ""
+// while it runs, or when that cannot be told. A rank whose wait failed
+// asks it of all its peers on this host: the peer it waited for may only
+// have been waiting, or have given up, on another.
+func ProcessStalled(pid int) string {
+	const gone = "is gone (it exited, was killed or crashed)"
+	if processGone(pid) != "" {
+		return gone
+	}
+	if pid <= 0 || pid == os.Getpid() {
+		return ""
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	// After the command's name (which may hold anything): state, ppid,
+	// pgrp, session, tty_nr, tpgid, flags.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return ""
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 7 {
+		return ""
+	}
+	// A killed process closes its sockets on its way out, before it is a
+	// zombie: a peer that saw them close may look while it is still
+	// exiting, which PF_EXITING in its flags tells.
+	const pfExiting = 0x4
+	if flags, err := strconv.ParseUint(f[6], 10, 64); err == nil && flags&pfExiting != 0 {
+		return gone
+	}
+	switch f[0] {
+	case "T", "t":
+		return "is stopped (by a signal such as SIGSTOP, or by a debugger)"
 	}
 	return ""
 }
