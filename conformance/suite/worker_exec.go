@@ -526,15 +526,13 @@ func (w *worker) streamOrdered(s Spec) error {
 	fillBytes(out, 0)
 	want := filled(n, fillByte)
 	reference.ExpectedInto(c, rank, want)
-	for _, step := range []func() error{
+	if err := inOrder(
 		func() error { return p.Memcpy(sb.ptr(), hin, n, loader.HostToDevice, w.stream) },
 		func() error { return w.comm.AllReduce(sb.ptr(), rb.ptr(), s.Count, s.Type, sdk.Sum, w.stream) },
 		func() error { return p.Memcpy(hout, rb.ptr(), n, loader.DeviceToHost, w.stream) },
 		func() error { return p.StreamSynchronize(w.stream) },
-	} {
-		if err := step(); err != nil {
-			return err
-		}
+	); err != nil {
+		return err
 	}
 	return compareElems("result copied out on the stream after the allReduce", s.Type, out, want, nil)
 }
@@ -1008,39 +1006,62 @@ func (dc *devCtx) memcpyD2D(s Spec) error {
 	return compareElems("device-to-device copy within an allocation", sdk.Uint8, got, data, nil)
 }
 
-func (dc *devCtx) memcpyAsync(s Spec) error {
-	const n = 1<<20 + 7
-	h, hm, err := dc.pinned(n)
-	if err != nil {
-		return err
+// roundTrip is what a copy case moves: pattern data in pinned memory
+// (src), two device buffers (a, b) and a zeroed pinned destination (dst,
+// seen by the host as out).
+type roundTrip struct {
+	src, a, b, dst uintptr
+	data, out      []byte
+}
+
+func (dc *devCtx) roundTrip(n int, seed uint64) (*roundTrip, error) {
+	var rt roundTrip
+	var in []byte
+	var err error
+	if rt.src, in, err = dc.pinned(n); err != nil {
+		return nil, err
 	}
-	h2, hm2, err := dc.pinned(n)
-	if err != nil {
-		return err
+	if rt.dst, rt.out, err = dc.pinned(n); err != nil {
+		return nil, err
 	}
-	a, err := dc.raw(n)
-	if err != nil {
-		return err
+	if rt.a, err = dc.raw(n); err != nil {
+		return nil, err
 	}
-	b, err := dc.raw(n)
-	if err != nil {
-		return err
+	if rt.b, err = dc.raw(n); err != nil {
+		return nil, err
 	}
-	data := pattern(n, s.Seed)
-	copy(hm, data)
-	fillBytes(hm2, 0)
-	steps := []func() error{
-		func() error { return dc.p.Memcpy(a, h, n, loader.HostToDevice, dc.w.stream) },
-		func() error { return dc.p.Memcpy(b, a, n, loader.DeviceToDevice, dc.w.stream) },
-		func() error { return dc.p.Memcpy(h2, b, n, loader.DeviceToHost, dc.w.stream) },
-		func() error { return dc.p.StreamSynchronize(dc.w.stream) },
-	}
-	for _, f := range steps {
-		if err := f(); err != nil {
+	rt.data = pattern(n, seed)
+	copy(in, rt.data)
+	fillBytes(rt.out, 0)
+	return &rt, nil
+}
+
+// inOrder makes the calls one after the other until one fails.
+func inOrder(calls ...func() error) error {
+	for _, call := range calls {
+		if err := call(); err != nil {
 			return err
 		}
 	}
-	return compareElems("host to device to device to host on a stream", sdk.Uint8, hm2, data, nil)
+	return nil
+}
+
+func (dc *devCtx) memcpyAsync(s Spec) error {
+	const n = 1<<20 + 7
+	rt, err := dc.roundTrip(n, s.Seed)
+	if err != nil {
+		return err
+	}
+	st := dc.w.stream
+	if err := inOrder(
+		func() error { return dc.p.Memcpy(rt.a, rt.src, n, loader.HostToDevice, st) },
+		func() error { return dc.p.Memcpy(rt.b, rt.a, n, loader.DeviceToDevice, st) },
+		func() error { return dc.p.Memcpy(rt.dst, rt.b, n, loader.DeviceToHost, st) },
+		func() error { return dc.p.StreamSynchronize(st) },
+	); err != nil {
+		return err
+	}
+	return compareElems("host to device to device to host on a stream", sdk.Uint8, rt.out, rt.data, nil)
 }
 
 func (dc *devCtx) memset(s Spec) error {
@@ -1131,15 +1152,13 @@ func (dc *devCtx) event(s Spec) error {
 		return err
 	}
 	defer func() { _ = dc.p.EventDestroy(e1) }()
-	for _, f := range []func() error{
+	if err := inOrder(
 		func() error { return dc.p.EventRecord(e0, dc.w.stream) },
 		func() error { return dc.p.Memcpy(a, h, n, loader.HostToDevice, dc.w.stream) },
 		func() error { return dc.p.EventRecord(e1, dc.w.stream) },
 		func() error { return dc.p.EventSynchronize(e1) },
-	} {
-		if err := f(); err != nil {
-			return err
-		}
+	); err != nil {
+		return err
 	}
 	switch s.Kind {
 	case KindDeviceEvent:
@@ -1170,25 +1189,10 @@ func (dc *devCtx) event(s Spec) error {
 
 func (dc *devCtx) streamWaitEvent(s Spec) error {
 	const n = 4 << 20
-	h, hm, err := dc.pinned(n)
+	rt, err := dc.roundTrip(n, s.Seed)
 	if err != nil {
 		return err
 	}
-	h2, hm2, err := dc.pinned(n)
-	if err != nil {
-		return err
-	}
-	a, err := dc.raw(n)
-	if err != nil {
-		return err
-	}
-	b, err := dc.raw(n)
-	if err != nil {
-		return err
-	}
-	data := pattern(n, s.Seed)
-	copy(hm, data)
-	fillBytes(hm2, 0)
 	s2, err := dc.p.StreamCreate(dc.dev)
 	if err != nil {
 		return err
@@ -1199,20 +1203,19 @@ func (dc *devCtx) streamWaitEvent(s Spec) error {
 		return err
 	}
 	defer func() { _ = dc.p.EventDestroy(e) }()
-	for _, f := range []func() error{
-		func() error { return dc.p.Memcpy(a, h, n, loader.HostToDevice, dc.w.stream) },
-		func() error { return dc.p.EventRecord(e, dc.w.stream) },
+	st := dc.w.stream
+	if err := inOrder(
+		func() error { return dc.p.Memcpy(rt.a, rt.src, n, loader.HostToDevice, st) },
+		func() error { return dc.p.EventRecord(e, st) },
 		func() error { return dc.p.StreamWaitEvent(s2, e) },
-		func() error { return dc.p.Memcpy(b, a, n, loader.DeviceToDevice, s2) },
-		func() error { return dc.p.Memcpy(h2, b, n, loader.DeviceToHost, s2) },
+		func() error { return dc.p.Memcpy(rt.b, rt.a, n, loader.DeviceToDevice, s2) },
+		func() error { return dc.p.Memcpy(rt.dst, rt.b, n, loader.DeviceToHost, s2) },
 		func() error { return dc.p.StreamSynchronize(s2) },
-	} {
-		if err := f(); err != nil {
-			return err
-		}
+	); err != nil {
+		return err
 	}
-	err = compareElems("copies on a second stream that waited for an event of the first", sdk.Uint8, hm2, data, nil)
-	return errors.Join(err, dc.p.StreamSynchronize(dc.w.stream))
+	err = compareElems("copies on a second stream that waited for an event of the first", sdk.Uint8, rt.out, rt.data, nil)
+	return errors.Join(err, dc.p.StreamSynchronize(st))
 }
 
 func (dc *devCtx) pointerKind(s Spec) error {
