@@ -1,5 +1,6 @@
 # flagcx-go. `make` builds the CLI and every plugin; `make test` runs every
-# test; `make lint` checks formatting and vet. The Go side never uses cgo.
+# test; `make lint` checks formatting, vet and that no function is over 100
+# lines (tools/funclen). The Go side never uses cgo.
 GO        ?= go
 CC        ?= gcc
 export CGO_ENABLED := 0
@@ -31,6 +32,7 @@ bench-compare: flagcx
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) run ./tools/funclen -max 100
 
 clean:
 	rm -rf $(BIN) $(BUILD)

@@ -58,7 +58,7 @@ func startRendezvous(addr string, cfg hostnet.Config, secret hostnet.Secret) (st
 		l, err = hostnet.Listen(cfg, secret)
 	}
 	if err != nil {
-		return "", fmt.Errorf("%w: starting the rendezvous: %v", sdk.ErrSystemError, err)
+		return "", fmt.Errorf("%w: starting the rendezvous: %w", sdk.ErrSystemError, err)
 	}
 	go serveRendezvous(l)
 	return l.Addr(), nil
@@ -165,16 +165,16 @@ func joinRendezvous(id UniqueID, cfg hostnet.Config, self announce) ([]PeerInfo,
 		if errors.Is(err, hostnet.ErrAuth) {
 			return nil, fmt.Errorf("%w: the rendezvous at %s refused rank %d: the unique id belongs to another communicator (its secret does not match)", sdk.ErrInvalidUsage, id.Addr, self.Rank)
 		}
-		return nil, fmt.Errorf("%w: rank %d could not reach the rendezvous at %s: %v", sdk.ErrRemoteError, self.Rank, id.Addr, err)
+		return nil, fmt.Errorf("%w: rank %d could not reach the rendezvous at %s: %w", sdk.ErrRemoteError, self.Rank, id.Addr, err)
 	}
 	defer conn.Close()
 	msg, err := conn.RecvMsg(maxBootstrapMsg)
 	if err != nil {
-		return nil, fmt.Errorf("%w: rank %d waiting for the other ranks at the rendezvous %s: %v", sdk.ErrRemoteError, self.Rank, id.Addr, err)
+		return nil, fmt.Errorf("%w: rank %d waiting for the other ranks at the rendezvous %s: %w", sdk.ErrRemoteError, self.Rank, id.Addr, err)
 	}
 	var r rendezvousReply
 	if err := json.Unmarshal(msg, &r); err != nil {
-		return nil, fmt.Errorf("%w: malformed rendezvous reply: %v", sdk.ErrInternalError, err)
+		return nil, fmt.Errorf("%w: malformed rendezvous reply: %w", sdk.ErrInternalError, err)
 	}
 	if r.Error != "" {
 		return nil, fmt.Errorf("%w: rendezvous %s: %s", sdk.ErrInvalidUsage, id.Addr, r.Error)

@@ -69,7 +69,7 @@ func InitRank(id UniqueID, nranks, rank int, opts ...Option) (*Comm, error) {
 		return nil, fmt.Errorf("%w: rank %d is out of range for %d ranks (use 0..%d)", sdk.ErrInvalidArgument, rank, nranks, nranks-1)
 	}
 	if err := checkAddr(id.Addr); err != nil {
-		return nil, fmt.Errorf("%w: unique id: %v", sdk.ErrInvalidArgument, err)
+		return nil, fmt.Errorf("%w: unique id: %w", sdk.ErrInvalidArgument, err)
 	}
 	o := options{}
 	for _, opt := range opts {
@@ -91,12 +91,12 @@ func InitRank(id UniqueID, nranks, rank int, opts ...Option) (*Comm, error) {
 
 	sc, err := hostnet.ShmConfigFromEnv()
 	if err != nil {
-		return nil, fmt.Errorf("%w: rank %d: %v", sdk.ErrInvalidArgument, rank, err)
+		return nil, fmt.Errorf("%w: rank %d: %w", sdk.ErrInvalidArgument, rank, err)
 	}
 	sc = sc.ForRanks(nranks)
 	l, err := hostnet.Listen(cfg, id.Secret)
 	if err != nil {
-		return nil, fmt.Errorf("%w: rank %d: %v", sdk.ErrSystemError, rank, err)
+		return nil, fmt.Errorf("%w: rank %d: %w", sdk.ErrSystemError, rank, err)
 	}
 	self := announce{PeerInfo: PeerInfo{Rank: rank, Addr: l.Addr(), Host: hostname(), Pid: os.Getpid(),
 		BootID: hostnet.BootID(), PidNS: hostnet.PidNamespace()}, NRanks: nranks}
@@ -107,7 +107,7 @@ func InitRank(id UniqueID, nranks, rank int, opts ...Option) (*Comm, error) {
 		if seg, err = hostnet.CreateShmSegment(sc); err != nil {
 			if errors.Is(err, hostnet.ErrShmCapacity) {
 				l.Close()
-				return nil, fmt.Errorf("%w: rank %d: %v", sdk.ErrSystemError, rank, err)
+				return nil, fmt.Errorf("%w: rank %d: %w", sdk.ErrSystemError, rank, err)
 			}
 			self.NoShm = err.Error()
 		} else {
@@ -441,9 +441,9 @@ func linkError(err error, doing string, peer int) error {
 	case errors.As(err, &le):
 		return fmt.Errorf("%w: %s: rank %d sent %d bytes: the ranks disagree on the count or data type of this operation", sdk.ErrInvalidUsage, doing, peer, le.Got)
 	case errors.Is(err, hostnet.ErrTimeout):
-		return fmt.Errorf("%w: %s: no progress before the deadline (is rank %d stuck or in another operation? FLAGCX_TIMEOUT sets the deadline): %v", sdk.ErrRemoteError, doing, peer, err)
+		return fmt.Errorf("%w: %s: no progress before the deadline (is rank %d stuck or in another operation? FLAGCX_TIMEOUT sets the deadline): %w", sdk.ErrRemoteError, doing, peer, err)
 	case errors.Is(err, hostnet.ErrClosed):
 		return fmt.Errorf("%w: %s: rank %d closed the connection (it died, aborted or destroyed its communicator)", sdk.ErrRemoteError, doing, peer)
 	}
-	return fmt.Errorf("%w: %s: %v", sdk.ErrSystemError, doing, err)
+	return fmt.Errorf("%w: %s: %w", sdk.ErrSystemError, doing, err)
 }

@@ -270,7 +270,7 @@ func settings(o *heteroOptions) (initRecord, error) {
 		r.Split, _ = env.ClusterSplitList.Get(lookup)
 	}
 	if _, err := sched.ParseSplitList(r.Split); err != nil {
-		return r, fmt.Errorf("%w: %v", sdk.ErrInvalidArgument, err)
+		return r, fmt.Errorf("%w: %w", sdk.ErrInvalidArgument, err)
 	}
 	if o.hostPath != nil {
 		r.HostPath = *o.hostPath
@@ -363,7 +363,7 @@ func (c *HeteroComm) agree(rec initRecord) error {
 			b = b[:i]
 		}
 		if err := json.Unmarshal(b, &recs[r]); err != nil {
-			return fmt.Errorf("%w: rank %d's init record is malformed: %v", sdk.ErrInternalError, r, err)
+			return fmt.Errorf("%w: rank %d's init record is malformed: %w", sdk.ErrInternalError, r, err)
 		}
 		members[r] = recs[r].Member
 	}
@@ -627,6 +627,8 @@ func (c *HeteroComm) usable(name string) error {
 	defer c.mu.Unlock()
 	switch {
 	case c.failed != nil:
+		// %v: this call is a usage error; the earlier failure (a timeout,
+		// a remote error) was that call's and must not match here.
 		return fmt.Errorf("%w: %s on rank %d: the communicator failed in an earlier call (%v): destroy it and make a new one", sdk.ErrInvalidUsage, name, c.rank, c.failed)
 	case c.closed:
 		return fmt.Errorf("%w: %s on rank %d: the communicator was destroyed or aborted", sdk.ErrInvalidUsage, name, c.rank)

@@ -51,7 +51,7 @@ func GetUniqueID(opts ...IDOption) (UniqueID, error) {
 	if o.secret != nil {
 		id.Secret = *o.secret
 	} else if _, err := rand.Read(id.Secret[:]); err != nil {
-		return UniqueID{}, fmt.Errorf("%w: reading random secret: %v", sdk.ErrSystemError, err)
+		return UniqueID{}, fmt.Errorf("%w: reading random secret: %w", sdk.ErrSystemError, err)
 	}
 	addr, err := startRendezvous(o.addr, *cfg, id.Secret)
 	if err != nil {

@@ -307,6 +307,9 @@ func (c *Conn) pushWriteDeadline() error {
 // abort unblocks any Send or Recv in progress (they return ErrClosed) and
 // breaks the Conn; a Link uses it when another of its streams failed.
 func (c *Conn) abort(cause error) {
+	// %v: the other stream's error is shown, not wrapped; this stream's
+	// errors match ErrClosed alone (usable, ioErr), not that stream's
+	// ErrTimeout.
 	c.fail(fmt.Errorf("aborted because another stream of the link failed: %v", cause))
 	c.aborted.Store(true)
 	_ = c.nc.SetDeadline(time.Unix(1, 0))
@@ -323,6 +326,8 @@ func (c *Conn) usable(op string) error {
 		return fmt.Errorf("hostnet: %s %s: %w (closed by this side)", op, c.remote, ErrClosed)
 	}
 	if b := c.broken.Load(); b != nil {
+		// %v: this call failed because the Conn is broken (ErrClosed); the
+		// earlier error (a timeout, say) was that call's, not this one's.
 		return fmt.Errorf("hostnet: %s %s: %w: unusable after an earlier error (%v); close it and connect again", op, c.remote, ErrClosed, *b)
 	}
 	return nil

@@ -156,7 +156,7 @@ func selectInterface(ifName string, family int, ifs []ifaceInfo) (net.IP, string
 	}
 	sp, err := parseIfSpec(spec)
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: %s=%q: %v", ErrConfig, EnvSocketIfName, ifName, err)
+		return nil, "", fmt.Errorf("%w: %s=%q: %w", ErrConfig, EnvSocketIfName, ifName, err)
 	}
 	if ip, name, ok := pickAddr(ifs, family, func(i ifaceInfo) bool { return sp.match(i.Name) }); ok {
 		return ip, name, nil

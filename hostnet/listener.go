@@ -436,11 +436,11 @@ func Dial(addr string, cfg Config, secret Secret, hello []byte) (*Conn, error) {
 				continue
 			}
 			if busy > 0 {
-				return nil, fmt.Errorf("hostnet: dial %s: the listener dropped this peer's connection %d times as busy, and no attempt got through within %v (last error: %v): is something flooding that port with connections? %s sets the limit: %w",
+				return nil, fmt.Errorf("hostnet: dial %s: the listener dropped this peer's connection %d times as busy, and no attempt got through within %v (last error: %w): is something flooding that port with connections? %s sets the limit: %w",
 					addr, busy, cfg.Timeout, err, EnvTimeout, ErrTimeout)
 			}
 			if refused || timedOut {
-				return nil, fmt.Errorf("hostnet: dial %s: no listener accepted the connection within %v (last error: %v); check that the peer is running and that %s picks an interface both hosts can reach: %w",
+				return nil, fmt.Errorf("hostnet: dial %s: no listener accepted the connection within %v (last error: %w); check that the peer is running and that %s picks an interface both hosts can reach: %w",
 					addr, cfg.Timeout, err, EnvSocketIfName, ErrTimeout)
 			}
 			return nil, fmt.Errorf("hostnet: dial %s: %w", addr, err)

@@ -27,7 +27,7 @@ func (m *Mesh) mapHost(mc MeshConfig, local []int) error {
 		p := mc.Peers[r]
 		s, err := openShmSegment(mc.Shm.dir(), p.Shm, p.Pid)
 		if err != nil {
-			return fmt.Errorf("%w: mapping the shared memory of rank %d: %v (set %s=1 to use TCP)", ErrShmUnavailable, r, err, EnvShmDisable)
+			return fmt.Errorf("%w: mapping the shared memory of rank %d: %w (set %s=1 to use TCP)", ErrShmUnavailable, r, err, EnvShmDisable)
 		}
 		segs[i] = s
 		m.segs = append(m.segs, s)

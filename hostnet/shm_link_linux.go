@@ -200,6 +200,8 @@ func (l *ShmLink) begin(op string) error {
 	}
 	if b := l.broken.Load(); b != nil {
 		l.mu.RUnlock()
+		// %v: the earlier error (a timeout, say) was an earlier call's;
+		// this one matches ErrClosed alone.
 		return fmt.Errorf("%s: %w: unusable after an earlier error (%v); close it and connect again", l.describe(op), ErrClosed, *b)
 	}
 	return nil

@@ -93,6 +93,8 @@ func (n *ShmNode) Post(sig uint64) error {
 		return n.closedErr()
 	}
 	if n.broken != nil {
+		// %v: the earlier Wait's error (a timeout, a mismatch) is not this
+		// call's; it matches ErrClosed alone.
 		return fmt.Errorf("hostnet: shm step: %w: unusable after an earlier error (%v)", ErrClosed, n.broken)
 	}
 	n.step++
@@ -116,6 +118,7 @@ func (n *ShmNode) Wait(i int) error {
 		return n.closedErr()
 	}
 	if n.broken != nil {
+		// %v: as in Post, the earlier error is not this call's.
 		return fmt.Errorf("hostnet: shm step: %w: unusable after an earlier error (%v)", ErrClosed, n.broken)
 	}
 	s := n.segs[i]

@@ -23,7 +23,7 @@ func (s *ShmSegment) abandon()     {}
 
 // CreateShmSegment reports ErrShmUnavailable off Linux.
 func CreateShmSegment(ShmConfig) (*ShmSegment, error) {
-	return nil, fmt.Errorf("%w: %v", ErrShmUnavailable, errShmOS)
+	return nil, fmt.Errorf("%w: %w", ErrShmUnavailable, errShmOS)
 }
 
 // CleanStaleShm does nothing off Linux.

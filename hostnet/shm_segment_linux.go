@@ -149,7 +149,7 @@ func CreateShmSegment(sc ShmConfig) (*ShmSegment, error) {
 	size := sc.SegmentBytes()
 	var tb [8]byte
 	if _, err := rand.Read(tb[:]); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrShmUnavailable, err)
+		return nil, fmt.Errorf("%w: %w", ErrShmUnavailable, err)
 	}
 	token := binary.LittleEndian.Uint64(tb[:])
 	dir := sc.dir()
@@ -157,7 +157,7 @@ func CreateShmSegment(sc ShmConfig) (*ShmSegment, error) {
 	path := filepath.Join(dir, name)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("%w: creating a segment in %s: %v (set %s=1 to use TCP)", ErrShmUnavailable, dir, err, EnvShmDisable)
+		return nil, fmt.Errorf("%w: creating a segment in %s: %w (set %s=1 to use TCP)", ErrShmUnavailable, dir, err, EnvShmDisable)
 	}
 	defer f.Close() // the mapping outlives the descriptor
 	ok := false
@@ -174,12 +174,12 @@ func CreateShmSegment(sc ShmConfig) (*ShmSegment, error) {
 				ErrShmCapacity, dir, FormatBytes(int64(size)), EnvShmP2PSize, EnvShmWindowSize, EnvShmDisable)
 		}
 		if err := f.Truncate(int64(size)); err != nil {
-			return nil, fmt.Errorf("%w: sizing %s to %d bytes: %v", ErrShmUnavailable, path, size, err)
+			return nil, fmt.Errorf("%w: sizing %s to %d bytes: %w", ErrShmUnavailable, path, size, err)
 		}
 	}
 	mem, err := mapShm(f, size)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrShmUnavailable, err)
+		return nil, fmt.Errorf("%w: %w", ErrShmUnavailable, err)
 	}
 	s := &ShmSegment{mem: mem, name: name, dir: dir, own: true, pid: os.Getpid(), token: token}
 	s.put64(offSize, uint64(size))

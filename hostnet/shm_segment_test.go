@@ -4,6 +4,7 @@ package hostnet
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -94,12 +95,14 @@ func TestCreateShmSegment(t *testing.T) {
 func TestCreateShmSegmentFails(t *testing.T) {
 	dir := shmTestDir(t)
 	tests := []struct {
-		name string
-		sc   ShmConfig
-		want []string
+		name   string
+		sc     ShmConfig
+		want   []string
+		causes []error // errors.Is holds for each, beside ErrShmUnavailable
 	}{
-		{"disabled", ShmConfig{Disable: true, P2PBytes: MinShmAreaBytes, Dir: dir}, []string{EnvShmDisable + "=1"}},
-		{"no such directory", ShmConfig{P2PBytes: MinShmAreaBytes, Dir: filepath.Join(dir, "missing")}, []string{"creating a segment in", "missing", EnvShmDisable}},
+		{"disabled", ShmConfig{Disable: true, P2PBytes: MinShmAreaBytes, Dir: dir}, []string{EnvShmDisable + "=1"}, nil},
+		{"no such directory", ShmConfig{P2PBytes: MinShmAreaBytes, Dir: filepath.Join(dir, "missing")}, []string{"creating a segment in", "missing", EnvShmDisable},
+			[]error{fs.ErrNotExist, syscall.ENOENT}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -108,6 +111,9 @@ func TestCreateShmSegmentFails(t *testing.T) {
 			require.ErrorIs(t, err, ErrShmUnavailable)
 			for _, s := range tc.want {
 				require.Contains(t, err.Error(), s)
+			}
+			for _, cause := range tc.causes {
+				require.ErrorIs(t, err, cause)
 			}
 			require.Empty(t, dirEntries(t, dir))
 		})

@@ -58,7 +58,7 @@ func (c *conformanceCmd) Run(kctx *kong.Context, g *Globals) error {
 	if c.Filter != "" {
 		re, err := regexp.Compile(c.Filter)
 		if err != nil {
-			return fmt.Errorf("--run %q: %v", c.Filter, err)
+			return fmt.Errorf("--run %q: %w", c.Filter, err)
 		}
 		filter = re
 	}

@@ -39,7 +39,7 @@ func (c *plotCmd) Run(ctx *kong.Context) error {
 		return err
 	}
 	if err := os.WriteFile(c.Output, b.Bytes(), 0o644); err != nil {
-		return fmt.Errorf("-o/--output: %v: give a file in a directory that exists and that you may write to", err)
+		return fmt.Errorf("-o/--output: %w: give a file in a directory that exists and that you may write to", err)
 	}
 	_, err := fmt.Fprintf(ctx.Stdout, "wrote %s (%d line(s): bus bandwidth and time against message size)\n", c.Output, len(series))
 	return err

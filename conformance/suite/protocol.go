@@ -228,9 +228,9 @@ func startWorker(cmdline []string, rank int, timeout time.Duration, passStderr i
 	reason := w.deathReason(2 * time.Second)
 	w.kill()
 	if reason != "" {
-		return nil, fmt.Errorf("worker for rank %d did not start: %s (%v)", rank, reason, err)
+		return nil, fmt.Errorf("worker for rank %d did not start: %s (%w)", rank, reason, err)
 	}
-	return nil, fmt.Errorf("worker for rank %d did not start: %v", rank, err)
+	return nil, fmt.Errorf("worker for rank %d did not start: %w", rank, err)
 }
 
 // kill ends the worker at once (it may be stuck in a plugin entry). Once

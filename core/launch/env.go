@@ -229,7 +229,47 @@ func LauncherVars() []string {
 // says so.
 func FromEnv(lookup func(string) (string, bool)) (Job, bool, error) {
 	e := vars{lookup}
-	var def *launcherDef
+	def := detectLauncher(e)
+	if def == nil {
+		if env.UniqueID.IsSet(e.lookup) {
+			return Job{}, false, fmt.Errorf("%w: %s is set but %s and %s are not: set all three, or unset %s", sdk.ErrInvalidUsage, EnvUniqueID, EnvRank, EnvNRanks, EnvUniqueID)
+		}
+		return Job{}, false, nil
+	}
+	j, err := readPlace(e, def)
+	if err != nil {
+		return Job{}, false, err
+	}
+	if s, ok := env.UniqueID.Raw(e.lookup); ok {
+		id, err := core.ParseUniqueID(s)
+		if err != nil {
+			return Job{}, false, fmt.Errorf("%s: %w", EnvUniqueID, err)
+		}
+		j.GivenID = &id
+		return j, true, nil
+	}
+	if err := j.readSecret(e); err != nil {
+		return Job{}, false, err
+	}
+	if err := j.readAddr(e, def); err != nil {
+		return Job{}, false, err
+	}
+	if j.Addr != "" {
+		if !j.UserSecret {
+			j.Secret = deriveSecret(def.name, j.Identity, j.Addr, j.NRanks)
+			j.SecretFrom = "derived from the job identity and address"
+		}
+		return j, true, nil
+	}
+	if err := j.useFile(e, def); err != nil {
+		return Job{}, false, err
+	}
+	return j, true, nil
+}
+
+// detectLauncher is the first launcher whose variables are set (nil:
+// none).
+func detectLauncher(e vars) *launcherDef {
 	for i := range launchers {
 		l := &launchers[i]
 		_, hasRank := e.get(l.rank)
@@ -243,47 +283,28 @@ func FromEnv(lookup func(string) (string, bool)) (Job, bool, error) {
 		if l.name == "torchrun" && (!hasRank || !hasSize) {
 			continue // RANK alone is too common a name to mean torchrun
 		}
-		def = l
-		break
+		return l
 	}
-	if def == nil {
-		if env.UniqueID.IsSet(e.lookup) {
-			return Job{}, false, fmt.Errorf("%w: %s is set but %s and %s are not: set all three, or unset %s", sdk.ErrInvalidUsage, EnvUniqueID, EnvRank, EnvNRanks, EnvUniqueID)
-		}
-		return Job{}, false, nil
-	}
+	return nil
+}
+
+// readPlace reads the rank's place in the job from def's variables (rank,
+// size, place on this host, job identity) and the settings every job has
+// (FLAGCX_TIMEOUT, FLAGCX_REQUIRE_SECRET).
+func readPlace(e vars, def *launcherDef) (Job, error) {
 	j := Job{Launcher: def.name, LocalRank: -1, LocalSize: -1}
 	var err error
 	if j.Rank, j.NRanks, err = rankAndSize(e, def); err != nil {
-		return Job{}, false, err
+		return Job{}, err
 	}
-	if def.localRank != "" {
-		v, set, err := e.int(def.localRank)
-		if err != nil {
-			return Job{}, false, err
-		}
-		if set {
-			j.LocalRank = v
-		}
-	}
-	for _, name := range def.localSize {
-		v, set, err := e.int(name)
-		if err != nil {
-			return Job{}, false, err
-		}
-		if set {
-			if v < 1 {
-				return Job{}, false, fmt.Errorf("%w: %s=%d: a host runs at least one rank", sdk.ErrInvalidArgument, name, v)
-			}
-			j.LocalSize = v
-			break
-		}
+	if j.LocalRank, j.LocalSize, err = localPlace(e, def); err != nil {
+		return Job{}, err
 	}
 	if j.Timeout, err = env.Timeout.Get(e.lookup); err != nil {
-		return Job{}, false, fmt.Errorf("%w: %w", sdk.ErrInvalidArgument, err)
+		return Job{}, fmt.Errorf("%w: %w", sdk.ErrInvalidArgument, err)
 	}
 	if j.RequireSecret, err = env.RequireSecret.Get(e.lookup); err != nil {
-		return Job{}, false, fmt.Errorf("%w: %w", sdk.ErrInvalidArgument, err)
+		return Job{}, fmt.Errorf("%w: %w", sdk.ErrInvalidArgument, err)
 	}
 
 	// The job identity: what the launcher calls this job.
@@ -294,63 +315,95 @@ func FromEnv(lookup func(string) (string, bool)) (Job, bool, error) {
 		}
 	}
 	j.Identity = strings.Join(ids, ",")
+	return j, nil
+}
 
-	if s, ok := env.UniqueID.Raw(e.lookup); ok {
-		id, err := core.ParseUniqueID(s)
+// localPlace reads the rank among the ranks of this host and their count;
+// -1 for what def's launcher does not say.
+func localPlace(e vars, def *launcherDef) (localRank, localSize int, err error) {
+	localRank, localSize = -1, -1
+	if def.localRank != "" {
+		v, set, err := e.int(def.localRank)
 		if err != nil {
-			return Job{}, false, fmt.Errorf("%s: %w", EnvUniqueID, err)
+			return 0, 0, err
 		}
-		j.GivenID = &id
-		return j, true, nil
-	}
-
-	if s, ok := env.CommSecret.Raw(e.lookup); ok {
-		b, err := hex.DecodeString(s)
-		if err != nil || len(b) != len(j.Secret) {
-			return Job{}, false, fmt.Errorf("%w: %s must be %d hex digits (e.g. from `openssl rand -hex %d`), got %d characters", sdk.ErrInvalidArgument, EnvCommSecret, 2*len(j.Secret), len(j.Secret), len(s))
+		if set {
+			localRank = v
 		}
-		copy(j.Secret[:], b)
-		j.SecretFrom = EnvCommSecret
-		j.UserSecret = true
 	}
+	for _, name := range def.localSize {
+		v, set, err := e.int(name)
+		if err != nil {
+			return 0, 0, err
+		}
+		if set {
+			if v < 1 {
+				return 0, 0, fmt.Errorf("%w: %s=%d: a host runs at least one rank", sdk.ErrInvalidArgument, name, v)
+			}
+			localSize = v
+			break
+		}
+	}
+	return localRank, localSize, nil
+}
 
+// readSecret reads FLAGCX_COMM_SECRET, when set.
+func (j *Job) readSecret(e vars) error {
+	s, ok := env.CommSecret.Raw(e.lookup)
+	if !ok {
+		return nil
+	}
+	b, err := hex.DecodeString(s)
+	if err != nil || len(b) != len(j.Secret) {
+		return fmt.Errorf("%w: %s must be %d hex digits (e.g. from `openssl rand -hex %d`), got %d characters", sdk.ErrInvalidArgument, EnvCommSecret, 2*len(j.Secret), len(j.Secret), len(s))
+	}
+	copy(j.Secret[:], b)
+	j.SecretFrom = EnvCommSecret
+	j.UserSecret = true
+	return nil
+}
+
+// readAddr reads the rendezvous address: FLAGCX_COMM_ID, else
+// MASTER_ADDR:MASTER_PORT (the port after it when torchrun's agent store
+// holds MASTER_PORT). Without either, Addr stays empty.
+func (j *Job) readAddr(e vars, def *launcherDef) error {
 	if addr, ok := env.CommID.Raw(e.lookup); ok {
 		if err := checkHostPort(EnvCommID, addr); err != nil {
-			return Job{}, false, err
+			return err
 		}
 		j.Addr, j.AddrFrom = addr, EnvCommID
-	} else if host, ok := e.get("MASTER_ADDR"); ok {
-		port, ok := e.get("MASTER_PORT")
-		if !ok {
-			return Job{}, false, fmt.Errorf("%w: MASTER_ADDR is set but MASTER_PORT is not: set both, or set %s=host:port", sdk.ErrInvalidUsage, EnvCommID)
-		}
-		p, err := strconv.Atoi(port)
-		if err != nil || p < 1 || p > 65535 {
-			return Job{}, false, fmt.Errorf("%w: MASTER_PORT=%q is not a port number (1-65535)", sdk.ErrInvalidArgument, port)
-		}
-		from := "MASTER_ADDR:MASTER_PORT"
-		if def.torchAgentOffset {
-			if v, _ := e.get("TORCHELASTIC_USE_AGENT_STORE"); strings.EqualFold(v, "true") || v == "1" {
-				// torchrun's agent already listens on MASTER_PORT.
-				if p == 65535 {
-					return Job{}, false, fmt.Errorf("%w: torchrun's store holds MASTER_PORT=65535 and the next port does not exist: set %s=host:port", sdk.ErrInvalidUsage, EnvCommID)
-				}
-				p++
-				from = "MASTER_ADDR:MASTER_PORT+1 (torchrun's agent store holds MASTER_PORT)"
+		return nil
+	}
+	host, ok := e.get("MASTER_ADDR")
+	if !ok {
+		return nil
+	}
+	port, ok := e.get("MASTER_PORT")
+	if !ok {
+		return fmt.Errorf("%w: MASTER_ADDR is set but MASTER_PORT is not: set both, or set %s=host:port", sdk.ErrInvalidUsage, EnvCommID)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("%w: MASTER_PORT=%q is not a port number (1-65535)", sdk.ErrInvalidArgument, port)
+	}
+	from := "MASTER_ADDR:MASTER_PORT"
+	if def.torchAgentOffset {
+		if v, _ := e.get("TORCHELASTIC_USE_AGENT_STORE"); strings.EqualFold(v, "true") || v == "1" {
+			// torchrun's agent already listens on MASTER_PORT.
+			if p == 65535 {
+				return fmt.Errorf("%w: torchrun's store holds MASTER_PORT=65535 and the next port does not exist: set %s=host:port", sdk.ErrInvalidUsage, EnvCommID)
 			}
+			p++
+			from = "MASTER_ADDR:MASTER_PORT+1 (torchrun's agent store holds MASTER_PORT)"
 		}
-		j.Addr, j.AddrFrom = net.JoinHostPort(host, strconv.Itoa(p)), from
 	}
+	j.Addr, j.AddrFrom = net.JoinHostPort(host, strconv.Itoa(p)), from
+	return nil
+}
 
-	if j.Addr != "" {
-		if !j.UserSecret {
-			j.Secret = deriveSecret(def.name, j.Identity, j.Addr, j.NRanks)
-			j.SecretFrom = "derived from the job identity and address"
-		}
-		return j, true, nil
-	}
-
-	// No address: a file rendezvous works when every rank is on this host.
+// useFile sets up a file rendezvous, for a job without an address: it
+// works when every rank is on this host.
+func (j *Job) useFile(e vars, def *launcherDef) error {
 	allLocal := j.LocalSize == j.NRanks
 	if def.allLocal != nil && !allLocal {
 		allLocal = def.allLocal(e, j.NRanks)
@@ -359,7 +412,7 @@ func FromEnv(lookup func(string) (string, bool)) (Job, bool, error) {
 		allLocal = true
 	}
 	if !allLocal {
-		return Job{}, false, fmt.Errorf("%w: %s=%d (%s) asks for %d ranks, but no rendezvous address is set and not every rank is known to run on this host: set %s=host:port (a free port on the host of rank 0; MASTER_ADDR and MASTER_PORT work too)",
+		return fmt.Errorf("%w: %s=%d (%s) asks for %d ranks, but no rendezvous address is set and not every rank is known to run on this host: set %s=host:port (a free port on the host of rank 0; MASTER_ADDR and MASTER_PORT work too)",
 			sdk.ErrInvalidUsage, def.size, j.NRanks, def.hint, j.NRanks, EnvCommID)
 	}
 	if j.Identity == "" {
@@ -369,7 +422,7 @@ func FromEnv(lookup func(string) (string, bool)) (Job, bool, error) {
 	}
 	sum := sha256.Sum256([]byte(fmt.Sprintf("flagcx-go file rendezvous v1\x00%s\x00%s\x00%d", def.name, j.Identity, j.NRanks)))
 	j.File = filepath.Join(os.TempDir(), fmt.Sprintf("flagcx-%d-%s.id", os.Getuid(), hex.EncodeToString(sum[:8])))
-	return j, true, nil
+	return nil
 }
 
 func rankAndSize(e vars, def *launcherDef) (rank, size int, err error) {

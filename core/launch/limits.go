@@ -155,7 +155,7 @@ func checkCapacity(np int, c hostCapacity) error {
 			break
 		}
 	}
-	return fmt.Errorf("%w: %s ranks are more than this host can run (at most %s): %v", sdk.ErrInvalidArgument, commas(np), commas(most), err)
+	return fmt.Errorf("%w: %s ranks are more than this host can run (at most %s): %w", sdk.ErrInvalidArgument, commas(np), commas(most), err)
 }
 
 // commas writes n with thousands separators: 599,994.

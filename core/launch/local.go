@@ -131,7 +131,7 @@ func Local(np int, argv []string, env []string, stdout, stderr io.Writer, opts .
 	}
 	exe, err := executable()
 	if err != nil {
-		return fmt.Errorf("%w: cannot find this program to start its ranks: %v", sdk.ErrSystemError, err)
+		return fmt.Errorf("%w: cannot find this program to start its ranks: %w", sdk.ErrSystemError, err)
 	}
 	id, err := core.GetUniqueID()
 	if err != nil {
@@ -175,8 +175,20 @@ func runLocal(exe string, np int, argv, env []string, id string, stdout, stderr 
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 
-	var mu sync.Mutex // one line at a time on stderr
 	l := &localRun{procs: make([]*exec.Cmd, np), done: make(chan rankExit, np)}
+	if err := l.startRanks(exe, argv, base, id, stdout, stderr, reports); err != nil {
+		return err
+	}
+	return l.supervise(reports, sigs)
+}
+
+// startRanks starts every rank with environment base plus its place, rank
+// 0's stdout on stdout, every rank's stderr prefixed on stderr (a fatal
+// report goes to reports). When a rank cannot start, the ones started are
+// killed and collected, and the error names it.
+func (l *localRun) startRanks(exe string, argv, base []string, id string, stdout, stderr io.Writer, reports chan<- rankReport) error {
+	np := len(l.procs)
+	var mu sync.Mutex // one line at a time on stderr
 	prefixers := make([]*prefixWriter, np)
 	for r := 0; r < np; r++ {
 		cmd := exec.Command(exe, argv...)
@@ -211,7 +223,15 @@ func runLocal(exe string, np int, argv, env []string, id string, stdout, stderr 
 			l.done <- rankExit{rank: r, err: err}
 		}(r, cmd)
 	}
+	return nil
+}
 
+// supervise waits for every rank to exit. The first failure (an exit with
+// an error, a fatal report) or a signal, which it passes on, starts the
+// GracePeriod; after it the ranks left are killed, and KillWait later
+// supervise gives up on them. It returns the failures, summarized.
+func (l *localRun) supervise(reports <-chan rankReport, sigs <-chan os.Signal) error {
+	np := len(l.procs)
 	exited := make([]bool, np)
 	var failures []*RankError
 	failed := map[int]*RankError{} // a rank's report and its exit make one failure
@@ -259,19 +279,24 @@ func runLocal(exe string, np int, argv, env []string, id string, stdout, stderr 
 			l.killRemaining(exited)
 			kill = time.After(KillWait)
 		case <-kill:
-			var stuck []string
-			for r, e := range exited {
-				if !e {
-					stuck = append(stuck, strconv.Itoa(r))
-				}
-			}
-			return fmt.Errorf("%w (ranks %s did not exit %v after being killed)", summarize(failures, interrupted), strings.Join(stuck, ", "), KillWait)
+			return fmt.Errorf("%w (ranks %s did not exit %v after being killed)", summarize(failures, interrupted), stuckRanks(exited), KillWait)
 		}
 	}
 	if interrupted != nil || len(failures) > 0 {
 		return summarize(failures, interrupted)
 	}
 	return nil
+}
+
+// stuckRanks lists the ranks that have not exited, "2, 5".
+func stuckRanks(exited []bool) string {
+	var stuck []string
+	for r, e := range exited {
+		if !e {
+			stuck = append(stuck, strconv.Itoa(r))
+		}
+	}
+	return strings.Join(stuck, ", ")
 }
 
 type rankExit struct {

@@ -78,7 +78,7 @@ func (j *Job) writeIDFile() (core.UniqueID, error) {
 		return core.UniqueID{}, err
 	}
 	if err := writeFileAtomic(j.File, []byte(id.String()+"\n")); err != nil {
-		return core.UniqueID{}, fmt.Errorf("%w: rank 0 could not write the id file for the other ranks: %v (set %s=host:port to rendezvous over the network instead)", sdk.ErrSystemError, err, EnvCommID)
+		return core.UniqueID{}, fmt.Errorf("%w: rank 0 could not write the id file for the other ranks: %w (set %s=host:port to rendezvous over the network instead)", sdk.ErrSystemError, err, EnvCommID)
 	}
 	return id, nil
 }
@@ -147,7 +147,7 @@ func tryReadIDFile(path string, notBefore time.Time) (id core.UniqueID, err erro
 		return id, nil, false
 	}
 	if err != nil {
-		return id, fmt.Errorf("%w: reading the id file: %v", sdk.ErrSystemError, err), true
+		return id, fmt.Errorf("%w: reading the id file: %w", sdk.ErrSystemError, err), true
 	}
 	if st.ModTime().Before(notBefore) {
 		return id, nil, false // left over from an earlier job; rank 0 will replace it
@@ -157,7 +157,7 @@ func tryReadIDFile(path string, notBefore time.Time) (id core.UniqueID, err erro
 		return id, nil, false // removed between stat and read
 	}
 	if err != nil {
-		return id, fmt.Errorf("%w: reading the id file: %v", sdk.ErrSystemError, err), true
+		return id, fmt.Errorf("%w: reading the id file: %w", sdk.ErrSystemError, err), true
 	}
 	id, err = core.ParseUniqueID(strings.TrimSpace(string(b)))
 	if err != nil {

@@ -280,22 +280,10 @@ func (b *builder) allGather() {
 // own (slice by slice), each leader combines what it receives for its own
 // ranks' blocks, and its cluster library scatters them.
 func (b *builder) reduceScatter() {
-	call := b.call
-	B := call.Count * b.size
+	B := b.call.Count * b.size
 	nB := b.n * B
-	opR := reduceOp(call.Op)
-	sp := b.spans(B)
-	partial := BufSend // where this leader's partial sums of all n blocks are
-	red := -1
-	if b.m > 1 {
-		dst := ref(BufSend, 0, nB) // ignored off the intra root
-		if b.leader {
-			dst = ref(BufScratch, 0, nB)
-			partial = BufScratch
-		}
-		red = b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: sdk.Reduce, Src: ref(BufSend, 0, nB), Dst: dst,
-			Count: b.count(nB), DType: call.DType, Op: opR, Root: 0, Chunk: -1})
-	}
+	sp := b.spans(B) // also sets the plan's chunking, leader or not
+	partial, red := b.rsReduce(nB)
 	// The scattered blocks of a cluster of several ranks, in cluster order.
 	scat := ref(BufScratch, nB, b.m*B)
 	if !b.leader {
@@ -303,87 +291,134 @@ func (b *builder) reduceScatter() {
 		b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: sdk.Scatter, Src: r, Dst: r, Count: B, DType: sdk.Uint8, Root: 0, Chunk: -1})
 		return
 	}
-	var others []*Cluster
-	for i := range b.l.Clusters {
-		if i != b.c.Index {
-			others = append(others, &b.l.Clusters[i])
-		}
-	}
-	// Host-side layout: this leader's partials of all n blocks at
-	// [g*B], then one receive area of m blocks per other cluster. On a
-	// host leader the partials stay where they are (send or scratch); the
-	// accumulation happens in its own blocks' final places.
-	var part, acc func(g, j int, s span) Ref
-	var area func(t, j int, s span) Ref
-	if b.dev {
-		part = func(g, _ int, s span) Ref { return ref(BufStage, g*B+s.Off, s.Len) }
-		acc = part
-		area = func(t, j int, s span) Ref { return ref(BufStage, nB+(t*b.m+j)*B+s.Off, s.Len) }
-	} else {
-		part = func(g, _ int, s span) Ref { return ref(partial, g*B+s.Off, s.Len) }
-		base := nB + b.m*B // after the partials and the scatter area in scratch
-		area = func(t, j int, s span) Ref { return ref(BufScratch, base+(t*b.m+j)*B+s.Off, s.Len) }
-		if b.m > 1 {
-			acc = func(_, j int, s span) Ref { return scat.Sub(j*B+s.Off, s.Len) }
-		} else {
-			acc = func(_, _ int, s span) Ref { return ref(BufRecv, s.Off, s.Len) }
-		}
-	}
+	lay := b.rsHostLayout(B, partial, scat)
 	var fin []int
 	for i, s := range sp {
-		last := red
-		if b.dev {
-			var cp []CopyPair
-			if len(sp) == 1 {
-				cp = []CopyPair{{ref(partial, 0, nB), ref(BufStage, 0, nB)}}
-			} else {
-				for g := 0; g < b.n; g++ {
-					cp = append(cp, CopyPair{ref(partial, g*B+s.Off, s.Len), part(g, 0, s)})
-				}
-			}
-			last = b.add(Step{Lane: LaneD2H, Kind: KindCopy, Copies: cp, Chunk: i, Deps: deps(last)})
-		} else {
-			// Start each of this cluster's blocks from this cluster's partial.
-			var cp []CopyPair
-			for j, g := range b.c.Ranks {
-				cp = append(cp, CopyPair{part(g, j, s), acc(g, j, s)})
-			}
-			last = b.add(Step{Lane: LaneD2H, Kind: KindCopy, Copies: cp, Chunk: i, Deps: deps(last)})
-		}
-		var xs []Xfer
-		for t, o := range others {
-			for _, g := range o.Ranks {
-				xs = append(xs, Xfer{Peer: o.Index, Ref: part(g, 0, s)})
-			}
-			for j := range b.c.Ranks {
-				xs = append(xs, Xfer{Peer: o.Index, Recv: true, Ref: area(t, j, s)})
-			}
-		}
-		last = b.add(Step{Lane: LaneNet, Kind: KindInter, Coll: sdk.SendRecv, Xfers: xs, Chunk: i, Deps: deps(last)})
-		for t := range others {
-			for j, g := range b.c.Ranks {
-				last = b.add(Step{Lane: LaneNet, Kind: KindReduce, Src: area(t, j, s), Dst: acc(g, j, s), DType: call.DType, Op: opR, Chunk: i})
-			}
-		}
-		if call.Op == sdk.Avg {
-			for j, g := range b.c.Ranks {
-				last = b.add(Step{Lane: LaneNet, Kind: KindScale, Dst: acc(g, j, s), DType: call.DType, N: b.n, Chunk: i})
-			}
-		}
-		if b.dev {
-			var cp []CopyPair
-			for j, g := range b.c.Ranks {
-				to := ref(BufRecv, s.Off, s.Len)
-				if b.m > 1 {
-					to = scat.Sub(j*B+s.Off, s.Len)
-				}
-				cp = append(cp, CopyPair{acc(g, j, s), to})
-			}
-			last = b.add(Step{Lane: LaneH2D, Kind: KindCopy, Copies: cp, Chunk: i, Deps: deps(last)})
-		}
-		fin = append(fin, last)
+		fin = append(fin, b.rsChunk(&lay, i, s, len(sp), red))
 	}
 	if b.m > 1 {
 		b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: sdk.Scatter, Src: scat, Dst: ref(BufRecv, 0, B), Count: B, DType: sdk.Uint8, Root: 0, Chunk: -1, Deps: fin})
 	}
+}
+
+// rsReduce adds, in a cluster of several ranks, the intra Reduce of the
+// whole input (nB bytes) at the leader. It returns where the leader's
+// partial sums of all n blocks are, and the step (-1: none).
+func (b *builder) rsReduce(nB int) (partial Buf, red int) {
+	partial, red = BufSend, -1
+	if b.m > 1 {
+		dst := ref(BufSend, 0, nB) // ignored off the intra root
+		if b.leader {
+			dst = ref(BufScratch, 0, nB)
+			partial = BufScratch
+		}
+		red = b.add(Step{Lane: LaneIntra, Kind: KindIntra, Coll: sdk.Reduce, Src: ref(BufSend, 0, nB), Dst: dst,
+			Count: b.count(nB), DType: b.call.DType, Op: reduceOp(b.call.Op), Root: 0, Chunk: -1})
+	}
+	return partial, red
+}
+
+// rsLayout is where a reduceScatter leader keeps its blocks on the host
+// side: part(g) is its partial of rank g's block, acc(g, j) the block of
+// its cluster's j-th rank g being accumulated, area(t, j) the receive area
+// of the other cluster t's partial of that block.
+type rsLayout struct {
+	B, nB     int
+	partial   Buf
+	scat      Ref
+	others    []*Cluster
+	part, acc func(g, j int, s span) Ref
+	area      func(t, j int, s span) Ref
+}
+
+// rsHostLayout lays out the host side: this leader's partials of all n
+// blocks at [g*B], then one receive area of m blocks per other cluster. On
+// a host leader the partials stay where they are (send or scratch); the
+// accumulation happens in its own blocks' final places.
+func (b *builder) rsHostLayout(B int, partial Buf, scat Ref) rsLayout {
+	nB := b.n * B
+	lay := rsLayout{B: B, nB: nB, partial: partial, scat: scat}
+	for i := range b.l.Clusters {
+		if i != b.c.Index {
+			lay.others = append(lay.others, &b.l.Clusters[i])
+		}
+	}
+	if b.dev {
+		lay.part = func(g, _ int, s span) Ref { return ref(BufStage, g*B+s.Off, s.Len) }
+		lay.acc = lay.part
+		lay.area = func(t, j int, s span) Ref { return ref(BufStage, nB+(t*b.m+j)*B+s.Off, s.Len) }
+		return lay
+	}
+	lay.part = func(g, _ int, s span) Ref { return ref(partial, g*B+s.Off, s.Len) }
+	base := nB + b.m*B // after the partials and the scatter area in scratch
+	lay.area = func(t, j int, s span) Ref { return ref(BufScratch, base+(t*b.m+j)*B+s.Off, s.Len) }
+	if b.m > 1 {
+		lay.acc = func(_, j int, s span) Ref { return scat.Sub(j*B+s.Off, s.Len) }
+	} else {
+		lay.acc = func(_, _ int, s span) Ref { return ref(BufRecv, s.Off, s.Len) }
+	}
+	return lay
+}
+
+// rsChunk adds a leader's steps for slice i (span s of each block, of
+// chunks slices): its partials to the host side, the exchange with the
+// other leaders, the reduction of what arrived (and avg's division), and
+// on a device leader the copy back. after is the intra Reduce; it returns
+// the slice's last step.
+func (b *builder) rsChunk(lay *rsLayout, i int, s span, chunks, after int) int {
+	last := b.add(Step{Lane: LaneD2H, Kind: KindCopy, Copies: b.rsCopyIn(lay, s, chunks), Chunk: i, Deps: deps(after)})
+	var xs []Xfer
+	for t, o := range lay.others {
+		for _, g := range o.Ranks {
+			xs = append(xs, Xfer{Peer: o.Index, Ref: lay.part(g, 0, s)})
+		}
+		for j := range b.c.Ranks {
+			xs = append(xs, Xfer{Peer: o.Index, Recv: true, Ref: lay.area(t, j, s)})
+		}
+	}
+	last = b.add(Step{Lane: LaneNet, Kind: KindInter, Coll: sdk.SendRecv, Xfers: xs, Chunk: i, Deps: deps(last)})
+	opR := reduceOp(b.call.Op)
+	for t := range lay.others {
+		for j, g := range b.c.Ranks {
+			last = b.add(Step{Lane: LaneNet, Kind: KindReduce, Src: lay.area(t, j, s), Dst: lay.acc(g, j, s), DType: b.call.DType, Op: opR, Chunk: i})
+		}
+	}
+	if b.call.Op == sdk.Avg {
+		for j, g := range b.c.Ranks {
+			last = b.add(Step{Lane: LaneNet, Kind: KindScale, Dst: lay.acc(g, j, s), DType: b.call.DType, N: b.n, Chunk: i})
+		}
+	}
+	if b.dev {
+		var cp []CopyPair
+		for j, g := range b.c.Ranks {
+			to := ref(BufRecv, s.Off, s.Len)
+			if b.m > 1 {
+				to = lay.scat.Sub(j*lay.B+s.Off, s.Len)
+			}
+			cp = append(cp, CopyPair{lay.acc(g, j, s), to})
+		}
+		last = b.add(Step{Lane: LaneH2D, Kind: KindCopy, Copies: cp, Chunk: i, Deps: deps(last)})
+	}
+	return last
+}
+
+// rsCopyIn is the copies that start slice s (of chunks slices) on the host
+// side: a device leader's partials to staging (the whole buffer at once
+// when there is one slice), a host leader's own partial into each of its
+// cluster's blocks.
+func (b *builder) rsCopyIn(lay *rsLayout, s span, chunks int) []CopyPair {
+	var cp []CopyPair
+	if !b.dev {
+		for j, g := range b.c.Ranks {
+			cp = append(cp, CopyPair{lay.part(g, j, s), lay.acc(g, j, s)})
+		}
+		return cp
+	}
+	if chunks == 1 {
+		return []CopyPair{{ref(lay.partial, 0, lay.nB), ref(BufStage, 0, lay.nB)}}
+	}
+	for g := 0; g < b.n; g++ {
+		cp = append(cp, CopyPair{ref(lay.partial, g*lay.B+s.Off, s.Len), lay.part(g, 0, s)})
+	}
+	return cp
 }

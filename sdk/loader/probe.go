@@ -382,23 +382,38 @@ func ProbeAll(ctx context.Context, o ProbeOptions) ([]Probed, error) {
 // printed itself as well.
 func probeOne(ctx context.Context, c Candidate, o ProbeOptions) (Probed, []byte) {
 	res := Probed{Candidate: c}
-	fail := func(f ProbeFailure, problem string) {
-		res.Failure = f
-		res.Err = &ProbeError{Path: c.Path, Failure: f, Problem: problem, Hint: skipHint(c)}
+	cmd, answers, own, perr := startProbe(c, o)
+	if perr != nil {
+		res.Failure, res.Err = perr.Failure, perr
+		return res, nil
 	}
+	defer answers.Close()
+	rd := readAnswers(answers)
+	end := waitProbe(ctx, cmd, o.Timeout)
+	// The answer pipe closes when the child exits, unless something the
+	// plugin forked holds it: then give up on it.
+	select {
+	case <-rd.done:
+	case <-time.After(time.Second):
+		answers.Close()
+		<-rd.done
+	}
+	return judgeProbe(res, o, rd, end, own.Bytes())
+}
+
+// startProbe starts the probe child of c, asking it per o. It returns the
+// child, the read end of its answer pipe and its own output; or why no
+// child started.
+func startProbe(c Candidate, o ProbeOptions) (*exec.Cmd, *os.File, *outputBuffer, *ProbeError) {
 	req, err := json.Marshal(probeRequest{Candidate: c, Emulated: o.Emulated, VendorsimDir: o.vendorsimDir(), Devices: o.Devices})
 	if err != nil {
-		fail(ProbeGarbled, "cannot write the probe request: "+err.Error())
-		return res, nil
+		return nil, nil, nil, &ProbeError{Path: c.Path, Failure: ProbeGarbled, Problem: "cannot write the probe request: " + err.Error(), Hint: skipHint(c)}
 	}
 	r, w, err := os.Pipe()
 	if err != nil {
-		res.Failure = ProbeExited
-		res.Err = &ProbeError{Path: c.Path, Failure: ProbeExited, Problem: "cannot start a probe process: " + err.Error(),
+		return nil, nil, nil, &ProbeError{Path: c.Path, Failure: ProbeExited, Problem: "cannot start a probe process: " + err.Error(),
 			Hint: "the plugin was not tried"}
-		return res, nil
 	}
-	defer r.Close()
 	cmd := exec.Command(o.Command[0], o.Command[1:]...)
 	cmd.Env = append(os.Environ(), EnvProbeRequest+"="+string(req))
 	cmd.ExtraFiles = []*os.File{w} // descriptor 3 (probeFD)
@@ -411,87 +426,109 @@ func probeOne(ctx context.Context, c Candidate, o ProbeOptions) (Probed, []byte)
 	err = cmd.Start()
 	w.Close()
 	if err != nil {
-		res.Failure = ProbeExited
-		res.Err = &ProbeError{Path: c.Path, Failure: ProbeExited, Problem: fmt.Sprintf("cannot start a probe process (%s): %v", strings.Join(o.Command, " "), err),
+		r.Close()
+		return nil, nil, nil, &ProbeError{Path: c.Path, Failure: ProbeExited, Problem: fmt.Sprintf("cannot start a probe process (%s): %v", strings.Join(o.Command, " "), err),
 			Hint: "the plugin was not tried: check that the program exists and can run"}
-		return res, nil
 	}
+	return cmd, r, own, nil
+}
 
-	var (
-		last    probeAnswer
-		readErr error
-	)
-	readDone := make(chan struct{})
+// answerReader reads a child's answers until the last one; last and err
+// are set once done is closed.
+type answerReader struct {
+	done chan struct{}
+	last probeAnswer
+	err  error // an unreadable answer (not the end of the pipe)
+}
+
+// readAnswers reads r in the background.
+func readAnswers(r io.Reader) *answerReader {
+	rd := &answerReader{done: make(chan struct{})}
 	go func() {
-		defer close(readDone)
+		defer close(rd.done)
 		dec := json.NewDecoder(r)
 		for {
 			var a probeAnswer
 			if err := dec.Decode(&a); err != nil {
 				if !errors.Is(err, io.EOF) {
-					readErr = err
+					rd.err = err
 				}
 				return
 			}
-			last = a
+			rd.last = a
 			if a.Done {
 				return
 			}
 		}
 	}()
+	return rd
+}
+
+// probeEnd is how a probe child ended: its exit (cmd.Wait's error), and
+// whether it was killed for missing the deadline or for ctx.
+type probeEnd struct {
+	err            error
+	hung, canceled bool
+}
+
+// waitProbe waits for cmd to exit, killing it when it runs past timeout or
+// ctx ends.
+func waitProbe(ctx context.Context, cmd *exec.Cmd, timeout time.Duration) probeEnd {
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
-	timer := time.NewTimer(o.Timeout)
+	timer := time.NewTimer(timeout)
 	defer timer.Stop()
-	hung, canceled := false, false
+	var end probeEnd
 	select {
-	case err = <-waited:
+	case end.err = <-waited:
 	case <-timer.C:
-		hung = true
+		end.hung = true
 	case <-ctx.Done():
-		canceled = true
+		end.canceled = true
 	}
-	if hung || canceled {
+	if end.hung || end.canceled {
 		killProbe(cmd)
-		err = <-waited
+		end.err = <-waited
 	}
-	// The answer pipe closes when the child exits, unless something the
-	// plugin forked holds it: then give up on it.
-	select {
-	case <-readDone:
-	case <-time.After(time.Second):
-		r.Close()
-		<-readDone
-	}
+	return end
+}
 
+// judgeProbe completes res from the child's last answer and how it ended;
+// it returns res and the child's output to show (without the Go runtime's
+// dump of a crash).
+func judgeProbe(res Probed, o ProbeOptions, rd *answerReader, end probeEnd, output []byte) (Probed, []byte) {
+	last := rd.last
+	fail := func(f ProbeFailure, problem string) {
+		res.Failure = f
+		res.Err = &ProbeError{Path: res.Path, Failure: f, Problem: problem, Hint: skipHint(res.Candidate)}
+	}
 	if last.Plugin != nil {
 		res.Plugin = last.Plugin
 		res.Warnings = last.Warnings
 	}
 	stage := stageText(last.Stage)
-	output := own.Bytes()
 	switch {
 	case last.Done:
 		res.Err, res.Devices = last.Err.err(), last.Devices
-	case canceled:
+	case end.canceled:
 		fail(ProbeHung, "the probe was interrupted "+stage)
-	case hung:
+	case end.hung:
 		problem := fmt.Sprintf("the plugin did not finish %s within %v", stageWord(last.Stage), o.Timeout)
 		if o.TimeoutHint != "" {
 			problem += " (" + o.TimeoutHint + ")"
 		}
 		fail(ProbeHung, problem)
 	default:
-		if sig := crashSignal(err, output); sig != "" {
+		if sig := crashSignal(end.err, output); sig != "" {
 			fail(ProbeCrashed, fmt.Sprintf("the plugin crashed %s (%s)", stage, sig))
 			output = cutRuntimeDump(output)
 			break
 		}
 		var ee *exec.ExitError
 		switch {
-		case readErr != nil:
-			fail(ProbeGarbled, fmt.Sprintf("the probe process answered garbage %s (%v)", stage, readErr))
-		case errors.As(err, &ee):
+		case rd.err != nil:
+			fail(ProbeGarbled, fmt.Sprintf("the probe process answered garbage %s (%v)", stage, rd.err))
+		case errors.As(end.err, &ee):
 			fail(ProbeExited, fmt.Sprintf("the probe process exited with status %d %s, without an answer%s", ee.ExitCode(), stage, lastLine(output)))
 			output = cutRuntimeDump(output)
 		default:

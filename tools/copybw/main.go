@@ -40,7 +40,7 @@ func main() {
 func parseSize(s string) (int, error) {
 	n, err := env.ParseBytes(s)
 	if err != nil {
-		return 0, fmt.Errorf("bad size %q: %v", s, err)
+		return 0, fmt.Errorf("bad size %q: %w", s, err)
 	}
 	if n == 0 {
 		return 0, fmt.Errorf("bad size %q: a copy of 0 bytes measures nothing", s)

@@ -228,10 +228,10 @@ func (r *rankRun) writeJSON(runErr error) error {
 	}
 	b, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {
-		return fmt.Errorf("--json: %v", err)
+		return fmt.Errorf("--json: %w", err)
 	}
 	if err := os.WriteFile(r.cfg.JSON, append(b, '\n'), 0o644); err != nil {
-		return fmt.Errorf("--json: %v", err)
+		return fmt.Errorf("--json: %w", err)
 	}
 	return nil
 }

@@ -75,52 +75,75 @@ func Run(f *Flags, e Env) error {
 	if cfg.NP > 0 {
 		switch {
 		case !launched:
-			if err := cfg.CheckRanks(cfg.NP); err != nil {
-				return err
-			}
-			if err := checkSplitList(e.Lookup, cfg.Placement, cfg.NP); err != nil {
-				return err
-			}
-			if err := preflight(cfg, e.Lookup); err != nil {
-				return err
-			}
-			if err := checkMemory(cfg.MaxBytes, cfg.Check, cfg.NP); err != nil {
-				return err
-			}
-			if cfg.JSON != "" {
-				if err := touch(cfg.JSON); err != nil {
-					return err
-				}
-			}
-			return launch.Local(cfg.NP, e.Args, e.Environ, e.Stdout, e.Stderr,
-				launch.RankBytes(hostBytesPerRank(cfg.MaxBytes, cfg.Check)))
+			return startRanks(cfg, e)
 		case job.Launcher != "flagcx" || job.NRanks != cfg.NP:
 			return fmt.Errorf("--np %d starts ranks itself, but %s already started this process as rank %d of %d: drop --np", cfg.NP, job.Launcher, job.Rank, job.NRanks)
 		}
 	}
-	rank, nranks := 0, 1
+	rank, nranks, local := 0, 1, 1
 	if launched {
 		rank, nranks = job.Rank, job.NRanks
+		if job.LocalSize > 0 {
+			local = job.LocalSize
+		}
 	}
 	if err := cfg.CheckRanks(nranks); err != nil {
 		return err
 	}
-	local := 1
-	if launched && job.LocalSize > 0 {
-		local = job.LocalSize
-	}
 	if err := checkMemory(cfg.MaxBytes, cfg.Check, local); err != nil {
 		return err
 	}
+	comm, be, err := join(cfg, e, job, launched, nranks, rank)
+	if err != nil {
+		return err
+	}
+	r := newRankRun(cfg, comm, be, io.Discard)
+	r.launcher = "none"
+	if launched {
+		r.launcher = job.Launcher
+	}
+	if rank == 0 {
+		r.showOn(e)
+	}
+	return runRank(e, comm, be, r)
+}
 
+// startRanks is --np without a launcher: it checks what every rank would
+// refuse (once, before any starts), then starts the ranks on this machine.
+func startRanks(cfg *Config, e Env) error {
+	if err := cfg.CheckRanks(cfg.NP); err != nil {
+		return err
+	}
+	if err := checkSplitList(e.Lookup, cfg.Placement, cfg.NP); err != nil {
+		return err
+	}
+	if err := preflight(cfg, e.Lookup); err != nil {
+		return err
+	}
+	if err := checkMemory(cfg.MaxBytes, cfg.Check, cfg.NP); err != nil {
+		return err
+	}
+	if cfg.JSON != "" {
+		if err := touch(cfg.JSON); err != nil {
+			return err
+		}
+	}
+	return launch.Local(cfg.NP, e.Args, e.Environ, e.Stdout, e.Stderr,
+		launch.RankBytes(hostBytesPerRank(cfg.MaxBytes, cfg.Check)))
+}
+
+// join finds the unique id (the launcher's job's, or a new one for a
+// single rank) and joins this rank to the communicator on its backend.
+func join(cfg *Config, e Env, job launch.Job, launched bool, nranks, rank int) (communicator, backend, error) {
 	var id core.UniqueID
+	var err error
 	if launched {
 		id, err = job.ID()
 	} else {
 		id, err = core.GetUniqueID()
 	}
 	if err != nil {
-		return err
+		return communicator{}, nil, err
 	}
 	cfg.Hetero = cfg.hetero(e.Lookup)
 	comm, be, err := joinBackend(cfg, job, launched, id, nranks, rank)
@@ -128,24 +151,26 @@ func Run(f *Flags, e Env) error {
 	if err != nil {
 		err = fmt.Errorf("rank %d of %d could not join the communicator: %w", rank, nranks, err)
 		reportStuck(e, err)
-		return err
+		return communicator{}, nil, err
 	}
+	return comm, be, nil
+}
 
-	r := newRankRun(cfg, comm, be, io.Discard)
-	if rank == 0 {
-		r.out = e.Stdout
-		tty := e.StderrTTY
-		if on, _ := env.ProgressTTY.Get(e.Lookup); on {
-			tty = true
-		}
-		if tty {
-			r.prog = &progress{w: e.Stderr, total: cfg.steps()}
-		}
+// showOn sends rank 0's results to e's stdout, and its progress line to
+// e's stderr when that is a terminal (or FLAGCX_PROGRESS_TTY says so).
+func (r *rankRun) showOn(e Env) {
+	r.out = e.Stdout
+	tty := e.StderrTTY
+	if on, _ := env.ProgressTTY.Get(e.Lookup); on {
+		tty = true
 	}
-	r.launcher = "none"
-	if launched {
-		r.launcher = job.Launcher
+	if tty {
+		r.prog = &progress{w: e.Stderr, total: r.cfg.steps()}
 	}
+}
+
+// runRank runs the benchmark r on comm and be, then tears them down.
+func runRank(e Env, comm communicator, be backend, r *rankRun) error {
 	runErr := comm.run(r.run)
 	if reportStuck(e, runErr) {
 		// The watchdog aborted the communicator, and a plugin call may
@@ -306,7 +331,7 @@ func (r *rankRun) verdict() error {
 func touch(path string) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
 	if err != nil {
-		return fmt.Errorf("--json: %v", err)
+		return fmt.Errorf("--json: %w", err)
 	}
 	return f.Close()
 }
@@ -440,67 +465,21 @@ func (r *rankRun) bench(op *opSpec, dt sdk.DataType, redop sdk.RedOp, sizeIdx in
 	var times [2]float64
 	var wrong [2]int64
 	for phase, inPlace := range []bool{false, true} {
-		x := oop
+		x, off := oop, 0
 		if inPlace {
-			x = ip
+			x, off = ip, ro*ts
 		}
-		// Inputs for timing.
+		var err error
+		// Inputs for timing, then (with -c) inputs to check.
 		c.Seed = seed | uint64(2*phase)
-		if err := r.prepare(op, c, inPlace, false); err != nil {
+		if times[phase], err = r.timeHalf(op, c, x, inPlace); err != nil {
 			return nil, err
 		}
-		// Each half warms up on its own buffers: the in-place half
-		// follows host copies that leave the device idle, and its first
-		// collectives on new addresses cost once what 20 timed
-		// iterations then average in (in place ran 12-25% behind NCCL's
-		// in-place figures at 8 MiB when only the out-of-place half
-		// warmed up).
-		for i := 0; i < r.cfg.Warmup; i++ {
-			if err := r.be.issue(x); err != nil {
-				return nil, r.collError(op, c, inPlace, err)
-			}
-		}
-		if err := r.be.sync(); err != nil {
-			return nil, r.collError(op, c, inPlace, err)
-		}
-		if err := r.comm.Barrier(); err != nil {
-			return nil, fmt.Errorf("barrier before timing: %w", err)
-		}
-		stop, err := r.be.startTimer()
-		if err != nil {
-			return nil, err
-		}
-		for i := 0; i < r.cfg.Iters; i++ {
-			if err := r.be.issue(x); err != nil {
-				return nil, r.collError(op, c, inPlace, err)
-			}
-		}
-		elapsed, err := stop()
-		if err != nil {
-			return nil, r.collError(op, c, inPlace, err)
-		}
-		times[phase] = elapsed.Seconds() / float64(r.cfg.Iters)
-
 		if r.cfg.Check {
 			c.Seed = seed | uint64(2*phase+1)
-			if err := r.prepare(op, c, inPlace, true); err != nil {
+			if wrong[phase], err = r.checkHalf(op, c, x, inPlace, off, recvN); err != nil {
 				return nil, err
 			}
-			if err := r.be.issue(x); err != nil {
-				return nil, r.collError(op, c, inPlace, err)
-			}
-			if err := r.be.sync(); err != nil {
-				return nil, r.collError(op, c, inPlace, err)
-			}
-			off := 0
-			if inPlace {
-				off = ro * ts
-			}
-			got, err := view(r.recv, off, recvN, &r.scratch)
-			if err != nil {
-				return nil, err
-			}
-			wrong[phase] = int64(reference.Compare(dt, got, r.expImg[:recvN]))
 		}
 		if !inPlace && r.cfg.Print && r.rank == 0 {
 			got, err := view(r.recv, 0, recvN, &r.scratch)
@@ -510,15 +489,83 @@ func (r *rankRun) bench(op *opSpec, dt sdk.DataType, redop sdk.RedOp, sizeIdx in
 			res.printed = formatElements(dt, got, 10)
 		}
 	}
+	if err := r.agree(op, res, times, wrong); err != nil {
+		return nil, err
+	}
+	r.results = append(r.results, *res)
+	return res, nil
+}
 
-	// Agree on the results: the slowest rank's time, every rank's errors.
+// timeHalf runs x on the inputs of c (out of place or in place) for the
+// warmup, then times r.cfg.Iters of it; it returns the seconds per call.
+func (r *rankRun) timeHalf(op *opSpec, c reference.Case, x *call, inPlace bool) (float64, error) {
+	if err := r.prepare(op, c, inPlace, false); err != nil {
+		return 0, err
+	}
+	// Each half warms up on its own buffers: the in-place half
+	// follows host copies that leave the device idle, and its first
+	// collectives on new addresses cost once what 20 timed
+	// iterations then average in (in place ran 12-25% behind NCCL's
+	// in-place figures at 8 MiB when only the out-of-place half
+	// warmed up).
+	for i := 0; i < r.cfg.Warmup; i++ {
+		if err := r.be.issue(x); err != nil {
+			return 0, r.collError(op, c, inPlace, err)
+		}
+	}
+	if err := r.be.sync(); err != nil {
+		return 0, r.collError(op, c, inPlace, err)
+	}
+	if err := r.comm.Barrier(); err != nil {
+		return 0, fmt.Errorf("barrier before timing: %w", err)
+	}
+	stop, err := r.be.startTimer()
+	if err != nil {
+		return 0, err
+	}
+	for i := 0; i < r.cfg.Iters; i++ {
+		if err := r.be.issue(x); err != nil {
+			return 0, r.collError(op, c, inPlace, err)
+		}
+	}
+	elapsed, err := stop()
+	if err != nil {
+		return 0, r.collError(op, c, inPlace, err)
+	}
+	return elapsed.Seconds() / float64(r.cfg.Iters), nil
+}
+
+// checkHalf runs x once on the check inputs of c and counts the elements of
+// its result (recvN bytes at off of the receive buffer) that differ from
+// the reference.
+func (r *rankRun) checkHalf(op *opSpec, c reference.Case, x *call, inPlace bool, off, recvN int) (int64, error) {
+	if err := r.prepare(op, c, inPlace, true); err != nil {
+		return 0, err
+	}
+	if err := r.be.issue(x); err != nil {
+		return 0, r.collError(op, c, inPlace, err)
+	}
+	if err := r.be.sync(); err != nil {
+		return 0, r.collError(op, c, inPlace, err)
+	}
+	got, err := view(r.recv, off, recvN, &r.scratch)
+	if err != nil {
+		return 0, err
+	}
+	return int64(reference.Compare(c.Type, got, r.expImg[:recvN])), nil
+}
+
+// agree fills res's halves with what the ranks agree on (the slowest
+// rank's time, every rank's wrong elements) and adds them to the run's
+// totals.
+func (r *rankRun) agree(op *opSpec, res *Result, times [2]float64, wrong [2]int64) error {
 	t, err := r.allReduceFloat64(times[:], sdk.Max)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	w, err := r.allReduceInt64(wrong[:], sdk.Sum)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	for phase, h := range []*Half{&res.OutOfPlace, &res.InPlace} {
 		h.TimeUS = t[phase] * 1e6
@@ -538,8 +585,7 @@ func (r *rankRun) bench(op *opSpec, dt sdk.DataType, redop sdk.RedOp, sizeIdx in
 		r.busSum += h.BusBW
 		r.busCount++
 	}
-	r.results = append(r.results, *res)
-	return res, nil
+	return nil
 }
 
 // prepare writes the inputs of one call (and, for a check, its expected

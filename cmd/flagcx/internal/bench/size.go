@@ -26,7 +26,7 @@ func ParseSize(s string) (Size, error) {
 	case err != nil && strings.TrimSpace(s) == "":
 		return 0, fmt.Errorf("empty size; give a byte count from 0 to %s, K, M or G for 1024-based units: 8, 64K, 32M, 1G", MaxSize)
 	case err != nil:
-		return 0, fmt.Errorf("invalid size %q: %v; give a byte count from 0 to %s, K, M or G for 1024-based units: 8, 64K, 32M, 1G", s, err, MaxSize)
+		return 0, fmt.Errorf("invalid size %q: %w; give a byte count from 0 to %s, K, M or G for 1024-based units: 8, 64K, 32M, 1G", s, err, MaxSize)
 	}
 	return Size(n), nil
 }

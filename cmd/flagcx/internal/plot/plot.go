@@ -76,11 +76,11 @@ func Load(arg string, o Options) (Series, error) {
 		if errors.As(err, &pe) {
 			err = pe.Err
 		}
-		return s, fmt.Errorf("%s: %v: give a file that flagcx bench --json FILE wrote", file, err)
+		return s, fmt.Errorf("%s: %w: give a file that flagcx bench --json FILE wrote", file, err)
 	}
 	var doc document
 	if err := json.Unmarshal(b, &doc); err != nil {
-		return s, fmt.Errorf("%s is not the JSON of flagcx bench --json (%v): give a file that it wrote", file, err)
+		return s, fmt.Errorf("%s is not the JSON of flagcx bench --json (%w): give a file that it wrote", file, err)
 	}
 	if doc.Results == nil {
 		return s, fmt.Errorf("%s has no \"results\": it is not the JSON of flagcx bench --json; give a file that it wrote", file)

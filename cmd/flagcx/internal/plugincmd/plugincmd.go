@@ -68,7 +68,7 @@ func load(w io.Writer, o Options, devices bool) (string, []loader.Probed, error)
 	})
 	if err != nil && (named || !errors.Is(err, fs.ErrNotExist)) {
 		if named && errors.Is(err, fs.ErrNotExist) {
-			err = fmt.Errorf("%w: %v", sdk.ErrInvalidArgument, err)
+			err = fmt.Errorf("%w: %w", sdk.ErrInvalidArgument, err)
 		}
 		return dir, all, err
 	}

@@ -124,6 +124,8 @@ func TestListingsEmptyDir(t *testing.T) {
 	err := Plugins(&out, opts(filepath.Join(dir, "missing"), false))
 	require.ErrorContains(t, err, "does not exist", "a plugin dir the user named must exist")
 	require.ErrorIs(t, err, sdk.ErrInvalidArgument)
+	require.ErrorIs(t, err, os.ErrNotExist, "the cause stays visible")
+	require.Equal(t, sdk.InvalidArgument, sdk.ResultOf(err))
 }
 
 func regexpQuote(s string) string {
