@@ -29,10 +29,15 @@ type backend interface {
 type hostBackend struct {
 	HostMem
 	comm Comm
+	// calls is comm as sdk.Dispatch takes it, made once: converting it on
+	// every call would allocate on the latency path.
+	calls sdk.Collectives[[]byte, struct{}]
 }
 
+func newHostBackend(c Comm) *hostBackend { return &hostBackend{comm: c, calls: core.OnHost{C: c}} }
+
 func (h *hostBackend) issue(x *call) error {
-	return sdk.Dispatch(core.OnHost{C: h.comm}, x.args, x.send.host(), x.recv.host(), struct{}{})
+	return sdk.Dispatch(h.calls, x.args, x.send.host(), x.recv.host(), struct{}{})
 }
 
 func (h *hostBackend) sync() error { return nil }

@@ -167,7 +167,7 @@ func fakeRun(t *testing.T, n int, corrupt func(op string, rank int, recv []byte)
 		if r == 0 {
 			o = &out
 		}
-		runs[r] = newRankRun(cfg, w.comm(r), &hostBackend{comm: w.comm(r)}, o)
+		runs[r] = newRankRun(cfg, w.comm(r), newHostBackend(w.comm(r)), o)
 		runs[r].launcher = "test"
 		wg.Add(1)
 		go func(r int) {

@@ -262,7 +262,7 @@ func joinBackend(cfg *Config, job launch.Job, launched bool, id core.UniqueID, n
 		if err != nil {
 			return communicator{}, nil, err
 		}
-		return communicator{c, c.Destroy, c.Abort, nil}, &hostBackend{comm: c}, nil
+		return communicator{c, c.Destroy, c.Abort, nil}, newHostBackend(c), nil
 	}
 	// Everything else runs on a heterogeneous communicator, which also
 	// covers one backend (it then calls the vendor library directly).
