@@ -275,6 +275,29 @@ func (c *Comm) opError(op string, err error) error {
 	return noteStalled(err, c.peers, c.rank)
 }
 
+// MemAlloc allocates n zeroed bytes of host memory that every rank of the
+// communicator maps (a shared-memory segment per allocation, unlinked once
+// all ranks mapped it), like NCCL's ncclMemAlloc + ncclCommRegister or
+// MPI_Alloc_mem. An AllReduce whose send and recv buffers lie in such
+// memory on every rank runs zero-copy: each rank reduces its slice
+// straight from the peers' send buffers into every rank's recv buffer.
+// It is collective: every rank calls it with the same n, in the same
+// order relative to the other calls. It fails with sdk.ErrNotSupported
+// where the ranks do not all share one host's memory (CanMemAlloc).
+func (c *Comm) MemAlloc(n int) ([]byte, error) {
+	b, err := c.engine.MemAlloc(n)
+	return b, c.opError("MemAlloc", err)
+}
+
+// MemFree releases memory from MemAlloc on this rank; every rank frees the
+// same allocation, after the calls that use it. The memory stays mapped
+// until then, even after Destroy.
+func (c *Comm) MemFree(b []byte) error { return c.opError("MemFree", c.engine.MemFree(b)) }
+
+// CanMemAlloc says whether MemAlloc works on this communicator (every rank
+// on one host, with shared memory).
+func (c *Comm) CanMemAlloc() bool { return c.engine.CanMemAlloc() }
+
 func (c *Comm) AllReduce(send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp) error {
 	return c.opError("AllReduce", c.engine.AllReduce(send, recv, count, dt, op))
 }

@@ -148,3 +148,73 @@ func TestAbortDuringShmCollective(t *testing.T) {
 	require.ErrorIs(t, errs[1], sdk.ErrRemoteError)
 	require.Less(t, time.Since(start), 5*time.Second)
 }
+
+// flagcxFiles lists the flagcx segments in /dev/shm.
+func flagcxFiles(t *testing.T) []string {
+	ents, err := os.ReadDir(hostnet.DefaultShmDir)
+	require.NoError(t, err)
+	var out []string
+	for _, e := range ents {
+		if len(e.Name()) > 7 && e.Name()[:7] == "flagcx-" {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// MemAlloc gives memory every rank maps, unlinked once mapped; an
+// AllReduce on it (zero copy) is exact in place and out of place.
+func TestMemAllocAllReduceOverShm(t *testing.T) {
+	if hostnet.BootID() == "" {
+		t.Skip("no kernel boot id: shared memory is not used here")
+	}
+	if _, err := os.Stat(hostnet.DefaultShmDir); err != nil {
+		t.Skipf("no %s", hostnet.DefaultShmDir)
+	}
+	t.Setenv(hostnet.EnvShmDisable, "")
+	const n, count = 3, 300001 // odd, and above the one-step size
+	comms := startComms(t, n, testNet(10*time.Second))
+	before := flagcxFiles(t)
+	val := func(r, i int) float32 { return float32((i%1000)*(r+1) + r) }
+	for _, inPlace := range []bool{false, true} {
+		t.Run(fmt.Sprint("inplace=", inPlace), func(t *testing.T) {
+			errs := onAll(comms, func(c *Comm) error {
+				if !c.CanMemAlloc() {
+					return fmt.Errorf("rank %d cannot MemAlloc", c.Rank())
+				}
+				send, err := c.MemAlloc(4 * count)
+				if err != nil {
+					return err
+				}
+				defer c.MemFree(send)
+				recv := send
+				if !inPlace {
+					if recv, err = c.MemAlloc(4 * count); err != nil {
+						return err
+					}
+					defer c.MemFree(recv)
+				}
+				for i := 0; i < count; i++ {
+					binary.LittleEndian.PutUint32(send[4*i:], math.Float32bits(val(c.Rank(), i)))
+				}
+				if err := c.AllReduce(send, recv, count, sdk.Float32, sdk.Sum); err != nil {
+					return err
+				}
+				for i := 0; i < count; i++ {
+					var want float32
+					for q := 0; q < n; q++ {
+						want += val(q, i)
+					}
+					if got := math.Float32frombits(binary.LittleEndian.Uint32(recv[4*i:])); got != want {
+						return fmt.Errorf("rank %d element %d: want %v, got %v", c.Rank(), i, want, got)
+					}
+				}
+				return nil
+			})
+			for r, err := range errs {
+				require.NoError(t, err, "rank %d", r)
+			}
+			require.ElementsMatch(t, before, flagcxFiles(t), "allocations are unlinked once mapped")
+		})
+	}
+}

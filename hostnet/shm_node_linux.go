@@ -31,6 +31,7 @@ type ShmNode struct {
 	step    uint32       // the last step this rank published
 	sig     uint64       // its label
 	watch   []*nodeWatch // per rank index, made once (an interface conversion per wait would allocate)
+	mem     memMaps      // registered memory (NewMem, MapMem)
 
 	mu     sync.RWMutex // held shared from Enter to Exit; close takes it before the Mesh unmaps
 	closed atomic.Bool
@@ -184,4 +185,5 @@ func (n *ShmNode) close() {
 	}
 	n.mu.Lock()
 	n.mu.Unlock()
+	n.unlinkAllMem()
 }

@@ -32,19 +32,23 @@ func CleanStaleShm(ShmConfig) int { return 0 }
 // ShmNode is the shared memory of a host's ranks; only available on Linux.
 type ShmNode struct{}
 
-func (n *ShmNode) Size() int                    { return 0 }
-func (n *ShmNode) Index() int                   { return 0 }
-func (n *ShmNode) Ranks() []int                 { return nil }
-func (n *ShmNode) Window(int) []byte            { return nil }
-func (n *ShmNode) Step() uint32                 { return 0 }
-func (n *ShmNode) Cores() int                   { return 1 }
-func (n *ShmNode) Enter() error                 { return errShmOS }
-func (n *ShmNode) Exit()                        {}
-func (n *ShmNode) Post(uint64) error            { return errShmOS }
-func (n *ShmNode) Wait(int) error               { return errShmOS }
-func (n *ShmNode) Sync(uint64) error            { return errShmOS }
-func (n *ShmNode) close()                       {}
-func (m *Mesh) mapHost(MeshConfig, []int) error { return errShmOS }
+func (n *ShmNode) Size() int                               { return 0 }
+func (n *ShmNode) Index() int                              { return 0 }
+func (n *ShmNode) Ranks() []int                            { return nil }
+func (n *ShmNode) Window(int) []byte                       { return nil }
+func (n *ShmNode) Step() uint32                            { return 0 }
+func (n *ShmNode) Cores() int                              { return 1 }
+func (n *ShmNode) Enter() error                            { return errShmOS }
+func (n *ShmNode) Exit()                                   {}
+func (n *ShmNode) Post(uint64) error                       { return errShmOS }
+func (n *ShmNode) Wait(int) error                          { return errShmOS }
+func (n *ShmNode) Sync(uint64) error                       { return errShmOS }
+func (n *ShmNode) close()                                  {}
+func (n *ShmNode) NewMem(int) ([]byte, string, error)      { return nil, "", errShmOS }
+func (n *ShmNode) MapMem(int, string, int) ([]byte, error) { return nil, errShmOS }
+func (n *ShmNode) UnlinkMem(string)                        {}
+func (n *ShmNode) FreeMem([]byte) error                    { return errShmOS }
+func (m *Mesh) mapHost(MeshConfig, []int) error            { return errShmOS }
 
 func processGone(int) string        { return "" }
 func fsSpace(string) (int64, int64) { return 0, 0 }

@@ -43,9 +43,11 @@ type Engine struct {
 	workers    int
 	smallLimit int
 	chunk      int
-	sh         Shared // nil: message passing only
-	shHalf     int    // bytes of half a shared window (computed once)
-	sig        uint64 // label of the current call's shared-memory steps
+	sh         Shared       // nil: message passing only
+	shHalf     int          // bytes of half a shared window (computed once)
+	sig        uint64       // label of the current call's shared-memory steps
+	regions    []*memRegion // MemAlloc's allocations, by number (nil: freed)
+	zcScratch  []byte       // scratch blocks of the zero-copy reductions
 
 	mu      sync.Mutex
 	scratch [numScratch][]byte

@@ -3,6 +3,7 @@ package host
 import (
 	"fmt"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -13,6 +14,9 @@ import (
 // steps in atomics, the same protocol as hostnet.ShmNode (a label per
 // step parity, a mismatch is an error).
 type localShared struct {
+	mu    sync.Mutex
+	mems  map[string][]byte // NewMem's "segments" by name, until unlinked
+	maps  int               // NewMem and MapMem results not yet freed
 	win   [][]byte
 	steps []atomic.Uint32
 	sigs  [][2]atomic.Uint64
@@ -57,6 +61,47 @@ func (v *sharedView) Wait(r int) error {
 	if v.g.sigs[r][v.step&1].Load() != v.sig {
 		return fmt.Errorf("%w: step %d: rank %d runs another operation", sdk.ErrInvalidUsage, v.step, r)
 	}
+	return nil
+}
+
+// NewMem, MapMem, UnlinkMem and FreeMem make sharedView a SharedMem:
+// "segments" are Go memory that the ranks find by name.
+func (v *sharedView) NewMem(n int) ([]byte, string, error) {
+	g := v.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.mems == nil {
+		g.mems = map[string][]byte{}
+	}
+	name := fmt.Sprintf("mem-%d-%d", v.rank, len(g.mems)+g.maps)
+	b := make([]byte, n)
+	g.mems[name] = b
+	g.maps++
+	return b, name, nil
+}
+
+func (v *sharedView) MapMem(r int, name string, n int) ([]byte, error) {
+	g := v.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	b, ok := g.mems[name]
+	if !ok || len(b) != n {
+		return nil, fmt.Errorf("no segment %q of %d bytes", name, n)
+	}
+	g.maps++
+	return b, nil
+}
+
+func (v *sharedView) UnlinkMem(name string) {
+	v.g.mu.Lock()
+	defer v.g.mu.Unlock()
+	delete(v.g.mems, name)
+}
+
+func (v *sharedView) FreeMem([]byte) error {
+	v.g.mu.Lock()
+	defer v.g.mu.Unlock()
+	v.g.maps--
 	return nil
 }
 

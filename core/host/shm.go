@@ -381,6 +381,17 @@ func (e *Engine) reduceShm(name string, send, recv []byte, count int, dt sdk.Dat
 		return e.stepErr(name, err)
 	}
 	defer e.sh.Exit()
+	if root < 0 && len(e.regions) > 0 && !e.oneStep(len(send)) {
+		// Some memory is registered (on every rank: MemAlloc is
+		// collective): the first step says whether this call's is.
+		sends, recvs, err := e.agreeDirect(name, send, recv)
+		if err != nil || sends != nil {
+			if err != nil {
+				return err
+			}
+			return e.allReduceDirect(name, sends, recvs, count, dt, op)
+		}
+	}
 	if !e.oneStep(len(send)) {
 		return e.reduceChunks(name, send, recv, count, dt, op, root)
 	}

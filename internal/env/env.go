@@ -211,6 +211,13 @@ func stringIn(scope Scope, name, def, doc string) *Setting[string] {
 // case). Unset is false.
 func Bool(name, doc string) *Setting[bool] { return boolIn(User, name, doc) }
 
+// BoolOn declares a switch that is on when unset.
+func BoolOn(name, doc string) *Setting[bool] {
+	s := boolIn(User, name, doc)
+	s.def, s.Var.Default = true, "1"
+	return s
+}
+
 func boolIn(scope Scope, name, doc string) *Setting[bool] {
 	return newSetting(scope, name, "0", "allowed are 1 (or true, yes, on) and 0 (or false, no, off)", doc, false, func(s string) (bool, error) {
 		b, ok := ParseBool(s)

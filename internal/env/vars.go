@@ -50,6 +50,9 @@ var (
 	// ShmCopyThreads is FLAGCX_SHM_COPY_THREADS.
 	ShmCopyThreads = Int("FLAGCX_SHM_COPY_THREADS", 4, 1, 64,
 		"goroutines copying a large point-to-point batch through shared memory")
+	// ShmRegister is FLAGCX_SHM_REGISTER (read by bench).
+	ShmRegister = BoolOn("FLAGCX_SHM_REGISTER",
+		"bench allocates its host buffers with the communicator's MemAlloc (registered, zero-copy collectives); 0 for ordinary memory")
 	// ShmSlotSize is FLAGCX_SHM_SLOT_SIZE.
 	ShmSlotSize = Gone("FLAGCX_SHM_SLOT_SIZE",
 		"this variable no longer exists: each rank now has one segment; size its inbound rings with FLAGCX_SHM_P2P_SIZE and its collective window with FLAGCX_SHM_WINDOW_SIZE")

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/flagcx/flagcx-go/core"
+	"github.com/flagcx/flagcx-go/internal/env"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -35,6 +36,48 @@ type hostBackend struct {
 }
 
 func newHostBackend(c Comm) *hostBackend { return &hostBackend{comm: c, calls: core.OnHost{C: c}} }
+
+// memAllocator is a communicator that allocates registered host memory
+// (core.Comm's MemAlloc).
+type memAllocator interface {
+	CanMemAlloc() bool
+	MemAlloc(n int) ([]byte, error)
+	MemFree(b []byte) error
+}
+
+var _ memAllocator = (*core.Comm)(nil)
+
+// Alloc takes registered memory from the communicator when it offers it
+// and FLAGCX_SHM_REGISTER is not 0 (every rank allocates the same buffers
+// in the same order, as MemAlloc requires); ordinary memory otherwise.
+func (h *hostBackend) Alloc(n int) (Buf, error) {
+	ma, ok := h.comm.(memAllocator)
+	if on, err := env.ShmRegister.Get(nil); err != nil {
+		return nil, err
+	} else if !ok || !on || n <= 0 || !ma.CanMemAlloc() {
+		return h.HostMem.Alloc(n)
+	}
+	b, err := ma.MemAlloc(n)
+	if err != nil {
+		return nil, err
+	}
+	return &regBuf{hostBuf: hostBuf{b: b}, free: ma.MemFree}, nil
+}
+
+// regBuf is a hostBuf in registered memory.
+type regBuf struct {
+	hostBuf
+	free func([]byte) error
+}
+
+func (r *regBuf) Free() error {
+	b := r.b
+	r.b = nil
+	if b == nil {
+		return nil
+	}
+	return r.free(b)
+}
 
 func (h *hostBackend) issue(x *call) error {
 	return sdk.Dispatch(h.calls, x.args, x.send.host(), x.recv.host(), struct{}{})
