@@ -5,6 +5,7 @@ import (
 
 	"github.com/flagcx/flagcx-go/core"
 	"github.com/flagcx/flagcx-go/internal/env"
+	"github.com/flagcx/flagcx-go/internal/flog"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -33,6 +34,9 @@ type hostBackend struct {
 	// calls is comm as sdk.Dispatch takes it, made once: converting it on
 	// every call would allocate on the latency path.
 	calls sdk.Collectives[[]byte, struct{}]
+	// noReg is set once a registered allocation failed: the run goes on in
+	// ordinary memory.
+	noReg bool
 }
 
 func newHostBackend(c Comm) *hostBackend { return &hostBackend{comm: c, calls: core.OnHost{C: c}} }
@@ -54,12 +58,19 @@ func (h *hostBackend) Alloc(n int) (Buf, error) {
 	ma, ok := h.comm.(memAllocator)
 	if on, err := env.ShmRegister.Get(nil); err != nil {
 		return nil, err
-	} else if !ok || !on || n <= 0 || !ma.CanMemAlloc() {
+	} else if !ok || !on || n <= 0 || h.noReg || !ma.CanMemAlloc() {
 		return h.HostMem.Alloc(n)
 	}
 	b, err := ma.MemAlloc(n)
 	if err != nil {
-		return nil, err
+		// MemAlloc fails on every rank or on none (its ranks agree), so
+		// every rank falls back alike: a small /dev/shm (a container's
+		// 64 MiB) costs speed, not the run.
+		h.noReg = true
+		if h.comm.Rank() == 0 {
+			flog.Default().Warn("benchmark buffers in ordinary memory, without the zero-copy path (set FLAGCX_SHM_REGISTER=0 to skip trying): " + err.Error())
+		}
+		return h.HostMem.Alloc(n)
 	}
 	return &regBuf{hostBuf: hostBuf{b: b}, free: ma.MemFree}, nil
 }
