@@ -3,9 +3,6 @@
 package hostnet
 
 import (
-	"crypto/rand"
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -60,35 +57,9 @@ func (n *ShmNode) NewMem(size int) ([]byte, string, error) {
 		return nil, "", fmt.Errorf("%w: a %s allocation does not fit: %s has %s free and %s of RAM is available (enlarge %s, e.g. docker --shm-size)",
 			ErrShmCapacity, FormatBytes(int64(total)), dir, FormatBytes(hm.ShmFreeBytes), FormatBytes(hm.AvailBytes), dir)
 	}
-	var tb [8]byte
-	if _, err := rand.Read(tb[:]); err != nil {
-		return nil, "", fmt.Errorf("%w: %w", ErrShmUnavailable, err)
-	}
-	token := binary.LittleEndian.Uint64(tb[:])
-	name := segName(BootID(), PidNamespace(), os.Getpid(), token)
-	path := filepath.Join(dir, name)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	mem, name, token, err := createShmFile(dir, total, "allocation", "use ordinary memory for the buffers")
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: creating a memory segment in %s: %w", ErrShmUnavailable, dir, err)
-	}
-	defer f.Close()
-	ok := false
-	defer func() {
-		if !ok {
-			os.Remove(path)
-		}
-	}()
-	if err := syscall.Fallocate(int(f.Fd()), 0, 0, int64(total)); err != nil {
-		if errors.Is(err, syscall.ENOSPC) {
-			return nil, "", fmt.Errorf("%w: %s has no room for a %s allocation: enlarge it (e.g. docker --shm-size)", ErrShmCapacity, dir, FormatBytes(int64(total)))
-		}
-		if err := f.Truncate(int64(total)); err != nil {
-			return nil, "", fmt.Errorf("%w: sizing %s to %d bytes: %w", ErrShmUnavailable, path, total, err)
-		}
-	}
-	mem, err := mapShm(f, total)
-	if err != nil {
-		return nil, "", fmt.Errorf("%w: %w", ErrShmUnavailable, err)
+		return nil, "", err
 	}
 	h := (*[4]uint64)(unsafe.Pointer(&mem[0]))
 	h[1], h[2], h[3] = uint64(size), uint64(os.Getpid()), token
@@ -99,9 +70,8 @@ func (n *ShmNode) NewMem(size int) ([]byte, string, error) {
 	if n.mem.files == nil {
 		n.mem.files = map[string]string{}
 	}
-	n.mem.files[name] = path
+	n.mem.files[name] = filepath.Join(dir, name)
 	n.mem.mu.Unlock()
-	ok = true
 	return data, name, nil
 }
 

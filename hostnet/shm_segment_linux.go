@@ -147,39 +147,11 @@ func CreateShmSegment(sc ShmConfig) (*ShmSegment, error) {
 		win = shmWindowMax
 	}
 	size := sc.SegmentBytes()
-	var tb [8]byte
-	if _, err := rand.Read(tb[:]); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrShmUnavailable, err)
-	}
-	token := binary.LittleEndian.Uint64(tb[:])
 	dir := sc.dir()
-	name := segName(BootID(), PidNamespace(), os.Getpid(), token)
-	path := filepath.Join(dir, name)
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	mem, name, token, err := createShmFile(dir, size, "segment",
+		fmt.Sprintf("shrink %s / %s, or set %s=1 to use TCP", EnvShmP2PSize, EnvShmWindowSize, EnvShmDisable))
 	if err != nil {
-		return nil, fmt.Errorf("%w: creating a segment in %s: %w (set %s=1 to use TCP)", ErrShmUnavailable, dir, err, EnvShmDisable)
-	}
-	defer f.Close() // the mapping outlives the descriptor
-	ok := false
-	defer func() {
-		if !ok {
-			os.Remove(path)
-		}
-	}()
-	// Reserve the pages now: tmpfs hands them out lazily, and a full
-	// /dev/shm would otherwise kill a process with SIGBUS on first touch.
-	if err := syscall.Fallocate(int(f.Fd()), 0, 0, int64(size)); err != nil {
-		if errors.Is(err, syscall.ENOSPC) {
-			return nil, fmt.Errorf("%w: %s has no room for a %s segment: enlarge it (e.g. docker --shm-size), shrink %s / %s, or set %s=1 to use TCP",
-				ErrShmCapacity, dir, FormatBytes(int64(size)), EnvShmP2PSize, EnvShmWindowSize, EnvShmDisable)
-		}
-		if err := f.Truncate(int64(size)); err != nil {
-			return nil, fmt.Errorf("%w: sizing %s to %d bytes: %w", ErrShmUnavailable, path, size, err)
-		}
-	}
-	mem, err := mapShm(f, size)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrShmUnavailable, err)
+		return nil, err
 	}
 	s := &ShmSegment{mem: mem, name: name, dir: dir, own: true, pid: os.Getpid(), token: token}
 	s.put64(offSize, uint64(size))
@@ -189,8 +161,47 @@ func CreateShmSegment(sc ShmConfig) (*ShmSegment, error) {
 	s.put64(offToken, token)
 	s.layout()
 	atomic.StoreUint64((*uint64)(unsafe.Pointer(&mem[offMagic])), segMagic)
-	ok = true
 	return s, nil
+}
+
+// createShmFile makes a file in dir named for this process and a fresh
+// random token (so CleanStaleShm can tell when its creator is gone),
+// reserves size bytes of it and maps them. what names the file in errors
+// ("segment", "allocation"), hint says what the user can change. On
+// failure nothing is left in dir.
+func createShmFile(dir string, size int, what, hint string) (mem []byte, name string, token uint64, err error) {
+	var tb [8]byte
+	if _, err := rand.Read(tb[:]); err != nil {
+		return nil, "", 0, fmt.Errorf("%w: %w", ErrShmUnavailable, err)
+	}
+	token = binary.LittleEndian.Uint64(tb[:])
+	name = segName(BootID(), PidNamespace(), os.Getpid(), token)
+	path := filepath.Join(dir, name)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, "", 0, fmt.Errorf("%w: creating a %s in %s: %w (%s)", ErrShmUnavailable, what, dir, err, hint)
+	}
+	defer f.Close() // the mapping outlives the descriptor
+	defer func() {
+		if err != nil {
+			os.Remove(path)
+		}
+	}()
+	// Reserve the pages now: tmpfs hands them out lazily, and a full
+	// /dev/shm would otherwise kill a process with SIGBUS on first touch.
+	if err := syscall.Fallocate(int(f.Fd()), 0, 0, int64(size)); err != nil {
+		if errors.Is(err, syscall.ENOSPC) {
+			return nil, "", 0, fmt.Errorf("%w: %s has no room for a %s %s: enlarge it (e.g. docker --shm-size), or %s",
+				ErrShmCapacity, dir, FormatBytes(int64(size)), what, hint)
+		}
+		if err := f.Truncate(int64(size)); err != nil {
+			return nil, "", 0, fmt.Errorf("%w: sizing %s to %d bytes: %w", ErrShmUnavailable, path, size, err)
+		}
+	}
+	if mem, err = mapShm(f, size); err != nil {
+		return nil, "", 0, fmt.Errorf("%w: %w", ErrShmUnavailable, err)
+	}
+	return mem, name, token, nil
 }
 
 func mapShm(f *os.File, size int) ([]byte, error) {
