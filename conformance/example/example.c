@@ -40,6 +40,7 @@
  *   EXAMPLE_BREAK_INT8_SATURATE  int8 sums saturate instead of wrapping
  *   EXAMPLE_BREAK_OVERRUN        broadcast writes 600 bytes past the end of recvbuff
  *   EXAMPLE_BREAK_LEAK           allReduce and reduce never free their staging buffer
+ *   EXAMPLE_BREAK_DEVICE_LEAK    allReduce leaks a 64 KiB device allocation per call
  *   EXAMPLE_BREAK_UNALIGNED      allReduce drops the first element when recvbuff is not 16-byte aligned
  *   EXAMPLE_BREAK_MIRROR_PEER    send and recv talk to rank n-1-peer instead of peer
  *   EXAMPLE_ABI_VERSION  the table claims another ABI version
@@ -192,14 +193,18 @@ static flagcxResult_t exGetLinkInfo(int a, int b, flagcxLinkInfo_v1_t* link) {
  * where an inaccessible page begins, so that a collective writing or
  * reading past a buffer faults at once rather than corrupting the heap. A
  * header before the buffer remembers the mapping. */
-typedef struct { uint64_t magic; void* map; size_t len; } exAlloc;
+typedef struct { uint64_t magic; void* map; size_t len; int64_t dev; } exAlloc;
 #define ALLOC_MAGIC 0x416c6c6f63ull
 
-static flagcxResult_t exDeviceMalloc(int dev, void** ptr, size_t bytes) {
+/* Device memory in use per device (the mapped bytes of deviceMalloc's
+ * allocations), which memGetInfo reports against a fixed total. */
+#define EXAMPLE_DEVICE_TOTAL ((size_t)16 << 30)
+static size_t devUsed[MAX_DEVICES];
+
+static flagcxResult_t exAllocate(int dev, void** ptr, size_t bytes) {
   size_t page = (size_t)sysconf(_SC_PAGESIZE);
   size_t usable = (bytes + 255) / 256 * 256, body;
   char* m;
-  CHECK_DEV(dev);
   body = (usable + sizeof(exAlloc) + page - 1) / page * page;
   m = mmap(NULL, body + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED || mprotect(m + body, page, PROT_NONE) != 0) {
@@ -207,7 +212,8 @@ static flagcxResult_t exDeviceMalloc(int dev, void** ptr, size_t bytes) {
     return fail(flagcxSystemError, "deviceMalloc: out of memory for %zu bytes", bytes);
   }
   *ptr = m + body - usable;
-  ((exAlloc*)*ptr)[-1] = (exAlloc){ALLOC_MAGIC, m, body + page};
+  ((exAlloc*)*ptr)[-1] = (exAlloc){ALLOC_MAGIC, m, body + page, dev};
+  if (dev >= 0) __atomic_add_fetch(&devUsed[dev], body + page, __ATOMIC_RELAXED);
   return flagcxSuccess;
 }
 static flagcxResult_t exDeviceFree(void* ptr) {
@@ -216,11 +222,30 @@ static flagcxResult_t exDeviceFree(void* ptr) {
   a = ((exAlloc*)ptr)[-1];
   if (a.magic != ALLOC_MAGIC) return fail(flagcxInvalidArgument, "free: %p is not memory of this plugin", ptr);
   ((exAlloc*)ptr)[-1].magic = 0;
+  if (a.dev >= 0 && a.dev < MAX_DEVICES) __atomic_sub_fetch(&devUsed[a.dev], a.len, __ATOMIC_RELAXED);
   munmap(a.map, a.len);
   return flagcxSuccess;
 }
-static flagcxResult_t exHostMalloc(void** ptr, size_t bytes) { return exDeviceMalloc(0, ptr, bytes); }
+static flagcxResult_t exDeviceMalloc(int dev, void** ptr, size_t bytes) {
+  CHECK_DEV(dev);
+  return exAllocate(dev, ptr, bytes);
+}
+static flagcxResult_t exHostMalloc(void** ptr, size_t bytes) { return exAllocate(-1, ptr, bytes); }
 static flagcxResult_t exHostFree(void* ptr) { return exDeviceFree(ptr); }
+
+#if FLAGCX_PLUGIN_ABI_VERSION >= 3
+/* Memory info (ABI v3): this plugin's device allocations on dev against a
+ * fixed 16 GiB, so the conformance leak check sees device-memory leaks. */
+static flagcxResult_t exMemGetInfo(int dev, size_t* freeBytes, size_t* totalBytes) {
+  size_t used;
+  CHECK_DEV(dev);
+  if (freeBytes == NULL || totalBytes == NULL) return fail(flagcxInvalidArgument, "memGetInfo: NULL pointer");
+  used = __atomic_load_n(&devUsed[dev], __ATOMIC_RELAXED);
+  *totalBytes = EXAMPLE_DEVICE_TOTAL;
+  *freeBytes = used < EXAMPLE_DEVICE_TOTAL ? EXAMPLE_DEVICE_TOTAL - used : 0;
+  return flagcxSuccess;
+}
+#endif
 
 #if FLAGCX_PLUGIN_ABI_VERSION >= 2
 /* Host registration (ABI v2). All memory here is host memory that copies
@@ -849,6 +874,9 @@ static flagcxResult_t reduceTo(const void* send, void* recv, size_t count, flagc
 static flagcxResult_t exAllReduce(const void* send, void* recv, size_t count, flagcxDataType_t t, flagcxRedOp_t op,
                                   flagcxVendorComm_t comm, flagcxStream_t s) {
   TRY(checkColl((exComm*)comm, t, op, 0, s, "allReduce"));
+#ifdef EXAMPLE_BREAK_DEVICE_LEAK /* negative control: a device allocation lost per call */
+  { void* lost; TRY(exDeviceMalloc(((exComm*)comm)->dev, &lost, 64 << 10)); }
+#endif
 #ifdef EXAMPLE_BREAK_SEGV
   { static int* volatile nowhere; if (count > 0) *nowhere = 1; } /* negative control: SIGSEGV */
 #endif
@@ -1027,10 +1055,14 @@ static const char* exGetErrorString(flagcxResult_t r) {
 }
 
 /* ---- The exported table ------------------------------------------------------ */
-/* Built against this SDK's header it is an ABI v2 table; against the v1
+/* Built against this SDK's header it is an ABI v3 table; against the v1
  * header (conformance/example/v1/) the same source makes a v1 plugin, which
- * is how the loader's compatibility with v1 plugins is tested. */
-#if FLAGCX_PLUGIN_ABI_VERSION >= 2
+ * is how the loader's compatibility with v1 plugins is tested (v2 tables:
+ * the loader's own tests build one). */
+#if FLAGCX_PLUGIN_ABI_VERSION >= 3
+#define EXAMPLE_TABLE_T flagcxVendorPlugin_v3_t
+#define EXAMPLE_TABLE flagcxVendorPlugin_v3
+#elif FLAGCX_PLUGIN_ABI_VERSION >= 2
 #define EXAMPLE_TABLE_T flagcxVendorPlugin_v2_t
 #define EXAMPLE_TABLE flagcxVendorPlugin_v2
 #else
@@ -1060,6 +1092,9 @@ EXPORT const EXAMPLE_TABLE_T EXAMPLE_TABLE = {
         .eventSynchronize = exEventSynchronize, .eventElapsedTime = exEventElapsedTime,
 #if FLAGCX_PLUGIN_ABI_VERSION >= 2
         .hostRegister = exHostRegister, .hostUnregister = exHostUnregister,
+#endif
+#if FLAGCX_PLUGIN_ABI_VERSION >= 3
+        .memGetInfo = exMemGetInfo,
 #endif
     },
     .ccl = {

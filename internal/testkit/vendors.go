@@ -88,7 +88,7 @@ func Lookup(t testing.TB, name string) Vendor {
 var cudartExports = []string{"cudaDeviceGetPCIBusId", "cudaDeviceSynchronize", "cudaDriverGetVersion",
 	"cudaEventCreateWithFlags", "cudaEventDestroy", "cudaEventElapsedTime", "cudaEventQuery", "cudaEventRecord",
 	"cudaEventSynchronize", "cudaFree", "cudaFreeHost", "cudaGetDevice", "cudaGetDeviceCount", "cudaGetErrorString",
-	"cudaGetLastError", "cudaHostAlloc", "cudaHostRegister", "cudaHostUnregister", "cudaMalloc", "cudaMallocHost",
+	"cudaGetLastError", "cudaHostAlloc", "cudaHostRegister", "cudaHostUnregister", "cudaMalloc", "cudaMallocHost", "cudaMemGetInfo",
 	"cudaMemcpy", "cudaMemcpyAsync", "cudaMemsetAsync", "cudaPointerGetAttributes", "cudaRuntimeGetVersion",
 	"cudaSetDevice", "cudaStreamCreateWithFlags", "cudaStreamDestroy", "cudaStreamQuery", "cudaStreamSynchronize",
 	"cudaStreamWaitEvent"}
@@ -193,7 +193,7 @@ var Vendors = []Vendor{
 					Exports: []string{"mcDeviceGetPCIBusId", "mcDeviceSynchronize", "mcEventCreateWithFlags", "mcEventDestroy",
 						"mcEventElapsedTime", "mcEventQuery", "mcEventRecord", "mcEventSynchronize", "mcFree", "mcFreeHost",
 						"mcGetDevice", "mcGetDeviceCount", "mcGetErrorString", "mcGetLastError", "mcHostRegister",
-						"mcHostUnregister", "mcMalloc", "mcMallocHost", "mcMemcpy", "mcMemcpyAsync", "mcMemset",
+						"mcHostUnregister", "mcMalloc", "mcMallocHost", "mcMemGetInfo", "mcMemcpy", "mcMemcpyAsync", "mcMemset",
 						"mcMemsetAsync", "mcSetDevice", "mcStreamCreateWithFlags", "mcStreamDestroy", "mcStreamQuery",
 						"mcStreamSynchronize", "mcStreamWaitEvent"}}},
 			{Role: "ccl", EnvVar: "FLAGCX_METAX_MCCL", Sonames: []string{"libmccl.so", "/opt/maca/lib/libmccl.so", "/opt/maca/lib64/libmccl.so"},

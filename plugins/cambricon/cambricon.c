@@ -630,7 +630,7 @@ static const char* cnGetErrorString(flagcxResult_t r) {
 }
 
 /* ---- The exported table ---------------------------------------------------- */
-SHIM_EXPORT const flagcxVendorPlugin_v2_t flagcxVendorPlugin_v2 = {
+SHIM_EXPORT const flagcxVendorPlugin_v3_t flagcxVendorPlugin_v3 = {
     SHIM_TABLE_HEAD("cambricon", "Cambricon", FLAGCX_PLUGIN_CAP_DEVICE | FLAGCX_PLUGIN_CAP_CCL, libraries),
     .device = {
         .getDeviceCount = cnGetDeviceCount, .setDevice = cnSetDevice, .getDeviceInfo = cnGetDeviceInfo,
@@ -642,6 +642,7 @@ SHIM_EXPORT const flagcxVendorPlugin_v2_t flagcxVendorPlugin_v2 = {
         .eventDestroy = cnEventDestroy, .eventRecord = cnEventRecord, .eventQuery = cnEventQuery,
         .eventSynchronize = cnEventSynchronize, .eventElapsedTime = cnEventElapsedTime,
         .hostRegister = cnHostRegister, .hostUnregister = cnHostUnregister, /* ABI v2 */
+        .memGetInfo = NULL, /* ABI v3: no memory-info call in docs/vendor-facts.md */
     },
     .ccl = {
         .getUniqueIdBytes = cnGetUniqueIdBytes, .getUniqueId = cnGetUniqueId, .commInitRank = cnCommInitRank,

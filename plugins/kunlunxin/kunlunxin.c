@@ -844,7 +844,7 @@ static const char* klxGetErrorString(flagcxResult_t r) {
 }
 
 /* ---- The exported table ---------------------------------------------------- */
-SHIM_EXPORT const flagcxVendorPlugin_v2_t flagcxVendorPlugin_v2 = {
+SHIM_EXPORT const flagcxVendorPlugin_v3_t flagcxVendorPlugin_v3 = {
     SHIM_TABLE_HEAD("kunlunxin", "Kunlunxin", FLAGCX_PLUGIN_CAP_DEVICE | FLAGCX_PLUGIN_CAP_CCL, libraries),
     .device = {
         .getDeviceCount = klxGetDeviceCount, .setDevice = klxSetDevice, .getDeviceInfo = klxGetDeviceInfo,
@@ -859,6 +859,7 @@ SHIM_EXPORT const flagcxVendorPlugin_v2_t flagcxVendorPlugin_v2 = {
         .eventSynchronize = klxEventSynchronize,
         .eventElapsedTime = NULL, /* no event timing: the host uses host timers */
         .hostRegister = klxHostRegister, .hostUnregister = klxHostUnregister, /* ABI v2 */
+        .memGetInfo = NULL, /* ABI v3: no memory-info call in docs/vendor-facts.md */
     },
     .ccl = {
         .getUniqueIdBytes = klxGetUniqueIdBytes, .getUniqueId = klxGetUniqueId, .commInitRank = klxCommInitRank,

@@ -96,6 +96,7 @@ typedef struct { char internal[128]; } mcclUniqueId; /* MCCL_UNIQUE_ID_BYTES 128
   REQ(const char*, mcGetErrorString, (mcError_t))                               \
   OPT(mcError_t, mcHostRegister, (void*, size_t, unsigned))                    \
   OPT(mcError_t, mcHostUnregister, (void*))                                     \
+  OPT(mcError_t, mcMemGetInfo, (size_t*, size_t*))                              \
   OPT(mcError_t, mcStreamQuery, (mcStream_t))                                   \
   OPT(mcError_t, mcEventQuery, (mcEvent_t))                                     \
   OPT(mcError_t, mcEventElapsedTime, (float*, mcEvent_t, mcEvent_t))            \
@@ -269,6 +270,14 @@ static flagcxResult_t mxHostRegister(void* ptr, size_t bytes) {
   READY();
   if (!f_mcHostRegister) return shimFail(flagcxNotSupported, "mcHostRegister not found in libmcruntime");
   return mcCheck(f_mcHostRegister(ptr, bytes, mcHostRegisterPortable), "mcHostRegister");
+}
+/* ABI v3: mcMemGetInfo (the CUDA mirror of cudaMemGetInfo, docs/vendor-facts.md)
+ * on dev, made current here; optional, so a MACA without it loads. */
+static flagcxResult_t mxMemGetInfo(int dev, size_t* freeBytes, size_t* totalBytes) {
+  READY();
+  if (!f_mcMemGetInfo) return shimFail(flagcxNotSupported, "mcMemGetInfo not found in libmcruntime");
+  MC(mcSetDevice, (dev));
+  return mcCheck(f_mcMemGetInfo(freeBytes, totalBytes), "mcMemGetInfo");
 }
 static flagcxResult_t mxHostUnregister(void* ptr) {
   READY();
@@ -556,7 +565,7 @@ static const char* mxGetErrorString(flagcxResult_t r) {
  * (MetaXLink) is known and mcPointerGetAttributes' struct is ❌
  * (docs/vendor-facts.md#metax-maca-runtime). The
  * host then shows links as "not reported" and skips its pointer checks. */
-SHIM_EXPORT const flagcxVendorPlugin_v2_t flagcxVendorPlugin_v2 = {
+SHIM_EXPORT const flagcxVendorPlugin_v3_t flagcxVendorPlugin_v3 = {
     SHIM_TABLE_HEAD("metax", "MetaX", FLAGCX_PLUGIN_CAP_DEVICE | FLAGCX_PLUGIN_CAP_CCL, libraries),
     .device = {
         .getDeviceCount = mxGetDeviceCount, .setDevice = mxSetDevice, .getDeviceInfo = mxGetDeviceInfo,
@@ -568,6 +577,7 @@ SHIM_EXPORT const flagcxVendorPlugin_v2_t flagcxVendorPlugin_v2 = {
         .eventDestroy = mxEventDestroy, .eventRecord = mxEventRecord, .eventQuery = mxEventQuery,
         .eventSynchronize = mxEventSynchronize, .eventElapsedTime = mxEventElapsedTime,
         .hostRegister = mxHostRegister, .hostUnregister = mxHostUnregister, /* ABI v2 */
+        .memGetInfo = mxMemGetInfo,                                          /* ABI v3 */
     },
     .ccl = {
         .getUniqueIdBytes = mxGetUniqueIdBytes, .getUniqueId = mxGetUniqueId, .commInitRank = mxCommInitRank,

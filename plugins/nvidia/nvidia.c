@@ -78,6 +78,7 @@ enum { NVML_P2P_CAPS_INDEX_NVLINK = 2, NVML_P2P_STATUS_OK = 0, NVML_FEATURE_ENAB
   REQ(const char*, cudaGetErrorString, (cudaError_t))                           \
   OPT(cudaError_t, cudaHostRegister, (void*, size_t, unsigned))                 \
   OPT(cudaError_t, cudaHostUnregister, (void*))                                 \
+  OPT(cudaError_t, cudaMemGetInfo, (size_t*, size_t*))                          \
   OPT(cudaError_t, cudaStreamQuery, (cudaStream_t))                             \
   OPT(cudaError_t, cudaEventQuery, (cudaEvent_t))                               \
   OPT(cudaError_t, cudaEventElapsedTime, (float*, cudaEvent_t, cudaEvent_t))    \
@@ -321,6 +322,15 @@ static flagcxResult_t nvHostUnregister(void* ptr) {
   READY();
   if (!f_cudaHostUnregister) return shimFail(flagcxNotSupported, "cudaHostUnregister not found in libcudart");
   return cudaCheck(f_cudaHostUnregister(ptr), "cudaHostUnregister");
+}
+
+/* ABI v3: cudaMemGetInfo on dev, made current here (the host never relies
+ * on a current device). */
+static flagcxResult_t nvMemGetInfo(int dev, size_t* freeBytes, size_t* totalBytes) {
+  READY();
+  if (!f_cudaMemGetInfo) return shimFail(flagcxNotSupported, "cudaMemGetInfo not found in libcudart");
+  CUDA(cudaSetDevice, (dev));
+  return cudaCheck(f_cudaMemGetInfo(freeBytes, totalBytes), "cudaMemGetInfo");
 }
 
 static flagcxResult_t nvPointerKind(const void* ptr, flagcxMemoryKind_t* kind) {
@@ -630,7 +640,7 @@ static const char* nvGetErrorString(flagcxResult_t r) {
 }
 
 /* ---- The exported table ---------------------------------------------------- */
-SHIM_EXPORT const flagcxVendorPlugin_v2_t flagcxVendorPlugin_v2 = {
+SHIM_EXPORT const flagcxVendorPlugin_v3_t flagcxVendorPlugin_v3 = {
     SHIM_TABLE_HEAD("nvidia", "NVIDIA", FLAGCX_PLUGIN_CAP_DEVICE | FLAGCX_PLUGIN_CAP_CCL, libraries),
     .device = {
         .getDeviceCount = nvGetDeviceCount, .setDevice = nvSetDevice, .getDeviceInfo = nvGetDeviceInfo,
@@ -642,6 +652,7 @@ SHIM_EXPORT const flagcxVendorPlugin_v2_t flagcxVendorPlugin_v2 = {
         .eventDestroy = nvEventDestroy, .eventRecord = nvEventRecord, .eventQuery = nvEventQuery,
         .eventSynchronize = nvEventSynchronize, .eventElapsedTime = nvEventElapsedTime,
         .hostRegister = nvHostRegister, .hostUnregister = nvHostUnregister, /* ABI v2 */
+        .memGetInfo = nvMemGetInfo,                                          /* ABI v3 */
     },
     .ccl = {
         .getUniqueIdBytes = nvGetUniqueIdBytes, .getUniqueId = nvGetUniqueId, .commInitRank = nvCommInitRank,

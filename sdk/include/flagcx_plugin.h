@@ -1,10 +1,10 @@
 /*
- * flagcx_plugin.h: the vendor-plugin contract of flagcx-go, ABI version 2.
+ * flagcx_plugin.h: the vendor-plugin contract of flagcx-go, ABI version 3.
  *
  * A vendor plugin is a shared object named libflagcx-<name>.so that exports
  * ONE data symbol,
  *
- *     const flagcxVendorPlugin_v2_t flagcxVendorPlugin_v2 = { ... };
+ *     const flagcxVendorPlugin_v3_t flagcxVendorPlugin_v3 = { ... };
  *
  * holding its name, its capabilities and two groups of function pointers:
  * the device runtime (devices, memory, copies, streams, events) and the
@@ -40,9 +40,12 @@
  * Versioning: a new field or entry makes a new table version. v2 added
  * host memory registration (hostRegister, hostUnregister), with which the
  * host stages heterogeneous traffic in its shared memory without a copy.
- * Hosts probe the newest symbol they know first (flagcxVendorPlugin_v2,
- * then flagcxVendorPlugin_v1) and adapt older tables: a v1 plugin keeps
- * loading and its traffic takes the staged copy path. A plugin may export
+ * v3 added memGetInfo (device memory free/total), with which the
+ * conformance leak check sees device-memory leaks on real devices.
+ * Hosts probe the newest symbol they know first (flagcxVendorPlugin_v3,
+ * then _v2, then _v1) and adapt older tables, their newer entries NULL: a
+ * v1 plugin keeps loading and its traffic takes the staged copy path; a v2
+ * plugin keeps loading and its memory info is "not supported". A plugin may export
  * several versions at once to serve older hosts (sdk/README.md shows how).
  */
 #ifndef FLAGCX_PLUGIN_H_
@@ -55,9 +58,10 @@
 extern "C" {
 #endif
 
-#define FLAGCX_PLUGIN_ABI_VERSION 2
+#define FLAGCX_PLUGIN_ABI_VERSION 3
 #define FLAGCX_PLUGIN_SYMBOL_V1 "flagcxVendorPlugin_v1"
 #define FLAGCX_PLUGIN_SYMBOL_V2 "flagcxVendorPlugin_v2"
+#define FLAGCX_PLUGIN_SYMBOL_V3 "flagcxVendorPlugin_v3"
 
 /* The largest vendor unique id the host exchanges between ranks (bytes). */
 #define FLAGCX_UNIQUE_ID_MAX_BYTES 4096
@@ -420,6 +424,66 @@ typedef struct flagcxVendorPlugin_v2 {
   flagcxDeviceRuntime_v2_t device;
   flagcxCcl_v2_t ccl;
 } flagcxVendorPlugin_v2_t;
+
+/* ---------------------------------------------------------------------- */
+/* ABI v3: the device runtime gains memGetInfo; everything else is v2's.    */
+/* Export it as:                                                            */
+/*   const flagcxVendorPlugin_v3_t flagcxVendorPlugin_v3 = {               */
+/*     .size = sizeof(flagcxVendorPlugin_v3_t),                            */
+/*     .abiVersion = 3, ... };                                             */
+typedef struct {
+  /* The v2 entries, unchanged and in the same order. */
+  flagcxResult_t (*getDeviceCount)(int* count);
+  flagcxResult_t (*setDevice)(int dev);
+  flagcxResult_t (*getDeviceInfo)(int dev, flagcxDeviceInfo_v1_t* info);
+  flagcxResult_t (*getLinkInfo)(int devA, int devB, flagcxLinkInfo_v1_t* link); /* OPTIONAL */
+  flagcxResult_t (*deviceMalloc)(int dev, void** ptr, size_t bytes);
+  flagcxResult_t (*deviceFree)(void* ptr);
+  flagcxResult_t (*hostMalloc)(void** ptr, size_t bytes);
+  flagcxResult_t (*hostFree)(void* ptr);
+  flagcxResult_t (*pointerKind)(const void* ptr, flagcxMemoryKind_t* kind); /* OPTIONAL */
+  flagcxResult_t (*memCopy)(void* dst, const void* src, size_t bytes,
+                            flagcxMemcpyKind_t kind, flagcxStream_t stream);
+  flagcxResult_t (*memSet)(void* dst, int value, size_t bytes, flagcxStream_t stream);
+  flagcxResult_t (*streamCreate)(int dev, flagcxStream_t* stream);
+  flagcxResult_t (*streamDestroy)(flagcxStream_t stream);
+  flagcxResult_t (*streamSynchronize)(flagcxStream_t stream);
+  flagcxResult_t (*streamQuery)(flagcxStream_t stream); /* OPTIONAL */
+  flagcxResult_t (*streamWaitEvent)(flagcxStream_t stream, flagcxEvent_t event);
+  flagcxResult_t (*eventCreate)(int dev, flagcxEvent_t* event);
+  flagcxResult_t (*eventDestroy)(flagcxEvent_t event);
+  flagcxResult_t (*eventRecord)(flagcxEvent_t event, flagcxStream_t stream);
+  flagcxResult_t (*eventQuery)(flagcxEvent_t event); /* OPTIONAL */
+  flagcxResult_t (*eventSynchronize)(flagcxEvent_t event);
+  flagcxResult_t (*eventElapsedTime)(float* ms, flagcxEvent_t start, flagcxEvent_t end); /* OPTIONAL */
+  flagcxResult_t (*hostRegister)(void* ptr, size_t bytes); /* OPTIONAL (v2) */
+  flagcxResult_t (*hostUnregister)(void* ptr);             /* OPTIONAL (v2) */
+
+  /* OPTIONAL (v3). The free and total device memory of device dev, in
+   * bytes, as cudaMemGetInfo reports them (free counts every process's
+   * allocations, total is the device's usable memory). The PLUGIN makes dev
+   * the calling thread's current device first (as deviceMalloc does): the
+   * host never relies on a current device. Both pointers are non-NULL. */
+  flagcxResult_t (*memGetInfo)(int dev, size_t* freeBytes, size_t* totalBytes);
+} flagcxDeviceRuntime_v3_t;
+
+typedef flagcxCcl_v1_t flagcxCcl_v3_t;
+
+typedef struct flagcxVendorPlugin_v3 {
+  uint32_t size;          /* sizeof(flagcxVendorPlugin_v3_t) as built */
+  uint32_t abiVersion;    /* 3 */
+  const char* name;
+  const char* vendor;
+  const char* version;
+  uint64_t caps;
+  const flagcxPluginLibrary_v1_t* libraries;
+  flagcxResult_t (*init)(flagcxLogFn_t log, void* logCtx, flagcxPluginInfo_v1_t* info);
+  flagcxResult_t (*fini)(void); /* OPTIONAL */
+  const char* (*getLastError)(void);
+
+  flagcxDeviceRuntime_v3_t device;
+  flagcxCcl_v3_t ccl;
+} flagcxVendorPlugin_v3_t;
 
 #ifdef __cplusplus
 }

@@ -5,7 +5,7 @@ import (
 	"unsafe"
 )
 
-// Go mirrors of the C structs of sdk/include/flagcx_plugin.h, ABI v1 and v2. Every
+// Go mirrors of the C structs of sdk/include/flagcx_plugin.h, ABI v1, v2 and v3. Every
 // field is declared at its C offset (no implicit padding: each struct is
 // ordered so that Go and C agree, and TestABILayout checks every offset
 // against the C compiler). The c tag names the C field; ",optional" marks
@@ -106,6 +106,35 @@ type deviceV2 struct {
 	HostUnregister    uintptr `c:"hostUnregister,optional"`
 }
 
+// deviceV3 is deviceV2 followed by v3's entry.
+type deviceV3 struct {
+	GetDeviceCount    uintptr `c:"getDeviceCount"`
+	SetDevice         uintptr `c:"setDevice"`
+	GetDeviceInfo     uintptr `c:"getDeviceInfo"`
+	GetLinkInfo       uintptr `c:"getLinkInfo,optional"`
+	DeviceMalloc      uintptr `c:"deviceMalloc"`
+	DeviceFree        uintptr `c:"deviceFree"`
+	HostMalloc        uintptr `c:"hostMalloc"`
+	HostFree          uintptr `c:"hostFree"`
+	PointerKind       uintptr `c:"pointerKind,optional"`
+	MemCopy           uintptr `c:"memCopy"`
+	MemSet            uintptr `c:"memSet"`
+	StreamCreate      uintptr `c:"streamCreate"`
+	StreamDestroy     uintptr `c:"streamDestroy"`
+	StreamSynchronize uintptr `c:"streamSynchronize"`
+	StreamQuery       uintptr `c:"streamQuery,optional"`
+	StreamWaitEvent   uintptr `c:"streamWaitEvent"`
+	EventCreate       uintptr `c:"eventCreate"`
+	EventDestroy      uintptr `c:"eventDestroy"`
+	EventRecord       uintptr `c:"eventRecord"`
+	EventQuery        uintptr `c:"eventQuery,optional"`
+	EventSynchronize  uintptr `c:"eventSynchronize"`
+	EventElapsedTime  uintptr `c:"eventElapsedTime,optional"`
+	HostRegister      uintptr `c:"hostRegister,optional"`
+	HostUnregister    uintptr `c:"hostUnregister,optional"`
+	MemGetInfo        uintptr `c:"memGetInfo,optional"`
+}
+
 type cclV1 struct {
 	GetUniqueIDBytes  uintptr `c:"getUniqueIdBytes"`
 	GetUniqueID       uintptr `c:"getUniqueId"`
@@ -144,8 +173,7 @@ type tableV1 struct {
 	CCL          cclV1    `c:"ccl"`
 }
 
-// tableV2 is the newest table: the loader keeps every plugin's table in
-// this form (a v1 table adapted: its v2 entries NULL).
+// tableV2 is ABI v2's table.
 type tableV2 struct {
 	Size         uint32   `c:"size"`
 	ABIVersion   uint32   `c:"abiVersion"`
@@ -161,8 +189,37 @@ type tableV2 struct {
 	CCL          cclV1    `c:"ccl"`
 }
 
-// fromV1 adapts a v1 table: the same fields, v2's entries NULL.
-func fromV1(t tableV1) tableV2 {
+// tableV3 is the newest table: the loader keeps every plugin's table in
+// this form (older tables adapted: their newer entries NULL).
+type tableV3 struct {
+	Size         uint32   `c:"size"`
+	ABIVersion   uint32   `c:"abiVersion"`
+	Name         uintptr  `c:"name"`
+	Vendor       uintptr  `c:"vendor"`
+	Version      uintptr  `c:"version"`
+	Caps         uint64   `c:"caps"`
+	Libraries    uintptr  `c:"libraries"`
+	Init         uintptr  `c:"init"`
+	Fini         uintptr  `c:"fini,optional"`
+	GetLastError uintptr  `c:"getLastError"`
+	Device       deviceV3 `c:"device"`
+	CCL          cclV1    `c:"ccl"`
+}
+
+// fromV2 adapts a v2 table: the same fields, v3's entry NULL.
+func fromV2(t tableV2) tableV3 {
+	out := tableV3{Size: t.Size, ABIVersion: t.ABIVersion, Name: t.Name, Vendor: t.Vendor, Version: t.Version,
+		Caps: t.Caps, Libraries: t.Libraries, Init: t.Init, Fini: t.Fini, GetLastError: t.GetLastError, CCL: t.CCL}
+	// deviceV3 starts with deviceV2's fields, in order (TestABILayout).
+	*(*deviceV2)(unsafe.Pointer(&out.Device)) = t.Device
+	return out
+}
+
+// fromV1 adapts a v1 table: the same fields, v2's and v3's entries NULL.
+func fromV1(t tableV1) tableV3 { return fromV2(fromV1toV2(t)) }
+
+// fromV1toV2 adapts a v1 table to v2: the same fields, v2's entries NULL.
+func fromV1toV2(t tableV1) tableV2 {
 	out := tableV2{Size: t.Size, ABIVersion: t.ABIVersion, Name: t.Name, Vendor: t.Vendor, Version: t.Version,
 		Caps: t.Caps, Libraries: t.Libraries, Init: t.Init, Fini: t.Fini, GetLastError: t.GetLastError, CCL: t.CCL}
 	// deviceV2 starts with deviceV1's fields, in order (TestABILayout).

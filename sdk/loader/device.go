@@ -145,6 +145,28 @@ func (p *Plugin) DeviceInfo(dev int) (DeviceInfo, error) {
 		TotalMemory: ci.TotalMemory, NUMANode: int(ci.NumaNode)}, nil
 }
 
+// MemInfo is device dev's free and total memory in bytes (cudaMemGetInfo's
+// semantics: free counts every process's allocations; the plugin sets dev
+// current itself). A plugin without memGetInfo (ABI v1/v2 tables, or a
+// vendor runtime without the call) answers an error wrapping
+// sdk.ErrNotSupported.
+func (p *Plugin) MemInfo(dev int) (free, total uint64, err error) {
+	if err := p.needDevice("memGetInfo"); err != nil {
+		return 0, 0, err
+	}
+	if p.fn.memGetInfo == nil {
+		return 0, 0, p.unsupported("memGetInfo")
+	}
+	var f, t uintptr
+	runtime.LockOSThread()
+	err = p.result("memGetInfo", p.fn.memGetInfo(int32(dev), &f, &t))
+	runtime.UnlockOSThread()
+	if err != nil {
+		return 0, 0, err
+	}
+	return uint64(f), uint64(t), nil
+}
+
 // Link says how device a reaches device b. A plugin without getLinkInfo
 // answers LinkUnknown with an error wrapping sdk.ErrNotSupported.
 func (p *Plugin) Link(a, b int) (LinkInfo, error) {

@@ -32,13 +32,21 @@ func cText(t *testing.T, lib, sym string) string {
 // the vendors the ABI must fit: a 136-byte unique id (as CNCL), no float64
 // and no avg (as CNCL), no event timing or query (as the XPU runtime), and
 // no gather/scatter/alltoall(v) (the loader composes them). Macros make the
-// broken variants: MOCK_ABI, MOCK_SIZE_DELTA, MOCK_NULL_MEMCOPY,
+// broken variants: MOCK_V2 (the v2 table), MOCK_ABI, MOCK_SIZE_DELTA, MOCK_NULL_MEMCOPY,
 // MOCK_INIT_FAIL.
 const mockPluginC = `
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "flagcx_plugin.h"
+#ifdef MOCK_V2 /* an ABI v2 plugin: the v2 table, no memGetInfo */
+#define MOCK_ABI 2
+#define MOCK_TABLE_T flagcxVendorPlugin_v2_t
+#define MOCK_TABLE flagcxVendorPlugin_v2
+#else
+#define MOCK_TABLE_T flagcxVendorPlugin_v3_t
+#define MOCK_TABLE flagcxVendorPlugin_v3
+#endif
 #ifndef MOCK_ABI
 #define MOCK_ABI FLAGCX_PLUGIN_ABI_VERSION
 #endif
@@ -145,8 +153,15 @@ static flagcxResult_t recv(void* b, size_t n, flagcxDataType_t t, int peer, flag
 static flagcxResult_t groupStart(void) { note("groupStart;"); return flagcxSuccess; }
 static flagcxResult_t groupEnd(void) { note("groupEnd;"); return flagcxSuccess; }
 
-__attribute__((visibility("default"))) const flagcxVendorPlugin_v2_t flagcxVendorPlugin_v2 = {
-  .size = sizeof(flagcxVendorPlugin_v2_t) + MOCK_SIZE_DELTA, .abiVersion = MOCK_ABI,
+#ifndef MOCK_V2
+static flagcxResult_t memGetInfo(int d, size_t* freeBytes, size_t* totalBytes) {
+  if (d != 0) return fail(flagcxInvalidArgument, "ACME_ERR_DEV: no such device");
+  *totalBytes = (size_t)1 << 30; *freeBytes = (size_t)3 << 28; return flagcxSuccess;
+}
+#endif
+
+__attribute__((visibility("default"))) const MOCK_TABLE_T MOCK_TABLE = {
+  .size = sizeof(MOCK_TABLE_T) + MOCK_SIZE_DELTA, .abiVersion = MOCK_ABI,
   .name = "acme", .vendor = "ACME", .version = "0.1", .caps = FLAGCX_PLUGIN_CAP_DEVICE | FLAGCX_PLUGIN_CAP_CCL,
   .libraries = libs, .init = init, .getLastError = getLastError,
   .device = {.getDeviceCount = getDeviceCount, .setDevice = setDevice, .getDeviceInfo = getDeviceInfo,
@@ -157,7 +172,11 @@ __attribute__((visibility("default"))) const flagcxVendorPlugin_v2_t flagcxVendo
 #endif
     .memSet = memSet, .streamCreate = streamCreate, .streamDestroy = streamDestroy,
     .streamSynchronize = streamSync, .streamWaitEvent = streamWaitEvent, .eventCreate = eventCreate,
-    .eventDestroy = eventDestroy, .eventRecord = eventRecord, .eventSynchronize = eventSync},
+    .eventDestroy = eventDestroy, .eventRecord = eventRecord, .eventSynchronize = eventSync,
+#ifndef MOCK_V2
+    .memGetInfo = memGetInfo,
+#endif
+  },
   .ccl = {.getUniqueIdBytes = uidBytes, .getUniqueId = uid, .commInitRank = commInitRank, .commDestroy = commDestroy,
     .allReduce = allReduce, .reduce = reduce, .broadcast = broadcast, .allGather = allGather,
     .reduceScatter = reduceScatter, .send = send, .recv = recv, .groupStart = groupStart, .groupEnd = groupEnd},

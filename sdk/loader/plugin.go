@@ -86,7 +86,7 @@ type Plugin struct {
 	Libraries  []LibrarySpec
 
 	handle uintptr
-	t      tableV2
+	t      tableV3
 	fn     boundFuncs
 
 	mu          sync.Mutex  // serializes Init and Fini
@@ -108,6 +108,7 @@ type boundFuncs struct {
 	setDevice        func(dev int32) int32
 	getDeviceInfo    func(dev int32, info *deviceInfoV1) int32
 	getLinkInfo      func(a, b int32, link *linkInfoV1) int32
+	memGetInfo       func(dev int32, free, total *uintptr) int32
 	deviceMalloc     func(dev int32, ptr *uintptr, bytes uintptr) int32
 	deviceFree       func(ptr uintptr) int32
 	hostMalloc       func(ptr *uintptr, bytes uintptr) int32
@@ -142,6 +143,7 @@ func (p *Plugin) bind() {
 		reg(&f.setDevice, d.SetDevice)
 		reg(&f.getDeviceInfo, d.GetDeviceInfo)
 		reg(&f.getLinkInfo, d.GetLinkInfo)
+		reg(&f.memGetInfo, d.MemGetInfo)
 		reg(&f.deviceMalloc, d.DeviceMalloc)
 		reg(&f.deviceFree, d.DeviceFree)
 		reg(&f.hostMalloc, d.HostMalloc)
@@ -150,7 +152,7 @@ func (p *Plugin) bind() {
 		reg(&f.eventCreate, d.EventCreate)
 		reg(&f.eventElapsedTime, d.EventElapsedTime)
 	} else {
-		t.Device = deviceV2{} // entries of an undeclared group are never called
+		t.Device = deviceV3{} // entries of an undeclared group are never called
 	}
 	if p.Caps&CapCCL != 0 {
 		c := &t.CCL
@@ -175,7 +177,9 @@ type Entry struct {
 }
 
 // Entries lists the entries of the groups the plugin declares (caps), in
-// table order of the newest ABI: a v1 table does not provide v2's.
+// table order of the newest ABI: an older table does not provide the newer
+// versions' entries (v1: hostRegister, hostUnregister, memGetInfo; v2:
+// memGetInfo).
 func (p *Plugin) Entries() []Entry {
 	var out []Entry
 	for _, g := range []struct {

@@ -103,7 +103,7 @@ func TestProbeIsolatesBadPlugins(t *testing.T) {
 		require.True(t, g.OK(), "%s: %v", name, g.Err)
 		require.Empty(t, g.Failure)
 		require.Equal(t, "EXAMPLE", g.Plugin.Vendor)
-		require.Equal(t, 2, g.Plugin.ABIVersion)
+		require.Equal(t, sdk.PluginABIVersion, g.Plugin.ABIVersion)
 		require.Len(t, g.Plugin.Info.DataTypes, 10)
 		require.NotNil(t, g.Devices, name)
 		require.Equal(t, 3, g.Devices.Count)

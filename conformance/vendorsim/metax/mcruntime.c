@@ -193,6 +193,16 @@ EXPORT mcError_t mcHostUnregister(void* ptr) {
   return mcSuccess;
 }
 
+/* cudaMemGetInfo's mirror on the current device: the emulator sees only
+ * this process's allocations (vsim_mem_used). */
+EXPORT mcError_t mcMemGetInfo(size_t* free, size_t* total) {
+  if (free == NULL || total == NULL) return fail(mcErrorInvalidValue, __func__, "NULL pointer");
+  uint64_t t = vsim_device_memory_total(), u = vsim_mem_used(vsim_current_device());
+  *total = (size_t)t;
+  *free = (size_t)(u < t ? t - u : 0);
+  return mcSuccess;
+}
+
 static const char* kind_name(int kind) {
   if (kind == mcMemcpyHostToHost) return "mcMemcpyHostToHost";
   if (kind == mcMemcpyHostToDevice) return "mcMemcpyHostToDevice";

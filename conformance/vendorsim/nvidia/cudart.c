@@ -224,6 +224,16 @@ EXPORT cudaError_t cudaHostRegister(void* ptr, size_t size, unsigned int flags) 
   return cudaSuccess;
 }
 
+/* On the current device; the emulator sees only this process's
+ * allocations (vsim_mem_used), a real device every process's. */
+EXPORT cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
+  if (free == NULL || total == NULL) return fail(cudaErrorInvalidValue, __func__, "NULL pointer");
+  uint64_t t = vsim_device_memory_total(), u = vsim_mem_used(vsim_current_device());
+  *total = (size_t)t;
+  *free = (size_t)(u < t ? t - u : 0);
+  return cudaSuccess;
+}
+
 EXPORT cudaError_t cudaHostUnregister(void* ptr) {
   if (vsim_mem_unregister(ptr) != 0)
     return fail(cudaErrorHostMemoryNotRegistered, __func__, "%p is not the start of a registered range", ptr);
