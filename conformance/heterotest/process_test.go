@@ -206,7 +206,7 @@ func repoRoot(t *testing.T) string {
 }
 
 // pluginPath is the built plugin a placement names: a vendor plugin of
-// build/plugins, or the example plugin ("example": ABI v2; "example-v1":
+// build/plugins, or the example plugin ("example": the current ABI; "example-v1":
 // the same source built against the v1 header).
 func pluginPath(root, name string) string {
 	switch name {
