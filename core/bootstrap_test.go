@@ -2,7 +2,6 @@ package core
 
 import (
 	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -35,27 +34,8 @@ func TestRendezvousSurvivesIdleFlood(t *testing.T) {
 	require.NoError(t, err)
 	openIdle(t, id.Addr, 200)
 
-	const n = 4
 	start := time.Now()
-	comms := make([]*Comm, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := 0; r < n; r++ {
-		wg.Add(1)
-		go func(r int) {
-			defer wg.Done()
-			comms[r], errs[r] = InitRank(id, n, r, WithNetConfig(cfg))
-		}(r)
-	}
-	wg.Wait()
-	for r, err := range errs {
-		require.NoError(t, err, "rank %d", r)
-	}
-	defer func() {
-		for _, c := range comms {
-			c.Destroy()
-		}
-	}()
+	comms := joinComms(t, id, 4, cfg)
 	require.Less(t, time.Since(start), cfg.Timeout/2, "the ranks waited behind the idle connections")
 	for _, err := range onAll(comms, func(c *Comm) error { return c.Barrier() }) {
 		require.NoError(t, err)

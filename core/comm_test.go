@@ -26,6 +26,13 @@ func startComms(t testing.TB, n int, cfg hostnet.Config) []*Comm {
 	t.Helper()
 	id, err := GetUniqueID(WithIDNetConfig(cfg))
 	require.NoError(t, err)
+	return joinComms(t, id, n, cfg)
+}
+
+// joinComms starts n ranks on the rendezvous of id, destroyed when the
+// test ends.
+func joinComms(t testing.TB, id UniqueID, n int, cfg hostnet.Config) []*Comm {
+	t.Helper()
 	comms := make([]*Comm, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup

@@ -539,9 +539,14 @@ func (w *worker) streamOrdered(s Spec) error {
 
 // allReduceCheck runs one allreduce sum on comm and verifies it.
 func (w *worker) allReduceCheck(comm *loader.Comm, s Spec, seed uint64) error {
-	sc := &scratch{w: w}
+	return w.runColl(comm, Spec{Coll: sdk.AllReduce, Type: s.Type, Op: sdk.Sum, Count: s.Count, Seed: seed})
+}
+
+// runColl prepares, issues and verifies one collective on comm.
+func (w *worker) runColl(comm *loader.Comm, s Spec) error {
+	sc := &scratch{w: w, shift: s.Shift}
 	defer sc.free()
-	j, err := w.prepColl(sc, comm, Spec{Coll: sdk.AllReduce, Type: s.Type, Op: sdk.Sum, Count: s.Count, Seed: seed})
+	j, err := w.prepColl(sc, comm, s)
 	if err != nil {
 		return err
 	}
@@ -647,13 +652,7 @@ func (w *worker) collCase(s Spec) error {
 	if w.comm == nil {
 		return errors.New("no communicator")
 	}
-	sc := &scratch{w: w, shift: s.Shift}
-	defer sc.free()
-	j, err := w.prepColl(sc, w.comm, s)
-	if err != nil {
-		return err
-	}
-	return w.runJobs([]*job{j}, false)
+	return w.runColl(w.comm, s)
 }
 
 // groupCollectives runs three collectives of different types in one group.
