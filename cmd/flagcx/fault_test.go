@@ -164,11 +164,7 @@ func runFaultCase(t *testing.T, bin, plugins string, seed int64, c faultCase) {
 	cmd := exec.Command(bin, c.args(plugins)...)
 	cmd.Env = env
 	cmd.Dir = t.TempDir()
-	var out, errb lockedBuffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	require.NoError(t, cmd.Start())
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	out, errb, done := startBackground(t, cmd)
 	t.Cleanup(func() {
 		// A failed case leaves nothing running, stopped ranks included.
 		_ = cmd.Process.Kill()

@@ -529,11 +529,7 @@ func TestInterrupt(t *testing.T) {
 			cmd := exec.Command(flagcxBin(t), "bench", "allreduce", "--np", "2", "-b", "64K", "-e", "64K", "-w", "0", "-n", "1000000000", "-c", "0")
 			cmd.Env = cleanEnv()
 			cmd.Dir = t.TempDir()
-			var out, errb lockedBuffer
-			cmd.Stdout, cmd.Stderr = &out, &errb
-			require.NoError(t, cmd.Start())
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
+			out, errb, done := startBackground(t, cmd)
 			t.Cleanup(func() {
 				_ = cmd.Process.Kill()
 				<-done

@@ -83,15 +83,11 @@ func TestKilledRankLeavesNoSegment(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := exec.Command(flagcxBin(t), "bench", "allreduce", "--np", "4", "-b", "1K", "-e", "4M", "-f", "2", "-n", "2000", "-c", "0")
 			cmd.Env = cleanEnv("FLAGCX_TIMEOUT=5")
-			var out, errb lockedBuffer
-			cmd.Stdout, cmd.Stderr = &out, &errb
-			require.NoError(t, cmd.Start())
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
+			out, errb, done := startBackground(t, cmd)
 			pids := map[int]bool{}
 			victim := 0
 			deadline := time.Now().Add(30 * time.Second)
-			for victim == 0 || !tc.ready(victim, &out) {
+			for victim == 0 || !tc.ready(victim, out) {
 				require.True(t, time.Now().Before(deadline), "the moment to kill never came; stderr:\n%s", errb.String())
 				for _, c := range ranks(cmd.Process.Pid) {
 					pids[c] = true
@@ -134,6 +130,17 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// startBackground starts cmd with its output gathered in locked buffers as
+// it comes; done receives Wait's result once.
+func startBackground(t *testing.T, cmd *exec.Cmd) (out, errb *lockedBuffer, done chan error) {
+	t.Helper()
+	out, errb, done = &lockedBuffer{}, &lockedBuffer{}, make(chan error, 1)
+	cmd.Stdout, cmd.Stderr = out, errb
+	require.NoError(t, cmd.Start())
+	go func() { done <- cmd.Wait() }()
+	return out, errb, done
 }
 
 // TestBenchExactOnShmAndTCP: every collective, data type and op gives exact
