@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -787,6 +788,12 @@ func inProcessRanks(p *Plugin, n int, o rankOptions) ([]rankReport, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// A vendor runtime keeps per-thread state (the current device,
+			// an open group): like a rank of bench, each rank stays on one
+			// OS thread, or Go could move it and it would issue its work
+			// with another rank's device current.
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
 			reps[r], errs[r] = runRank(p, r, n, id, o)
 		}()
 	}
