@@ -9,9 +9,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/flagcx/flagcx-go/core/host"
-	"github.com/flagcx/flagcx-go/hostnet"
+	"github.com/flagcx/flagcx-go/core/internal/host"
 	"github.com/flagcx/flagcx-go/internal/flog"
+	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flagcx/flagcx-go/hostnet"
+	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/stretchr/testify/require"
 )

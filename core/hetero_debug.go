@@ -7,9 +7,9 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/flagcx/flagcx-go/core/sched"
 	"github.com/flagcx/flagcx-go/internal/env"
 	"github.com/flagcx/flagcx-go/internal/flog"
+	"github.com/flagcx/flagcx-go/internal/sched"
 )
 
 // FlagCX's debug variables (see package internal/flog, which reads them).

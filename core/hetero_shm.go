@@ -6,10 +6,10 @@ import (
 	"runtime"
 	"unsafe"
 
-	"github.com/flagcx/flagcx-go/core/host"
-	"github.com/flagcx/flagcx-go/core/host/reduce"
-	"github.com/flagcx/flagcx-go/core/sched"
-	"github.com/flagcx/flagcx-go/hostnet"
+	"github.com/flagcx/flagcx-go/core/internal/host"
+	"github.com/flagcx/flagcx-go/core/internal/host/reduce"
+	"github.com/flagcx/flagcx-go/internal/hostnet"
+	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
@@ -17,7 +17,7 @@ import (
 // The zero-copy data plane of a heterogeneous communicator whose ranks all
 // share one host (sched.PathShm): the host's shared-memory windows,
 // registered with every device rank's runtime, are the staging. The
-// geometry and the reasons are in core/sched/shm.go; this file runs it.
+// geometry and the reasons are in internal/sched/shm.go; this file runs it.
 
 // shmPlane is what a rank holds for PathShm.
 type shmPlane struct {

@@ -3,7 +3,7 @@ package core
 import (
 	"testing"
 
-	"github.com/flagcx/flagcx-go/hostnet"
+	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/stretchr/testify/require"
 )

@@ -6,7 +6,7 @@ import (
 )
 
 // Collective names a collective operation. It is the one vocabulary of
-// every layer: the schedules (core/sched), the exact references
+// every layer: the schedules (internal/sched), the exact references
 // (conformance/reference), the benchmark and the conformance suite all use
 // it, so that a collective is added in one place.
 type Collective int

@@ -18,7 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/flagcx/flagcx-go/core/launch"
+	"github.com/flagcx/flagcx-go/internal/launch"
 	"github.com/flagcx/flagcx-go/internal/testkit"
 )
 

@@ -17,7 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/flagcx/flagcx-go/core/launch"
+	"github.com/flagcx/flagcx-go/internal/launch"
 )
 
 // segmentsOf lists the /dev/shm segments whose creator is one of pids

@@ -61,7 +61,7 @@ var (
 		"this variable no longer exists: each rank now has one segment; size its inbound rings with FLAGCX_SHM_P2P_SIZE and its collective window with FLAGCX_SHM_WINDOW_SIZE")
 )
 
-// Ranks and the rendezvous (core/launch).
+// Ranks and the rendezvous (internal/launch).
 var (
 	// CommID is FLAGCX_COMM_ID.
 	CommID = String("FLAGCX_COMM_ID", "",

@@ -3,7 +3,7 @@ package host
 import (
 	"math/bits"
 
-	"github.com/flagcx/flagcx-go/core/host/reduce"
+	"github.com/flagcx/flagcx-go/core/internal/host/reduce"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 

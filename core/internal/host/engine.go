@@ -5,7 +5,7 @@ import (
 	"runtime"
 	"sync"
 
-	"github.com/flagcx/flagcx-go/core/host/reduce"
+	"github.com/flagcx/flagcx-go/core/internal/host/reduce"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 

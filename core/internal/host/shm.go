@@ -7,8 +7,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/flagcx/flagcx-go/core/host/mem"
-	"github.com/flagcx/flagcx-go/core/host/reduce"
+	"github.com/flagcx/flagcx-go/core/internal/host/mem"
+	"github.com/flagcx/flagcx-go/core/internal/host/reduce"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 

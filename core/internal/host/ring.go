@@ -1,7 +1,7 @@
 package host
 
 import (
-	"github.com/flagcx/flagcx-go/core/host/reduce"
+	"github.com/flagcx/flagcx-go/core/internal/host/reduce"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
