@@ -41,6 +41,7 @@
  *   EXAMPLE_BREAK_OVERRUN        broadcast writes 600 bytes past the end of recvbuff
  *   EXAMPLE_BREAK_LEAK           allReduce and reduce never free their staging buffer
  *   EXAMPLE_BREAK_DEVICE_LEAK    allReduce leaks a 64 KiB device allocation per call
+ *   EXAMPLE_BREAK_DEVICE_REDUCE  reduceLocal (ABI v4) leaves out its last source
  *   EXAMPLE_BREAK_UNALIGNED      allReduce drops the first element when recvbuff is not 16-byte aligned
  *   EXAMPLE_BREAK_MIRROR_PEER    send and recv talk to rank n-1-peer instead of peer
  *   EXAMPLE_ABI_VERSION  the table claims another ABI version
@@ -1054,12 +1055,100 @@ static const char* exGetErrorString(flagcxResult_t r) {
   return (unsigned)r < sizeof names / sizeof names[0] ? names[r] : "unknown result";
 }
 
+#if FLAGCX_PLUGIN_ABI_VERSION >= 4
+/* Device-side reduction (ABI v4). Device memory is host memory here, and
+ * streams run their work when it is enqueued, so the fold runs now. Floats
+ * follow the header's rules exactly: max/min let a NaN lose and order the
+ * zeros; the rest is reduceInto's. */
+#define FLOAT_MAXMIN(T, LOAD, STORE, KEYOR)                                         \
+  for (i = 0; i < n; i++) {                                                       \
+    T xa = ((T*)a)[i], ya = ((const T*)b)[i];                                     \
+    float x = LOAD(xa), y = LOAD(ya);                                             \
+    if (op == flagcxMax ? (y > x || x != x) : (y < x || x != x)) xa = ya;         \
+    else if (x == y) xa = (T)(op == flagcxMax ? (xa & ya) : (xa | ya)) KEYOR;     \
+    ((T*)a)[i] = xa;                                                              \
+  }
+static void foldInto(void* a, const void* b, size_t n, flagcxDataType_t t, flagcxRedOp_t op) {
+  size_t i;
+  if (op != flagcxMax && op != flagcxMin) {
+    reduceInto(a, b, n, t, op);
+    return;
+  }
+  switch (t) {
+  case flagcxFloat16: FLOAT_MAXMIN(uint16_t, halfToFloat, , ) break;
+  case flagcxBfloat16: FLOAT_MAXMIN(uint16_t, bf16ToFloat, , ) break;
+  case flagcxFloat32:
+    for (i = 0; i < n; i++) {
+      float x = ((float*)a)[i], y = ((const float*)b)[i];
+      uint32_t xb, yb;
+      if (op == flagcxMax ? (y > x || x != x) : (y < x || x != x)) x = y;
+      else if (x == y) {
+        memcpy(&xb, &x, 4); memcpy(&yb, &y, 4);
+        xb = op == flagcxMax ? xb & yb : xb | yb;
+        memcpy(&x, &xb, 4);
+      }
+      ((float*)a)[i] = x;
+    }
+    break;
+  case flagcxFloat64:
+    for (i = 0; i < n; i++) {
+      double x = ((double*)a)[i], y = ((const double*)b)[i];
+      uint64_t xb, yb;
+      if (op == flagcxMax ? (y > x || x != x) : (y < x || x != x)) x = y;
+      else if (x == y) {
+        memcpy(&xb, &x, 8); memcpy(&yb, &y, 8);
+        xb = op == flagcxMax ? xb & yb : xb | yb;
+        memcpy(&x, &xb, 8);
+      }
+      ((double*)a)[i] = x;
+    }
+    break;
+  default: reduceInto(a, b, n, t, op); break;
+  }
+}
+
+#define REDUCE_BLOCK 16384
+static flagcxResult_t exReduceLocal(int dev, void* dst, const void* const* srcs, int nsrcs, size_t count,
+                                    flagcxDataType_t t, flagcxRedOp_t op, int avgDivisor, flagcxStream_t s) {
+  int k;
+  CHECK_DEV(dev);
+  TRY(checkStream(s));
+  if ((unsigned)t >= flagcxNumTypes || (unsigned)op >= flagcxNumRedOps)
+    return fail(flagcxInvalidArgument, "reduceLocal: data type %d or op %d unknown", t, op);
+  if (nsrcs < 1 || nsrcs > FLAGCX_REDUCE_MAX_SRCS || !srcs || !dst || avgDivisor < 1)
+    return fail(flagcxInvalidArgument, "reduceLocal: %d sources (1 to %d), avg divisor %d", nsrcs, FLAGCX_REDUCE_MAX_SRCS, avgDivisor);
+  for (k = 0; k < nsrcs; k++)
+    if (!srcs[k]) return fail(flagcxInvalidArgument, "reduceLocal: source %d is NULL", k);
+  if (count == 0) return flagcxSuccess;
+#ifdef EXAMPLE_BREAK_DEVICE_REDUCE /* negative control: the last source goes missing */
+  if (nsrcs > 1) nsrcs--;
+#endif
+  /* Block by block through a private buffer, so that dst may be any of
+   * the sources: every element is read from all of them before it is written. */
+  {
+    size_t size = typeSize[t], per = REDUCE_BLOCK / size, at, n;
+    char tmp[REDUCE_BLOCK] __attribute__((aligned(16)));
+    for (at = 0; at < count; at += n) {
+      n = count - at < per ? count - at : per;
+      memcpy(tmp, (const char*)srcs[0] + at * size, n * size);
+      for (k = 1; k < nsrcs; k++) foldInto(tmp, (const char*)srcs[k] + at * size, n, t, op == flagcxAvg ? flagcxSum : op);
+      if (op == flagcxAvg) divideBy(tmp, n, t, avgDivisor);
+      memcpy((char*)dst + at * size, tmp, n * size);
+    }
+  }
+  return flagcxSuccess;
+}
+#endif
+
 /* ---- The exported table ------------------------------------------------------ */
-/* Built against this SDK's header it is an ABI v3 table; against the v1
+/* Built against this SDK's header it is an ABI v4 table; against the v1
  * header (conformance/example/v1/) the same source makes a v1 plugin, which
  * is how the loader's compatibility with v1 plugins is tested (v2 tables:
  * the loader's own tests build one). */
-#if FLAGCX_PLUGIN_ABI_VERSION >= 3
+#if FLAGCX_PLUGIN_ABI_VERSION >= 4
+#define EXAMPLE_TABLE_T flagcxVendorPlugin_v4_t
+#define EXAMPLE_TABLE flagcxVendorPlugin_v4
+#elif FLAGCX_PLUGIN_ABI_VERSION >= 3
 #define EXAMPLE_TABLE_T flagcxVendorPlugin_v3_t
 #define EXAMPLE_TABLE flagcxVendorPlugin_v3
 #elif FLAGCX_PLUGIN_ABI_VERSION >= 2
@@ -1095,6 +1184,9 @@ EXPORT const EXAMPLE_TABLE_T EXAMPLE_TABLE = {
 #endif
 #if FLAGCX_PLUGIN_ABI_VERSION >= 3
         .memGetInfo = exMemGetInfo,
+#endif
+#if FLAGCX_PLUGIN_ABI_VERSION >= 4
+        .reduceLocal = exReduceLocal,
 #endif
     },
     .ccl = {

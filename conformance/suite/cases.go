@@ -299,6 +299,7 @@ func deviceCases() []Case {
 		d(KindDevicePointerKind, MAY, "pointerKind tells device memory, pinned host memory and pageable host memory apart", "pointerKind"),
 		d(KindDeviceAll, SHOULD, "allocation, copies and a stream on every device the plugin reports (up to 16)"),
 		d(KindDeviceError, SHOULD, "an entry given a device that does not exist fails and getLastError says why"),
+		d(KindDeviceReduceLocal, MAY, "reduceLocal folds 1, 2, 3 and 8 sources of every declared type and op, out of place and in place, to the reference's bits", "reduceLocal"),
 		{ID: "comm.uniqueid", Level: MUST, Area: "comm", NeedsCCL: true, Spec: Spec{Kind: KindCommUniqueID},
 			Description: "getUniqueIdBytes is within 1..4096 and two unique ids differ"},
 		{ID: "comm.errorstring", Level: MAY, Area: "comm", NeedsCCL: true, Needs: []string{"getErrorString"}, Spec: Spec{Kind: KindCommErrorString},

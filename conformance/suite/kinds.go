@@ -51,6 +51,7 @@ const (
 	KindDevicePointerKind     Kind = "device.pointerkind"
 	KindDeviceAll             Kind = "device.all"
 	KindDeviceError           Kind = "device.error"
+	KindDeviceReduceLocal     Kind = "device.reducelocal" // ABI v4's reduceLocal against the reference
 )
 
 // The kinds the runner answers without running anything on a worker.
@@ -115,6 +116,7 @@ func init() {
 		KindDevicePointerKind:     deviceCase((*devCtx).pointerKind),
 		KindDeviceAll:             deviceCase((*devCtx).everyDevice),
 		KindDeviceError:           deviceCase((*devCtx).badDevice),
+		KindDeviceReduceLocal:     deviceCase((*devCtx).reduceLocal),
 	}
 }
 

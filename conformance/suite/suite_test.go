@@ -160,9 +160,9 @@ func TestNegativeControls(t *testing.T) {
 				"coll.allreduce.float32.sum.n2.count1.outofplace": regexp.MustCompile(`^deadline: rank 0, 1 did not finish within 2s .*a hang`),
 			},
 			[]string{"coll.broadcast.float32.n2.root1.count1031.outofplace", "coll.broadcast.float32.n2.root1.count1031.inplace"}, nil},
-		{"wrong ABI version", []string{"-DEXAMPLE_ABI_VERSION=4"}, ``, 0,
+		{"wrong ABI version", []string{"-DEXAMPLE_ABI_VERSION=5"}, ``, 0,
 			map[string]*regexp.Regexp{
-				"plugin.load": regexp.MustCompile(`^unknown ABI version: .*abiVersion 4, which this build of flagcx-go does not know`),
+				"plugin.load": regexp.MustCompile(`^unknown ABI version: .*abiVersion 5, which this build of flagcx-go does not know`),
 			}, nil, nil},
 		// The classic bugs of a vendor team (conformance/example/example.c's
 		// EXAMPLE_BREAK_* mutants): each fails the run, for the right reason.
@@ -226,6 +226,11 @@ func TestNegativeControls(t *testing.T) {
 				"comm.leak.n2": regexp.MustCompile(`^wrong result: rank \d: resident memory grew by \d+ MiB over 200 identical allReduces of 256 KiB`),
 			},
 			[]string{"comm.init.n2"}, nil},
+		{"reduceLocal drops its last source", []string{"-DEXAMPLE_BREAK_DEVICE_REDUCE"}, `device\.reducelocal|allreduce\.float32\.sum\.n2\.count1031\.outofplace`, 0,
+			map[string]*regexp.Regexp{
+				"device.reducelocal": regexp.MustCompile(`^wrong result: rank \d: reduceLocal of 2 int8 sources, sum, 1 elements, out of place: `),
+			},
+			[]string{"coll.allreduce.float32.sum.n2.count1031.outofplace"}, nil},
 		{"a device allocation leaked per call", []string{"-DEXAMPLE_BREAK_DEVICE_LEAK"}, `comm\.init\.n2|comm\.leak\.n2`, 0,
 			map[string]*regexp.Regexp{
 				"comm.leak.n2": regexp.MustCompile(`^wrong result: rank \d: device memory in use on device \d+ grew by \d+ KiB over 200 identical allReduces`),

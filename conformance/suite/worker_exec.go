@@ -1314,3 +1314,73 @@ func (dc *devCtx) badDevice(s Spec) error {
 	}
 	return nil
 }
+
+// reduceLocal checks ABI v4's reduceLocal: for every data type and op the
+// plugin declares, 1, 2, 3 and 8 sources of 1 and 4099 elements, out of
+// place and in place (the result over the last source, then the first).
+// The sources are the reference inputs of an AllReduce over as many ranks,
+// so the fold must equal that AllReduce's result, bit for bit (avg: the
+// sum divided by the source count, which the reference keeps exact).
+func (dc *devCtx) reduceLocal(s Spec) error {
+	done := 0
+	for _, dt := range sdk.AllDataTypes() {
+		for _, op := range sdk.AllRedOps() {
+			if !dc.p.SupportsDataType(dt) || !dc.p.SupportsRedOp(op) {
+				continue
+			}
+			for _, n := range []int{1, 2, 3, loader.MaxReduceSrcs} {
+				for _, count := range []int{1, 4099} {
+					for _, dstAt := range []int{-1, n - 1, 0} {
+						c := reference.Case{Coll: sdk.AllReduce, Type: dt, Op: op, NRanks: n, Count: count, Seed: s.Seed}
+						err := dc.reduceLocalOnce(c, dstAt)
+						if errors.Is(err, sdk.ErrNotSupported) && done > 0 {
+							// The ABI's rule: every declared type and op, or none.
+							return wrongf("reduceLocal refused %s %s after it reduced other types and ops: %v", dt, op, err)
+						}
+						if err != nil {
+							return err
+						}
+						done++
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// reduceLocalOnce folds c's n rank inputs into a fresh buffer (dstAt < 0)
+// or over source dstAt, on the worker's stream.
+func (dc *devCtx) reduceLocalOnce(c reference.Case, dstAt int) error {
+	bytes := c.Count * c.Type.Size()
+	srcs := make([]uintptr, c.NRanks)
+	bufs := make([]devBuf, c.NRanks)
+	for r := range srcs {
+		in := make([]byte, bytes)
+		reference.FillInput(c, r, in)
+		b, err := dc.sc.alloc(in)
+		if err != nil {
+			return err
+		}
+		bufs[r], srcs[r] = b, b.ptr()
+	}
+	where := "out of place"
+	var dst devBuf
+	if dstAt >= 0 {
+		dst, where = bufs[dstAt], fmt.Sprintf("in place over source %d", dstAt)
+	} else {
+		var err error
+		if dst, err = dc.sc.alloc(filled(bytes, 0x5a)); err != nil {
+			return err
+		}
+	}
+	st := dc.w.stream
+	if err := dc.p.ReduceLocal(dc.dev, dst.ptr(), srcs, c.Count, c.Type, c.Op, c.NRanks, st); err != nil {
+		return err
+	}
+	if err := dc.p.StreamSynchronize(st); err != nil {
+		return err
+	}
+	name := fmt.Sprintf("reduceLocal of %d %s sources, %s, %d elements, %s", c.NRanks, c.Type, c.Op, c.Count, where)
+	return dc.w.verify(checked{name: name, buf: dst, want: reference.Expected(c, 0), dt: c.Type})
+}

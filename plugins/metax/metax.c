@@ -565,7 +565,7 @@ static const char* mxGetErrorString(flagcxResult_t r) {
  * (MetaXLink) is known and mcPointerGetAttributes' struct is ❌
  * (docs/vendor-facts.md#metax-maca-runtime). The
  * host then shows links as "not reported" and skips its pointer checks. */
-SHIM_EXPORT const flagcxVendorPlugin_v3_t flagcxVendorPlugin_v3 = {
+SHIM_EXPORT const flagcxVendorPlugin_v4_t flagcxVendorPlugin_v4 = {
     SHIM_TABLE_HEAD("metax", "MetaX", FLAGCX_PLUGIN_CAP_DEVICE | FLAGCX_PLUGIN_CAP_CCL, libraries),
     .device = {
         .getDeviceCount = mxGetDeviceCount, .setDevice = mxSetDevice, .getDeviceInfo = mxGetDeviceInfo,

@@ -13,6 +13,7 @@
 #define _GNU_SOURCE
 #include <ctype.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,13 @@ enum { cudaStreamNonBlocking = 0x01, cudaEventDefault = 0x00, cudaHostAllocPorta
  * always passed inside a larger zeroed buffer. */
 struct cudaPointerAttributes { int type; int device; void* devicePointer; void* hostPointer; };
 union cudaPointerAttributesBuf { struct cudaPointerAttributes a; char room[1024]; };
+
+/* For the reduce entry (ABI v4): CUDA 12+ library management, kernel
+ * launch, and the compute capability that picks the NVRTC target. */
+typedef void* cudaLibrary_t;
+typedef void* cudaKernel_t;
+typedef struct { unsigned x, y, z; } nvDim3; /* dim3, passed by value */
+enum { cudaDevAttrComputeCapabilityMajor = 75, cudaDevAttrComputeCapabilityMinor = 76 };
 
 typedef int ncclResult_t; /* ncclSuccess 0 ... ncclInProgress 7, ncclTimeout 8 (2.30+) */
 typedef void* ncclComm_t;
@@ -84,7 +92,11 @@ enum { NVML_P2P_CAPS_INDEX_NVLINK = 2, NVML_P2P_STATUS_OK = 0, NVML_FEATURE_ENAB
   OPT(cudaError_t, cudaEventElapsedTime, (float*, cudaEvent_t, cudaEvent_t))    \
   OPT(cudaError_t, cudaRuntimeGetVersion, (int*))                               \
   OPT(cudaError_t, cudaGetLastError, (void))                                    \
-  OPT(cudaError_t, cudaPointerGetAttributes, (union cudaPointerAttributesBuf*, const void*))
+  OPT(cudaError_t, cudaPointerGetAttributes, (union cudaPointerAttributesBuf*, const void*)) \
+  OPT(cudaError_t, cudaDeviceGetAttribute, (int*, int, int))                    \
+  OPT(cudaError_t, cudaLibraryLoadData, (cudaLibrary_t*, const void*, void*, void**, unsigned, void*, void**, unsigned)) \
+  OPT(cudaError_t, cudaLibraryGetKernel, (cudaKernel_t*, cudaLibrary_t, const char*)) \
+  OPT(cudaError_t, cudaLaunchKernel, (const void*, nvDim3, nvDim3, void**, size_t, cudaStream_t))
 
 #define NCCL_FUNCS(REQ, OPT)                                                    \
   REQ(ncclResult_t, ncclGetVersion, (int*))                                     \
@@ -639,8 +651,165 @@ static const char* nvGetErrorString(flagcxResult_t r) {
   return r == flagcxUnhandledCclError ? "unhandled NCCL error" : r == flagcxNotSupported ? "not supported" : "unknown result";
 }
 
+#include "reduce_kernels.h"
+
+/* ---- Local reduction (ABI v4: reduceLocal) ---------------------------------------------- */
+/* The kernels (reduce_kernels.h) are compiled at the first reduceLocal call with
+ * NVRTC, dlopen'ed then (the CUDA toolkit's libnvrtc of the runtime's major
+ * version first), to a cubin for the device's architecture, and loaded with
+ * cudaLibraryLoadData, which makes them available in every context. Without
+ * NVRTC or CUDA 12's library API reduceLocal answers flagcxNotSupported, and
+ * the host reduces instead. */
+typedef int nvrtcResult; /* NVRTC_SUCCESS 0 */
+typedef void* nvrtcProgram;
+#define NVRTC_FUNCS(REQ, OPT)                                                   \
+  REQ(nvrtcResult, nvrtcCreateProgram, (nvrtcProgram*, const char*, const char*, int, const char* const*, const char* const*)) \
+  REQ(nvrtcResult, nvrtcCompileProgram, (nvrtcProgram, int, const char* const*)) \
+  REQ(nvrtcResult, nvrtcGetCUBINSize, (nvrtcProgram, size_t*))                  \
+  REQ(nvrtcResult, nvrtcGetCUBIN, (nvrtcProgram, char*))                        \
+  REQ(nvrtcResult, nvrtcGetProgramLogSize, (nvrtcProgram, size_t*))             \
+  REQ(nvrtcResult, nvrtcGetProgramLog, (nvrtcProgram, char*))                   \
+  REQ(nvrtcResult, nvrtcDestroyProgram, (nvrtcProgram*))                        \
+  REQ(const char*, nvrtcGetErrorString, (nvrtcResult))
+NVRTC_FUNCS(SHIM_DECLARE, SHIM_DECLARE)
+
+typedef struct {
+  void* dst;
+  const void* src[FLAGCX_REDUCE_MAX_SRCS];
+  unsigned long long count;
+  int nsrcs, op, div;
+} nvReduceArgs; /* the kernels' Args, by value */
+
+#define NV_MAX_ARCHS 4
+static struct {
+  int arch; /* 10 * major + minor; 0: slot free */
+  cudaKernel_t kernels[flagcxNumTypes];
+} nvReduceLibs[NV_MAX_ARCHS];
+static pthread_mutex_t nvReduceLock = PTHREAD_MUTEX_INITIALIZER;
+static char nvReduceUnavailable[512]; /* why not, once it is known */
+
+static flagcxResult_t nvReduceFail(const char* fmt, const char* a, const char* b) {
+  shimPrintf(nvReduceUnavailable, sizeof nvReduceUnavailable, fmt, a, b);
+  return shimFail(flagcxNotSupported, "reduceLocal: %s", nvReduceUnavailable);
+}
+
+static flagcxResult_t nvLoadNvrtc(void) {
+  /* The runtime's own major first: NVRTC 13 builds what a CUDA 13 stack loads. */
+  static const char* const names[2][4] = {
+      {"libnvrtc.so.13", "/usr/local/cuda/lib64/libnvrtc.so.13", "libnvrtc.so.12", "/usr/local/cuda/lib64/libnvrtc.so.12"},
+      {"libnvrtc.so.12", "/usr/local/cuda/lib64/libnvrtc.so.12", "libnvrtc.so.13", "/usr/local/cuda/lib64/libnvrtc.so.13"}};
+  void* h = NULL;
+  int i, v = 0, order;
+  if (f_nvrtcCreateProgram) return flagcxSuccess;
+  if (!f_cudaLibraryLoadData || !f_cudaLibraryGetKernel || !f_cudaLaunchKernel || !f_cudaDeviceGetAttribute)
+    return nvReduceFail("%s%s", "libcudart lacks cudaLibraryLoadData/cudaLaunchKernel (CUDA 12 or newer has them)", "");
+  order = f_cudaRuntimeGetVersion && f_cudaRuntimeGetVersion(&v) == cudaSuccess && v / 1000 == 12;
+  for (i = 0; i < 4 && !h; i++) h = dlopen(names[order][i], RTLD_NOW | RTLD_LOCAL);
+  if (!h)
+    return nvReduceFail("%s%s", "libnvrtc not found (it comes with the CUDA toolkit: install it or add its directory to LD_LIBRARY_PATH)", "");
+#define NV_LOAD_NVRTC(ret, name, args) \
+  if (!(f_##name = (ret(*) args)dlsym(h, #name))) return nvReduceFail("libnvrtc lacks %s%s", #name, "");
+  NVRTC_FUNCS(NV_LOAD_NVRTC, NV_LOAD_NVRTC)
+#undef NV_LOAD_NVRTC
+  return flagcxSuccess;
+}
+
+/* nvCompile builds the kernels for arch into slot. */
+static flagcxResult_t nvCompile(int arch, int slot) {
+  nvrtcProgram prog;
+  nvrtcResult r;
+  char opt[64], *cubin = NULL, *log = NULL;
+  const char* opts[2] = {opt, "--fmad=false"};
+  size_t n = 0;
+  cudaLibrary_t lib;
+  cudaError_t e;
+  int t;
+  shimPrintf(opt, sizeof opt, "--gpu-architecture=sm_%d", arch);
+  if ((r = f_nvrtcCreateProgram(&prog, nvReduceSource, "flagcx_reduce.cu", 0, NULL, NULL)) != 0)
+    return nvReduceFail("nvrtcCreateProgram: %s%s", f_nvrtcGetErrorString(r), "");
+  r = f_nvrtcCompileProgram(prog, 2, opts);
+  if (r != 0) {
+    if (f_nvrtcGetProgramLogSize(prog, &n) == 0 && n > 1 && (log = malloc(n)) && f_nvrtcGetProgramLog(prog, log) == 0)
+      shimLog(flagcxLogWarn, "nvidia: the reduce kernels do not compile for %s: %s", opt, log);
+    free(log);
+    f_nvrtcDestroyProgram(&prog);
+    return nvReduceFail("nvrtcCompileProgram for %s: %s", opt, f_nvrtcGetErrorString(r));
+  }
+  if ((r = f_nvrtcGetCUBINSize(prog, &n)) != 0 || !(cubin = malloc(n)) || (r = f_nvrtcGetCUBIN(prog, cubin)) != 0) {
+    free(cubin);
+    f_nvrtcDestroyProgram(&prog);
+    return nvReduceFail("nvrtcGetCUBIN: %s%s", r ? f_nvrtcGetErrorString(r) : "out of memory", "");
+  }
+  f_nvrtcDestroyProgram(&prog);
+  e = f_cudaLibraryLoadData(&lib, cubin, NULL, NULL, 0, NULL, NULL, 0);
+  free(cubin);
+  if (e != cudaSuccess) return nvReduceFail("cudaLibraryLoadData: %s%s", f_cudaGetErrorString(e), "");
+  for (t = 0; t < flagcxNumTypes; t++) {
+    if ((e = f_cudaLibraryGetKernel(&nvReduceLibs[slot].kernels[t], lib, nvReduceKernelNames[t])) != cudaSuccess)
+      return nvReduceFail("cudaLibraryGetKernel %s: %s", nvReduceKernelNames[t], f_cudaGetErrorString(e));
+  }
+  nvReduceLibs[slot].arch = arch; /* the library stays loaded for the process */
+  return flagcxSuccess;
+}
+
+/* nvKernels finds (or builds) dev's kernels; the caller made dev current. */
+static flagcxResult_t nvKernels(int dev, cudaKernel_t** out) {
+  int major = 0, minor = 0, arch, i;
+  flagcxResult_t r = flagcxSuccess;
+  pthread_mutex_lock(&nvReduceLock);
+  if (nvReduceUnavailable[0]) {
+    pthread_mutex_unlock(&nvReduceLock);
+    return shimFail(flagcxNotSupported, "reduceLocal: %s", nvReduceUnavailable);
+  }
+  if ((r = nvLoadNvrtc()) != flagcxSuccess) goto out;
+  if ((r = cudaCheck(f_cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "cudaDeviceGetAttribute")) ||
+      (r = cudaCheck(f_cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev), "cudaDeviceGetAttribute")))
+    goto out;
+  arch = 10 * major + minor;
+  for (i = 0; i < NV_MAX_ARCHS && nvReduceLibs[i].arch && nvReduceLibs[i].arch != arch; i++) {}
+  if (i == NV_MAX_ARCHS) {
+    r = shimFail(flagcxNotSupported, "reduceLocal: devices of more than %d architectures in one process", NV_MAX_ARCHS);
+    goto out;
+  }
+  if (!nvReduceLibs[i].arch && (r = nvCompile(arch, i)) != flagcxSuccess) goto out;
+  *out = nvReduceLibs[i].kernels;
+out:
+  pthread_mutex_unlock(&nvReduceLock);
+  return r;
+}
+
+static flagcxResult_t nvReduceLocal(int dev, void* dst, const void* const* srcs, int nsrcs, size_t count,
+                               flagcxDataType_t t, flagcxRedOp_t op, int avgDivisor, flagcxStream_t st) {
+  nvReduceArgs a;
+  void* args[1] = {&a};
+  cudaKernel_t* k = NULL;
+  unsigned long long blocks;
+  flagcxResult_t r;
+  int i;
+  READY();
+  if ((unsigned)t >= flagcxNumTypes || (unsigned)op >= flagcxNumRedOps || nsrcs < 1 || nsrcs > FLAGCX_REDUCE_MAX_SRCS ||
+      avgDivisor < 1 || !srcs || !dst)
+    return shimFail(flagcxInvalidArgument, "reduceLocal: type %d, op %d, %d sources (1 to %d), avg divisor %d", t, op, nsrcs,
+                    FLAGCX_REDUCE_MAX_SRCS, avgDivisor);
+  CUDA(cudaSetDevice, (dev));
+  if ((r = nvKernels(dev, &k)) != flagcxSuccess) return r;
+  if (count == 0) return flagcxSuccess; /* the host's check that the kernels are there */
+  memset(&a, 0, sizeof a);
+  a.dst = dst;
+  for (i = 0; i < nsrcs; i++) a.src[i] = srcs[i];
+  a.count = count;
+  a.nsrcs = nsrcs;
+  a.op = op;
+  a.div = avgDivisor;
+  blocks = (count + 255) / 256;
+  if (blocks > 4096) blocks = 4096; /* grid-stride: enough to fill any GPU */
+  return cudaCheck(f_cudaLaunchKernel((const void*)k[t], (nvDim3){(unsigned)blocks, 1, 1}, (nvDim3){256, 1, 1}, args, 0,
+                                      (cudaStream_t)st),
+                   "cudaLaunchKernel");
+}
+
 /* ---- The exported table ---------------------------------------------------- */
-SHIM_EXPORT const flagcxVendorPlugin_v3_t flagcxVendorPlugin_v3 = {
+SHIM_EXPORT const flagcxVendorPlugin_v4_t flagcxVendorPlugin_v4 = {
     SHIM_TABLE_HEAD("nvidia", "NVIDIA", FLAGCX_PLUGIN_CAP_DEVICE | FLAGCX_PLUGIN_CAP_CCL, libraries),
     .device = {
         .getDeviceCount = nvGetDeviceCount, .setDevice = nvSetDevice, .getDeviceInfo = nvGetDeviceInfo,
@@ -653,6 +822,7 @@ SHIM_EXPORT const flagcxVendorPlugin_v3_t flagcxVendorPlugin_v3 = {
         .eventSynchronize = nvEventSynchronize, .eventElapsedTime = nvEventElapsedTime,
         .hostRegister = nvHostRegister, .hostUnregister = nvHostUnregister, /* ABI v2 */
         .memGetInfo = nvMemGetInfo,                                          /* ABI v3 */
+        .reduceLocal = nvReduceLocal,                                        /* ABI v4 */
     },
     .ccl = {
         .getUniqueIdBytes = nvGetUniqueIdBytes, .getUniqueId = nvGetUniqueId, .commInitRank = nvCommInitRank,

@@ -1,10 +1,10 @@
 /*
- * flagcx_plugin.h: the vendor-plugin contract of flagcx-go, ABI version 3.
+ * flagcx_plugin.h: the vendor-plugin contract of flagcx-go, ABI version 4.
  *
  * A vendor plugin is a shared object named libflagcx-<name>.so that exports
  * ONE data symbol,
  *
- *     const flagcxVendorPlugin_v3_t flagcxVendorPlugin_v3 = { ... };
+ *     const flagcxVendorPlugin_v4_t flagcxVendorPlugin_v4 = { ... };
  *
  * holding its name, its capabilities and two groups of function pointers:
  * the device runtime (devices, memory, copies, streams, events) and the
@@ -41,11 +41,16 @@
  * host memory registration (hostRegister, hostUnregister), with which the
  * host stages heterogeneous traffic in its shared memory without a copy.
  * v3 added memGetInfo (device memory free/total), with which the
- * conformance leak check sees device-memory leaks on real devices.
- * Hosts probe the newest symbol they know first (flagcxVendorPlugin_v3,
- * then _v2, then _v1) and adapt older tables, their newer entries NULL: a
+ * conformance leak check sees device-memory leaks on real devices. v4
+ * added reduceLocal (an element-wise reduction of buffers of one device, on
+ * a stream),
+ * with which the clusters of a heterogeneous communicator reduce on their
+ * devices and the host only relays their data.
+ * Hosts probe the newest symbol they know first (flagcxVendorPlugin_v4,
+ * then _v3, _v2, _v1) and adapt older tables, their newer entries NULL: a
  * v1 plugin keeps loading and its traffic takes the staged copy path; a v2
- * plugin keeps loading and its memory info is "not supported". A plugin may export
+ * plugin keeps loading and its memory info is "not supported"; a v3 plugin
+ * keeps loading and the host reduces its clusters' data. A plugin may export
  * several versions at once to serve older hosts (sdk/README.md shows how).
  */
 #ifndef FLAGCX_PLUGIN_H_
@@ -58,10 +63,14 @@
 extern "C" {
 #endif
 
-#define FLAGCX_PLUGIN_ABI_VERSION 3
+#define FLAGCX_PLUGIN_ABI_VERSION 4
 #define FLAGCX_PLUGIN_SYMBOL_V1 "flagcxVendorPlugin_v1"
 #define FLAGCX_PLUGIN_SYMBOL_V2 "flagcxVendorPlugin_v2"
 #define FLAGCX_PLUGIN_SYMBOL_V3 "flagcxVendorPlugin_v3"
+#define FLAGCX_PLUGIN_SYMBOL_V4 "flagcxVendorPlugin_v4"
+
+/* The most source buffers one reduceLocal call (ABI v4) folds. */
+#define FLAGCX_REDUCE_MAX_SRCS 8
 
 /* The largest vendor unique id the host exchanges between ranks (bytes). */
 #define FLAGCX_UNIQUE_ID_MAX_BYTES 4096
@@ -484,6 +493,84 @@ typedef struct flagcxVendorPlugin_v3 {
   flagcxDeviceRuntime_v3_t device;
   flagcxCcl_v3_t ccl;
 } flagcxVendorPlugin_v3_t;
+
+/* ---------------------------------------------------------------------- */
+/* ABI v4: the device runtime gains reduceLocal; everything else is v3's.   */
+/* Export it as:                                                            */
+/*   const flagcxVendorPlugin_v4_t flagcxVendorPlugin_v4 = {               */
+/*     .size = sizeof(flagcxVendorPlugin_v4_t),                            */
+/*     .abiVersion = 4, ... };                                             */
+typedef struct {
+  /* The v3 entries, unchanged and in the same order. */
+  flagcxResult_t (*getDeviceCount)(int* count);
+  flagcxResult_t (*setDevice)(int dev);
+  flagcxResult_t (*getDeviceInfo)(int dev, flagcxDeviceInfo_v1_t* info);
+  flagcxResult_t (*getLinkInfo)(int devA, int devB, flagcxLinkInfo_v1_t* link); /* OPTIONAL */
+  flagcxResult_t (*deviceMalloc)(int dev, void** ptr, size_t bytes);
+  flagcxResult_t (*deviceFree)(void* ptr);
+  flagcxResult_t (*hostMalloc)(void** ptr, size_t bytes);
+  flagcxResult_t (*hostFree)(void* ptr);
+  flagcxResult_t (*pointerKind)(const void* ptr, flagcxMemoryKind_t* kind); /* OPTIONAL */
+  flagcxResult_t (*memCopy)(void* dst, const void* src, size_t bytes,
+                            flagcxMemcpyKind_t kind, flagcxStream_t stream);
+  flagcxResult_t (*memSet)(void* dst, int value, size_t bytes, flagcxStream_t stream);
+  flagcxResult_t (*streamCreate)(int dev, flagcxStream_t* stream);
+  flagcxResult_t (*streamDestroy)(flagcxStream_t stream);
+  flagcxResult_t (*streamSynchronize)(flagcxStream_t stream);
+  flagcxResult_t (*streamQuery)(flagcxStream_t stream); /* OPTIONAL */
+  flagcxResult_t (*streamWaitEvent)(flagcxStream_t stream, flagcxEvent_t event);
+  flagcxResult_t (*eventCreate)(int dev, flagcxEvent_t* event);
+  flagcxResult_t (*eventDestroy)(flagcxEvent_t event);
+  flagcxResult_t (*eventRecord)(flagcxEvent_t event, flagcxStream_t stream);
+  flagcxResult_t (*eventQuery)(flagcxEvent_t event); /* OPTIONAL */
+  flagcxResult_t (*eventSynchronize)(flagcxEvent_t event);
+  flagcxResult_t (*eventElapsedTime)(float* ms, flagcxEvent_t start, flagcxEvent_t end); /* OPTIONAL */
+  flagcxResult_t (*hostRegister)(void* ptr, size_t bytes); /* OPTIONAL (v2) */
+  flagcxResult_t (*hostUnregister)(void* ptr);             /* OPTIONAL (v2) */
+  flagcxResult_t (*memGetInfo)(int dev, size_t* freeBytes, size_t* totalBytes); /* OPTIONAL (v3) */
+
+  /* OPTIONAL (v4). Enqueues on stream, on device dev, the element-wise
+   * reduction
+   *     dst[i] = srcs[0][i] op srcs[1][i] op ... op srcs[nsrcs-1][i]
+   * for i < count, folded left to right in the data type itself: every
+   * step rounds to it (half and bfloat16 to nearest even, as an exact
+   * float32 operation followed by one rounding), integers wrap. max/min
+   * of floats: a NaN operand yields the other operand, and max(-0, +0) is
+   * +0, min(-0, +0) is -0. flagcxAvg sums and then divides the sum by
+   * avgDivisor (>= 1): integers truncate toward zero, floats divide in
+   * their own type (half and bfloat16 in float32, then round); other ops
+   * ignore avgDivisor. These are the host engine's rules, so a cluster
+   * that reduces on its device gets the bits the host would.
+   * 1 <= nsrcs <= FLAGCX_REDUCE_MAX_SRCS; srcs and dst are device memory
+   * of dev, dst may be one of the srcs (each element is read before it is
+   * written), no other overlap. The plugin reads the srcs array before it
+   * returns (the host reuses it); the reduction runs later, in stream
+   * order. A plugin reduces every data type and op of its masks, or none
+   * (flagcxNotSupported for all, e.g. when a compiler it needs is missing:
+   * the host then reduces on the host). count 0 enqueues nothing and
+   * answers which (the host asks once, when a communicator starts). */
+  flagcxResult_t (*reduceLocal)(int dev, void* dst, const void* const* srcs, int nsrcs, size_t count,
+                                flagcxDataType_t dtype, flagcxRedOp_t op, int avgDivisor,
+                                flagcxStream_t stream);
+} flagcxDeviceRuntime_v4_t;
+
+typedef flagcxCcl_v1_t flagcxCcl_v4_t;
+
+typedef struct flagcxVendorPlugin_v4 {
+  uint32_t size;          /* sizeof(flagcxVendorPlugin_v4_t) as built */
+  uint32_t abiVersion;    /* 4 */
+  const char* name;
+  const char* vendor;
+  const char* version;
+  uint64_t caps;
+  const flagcxPluginLibrary_v1_t* libraries;
+  flagcxResult_t (*init)(flagcxLogFn_t log, void* logCtx, flagcxPluginInfo_v1_t* info);
+  flagcxResult_t (*fini)(void); /* OPTIONAL */
+  const char* (*getLastError)(void);
+
+  flagcxDeviceRuntime_v4_t device;
+  flagcxCcl_v4_t ccl;
+} flagcxVendorPlugin_v4_t;
 
 #ifdef __cplusplus
 }

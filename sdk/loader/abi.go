@@ -5,7 +5,7 @@ import (
 	"unsafe"
 )
 
-// Go mirrors of the C structs of sdk/include/flagcx_plugin.h, ABI v1, v2 and v3. Every
+// Go mirrors of the C structs of sdk/include/flagcx_plugin.h, ABI v1 to v4. Every
 // field is declared at its C offset (no implicit padding: each struct is
 // ordered so that Go and C agree, and TestABILayout checks every offset
 // against the C compiler). The c tag names the C field; ",optional" marks
@@ -135,6 +135,36 @@ type deviceV3 struct {
 	MemGetInfo        uintptr `c:"memGetInfo,optional"`
 }
 
+// deviceV4 is deviceV3 followed by v4's entry.
+type deviceV4 struct {
+	GetDeviceCount    uintptr `c:"getDeviceCount"`
+	SetDevice         uintptr `c:"setDevice"`
+	GetDeviceInfo     uintptr `c:"getDeviceInfo"`
+	GetLinkInfo       uintptr `c:"getLinkInfo,optional"`
+	DeviceMalloc      uintptr `c:"deviceMalloc"`
+	DeviceFree        uintptr `c:"deviceFree"`
+	HostMalloc        uintptr `c:"hostMalloc"`
+	HostFree          uintptr `c:"hostFree"`
+	PointerKind       uintptr `c:"pointerKind,optional"`
+	MemCopy           uintptr `c:"memCopy"`
+	MemSet            uintptr `c:"memSet"`
+	StreamCreate      uintptr `c:"streamCreate"`
+	StreamDestroy     uintptr `c:"streamDestroy"`
+	StreamSynchronize uintptr `c:"streamSynchronize"`
+	StreamQuery       uintptr `c:"streamQuery,optional"`
+	StreamWaitEvent   uintptr `c:"streamWaitEvent"`
+	EventCreate       uintptr `c:"eventCreate"`
+	EventDestroy      uintptr `c:"eventDestroy"`
+	EventRecord       uintptr `c:"eventRecord"`
+	EventQuery        uintptr `c:"eventQuery,optional"`
+	EventSynchronize  uintptr `c:"eventSynchronize"`
+	EventElapsedTime  uintptr `c:"eventElapsedTime,optional"`
+	HostRegister      uintptr `c:"hostRegister,optional"`
+	HostUnregister    uintptr `c:"hostUnregister,optional"`
+	MemGetInfo        uintptr `c:"memGetInfo,optional"`
+	ReduceLocal       uintptr `c:"reduceLocal,optional"`
+}
+
 type cclV1 struct {
 	GetUniqueIDBytes  uintptr `c:"getUniqueIdBytes"`
 	GetUniqueID       uintptr `c:"getUniqueId"`
@@ -189,8 +219,7 @@ type tableV2 struct {
 	CCL          cclV1    `c:"ccl"`
 }
 
-// tableV3 is the newest table: the loader keeps every plugin's table in
-// this form (older tables adapted: their newer entries NULL).
+// tableV3 is ABI v3's table.
 type tableV3 struct {
 	Size         uint32   `c:"size"`
 	ABIVersion   uint32   `c:"abiVersion"`
@@ -206,7 +235,33 @@ type tableV3 struct {
 	CCL          cclV1    `c:"ccl"`
 }
 
-// fromV2 adapts a v2 table: the same fields, v3's entry NULL.
+// tableV4 is the newest table: the loader keeps every plugin's table in
+// this form (older tables adapted: their newer entries NULL).
+type tableV4 struct {
+	Size         uint32   `c:"size"`
+	ABIVersion   uint32   `c:"abiVersion"`
+	Name         uintptr  `c:"name"`
+	Vendor       uintptr  `c:"vendor"`
+	Version      uintptr  `c:"version"`
+	Caps         uint64   `c:"caps"`
+	Libraries    uintptr  `c:"libraries"`
+	Init         uintptr  `c:"init"`
+	Fini         uintptr  `c:"fini,optional"`
+	GetLastError uintptr  `c:"getLastError"`
+	Device       deviceV4 `c:"device"`
+	CCL          cclV1    `c:"ccl"`
+}
+
+// fromV3 adapts a v3 table: the same fields, v4's entry NULL.
+func fromV3(t tableV3) tableV4 {
+	out := tableV4{Size: t.Size, ABIVersion: t.ABIVersion, Name: t.Name, Vendor: t.Vendor, Version: t.Version,
+		Caps: t.Caps, Libraries: t.Libraries, Init: t.Init, Fini: t.Fini, GetLastError: t.GetLastError, CCL: t.CCL}
+	// deviceV4 starts with deviceV3's fields, in order (TestABILayout).
+	*(*deviceV3)(unsafe.Pointer(&out.Device)) = t.Device
+	return out
+}
+
+// fromV2 adapts a v2 table to v3: the same fields, v3's entry NULL.
 func fromV2(t tableV2) tableV3 {
 	out := tableV3{Size: t.Size, ABIVersion: t.ABIVersion, Name: t.Name, Vendor: t.Vendor, Version: t.Version,
 		Caps: t.Caps, Libraries: t.Libraries, Init: t.Init, Fini: t.Fini, GetLastError: t.GetLastError, CCL: t.CCL}
@@ -215,7 +270,7 @@ func fromV2(t tableV2) tableV3 {
 	return out
 }
 
-// fromV1 adapts a v1 table: the same fields, v2's and v3's entries NULL.
+// fromV1 adapts a v1 table to v3: the same fields, v2's and v3's entries NULL.
 func fromV1(t tableV1) tableV3 { return fromV2(fromV1toV2(t)) }
 
 // fromV1toV2 adapts a v1 table to v2: the same fields, v2's entries NULL.

@@ -3,6 +3,7 @@ package loader
 import (
 	"fmt"
 	"runtime"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -246,6 +247,46 @@ func (p *Plugin) HostRegister(ptr uintptr, n int) error {
 		return p.errorf("hostRegister", sdk.InvalidArgument, "range %#x+%d is empty", ptr, n)
 	}
 	return p.sysHandles("hostRegister", p.t.Device.HostRegister, ptr, uintptr(n))
+}
+
+// MaxReduceSrcs is the most sources one ReduceLocal folds
+// (FLAGCX_REDUCE_MAX_SRCS).
+const MaxReduceSrcs = 8
+
+// CanReduceLocal reports whether the plugin reduces device buffers itself
+// (ABI v4's reduceLocal).
+func (p *Plugin) CanReduceLocal() bool { return p.Caps&CapDevice != 0 && p.t.Device.ReduceLocal != 0 }
+
+// reduceSrcs holds the source array a ReduceLocal hands to C: heap memory,
+// which the garbage collector never moves, reused across calls.
+var reduceSrcs = sync.Pool{New: func() any { return new([MaxReduceSrcs]uintptr) }}
+
+// ReduceLocal enqueues on s, on device dev, dst = srcs[0] op srcs[1] op ...
+// element by element for count elements of dt, folded left to right in
+// the data type (Avg: the sum divided by avgDivisor), by the rules of the
+// reduceLocal entry in sdk/include/flagcx_plugin.h, which are the host
+// engine's. A plugin without the entry (ABI v3 or older, or NULL) returns
+// an error wrapping sdk.ErrNotSupported.
+func (p *Plugin) ReduceLocal(dev int, dst uintptr, srcs []uintptr, count int, dt sdk.DataType, op sdk.RedOp, avgDivisor int, s Stream) error {
+	if err := p.needDevice("reduceLocal"); err != nil {
+		return err
+	}
+	if p.t.Device.ReduceLocal == 0 {
+		return p.errorf("reduceLocal", sdk.NotSupported, "plugin ABI v%d without reduceLocal: its clusters reduce on the host (ABI v4 can: sdk/README.md)", p.ABIVersion)
+	}
+	switch {
+	case len(srcs) < 1 || len(srcs) > MaxReduceSrcs:
+		return p.errorf("reduceLocal", sdk.InvalidArgument, "%d sources; one call folds 1 to %d", len(srcs), MaxReduceSrcs)
+	case count < 0 || !dt.Valid() || !op.Valid() || avgDivisor < 1:
+		return p.errorf("reduceLocal", sdk.InvalidArgument, "count %d, data type %d, op %d, avg divisor %d", count, dt, op, avgDivisor)
+	}
+	arr := reduceSrcs.Get().(*[MaxReduceSrcs]uintptr)
+	n := copy(arr[:], srcs)
+	err := p.sys("reduceLocal", p.t.Device.ReduceLocal, uintptr(dev), dst, uintptr(unsafe.Pointer(arr)), uintptr(n), uintptr(count),
+		uintptr(dt), uintptr(op), uintptr(avgDivisor), uintptr(s))
+	runtime.KeepAlive(arr)
+	reduceSrcs.Put(arr)
+	return err
 }
 
 // HostUnregister undoes HostRegister of the range that starts at ptr.

@@ -44,8 +44,8 @@ const mockPluginC = `
 #define MOCK_TABLE_T flagcxVendorPlugin_v2_t
 #define MOCK_TABLE flagcxVendorPlugin_v2
 #else
-#define MOCK_TABLE_T flagcxVendorPlugin_v3_t
-#define MOCK_TABLE flagcxVendorPlugin_v3
+#define MOCK_TABLE_T flagcxVendorPlugin_v4_t
+#define MOCK_TABLE flagcxVendorPlugin_v4
 #endif
 #ifndef MOCK_ABI
 #define MOCK_ABI FLAGCX_PLUGIN_ABI_VERSION

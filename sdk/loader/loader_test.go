@@ -28,6 +28,7 @@ func TestABILayout(t *testing.T) {
 		{"flagcxVendorPlugin_v1_t", tableV1{}},
 		{"flagcxVendorPlugin_v2_t", tableV2{}},
 		{"flagcxVendorPlugin_v3_t", tableV3{}},
+		{"flagcxVendorPlugin_v4_t", tableV4{}},
 		{"flagcxPluginLibrary_v1_t", libraryV1{}},
 		{"flagcxPluginInfo_v1_t", pluginInfoV1{}},
 		{"flagcxLibraryStatus_v1_t", libraryStatusV1{}},
@@ -111,16 +112,16 @@ func badFiles() []badFile {
 		}, ErrNotSharedObject, []string{"not a shared object"}},
 		{"nosym", func(t *testing.T, path string) {
 			compileC(t, path, "int someOtherLibrary = 1;\n")
-		}, ErrNoTable, []string{"does not export flagcxVendorPlugin_v3 or flagcxVendorPlugin_v2 or flagcxVendorPlugin_v1", "not a flagcx-go vendor plugin"}},
+		}, ErrNoTable, []string{"does not export flagcxVendorPlugin_v4 or flagcxVendorPlugin_v3 or flagcxVendorPlugin_v2 or flagcxVendorPlugin_v1", "not a flagcx-go vendor plugin"}},
 		{"future", func(t *testing.T, path string) {
 			compileC(t, path, "#include \"flagcx_plugin.h\"\n__attribute__((visibility(\"default\"))) const int flagcxVendorPlugin_v7 = 7;\n")
 		}, ErrNoTable, []string{"flagcxVendorPlugin_v7", "does not know"}},
 		{"abi99", func(t *testing.T, path string) {
 			compileC(t, path, mockPluginC, "-DMOCK_ABI=99")
-		}, ErrUnknownABI, []string{"abiVersion 99", "loads versions [3 2 1]"}},
+		}, ErrUnknownABI, []string{"abiVersion 99", "loads versions [4 3 2 1]"}},
 		{"size", func(t *testing.T, path string) {
 			compileC(t, path, mockPluginC, "-DMOCK_SIZE_DELTA=8")
-		}, ErrBadTable, []string{"size field 440", "is 432 bytes", "rebuild"}},
+		}, ErrBadTable, []string{"size field 448", "is 440 bytes", "rebuild"}},
 		{"nullentry", func(t *testing.T, path string) {
 			compileC(t, path, mockPluginC, "-DMOCK_NULL_MEMCOPY")
 		}, ErrBadTable, []string{"required entries are NULL: device.memCopy"}},
@@ -448,5 +449,5 @@ func TestCallErrorWrapsSentinels(t *testing.T) {
 		require.Contains(t, err.Error(), "vendor says")
 	}
 	require.Equal(t, "not supported", sdk.NotSupported.String())
-	require.Equal(t, []int{sdk.PluginABIVersion, 2, 1}, KnownABIVersions())
+	require.Equal(t, []int{sdk.PluginABIVersion, 3, 2, 1}, KnownABIVersions())
 }

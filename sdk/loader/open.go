@@ -49,13 +49,14 @@ type probe struct {
 	symbol  string
 	version uint32
 	size    uintptr
-	adapt   func(addr uintptr) tableV3
+	adapt   func(addr uintptr) tableV4
 }
 
 var probes = []probe{
-	{"flagcxVendorPlugin_v3", 3, unsafe.Sizeof(tableV3{}), func(addr uintptr) tableV3 { return *(*tableV3)(cPtr(addr)) }},
-	{"flagcxVendorPlugin_v2", 2, unsafe.Sizeof(tableV2{}), func(addr uintptr) tableV3 { return fromV2(*(*tableV2)(cPtr(addr))) }},
-	{"flagcxVendorPlugin_v1", 1, unsafe.Sizeof(tableV1{}), func(addr uintptr) tableV3 { return fromV1(*(*tableV1)(cPtr(addr))) }},
+	{"flagcxVendorPlugin_v4", 4, unsafe.Sizeof(tableV4{}), func(addr uintptr) tableV4 { return *(*tableV4)(cPtr(addr)) }},
+	{"flagcxVendorPlugin_v3", 3, unsafe.Sizeof(tableV3{}), func(addr uintptr) tableV4 { return fromV3(*(*tableV3)(cPtr(addr))) }},
+	{"flagcxVendorPlugin_v2", 2, unsafe.Sizeof(tableV2{}), func(addr uintptr) tableV4 { return fromV3(fromV2(*(*tableV2)(cPtr(addr)))) }},
+	{"flagcxVendorPlugin_v1", 1, unsafe.Sizeof(tableV1{}), func(addr uintptr) tableV4 { return fromV3(fromV1(*(*tableV1)(cPtr(addr)))) }},
 }
 
 // KnownABIVersions lists the table versions this build loads, newest first.

@@ -86,7 +86,7 @@ type Plugin struct {
 	Libraries  []LibrarySpec
 
 	handle uintptr
-	t      tableV3
+	t      tableV4
 	fn     boundFuncs
 
 	mu          sync.Mutex  // serializes Init and Fini
@@ -152,7 +152,7 @@ func (p *Plugin) bind() {
 		reg(&f.eventCreate, d.EventCreate)
 		reg(&f.eventElapsedTime, d.EventElapsedTime)
 	} else {
-		t.Device = deviceV3{} // entries of an undeclared group are never called
+		t.Device = deviceV4{} // entries of an undeclared group are never called
 	}
 	if p.Caps&CapCCL != 0 {
 		c := &t.CCL
@@ -178,8 +178,8 @@ type Entry struct {
 
 // Entries lists the entries of the groups the plugin declares (caps), in
 // table order of the newest ABI: an older table does not provide the newer
-// versions' entries (v1: hostRegister, hostUnregister, memGetInfo; v2:
-// memGetInfo).
+// versions' entries (v1: hostRegister, hostUnregister, memGetInfo,
+// reduceLocal; v2: memGetInfo, reduceLocal; v3: reduceLocal).
 func (p *Plugin) Entries() []Entry {
 	var out []Entry
 	for _, g := range []struct {
