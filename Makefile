@@ -20,6 +20,7 @@ flagcx:
 -include plugins/plugins.mk
 -include conformance/vendorsim/vendorsim.mk
 -include conformance/conformance.mk
+-include capi/capi.mk
 
 # The conformance mutants run in `make conformance` (conformance/conformance.mk).
 test: all

@@ -121,6 +121,9 @@ var (
 	// Emulated is FLAGCX_EMULATED.
 	Emulated = Bool("FLAGCX_EMULATED",
 		"use the emulated vendor runtimes (as --emulated)")
+	// Backend is FLAGCX_BACKEND (read by libflagcx.so, capi/).
+	Backend = String("FLAGCX_BACKEND", "",
+		"the backend of a process using libflagcx.so: a plugin's name or host").Documented("the first plugin whose runtime loads with a device, else host")
 	// VendorsimDir is FLAGCX_VENDORSIM_DIR.
 	VendorsimDir = String("FLAGCX_VENDORSIM_DIR", "",
 		"where the emulated runtimes are").Documented("<plugin dir>/../vendorsim")

@@ -1,0 +1,185 @@
+package main
+
+// backend.go is the C API's one adapter onto package core: every call into
+// core is in this file, so that a change of core's API changes this file
+// alone. The rest of capi speaks in comm, collArgs and plain pointers.
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/flagcx/flagcx-go/core"
+	"github.com/flagcx/flagcx-go/sdk"
+	"github.com/flagcx/flagcx-go/sdk/loader"
+)
+
+// newUniqueID makes a communicator id and starts its rendezvous in this
+// process; the result is FlagCX's 256-byte flagcxUniqueId.
+func newUniqueID() ([core.UniqueIDBytes]byte, error) {
+	id, err := core.GetUniqueID()
+	if err != nil {
+		return [core.UniqueIDBytes]byte{}, err
+	}
+	return id.Bytes(), nil
+}
+
+// uniqueIDBytes is the size of flagcxUniqueId.
+const uniqueIDBytes = core.UniqueIDBytes
+
+// comm is one rank's communicator as the C API hands it out.
+type comm struct {
+	hc *core.HeteroComm
+	be *backend
+	// dev is the device the rank runs on (0 on the host backend).
+	dev int
+	// mu keeps the calls of C threads that share the communicator one at a
+	// time, as core requires (Abort alone does not take it).
+	mu sync.Mutex
+	// lastErr is the message of this communicator's last failed call.
+	lastErr string
+}
+
+// initComm joins rank to the communicator of id on be (device dev of its
+// plugin, or the host).
+func initComm(id []byte, nranks, rank int, be *backend, dev int) (*comm, error) {
+	uid, err := core.UniqueIDFromBytes(id)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the unique id is not one flagcxGetUniqueId made: %w", sdk.ErrInvalidArgument, err)
+	}
+	target := core.HostBackend()
+	if be.plugin != nil {
+		target = core.DeviceBackend(be.plugin, dev)
+	} else {
+		dev = 0
+	}
+	hc, err := core.InitHeteroRank(uid, nranks, rank, target)
+	if err != nil {
+		return nil, err
+	}
+	return &comm{hc: hc, be: be, dev: dev}, nil
+}
+
+func (c *comm) count() int          { return c.hc.Count() }
+func (c *comm) rank() int           { return c.hc.Rank() }
+func (c *comm) isHomogeneous() bool { return c.hc.IsHomogeneous() }
+func (c *comm) destroy() error      { return c.hc.Destroy() }
+func (c *comm) abort() error        { return c.hc.Abort() }
+func (c *comm) groupStart()         { c.hc.GroupStart() }
+func (c *comm) groupEnd() error     { return c.hc.GroupEnd() }
+func (c *comm) onDevice() bool      { return c.hc.Backend().OnDevice() }
+
+// asyncError is the error that ended the communicator in the background:
+// the watchdog's missed deadline, or nil.
+func (c *comm) asyncError() error {
+	if wd := c.hc.Watchdog(); wd != nil {
+		return wd.Err()
+	}
+	return nil
+}
+
+// barrier waits for stream s, then for every rank.
+func (c *comm) barrier(s uintptr) error {
+	if c.onDevice() && s != 0 {
+		if err := c.be.plugin.StreamSynchronize(loader.Stream(s)); err != nil {
+			return err
+		}
+	}
+	return c.hc.Barrier()
+}
+
+// buffer is n bytes at p as core takes them: device memory on a device
+// rank, host memory on a host rank; nil is an empty buffer.
+func (c *comm) buffer(p unsafe.Pointer, n int) core.Buffer {
+	if p == nil {
+		n = 0
+	}
+	if c.onDevice() {
+		return core.DeviceBuffer(uintptr(p), n)
+	}
+	if p == nil || n == 0 {
+		return core.HostBuffer(nil)
+	}
+	return core.HostBuffer(unsafe.Slice((*byte)(p), n))
+}
+
+// collArgs is one collective call as it came through the C API.
+type collArgs struct {
+	coll       sdk.Collective
+	send, recv unsafe.Pointer
+	count      int
+	dt         sdk.DataType
+	op         sdk.RedOp
+	root       int
+	stream     uintptr
+}
+
+// collective runs a.coll (every collective but AlltoAllv).
+func (c *comm) collective(a collArgs) error {
+	sendN, recvN := bufferElems(a.coll, a.count, c.count())
+	es := a.dt.Size()
+	send, recv := c.buffer(a.send, sendN*es), c.buffer(a.recv, recvN*es)
+	s := loader.Stream(a.stream)
+	switch a.coll {
+	case sdk.AllReduce:
+		return c.hc.AllReduce(send, recv, a.count, a.dt, a.op, s)
+	case sdk.Reduce:
+		return c.hc.Reduce(send, recv, a.count, a.dt, a.op, a.root, s)
+	case sdk.Broadcast:
+		return c.hc.Broadcast(send, recv, a.count, a.dt, a.root, s)
+	case sdk.AllGather:
+		return c.hc.AllGather(send, recv, a.count, a.dt, s)
+	case sdk.ReduceScatter:
+		return c.hc.ReduceScatter(send, recv, a.count, a.dt, a.op, s)
+	case sdk.AlltoAll:
+		return c.hc.AlltoAll(send, recv, a.count, a.dt, s)
+	case sdk.Gather:
+		return c.hc.Gather(send, recv, a.count, a.dt, a.root, s)
+	case sdk.Scatter:
+		return c.hc.Scatter(send, recv, a.count, a.dt, a.root, s)
+	}
+	return fmt.Errorf("%w: collective %v has no C entry", sdk.ErrInternalError, a.coll)
+}
+
+// alltoallv runs AlltoAllv; counts and displacements are in elements.
+func (c *comm) alltoallv(send unsafe.Pointer, sc, sd []int, recv unsafe.Pointer, rc, rd []int, dt sdk.DataType, stream uintptr) error {
+	es := dt.Size()
+	sb := c.buffer(send, extent(sc, sd)*es)
+	rb := c.buffer(recv, extent(rc, rd)*es)
+	return c.hc.AlltoAllv(sb, sc, sd, rb, rc, rd, dt, loader.Stream(stream))
+}
+
+// p2p posts a send (recv false) or a receive of count elements.
+func (c *comm) p2p(recv bool, buf unsafe.Pointer, count int, dt sdk.DataType, peer int, stream uintptr) error {
+	b := c.buffer(buf, count*dt.Size())
+	if recv {
+		return c.hc.Recv(b, count, dt, peer, loader.Stream(stream))
+	}
+	return c.hc.Send(b, count, dt, peer, loader.Stream(stream))
+}
+
+// bufferElems is how many elements the send and receive buffers of coll
+// hold for count on n ranks, as FlagCX's flagcx.h defines them (roots and
+// non-roots alike: a NULL buffer where the call does not use one becomes an
+// empty buffer in buffer).
+func bufferElems(coll sdk.Collective, count, n int) (send, recv int) {
+	switch coll {
+	case sdk.AllGather, sdk.Gather:
+		return count, n * count
+	case sdk.ReduceScatter, sdk.Scatter:
+		return n * count, count
+	case sdk.AlltoAll:
+		return n * count, n * count
+	}
+	return count, count
+}
+
+// extent is the elements a vector collective's buffer spans: the end of
+// its furthest block.
+func extent(counts, displs []int) int {
+	end := 0
+	for i := range counts {
+		end = max(end, displs[i]+counts[i])
+	}
+	return end
+}

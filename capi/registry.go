@@ -1,0 +1,168 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/flagcx/flagcx-go/sdk"
+	"github.com/flagcx/flagcx-go/sdk/loader"
+)
+
+// C holds communicators by number (Go pointers may not live in C memory):
+// struct flagcxComm carries the number, the registry the *comm.
+var registry struct {
+	mu    sync.Mutex
+	next  uint64
+	comms map[uint64]*comm
+	// lastErr is the process's last failure, flagcxGetLastError(NULL).
+	lastErr string
+	// group is the depth of flagcxGroupStart(NULL); joined are the
+	// communicators used inside it, whose groups its GroupEnd runs.
+	group  int
+	joined []*comm
+}
+
+func register(c *comm) uint64 {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	if registry.comms == nil {
+		registry.comms = map[uint64]*comm{}
+	}
+	registry.next++
+	registry.comms[registry.next] = c
+	return registry.next
+}
+
+func lookupComm(id uint64) (*comm, error) {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	if c := registry.comms[id]; c != nil {
+		return c, nil
+	}
+	return nil, fmt.Errorf("%w: the communicator was destroyed or never made: pass one from flagcxCommInitRank", sdk.ErrInvalidArgument)
+}
+
+func unregister(id uint64) {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	delete(registry.comms, id)
+}
+
+// fail records err as the last error of c (nil: of the process) and of the
+// process, and returns its result code. entry names the C function.
+func fail(c *comm, entry string, err error) sdk.Result {
+	if err == nil {
+		return sdk.Success
+	}
+	msg := entry + ": " + err.Error()
+	registry.mu.Lock()
+	registry.lastErr = msg
+	registry.mu.Unlock()
+	if c != nil {
+		c.lastErr = msg
+	}
+	r := sdk.ResultOf(err)
+	if r == sdk.Success { // an error without a code of its own
+		r = sdk.InternalError
+	}
+	return r
+}
+
+// lastError is flagcxGetLastError's text for communicator id (0: the
+// process's).
+func lastError(id uint64) string {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	if c := registry.comms[id]; c != nil && c.lastErr != "" {
+		return c.lastErr
+	}
+	if registry.lastErr == "" {
+		return "no error"
+	}
+	return registry.lastErr
+}
+
+// notSupported is the error of an entry flagcx-go does not serve.
+func notSupported(what string) error {
+	return fmt.Errorf("%w: %s is not supported by flagcx-go's libflagcx.so (docs/c-api.md lists what is)", sdk.ErrNotSupported, what)
+}
+
+// joinGlobalGroup opens c's group when a flagcxGroupStart(NULL) is open
+// and c is not yet in it.
+func joinGlobalGroup(c *comm) {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	if registry.group == 0 {
+		return
+	}
+	for _, j := range registry.joined {
+		if j == c {
+			return
+		}
+	}
+	registry.joined = append(registry.joined, c)
+	c.groupStart()
+}
+
+// globalGroup opens (start) or closes a flagcxGroupStart(NULL) group; the
+// outermost close runs the groups of every communicator used inside.
+func globalGroup(start bool) error {
+	registry.mu.Lock()
+	if start {
+		registry.group++
+		registry.mu.Unlock()
+		return nil
+	}
+	if registry.group == 0 {
+		registry.mu.Unlock()
+		return fmt.Errorf("%w: flagcxGroupEnd(NULL) without flagcxGroupStart(NULL)", sdk.ErrInvalidUsage)
+	}
+	registry.group--
+	var run []*comm
+	if registry.group == 0 {
+		run, registry.joined = registry.joined, nil
+	}
+	registry.mu.Unlock()
+	var errs []error
+	for _, c := range run {
+		c.mu.Lock()
+		errs = append(errs, c.groupEnd())
+		c.mu.Unlock()
+	}
+	return errors.Join(errs...)
+}
+
+// streams are the live streams streamCreate made, which
+// deviceSynchronize waits for.
+var streams streamSet
+
+type streamSet struct {
+	mu sync.Mutex
+	m  map[loader.Stream]struct{}
+}
+
+func (s *streamSet) add(st loader.Stream) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[loader.Stream]struct{}{}
+	}
+	s.m[st] = struct{}{}
+}
+
+func (s *streamSet) remove(st loader.Stream) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.m, st)
+}
+
+func (s *streamSet) all() []loader.Stream {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]loader.Stream, 0, len(s.m))
+	for st := range s.m {
+		out = append(out, st)
+	}
+	return out
+}

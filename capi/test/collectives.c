@@ -1,0 +1,518 @@
+// collectives.c: one rank of the C API test (capi/capi_test.go starts the
+// ranks, one process each). Built with $(CC) against build/include/flagcx.h
+// and build/lib/libflagcx.so, as a FlagCX user builds.
+//
+//   collectives <rank> <nranks> [unique id in hex]
+//
+// Rank 0 without an id makes one and prints "ID <hex>" first. Every rank
+// runs every collective on device memory of its backend (through the
+// device handle, as FlagCX's perf tests do), checks every element against
+// the exact expected value, checks the entries flagcx-go does not serve
+// return flagcxNotSupported with a message, and prints "PASS rank <r>:
+// <n> checks" at the end; any mismatch prints "FAIL ..." and exits 1.
+// CAPI_TEST_VENDOR and CAPI_TEST_HOMO, when set, are the expected getVendor
+// answer and flagcxIsHomoComm.
+
+#include <flagcx.h>
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int rank, nranks, checks;
+static flagcxDeviceHandle_t dh;
+static flagcxComm_t comm;
+static flagcxStream_t stream;
+
+static void fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stdout, "FAIL rank %d: ", rank);
+  vfprintf(stdout, fmt, ap);
+  fprintf(stdout, "\n");
+  va_end(ap);
+  fflush(stdout);
+  exit(1);
+}
+
+// ok checks a call succeeded.
+#define OK(call)                                                               \
+  do {                                                                         \
+    flagcxResult_t r_ = (call);                                                \
+    if (r_ != flagcxSuccess)                                                   \
+      fail("%s returned %d (%s): %s", #call, r_, flagcxGetErrorString(r_),     \
+           flagcxGetLastError(comm));                                          \
+    checks++;                                                                  \
+  } while (0)
+
+// expectResult checks a call fails with want and a last error (of c, or
+// of the process for NULL) naming entry and containing text.
+static void expectResultOf(flagcxComm_t c, const char *what,
+                           flagcxResult_t got, flagcxResult_t want,
+                           const char *entry, const char *text) {
+  if (got != want)
+    fail("%s returned %d, want %d", what, got, want);
+  const char *msg = flagcxGetLastError(c);
+  if (msg == NULL || strstr(msg, entry) == NULL || strstr(msg, text) == NULL)
+    fail("%s: last error \"%s\" does not name %s and say \"%s\"", what,
+         msg ? msg : "(null)", entry, text);
+  checks++;
+}
+
+#define expectResult(...) expectResultOf(comm, __VA_ARGS__)
+
+/* ---- Device memory through the device handle ---------------------------- */
+
+static void *dalloc(size_t bytes) {
+  void *p = NULL;
+  OK(dh->deviceMalloc(&p, bytes, flagcxMemDevice, NULL));
+  OK(dh->deviceMemset(p, 0, bytes, flagcxMemDevice, NULL));
+  return p;
+}
+
+static void put(void *dev, const void *host, size_t bytes) {
+  OK(dh->deviceMemcpy(dev, (void *)host, bytes, flagcxMemcpyHostToDevice,
+                      NULL));
+}
+
+static void get(void *host, void *dev, size_t bytes) {
+  OK(dh->deviceMemcpy(host, dev, bytes, flagcxMemcpyDeviceToHost, NULL));
+}
+
+static void sync(void) { OK(dh->streamSynchronize(stream)); }
+
+// expectInts compares n int32 values of device memory with want.
+static void expectInts(const char *what, void *dev, const int *want, int n) {
+  int *got = calloc(n, sizeof *got);
+  get(got, dev, n * sizeof *got);
+  for (int i = 0; i < n; i++)
+    if (got[i] != want[i])
+      fail("%s: element %d is %d, want %d", what, i, got[i], want[i]);
+  free(got);
+  checks++;
+}
+
+static void expectFloats(const char *what, void *dev, const float *want,
+                         int n) {
+  float *got = calloc(n, sizeof *got);
+  get(got, dev, n * sizeof *got);
+  for (int i = 0; i < n; i++)
+    if (got[i] != want[i])
+      fail("%s: element %d is %g, want %g", what, i, got[i], want[i]);
+  free(got);
+  checks++;
+}
+
+// value is rank r's element i: distinct per rank and element, exact in
+// float32 and int32 for every reduction below.
+static int value(int r, int i) { return (r + 1) * 1000 + i % 97; }
+
+/* ---- The collectives ------------------------------------------------------ */
+
+enum { COUNT = 1031 };
+
+static void testAllReduce(void) {
+  int *in = malloc(COUNT * sizeof *in), *want = malloc(COUNT * sizeof *want);
+  void *send = dalloc(COUNT * 4), *recv = dalloc(COUNT * 4);
+  for (int i = 0; i < COUNT; i++) {
+    in[i] = value(rank, i);
+    want[i] = 0;
+    for (int r = 0; r < nranks; r++)
+      want[i] += value(r, i);
+  }
+  put(send, in, COUNT * 4);
+  OK(flagcxAllReduce(send, recv, COUNT, flagcxInt32, flagcxSum, comm, stream));
+  sync();
+  expectInts("allreduce int32 sum", recv, want, COUNT);
+
+  // Prod, Max, Min: int32 in place; the factors stay small.
+  static const flagcxRedOp_t ops[] = {flagcxProd, flagcxMax, flagcxMin};
+  for (int k = 0; k < 3; k++) {
+    for (int i = 0; i < COUNT; i++) {
+      in[i] = ops[k] == flagcxProd ? (rank + i) % 3 + 1 : value(rank, i) - 2 * rank * (i % 2) * 1000;
+      int w = 0;
+      for (int r = 0; r < nranks; r++) {
+        int v = ops[k] == flagcxProd ? (r + i) % 3 + 1 : value(r, i) - 2 * r * (i % 2) * 1000;
+        if (r == 0)
+          w = v;
+        else if (ops[k] == flagcxProd)
+          w *= v;
+        else if (ops[k] == flagcxMax)
+          w = v > w ? v : w;
+        else
+          w = v < w ? v : w;
+      }
+      want[i] = w;
+    }
+    put(recv, in, COUNT * 4);
+    OK(flagcxAllReduce(recv, recv, COUNT, flagcxInt32, ops[k], comm, stream));
+    sync();
+    expectInts(ops[k] == flagcxProd  ? "allreduce int32 prod in place"
+               : ops[k] == flagcxMax ? "allreduce int32 max in place"
+                                     : "allreduce int32 min in place",
+               recv, want, COUNT);
+  }
+
+  // Avg on float32: the sum of 4(r+1) + i%89 over ranks divides exactly.
+  float *fin = malloc(COUNT * sizeof *fin), *fwant = malloc(COUNT * sizeof *fwant);
+  for (int i = 0; i < COUNT; i++) {
+    fin[i] = (float)(4 * (rank + 1) + i % 89);
+    fwant[i] = (float)(2 * (nranks + 1) + i % 89);
+  }
+  put(send, fin, COUNT * 4);
+  OK(flagcxAllReduce(send, recv, COUNT, flagcxFloat32, flagcxAvg, comm, stream));
+  sync();
+  expectFloats("allreduce float32 avg", recv, fwant, COUNT);
+  free(fin), free(fwant), free(in), free(want);
+  OK(dh->deviceFree(send, flagcxMemDevice, NULL));
+  OK(dh->deviceFree(recv, flagcxMemDevice, NULL));
+}
+
+static void testRooted(void) {
+  int n = nranks, root = n - 1;
+  int *in = malloc(n * COUNT * 4), *want = malloc(n * COUNT * 4);
+  void *send = dalloc(n * COUNT * 4), *recv = dalloc(n * COUNT * 4);
+
+  // Reduce (sum) to the last rank; the others pass no receive buffer.
+  for (int i = 0; i < COUNT; i++) {
+    in[i] = value(rank, i);
+    want[i] = 0;
+    for (int r = 0; r < n; r++)
+      want[i] += value(r, i);
+  }
+  put(send, in, COUNT * 4);
+  OK(flagcxReduce(send, rank == root ? recv : NULL, COUNT, flagcxInt32,
+                  flagcxSum, root, comm, stream));
+  sync();
+  if (rank == root)
+    expectInts("reduce int32 sum", recv, want, COUNT);
+
+  // Broadcast from rank 1 % n, in place.
+  int broot = 1 % n;
+  for (int i = 0; i < COUNT; i++) {
+    in[i] = rank == broot ? value(broot, i) : -1;
+    want[i] = value(broot, i);
+  }
+  put(recv, in, COUNT * 4);
+  OK(flagcxBroadcast(recv, recv, COUNT, flagcxInt32, broot, comm, stream));
+  sync();
+  expectInts("broadcast int32 in place", recv, want, COUNT);
+
+  // Gather to rank 0: block r is rank r's data.
+  for (int i = 0; i < COUNT; i++)
+    in[i] = value(rank, i);
+  for (int r = 0; r < n; r++)
+    for (int i = 0; i < COUNT; i++)
+      want[r * COUNT + i] = value(r, i);
+  put(send, in, COUNT * 4);
+  OK(flagcxGather(send, rank == 0 ? recv : NULL, COUNT, flagcxInt32, 0, comm,
+                  stream));
+  sync();
+  if (rank == 0)
+    expectInts("gather int32", recv, want, n * COUNT);
+
+  // Scatter from the last rank: rank r receives block r.
+  if (rank == root) {
+    for (int r = 0; r < n; r++)
+      for (int i = 0; i < COUNT; i++)
+        in[r * COUNT + i] = value(r, i) + 7;
+    put(send, in, n * COUNT * 4);
+  }
+  for (int i = 0; i < COUNT; i++)
+    want[i] = value(rank, i) + 7;
+  OK(flagcxScatter(rank == root ? send : NULL, recv, COUNT, flagcxInt32, root,
+                   comm, stream));
+  sync();
+  expectInts("scatter int32", recv, want, COUNT);
+  free(in), free(want);
+  OK(dh->deviceFree(send, flagcxMemDevice, NULL));
+  OK(dh->deviceFree(recv, flagcxMemDevice, NULL));
+}
+
+static void testGathers(void) {
+  int n = nranks;
+  float *in = malloc(n * COUNT * 4), *want = malloc(n * COUNT * 4);
+  void *send = dalloc(n * COUNT * 4), *recv = dalloc(n * COUNT * 4);
+
+  // AllGather out of place, then in place (send = recv + rank * count).
+  for (int i = 0; i < COUNT; i++)
+    in[i] = (float)value(rank, i);
+  for (int r = 0; r < n; r++)
+    for (int i = 0; i < COUNT; i++)
+      want[r * COUNT + i] = (float)value(r, i);
+  put(send, in, COUNT * 4);
+  OK(flagcxAllGather(send, recv, COUNT, flagcxFloat32, comm, stream));
+  sync();
+  expectFloats("allgather float32", recv, want, n * COUNT);
+  OK(dh->deviceMemset(recv, 0, n * COUNT * 4, flagcxMemDevice, NULL));
+  char *slot = (char *)recv + (size_t)rank * COUNT * 4;
+  put(slot, in, COUNT * 4);
+  OK(flagcxAllGather(slot, recv, COUNT, flagcxFloat32, comm, stream));
+  sync();
+  expectFloats("allgather float32 in place", recv, want, n * COUNT);
+
+  // ReduceScatter (sum): block j of every rank's send reduces into rank j.
+  for (int j = 0; j < n; j++)
+    for (int i = 0; i < COUNT; i++)
+      in[j * COUNT + i] = (float)(value(rank, i) + j);
+  for (int i = 0; i < COUNT; i++) {
+    want[i] = 0;
+    for (int r = 0; r < n; r++)
+      want[i] += (float)(value(r, i) + rank);
+  }
+  put(send, in, n * COUNT * 4);
+  OK(flagcxReduceScatter(send, recv, COUNT, flagcxFloat32, flagcxSum, comm,
+                         stream));
+  sync();
+  expectFloats("reducescatter float32 sum", recv, want, COUNT);
+
+  // AlltoAll: block j goes to rank j.
+  for (int j = 0; j < n; j++)
+    for (int i = 0; i < COUNT; i++)
+      in[j * COUNT + i] = (float)(rank * 100000 + j * 1000 + i % 500);
+  for (int r = 0; r < n; r++)
+    for (int i = 0; i < COUNT; i++)
+      want[r * COUNT + i] = (float)(r * 100000 + rank * 1000 + i % 500);
+  put(send, in, n * COUNT * 4);
+  OK(flagcxAlltoAll(send, recv, COUNT, flagcxFloat32, comm, stream));
+  sync();
+  expectFloats("alltoall float32", recv, want, n * COUNT);
+  free(in), free(want);
+  OK(dh->deviceFree(send, flagcxMemDevice, NULL));
+  OK(dh->deviceFree(recv, flagcxMemDevice, NULL));
+}
+
+// vcount is how many elements rank a sends to rank b in AlltoAllv.
+static size_t vcount(int a, int b) { return (size_t)((a + 2 * b) % 3 + 1) * 37; }
+
+static void testAlltoAllv(void) {
+  int n = nranks;
+  size_t sc[64], sd[64], rc[64], rd[64], stot = 0, rtot = 0;
+  for (int j = 0; j < n; j++) {
+    sc[j] = vcount(rank, j), sd[j] = stot, stot += sc[j];
+    rc[j] = vcount(j, rank), rd[j] = rtot, rtot += rc[j];
+  }
+  int *in = malloc(stot * 4), *want = malloc(rtot * 4);
+  for (int j = 0; j < n; j++)
+    for (size_t i = 0; i < sc[j]; i++)
+      in[sd[j] + i] = rank * 10000 + j * 100 + (int)i;
+  for (int j = 0; j < n; j++)
+    for (size_t i = 0; i < rc[j]; i++)
+      want[rd[j] + i] = j * 10000 + rank * 100 + (int)i;
+  void *send = dalloc(stot * 4), *recv = dalloc(rtot * 4);
+  put(send, in, stot * 4);
+  OK(flagcxAlltoAllv(send, sc, sd, recv, rc, rd, flagcxInt32, comm, stream));
+  sync();
+  expectInts("alltoallv int32", recv, want, (int)rtot);
+  free(in), free(want);
+  OK(dh->deviceFree(send, flagcxMemDevice, NULL));
+  OK(dh->deviceFree(recv, flagcxMemDevice, NULL));
+}
+
+// testSendRecv: a ring in a group on the communicator, then the reverse
+// ring in a flagcxGroupStart(NULL) group.
+static void testSendRecv(void) {
+  int n = nranks, next = (rank + 1) % n, prev = (rank + n - 1) % n;
+  int *in = malloc(COUNT * 4), *want = malloc(COUNT * 4);
+  void *send = dalloc(COUNT * 4), *recv = dalloc(COUNT * 4);
+  for (int pass = 0; pass < 2; pass++) {
+    int to = pass == 0 ? next : prev, from = pass == 0 ? prev : next;
+    for (int i = 0; i < COUNT; i++) {
+      in[i] = value(rank, i) + pass;
+      want[i] = value(from, i) + pass;
+    }
+    put(send, in, COUNT * 4);
+    flagcxComm_t g = pass == 0 ? comm : NULL;
+    OK(flagcxGroupStart(g));
+    OK(flagcxSend(send, COUNT, flagcxInt32, to, comm, stream));
+    OK(flagcxRecv(recv, COUNT, flagcxInt32, from, comm, stream));
+    OK(flagcxGroupEnd(g));
+    sync();
+    expectInts(pass == 0 ? "send/recv ring (group on comm)"
+                         : "send/recv reverse ring (group on NULL)",
+               recv, want, COUNT);
+  }
+  free(in), free(want);
+  OK(dh->deviceFree(send, flagcxMemDevice, NULL));
+  OK(dh->deviceFree(recv, flagcxMemDevice, NULL));
+}
+
+/* ---- Queries, handles, and what is not supported ------------------------ */
+
+static void testQueries(void) {
+  int v = -1;
+  OK(flagcxCommCount(comm, &v));
+  if (v != nranks)
+    fail("flagcxCommCount is %d, want %d", v, nranks);
+  OK(flagcxCommUserRank(comm, &v));
+  if (v != rank)
+    fail("flagcxCommUserRank is %d, want %d", v, rank);
+  OK(flagcxCommGetDeviceNumber(comm, &v));
+  OK(flagcxIsHomoComm(comm, &v));
+  const char *homo = getenv("CAPI_TEST_HOMO");
+  if (homo != NULL && v != atoi(homo))
+    fail("flagcxIsHomoComm is %d, want %s", v, homo);
+  flagcxResult_t async = flagcxInternalError;
+  OK(flagcxCommGetAsyncError(comm, &async));
+  if (async != flagcxSuccess)
+    fail("flagcxCommGetAsyncError is %d, want flagcxSuccess", async);
+  OK(flagcxGetVersion(&v));
+  if (v != 10000)
+    fail("flagcxGetVersion is %d, want 10000 (FlagCX's)", v);
+  if (getFlagcxDataTypeSize(flagcxBfloat16) != 2 ||
+      getFlagcxDataTypeSize(flagcxFloat64) != 8 ||
+      getFlagcxDataTypeSize(flagcxUint8) != 1)
+    fail("getFlagcxDataTypeSize is wrong");
+  if (strlen(flagcxGetErrorString(flagcxNotSupported)) == 0)
+    fail("flagcxGetErrorString(flagcxNotSupported) is empty");
+  if (sizeof(flagcxUniqueId) != 256 || flagcxNotSupported != 9 ||
+      flagcxBfloat16 != 9 || flagcxAvg != 4 || sizeof(flagcxRedOp_t) != 4)
+    fail("the header's layouts or values differ from FlagCX's");
+  OK(flagcxBarrier(comm, stream));
+  checks++;
+}
+
+static void testHandle(void) {
+  char vendor[64] = {0};
+  OK(dh->getVendor(vendor));
+  const char *want = getenv("CAPI_TEST_VENDOR");
+  if (want != NULL && strcmp(vendor, want) != 0)
+    fail("getVendor is \"%s\", want \"%s\"", vendor, want);
+  int d = -1;
+  OK(dh->getDevice(&d));
+  // A framework's stream wrapped by streamCopy is usable for collectives.
+  flagcxStream_t own, wrapped;
+  OK(dh->streamCreate(&own));
+  OK(dh->streamCopy(&wrapped, *(void **)own));
+  if (*(void **)wrapped != *(void **)own)
+    fail("streamCopy does not wrap the native stream it was given");
+  void *buf = dalloc(4 * COUNT);
+  int *in = malloc(4 * COUNT), *want2 = malloc(4 * COUNT);
+  for (int i = 0; i < COUNT; i++) {
+    in[i] = i;
+    want2[i] = i * nranks;
+  }
+  put(buf, in, 4 * COUNT);
+  flagcxEvent_t a, b;
+  OK(dh->eventCreate(&a, flagcxEventDefault));
+  OK(dh->eventCreate(&b, flagcxEventDefault));
+  OK(dh->eventRecord(a, wrapped));
+  OK(flagcxAllReduce(buf, buf, COUNT, flagcxInt32, flagcxSum, comm, wrapped));
+  OK(dh->eventRecord(b, wrapped));
+  OK(dh->streamWaitEvent(own, b));
+  OK(dh->eventSynchronize(b));
+  float ms = -1;
+  OK(dh->eventElapsedTime(&ms, a, b));
+  if (ms < 0)
+    fail("eventElapsedTime is negative: %g", ms);
+  OK(dh->streamSynchronize(own));
+  expectInts("allreduce on a streamCopy stream", buf, want2, COUNT);
+  OK(dh->eventDestroy(a));
+  OK(dh->eventDestroy(b));
+  OK(dh->streamFree(wrapped));
+  OK(dh->streamDestroy(own));
+  OK(dh->deviceFree(buf, flagcxMemDevice, NULL));
+  free(in), free(want2);
+  // flagcxMemAlloc and registration, as the perf tests' -R path uses them.
+  void *m = NULL, *h = NULL;
+  OK(flagcxMemAlloc(&m, 4096, flagcxMemCCL));
+  OK(flagcxCommRegister(comm, m, 4096, &h, flagcxMemCCL));
+  OK(flagcxCommDeregister(comm, h, flagcxMemCCL));
+  OK(flagcxMemFree(m, flagcxMemCCL));
+  // The deprecated handler group.
+  flagcxHandlerGroup_t hg = NULL;
+  OK(flagcxHandleInit(&hg));
+  if (hg->devHandle == NULL || hg->devHandle->getVendor == NULL)
+    fail("flagcxHandleInit left devHandle empty");
+  OK(flagcxHandleFree(hg));
+}
+
+static void testRefusals(void) {
+  const char *ns = "not supported";
+  expectResult("flagcxPut", flagcxPut(comm, 0, 0, 0, 8, 0, 0),
+               flagcxNotSupported, "flagcxPut", ns);
+  expectResult("flagcxGet", flagcxGet(comm, 0, 0, 0, 8, 0, 0),
+               flagcxNotSupported, "flagcxGet", ns);
+  uint64_t cnt;
+  expectResult("flagcxReadCounter", flagcxReadCounter(comm, &cnt),
+               flagcxNotSupported, "flagcxReadCounter", ns);
+  flagcxWindow_t win;
+  char mem[64];
+  expectResult("flagcxCommWindowRegister",
+               flagcxCommWindowRegister(comm, mem, 64, &win, 0, flagcxMemCCL),
+               flagcxNotSupported, "flagcxCommWindowRegister", ns);
+  expectResult("flagcxOneSideRegister", flagcxOneSideRegister(comm, mem, 64),
+               flagcxNotSupported, "flagcxOneSideRegister", ns);
+  expectResult("flagcxCommSuspend", flagcxCommSuspend(comm),
+               flagcxNotSupported, "flagcxCommSuspend", ns);
+  flagcxIpcMemHandle_t ipc;
+  size_t sz;
+  // Entries without a communicator record the process's last error.
+  expectResultOf(NULL, "ipcMemHandleCreate", dh->ipcMemHandleCreate(&ipc, &sz),
+               flagcxNotSupported, "ipcMemHandleCreate", ns);
+  void *p;
+  expectResultOf(NULL, "flagcxMemAlloc(SHMEM)", flagcxMemAlloc(&p, 64, flagcxMemSHMEM),
+               flagcxNotSupported, "flagcxMemAlloc", ns);
+  // Bad arguments fail with a message, and the communicator lives on.
+  expectResult("flagcxAllReduce(bad type)",
+               flagcxAllReduce(mem, mem, 1, (flagcxDataType_t)42, flagcxSum,
+                               comm, stream),
+               flagcxInvalidArgument, "flagcxAllReduce", "data type");
+  expectResultOf(NULL, "flagcxAllReduce(NULL comm)",
+               flagcxAllReduce(mem, mem, 1, flagcxInt8, flagcxSum, NULL,
+                               stream),
+               flagcxInvalidArgument, "flagcxAllReduce", "comm is NULL");
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: %s <rank> <nranks> [unique id in hex]\n", argv[0]);
+    return 2;
+  }
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  rank = atoi(argv[1]);
+  nranks = atoi(argv[2]);
+  if (nranks < 1 || nranks > 64 || rank < 0 || rank >= nranks) {
+    fprintf(stderr, "rank %d of %d: want 0 <= rank < nranks <= 64\n", rank,
+            nranks);
+    return 2;
+  }
+  flagcxUniqueId id;
+  if (argc > 3) {
+    if (strlen(argv[3]) != 2 * sizeof id)
+      fail("the unique id is not %zu hex digits", 2 * sizeof id);
+    for (size_t i = 0; i < sizeof id; i++)
+      sscanf(argv[3] + 2 * i, "%2hhx", (unsigned char *)&id.internal[i]);
+  } else {
+    OK(flagcxGetUniqueId(&id));
+    printf("ID ");
+    for (size_t i = 0; i < sizeof id; i++)
+      printf("%02x", (unsigned char)id.internal[i]);
+    printf("\n");
+  }
+  OK(flagcxDeviceHandleInit(&dh));
+  int ndev = 0;
+  OK(dh->getDeviceCount(&ndev));
+  if (ndev < 1)
+    fail("getDeviceCount is %d", ndev);
+  OK(dh->setDevice(rank % ndev));
+  OK(flagcxCommInitRank(&comm, nranks, &id, rank));
+  OK(dh->streamCreate(&stream));
+
+  testQueries();
+  testAllReduce();
+  testRooted();
+  testGathers();
+  testAlltoAllv();
+  testSendRecv();
+  testHandle();
+  testRefusals();
+
+  OK(dh->streamDestroy(stream));
+  OK(flagcxCommDestroy(comm));
+  comm = NULL;
+  OK(flagcxDeviceHandleFree(dh));
+  printf("PASS rank %d: %d checks\n", rank, checks);
+  return 0;
+}
