@@ -1,0 +1,193 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flagcx/flagcx-go/internal/testkit"
+)
+
+// cProgram builds capi/test/<name>.c with $CC (gcc) against the make-built
+// build/include/flagcx.h and build/lib/libflagcx.so, as a FlagCX user
+// builds: the library is found through the rpath.
+func cProgram(t *testing.T, name string) string {
+	t.Helper()
+	lib := testkit.BuiltFile(t, "lib", "libflagcx.so")
+	testkit.BuiltFile(t, "include", "flagcx.h")
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "gcc"
+	}
+	if _, err := exec.LookPath(cc); err != nil {
+		testkit.Skip(t, testkit.Compiler, "%s not found", cc)
+	}
+	root := testkit.RepoRoot(t)
+	out := filepath.Join(t.TempDir(), name)
+	libDir := filepath.Dir(lib)
+	cmd := exec.Command(cc, "-O1", "-Wall", "-Werror", "-std=gnu11",
+		"-I"+filepath.Join(root, "build", "include"), "-o", out, filepath.Join(root, "capi", "test", name+".c"),
+		"-L"+libDir, "-lflagcx", "-Wl,-rpath,"+libDir)
+	b, err := cmd.CombinedOutput()
+	require.NoError(t, err, "building %s.c against build/include and build/lib:\n%s", name, b)
+	return out
+}
+
+// cleanEnv is the test's environment without FLAGCX_* settings (the
+// scenarios set their own) and with a deadline short enough for a test.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "FLAGCX_") && !strings.HasPrefix(kv, "CAPI_TEST_") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, "FLAGCX_TIMEOUT=60")
+}
+
+// rankOut is one rank's process: its output (stdout and stderr, written
+// from two goroutines) and how it ended.
+type rankOut struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+	err error
+}
+
+func (o *rankOut) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.Write(p)
+}
+
+func (o *rankOut) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.String()
+}
+
+// runRanks runs prog as len(envs) ranks, one process each, rank r with the
+// extra environment envs[r]: rank 0 first, which prints the unique id, then
+// the others with it.
+func runRanks(t *testing.T, prog string, envs [][]string) []*rankOut {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	n := len(envs)
+	outs := make([]*rankOut, n)
+	var wg sync.WaitGroup
+	start := func(r int, args ...string) *exec.Cmd {
+		o := &rankOut{}
+		outs[r] = o
+		cmd := exec.CommandContext(ctx, prog, append([]string{fmt.Sprint(r), fmt.Sprint(n)}, args...)...)
+		cmd.Env = append(cleanEnv(), envs[r]...)
+		cmd.Stderr = o
+		return cmd
+	}
+	// Rank 0's stdout is read for the id line, then copied.
+	c0 := start(0)
+	pipe, err := c0.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, c0.Start())
+	rd := bufio.NewReader(pipe)
+	line, err := rd.ReadString('\n')
+	id, ok := strings.CutPrefix(strings.TrimSpace(line), "ID ")
+	if err != nil || !ok {
+		_ = c0.Process.Kill()
+		_ = c0.Wait()
+		t.Fatalf("rank 0 printed %q instead of its unique id (%v):\n%s", line, err, outs[0].String())
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		_, _ = io.Copy(outs[0], rd)
+		outs[0].err = c0.Wait()
+	}()
+	for r := 1; r < n; r++ {
+		c := start(r, id)
+		c.Stdout = outs[r]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			outs[r].err = c.Run()
+		}()
+	}
+	wg.Wait()
+	return outs
+}
+
+// TestCAPICollectives runs every collective through libflagcx.so from C
+// programs, several processes, on the host backend and on the emulated
+// vendor runtimes, alone and in heterogeneous communicators: every element
+// exact (collectives.c), the entries flagcx-go does not serve refused with
+// flagcxNotSupported and a message, and the emulated runtimes announced.
+func TestCAPICollectives(t *testing.T) {
+	prog := cProgram(t, "collectives")
+	testkit.BuiltFile(t, "plugins", "libflagcx-nvidia.so")
+	emptyDir := t.TempDir()
+	emu := "FLAGCX_EMULATED=1"
+	nv := []string{emu, "FLAGCX_BACKEND=nvidia", "CAPI_TEST_VENDOR=NVIDIA"}
+	host := []string{"FLAGCX_BACKEND=host", "CAPI_TEST_VENDOR=HOST"}
+	split := []string{emu, "FLAGCX_BACKEND=nvidia", "FLAGCX_CLUSTER_SPLIT_LIST=1,1", "CAPI_TEST_HOMO=0"}
+	cases := []struct {
+		name     string
+		ranks    [][]string
+		emulated bool
+	}{
+		{"host backend, 3 ranks", [][]string{host, host, host}, false},
+		{"emulated nvidia, 2 ranks", [][]string{append(nv, "CAPI_TEST_HOMO=1"), append(nv, "CAPI_TEST_HOMO=1")}, true},
+		{"heterogeneous: emulated nvidia x2 + host", [][]string{append(nv, "CAPI_TEST_HOMO=0"), append(nv, "CAPI_TEST_HOMO=0"), append(host, emu, "CAPI_TEST_HOMO=0")}, true},
+		{"emulated nvidia split into clusters 1,1", [][]string{split, split}, true},
+		{"no plugin with a device: the host", [][]string{
+			{"FLAGCX_PLUGIN_DIR=" + emptyDir, "CAPI_TEST_VENDOR=HOST"}, {"FLAGCX_PLUGIN_DIR=" + emptyDir, "CAPI_TEST_VENDOR=HOST"}}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			outs := runRanks(t, prog, tc.ranks)
+			for r, o := range outs {
+				text := o.String()
+				require.NoError(t, o.err, "rank %d:\n%s", r, text)
+				require.Contains(t, text, fmt.Sprintf("PASS rank %d:", r))
+				require.NotContains(t, text, "goroutine ", "rank %d printed a Go stack", r)
+				announced := strings.Contains(text, "EMULATED vendor runtimes")
+				onEmulated := tc.emulated && !strings.Contains(strings.Join(tc.ranks[r], " "), "FLAGCX_BACKEND=host")
+				require.Equal(t, onEmulated, announced, "rank %d says it runs on emulated runtimes exactly when it does:\n%s", r, text)
+			}
+		})
+	}
+}
+
+// TestCAPIBackendChoice: without FLAGCX_BACKEND a process takes the first
+// plugin (by name) of the plugin directory next to the library whose
+// runtime loads with a device; a FLAGCX_BACKEND naming no plugin fails
+// with one message that says what to do, and never with a Go stack.
+func TestCAPIBackendChoice(t *testing.T) {
+	prog := cProgram(t, "collectives")
+	plugins, err := filepath.Glob(filepath.Join(filepath.Dir(testkit.BuiltFile(t, "plugins", "libflagcx-nvidia.so")), "libflagcx-*.so"))
+	require.NoError(t, err)
+	first := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(plugins[0]), "libflagcx-"), ".so")
+	vendor := testkit.Lookup(t, first).Vendor
+
+	outs := runRanks(t, prog, [][]string{{"FLAGCX_EMULATED=1", "CAPI_TEST_VENDOR=" + vendor}})
+	require.NoError(t, outs[0].err, outs[0].String())
+	require.Contains(t, outs[0].String(), "backend "+first+" runs on EMULATED vendor runtimes")
+	require.Contains(t, outs[0].String(), "PASS rank 0:")
+
+	cmd := exec.Command(prog, "0", "1")
+	cmd.Env = append(cleanEnv(), "FLAGCX_BACKEND=nosuch")
+	b, err := cmd.CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(b), "FLAGCX_BACKEND=nosuch: no plugin file libflagcx-nosuch.so in ")
+	require.Contains(t, string(b), "FLAGCX_BACKEND=host for the CPU")
+	require.NotContains(t, string(b), "goroutine ")
+}
