@@ -50,6 +50,9 @@ var (
 	// ShmCopyThreads is FLAGCX_SHM_COPY_THREADS.
 	ShmCopyThreads = Int("FLAGCX_SHM_COPY_THREADS", 4, 1, 64,
 		"goroutines copying a large point-to-point batch through shared memory")
+	// DeviceReduce is FLAGCX_DEVICE_REDUCE.
+	DeviceReduce = BoolOn("FLAGCX_DEVICE_REDUCE",
+		"heterogeneous AllReduces on one host reduce on the devices when every plugin can (ABI v4 reduceLocal); 0 on any rank: on the host")
 	// ShmRegister is FLAGCX_SHM_REGISTER (read by bench).
 	ShmRegister = BoolOn("FLAGCX_SHM_REGISTER",
 		"bench allocates its host buffers with the communicator's MemAlloc (registered, zero-copy collectives); 0 for ordinary memory")
@@ -59,6 +62,37 @@ var (
 	// ShmSlots is FLAGCX_SHM_SLOTS.
 	ShmSlots = Gone("FLAGCX_SHM_SLOTS",
 		"this variable no longer exists: each rank now has one segment; size its inbound rings with FLAGCX_SHM_P2P_SIZE and its collective window with FLAGCX_SHM_WINDOW_SIZE")
+)
+
+// The network between hosts: sockets, or a network plugin (hostnet,
+// sdk/netplugin, plugins/net-ib).
+var (
+	// Net is FLAGCX_NET: "IB", "Socket", or "" (automatic).
+	Net = Choice("FLAGCX_NET", "", "automatic",
+		map[string]string{"IB": "IB", "Socket": "Socket"},
+		"allowed are IB and Socket; unset: IB between hosts that both have an RDMA device",
+		"the network: IB (the net-ib plugin; an error without an RDMA device) or Socket")
+	// ForceNetSocket is FLAGCX_FORCE_NET_SOCKET.
+	ForceNetSocket = Bool("FLAGCX_FORCE_NET_SOCKET",
+		"TCP sockets between hosts even where RDMA devices exist (as FLAGCX_NET=Socket)")
+	// NetPlugin is FLAGCX_NET_PLUGIN.
+	NetPlugin = String("FLAGCX_NET_PLUGIN", "",
+		"the network plugin file").Documented("<plugin dir>/../net/libflagcx-net-ib.so")
+	// IBHCA is FLAGCX_IB_HCA (read by plugins/net-ib).
+	IBHCA = stringIn(C, "FLAGCX_IB_HCA", "",
+		"RDMA devices to use: prefixes with optional :port (mlx5_0:1,mlx5_1), ^ to exclude, = for exact names")
+	// IBGIDIndex is FLAGCX_IB_GID_INDEX (read by plugins/net-ib).
+	IBGIDIndex = stringIn(C, "FLAGCX_IB_GID_INDEX", "",
+		"GID index of the port (RoCE); unset: the first RoCE v2 GID, else 0")
+	// IBPort is FLAGCX_IB_PORT (read by plugins/net-ib).
+	IBPort = stringIn(C, "FLAGCX_IB_PORT", "",
+		"the port number to use on every device (1-based); unset: every active port")
+	// IBQPsPerConnection is FLAGCX_IB_QPS_PER_CONNECTION (read by plugins/net-ib).
+	IBQPsPerConnection = stringIn(C, "FLAGCX_IB_QPS_PER_CONNECTION", "2",
+		"RC queue pairs per connection, each carrying a part of every message (1..8)")
+	// IBVerbs is FLAGCX_IBVERBS (read by plugins/net-ib).
+	IBVerbs = stringIn(C, "FLAGCX_IBVERBS", "",
+		"path of the libibverbs the net-ib plugin loads (set to the emulator by --emulated)").Documented("libibverbs.so.1")
 )
 
 // Ranks and the rendezvous (internal/launch).
