@@ -119,7 +119,9 @@ typedef struct flagcxNetPlugin_v1 {
 
   /* Receiver side: a listening endpoint; handle (at most
    * FLAGCX_NET_HANDLE_MAXSIZE bytes, *handleBytes says how many) goes to
-   * the sender. One listenComm makes one recvComm. */
+   * the sender. One listenComm makes one recvComm: a successful accept
+   * turns it into that recvComm (close the recvComm then, not the
+   * listenComm); closeListen is for a listener never accepted. */
   flagcxResult_t (*listen)(int dev, void* handle, size_t* handleBytes, flagcxNetListenComm_t* listenComm);
   /* Sender side: connects to the listener of handle; reply (same limit)
    * goes back to the receiver for accept. */
