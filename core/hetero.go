@@ -166,9 +166,12 @@ type HeteroComm struct {
 	inter *Comm        // the cluster leaders (leaders only; heterogeneous only)
 	ccl   *loader.Comm // the cluster's vendor communicator (device ranks)
 
-	d2h, h2d loader.Stream  // staging copies (device ranks)
-	shm      *shmPlane      // the zero-copy plane (every rank on one host), or nil
-	events   []loader.Event // ordering the steps of staged plans (device ranks; see chain)
+	d2h, h2d loader.Stream // staging copies (device ranks)
+	shm      *shmPlane     // the zero-copy plane (every rank on one host), or nil
+	// wantDeviceReduce: FLAGCX_DEVICE_REDUCE on this rank (sched.Options'
+	// ShmDeviceReduce is what the ranks agreed).
+	wantDeviceReduce bool
+	events           []loader.Event // ordering the steps of staged plans (device ranks; see chain)
 
 	stagePtr   uintptr // pinned staging (device ranks)
 	stage      []byte  // staging (host memory on host ranks)
@@ -237,6 +240,9 @@ func InitHeteroRank(id UniqueID, nranks, rank int, be Backend, opts ...HeteroOpt
 		return nil, err
 	}
 	c := &HeteroComm{rank: rank, n: nranks, be: be, world: world, workers: runtime.GOMAXPROCS(0), debug: collDebugFromEnv(o.lookup), printed: map[string]bool{}}
+	// A value this rank cannot read counts as "off": start turns device
+	// reductions off for everyone when any rank has them off.
+	c.wantDeviceReduce, _ = env.DeviceReduce.Get(env.Lookup(o.lookup))
 	if err := c.agree(rec); err != nil {
 		_ = world.Abort()
 		return nil, err
@@ -422,14 +428,18 @@ func (c *HeteroComm) start() error {
 	shmOK := startErr == nil && c.setupShm()
 	// Share the outcome: a rank whose vendor library failed must not
 	// leave the others waiting in their first collective; the zero-copy
-	// plane runs only if every rank can take part.
-	const failed, noShm = 1, 2
+	// plane runs only if every rank can take part, and reduces on the
+	// devices only if every rank wants it and every device rank can.
+	const failed, noShm, noDeviceReduce = 1, 2, 4
 	flag := []byte{0}
 	if startErr != nil {
 		flag[0] |= failed
 	}
 	if !shmOK {
 		flag[0] |= noShm
+	}
+	if !shmOK || !c.shm.reducesOnDevice {
+		flag[0] |= noDeviceReduce
 	}
 	flags := make([]byte, c.n)
 	if err := c.world.AllGather(flag, flags, 1, sdk.Uint8); err != nil {
@@ -439,17 +449,20 @@ func (c *HeteroComm) start() error {
 		return startErr
 	}
 	var bad []int
+	deviceReduce := shmOK
 	for r, f := range flags {
 		if f&failed != 0 {
 			bad = append(bad, r)
 		}
 		shmOK = shmOK && f&noShm == 0
+		deviceReduce = deviceReduce && f&noDeviceReduce == 0
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("%w: rank %d: ranks %s could not start their cluster's library (see their errors)", sdk.ErrRemoteError, c.rank, sched.FormatRanks(bad))
 	}
 	if shmOK {
 		c.opts.ShmWindow = c.shm.windowMin()
+		c.opts.ShmDeviceReduce = deviceReduce
 	} else if err := c.releaseShm(); err != nil {
 		return fmt.Errorf("rank %d: releasing the shared windows: %w", c.rank, err)
 	}

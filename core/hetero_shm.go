@@ -33,7 +33,18 @@ type shmPlane struct {
 	// on the device (h2d); start marks the caller's earlier work.
 	start                 loader.Event
 	reduced, input, outpt []loader.Event
+	// reducesOnDevice: this rank can take part in device-reduced
+	// AllReduces (a host rank always can; a device rank when its plugin's
+	// reduceLocal works and FLAGCX_DEVICE_REDUCE is on). scratch holds
+	// the other clusters' contributions on the device (scratchBytes).
+	reducesOnDevice bool
+	scratch         uintptr
+	scratchBytes    int
 }
+
+// scratchProbe is the device scratch setupShm allocates to ask the plugin
+// whether it reduces (a reduceLocal of no elements); calls grow it.
+const scratchProbe = 4096
 
 // setupShm makes the zero-copy plane when every rank is on this host and
 // shares its windows: a device rank registers every window with its
@@ -44,12 +55,13 @@ func (c *HeteroComm) setupShm() bool {
 	if c.layout.IsHomogeneous() || c.opts.HostPath || node == nil || node.Size() != c.n {
 		return false
 	}
-	sp := &shmPlane{node: node, workers: node.Cores()}
+	sp := &shmPlane{node: node, workers: node.Cores(), reducesOnDevice: c.wantDeviceReduce}
 	c.shm = sp
 	p := c.be.Plugin
 	if p == nil {
 		return true
 	}
+	sp.reducesOnDevice = c.wantDeviceReduce && c.probeDeviceReduce()
 	if !p.CanRegisterHost() {
 		return false // ABI v1: the staged schedules run
 	}
@@ -67,6 +79,45 @@ func (c *HeteroComm) setupShm() bool {
 	var err error
 	sp.start, err = p.EventCreate(c.be.Device)
 	return err == nil
+}
+
+// probeDeviceReduce reports whether the plugin reduces on this rank's
+// device: a reduceLocal of no elements on a first scratch allocation.
+func (c *HeteroComm) probeDeviceReduce() bool {
+	p, sp := c.be.Plugin, c.shm
+	if !p.CanReduceLocal() {
+		return false
+	}
+	buf, err := p.DeviceMalloc(c.be.Device, scratchProbe)
+	if err == nil {
+		sp.scratch, sp.scratchBytes = buf, scratchProbe
+		err = p.ReduceLocal(c.be.Device, buf, []uintptr{buf}, 0, sdk.Float32, sdk.Sum, 1, 0)
+	}
+	if err != nil && c.debug.init {
+		c.logf("INIT", "%s does not reduce on device %d (%v): clusters reduce on the host", p.Name, c.be.Device, err)
+	}
+	return err == nil
+}
+
+// ensureScratch makes the device scratch at least n bytes. Every copy
+// into it of an earlier call is done: a call ends synchronised.
+func (c *HeteroComm) ensureScratch(n int) error {
+	sp, p := c.shm, c.be.Plugin
+	if n <= sp.scratchBytes {
+		return nil
+	}
+	if sp.scratch != 0 {
+		if err := p.DeviceFree(sp.scratch); err != nil {
+			return err
+		}
+		sp.scratch, sp.scratchBytes = 0, 0
+	}
+	buf, err := p.DeviceMalloc(c.be.Device, n)
+	if err != nil {
+		return fmt.Errorf("device scratch of %d bytes for the other clusters' data on %s device %d: %w", n, p.Name, c.be.Device, err)
+	}
+	sp.scratch, sp.scratchBytes = buf, n
+	return nil
 }
 
 // windowMin is the smallest window of the host (the same on every rank).
@@ -109,6 +160,9 @@ func (c *HeteroComm) releaseShm() error {
 			errs = append(errs, p.EventDestroy(e))
 		}
 	}
+	if sp.scratch != 0 {
+		errs = append(errs, p.DeviceFree(sp.scratch))
+	}
 	return errors.Join(errs...)
 }
 
@@ -126,6 +180,7 @@ type shmRun struct {
 	m, j       int // cluster size, index in it
 	workers    int
 	block      int            // bytes of the count argument (the message, or one rank's block)
+	partMax    int            // bytes of the longest part this rank carries (device reductions)
 	gotten     [maxSlots]bool // outpt[slot] was recorded in this call
 }
 
@@ -357,7 +412,7 @@ func (r *shmRun) holders(k int, rg sched.Range) []sched.Held {
 // cluster, its library gathers the parts; a host rank copies every piece.
 func (r *shmRun) output(k int) error {
 	c := r.c
-	off, L := r.g.Span(k)
+	off, _ := r.g.Span(k)
 	pt, outArea := r.part(k), r.g.OutArea(k)
 	for _, s := range r.holders(k, pt) {
 		if s.Rank == c.rank && r.p == nil {
@@ -375,7 +430,16 @@ func (r *shmRun) output(k int) error {
 	if r.p == nil {
 		return nil
 	}
-	slot := k % r.g.Slots
+	return r.landed(k)
+}
+
+// landed follows a device rank's copies of chunk k's result (enqueued on
+// the h2d stream): it records outpt[slot] and, in a cluster, its library
+// gathers the parts on the caller's stream.
+func (r *shmRun) landed(k int) error {
+	c := r.c
+	off, L := r.g.Span(k)
+	pt, slot := r.part(k), k%r.g.Slots
 	if err := r.p.EventRecord(c.shm.outpt[slot], c.h2d); err != nil {
 		return err
 	}
@@ -402,6 +466,53 @@ func (r *shmRun) output(k int) error {
 	return nil
 }
 
+// foldOnDevice is get for a device-reduced AllReduce (sched.ShmPlan's
+// DeviceReduce): this rank copies the other clusters' contributions to its
+// part of chunk k from their carriers' input areas into device scratch
+// (one area per cluster and slot), folds every cluster's contribution in
+// rank order into recv on its device, and lands the chunk. Every copy and
+// fold is enqueued on the h2d stream, so it runs in order after the copies
+// it reads and before the next chunk's copies into the same scratch.
+func (r *shmRun) foldOnDevice(k int) error {
+	c := r.c
+	off, L := r.g.Span(k)
+	pt := r.part(k)
+	own := r.send.ptr + uintptr(off) // a cluster of one: its input itself
+	if r.m > 1 {
+		own = r.recv.ptr + uintptr(off) // the intra ReduceScatter's part
+	}
+	area := r.scratchArea(k)
+	inArea := r.g.InArea(k)
+	var srcs [sched.MaxDeviceReduceClusters]uintptr
+	for _, s := range sched.Sources(c.layout, L, r.size, pt) {
+		n := 0
+		for _, q := range s.Ranks {
+			src := own + uintptr(s.Off)
+			if q != c.rank {
+				src = area + uintptr(c.layout.ClusterOf(q).Index*r.partMax+s.Off-pt.Off)
+				from := r.window(q)[inArea+s.Off:][:s.Len]
+				if err := r.p.Memcpy(src, addrOf(from), s.Len, loader.HostToDevice, c.h2d); err != nil {
+					return err
+				}
+			}
+			srcs[n] = src
+			n++
+		}
+		dst := r.recv.ptr + uintptr(off+s.Off)
+		if err := r.p.ReduceLocal(c.be.Device, dst, srcs[:n], s.Len/r.size, r.call.DType, r.call.Op, c.n, c.h2d); err != nil {
+			return fmt.Errorf("%s's device reduction: %w", r.p.Name, err)
+		}
+	}
+	return r.landed(k)
+}
+
+// scratchArea is where chunk k's slot starts in the device scratch: per
+// slot one area of partMax bytes per cluster.
+func (r *shmRun) scratchArea(k int) uintptr {
+	per := len(r.c.layout.Clusters) * r.partMax
+	return r.c.shm.scratch + uintptr((k%r.g.Slots)*per)
+}
+
 // pipeline runs the chunks, Slots of them in flight, one or two steps a
 // chunk (sched.ShmPlan). An opening and a closing step keep the host
 // engine's rule about the halves of the windows (nobody reads them across
@@ -425,6 +536,12 @@ func (r *shmRun) pipeline() error {
 		}
 		if err := c.shmEvents(g.Slots); err != nil {
 			return err
+		}
+		if g.DeviceReduce {
+			r.partMax = r.part(0).Len // chunk 0 is the longest, part 0 of it too
+			if err := c.ensureScratch(g.Slots * len(c.layout.Clusters) * r.partMax); err != nil {
+				return err
+			}
 		}
 		// The d2h stream reads the input after the caller's earlier work.
 		if err := r.p.EventRecord(c.shm.start, r.s); err != nil {
@@ -453,11 +570,11 @@ func (r *shmRun) pipeline() error {
 	if err := put(g.Slots - 1); err != nil {
 		return err
 	}
+	lag := max(g.Lag, 1)
+	if two {
+		lag = g.Slots
+	}
 	for k := 0; k < K; k++ {
-		lag := 1
-		if two {
-			lag = g.Slots
-		}
 		if err := r.waitGotten(k - lag); err != nil {
 			return err
 		}
@@ -480,7 +597,7 @@ func (r *shmRun) pipeline() error {
 		}
 		upTo := k + g.Slots
 		if !two {
-			upTo = k - 1 + g.Slots
+			upTo = k - lag + g.Slots
 		}
 		if err := put(upTo); err != nil {
 			return err
@@ -564,7 +681,10 @@ func (r *shmRun) put(k int) error {
 // recorded on outpt[slot]).
 func (r *shmRun) get(k int) error {
 	c, g := r.c, r.g
-	if g.Coll == sdk.AllReduce {
+	switch {
+	case g.DeviceReduce:
+		return r.foldOnDevice(k)
+	case g.Coll == sdk.AllReduce:
 		return r.output(k)
 	}
 	off, L := g.Span(k)

@@ -182,6 +182,10 @@ func (p *watchedPlugin) Memcpy(dst, src uintptr, n int, kind loader.MemcpyKind, 
 	return p.wd.do("memCopy", false, func() error { return p.Plugin.Memcpy(dst, src, n, kind, s) })
 }
 
+func (p *watchedPlugin) ReduceLocal(dev int, dst uintptr, srcs []uintptr, count int, dt sdk.DataType, op sdk.RedOp, avgDivisor int, s loader.Stream) error {
+	return p.wd.do("reduceLocal", false, func() error { return p.Plugin.ReduceLocal(dev, dst, srcs, count, dt, op, avgDivisor, s) })
+}
+
 func (p *watchedPlugin) StreamSynchronize(s loader.Stream) error {
 	return p.wd.do("streamSynchronize", false, func() error { return p.Plugin.StreamSynchronize(s) })
 }

@@ -147,7 +147,11 @@ func work(job *workerJob, out *workerOut) error {
 			if err != nil {
 				return err
 			}
-			out.Paths = append(out.Paths, fmt.Sprintf("%v: %v", c.Coll, p.Path))
+			path := fmt.Sprintf("%v: %v", c.Coll, p.Path)
+			if p.Shm != nil && p.Shm.DeviceReduce {
+				path += "+device"
+			}
+			out.Paths = append(out.Paths, path)
 		}
 		for _, inPlace := range []bool{false, true} {
 			if inPlace && !InPlaceChecked(c.Coll) {
@@ -327,6 +331,10 @@ func TestHeteroPlacements(t *testing.T) {
 		{"staged, 3 clusters (no shared memory: TCP)", "nvidia:2,host:1,nvidia:2", []string{"FLAGCX_SHM_DISABLE=1", "FLAGCX_CLUSTER_SPLIT_LIST=2,1,2", "FLAGCX_NET_CHUNK_SIZE=64"}, 3, false, "c2c", nil, nil},
 		{"a v2 plugin registers the windows: zero copy", "example:2,host:1", nil, 2, false, "c2c-shm", nil, nil},
 		{"a v1 plugin cannot: the staged path", "example-v1:2,host:1", nil, 2, false, "c2c", nil, nil},
+		{"device reductions (reduceLocal), split 1,1", "example:2", []string{"FLAGCX_CLUSTER_SPLIT_LIST=1,1", "FLAGCX_NET_CHUNK_SIZE=32K"}, 2, false, "c2c-shm+device", []int{70001}, nil},
+		{"device reductions after intra steps, uneven parts, 3 clusters", "example:6", []string{"FLAGCX_CLUSTER_SPLIT_LIST=2,1,3", "FLAGCX_NET_CHUNK_SIZE=32K"}, 3, false, "c2c-shm+device", []int{70001}, []int{int(sdk.Float32), int(sdk.Int8), int(sdk.Bfloat16)}},
+		{"device reductions, even parts of 2,2", "example:4", []string{"FLAGCX_CLUSTER_SPLIT_LIST=2,2", "FLAGCX_NET_CHUNK_SIZE=32K"}, 2, false, "c2c-shm+device", []int{70004}, []int{int(sdk.Float32), int(sdk.Float16)}},
+		{"FLAGCX_DEVICE_REDUCE=0 reduces on the host", "example:2", []string{"FLAGCX_CLUSTER_SPLIT_LIST=1,1", "FLAGCX_NET_CHUNK_SIZE=32K", "FLAGCX_DEVICE_REDUCE=0"}, 2, false, "c2c-shm", []int{70001}, []int{int(sdk.Float32)}},
 		{"homogeneous cambricon (no float64, no avg: bytes and host path)", "cambricon:2", nil, 1, true, "vendor", nil, nil},
 		{"homogeneous nvidia", "nvidia:2", nil, 1, true, "vendor", nil, nil},
 		{"three vendors 2+1+2", "kunlunxin:2,metax:1,host:2", nil, 3, false, "c2c-shm", nil, nil},

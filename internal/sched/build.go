@@ -28,6 +28,10 @@ type Options struct {
 	// every rank shares one host and every device rank registered every
 	// window with its runtime (0 otherwise): AllReduce then takes PathShm.
 	ShmWindow int
+	// ShmDeviceReduce: every device rank's plugin reduces on its device
+	// (ABI v4's reduceLocal), so an AllReduce over device clusters only
+	// on PathShm reduces there and the host only relays (shm.go).
+	ShmDeviceReduce bool
 }
 
 // span is a byte range [Off, Off+Len).

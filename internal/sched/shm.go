@@ -41,6 +41,17 @@ import (
 // nothing. Small AllReduces (OneShot) take one step: every rank puts its
 // whole input in its window and reduces all of them in rank order itself.
 //
+// AllReduce with device reductions (DeviceReduce: no host ranks, every
+// plugin reduces on its device, at most MaxDeviceReduceClusters clusters),
+// one step a chunk: every rank puts its part in as above; then every rank
+// copies the other clusters' contributions to its part into device scratch
+// (the carriers' input areas, sched.Sources) and folds them with its own
+// on its device, in rank order, so the host copies nothing and reduces
+// nothing: each byte crosses a rank's link once each way. Every cluster
+// reduces the whole message (each rank its part), which costs each link
+// (clusters-1) parts in; with two clusters, which is what split layouts
+// and two vendors are, that is no more than the relay needs anyway.
+//
 // Reduce: as AllReduce without the intra steps (every rank puts its own
 // input in), and only the root collects the pieces. Broadcast: the root
 // puts the chunk in, every rank copies it out (one step a chunk).
@@ -63,6 +74,13 @@ type ShmPlan struct {
 	// Reducers reduce the pieces of every chunk (AllReduce, Reduce):
 	// piece i (Piece) is reduced by Reducers[i] into its output area.
 	Reducers []int
+	// DeviceReduce: the AllReduce reduces on the devices (one step a
+	// chunk, no output areas, no reducers).
+	DeviceReduce bool
+	// Lag is how many chunks a one-step pipeline keeps a rank's copies
+	// out of the windows in flight: it waits for its copies of chunk k-Lag
+	// before it publishes chunk k, and puts chunk k-Lag+Slots in after.
+	Lag int
 }
 
 // ShmReducers are the ranks that reduce AllReduce's and Reduce's pieces
@@ -118,10 +136,10 @@ func (p *ShmPlan) Holders(chunkLen, size int, r Range) []Held {
 	return out
 }
 
-// Steps is how many steps a chunk takes: the reductions publish their
+// Steps is how many steps a chunk takes: the host reductions publish their
 // pieces in a second step.
 func (p *ShmPlan) Steps() int {
-	if p.Coll == sdk.AllReduce || p.Coll == sdk.Reduce {
+	if !p.DeviceReduce && (p.Coll == sdk.AllReduce || p.Coll == sdk.Reduce) {
 		return 2
 	}
 	return 1
@@ -134,7 +152,17 @@ var (
 	// ShmOneShot: calls of at most this many bytes times the rank count
 	// take the one-step path.
 	ShmOneShot = 256 << 10
+	// ShmDeviceSlots and ShmDeviceLag shape the device-reduced AllReduce:
+	// with a lag of two, a rank's copies into its device for chunk k run
+	// while it publishes chunk k+1, so its inbound link never waits for a
+	// step; four slots keep two chunks of outbound copies ahead of them.
+	ShmDeviceSlots = 4
+	ShmDeviceLag   = 2
 )
+
+// MaxDeviceReduceClusters is the most clusters a device-reduced AllReduce
+// folds (one source each in one reduceLocal call: FLAGCX_REDUCE_MAX_SRCS).
+const MaxDeviceReduceClusters = 8
 
 const shmAlign = 4096 // slot areas start on pages (and on any element)
 
@@ -155,7 +183,7 @@ func ShmColl(coll sdk.Collective) bool {
 // into chunks of at most chunkMax bytes (FLAGCX_NET_CHUNK_SIZE; 0: as
 // large as the slots allow). reducers are AllReduce's and Reduce's
 // (ShmReducers; nil: every rank).
-func NewShmPlan(coll sdk.Collective, bytes, size, n int, reducers []int, window, chunkMax int) (*ShmPlan, error) {
+func NewShmPlan(coll sdk.Collective, bytes, size, n int, reducers []int, window, chunkMax int, deviceReduce bool) (*ShmPlan, error) {
 	if reducers == nil {
 		for r := 0; r < n; r++ {
 			reducers = append(reducers, r)
@@ -164,8 +192,13 @@ func NewShmPlan(coll sdk.Collective, bytes, size, n int, reducers []int, window,
 	if coll == sdk.AllReduce && bytes*n <= ShmOneShot && 2*alignUp(bytes, 64) <= window/2 {
 		return &ShmPlan{Coll: coll, OneShot: true, Spans: []Range{{0, bytes}}, Slots: 1, In: alignUp(bytes, 64), Blocks: 1}, nil
 	}
-	slots := max(ShmSlots, 1)
-	if coll != sdk.AllReduce && coll != sdk.Reduce {
+	deviceReduce = deviceReduce && coll == sdk.AllReduce
+	slots, lag := max(ShmSlots, 1), 1
+	switch {
+	case deviceReduce:
+		lag = min(max(ShmDeviceLag, 1), max(ShmDeviceSlots, 2)-1)
+		slots = max(ShmDeviceSlots, lag+1)
+	case coll != sdk.AllReduce && coll != sdk.Reduce:
 		// One step a chunk: chunk k+1 goes in while chunk k-1 may still
 		// be read, so it takes two slots at least (pipeline in core).
 		slots = max(slots, 2)
@@ -173,10 +206,11 @@ func NewShmPlan(coll sdk.Collective, bytes, size, n int, reducers []int, window,
 	// A slot holds Blocks chunks in and, for the reductions, a piece of a
 	// chunk (one per reducer; a whole chunk for ReduceScatter's result) out.
 	blocks, outNum, outDen := 1, 0, 1
-	switch coll {
-	case sdk.AllReduce, sdk.Reduce:
+	switch {
+	case deviceReduce:
+	case coll == sdk.AllReduce, coll == sdk.Reduce:
 		outNum, outDen = 1, len(reducers)
-	case sdk.ReduceScatter:
+	case coll == sdk.ReduceScatter:
 		blocks, outNum = n, 1
 	}
 	per := window/slots - 2*shmAlign
@@ -187,8 +221,8 @@ func NewShmPlan(coll sdk.Collective, bytes, size, n int, reducers []int, window,
 	if chunk < shmAlign {
 		return nil, fmt.Errorf("the shared-memory window (%d bytes) is too small for %d chunks in flight: raise FLAGCX_SHM_WINDOW_SIZE", window, slots)
 	}
-	p := &ShmPlan{Coll: coll, Spans: Spans(bytes, size, chunk), Slots: slots, Blocks: blocks}
-	if coll == sdk.AllReduce || coll == sdk.Reduce {
+	p := &ShmPlan{Coll: coll, Spans: Spans(bytes, size, chunk), Slots: slots, Blocks: blocks, DeviceReduce: deviceReduce, Lag: lag}
+	if !deviceReduce && (coll == sdk.AllReduce || coll == sdk.Reduce) {
 		p.Reducers = reducers
 	}
 	maxLen := 0
@@ -197,10 +231,11 @@ func NewShmPlan(coll sdk.Collective, bytes, size, n int, reducers []int, window,
 	}
 	p.In = blocks * alignUp(maxLen, shmAlign)
 	out := 0
-	switch coll {
-	case sdk.AllReduce, sdk.Reduce:
+	switch {
+	case deviceReduce:
+	case coll == sdk.AllReduce, coll == sdk.Reduce:
 		out = p.Piece(maxLen, size, 0).Len
-	case sdk.ReduceScatter:
+	case coll == sdk.ReduceScatter:
 		out = maxLen
 	}
 	p.SlotBytes = p.In + alignUp(out, shmAlign)
@@ -307,7 +342,7 @@ func sortInts(a []int) {
 // plan records the geometry.
 func (b *builder) shm() {
 	b.p.Path = PathShm
-	g, err := NewShmPlan(b.call.Coll, b.call.Count*b.size, b.size, b.n, ShmReducers(b.l), b.o.ShmWindow, b.o.Chunk)
+	g, err := NewShmPlan(b.call.Coll, b.call.Count*b.size, b.size, b.n, ShmReducers(b.l), b.o.ShmWindow, b.o.Chunk, b.deviceReduces())
 	if err != nil {
 		b.p.Why = err.Error() + "; the staged schedule runs instead"
 		b.p.Path = PathC2C
@@ -317,11 +352,30 @@ func (b *builder) shm() {
 	b.p.Shm = g
 	b.p.Chunks = g.Chunks()
 	b.p.ChunkBytes = g.Spans[0].Len
-	if g.OneShot {
+	switch {
+	case g.OneShot:
 		b.p.Why = "every rank on one host: one step in the shared windows"
-	} else {
+	case g.DeviceReduce:
+		b.p.Why = "every rank on one host: device copies land in the shared windows, every device folds the other clusters' parts"
+	default:
 		b.p.Why = "every rank on one host: device copies land in the shared windows, where the peers read them"
 	}
+}
+
+// deviceReduces reports whether an AllReduce on PathShm reduces on the
+// devices: every plugin can (Options.ShmDeviceReduce), no rank is on the
+// host (host ranks reduce their own data where it is), and one fold takes
+// every cluster.
+func (b *builder) deviceReduces() bool {
+	if !b.o.ShmDeviceReduce || len(b.l.Clusters) > MaxDeviceReduceClusters {
+		return false
+	}
+	for _, c := range b.l.Clusters {
+		if !c.OnDevice() {
+			return false
+		}
+	}
+	return true
 }
 
 // formatShm writes what a PathShm plan does on its rank.
@@ -351,6 +405,13 @@ func (p *Plan) formatShm(w io.Writer) {
 	switch {
 	case g.Coll == sdk.AllReduce && g.OneShot:
 		steps = []string{put + " send -> own window", "step", "reduce every window in rank order", get + " -> recv"}
+	case g.Coll == sdk.AllReduce && g.DeviceReduce:
+		own, fold := "d2h chunk -> own window", "h2d the other clusters' chunks -> device scratch | reduceLocal every cluster's chunk in rank order -> recv"
+		if m > 1 {
+			own = fmt.Sprintf("intra ReduceScatter (part %d of %d stays here) | d2h part %d -> own window", j, m, j)
+			fold = fmt.Sprintf("h2d the other clusters' part %d -> device scratch | reduceLocal every cluster's part in rank order -> recv | intra AllGather", j)
+		}
+		steps = []string{own, "step", fold}
 	case g.Coll == sdk.AllReduce && c.OnDevice() && m > 1:
 		steps = []string{fmt.Sprintf("intra ReduceScatter (part %d of %d stays here)", j, m), fmt.Sprintf("d2h part %d -> own window", j),
 			"step", reduce, "step", fmt.Sprintf("h2d part %d from the pieces' windows", j), "intra AllGather"}

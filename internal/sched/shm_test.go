@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -111,7 +112,7 @@ func TestShmPlanGeometry(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			g, err := NewShmPlan(sdk.AllReduce, tc.bytes, tc.size, tc.n, nil, tc.win, DefaultChunk)
+			g, err := NewShmPlan(sdk.AllReduce, tc.bytes, tc.size, tc.n, nil, tc.win, DefaultChunk, false)
 			require.NoError(t, err)
 			require.Equal(t, tc.oneShot, g.OneShot)
 			require.GreaterOrEqual(t, g.Chunks(), tc.minChunks)
@@ -130,6 +131,61 @@ func TestShmPlanGeometry(t *testing.T) {
 			require.Equal(t, tc.bytes, total)
 		})
 	}
-	_, err := NewShmPlan(sdk.AllReduce, 64<<20, 4, 2, nil, 8<<10, 0)
+	_, err := NewShmPlan(sdk.AllReduce, 64<<20, 4, 2, nil, 8<<10, 0, false)
 	require.ErrorContains(t, err, "FLAGCX_SHM_WINDOW_SIZE")
+}
+
+// TestShmDeviceReducePlan: with every plugin able to reduce on its device,
+// an AllReduce over device clusters only takes one step a chunk, without
+// reducers or output areas, and keeps ShmDeviceLag chunks of copies in
+// flight; a layout with host ranks, a Reduce, or more clusters than one
+// fold takes keeps the host reductions.
+func TestShmDeviceReducePlan(t *testing.T) {
+	dev := func(r int, v string) Member {
+		return Member{Rank: r, Vendor: v, Plugin: strings.ToLower(v), Types: ^uint32(0), Ops: ^uint32(0)}
+	}
+	host := func(r int) Member { return Member{Rank: r, Vendor: HostVendor} }
+	many := make([]Member, MaxDeviceReduceClusters+1)
+	for r := range many {
+		many[r] = dev(r, "A")
+	}
+	for _, tc := range []struct {
+		name    string
+		members []Member
+		split   []int
+		coll    sdk.Collective
+		on      bool
+		want    bool
+	}{
+		{"split 1,1", []Member{dev(0, "A"), dev(1, "A")}, []int{1, 1}, sdk.AllReduce, true, true},
+		{"two vendors of two", []Member{dev(0, "A"), dev(1, "A"), dev(2, "B"), dev(3, "B")}, nil, sdk.AllReduce, true, true},
+		{"a plugin without reduceLocal", []Member{dev(0, "A"), dev(1, "A")}, []int{1, 1}, sdk.AllReduce, false, false},
+		{"host ranks reduce", []Member{dev(0, "A"), host(1)}, nil, sdk.AllReduce, true, false},
+		{"Reduce keeps its reducers", []Member{dev(0, "A"), dev(1, "A")}, []int{1, 1}, sdk.Reduce, true, false},
+		{"too many clusters for one fold", many, []int{1, 1, 1, 1, 1, 1, 1, 1, 1}, sdk.AllReduce, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := NewLayout(tc.members, tc.split)
+			require.NoError(t, err)
+			call := Call{Coll: tc.coll, Count: 16 << 20, DType: sdk.Float32, Op: sdk.Sum}
+			p, err := Build(l, 0, call, Options{ShmWindow: 64 << 20, ShmDeviceReduce: tc.on})
+			require.NoError(t, err)
+			require.Equal(t, PathShm, p.Path)
+			g := p.Shm
+			require.Equal(t, tc.want, g.DeviceReduce)
+			if !tc.want {
+				require.NotEmpty(t, g.Reducers)
+				return
+			}
+			require.Equal(t, 1, g.Steps())
+			require.Empty(t, g.Reducers)
+			require.Equal(t, g.In, g.SlotBytes, "no output area")
+			require.Equal(t, ShmDeviceSlots, g.Slots)
+			require.Equal(t, ShmDeviceLag, g.Lag)
+			require.LessOrEqual(t, g.Slots*g.SlotBytes, 64<<20)
+			var desc strings.Builder
+			p.Format(&desc, 4)
+			require.Contains(t, desc.String(), "reduceLocal every cluster's")
+		})
+	}
 }
