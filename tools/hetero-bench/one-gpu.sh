@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Device reductions (ABI v4 reduceLocal) on ONE GPU, for when only a
+# one-GPU machine is at hand: two (or three) NVIDIA clusters of one rank
+# each share device 0. NCCL refuses two ranks of one communicator on one
+# GPU, but a cluster of one rank needs no NCCL communicator, so each rank
+# loads the nvidia plugin under its own file name (libflagcx-nvidia.so,
+# libflagcx-nvidib.so, ...: a placement names a plugin file, and ranks of
+# different placement names count their devices apart) and
+# FLAGCX_CLUSTER_SPLIT_LIST makes each one a cluster. Both ranks then share
+# one PCIe link, so the copy bound is half of bin/copybw's figure each way.
+#   tools/hetero-bench/one-gpu.sh        # exactness, then timings side by side
+# SIZES, ITERS override the timed sizes and iterations.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0}
+sizes=${SIZES:-"-b 64M -e 1G -f 2"}
+iters=${ITERS:-10}
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+for n in nvidia nvidib nvidic; do cp build/plugins/libflagcx-nvidia.so "$dir/libflagcx-$n.so"; done
+run() { bin/flagcx --plugin-dir "$dir" bench allreduce "$@" 2>&1 | grep -v "differs from its file name"; }
+
+echo "== $(nproc) cores; $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+echo "== exactness: every type and op, 1 MiB chunks, device reductions on"
+FLAGCX_CLUSTER_SPLIT_LIST=1,1 FLAGCX_NET_CHUNK_SIZE=1M run --ranks nvidia:1,nvidib:1 -b 300K -e 20M -f 4 -c 1 -d all -o all -w 1 -n 1
+FLAGCX_CLUSTER_SPLIT_LIST=1,1,1 FLAGCX_NET_CHUNK_SIZE=1M run --ranks nvidia:1,nvidib:1,nvidic:1 -b 1M -e 20M -f 4 -c 1 -d all -o all -w 1 -n 1
+echo "== pinned copies through the plugin ABI (one process; two ranks share this link)"
+bin/copybw -plugin-dir build/plugins -size 64M,256M,1G -n 20
+for on in 1 0; do
+  echo "== split 1,1 on one GPU, FLAGCX_DEVICE_REDUCE=$on"
+  FLAGCX_DEVICE_REDUCE=$on FLAGCX_CLUSTER_SPLIT_LIST=1,1 run --ranks nvidia:1,nvidib:1 $sizes -w 3 -n "$iters" -c 0
+done
+echo "== split 1,1 on one GPU, device reductions, checked"
+FLAGCX_CLUSTER_SPLIT_LIST=1,1 run --ranks nvidia:1,nvidib:1 -b 256M -e 256M -w 1 -n 2 -c 1
