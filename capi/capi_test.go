@@ -38,7 +38,7 @@ func cProgram(t *testing.T, name string) string {
 	libDir := filepath.Dir(lib)
 	cmd := exec.Command(cc, "-O1", "-Wall", "-Werror", "-std=gnu11",
 		"-I"+filepath.Join(root, "build", "include"), "-o", out, filepath.Join(root, "capi", "test", name+".c"),
-		"-L"+libDir, "-lflagcx", "-Wl,-rpath,"+libDir)
+		"-L"+libDir, "-lflagcx", "-Wl,-rpath,"+libDir, "-pthread")
 	b, err := cmd.CombinedOutput()
 	require.NoError(t, err, "building %s.c against build/include and build/lib:\n%s", name, b)
 	return out
@@ -190,4 +190,36 @@ func TestCAPIBackendChoice(t *testing.T) {
 	require.Contains(t, string(b), "FLAGCX_BACKEND=nosuch: no plugin file libflagcx-nosuch.so in ")
 	require.Contains(t, string(b), "FLAGCX_BACKEND=host for the CPU")
 	require.NotContains(t, string(b), "goroutine ")
+}
+
+// TestCAPIThreads: ranks as threads of one process, each with its own
+// current device (setDevice is per thread), exact AllReduce and send/recv;
+// on the host backend an AllReduce blocked on a rank that never comes is
+// ended by flagcxCommAbort from another thread.
+func TestCAPIThreads(t *testing.T) {
+	prog := cProgram(t, "threads")
+	cases := []struct {
+		name  string
+		ranks string
+		env   []string
+		want  []string
+	}{
+		{"host backend, 3 threads", "3", []string{"FLAGCX_BACKEND=host"},
+			[]string{"aborted AllReduce returned 5: flagcxAllReduce: ", "the communicator was aborted", "PASS threads: 3 ranks"}},
+		{"emulated nvidia, 2 threads", "2", []string{"FLAGCX_BACKEND=nvidia", "FLAGCX_EMULATED=1"},
+			[]string{"backend nvidia runs on EMULATED vendor runtimes", "PASS threads: 2 ranks"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, prog, tc.ranks)
+			cmd.Env = append(cleanEnv(), tc.env...)
+			b, err := cmd.CombinedOutput()
+			require.NoError(t, err, string(b))
+			for _, w := range tc.want {
+				require.Contains(t, string(b), w)
+			}
+		})
+	}
 }
