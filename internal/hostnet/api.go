@@ -52,6 +52,10 @@ type Config struct {
 	StripeMin int
 	// Timeout bounds every wait without progress (FLAGCX_TIMEOUT).
 	Timeout time.Duration
+	// Net chooses the network of the pairs that do not share memory:
+	// NetIB, NetSocket or NetAuto (FLAGCX_NET, FLAGCX_FORCE_NET_SOCKET;
+	// see net.go).
+	Net string
 }
 
 // Errors a caller may test for with errors.Is / errors.As.

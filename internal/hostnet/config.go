@@ -105,6 +105,16 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	} else {
 		cfg.Timeout = d
 	}
+	if n, err := env.Net.Get(l); err != nil {
+		bad(err)
+	} else {
+		cfg.Net = n
+	}
+	if force, err := env.ForceNetSocket.Get(l); err != nil {
+		bad(err)
+	} else if force {
+		cfg.Net = NetSocket
+	}
 	if len(errs) > 0 {
 		return DefaultConfig(), errors.Join(errs...)
 	}

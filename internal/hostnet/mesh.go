@@ -19,7 +19,8 @@ type Link interface {
 	Send(p []byte) error
 	Recv(p []byte) error
 	Close() error
-	// Transport names what carries the link: "shm" or "tcp".
+	// Transport names what carries the link: "shm", "tcp" or "ib" (a
+	// network plugin, net.go).
 	Transport() string
 }
 
@@ -47,8 +48,8 @@ func SameHost(a, b Peer) bool {
 }
 
 // transport is one row of the transport table: whether it can connect a
-// pair of ranks. The first row that can, does (as in NCCL's table; the IB
-// net plugin will take a row between these two).
+// pair of ranks. The first row that can, does (as in NCCL's table). A
+// "tcp" pair may then move to the network plugin (Mesh.upgradeNet).
 type transport struct {
 	name       string
 	canConnect func(a, b Peer) bool
@@ -107,6 +108,10 @@ type meshHello struct {
 // with an error naming the ranks it waited for after Net.Timeout without
 // progress. On error nothing stays open and this rank's segment is gone.
 func Connect(mc MeshConfig) (_ *Mesh, err error) {
+	if err := CheckNet(mc.Net); err != nil {
+		mc.Segment.Close()
+		return nil, fmt.Errorf("rank %d: %w", mc.Rank, err)
+	}
 	self := mc.Peers[mc.Rank]
 	m := &Mesh{Links: make([]Link, len(mc.Peers))}
 	if mc.Segment != nil {
@@ -144,6 +149,10 @@ func Connect(mc MeshConfig) (_ *Mesh, err error) {
 	if err := m.connectTCP(mc); err != nil {
 		return nil, err
 	}
+	if err := m.upgradeNet(mc); err != nil {
+		return nil, err
+	}
+	defer recordLinks(m.Links)
 	if m.Node != nil {
 		// Step 1 is the setup's: once every rank of the host published it,
 		// every segment is mapped by all, and the files can go.

@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <infiniband/verbs.h>
@@ -281,9 +282,30 @@ static flagcxResult_t loadVerbs(flagcxNetInitInfo_v1_t* info) {
   return flagcxSuccess;
 }
 
+static flagcxNetInitInfo_v1_t initInfo;
+static int initDone;
+
+static flagcxResult_t nibInitOnce(flagcxNetInitInfo_v1_t* info);
+
+/* The host calls init once; a second call (another loader of the same
+ * file in this process) gets the first one's outcome. */
 static flagcxResult_t nibInit(flagcxLogFn_t log, void* ctx, flagcxNetInitInfo_v1_t* info) {
+  if (initDone) {
+    *info = initInfo;
+    return flagcxSuccess;
+  }
   logFn = log;
   logCtx = ctx;
+  srand48((long)getpid() ^ (long)time(NULL));
+  flagcxResult_t r = nibInitOnce(info);
+  if (r == flagcxSuccess) {
+    initInfo = *info;
+    initDone = 1;
+  }
+  return r;
+}
+
+static flagcxResult_t nibInitOnce(flagcxNetInitInfo_v1_t* info) {
   snprintf(info->transport, sizeof(info->transport), "IB");
   int gidIndex, portWanted;
   if (envInt("FLAGCX_IB_GID_INDEX", -1, -1, 255, &gidIndex) != 0)

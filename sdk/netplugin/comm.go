@@ -108,10 +108,14 @@ func (p *Plugin) regMr(comm, addr uintptr, size, typ int) (*MR, error) {
 
 // RegMr registers [addr, addr+size) of memory of type typ (PtrHost) for
 // the device of the comm.
-func (s *SendComm) RegMr(addr uintptr, size, typ int) (*MR, error) { return s.p.regMr(s.h, addr, size, typ) }
+func (s *SendComm) RegMr(addr uintptr, size, typ int) (*MR, error) {
+	return s.p.regMr(s.h, addr, size, typ)
+}
 
 // RegMr registers memory for the device of the comm.
-func (r *RecvComm) RegMr(addr uintptr, size, typ int) (*MR, error) { return r.p.regMr(r.h, addr, size, typ) }
+func (r *RecvComm) RegMr(addr uintptr, size, typ int) (*MR, error) {
+	return r.p.regMr(r.h, addr, size, typ)
+}
 
 // Dereg releases the registration.
 func (m *MR) Dereg() error { return m.p.call("deregMr", m.p.t.DeregMr, m.comm, m.h) }

@@ -1,0 +1,374 @@
+package hostnet
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/flagcx/flagcx-go/internal/env"
+	"github.com/flagcx/flagcx-go/sdk/netplugin"
+)
+
+// The network plugin transport. A pair of ranks that would talk TCP
+// (different hosts, or one host without shared memory) first exchanges
+// offers on its TCP link; when both want and have the net-ib plugin's
+// RDMA device, they exchange the plugin's handles on that link (listen ->
+// connect -> accept, in both directions), and the pair's Link becomes a
+// NetLink. Its TCP connection stays open to tell when the peer process is
+// gone (an idle RC receiver is never told by the fabric).
+//
+// Which pairs use it (Config.Net, from FLAGCX_NET and
+// FLAGCX_FORCE_NET_SOCKET):
+//
+//	"IB"      every pair that would talk TCP; a rank without an RDMA
+//	          device fails at once, naming why
+//	"Socket"  none
+//	""        pairs on different hosts when both ranks have an RDMA device
+
+// Values of Config.Net.
+const (
+	NetAuto   = ""
+	NetIB     = "IB"
+	NetSocket = "Socket"
+)
+
+// ErrNoNetDevice: FLAGCX_NET=IB on a rank without a usable RDMA device.
+var ErrNoNetDevice = errors.New("no RDMA device")
+
+// netDevice is this process's network plugin and the device its links use.
+type netDevice struct {
+	plugin *netplugin.Plugin
+	info   netplugin.Info
+	dev    int
+	props  netplugin.Properties
+}
+
+var netOnce struct {
+	sync.Mutex
+	done bool
+	d    *netDevice
+	err  error
+}
+
+// netPluginPath is FLAGCX_NET_PLUGIN, else build/net next to the vendor
+// plugins (FLAGCX_PLUGIN_DIR/../net, <flagcx>/../build/net, ./build/net).
+func netPluginPath() string {
+	if p, ok := env.NetPlugin.Raw(nil); ok && p != "" {
+		return p
+	}
+	const file = "libflagcx-net-ib.so"
+	if d, ok := env.PluginDir.Raw(nil); ok && d != "" {
+		return filepath.Join(d, "..", "net", file)
+	}
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "..", "build", "net", file)
+		if _, err := os.Stat(p); err == nil {
+			return filepath.Clean(p)
+		}
+	}
+	return filepath.Join("build", "net", file)
+}
+
+// openNet loads the network plugin once per process (emulated when
+// FLAGCX_EMULATED says so) and picks its first device. Without a device
+// the error wraps ErrNoNetDevice and says why.
+func openNet() (*netDevice, error) {
+	netOnce.Lock()
+	defer netOnce.Unlock()
+	if netOnce.done {
+		return netOnce.d, netOnce.err
+	}
+	netOnce.done = true
+	emulated, _ := env.Emulated.Get(nil)
+	netOnce.d, netOnce.err = loadNet(netPluginPath(), emulated)
+	return netOnce.d, netOnce.err
+}
+
+func loadNet(path string, emulated bool) (*netDevice, error) {
+	p, err := netplugin.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the network plugin does not load: %w", ErrNoNetDevice, err)
+	}
+	info, err := p.Init(netplugin.InitOptions{Emulated: emulated})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNoNetDevice, err)
+	}
+	if p.Devices() == 0 {
+		return nil, fmt.Errorf("%w: %s (network plugin %s, fabric library %s)", ErrNoNetDevice, strings.TrimPrefix(info.NoDevice, "no RDMA device: "), path, info.Library)
+	}
+	props, err := p.Properties(0)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrNoNetDevice, err)
+	}
+	return &netDevice{plugin: p, info: info, dev: 0, props: props}, nil
+}
+
+// describe names the network for people: "emulated IB: net-ib on vsim_ib0
+// port 1 (InfiniBand, 200 Gb/s, libibverbs ...)".
+func (d *netDevice) describe() string {
+	return fmt.Sprintf("%s: net-ib on %s port %d (%s, %d Gb/s, %s)", d.info.Transport, d.props.Name, d.props.Port,
+		d.props.LinkLayerName(), d.props.SpeedMbps/1000, d.info.Library)
+}
+
+// CheckNet fails at once when cfg asks for IB (FLAGCX_NET=IB) and this
+// process has no usable RDMA device; the error wraps ErrNoNetDevice and
+// says why and what to do.
+func CheckNet(cfg Config) error {
+	if cfg.Net != NetIB {
+		return nil
+	}
+	if _, err := openNet(); err != nil {
+		return fmt.Errorf("%s=IB: %w (unset it, or set %s=Socket, to use TCP sockets)", env.Net.Name, err, env.Net.Name)
+	}
+	return nil
+}
+
+// netOffer is what each rank of a TCP pair says before they choose.
+type netOffer struct {
+	Want     string `json:"want"` // "IB": required, "auto", "no"
+	Have     bool   `json:"have"` // a usable device
+	Emulated bool   `json:"emulated,omitempty"`
+	Why      string `json:"why,omitempty"` // why not, when !Have
+}
+
+func makeOffer(mode string, sameHost bool) netOffer {
+	o := netOffer{Want: "auto"}
+	switch {
+	case mode == NetIB:
+		o.Want = "IB"
+	case mode == NetSocket:
+		return netOffer{Want: "no", Why: "it uses TCP sockets (" + env.Net.Name + "=Socket or " + env.ForceNetSocket.Name + "=1)"}
+	case sameHost:
+		return netOffer{Want: "no", Why: "the ranks share a host (" + env.Net.Name + "=IB makes them use IB)"}
+	}
+	d, err := openNet()
+	if err != nil {
+		o.Why = err.Error()
+		return o
+	}
+	o.Have, o.Emulated = true, d.info.Emulated
+	return o
+}
+
+// chooseNet decides for the pair, the same way on both sides: IB, TCP, or
+// an error when a rank required IB and the pair cannot have it.
+func chooseNet(self, peer netOffer, selfRank, peerRank int) (bool, error) {
+	if self.Want != "no" && peer.Want != "no" && self.Have && peer.Have && self.Emulated == peer.Emulated {
+		return true, nil
+	}
+	if self.Want != "IB" && peer.Want != "IB" {
+		return false, nil
+	}
+	why := ""
+	switch {
+	case peer.Want == "no" || !peer.Have:
+		why = fmt.Sprintf("rank %d cannot: %s", peerRank, peer.Why)
+	case self.Want == "no" || !self.Have:
+		why = fmt.Sprintf("rank %d cannot: %s", selfRank, self.Why)
+	default:
+		why = "one of them runs the emulated fabric (--emulated), the other the real one"
+	}
+	return false, fmt.Errorf("%s=IB between ranks %d and %d, but %s: %w", env.Net.Name, selfRank, peerRank, why, ErrNoNetDevice)
+}
+
+// upgradeNet turns the TCP links that both ends want on the network plugin
+// into NetLinks, all pairs at once.
+func (m *Mesh) upgradeNet(mc MeshConfig) error {
+	self := mc.Peers[mc.Rank]
+	var g errgroup.Group
+	for p, l := range m.Links {
+		tl, ok := l.(*TCPLink)
+		if !ok {
+			continue
+		}
+		offer := makeOffer(mc.Net.Net, SameHost(self, mc.Peers[p]))
+		g.Go(func() error {
+			nl, err := negotiateNet(tl, offer, mc, p)
+			if err != nil {
+				return fmt.Errorf("rank %d choosing the network to rank %d: %w", mc.Rank, p, err)
+			}
+			if nl != nil {
+				m.Links[p] = nl
+			}
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// handleMsg is the fixed size of the messages of the negotiation: a
+// 4-byte length and up to netplugin.HandleMaxBytes.
+const handleMsg = 4 + netplugin.HandleMaxBytes
+
+func sendSmall(tl *TCPLink, b []byte) error {
+	if len(b) > netplugin.HandleMaxBytes {
+		return fmt.Errorf("hostnet: a %d-byte negotiation message (at most %d): %w", len(b), netplugin.HandleMaxBytes, ErrProtocol)
+	}
+	msg := make([]byte, handleMsg)
+	putU32(msg, uint32(len(b)))
+	copy(msg[4:], b)
+	return tl.conns[0].Send(msg)
+}
+
+func recvSmall(tl *TCPLink) ([]byte, error) {
+	msg := make([]byte, handleMsg)
+	if err := tl.conns[0].Recv(msg); err != nil {
+		return nil, err
+	}
+	n := int(getU32(msg))
+	if n > netplugin.HandleMaxBytes {
+		return nil, fmt.Errorf("hostnet: negotiation message says %d bytes (at most %d): %w", n, netplugin.HandleMaxBytes, ErrProtocol)
+	}
+	return msg[4 : 4+n], nil
+}
+
+func putU32(b []byte, v uint32) {
+	b[0], b[1], b[2], b[3] = byte(v), byte(v>>8), byte(v>>16), byte(v>>24)
+}
+func getU32(b []byte) uint32 {
+	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+}
+
+// negotiateNet exchanges offers on tl and, when the pair goes over the
+// plugin, the handles; it returns the NetLink (tl's first connection
+// becomes its liveness watch, the others close) or nil to keep tl.
+func negotiateNet(tl *TCPLink, offer netOffer, mc MeshConfig, peer int) (*NetLink, error) {
+	b, _ := json.Marshal(offer)
+	if err := sendSmall(tl, b); err != nil {
+		return nil, err
+	}
+	pb, err := recvSmall(tl)
+	if err != nil {
+		return nil, err
+	}
+	var po netOffer
+	if err := json.Unmarshal(pb, &po); err != nil {
+		return nil, fmt.Errorf("hostnet: rank %d's network offer: %w (%w)", peer, ErrProtocol, err)
+	}
+	use, err := chooseNet(offer, po, mc.Rank, peer)
+	if err != nil || !use {
+		return nil, err
+	}
+	d, err := openNet()
+	if err != nil {
+		return nil, err
+	}
+	nl, err := connectNet(tl, d, mc.Net)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range tl.conns[1:] {
+		c.Close()
+	}
+	return nl, nil
+}
+
+// connectNet makes both directions of the pair: this side listens (its
+// receiving end) and connects to the peer's listener (its sending end).
+func connectNet(tl *TCPLink, d *netDevice, cfg Config) (*NetLink, error) {
+	p := d.plugin
+	lc, handle, err := p.Listen(d.dev)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error, closers ...func() error) (*NetLink, error) {
+		for _, c := range closers {
+			c()
+		}
+		return nil, err
+	}
+	if err := sendSmall(tl, handle); err != nil {
+		return fail(err, lc.Close)
+	}
+	peerHandle, err := recvSmall(tl)
+	if err != nil {
+		return fail(err, lc.Close)
+	}
+	sc, reply, err := p.Connect(d.dev, peerHandle)
+	if err != nil {
+		return fail(err, lc.Close)
+	}
+	if err := sendSmall(tl, reply); err != nil {
+		return fail(err, lc.Close, sc.Close)
+	}
+	peerReply, err := recvSmall(tl)
+	if err != nil {
+		return fail(err, lc.Close, sc.Close)
+	}
+	rc, err := lc.Accept(peerReply)
+	if err != nil {
+		return fail(err, lc.Close, sc.Close)
+	}
+	nl, err := newNetLink(tl.conns[0], sc, rc, d, cfg)
+	if err != nil {
+		return fail(err, sc.Close, rc.Close)
+	}
+	return nl, nil
+}
+
+// ---- what the process uses, for people ------------------------------------
+
+var netUsage struct {
+	sync.Mutex
+	links map[string]int
+	desc  string
+}
+
+func recordLinks(links []Link) {
+	netUsage.Lock()
+	defer netUsage.Unlock()
+	if netUsage.links == nil {
+		netUsage.links = map[string]int{}
+	}
+	for _, l := range links {
+		if l == nil {
+			continue
+		}
+		netUsage.links[l.Transport()]++
+		if nl, ok := l.(*NetLink); ok {
+			netUsage.desc = nl.dev.describe()
+		}
+	}
+}
+
+// NetworkSummary names the transports of the links this process built,
+// with the network plugin's device: "Network: 3 links ib (emulated IB:
+// net-ib on vsim_ib0 port 1 (InfiniBand, 200 Gb/s, ...))". "" before any
+// link was built.
+func NetworkSummary() string {
+	netUsage.Lock()
+	defer netUsage.Unlock()
+	names := make([]string, 0, len(netUsage.links))
+	for n := range netUsage.links {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var parts []string
+	for _, n := range names {
+		s := fmt.Sprintf("%d link", netUsage.links[n])
+		if netUsage.links[n] != 1 {
+			s += "s"
+		}
+		s += " " + n
+		switch n {
+		case "ib":
+			s += " (" + netUsage.desc + ")"
+		case "tcp":
+			s += " (TCP sockets)"
+		case "shm":
+			s += " (shared memory)"
+		}
+		parts = append(parts, s)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "Network: " + strings.Join(parts, ", ")
+}

@@ -1,0 +1,234 @@
+package hostnet
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flagcx/flagcx-go/internal/testkit"
+)
+
+// useEmulatedIB points this process at the make-built net-ib plugin on the
+// emulated verbs (build/vendorsim/ibverbs). The plugin loads once per
+// process: tests that need it run in a fresh process (InFreshProcess).
+func useEmulatedIB(t *testing.T) {
+	t.Helper()
+	t.Setenv("FLAGCX_NET_PLUGIN", testkit.BuiltFile(t, "net", "libflagcx-net-ib.so"))
+	t.Setenv("FLAGCX_VENDORSIM_DIR", testkit.BuiltFile(t, "vendorsim"))
+	testkit.BuiltFile(t, "vendorsim", "ibverbs", "libibverbs.so.1")
+	t.Setenv("FLAGCX_EMULATED", "1")
+}
+
+// netMesh connects n in-process ranks without shared memory; hosts[r] is
+// the host rank r announces ("" keeps this one).
+func netMesh(t *testing.T, n int, cfg Config, hosts []string) ([]*Mesh, []error) {
+	t.Helper()
+	mcs := prepareMesh(t, n, cfg, func(int) ShmConfig { return ShmConfig{Disable: true, Dir: shmTestDir(t)} }, func(r int, p *Peer) {
+		p.Shm = ""
+		p.NoShm = "disabled"
+		if hosts != nil && hosts[r] != "" {
+			p.Host = hosts[r]
+		}
+	})
+	for r := range mcs {
+		mcs[r].Shm.Disable = true
+	}
+	return connectAll(t, mcs)
+}
+
+func linkTransports(m *Mesh) []string {
+	var out []string
+	for _, l := range m.Links {
+		if l == nil {
+			out = append(out, "self")
+		} else {
+			out = append(out, l.Transport())
+		}
+	}
+	return out
+}
+
+func TestNetLinkChoice(t *testing.T) {
+	testkit.InFreshProcess(t, func(t *testing.T) {
+		useEmulatedIB(t)
+		two := []string{"hostA", "hostB"}
+		for _, tc := range []struct {
+			name  string
+			net   string
+			hosts []string
+			want  []string // rank 0's links
+		}{
+			{"FLAGCX_NET=IB on one host", NetIB, nil, []string{"self", "ib"}},
+			{"automatic on one host keeps TCP", NetAuto, nil, []string{"self", "tcp"}},
+			{"automatic between hosts picks IB", NetAuto, two, []string{"self", "ib"}},
+			{"Socket between hosts keeps TCP", NetSocket, two, []string{"self", "tcp"}},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				cfg := meshCfg(10 * time.Second)
+				cfg.Net = tc.net
+				ms, errs := netMesh(t, 2, cfg, tc.hosts)
+				for r, err := range errs {
+					require.NoError(t, err, "rank %d", r)
+				}
+				require.Equal(t, tc.want, linkTransports(ms[0]))
+				exchange(t, ms[0].Links[1], ms[1].Links[0], 0, 1, []int{0, 1, 4096})
+			})
+		}
+		require.Contains(t, NetworkSummary(), "emulated IB: net-ib on vsim_ib0 port 1 (InfiniBand, 200 Gb/s")
+	})
+}
+
+// netSizes cross the chunk boundaries of the staging (netSlotBytes, with
+// the first chunk's 8-byte header) and the pipeline's depth (netSlots).
+var netSizes = []int{0, 1, 7, netSlotBytes - netHeader - 1, netSlotBytes - netHeader, netSlotBytes - netHeader + 1,
+	netSlotBytes, 2*netSlotBytes - netHeader, netSlots*netSlotBytes + 3, 3*netSlots*netSlotBytes + 12345, 0, 5}
+
+func TestNetLinkMessages(t *testing.T) {
+	testkit.InFreshProcess(t, func(t *testing.T) {
+		useEmulatedIB(t)
+		cfg := meshCfg(20 * time.Second)
+		cfg.Net = NetIB
+		ms, errs := netMesh(t, 3, cfg, nil)
+		for r, err := range errs {
+			require.NoError(t, err, "rank %d", r)
+		}
+		for a := range 3 {
+			for b := a + 1; b < 3; b++ {
+				_, ok := ms[a].Links[b].(*NetLink)
+				require.True(t, ok, "rank %d -> %d is %T", a, b, ms[a].Links[b])
+				exchange(t, ms[a].Links[b], ms[b].Links[a], a, b, netSizes)
+			}
+		}
+	})
+}
+
+func TestNetLinkLengthMismatch(t *testing.T) {
+	testkit.InFreshProcess(t, func(t *testing.T) {
+		useEmulatedIB(t)
+		cfg := meshCfg(10 * time.Second)
+		cfg.Net = NetIB
+		ms, errs := netMesh(t, 2, cfg, nil)
+		require.NoError(t, errors.Join(errs...))
+		go ms[0].Links[1].Send(make([]byte, 100))
+		err := ms[1].Links[0].Recv(make([]byte, 64))
+		var le *LengthError
+		require.ErrorAs(t, err, &le)
+		require.Equal(t, LengthError{Got: 100, Want: 64}, *le)
+		require.ErrorIs(t, ms[1].Links[0].Recv(make([]byte, 64)), ErrClosed, "the link is out of step after a length error")
+	})
+}
+
+func TestNetLinkPeerClosed(t *testing.T) {
+	testkit.InFreshProcess(t, func(t *testing.T) {
+		useEmulatedIB(t)
+		cfg := meshCfg(30 * time.Second)
+		cfg.Net = NetIB
+		ms, errs := netMesh(t, 2, cfg, nil)
+		require.NoError(t, errors.Join(errs...))
+		done := make(chan error, 1)
+		go func() { done <- ms[0].Links[1].Recv(make([]byte, 10)) }()
+		time.Sleep(100 * time.Millisecond)
+		start := time.Now()
+		require.NoError(t, ms[1].Close())
+		select {
+		case err := <-done:
+			require.ErrorIs(t, err, ErrClosed)
+			require.Less(t, time.Since(start), 5*time.Second)
+		case <-time.After(10 * time.Second):
+			t.Fatal("a receive from a peer that closed its link did not end")
+		}
+	})
+}
+
+func TestNetNoDevice(t *testing.T) {
+	for _, tc := range []struct {
+		name, path string
+		want       string
+	}{
+		{"no plugin file", "/nonexistent/libflagcx-net-ib.so", "the network plugin does not load"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := loadNet(tc.path, false)
+			require.ErrorIs(t, err, ErrNoNetDevice)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+func TestNetRealVerbsWithoutDevice(t *testing.T) {
+	testkit.InFreshProcess(t, func(t *testing.T) {
+		plugin := testkit.BuiltFile(t, "net", "libflagcx-net-ib.so")
+		t.Setenv("FLAGCX_IBVERBS", "")
+		_, err := loadNet(plugin, false)
+		if err == nil {
+			t.Skip("this machine has an RDMA device")
+		}
+		require.ErrorIs(t, err, ErrNoNetDevice)
+		require.ErrorContains(t, err, "no RDMA device")
+		fmt.Println(err)
+	})
+}
+
+func TestChooseNet(t *testing.T) {
+	ib := netOffer{Want: "IB", Have: true}
+	auto := netOffer{Want: "auto", Have: true}
+	autoNone := netOffer{Want: "auto", Why: "no RDMA device: none here"}
+	no := netOffer{Want: "no", Why: "it uses TCP sockets"}
+	emu := netOffer{Want: "auto", Have: true, Emulated: true}
+	for _, tc := range []struct {
+		name       string
+		self, peer netOffer
+		use        bool
+		err        string
+	}{
+		{"both auto with devices", auto, auto, true, ""},
+		{"auto without a device on one side", auto, autoNone, false, ""},
+		{"socket on one side", auto, no, false, ""},
+		{"IB and auto", ib, auto, true, ""},
+		{"IB against socket", ib, no, false, "rank 1 cannot: it uses TCP sockets"},
+		{"IB against no device", ib, autoNone, false, "rank 1 cannot: no RDMA device: none here"},
+		{"emulated against real", emu, ib, false, "emulated fabric"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			use, err := chooseNet(tc.self, tc.peer, 0, 1)
+			require.Equal(t, tc.use, use)
+			if tc.err == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, ErrNoNetDevice)
+			require.ErrorContains(t, err, tc.err)
+			use2, err2 := chooseNet(tc.peer, tc.self, 1, 0)
+			require.Equal(t, use, use2)
+			require.Error(t, err2, "both sides see the same verdict")
+		})
+	}
+}
+
+func TestNetConfigFromEnv(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+		err  string
+	}{
+		{map[string]string{}, NetAuto, ""},
+		{map[string]string{"FLAGCX_NET": "ib"}, NetIB, ""},
+		{map[string]string{"FLAGCX_NET": "Socket"}, NetSocket, ""},
+		{map[string]string{"FLAGCX_NET": "IB", "FLAGCX_FORCE_NET_SOCKET": "1"}, NetSocket, ""},
+		{map[string]string{"FLAGCX_NET": "verbs"}, "", "FLAGCX_NET"},
+	} {
+		t.Run(fmt.Sprint(tc.env), func(t *testing.T) {
+			cfg, err := ConfigFromLookup(func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok })
+			if tc.err != "" {
+				require.ErrorIs(t, err, ErrConfig)
+				require.ErrorContains(t, err, tc.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tc.want, cfg.Net)
+		})
+	}
+}

@@ -1,0 +1,281 @@
+package hostnet
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/flagcx/flagcx-go/sdk"
+	"github.com/flagcx/flagcx-go/sdk/netplugin"
+)
+
+// Staging of a NetLink: each direction has netSlots registered slots of
+// netSlotBytes, so a message travels as a pipeline of up to netSlots
+// chunks in flight. The first chunk of a message starts with its length
+// (8 bytes), so that the receiver reports a *LengthError with both sizes.
+const (
+	netSlots     = 4
+	netSlotBytes = 512 << 10
+	netHeader    = 8
+	tagFirst     = 0 // the first chunk of a message
+	tagMore      = 1 // the others
+)
+
+// NetLink is a Link over a network plugin (Transport "ib"): registered
+// staging buffers, isend/irecv with tags, polled with test. Full duplex
+// like the other Links: one Send and one Recv may run at once.
+type NetLink struct {
+	dev     *netDevice
+	sc      *netplugin.SendComm
+	rc      *netplugin.RecvComm
+	sst     []byte // send staging (mmap'ed: Go never moves it)
+	rst     []byte
+	smr     *netplugin.MR
+	rmr     *netplugin.MR
+	ctl     *Conn // the pair's TCP connection: tells when the peer is gone
+	remote  string
+	timeout time.Duration
+
+	mu     sync.RWMutex // plugin calls hold it shared; Close exclusively
+	closed bool
+	gone   atomic.Pointer[error] // the peer's process is gone
+	broken atomic.Pointer[error] // a failed transfer left the link out of step
+}
+
+func newNetLink(ctl *Conn, sc *netplugin.SendComm, rc *netplugin.RecvComm, d *netDevice, cfg Config) (*NetLink, error) {
+	l := &NetLink{dev: d, sc: sc, rc: rc, ctl: ctl, remote: ctl.RemoteAddr(), timeout: cfg.Timeout}
+	var err error
+	if l.sst, err = syscall.Mmap(-1, 0, netSlots*netSlotBytes, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE); err != nil {
+		return nil, fmt.Errorf("hostnet: staging for %s: %w", l.remote, err)
+	}
+	if l.rst, err = syscall.Mmap(-1, 0, netSlots*netSlotBytes, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE); err != nil {
+		syscall.Munmap(l.sst)
+		return nil, fmt.Errorf("hostnet: staging for %s: %w", l.remote, err)
+	}
+	if l.smr, err = sc.RegMr(addrOf(l.sst), len(l.sst), netplugin.PtrHost); err == nil {
+		l.rmr, err = rc.RegMr(addrOf(l.rst), len(l.rst), netplugin.PtrHost)
+	}
+	if err != nil {
+		if l.smr != nil {
+			l.smr.Dereg()
+		}
+		syscall.Munmap(l.sst)
+		syscall.Munmap(l.rst)
+		return nil, fmt.Errorf("hostnet: registering staging for %s: %w", l.remote, err)
+	}
+	go l.watch()
+	return l, nil
+}
+
+func addrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+
+// watch blocks on the TCP connection, which carries nothing after the
+// handshake: it ends when the peer's process is gone (or closed the link).
+func (l *NetLink) watch() {
+	_ = l.ctl.nc.SetReadDeadline(time.Time{})
+	var b [1]byte
+	_, err := l.ctl.nc.Read(b[:])
+	e := fmt.Errorf("hostnet: ib link to %s: %w by the peer (its process is gone or it closed the link: %v)", l.remote, ErrClosed, err)
+	l.gone.CompareAndSwap(nil, &e)
+}
+
+// Transport is "ib".
+func (l *NetLink) Transport() string { return "ib" }
+
+// RemoteAddr is the peer's TCP address (of the bootstrap connection).
+func (l *NetLink) RemoteAddr() string { return l.remote }
+
+func (l *NetLink) usable() error {
+	if b := l.broken.Load(); b != nil {
+		return fmt.Errorf("hostnet: ib link to %s: %w: unusable after an earlier error (%v)", l.remote, ErrClosed, *b)
+	}
+	return nil
+}
+
+func (l *NetLink) fail(err error) error {
+	l.broken.CompareAndSwap(nil, &err)
+	return err
+}
+
+// call runs one plugin call unless the link is closed.
+func (l *NetLink) call(f func() error) error {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.closed {
+		return fmt.Errorf("hostnet: ib link to %s: %w (closed by this side)", l.remote, ErrClosed)
+	}
+	return f()
+}
+
+func (l *NetLink) plugErr(op string, err error) error {
+	if errors.Is(err, ErrClosed) {
+		return err
+	}
+	if errors.Is(err, sdk.ErrRemoteError) {
+		return fmt.Errorf("hostnet: ib %s %s: %w (%w)", op, l.remote, ErrClosed, err)
+	}
+	return fmt.Errorf("hostnet: ib %s %s: %w", op, l.remote, err)
+}
+
+// wait polls q until it is done: a short spin, then sleeps growing to
+// 200 us. It gives up after the link's timeout, or at once when the peer is
+// gone.
+func (l *NetLink) wait(op string, q netplugin.Request) (int, error) {
+	start := time.Now()
+	for i := 0; ; i++ {
+		var done bool
+		var n int
+		err := l.call(func() (err error) { done, n, err = q.Test(); return })
+		if err != nil {
+			return 0, l.fail(l.plugErr(op, err))
+		}
+		if done {
+			return n, nil
+		}
+		if g := l.gone.Load(); g != nil {
+			return 0, l.fail(*g)
+		}
+		switch {
+		case i < 64:
+			runtime.Gosched()
+		default:
+			time.Sleep(min(time.Duration(i-63)*5*time.Microsecond, 200*time.Microsecond))
+		}
+		if l.timeout > 0 && i%256 == 0 && time.Since(start) > l.timeout {
+			return 0, l.fail(fmt.Errorf("hostnet: ib %s %s: no progress for %v (is the peer alive and running the same sequence of operations? %s sets the limit): %w",
+				op, l.remote, l.timeout, EnvTimeout, ErrTimeout))
+		}
+	}
+}
+
+func (l *NetLink) slot(buf []byte, s int) []byte { return buf[s*netSlotBytes : (s+1)*netSlotBytes] }
+
+// Send sends p as one message.
+func (l *NetLink) Send(p []byte) error {
+	if err := l.usable(); err != nil {
+		return err
+	}
+	var reqs [netSlots]netplugin.Request
+	var inflight [netSlots]bool
+	off := 0
+	for i := 0; ; i++ {
+		s := i % netSlots
+		if inflight[s] {
+			if _, err := l.wait("send to", reqs[s]); err != nil {
+				return err
+			}
+			inflight[s] = false
+		}
+		buf := l.slot(l.sst, s)
+		size, tag := 0, tagMore
+		if i == 0 {
+			binary.LittleEndian.PutUint64(buf, uint64(len(p)))
+			size = netHeader + copy(buf[netHeader:], p)
+			off, tag = size-netHeader, tagFirst
+		} else {
+			size = copy(buf, p[off:])
+			off += size
+		}
+		err := l.call(func() (err error) { reqs[s], err = l.sc.Isend(addrOf(buf), size, tag, l.smr); return })
+		if err != nil {
+			return l.fail(l.plugErr("send to", err))
+		}
+		inflight[s] = true
+		if off >= len(p) {
+			break
+		}
+	}
+	for s := range inflight {
+		if inflight[s] {
+			if _, err := l.wait("send to", reqs[s]); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// chunksFor is the number of chunks of an n-byte message.
+func chunksFor(n int) int {
+	if n <= netSlotBytes-netHeader {
+		return 1
+	}
+	return 1 + (n-(netSlotBytes-netHeader)+netSlotBytes-1)/netSlotBytes
+}
+
+// Recv receives one message of exactly len(p) bytes into p; another length
+// gives *LengthError with both lengths (and breaks the link).
+func (l *NetLink) Recv(p []byte) error {
+	if err := l.usable(); err != nil {
+		return err
+	}
+	n := chunksFor(len(p))
+	var reqs [netSlots]netplugin.Request
+	post := func(i int) error {
+		s, tag := i%netSlots, tagMore
+		if i == 0 {
+			tag = tagFirst
+		}
+		buf := l.slot(l.rst, s)
+		err := l.call(func() (err error) { reqs[s], err = l.rc.Irecv(addrOf(buf), netSlotBytes, tag, l.rmr); return })
+		if err != nil {
+			return l.fail(l.plugErr("recv from", err))
+		}
+		return nil
+	}
+	for i := 0; i < min(n, netSlots); i++ {
+		if err := post(i); err != nil {
+			return err
+		}
+	}
+	off := 0
+	for i := 0; i < n; i++ {
+		s := i % netSlots
+		got, err := l.wait("recv from", reqs[s])
+		if err != nil {
+			return err
+		}
+		buf := l.slot(l.rst, s)[:got]
+		if i == 0 {
+			if got < netHeader {
+				return l.fail(fmt.Errorf("hostnet: ib recv from %s: a %d-byte first chunk: %w", l.remote, got, ErrProtocol))
+			}
+			if total := int(binary.LittleEndian.Uint64(buf)); total != len(p) {
+				return l.fail(&LengthError{Got: total, Want: len(p)})
+			}
+			buf = buf[netHeader:]
+		}
+		if off+len(buf) > len(p) || (i < n-1 && len(buf) == 0) {
+			return l.fail(fmt.Errorf("hostnet: ib recv from %s: chunk %d of %d bytes does not fit the message: %w", l.remote, i, len(buf), ErrProtocol))
+		}
+		off += copy(p[off:], buf)
+		if i+netSlots < n {
+			if err := post(i + netSlots); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Close releases the comms, the registrations and the staging; a Send or
+// Recv in progress returns an error wrapping ErrClosed.
+func (l *NetLink) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	l.closed = true
+	l.ctl.Close()
+	errs := []error{l.smr.Dereg(), l.rmr.Dereg(), l.sc.Close(), l.rc.Close()}
+	syscall.Munmap(l.sst)
+	syscall.Munmap(l.rst)
+	return errors.Join(errs...)
+}
