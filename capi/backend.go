@@ -36,7 +36,8 @@ type comm struct {
 	// mu keeps the calls of C threads that share the communicator one at a
 	// time, as core requires (Abort alone does not take it).
 	mu sync.Mutex
-	// lastErr is the message of this communicator's last failed call.
+	// lastErr is the message of this communicator's last failed call
+	// (guarded by registry.mu: flagcxGetLastError may come from any thread).
 	lastErr string
 }
 

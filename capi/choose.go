@@ -99,7 +99,7 @@ func chooseBackend(dir string, lookup env.Lookup) (*backend, error) {
 	if want != "" {
 		for _, c := range cands {
 			if c.Name == want {
-				return openBackend(c)
+				return openBackend(c, dir)
 			}
 		}
 		why := fmt.Sprintf("no plugin file libflagcx-%s.so in %s", want, dir)
@@ -111,7 +111,7 @@ func chooseBackend(dir string, lookup env.Lookup) (*backend, error) {
 	}
 	var skipped []error
 	for _, c := range cands {
-		be, err := openBackend(c)
+		be, err := openBackend(c, dir)
 		if err == nil {
 			return be, nil
 		}
@@ -124,14 +124,19 @@ func chooseBackend(dir string, lookup env.Lookup) (*backend, error) {
 	return &backend{name: hostName, devices: 1}, nil
 }
 
-// openBackend opens and initializes the plugin of c and checks that its
-// runtime sees a device.
-func openBackend(c loader.Candidate) (*backend, error) {
+// openBackend opens and initializes the plugin of c (found in dir) and
+// checks that its runtime sees a device. Emulated runtimes are looked up as
+// the CLI looks them up: FLAGCX_VENDORSIM_DIR, else <dir>/../vendorsim.
+func openBackend(c loader.Candidate, dir string) (*backend, error) {
 	p, err := c.Open()
 	if err != nil {
 		return nil, fmt.Errorf("backend %s: %w", c.Name, err)
 	}
-	if err := p.Init(loader.InitOptions{Emulated: loader.EmulatedFromEnv()}); err != nil {
+	simDir := ""
+	if !env.VendorsimDir.IsSet(nil) {
+		simDir = filepath.Join(dir, "..", "vendorsim")
+	}
+	if err := p.Init(loader.InitOptions{Emulated: loader.EmulatedFromEnv(), VendorsimDir: simDir}); err != nil {
 		return nil, fmt.Errorf("backend %s: %s: vendor runtime does not load: %w", c.Name, c.Path, err)
 	}
 	n, err := p.DeviceCount()

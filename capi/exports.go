@@ -12,6 +12,7 @@ package main
 // current device, as FlagCX's adaptors do.
 
 /*
+#cgo CFLAGS: -Wall -Werror -std=gnu11
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>

@@ -58,10 +58,10 @@ func fail(c *comm, entry string, err error) sdk.Result {
 	msg := entry + ": " + err.Error()
 	registry.mu.Lock()
 	registry.lastErr = msg
-	registry.mu.Unlock()
 	if c != nil {
 		c.lastErr = msg
 	}
+	registry.mu.Unlock()
 	r := sdk.ResultOf(err)
 	if r == sdk.Success { // an error without a code of its own
 		r = sdk.InternalError
