@@ -195,9 +195,12 @@ func TestCAPIBackendChoice(t *testing.T) {
 // TestCAPIThreads: ranks as threads of one process, each with its own
 // current device (setDevice is per thread), exact AllReduce and send/recv;
 // on the host backend an AllReduce blocked on a rank that never comes is
-// ended by flagcxCommAbort from another thread.
+// ended by flagcxCommAbort from another thread; threads that set their
+// device with the runtime's own cudaSetDevice, as PyTorch does, get their
+// streams, memory and communicator there.
 func TestCAPIThreads(t *testing.T) {
 	prog := cProgram(t, "threads")
+	cudart := filepath.Join(filepath.Dir(testkit.BuiltFile(t, "vendorsim", "nvidia", "libcudart.so.12")), "libcudart.so")
 	cases := []struct {
 		name  string
 		ranks string
@@ -208,6 +211,9 @@ func TestCAPIThreads(t *testing.T) {
 			[]string{"aborted AllReduce returned 5: flagcxAllReduce: ", "the communicator was aborted", "PASS threads: 3 ranks"}},
 		{"emulated nvidia, 2 threads", "2", []string{"FLAGCX_BACKEND=nvidia", "FLAGCX_EMULATED=1"},
 			[]string{"backend nvidia runs on EMULATED vendor runtimes", "PASS threads: 2 ranks"}},
+		{"emulated nvidia, devices set with cudaSetDevice", "2", []string{"FLAGCX_BACKEND=nvidia", "FLAGCX_EMULATED=1",
+			"CAPI_TEST_CUDART=" + cudart + ".13:" + cudart + ".12"},
+			[]string{"PASS threads: 2 ranks, devices set with cudaSetDevice"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

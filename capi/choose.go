@@ -29,6 +29,34 @@ type backend struct {
 	devices int    // devices the runtime sees (1 on the host)
 }
 
+// currentDeviceEntries are the vendor runtimes' "device current on the
+// calling thread" entries, by plugin. The plugin ABI has none, and a
+// framework sets the device through its own runtime calls (torch's
+// cudaSetDevice), so the C side reads it there: every stream, event and
+// allocation must go to the device the caller has current.
+var currentDeviceEntries = map[string]string{
+	"nvidia":    "cudaGetDevice",
+	"metax":     "mcGetDevice",
+	"cambricon": "cnrtGetDevice",
+	"kunlunxin": "xpu_current_device",
+}
+
+// currentDevice is the runtime library and its entry that tell the device
+// current on the calling thread; "" when the backend has none (the host,
+// a plugin not in currentDeviceEntries): the C side then remembers what
+// setDevice set.
+func (b *backend) currentDevice() (lib, entry string) {
+	if b.plugin == nil || currentDeviceEntries[b.plugin.Name] == "" {
+		return "", ""
+	}
+	for _, l := range b.plugin.Info().Libraries {
+		if l.Role == "runtime" && l.Loaded {
+			return l.Path, currentDeviceEntries[b.plugin.Name]
+		}
+	}
+	return "", ""
+}
+
 // vendor is getVendor's answer: the plugin's vendor ("NVIDIA") or "HOST".
 func (b *backend) vendor() string {
 	if b.plugin == nil {

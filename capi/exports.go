@@ -51,10 +51,12 @@ func theBackend(entry string) (*backend, C.int) {
 }
 
 // capiBackend chooses the process's backend (once); *onHost says whether
-// it is the host.
+// it is the host, lib and sym (buffers of libN and symN bytes) name the runtime
+// library and its entry that tell the calling thread's current device (""
+// when there is none).
 //
 //export capiBackend
-func capiBackend(entry *C.char, onHost *C.int) C.int {
+func capiBackend(entry *C.char, onHost *C.int, lib *C.char, libN C.int, sym *C.char, symN C.int) C.int {
 	be, r := theBackend(C.GoString(entry))
 	if r != 0 {
 		return r
@@ -63,6 +65,9 @@ func capiBackend(entry *C.char, onHost *C.int) C.int {
 	if be.plugin == nil {
 		*onHost = 1
 	}
+	l, e := be.currentDevice()
+	copyString(lib, libN, l)
+	copyString(sym, symN, e)
 	return 0
 }
 

@@ -24,20 +24,43 @@ const char *capiLibDir(void) {
   return "";
 }
 
+// rtGetDevice is the vendor runtime's own "current device of the calling
+// thread" (cudaGetDevice), so that a device a framework set through the
+// runtime directly counts; NULL where the backend has none.
+static int (*rtGetDevice)(int *);
+
+// findGetDevice looks entry up in the runtime library the plugin loaded.
+static void findGetDevice(const char *lib, const char *entry) {
+  if (lib[0] == 0 || entry[0] == 0)
+    return;
+  void *h = dlopen(lib, RTLD_NOW | RTLD_NOLOAD);
+  void *f = h ? dlsym(h, entry) : NULL;
+  if (f == NULL) // the process's copy (e.g. a framework's cudart)
+    f = dlsym(RTLD_DEFAULT, entry);
+  rtGetDevice = (int (*)(int *))f;
+}
+
 flagcxResult_t shimReady(const char *entry) {
   if (__atomic_load_n(&onHost, __ATOMIC_ACQUIRE) >= 0)
     return flagcxSuccess;
   int host = 0;
-  CHECK(capiBackend((char *)entry, &host));
+  char lib[4096], sym[256];
+  CHECK(capiBackend((char *)entry, &host, lib, sizeof lib, sym, sizeof sym));
+  findGetDevice(lib, sym);
   __atomic_store_n(&onHost, host, __ATOMIC_RELEASE);
   return flagcxSuccess;
 }
 
-int shimDevice(void) { return curDev < 0 ? 0 : curDev; }
+int shimDevice(void) {
+  int d;
+  if (rtGetDevice != NULL && rtGetDevice(&d) == 0)
+    return d;
+  return curDev < 0 ? 0 : curDev;
+}
 uintptr_t shimStream(flagcxStream_t s) { return s ? s->base : 0; }
 
 flagcxResult_t shimBind(flagcxComm_t comm) {
-  if (comm->onDevice && curDev != comm->dev) {
+  if (comm->onDevice && shimDevice() != comm->dev) {
     CHECK(capiSetDevice(comm->dev));
     curDev = comm->dev;
   }

@@ -10,9 +10,15 @@
 // second communicator that rank 1 never joins, and the main thread aborts
 // it: the call returns an error instead of hanging. Prints "PASS threads"
 // at the end; "FAIL ..." and exit 1 otherwise.
+//
+// With CAPI_TEST_CUDART (candidate paths of the CUDA runtime the nvidia
+// plugin loaded, colon-separated), threads set their device as PyTorch
+// does, with cudaSetDevice itself instead of the device handle: the
+// library must still create streams, memory and the communicator there.
 
 #include <flagcx.h>
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,6 +32,22 @@ static flagcxDeviceHandle_t dh;
 static flagcxUniqueId id, id2;
 static flagcxComm_t second[MAXRANKS];
 static volatile int blocked; // thread 0 is in the AllReduce to abort
+static int (*cudaSetDevice)(int); // the runtime's own, with CAPI_TEST_CUDART
+
+// findCudaSetDevice finds cudaSetDevice in the first loaded candidate.
+static void findCudaSetDevice(const char *paths) {
+  char *list = strdup(paths);
+  for (char *p = strtok(list, ":"); p != NULL; p = strtok(NULL, ":")) {
+    void *h = dlopen(p, RTLD_NOW | RTLD_NOLOAD);
+    if (h != NULL && (cudaSetDevice = (int (*)(int))dlsym(h, "cudaSetDevice")) != NULL)
+      break;
+  }
+  free(list);
+  if (cudaSetDevice == NULL) {
+    printf("FAIL: none of CAPI_TEST_CUDART=%s is loaded\n", paths);
+    exit(1);
+  }
+}
 
 #define CHECK(r, call)                                                         \
   do {                                                                         \
@@ -39,7 +61,13 @@ static volatile int blocked; // thread 0 is in the AllReduce to abort
 
 static void *rankMain(void *arg) {
   int r = (int)(long)arg, dev = r % ndev, got = -1;
-  CHECK(r, dh->setDevice(dev));
+  if (cudaSetDevice != NULL) {
+    if (cudaSetDevice(dev) != 0) {
+      printf("FAIL rank %d: cudaSetDevice(%d) failed\n", r, dev);
+      exit(1);
+    }
+  } else
+    CHECK(r, dh->setDevice(dev));
   flagcxComm_t comm;
   CHECK(r, flagcxCommInitRank(&comm, nranks, &id, r));
   CHECK(r, flagcxCommGetDeviceNumber(comm, &got));
@@ -118,6 +146,8 @@ int main(int argc, char **argv) {
   }
   CHECK(-1, flagcxDeviceHandleInit(&dh));
   CHECK(-1, dh->getDeviceCount(&ndev));
+  if (getenv("CAPI_TEST_CUDART") != NULL)
+    findCudaSetDevice(getenv("CAPI_TEST_CUDART"));
   CHECK(-1, flagcxGetUniqueId(&id));
   CHECK(-1, flagcxGetUniqueId(&id2));
   pthread_t t[MAXRANKS];
@@ -136,6 +166,7 @@ int main(int argc, char **argv) {
   if (second[1] != NULL)
     CHECK(-1, flagcxCommAbort(second[1]));
   CHECK(-1, flagcxDeviceHandleFree(dh));
-  printf("PASS threads: %d ranks\n", nranks);
+  printf("PASS threads: %d ranks%s\n", nranks,
+         cudaSetDevice ? ", devices set with cudaSetDevice" : "");
   return 0;
 }
