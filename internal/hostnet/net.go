@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
 
@@ -50,12 +51,22 @@ type netDevice struct {
 	props  netplugin.Properties
 }
 
+// netOnce caches the plugin per emulation setting: the fabric library
+// loads once per process, so asking for the other one later gets the
+// plugin's clear error instead of a silent switch.
 var netOnce struct {
 	sync.Mutex
-	done bool
-	d    *netDevice
-	err  error
+	done map[bool]bool
+	d    map[bool]*netDevice
+	err  map[bool]error
 }
+
+var netEmulated atomic.Bool
+
+// UseEmulatedNet makes the network plugin load the emulated fabric library
+// (conformance/vendorsim/ibverbs) as --emulated asks; FLAGCX_EMULATED=1
+// does the same.
+func UseEmulatedNet(on bool) { netEmulated.Store(on) }
 
 // netPluginPath is FLAGCX_NET_PLUGIN, else build/net next to the vendor
 // plugins (FLAGCX_PLUGIN_DIR/../net, <flagcx>/../build/net, ./build/net).
@@ -77,18 +88,21 @@ func netPluginPath() string {
 }
 
 // openNet loads the network plugin once per process (emulated when
-// FLAGCX_EMULATED says so) and picks its first device. Without a device
+// FLAGCX_EMULATED or UseEmulatedNet says so) and picks its first device. Without a device
 // the error wraps ErrNoNetDevice and says why.
 func openNet() (*netDevice, error) {
+	emulated, _ := env.Emulated.Get(nil)
+	emulated = emulated || netEmulated.Load()
 	netOnce.Lock()
 	defer netOnce.Unlock()
-	if netOnce.done {
-		return netOnce.d, netOnce.err
+	if netOnce.done == nil {
+		netOnce.done, netOnce.d, netOnce.err = map[bool]bool{}, map[bool]*netDevice{}, map[bool]error{}
 	}
-	netOnce.done = true
-	emulated, _ := env.Emulated.Get(nil)
-	netOnce.d, netOnce.err = loadNet(netPluginPath(), emulated)
-	return netOnce.d, netOnce.err
+	if !netOnce.done[emulated] {
+		netOnce.done[emulated] = true
+		netOnce.d[emulated], netOnce.err[emulated] = loadNet(netPluginPath(), emulated)
+	}
+	return netOnce.d[emulated], netOnce.err[emulated]
 }
 
 func loadNet(path string, emulated bool) (*netDevice, error) {
@@ -119,13 +133,14 @@ func (d *netDevice) describe() string {
 
 // CheckNet fails at once when cfg asks for IB (FLAGCX_NET=IB) and this
 // process has no usable RDMA device; the error wraps ErrNoNetDevice and
-// says why and what to do.
+// ErrConfig and says why and what to do.
 func CheckNet(cfg Config) error {
 	if cfg.Net != NetIB {
 		return nil
 	}
 	if _, err := openNet(); err != nil {
-		return fmt.Errorf("%s=IB: %w (unset it, or set %s=Socket, to use TCP sockets)", env.Net.Name, err, env.Net.Name)
+		// ErrConfig: the setting asks for what this machine does not have.
+		return fmt.Errorf("%w: %s=IB: %w (unset it, or set %s=Socket, to use TCP sockets)", ErrConfig, env.Net.Name, err, env.Net.Name)
 	}
 	return nil
 }
@@ -203,28 +218,29 @@ func (m *Mesh) upgradeNet(mc MeshConfig) error {
 	return g.Wait()
 }
 
-// handleMsg is the fixed size of the messages of the negotiation: a
-// 4-byte length and up to netplugin.HandleMaxBytes.
-const handleMsg = 4 + netplugin.HandleMaxBytes
+// negotiationMax is the longest message of the negotiation (an offer, or
+// a handle of at most netplugin.HandleMaxBytes); each travels as a 4-byte
+// length and negotiationMax bytes.
+const negotiationMax = 1024
 
 func sendSmall(tl *TCPLink, b []byte) error {
-	if len(b) > netplugin.HandleMaxBytes {
-		return fmt.Errorf("hostnet: a %d-byte negotiation message (at most %d): %w", len(b), netplugin.HandleMaxBytes, ErrProtocol)
+	if len(b) > negotiationMax {
+		return fmt.Errorf("hostnet: a %d-byte negotiation message (at most %d): %w", len(b), negotiationMax, ErrProtocol)
 	}
-	msg := make([]byte, handleMsg)
+	msg := make([]byte, 4+negotiationMax)
 	putU32(msg, uint32(len(b)))
 	copy(msg[4:], b)
 	return tl.conns[0].Send(msg)
 }
 
 func recvSmall(tl *TCPLink) ([]byte, error) {
-	msg := make([]byte, handleMsg)
+	msg := make([]byte, 4+negotiationMax)
 	if err := tl.conns[0].Recv(msg); err != nil {
 		return nil, err
 	}
 	n := int(getU32(msg))
-	if n > netplugin.HandleMaxBytes {
-		return nil, fmt.Errorf("hostnet: negotiation message says %d bytes (at most %d): %w", n, netplugin.HandleMaxBytes, ErrProtocol)
+	if n > negotiationMax {
+		return nil, fmt.Errorf("hostnet: negotiation message says %d bytes (at most %d): %w", n, negotiationMax, ErrProtocol)
 	}
 	return msg[4 : 4+n], nil
 }
@@ -240,6 +256,9 @@ func getU32(b []byte) uint32 {
 // plugin, the handles; it returns the NetLink (tl's first connection
 // becomes its liveness watch, the others close) or nil to keep tl.
 func negotiateNet(tl *TCPLink, offer netOffer, mc MeshConfig, peer int) (*NetLink, error) {
+	if len(offer.Why) > negotiationMax/2 {
+		offer.Why = offer.Why[:negotiationMax/2] + "..."
+	}
 	b, _ := json.Marshal(offer)
 	if err := sendSmall(tl, b); err != nil {
 		return nil, err

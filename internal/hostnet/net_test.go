@@ -168,7 +168,19 @@ func TestNetRealVerbsWithoutDevice(t *testing.T) {
 		}
 		require.ErrorIs(t, err, ErrNoNetDevice)
 		require.ErrorContains(t, err, "no RDMA device")
-		fmt.Println(err)
+		t.Setenv("FLAGCX_NET_PLUGIN", plugin)
+		cfg := meshCfg(10 * time.Second)
+		cfg.Net = NetIB
+		err = CheckNet(cfg)
+		require.ErrorIs(t, err, ErrConfig)
+		require.ErrorContains(t, err, "FLAGCX_NET=IB: no RDMA device")
+
+		// Automatic: TCP between hosts when there is no device.
+		cfg.Net = NetAuto
+		ms, errs := netMesh(t, 2, cfg, []string{"hostA", "hostB"})
+		require.NoError(t, errors.Join(errs...))
+		require.Equal(t, []string{"self", "tcp"}, linkTransports(ms[0]))
+		exchange(t, ms[0].Links[1], ms[1].Links[0], 0, 1, []int{0, 3, 70000})
 	})
 }
 

@@ -124,7 +124,7 @@ func (l *NetLink) plugErr(op string, err error) error {
 }
 
 // wait polls q until it is done: a short spin, then sleeps growing to
-// 200 us. It gives up after the link's timeout, or at once when the peer is
+// 50 us. It gives up after the link's timeout, or at once when the peer is
 // gone.
 func (l *NetLink) wait(op string, q netplugin.Request) (int, error) {
 	start := time.Now()
@@ -141,11 +141,14 @@ func (l *NetLink) wait(op string, q netplugin.Request) (int, error) {
 		if g := l.gone.Load(); g != nil {
 			return 0, l.fail(*g)
 		}
-		switch {
-		case i < 64:
+		if i < 64 {
 			runtime.Gosched()
-		default:
-			time.Sleep(min(time.Duration(i-63)*5*time.Microsecond, 200*time.Microsecond))
+		} else {
+			// A nanosleep of the thread, not time.Sleep: the runtime's
+			// timers wake a sleeper up to a millisecond late, which would
+			// be every small message's latency.
+			ts := syscall.NsecToTimespec(int64(min(time.Duration(i-63)*2*time.Microsecond, 50*time.Microsecond)))
+			_ = syscall.Nanosleep(&ts, nil)
 		}
 		if l.timeout > 0 && i%256 == 0 && time.Since(start) > l.timeout {
 			return 0, l.fail(fmt.Errorf("hostnet: ib %s %s: no progress for %v (is the peer alive and running the same sequence of operations? %s sets the limit): %w",
