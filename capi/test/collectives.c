@@ -16,6 +16,7 @@
 #include <flagcx.h>
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -366,8 +367,14 @@ static void testQueries(void) {
     fail("getFlagcxDataTypeSize is wrong");
   if (strlen(flagcxGetErrorString(flagcxNotSupported)) == 0)
     fail("flagcxGetErrorString(flagcxNotSupported) is empty");
+  // FlagCX's layouts: 28 entries in the device handle, streamCopy the 13th.
   if (sizeof(flagcxUniqueId) != 256 || flagcxNotSupported != 9 ||
-      flagcxBfloat16 != 9 || flagcxAvg != 4 || sizeof(flagcxRedOp_t) != 4)
+      flagcxBfloat16 != 9 || flagcxAvg != 4 || sizeof(flagcxRedOp_t) != 4 ||
+      sizeof(struct flagcxDeviceHandle) != 28 * sizeof(void *) ||
+      offsetof(struct flagcxDeviceHandle, streamCopy) != 12 * sizeof(void *) ||
+      offsetof(struct flagcxDeviceHandle, ipcMemHandleFree) != 27 * sizeof(void *) ||
+      sizeof(struct flagcxHandlerGroup) != 3 * sizeof(void *) ||
+      sizeof(flagcxWaitSignalDesc_t) != 16)
     fail("the header's layouts or values differ from FlagCX's");
   OK(flagcxBarrier(comm, stream));
   checks++;
