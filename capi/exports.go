@@ -42,6 +42,15 @@ func libDir() string {
 	return filepath.Dir(p)
 }
 
+// protect turns a panic of the Go side into flagcxInternalError with a
+// message, instead of ending the process that called in; deferred by the
+// exports that run Go code of any size (r is their result).
+func protect(entry string, c *comm, r *C.int) {
+	if p := recover(); p != nil {
+		*r = res(fail(c, entry, fmt.Errorf("%w: a bug of flagcx-go's libflagcx.so (please report it): %v", sdk.ErrInternalError, p)))
+	}
+}
+
 func theBackend(entry string) (*backend, C.int) {
 	be, err := processBackend(libDir)
 	if err != nil {
@@ -92,7 +101,8 @@ func capiDeviceCount(out *C.int) C.int {
 }
 
 // device runs fn with the process's plugin; entry names the C function.
-func device(entry string, fn func(p *loader.Plugin) error) C.int {
+func device(entry string, fn func(p *loader.Plugin) error) (r C.int) {
+	defer protect(entry, nil, &r)
 	be, r := theBackend(entry)
 	if r != 0 {
 		return r

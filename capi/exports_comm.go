@@ -17,11 +17,12 @@ import (
 )
 
 // withComm runs fn on communicator id, one C thread at a time.
-func withComm(id C.uint64_t, entry string, fn func(c *comm) error) C.int {
+func withComm(id C.uint64_t, entry string, fn func(c *comm) error) (r C.int) {
 	c, err := lookupComm(uint64(id))
 	if err != nil {
 		return res(fail(nil, entry, err))
 	}
+	defer protect(entry, c, &r)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return res(fail(c, entry, fn(c)))
@@ -42,8 +43,9 @@ func capiUniqueID(buf unsafe.Pointer) C.int {
 // whether it runs on a device, *outDev the device (0 on the host).
 //
 //export capiCommInit
-func capiCommInit(id unsafe.Pointer, nranks, rank, dev C.int, out *C.uint64_t, outDev, onDev *C.int) C.int {
+func capiCommInit(id unsafe.Pointer, nranks, rank, dev C.int, out *C.uint64_t, outDev, onDev *C.int) (r C.int) {
 	const entry = "flagcxCommInitRank"
+	defer protect(entry, nil, &r)
 	be, r := theBackend(entry)
 	if r != 0 {
 		return r
@@ -67,11 +69,12 @@ func capiCommInit(id unsafe.Pointer, nranks, rank, dev C.int, out *C.uint64_t, o
 // capiCommFree destroys (abort 0) or aborts communicator id and forgets it.
 //
 //export capiCommFree
-func capiCommFree(id C.uint64_t, abort C.int) C.int {
+func capiCommFree(id C.uint64_t, abort C.int) (r C.int) {
 	entry := "flagcxCommDestroy"
 	if abort != 0 {
 		entry = "flagcxCommAbort"
 	}
+	defer protect(entry, nil, &r)
 	c, err := lookupComm(uint64(id))
 	if err != nil {
 		return res(fail(nil, entry, err))
