@@ -170,6 +170,81 @@ static void testAllReduce(void) {
   OK(dh->deviceFree(recv, flagcxMemDevice, NULL));
 }
 
+// encode stores the small non-negative integer v as element i of type dt.
+static void encode(void *buf, flagcxDataType_t dt, int i, unsigned v) {
+  switch (dt) {
+  case flagcxInt8:
+  case flagcxUint8:
+    ((unsigned char *)buf)[i] = (unsigned char)v;
+    break;
+  case flagcxInt32:
+  case flagcxUint32:
+    ((unsigned *)buf)[i] = v;
+    break;
+  case flagcxInt64:
+  case flagcxUint64:
+    ((unsigned long long *)buf)[i] = v;
+    break;
+  case flagcxFloat32:
+    ((float *)buf)[i] = (float)v;
+    break;
+  case flagcxFloat64:
+    ((double *)buf)[i] = (double)v;
+    break;
+  case flagcxBfloat16: { // the upper half of the float32: exact for v < 256
+    float f = (float)v;
+    unsigned bits;
+    memcpy(&bits, &f, 4);
+    ((unsigned short *)buf)[i] = (unsigned short)(bits >> 16);
+    break;
+  }
+  case flagcxFloat16: { // exact for v < 2048
+    unsigned short h = 0;
+    if (v != 0) {
+      int e = 31 - __builtin_clz(v);
+      h = (unsigned short)(((e + 15) << 10) | ((v << (10 - e)) & 0x3ff));
+    }
+    ((unsigned short *)buf)[i] = h;
+    break;
+  }
+  default:
+    fail("encode: type %d", dt);
+  }
+}
+
+// testTypes: AllReduce sum in every FlagCX type, with small integers whose
+// sums every type holds exactly.
+static void testTypes(void) {
+  enum { N = 517 };
+  static const flagcxDataType_t types[] = {
+      flagcxInt8,    flagcxUint8,   flagcxInt32,   flagcxUint32,
+      flagcxInt64,   flagcxUint64,  flagcxFloat16, flagcxFloat32,
+      flagcxFloat64, flagcxBfloat16};
+  for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+    flagcxDataType_t dt = types[k];
+    size_t es = getFlagcxDataTypeSize(dt);
+    unsigned char *in = calloc(N, es), *want = calloc(N, es), *got = calloc(N, es);
+    void *dev = dalloc(N * es);
+    for (int i = 0; i < N; i++) {
+      unsigned sum = 0;
+      for (int r = 0; r < nranks; r++)
+        sum += (unsigned)(r + i % 5);
+      encode(in, dt, i, (unsigned)(rank + i % 5));
+      encode(want, dt, i, sum);
+    }
+    put(dev, in, N * es);
+    OK(flagcxAllReduce(dev, dev, N, dt, flagcxSum, comm, stream));
+    sync();
+    get(got, dev, N * es);
+    for (int i = 0; i < N; i++)
+      if (memcmp(got + i * es, want + i * es, es) != 0)
+        fail("allreduce sum of type %d: element %d differs", dt, i);
+    checks++;
+    free(in), free(want), free(got);
+    OK(dh->deviceFree(dev, flagcxMemDevice, NULL));
+  }
+}
+
 static void testRooted(void) {
   int n = nranks, root = n - 1;
   int *in = malloc(n * COUNT * 4), *want = malloc(n * COUNT * 4);
@@ -509,6 +584,7 @@ int main(int argc, char **argv) {
 
   testQueries();
   testAllReduce();
+  testTypes();
   testRooted();
   testGathers();
   testAlltoAllv();
