@@ -127,7 +127,11 @@ func chooseBackend(dir string, lookup env.Lookup) (*backend, error) {
 	if want != "" {
 		for _, c := range cands {
 			if c.Name == want {
-				return openBackend(c, dir)
+				be, err := openBackend(c, dir)
+				if err != nil {
+					return nil, fmt.Errorf("%s=%s: %w (%s=host runs on the CPU)", env.Backend.Name, want, err, env.Backend.Name)
+				}
+				return be, nil
 			}
 		}
 		why := fmt.Sprintf("no plugin file libflagcx-%s.so in %s", want, dir)
