@@ -402,6 +402,7 @@ typedef struct {
   int pending;   /* work completions still expected */
   int posted;    /* sends: the writes are posted */
   size_t got;    /* receives: the size the sender announced */
+  int reported;  /* test returned its error while completions were due */
   flagcxResult_t err;
   char msg[256];
 } nibReq;
@@ -729,6 +730,10 @@ static void completion(nibComm* c, const struct ibv_wc* wc) {
     return;
   }
   if (!q) return;
+  if (q->reported) { /* failed and reported: free it once nothing is due */
+    if (--q->pending <= 0) q->kind = REQ_FREE;
+    return;
+  }
   if (q->kind == REQ_RECV) {
     uint32_t imm = ntohl(wc->imm_data);
     if (imm == NIB_IMM_TAG || imm == NIB_IMM_SIZE) {
@@ -769,6 +774,7 @@ static flagcxResult_t nibTest(flagcxNetRequest_t request, int* done, size_t* siz
     flagcxResult_t r = fail(q->err, "%s", q->msg);
     /* The slot stays taken while completions for it may still come. */
     if (q->pending <= 0 || c->err != flagcxSuccess) q->kind = REQ_FREE;
+    else q->reported = 1;
     return r;
   }
   if (q->pending == 0) {

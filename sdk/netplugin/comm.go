@@ -161,3 +161,7 @@ func (s *SendComm) Close() error { return s.p.call("closeSend", s.p.t.CloseSend,
 
 // Close releases the comm.
 func (r *RecvComm) Close() error { return r.p.call("closeRecv", r.p.t.CloseRecv, r.h) }
+
+// AddrOf is the address of b's first byte, for memory Go does not move
+// (mmap'ed, or C memory): never pass Go heap memory to the plugin.
+func AddrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
