@@ -21,7 +21,8 @@ import (
 
 // cProgram builds capi/test/<name>.c with $CC (gcc) against the make-built
 // build/include/flagcx.h and build/lib/libflagcx.so, as a FlagCX user
-// builds: the library is found through the rpath.
+// builds: the library is found through the rpath. dlopen.c alone does not
+// link it: it loads it itself.
 func cProgram(t *testing.T, name string) string {
 	t.Helper()
 	lib := testkit.BuiltFile(t, "lib", "libflagcx.so")
@@ -36,9 +37,14 @@ func cProgram(t *testing.T, name string) string {
 	root := testkit.RepoRoot(t)
 	out := filepath.Join(t.TempDir(), name)
 	libDir := filepath.Dir(lib)
-	cmd := exec.Command(cc, "-O1", "-Wall", "-Werror", "-std=gnu11",
-		"-I"+filepath.Join(root, "build", "include"), "-o", out, filepath.Join(root, "capi", "test", name+".c"),
-		"-L"+libDir, "-lflagcx", "-Wl,-rpath,"+libDir, "-pthread")
+	args := []string{"-O1", "-Wall", "-Werror", "-std=gnu11",
+		"-I" + filepath.Join(root, "build", "include"), "-o", out, filepath.Join(root, "capi", "test", name+".c")}
+	if name == "dlopen" {
+		args = append(args, "-ldl")
+	} else {
+		args = append(args, "-L"+libDir, "-lflagcx", "-Wl,-rpath,"+libDir, "-pthread")
+	}
+	cmd := exec.Command(cc, args...)
 	b, err := cmd.CombinedOutput()
 	require.NoError(t, err, "building %s.c against build/include and build/lib:\n%s", name, b)
 	return out
@@ -226,6 +232,40 @@ func TestCAPIThreads(t *testing.T) {
 			for _, w := range tc.want {
 				require.Contains(t, string(b), w)
 			}
+		})
+	}
+}
+
+// TestCAPIDlopen: the library loads with dlopen (as Python loads FlagCX's
+// torch plugin, which needs it: its thread-local storage must fit glibc's
+// reserve for dlopen), and FLAGCX_BACKEND set by the program itself after
+// it started (Python's os.environ) is what counts, not the environment the
+// process started with.
+func TestCAPIDlopen(t *testing.T) {
+	prog := cProgram(t, "dlopen")
+	lib := testkit.BuiltFile(t, "lib", "libflagcx.so")
+	cases := []struct {
+		name, startEnv, set string
+		wantErr             bool
+		want                string
+	}{
+		{"setenv host over nosuch", "FLAGCX_BACKEND=nosuch", "host", false, "vendor HOST\nPASS dlopen\n"},
+		{"setenv nosuch over host", "FLAGCX_BACKEND=host", "nosuch", true,
+			"ERROR 4: flagcxDeviceHandleInit: invalid argument: FLAGCX_BACKEND=nosuch: no plugin file libflagcx-nosuch.so in "},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, prog, lib, tc.set)
+			cmd.Env = append(cleanEnv(), tc.startEnv)
+			b, err := cmd.CombinedOutput()
+			if tc.wantErr {
+				require.Error(t, err, string(b))
+			} else {
+				require.NoError(t, err, string(b))
+			}
+			require.Contains(t, string(b), tc.want)
 		})
 	}
 }

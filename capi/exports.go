@@ -24,7 +24,9 @@ import "C"
 import (
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
+	"strings"
 	"unsafe"
 
 	"github.com/flagcx/flagcx-go/sdk"
@@ -57,6 +59,37 @@ func theBackend(entry string) (*backend, C.int) {
 		return nil, res(fail(nil, entry, err))
 	}
 	return be, 0
+}
+
+// capiSyncEnv makes the Go side see the process's FLAGCX_* variables as C
+// sees them now (envp is environ). Go's runtime copies the environment
+// once, from the process's start, when the library loads; a program that
+// sets variables itself (Python's os.environ, C's setenv) before its calls
+// must still be heard, as FlagCX, which reads getenv, hears it.
+//
+//export capiSyncEnv
+func capiSyncEnv(envp **C.char) {
+	want := map[string]string{}
+	for _, kv := range unsafe.Slice(envp, 1<<20) {
+		if kv == nil {
+			break
+		}
+		if k, v, ok := strings.Cut(C.GoString(kv), "="); ok && strings.HasPrefix(k, "FLAGCX_") {
+			want[k] = v
+		}
+	}
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "FLAGCX_") {
+			if _, ok := want[k]; !ok {
+				_ = os.Unsetenv(k)
+			}
+		}
+	}
+	for k, v := range want {
+		if cur, ok := os.LookupEnv(k); !ok || cur != v {
+			_ = os.Setenv(k, v)
+		}
+	}
 }
 
 // capiBackend chooses the process's backend (once); *onHost says whether

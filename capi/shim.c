@@ -6,14 +6,45 @@
 
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "shim.h"
 
-// The calling thread's current device as set through this library (-1:
-// never set here; device 0 is then assumed, as vendor runtimes do).
-static __thread int curDev = -1;
+// Per-thread state lives behind a pthread key, not in __thread variables:
+// a library with TLS of its own must fit glibc's small static TLS reserve
+// when it is dlopen'ed (as Python loads the torch plugin, and this library
+// with it), and Go's runtime already takes its share of it.
+static pthread_key_t threadKey;
+static pthread_once_t threadOnce = PTHREAD_ONCE_INIT;
+static void threadKeyInit(void) { pthread_key_create(&threadKey, free); }
+
+struct shimThreadState *shimThread(void) {
+  pthread_once(&threadOnce, threadKeyInit);
+  struct shimThreadState *t = pthread_getspecific(threadKey);
+  if (t == NULL && (t = calloc(1, sizeof *t)) != NULL) {
+    t->curDev = -1;
+    if (pthread_setspecific(threadKey, t) != 0) {
+      free(t);
+      t = NULL;
+    }
+  }
+  return t;
+}
+
+// curDev is the device last set through this library on the calling
+// thread (-1: never; device 0 is then assumed, as vendor runtimes do).
+static int curDev(void) {
+  struct shimThreadState *t = shimThread();
+  return t ? t->curDev : -1;
+}
+
+static void setCurDev(int d) {
+  struct shimThreadState *t = shimThread();
+  if (t != NULL)
+    t->curDev = d;
+}
 // 1 on the host backend, 0 on a plugin's, -1 until chosen.
 static int onHost = -1;
 
@@ -40,9 +71,16 @@ static void findGetDevice(const char *lib, const char *entry) {
   rtGetDevice = (int (*)(int *))f;
 }
 
+extern char **environ;
+
+// Go read the environment of the process's start; what the program set
+// since (os.environ in Python, setenv) counts from here on, as in FlagCX.
+void shimSyncEnv(void) { capiSyncEnv(environ); }
+
 flagcxResult_t shimReady(const char *entry) {
   if (__atomic_load_n(&onHost, __ATOMIC_ACQUIRE) >= 0)
     return flagcxSuccess;
+  shimSyncEnv();
   int host = 0;
   char lib[4096], sym[256];
   CHECK(capiBackend((char *)entry, &host, lib, sizeof lib, sym, sizeof sym));
@@ -55,14 +93,15 @@ int shimDevice(void) {
   int d;
   if (rtGetDevice != NULL && rtGetDevice(&d) == 0)
     return d;
-  return curDev < 0 ? 0 : curDev;
+  d = curDev();
+  return d < 0 ? 0 : d;
 }
 uintptr_t shimStream(flagcxStream_t s) { return s ? s->base : 0; }
 
 flagcxResult_t shimBind(flagcxComm_t comm) {
   if (comm->onDevice && shimDevice() != comm->dev) {
     CHECK(capiSetDevice(comm->dev));
-    curDev = comm->dev;
+    setCurDev(comm->dev);
   }
   return flagcxSuccess;
 }
@@ -139,7 +178,7 @@ static flagcxResult_t hSetDevice(int d) {
   CHECK(shimReady("setDevice"));
   if (!onHost)
     CHECK(capiSetDevice(d));
-  curDev = d; // the CPU has no devices to choose: any index is the host
+  setCurDev(d); // the CPU has no devices to choose: any index is the host
   return flagcxSuccess;
 }
 

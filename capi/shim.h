@@ -54,6 +54,19 @@ struct flagcxEvent {
                   "comm is NULL: pass a communicator from flagcxCommInitRank"); \
   } while (0)
 
+// What the library keeps per calling thread.
+struct shimThreadState {
+  int curDev;           // the device last set here through setDevice
+  char lastError[4096]; // flagcxGetLastError's text
+};
+
+// shimThread is the calling thread's state (NULL when out of memory).
+HIDDEN struct shimThreadState *shimThread(void);
+
+// shimSyncEnv hands the process's current FLAGCX_* variables to the Go
+// side (entries that read them call it first).
+HIDDEN void shimSyncEnv(void);
+
 // shimReady chooses the process's backend on first use.
 HIDDEN flagcxResult_t shimReady(const char *entry);
 // shimDevice is the calling thread's current device (0 when never set).

@@ -13,6 +13,7 @@ flagcxResult_t flagcxGetVersion(int *version) {
 
 flagcxResult_t flagcxGetUniqueId(flagcxUniqueId_t uniqueId) {
   NEED(uniqueId, "flagcxGetUniqueId", "uniqueId");
+  shimSyncEnv();
   return capiUniqueID(uniqueId);
 }
 
@@ -22,6 +23,7 @@ flagcxResult_t flagcxCommInitRank(flagcxComm_t *comm, int nranks,
   *comm = NULL;
   NEED(commId, "flagcxCommInitRank", "commId");
   CHECK(shimReady("flagcxCommInitRank"));
+  shimSyncEnv();
   flagcxComm_t c = calloc(1, sizeof *c);
   if (c == NULL)
     return FAIL((flagcxComm_t)NULL, "flagcxCommInitRank", flagcxSystemError,
@@ -97,11 +99,12 @@ const char *flagcxGetErrorString(flagcxResult_t result) {
 }
 
 // The text of flagcxGetLastError lives until this thread's next call of it.
-static __thread char lastError[4096];
-
 const char *flagcxGetLastError(flagcxComm_t comm) {
-  capiLastError(comm ? comm->id : 0, lastError, sizeof lastError);
-  return lastError;
+  struct shimThreadState *t = shimThread();
+  if (t == NULL)
+    return "out of host memory (for the last error's text)";
+  capiLastError(comm ? comm->id : 0, t->lastError, sizeof t->lastError);
+  return t->lastError;
 }
 
 static flagcxResult_t query(flagcxComm_t comm, const char *entry, int what,
