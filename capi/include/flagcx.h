@@ -228,8 +228,8 @@ typedef enum {
 } flagcxMemAllocator_t;
 
 /* flagcxMemAlloc: device memory of the calling thread's current device.
- * flagcxCommRegister: accepted and recorded; flagcx-go's collectives need
- * no registration, so it changes nothing but the handle it returns. */
+ * flagcxCommRegister: accepted; flagcx-go's collectives need no
+ * registration, so *handle is buff itself and nothing else changes. */
 #ifdef __cplusplus
 flagcxResult_t flagcxMemAlloc(void **ptr, size_t size,
                               flagcxMemAllocator_t allocator = flagcxMemCCL);
@@ -418,8 +418,9 @@ flagcxResult_t flagcxWaitCounter(flagcxComm_t comm, uint64_t target);
 
 /* Groups: sends and receives between flagcxGroupStart(comm) and
  * flagcxGroupEnd(comm) run together at GroupEnd, so any pattern completes.
- * Groups nest. With comm NULL the group covers every communicator the
- * thread uses until the matching flagcxGroupEnd(NULL). */
+ * Groups nest. Collectives in a group run when called. With comm NULL
+ * the group covers every communicator used (by any thread of the process)
+ * until the matching flagcxGroupEnd(NULL). */
 flagcxResult_t flagcxGroupStart(flagcxComm_t comm);
 flagcxResult_t flagcxGroupEnd(flagcxComm_t comm);
 
