@@ -17,6 +17,7 @@ import (
 	"github.com/flagcx/flagcx-go/conformance/reference"
 	"github.com/flagcx/flagcx-go/core"
 	"github.com/flagcx/flagcx-go/internal/env"
+	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/internal/launch"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
@@ -146,6 +147,7 @@ func join(cfg *Config, e Env, job launch.Job, launched bool, nranks, rank int) (
 		return communicator{}, nil, err
 	}
 	cfg.Hetero = cfg.hetero(e.Lookup)
+	hostnet.UseEmulatedNet(cfg.Emulated) // --emulated: the network plugin runs on the emulated verbs
 	comm, be, err := joinBackend(cfg, job, launched, id, nranks, rank)
 	job.Joined()
 	if err != nil {
@@ -391,7 +393,13 @@ func (r *rankRun) run() (err error) {
 	} else {
 		r.rep = &tableReporter{w: r.out, multi: len(r.cfg.Ops) > 1}
 	}
-	r.rep.header(r.cfg, r.devices, r.be.describe())
+	backend := r.be.describe()
+	// The transports of this rank's links; FlagCX's own format has no
+	// header to put them in.
+	if net := hostnet.NetworkSummary(); net != "" && r.cfg.Format != "flagcx" {
+		backend = append(backend, net)
+	}
+	r.rep.header(r.cfg, r.devices, backend)
 	defer func() {
 		if r.rank == 0 && r.cfg.JSON != "" {
 			if jerr := r.writeJSON(err); jerr != nil && err == nil {
