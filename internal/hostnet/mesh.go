@@ -110,7 +110,7 @@ type meshHello struct {
 func Connect(mc MeshConfig) (_ *Mesh, err error) {
 	if err := CheckNet(mc.Net); err != nil {
 		mc.Segment.Close()
-		return nil, fmt.Errorf("rank %d: %w", mc.Rank, err)
+		return nil, err
 	}
 	self := mc.Peers[mc.Rank]
 	m := &Mesh{Links: make([]Link, len(mc.Peers))}

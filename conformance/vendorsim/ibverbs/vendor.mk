@@ -7,6 +7,7 @@
 # structs are the ones the net-ib plugin compiles against. It stands alone:
 # no vendorsim core, the fabric is /dev/shm.
 VSIM_IBVERBS := $(VSIM_OUT)/ibverbs/libibverbs.so.1
+IBV_HEADER   ?= /usr/include/infiniband/verbs.h
 
 vendorsim: $(VSIM_IBVERBS)
 
