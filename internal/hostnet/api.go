@@ -1,5 +1,6 @@
-// Package hostnet is the host network between ranks: TCP, and shared
-// memory between ranks of one host (InfiniBand verbs later). It knows
+// Package hostnet is the host network between ranks: TCP, shared memory
+// between ranks of one host, and a network plugin (InfiniBand / RoCE verbs,
+// plugins/net-ib; net.go says which pairs use it). It knows
 // nothing of vendors or collectives: it moves framed, length-checked
 // messages between authenticated peers, and gives the ranks of one host
 // the shared windows their collectives read directly.
