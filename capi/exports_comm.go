@@ -144,7 +144,7 @@ func checkType(count C.size_t, dt, op C.int, reduces bool) error {
 }
 
 //export capiColl
-func capiColl(id C.uint64_t, entry *C.char, kind C.int, send, recv unsafe.Pointer, count C.size_t, dt, op, root C.int, stream C.uintptr_t) C.int {
+func capiColl(id C.uint64_t, entry *C.char, kind C.int, send, recv unsafe.Pointer, count C.size_t, dt, op, root C.int, stream, group C.uintptr_t) C.int {
 	coll, ok := commOps[kind]
 	return withComm(id, C.GoString(entry), func(c *comm) error {
 		if !ok {
@@ -153,14 +153,14 @@ func capiColl(id C.uint64_t, entry *C.char, kind C.int, send, recv unsafe.Pointe
 		if err := checkType(count, dt, op, coll.Reduces()); err != nil {
 			return err
 		}
-		joinGlobalGroup(c)
+		joinGlobalGroup(c, uintptr(group))
 		return c.collective(collArgs{coll: coll, send: send, recv: recv, count: int(count),
 			dt: sdk.DataType(dt), op: sdk.RedOp(op), root: int(root), stream: uintptr(stream)})
 	})
 }
 
 //export capiAlltoAllv
-func capiAlltoAllv(id C.uint64_t, send unsafe.Pointer, sc, sd *C.size_t, recv unsafe.Pointer, rc, rd *C.size_t, dt C.int, stream C.uintptr_t) C.int {
+func capiAlltoAllv(id C.uint64_t, send unsafe.Pointer, sc, sd *C.size_t, recv unsafe.Pointer, rc, rd *C.size_t, dt C.int, stream, group C.uintptr_t) C.int {
 	return withComm(id, "flagcxAlltoAllv", func(c *comm) error {
 		if err := checkType(0, dt, 0, false); err != nil {
 			return err
@@ -178,13 +178,13 @@ func capiAlltoAllv(id C.uint64_t, send unsafe.Pointer, sc, sd *C.size_t, recv un
 				vecs[i] = append(vecs[i], int(v))
 			}
 		}
-		joinGlobalGroup(c)
+		joinGlobalGroup(c, uintptr(group))
 		return c.alltoallv(send, vecs[0], vecs[1], recv, vecs[2], vecs[3], sdk.DataType(dt), uintptr(stream))
 	})
 }
 
 //export capiP2P
-func capiP2P(id C.uint64_t, recv C.int, buf unsafe.Pointer, count C.size_t, dt, peer C.int, stream C.uintptr_t) C.int {
+func capiP2P(id C.uint64_t, recv C.int, buf unsafe.Pointer, count C.size_t, dt, peer C.int, stream, group C.uintptr_t) C.int {
 	entry := "flagcxSend"
 	if recv != 0 {
 		entry = "flagcxRecv"
@@ -193,22 +193,24 @@ func capiP2P(id C.uint64_t, recv C.int, buf unsafe.Pointer, count C.size_t, dt, 
 		if err := checkType(count, dt, 0, false); err != nil {
 			return err
 		}
-		joinGlobalGroup(c)
+		joinGlobalGroup(c, uintptr(group))
 		return c.p2p(recv != 0, buf, int(count), sdk.DataType(dt), int(peer), uintptr(stream))
 	})
 }
 
 // capiGroup opens (start) or closes a group on communicator id, or with id
-// 0 the group of flagcxGroupStart(NULL).
+// 0 the calling thread's flagcxGroupStart(NULL) group (thread is its key).
+// The collectives, sends and receives take that key as group: 0 when the
+// thread has no such group open.
 //
 //export capiGroup
-func capiGroup(id C.uint64_t, start C.int) C.int {
+func capiGroup(id C.uint64_t, start C.int, thread C.uintptr_t) C.int {
 	entry := "flagcxGroupEnd"
 	if start != 0 {
 		entry = "flagcxGroupStart"
 	}
 	if id == 0 {
-		return res(fail(nil, entry, globalGroup(start != 0)))
+		return res(fail(nil, entry, globalGroup(uintptr(thread), start != 0)))
 	}
 	return withComm(id, entry, func(c *comm) error {
 		if start != 0 {

@@ -17,9 +17,15 @@ var registry struct {
 	comms map[uint64]*comm
 	// lastErr is the process's last failure, flagcxGetLastError(NULL).
 	lastErr string
-	// group is the depth of flagcxGroupStart(NULL); joined are the
-	// communicators used inside it, whose groups its GroupEnd runs.
-	group  int
+	// nullGroups are the open flagcxGroupStart(NULL) groups, by calling C
+	// thread (a key shim.c hands over): groups are per thread, as NCCL's.
+	nullGroups map[uintptr]*nullGroup
+}
+
+// nullGroup is one thread's flagcxGroupStart(NULL): its depth, and the
+// communicators used inside it, whose groups its GroupEnd runs.
+type nullGroup struct {
+	depth  int
 	joined []*comm
 }
 
@@ -88,40 +94,55 @@ func notSupported(what string) error {
 	return fmt.Errorf("%w: %s is not supported by flagcx-go's libflagcx.so (docs/c-api.md lists what is)", sdk.ErrNotSupported, what)
 }
 
-// joinGlobalGroup opens c's group when a flagcxGroupStart(NULL) is open
-// and c is not yet in it.
-func joinGlobalGroup(c *comm) {
-	registry.mu.Lock()
-	defer registry.mu.Unlock()
-	if registry.group == 0 {
+// joinGlobalGroup opens c's group when the calling thread (key; 0 when
+// it has no flagcxGroupStart(NULL) open) has one open and c is not yet in
+// it.
+func joinGlobalGroup(c *comm, key uintptr) {
+	if key == 0 {
 		return
 	}
-	for _, j := range registry.joined {
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	g := registry.nullGroups[key]
+	if g == nil || g.depth == 0 {
+		return
+	}
+	for _, j := range g.joined {
 		if j == c {
 			return
 		}
 	}
-	registry.joined = append(registry.joined, c)
+	g.joined = append(g.joined, c)
 	c.groupStart()
 }
 
-// globalGroup opens (start) or closes a flagcxGroupStart(NULL) group; the
-// outermost close runs the groups of every communicator used inside.
-func globalGroup(start bool) error {
+// globalGroup opens (start) or closes the calling thread's (key)
+// flagcxGroupStart(NULL) group; the outermost close runs the groups of
+// every communicator used inside.
+func globalGroup(key uintptr, start bool) error {
 	registry.mu.Lock()
+	if registry.nullGroups == nil {
+		registry.nullGroups = map[uintptr]*nullGroup{}
+	}
+	g := registry.nullGroups[key]
 	if start {
-		registry.group++
+		if g == nil {
+			g = &nullGroup{}
+			registry.nullGroups[key] = g
+		}
+		g.depth++
 		registry.mu.Unlock()
 		return nil
 	}
-	if registry.group == 0 {
+	if g == nil || g.depth == 0 {
 		registry.mu.Unlock()
-		return fmt.Errorf("%w: flagcxGroupEnd(NULL) without flagcxGroupStart(NULL)", sdk.ErrInvalidUsage)
+		return fmt.Errorf("%w: flagcxGroupEnd(NULL) without flagcxGroupStart(NULL) on this thread", sdk.ErrInvalidUsage)
 	}
-	registry.group--
+	g.depth--
 	var run []*comm
-	if registry.group == 0 {
-		run, registry.joined = registry.joined, nil
+	if g.depth == 0 {
+		run = g.joined
+		delete(registry.nullGroups, key)
 	}
 	registry.mu.Unlock()
 	var errs []error

@@ -33,6 +33,11 @@ struct shimThreadState *shimThread(void) {
   return t;
 }
 
+uintptr_t shimGroupKey(void) {
+  struct shimThreadState *t = shimThread();
+  return t != NULL && t->nullGroups > 0 ? (uintptr_t)t : 0;
+}
+
 // curDev is the device last set through this library on the calling
 // thread (-1: never; device 0 is then assumed, as vendor runtimes do).
 static int curDev(void) {

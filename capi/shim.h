@@ -57,11 +57,16 @@ struct flagcxEvent {
 // What the library keeps per calling thread.
 struct shimThreadState {
   int curDev;           // the device last set here through setDevice
+  int nullGroups;       // open flagcxGroupStart(NULL) groups of this thread
   char lastError[4096]; // flagcxGetLastError's text
 };
 
 // shimThread is the calling thread's state (NULL when out of memory).
 HIDDEN struct shimThreadState *shimThread(void);
+
+// shimGroupKey names the calling thread's flagcxGroupStart(NULL) group to
+// the Go side: 0 when the thread has none open.
+HIDDEN uintptr_t shimGroupKey(void);
 
 // shimSyncEnv hands the process's current FLAGCX_* variables to the Go
 // side (entries that read them call it first).

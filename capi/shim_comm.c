@@ -153,7 +153,7 @@ static flagcxResult_t coll(const char *entry, flagcxCommOp_t kind,
   NEEDCOMM(comm, entry);
   CHECK(shimBind(comm));
   return capiColl(comm->id, (char *)entry, kind, (void *)send, recv, count, dt,
-                  op, root, shimStream(stream));
+                  op, root, shimStream(stream), shimGroupKey());
 }
 
 flagcxResult_t flagcxReduce(const void *sendbuff, void *recvbuff, size_t count,
@@ -224,7 +224,8 @@ flagcxResult_t flagcxAlltoAllv(const void *sendbuff, size_t *sendcounts,
   NEEDCOMM(comm, "flagcxAlltoAllv");
   CHECK(shimBind(comm));
   return capiAlltoAllv(comm->id, (void *)sendbuff, sendcounts, sdispls,
-                       recvbuff, recvcounts, rdispls, datatype, shimStream(stream));
+                       recvbuff, recvcounts, rdispls, datatype, shimStream(stream),
+                       shimGroupKey());
 }
 
 flagcxResult_t flagcxSend(const void *sendbuff, size_t count,
@@ -233,7 +234,7 @@ flagcxResult_t flagcxSend(const void *sendbuff, size_t count,
   NEEDCOMM(comm, "flagcxSend");
   CHECK(shimBind(comm));
   return capiP2P(comm->id, 0, (void *)sendbuff, count, datatype, peer,
-                 shimStream(stream));
+                 shimStream(stream), shimGroupKey());
 }
 
 flagcxResult_t flagcxRecv(void *recvbuff, size_t count,
@@ -241,17 +242,33 @@ flagcxResult_t flagcxRecv(void *recvbuff, size_t count,
                           flagcxComm_t comm, flagcxStream_t stream) {
   NEEDCOMM(comm, "flagcxRecv");
   CHECK(shimBind(comm));
-  return capiP2P(comm->id, 1, recvbuff, count, datatype, peer, shimStream(stream));
+  return capiP2P(comm->id, 1, recvbuff, count, datatype, peer, shimStream(stream),
+                 shimGroupKey());
 }
 
 flagcxResult_t flagcxGroupStart(flagcxComm_t comm) {
-  return capiGroup(comm ? comm->id : 0, 1);
+  if (comm != NULL)
+    return capiGroup(comm->id, 1, 0);
+  struct shimThreadState *t = shimThread();
+  if (t == NULL)
+    return FAIL((flagcxComm_t)NULL, "flagcxGroupStart", flagcxSystemError,
+                "out of host memory");
+  CHECK(capiGroup(0, 1, (uintptr_t)t));
+  t->nullGroups++;
+  return flagcxSuccess;
 }
 
 flagcxResult_t flagcxGroupEnd(flagcxComm_t comm) {
-  if (comm != NULL)
+  if (comm != NULL) {
     CHECK(shimBind(comm));
-  return capiGroup(comm ? comm->id : 0, 0);
+    return capiGroup(comm->id, 0, 0);
+  }
+  struct shimThreadState *t = shimThread();
+  if (t == NULL || t->nullGroups == 0)
+    return FAIL((flagcxComm_t)NULL, "flagcxGroupEnd", flagcxInvalidUsage,
+                "flagcxGroupEnd(NULL) without flagcxGroupStart(NULL) on this thread");
+  t->nullGroups--;
+  return capiGroup(0, 0, (uintptr_t)t);
 }
 
 /* ---- Memory ------------------------------------------------------------ */

@@ -5,8 +5,9 @@
 // FlagCX lets one process drive several ranks, a thread each. Every thread
 // sets its own current device (setDevice is per thread, as in vendor
 // runtimes), joins the communicator, checks flagcxCommGetDeviceNumber and
-// getDevice, runs an AllReduce and a grouped send/recv ring with exact
-// results. Then, on the host backend, thread 0 blocks in an AllReduce of a
+// getDevice, runs an AllReduce and a send/recv ring in a
+// flagcxGroupStart(NULL) group of its own (groups are per thread), with
+// exact results. Then, on the host backend, thread 0 blocks in an AllReduce of a
 // second communicator that rank 1 never joins, and the main thread aborts
 // it: the call returns an error instead of hanging. Prints "PASS threads"
 // at the end; "FAIL ..." and exit 1 otherwise.
@@ -103,10 +104,11 @@ static void *rankMain(void *arg) {
     }
   }
   int next = (r + 1) % nranks, prev = (r + nranks - 1) % nranks;
-  CHECK(r, flagcxGroupStart(comm));
+  // Every thread opens a group on NULL at once: groups are per thread.
+  CHECK(r, flagcxGroupStart(NULL));
   CHECK(r, flagcxSend(send, COUNT, flagcxInt32, next, comm, s));
   CHECK(r, flagcxRecv(recv, COUNT, flagcxInt32, prev, comm, s));
-  CHECK(r, flagcxGroupEnd(comm));
+  CHECK(r, flagcxGroupEnd(NULL));
   CHECK(r, dh->streamSynchronize(s));
   CHECK(r, dh->deviceMemcpy(out, recv, COUNT * 4, flagcxMemcpyDeviceToHost, NULL));
   for (int i = 0; i < COUNT; i++)
