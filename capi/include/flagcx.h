@@ -419,8 +419,8 @@ flagcxResult_t flagcxWaitCounter(flagcxComm_t comm, uint64_t target);
 /* Groups: sends and receives between flagcxGroupStart(comm) and
  * flagcxGroupEnd(comm) run together at GroupEnd, so any pattern completes.
  * Groups nest. Collectives in a group run when called. With comm NULL
- * the group covers every communicator used (by any thread of the process)
- * until the matching flagcxGroupEnd(NULL). */
+ * the group is the calling thread's and covers every communicator the
+ * thread uses until its matching flagcxGroupEnd(NULL). */
 flagcxResult_t flagcxGroupStart(flagcxComm_t comm);
 flagcxResult_t flagcxGroupEnd(flagcxComm_t comm);
 
