@@ -113,7 +113,9 @@ fi
 
 if has 3; then
 step "3. FlagCX's perf tests (test/perf/host_api) under mpirun"
-MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np "$NGPU" -x NCCL_NVLS_ENABLE -x FLAGCX_BACKEND -x FLAGCX_PLUGIN_DIR -x PATH -x LD_LIBRARY_PATH)
+MPIRUN=(mpirun --allow-run-as-root --oversubscribe -np "$NGPU" -x NCCL_NVLS_ENABLE -x FLAGCX_BACKEND -x FLAGCX_PLUGIN_DIR -x PATH)
+[ -z "${LD_LIBRARY_PATH:-}" ] || MPIRUN+=(-x LD_LIBRARY_PATH)
+[ -z "${FLAGCX_EMULATED:-}" ] || MPIRUN+=(-x FLAGCX_EMULATED)
 for t in allreduce allgather alltoall; do
     mpicxx -std=c++17 -O2 -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX -I"$FLAGCX/flagcx/include" -I"$FLAGCX/test/include" \
         -I"$FLAGCX/third-party/json/single_include" -o "$WORK/perf_$t" "$FLAGCX/test/perf/host_api/test_$t.cpp" \
