@@ -6,6 +6,7 @@
 #   build/vendorsim/nvidia/libcudart.so.12         CUDA runtime 12 (same source)
 #   build/vendorsim/nvidia/libnccl.so.2            NCCL 2.28.9
 #   build/vendorsim/nvidia/libnvidia-ml.so.1       NVML
+#   build/vendorsim/nvidia/libnvrtc.so.13          NVRTC (records kernel names)
 #
 # Every vendor library links the core by soname and finds it through
 # RUNPATH $ORIGIN/.., so one core (one device-memory registry, one current
@@ -23,7 +24,8 @@ VSIM_CORE_HDR := $(wildcard $(VSIM_DIR)/core/*.h)
 VSIM_CORE   := $(VSIM_OUT)/libflagcx-vendorsim-core.so
 VSIM_LINK   := -L$(VSIM_OUT) -lflagcx-vendorsim-core -Wl,-rpath,'$$ORIGIN/..'
 VSIM_NVIDIA := $(VSIM_OUT)/nvidia/libcudart.so.13 $(VSIM_OUT)/nvidia/libcudart.so.12 \
-               $(VSIM_OUT)/nvidia/libnccl.so.2 $(VSIM_OUT)/nvidia/libnvidia-ml.so.1
+               $(VSIM_OUT)/nvidia/libnccl.so.2 $(VSIM_OUT)/nvidia/libnvidia-ml.so.1 \
+               $(VSIM_OUT)/nvidia/libnvrtc.so.13
 
 .PHONY: vendorsim vendorsim-check
 all: vendorsim
@@ -33,13 +35,17 @@ $(VSIM_CORE): $(VSIM_CORE_SRC) $(VSIM_CORE_HDR) $(VSIM_DIR)/vendorsim.mk
 	@mkdir -p $(@D)
 	$(CC) $(VSIM_CFLAGS) $(VSIM_LDFLAGS) -Wl,-soname,libflagcx-vendorsim-core.so -o $@ $(VSIM_CORE_SRC) -lrt -lm
 
-$(VSIM_OUT)/nvidia/libcudart.so.%: $(VSIM_DIR)/nvidia/cudart.c $(VSIM_CORE_HDR) $(VSIM_CORE)
+$(VSIM_OUT)/nvidia/libcudart.so.%: $(VSIM_DIR)/nvidia/cudart.c $(VSIM_DIR)/nvidia/vsim_cubin.h $(VSIM_CORE_HDR) $(VSIM_CORE)
 	@mkdir -p $(@D)
 	$(CC) $(VSIM_CFLAGS) $(VSIM_LDFLAGS) -DVSIM_CUDART_MAJOR=$* -Wl,-soname,libcudart.so.$* -o $@ $< $(VSIM_LINK)
 
 $(VSIM_OUT)/nvidia/libnccl.so.2: $(VSIM_DIR)/nvidia/nccl.c $(VSIM_CORE_HDR) $(VSIM_CORE)
 	@mkdir -p $(@D)
 	$(CC) $(VSIM_CFLAGS) $(VSIM_LDFLAGS) -Wl,-soname,libnccl.so.2 -o $@ $< $(VSIM_LINK)
+
+$(VSIM_OUT)/nvidia/libnvrtc.so.13: $(VSIM_DIR)/nvidia/nvrtc.c $(VSIM_DIR)/nvidia/vsim_cubin.h
+	@mkdir -p $(@D)
+	$(CC) $(VSIM_CFLAGS) $(VSIM_LDFLAGS) -Wl,-soname,libnvrtc.so.13 -o $@ $<
 
 $(VSIM_OUT)/nvidia/libnvidia-ml.so.1: $(VSIM_DIR)/nvidia/nvml.c $(VSIM_CORE_HDR) $(VSIM_CORE)
 	@mkdir -p $(@D)

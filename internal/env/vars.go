@@ -194,6 +194,8 @@ var (
 	NvidiaNCCL = stringIn(C, "FLAGCX_NVIDIA_NCCL", "", "path of the NCCL library the nvidia plugin loads")
 	// NvidiaNVML is FLAGCX_NVIDIA_NVML.
 	NvidiaNVML = stringIn(C, "FLAGCX_NVIDIA_NVML", "", "path of the NVML library the nvidia plugin loads")
+	// NvidiaNVRTC is FLAGCX_NVIDIA_NVRTC.
+	NvidiaNVRTC = stringIn(C, "FLAGCX_NVIDIA_NVRTC", "", "path of the NVRTC library the nvidia plugin compiles its reduceLocal kernels with")
 
 	// KunlunxinXPURT is FLAGCX_KUNLUNXIN_XPURT.
 	KunlunxinXPURT = stringIn(C, "FLAGCX_KUNLUNXIN_XPURT", "", "path of the XPU runtime the kunlunxin plugin loads")

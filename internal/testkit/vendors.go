@@ -85,10 +85,11 @@ func Lookup(t testing.TB, name string) Vendor {
 	return Vendor{}
 }
 
-var cudartExports = []string{"cudaDeviceGetPCIBusId", "cudaDeviceSynchronize", "cudaDriverGetVersion",
+var cudartExports = []string{"cudaDeviceGetAttribute", "cudaDeviceGetPCIBusId", "cudaDeviceSynchronize", "cudaDriverGetVersion",
 	"cudaEventCreateWithFlags", "cudaEventDestroy", "cudaEventElapsedTime", "cudaEventQuery", "cudaEventRecord",
 	"cudaEventSynchronize", "cudaFree", "cudaFreeHost", "cudaGetDevice", "cudaGetDeviceCount", "cudaGetErrorString",
-	"cudaGetLastError", "cudaHostAlloc", "cudaHostRegister", "cudaHostUnregister", "cudaMalloc", "cudaMallocHost", "cudaMemGetInfo",
+	"cudaGetLastError", "cudaHostAlloc", "cudaHostRegister", "cudaHostUnregister", "cudaLaunchKernel", "cudaLibraryGetKernel",
+	"cudaLibraryLoadData", "cudaLibraryUnload", "cudaMalloc", "cudaMallocHost", "cudaMemGetInfo",
 	"cudaMemcpy", "cudaMemcpyAsync", "cudaMemsetAsync", "cudaPointerGetAttributes", "cudaRuntimeGetVersion",
 	"cudaSetDevice", "cudaStreamCreateWithFlags", "cudaStreamDestroy", "cudaStreamQuery", "cudaStreamSynchronize",
 	"cudaStreamWaitEvent"}
@@ -115,6 +116,12 @@ var Vendors = []Vendor{
 						"nvmlDeviceGetMemoryInfo", "nvmlDeviceGetName", "nvmlDeviceGetNvLinkState", "nvmlDeviceGetP2PStatus",
 						"nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetTopologyCommonAncestor", "nvmlDeviceGetUUID",
 						"nvmlErrorString", "nvmlInit", "nvmlInit_v2", "nvmlShutdown"}}},
+			{Role: "compiler", EnvVar: "FLAGCX_NVIDIA_NVRTC",
+				Sonames:  []string{"libnvrtc.so.13", "libnvrtc.so.12", "/usr/local/cuda/lib64/libnvrtc.so.13", "/usr/local/cuda/lib64/libnvrtc.so.12"},
+				Optional: true,
+				Emulator: Emulator{File: "libnvrtc.so.13", Soname: "libnvrtc.so.13", Description: "emulated NVRTC 13",
+					Exports: []string{"nvrtcCompileProgram", "nvrtcCreateProgram", "nvrtcDestroyProgram", "nvrtcGetCUBIN",
+						"nvrtcGetCUBINSize", "nvrtcGetErrorString", "nvrtcGetProgramLog", "nvrtcGetProgramLogSize", "nvrtcVersion"}}},
 		},
 		MoreEmulators: []Emulator{{File: "libcudart.so.12", Soname: "libcudart.so.12", Description: "emulated CUDA runtime 12", Exports: cudartExports}},
 		NoSoftware:    `install it or set FLAGCX_NVIDIA_CUDART to its path`,

@@ -162,7 +162,8 @@ flagcxResult_t shimInit(flagcxLogFn_t log, void* ctx, flagcxPluginInfo_v1_t* inf
       continue;
     }
     if (libs[i].optional) {
-      shimLog(flagcxLogWarn, "%s%s", shimStatus[i].error, shimPlugin.optionalNote ? shimPlugin.optionalNote : "");
+      shimLog(flagcxLogWarn, "%s%s", shimStatus[i].error,
+              shimPlugin.optionalNotes && shimPlugin.optionalNotes[i] ? shimPlugin.optionalNotes[i] : "");
       continue;
     }
     shimFail(flagcxSystemError, "%s", shimStatus[i].error);

@@ -55,7 +55,7 @@ typedef struct {
    * what = whats[lib] or, with whats NULL, the library's sonames. */
   const char* missingFmt;
   const char* const* whats;
-  const char* optionalNote; /* appended to an optional library's load error (a warning) */
+  const char* const* optionalNotes; /* per library: appended to an optional one's load error (a warning) */
   int logNoVersion;         /* "loaded <role> from ..." instead of "loaded <role> <version> from ..." */
   void (*initFailed)(void); /* after a failed init closed the libraries */
   void (*initDone)(void);   /* all libraries loaded, before init returns success */

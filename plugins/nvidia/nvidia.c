@@ -138,14 +138,35 @@ CUDART_FUNCS(SHIM_DECLARE, SHIM_DECLARE)
 NCCL_FUNCS(SHIM_DECLARE, SHIM_DECLARE)
 NVML_FUNCS(SHIM_DECLARE, SHIM_DECLARE)
 
+/* NVRTC (optional library): compiles reduceLocal's kernels. */
+typedef int nvrtcResult; /* NVRTC_SUCCESS 0 */
+typedef void* nvrtcProgram;
+#define NVRTC_FUNCS(REQ, OPT)                                                   \
+  REQ(nvrtcResult, nvrtcCreateProgram, (nvrtcProgram*, const char*, const char*, int, const char* const*, const char* const*)) \
+  REQ(nvrtcResult, nvrtcCompileProgram, (nvrtcProgram, int, const char* const*)) \
+  REQ(nvrtcResult, nvrtcGetCUBINSize, (nvrtcProgram, size_t*))                  \
+  REQ(nvrtcResult, nvrtcGetCUBIN, (nvrtcProgram, char*))                        \
+  REQ(nvrtcResult, nvrtcGetProgramLogSize, (nvrtcProgram, size_t*))             \
+  REQ(nvrtcResult, nvrtcGetProgramLog, (nvrtcProgram, char*))                   \
+  REQ(nvrtcResult, nvrtcDestroyProgram, (nvrtcProgram*))                        \
+  REQ(const char*, nvrtcGetErrorString, (nvrtcResult))                          \
+  OPT(nvrtcResult, nvrtcVersion, (int*, int*))
+NVRTC_FUNCS(SHIM_DECLARE, SHIM_DECLARE)
+
 /* ---- State, errors, logging ---------------------------------------------- */
-enum { LIB_CUDART, LIB_NCCL, LIB_NVML, NUM_LIBS };
+enum { LIB_CUDART, LIB_NCCL, LIB_NVML, LIB_NVRTC, NUM_LIBS };
 static const flagcxPluginLibrary_v1_t libraries[NUM_LIBS + 1] = {
     {"runtime", "FLAGCX_NVIDIA_CUDART",
      "libcudart.so.13:libcudart.so.12:/usr/local/cuda/lib64/libcudart.so.13:/usr/local/cuda/lib64/libcudart.so.12", 0, 0},
     {"ccl", "FLAGCX_NVIDIA_NCCL", "libnccl.so.2", 0, 0},
     {"management", "FLAGCX_NVIDIA_NVML", "libnvidia-ml.so.1", 1, 0},
+    /* NVRTC compiles reduceLocal's kernels (ABI v4) at their first use. */
+    {"compiler", "FLAGCX_NVIDIA_NVRTC",
+     "libnvrtc.so.13:libnvrtc.so.12:/usr/local/cuda/lib64/libnvrtc.so.13:/usr/local/cuda/lib64/libnvrtc.so.12", 1, 0},
     {NULL, NULL, NULL, 0, 0}};
+static const char* const optionalNotes[NUM_LIBS] = {
+    [LIB_NVML] = "; device names, memory and links will be reduced or unknown",
+    [LIB_NVRTC] = "; reduceLocal is off: heterogeneous AllReduces reduce on the host"};
 
 static int nvmlReady, ncclVersion;
 
@@ -208,7 +229,15 @@ static void fillMasks(flagcxPluginInfo_v1_t* info) {
   info->redOpMask = 0xf | (ncclVersion >= NCCL_AVG_MIN_VERSION ? 1u << flagcxAvg : 0);
 }
 
-static flagcxResult_t (*const loaders[NUM_LIBS])(void*) = {loadCudart, loadNccl, loadNvml};
+static flagcxResult_t loadNvrtc(void* h) {
+  int lib = LIB_NVRTC, major = 0, minor = 0;
+  NVRTC_FUNCS(SHIM_LOAD_REQ, SHIM_LOAD_OPT)
+  if (f_nvrtcVersion && f_nvrtcVersion(&major, &minor) == 0)
+    shimPrintf(shimStatus[lib].version, sizeof shimStatus[lib].version, "%d.%d", major, minor);
+  return flagcxSuccess;
+}
+
+static flagcxResult_t (*const loaders[NUM_LIBS])(void*) = {loadCudart, loadNccl, loadNvml, loadNvrtc};
 
 static void resetNvml(void) { nvmlReady = 0; }
 
@@ -219,7 +248,7 @@ const shimPlugin_t shimPlugin = {
     .install = "install it",
     .missingFmt = "%s lacks %s%s: it is too old or not %s; point %s at another one",
     /* NVML: device info reduced, links unknown */
-    .optionalNote = "; device names, memory and links will be reduced or unknown",
+    .optionalNotes = optionalNotes,
     .initFailed = resetNvml,
     .fillMasks = fillMasks,
 };
@@ -654,24 +683,11 @@ static const char* nvGetErrorString(flagcxResult_t r) {
 #include "reduce_kernels.h"
 
 /* ---- Local reduction (ABI v4: reduceLocal) ---------------------------------------------- */
-/* The kernels (reduce_kernels.h) are compiled at the first reduceLocal call with
- * NVRTC, dlopen'ed then (the CUDA toolkit's libnvrtc of the runtime's major
- * version first), to a cubin for the device's architecture, and loaded with
- * cudaLibraryLoadData, which makes them available in every context. Without
- * NVRTC or CUDA 12's library API reduceLocal answers flagcxNotSupported, and
- * the host reduces instead. */
-typedef int nvrtcResult; /* NVRTC_SUCCESS 0 */
-typedef void* nvrtcProgram;
-#define NVRTC_FUNCS(REQ, OPT)                                                   \
-  REQ(nvrtcResult, nvrtcCreateProgram, (nvrtcProgram*, const char*, const char*, int, const char* const*, const char* const*)) \
-  REQ(nvrtcResult, nvrtcCompileProgram, (nvrtcProgram, int, const char* const*)) \
-  REQ(nvrtcResult, nvrtcGetCUBINSize, (nvrtcProgram, size_t*))                  \
-  REQ(nvrtcResult, nvrtcGetCUBIN, (nvrtcProgram, char*))                        \
-  REQ(nvrtcResult, nvrtcGetProgramLogSize, (nvrtcProgram, size_t*))             \
-  REQ(nvrtcResult, nvrtcGetProgramLog, (nvrtcProgram, char*))                   \
-  REQ(nvrtcResult, nvrtcDestroyProgram, (nvrtcProgram*))                        \
-  REQ(const char*, nvrtcGetErrorString, (nvrtcResult))
-NVRTC_FUNCS(SHIM_DECLARE, SHIM_DECLARE)
+/* The kernels (reduce_kernels.h) are compiled at the first reduceLocal call
+ * with NVRTC (the optional "compiler" library, loaded at init) to a cubin for
+ * the device's architecture, and loaded with cudaLibraryLoadData, which makes
+ * them available in every context. Without NVRTC or CUDA 12's library API
+ * reduceLocal answers flagcxNotSupported, and the host reduces instead. */
 
 typedef struct {
   void* dst;
@@ -694,23 +710,10 @@ static flagcxResult_t nvReduceFail(const char* fmt, const char* a, const char* b
 }
 
 static flagcxResult_t nvLoadNvrtc(void) {
-  /* The runtime's own major first: NVRTC 13 builds what a CUDA 13 stack loads. */
-  static const char* const names[2][4] = {
-      {"libnvrtc.so.13", "/usr/local/cuda/lib64/libnvrtc.so.13", "libnvrtc.so.12", "/usr/local/cuda/lib64/libnvrtc.so.12"},
-      {"libnvrtc.so.12", "/usr/local/cuda/lib64/libnvrtc.so.12", "libnvrtc.so.13", "/usr/local/cuda/lib64/libnvrtc.so.13"}};
-  void* h = NULL;
-  int i, v = 0, order;
-  if (f_nvrtcCreateProgram) return flagcxSuccess;
   if (!f_cudaLibraryLoadData || !f_cudaLibraryGetKernel || !f_cudaLaunchKernel || !f_cudaDeviceGetAttribute)
     return nvReduceFail("%s%s", "libcudart lacks cudaLibraryLoadData/cudaLaunchKernel (CUDA 12 or newer has them)", "");
-  order = f_cudaRuntimeGetVersion && f_cudaRuntimeGetVersion(&v) == cudaSuccess && v / 1000 == 12;
-  for (i = 0; i < 4 && !h; i++) h = dlopen(names[order][i], RTLD_NOW | RTLD_LOCAL);
-  if (!h)
-    return nvReduceFail("%s%s", "libnvrtc not found (it comes with the CUDA toolkit: install it or add its directory to LD_LIBRARY_PATH)", "");
-#define NV_LOAD_NVRTC(ret, name, args) \
-  if (!(f_##name = (ret(*) args)dlsym(h, #name))) return nvReduceFail("libnvrtc lacks %s%s", #name, "");
-  NVRTC_FUNCS(NV_LOAD_NVRTC, NV_LOAD_NVRTC)
-#undef NV_LOAD_NVRTC
+  if (!shimStatus[LIB_NVRTC].loaded)
+    return nvReduceFail("NVRTC did not load (%s)%s", shimStatus[LIB_NVRTC].error, "");
   return flagcxSuccess;
 }
 

@@ -13,11 +13,15 @@
  *
  * Only this file's CUDA names are exported; everything else is hidden.
  */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
+#include <stdlib.h>
+
 #include "../core/vsim_core.h"
+#include "vsim_cubin.h"
 
 #ifndef VSIM_CUDART_MAJOR
 #define VSIM_CUDART_MAJOR 13
@@ -34,7 +38,10 @@ typedef enum cudaError {
   cudaErrorInsufficientDriver = 35,
   cudaErrorNoDevice = 100,
   cudaErrorInvalidDevice = 101,
+  cudaErrorInvalidDeviceFunction = 98,
   cudaErrorInvalidResourceHandle = 400,
+  cudaErrorSymbolNotFound = 500,
+  cudaErrorInvalidKernelImage = 200,
   cudaErrorNotReady = 600,
   cudaErrorIllegalAddress = 700,
   cudaErrorLaunchFailure = 719,
@@ -433,6 +440,157 @@ EXPORT cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_
   return cudaSuccess;
 }
 
+/* ---- compute capability, libraries and kernels (CUDA 12+) ---- */
+
+/* cudaDeviceAttr: ComputeCapabilityMajor 75, Minor 76. The emulated device
+ * says 9.0 (a Hopper), the only attributes the plugins ask for. */
+EXPORT cudaError_t cudaDeviceGetAttribute(int* value, int attr, int device) {
+  if (value == NULL) return fail(cudaErrorInvalidValue, __func__, "value is NULL");
+  if (device < 0 || device >= vsim_device_count()) return fail(cudaErrorInvalidDevice, __func__, "device %d", device);
+  switch (attr) {
+    case 75: *value = 9; return cudaSuccess;
+    case 76: *value = 0; return cudaSuccess;
+    default: return fail(cudaErrorInvalidValue, __func__, "attribute %d is not emulated", attr);
+  }
+}
+
+/* The kernels the emulated device runs, by name: the nvidia plugin's
+ * reduceLocal kernels (vsim_cubin.h), one per data type. A library lists
+ * the names its image declares; a kernel handle points into this table. */
+typedef struct {
+  char name[32];
+  int dtype;
+} kernel;
+static kernel kernels[VSIM_NUM_DTYPES];
+static pthread_once_t kernelsOnce = PTHREAD_ONCE_INIT;
+static void initKernels(void) {
+  static const char* const suffix[VSIM_NUM_DTYPES] = {"i8", "u8", "i32", "u32", "i64", "u64", "f16", "f32", "f64", "bf16"};
+  for (int t = 0; t < VSIM_NUM_DTYPES; t++) {
+    snprintf(kernels[t].name, sizeof kernels[t].name, "%s%s", VSIM_REDUCE_PREFIX, suffix[t]);
+    kernels[t].dtype = t;
+  }
+}
+static kernel* kernelNamed(const char* name) {
+  pthread_once(&kernelsOnce, initKernels);
+  for (int t = 0; t < VSIM_NUM_DTYPES; t++)
+    if (strcmp(kernels[t].name, name) == 0) return &kernels[t];
+  return NULL;
+}
+static kernel* kernelOf(const void* handle) {
+  pthread_once(&kernelsOnce, initKernels);
+  for (int t = 0; t < VSIM_NUM_DTYPES; t++)
+    if (handle == &kernels[t]) return &kernels[t];
+  return NULL;
+}
+
+#define LIBRARY_MAGIC 0x6c69626bu
+typedef struct {
+  unsigned magic;
+  char* names; /* the image's lines after the magic one */
+} library;
+
+EXPORT cudaError_t cudaLibraryLoadData(void** lib, const void* code, void* jitOptions, void** jitValues, unsigned numJit,
+                                       void* libOptions, void** libValues, unsigned numLib) {
+  (void)jitOptions, (void)jitValues, (void)numJit, (void)libOptions, (void)libValues, (void)numLib;
+  if (lib == NULL || code == NULL) return fail(cudaErrorInvalidValue, __func__, "NULL library or code");
+  size_t m = strlen(VSIM_CUBIN_MAGIC);
+  if (strncmp(code, VSIM_CUBIN_MAGIC, m) != 0 || ((const char*)code)[m] != '\n') {
+    return fail(cudaErrorInvalidKernelImage, __func__, "not an image of the emulated NVRTC (a real cubin cannot run here)");
+  }
+  library* l = calloc(1, sizeof *l);
+  if (l == NULL || (l->names = strdup((const char*)code + m + 1)) == NULL) {
+    free(l);
+    return fail(cudaErrorMemoryAllocation, __func__, "no memory");
+  }
+  l->magic = LIBRARY_MAGIC;
+  *lib = l;
+  return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaLibraryUnload(void* lib) {
+  library* l = lib;
+  if (l == NULL || l->magic != LIBRARY_MAGIC) return fail(cudaErrorInvalidResourceHandle, __func__, "library %p", lib);
+  l->magic = 0;
+  free(l->names);
+  free(l);
+  return cudaSuccess;
+}
+
+EXPORT cudaError_t cudaLibraryGetKernel(void** k, void* lib, const char* name) {
+  library* l = lib;
+  if (k == NULL || name == NULL) return fail(cudaErrorInvalidValue, __func__, "NULL kernel or name");
+  if (l == NULL || l->magic != LIBRARY_MAGIC) return fail(cudaErrorInvalidResourceHandle, __func__, "library %p", lib);
+  size_t n = strlen(name);
+  for (const char* at = l->names; *at; at += strcspn(at, "\n") + (at[strcspn(at, "\n")] != 0)) {
+    if (strncmp(at, name, n) == 0 && (at[n] == '\n' || at[n] == 0)) {
+      kernel* kn = kernelNamed(name);
+      if (kn == NULL) return fail(cudaErrorSymbolNotFound, __func__, "%s is in the image, but the emulated device cannot run it", name);
+      *k = kn;
+      return cudaSuccess;
+    }
+  }
+  return fail(cudaErrorSymbolNotFound, __func__, "no kernel %s in the library", name);
+}
+
+typedef struct {
+  const kernel* k;
+  vsim_reduce_args a;
+} launch;
+
+/* A reduceLocal kernel on the stream's worker: fold block by block through
+ * a private buffer, so dst may be one of the sources; a pointer that is
+ * not device memory long enough fails the stream, as an illegal address
+ * would on a device. */
+static int runReduce(void* arg) {
+  launch* l = arg;
+  vsim_reduce_args* a = &l->a;
+  size_t size = vsim_dtype_size(l->k->dtype), bytes = (size_t)a->count * size;
+  enum { block = 16384 };
+  char tmp[block] __attribute__((aligned(16)));
+  int rc = 0;
+  vsim_mem_info info;
+  if (vsim_mem_check_range(a->dst, bytes, &info) != VSIM_MEM_DEVICE) rc = -1;
+  for (int i = 0; i < a->nsrcs && rc == 0; i++)
+    if (vsim_mem_check_range(a->src[i], bytes, &info) != VSIM_MEM_DEVICE) rc = -1;
+  if (rc != 0) vsim_debug("flagcx_reduce: a pointer of the launch is not device memory of %zu bytes", bytes);
+  for (size_t at = 0; rc == 0 && at < bytes; at += block / size * size) {
+    size_t n = bytes - at < block / size * size ? bytes - at : block / size * size;
+    memcpy(tmp, (const char*)a->src[0] + at, n);
+    for (int i = 1; i < a->nsrcs; i++) vsim_reduce(tmp, (const char*)a->src[i] + at, n / size, l->k->dtype, a->op);
+    if (a->op == VSIM_AVG) vsim_avg_finish(tmp, n / size, l->k->dtype, a->div);
+    memcpy((char*)a->dst + at, tmp, n);
+  }
+  free(l);
+  return rc;
+}
+
+typedef struct { unsigned x, y, z; } dim3;
+
+EXPORT cudaError_t cudaLaunchKernel(const void* func, dim3 grid, dim3 block, void** args, size_t sharedMem,
+                                    cudaStream_t stream) {
+  (void)sharedMem;
+  const kernel* k = kernelOf(func);
+  if (k == NULL) return fail(cudaErrorInvalidDeviceFunction, __func__, "%p is not a kernel of a loaded library", func);
+  if (grid.x == 0 || block.x == 0 || block.x * block.y * block.z > 1024 || args == NULL || args[0] == NULL) {
+    return fail(cudaErrorInvalidValue, __func__, "grid %u, block %ux%ux%u, args %p", grid.x, block.x, block.y, block.z, (void*)args);
+  }
+  if (!stream_ok(stream)) return fail(cudaErrorInvalidResourceHandle, __func__, "stream %p", (void*)stream);
+  vsim_reduce_args a;
+  memcpy(&a, args[0], sizeof a); /* arguments are captured at launch */
+  if (a.nsrcs < 1 || a.nsrcs > VSIM_REDUCE_MAX_SRCS || a.op < 0 || a.op > VSIM_AVG || a.div < 1) {
+    return fail(cudaErrorInvalidValue, __func__, "%s: %d sources, op %d, divisor %d", k->name, a.nsrcs, a.op, a.div);
+  }
+  launch* l = malloc(sizeof *l);
+  if (l == NULL) return fail(cudaErrorMemoryAllocation, __func__, "no memory");
+  l->k = k;
+  l->a = a;
+  if (vsim_stream_enqueue(stream_of(stream), runReduce, l) != 0) {
+    free(l);
+    return fail(cudaErrorMemoryAllocation, __func__, "no memory");
+  }
+  return cudaSuccess;
+}
+
 /* ---- errors ---- */
 
 EXPORT cudaError_t cudaGetLastError(void) {
@@ -453,6 +611,10 @@ EXPORT const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorNotReady: return "device not ready";
     case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
+    case cudaErrorLaunchFailure: return "unspecified launch failure";
+    case cudaErrorInvalidDeviceFunction: return "invalid device function";
+    case cudaErrorSymbolNotFound: return "named symbol not found";
+    case cudaErrorInvalidKernelImage: return "device kernel image is invalid";
     default: return "unrecognized error code";
   }
 }
