@@ -679,7 +679,7 @@ static int postSend(struct ibv_qp* qp, struct ibv_send_wr* wr, struct ibv_send_w
     sendEnt* e = &q->sq[q->sqPosted % q->maxSend];
     e->wr = *wr;
     e->wr.next = NULL;
-    memcpy(e->sge, wr->sg_list, sizeof(struct ibv_sge) * (size_t)wr->num_sge);
+    if (wr->num_sge > 0) memcpy(e->sge, wr->sg_list, sizeof(struct ibv_sge) * (size_t)wr->num_sge);
     e->wr.sg_list = e->sge;
     e->seq = q->sqPosted++;
   }
@@ -700,7 +700,7 @@ static int postRecv(struct ibv_qp* qp, struct ibv_recv_wr* wr, struct ibv_recv_w
     recvEnt* e = &q->rq[q->rqPosted % q->maxRecv];
     e->wrId = wr->wr_id;
     e->nsge = wr->num_sge;
-    memcpy(e->sge, wr->sg_list, sizeof(struct ibv_sge) * (size_t)wr->num_sge);
+    if (wr->num_sge > 0) memcpy(e->sge, wr->sg_list, sizeof(struct ibv_sge) * (size_t)wr->num_sge);
     q->rqPosted++;
   }
   pthread_mutex_unlock(&q->lock);
