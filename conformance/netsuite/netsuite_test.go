@@ -51,8 +51,8 @@ func pluginPath(t testing.TB) string {
 func open(t testing.TB) *netplugin.Plugin {
 	t.Helper()
 	path := pluginPath(t)
-	vsim := ""
-	if !realFabric {
+	vsim := os.Getenv("FLAGCX_VENDORSIM_DIR") // a mutant's emulator (TestNetMutants)
+	if vsim == "" && !realFabric {
 		vsim = testkit.BuiltFile(t, "vendorsim")
 	}
 	pluginOnce.Do(func() {

@@ -402,6 +402,9 @@ static int mrCovers(struct ibv_pd* pd, uint32_t key, int remote, uint64_t addr, 
   pthread_mutex_lock(&mrLock);
   for (int i = 0; i < nmrs && !ok; i++) {
     vMr* m = mrs[i];
+#ifdef VSIM_BREAK_RKEY /* negative control (conformance/netsuite): any remote key goes */
+    if (remote && m->mr.pd == pd) { ok = 1; break; }
+#endif
     if (m->mr.pd != pd || (remote ? m->mr.rkey : m->mr.lkey) != key) continue;
     uint64_t lo = (uint64_t)(uintptr_t)m->mr.addr, hi = lo + m->mr.length;
     ok = addr >= lo && addr + len <= hi && addr + len >= addr && (m->access & access) == access;
