@@ -70,11 +70,8 @@ func theBackend(entry string) (*backend, C.int) {
 //export capiSyncEnv
 func capiSyncEnv(envp **C.char) {
 	want := map[string]string{}
-	for _, kv := range unsafe.Slice(envp, 1<<20) {
-		if kv == nil {
-			break
-		}
-		if k, v, ok := strings.Cut(C.GoString(kv), "="); ok && strings.HasPrefix(k, "FLAGCX_") {
+	for p := envp; p != nil && *p != nil; p = (**C.char)(unsafe.Add(unsafe.Pointer(p), unsafe.Sizeof(*p))) {
+		if k, v, ok := strings.Cut(C.GoString(*p), "="); ok && strings.HasPrefix(k, "FLAGCX_") {
 			want[k] = v
 		}
 	}
