@@ -54,7 +54,8 @@ func TestNetMutants(t *testing.T) {
 			out, err := exec.Command(cc, args...).CombinedOutput()
 			require.NoError(t, err, "%s", out)
 			cmd := exec.Command(os.Args[0], "-test.run=^"+tc.fails+"$", "-test.count=1", "-test.v")
-			cmd.Env = append(os.Environ(), "FLAGCX_NET_PLUGIN="+plugin, "FLAGCX_VENDORSIM_DIR="+sim)
+			// Several queue pairs, so that a message has parts to misplace.
+			cmd.Env = append(os.Environ(), "FLAGCX_NET_PLUGIN="+plugin, "FLAGCX_VENDORSIM_DIR="+sim, "FLAGCX_IB_QPS_PER_CONNECTION=2")
 			out, err = cmd.CombinedOutput()
 			require.Error(t, err, "the suite passed against the mutant:\n%s", out)
 			require.True(t, strings.Contains(string(out), "--- FAIL: "+tc.fails), "the suite failed, but not in %s:\n%s", tc.fails, out)
