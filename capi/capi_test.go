@@ -154,6 +154,10 @@ func TestCAPICollectives(t *testing.T) {
 		{"emulated nvidia, 2 ranks", [][]string{append(nv, "CAPI_TEST_HOMO=1"), append(nv, "CAPI_TEST_HOMO=1")}, true},
 		{"heterogeneous: emulated nvidia x2 + host", [][]string{append(nv, "CAPI_TEST_HOMO=0"), append(nv, "CAPI_TEST_HOMO=0"), append(host, emu, "CAPI_TEST_HOMO=0")}, true},
 		{"emulated nvidia split into clusters 1,1", [][]string{split, split}, true},
+		{"two vendors and the host: emulated nvidia x2 + metax + host", [][]string{
+			append(nv, "CAPI_TEST_HOMO=0"), append(nv, "CAPI_TEST_HOMO=0"),
+			{emu, "FLAGCX_BACKEND=metax", "CAPI_TEST_VENDOR=" + testkit.Lookup(t, "metax").Vendor, "CAPI_TEST_HOMO=0"},
+			append(host, emu, "CAPI_TEST_HOMO=0")}, true},
 		{"no plugin with a device: the host", [][]string{
 			{"FLAGCX_PLUGIN_DIR=" + emptyDir, "CAPI_TEST_VENDOR=HOST"}, {"FLAGCX_PLUGIN_DIR=" + emptyDir, "CAPI_TEST_VENDOR=HOST"}}, false},
 	}
