@@ -4,11 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"debug/elf"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -271,5 +273,38 @@ func TestCAPIDlopen(t *testing.T) {
 			}
 			require.Contains(t, string(b), tc.want)
 		})
+	}
+}
+
+// TestCAPIExportsTheHeader: every function build/include/flagcx.h declares
+// is a symbol of libflagcx.so (a C program using any entry links), and the
+// library exports no other flagcx* name.
+func TestCAPIExportsTheHeader(t *testing.T) {
+	lib := testkit.BuiltFile(t, "lib", "libflagcx.so")
+	header, err := os.ReadFile(testkit.BuiltFile(t, "include", "flagcx.h"))
+	require.NoError(t, err)
+	declared := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^(?:flagcxResult_t|const char \*|size_t)\s*\n?\s*\*?(\w+)\(`).FindAllSubmatch(header, -1) {
+		declared[string(m[1])] = true
+	}
+	require.GreaterOrEqual(t, len(declared), 50, "the header's entries were not found")
+	f, err := elf.Open(lib)
+	require.NoError(t, err)
+	defer f.Close()
+	syms, err := f.DynamicSymbols()
+	require.NoError(t, err)
+	exported := map[string]bool{}
+	for _, s := range syms {
+		if s.Section != elf.SHN_UNDEF && elf.ST_TYPE(s.Info) == elf.STT_FUNC {
+			exported[s.Name] = true
+		}
+	}
+	for name := range declared {
+		require.True(t, exported[name], "flagcx.h declares %s, libflagcx.so does not export it", name)
+	}
+	for name := range exported {
+		if strings.HasPrefix(name, "flagcx") || strings.HasPrefix(name, "getFlagcx") {
+			require.True(t, declared[name], "libflagcx.so exports %s, which flagcx.h does not declare", name)
+		}
 	}
 }
