@@ -67,7 +67,7 @@ func (b *backend) vendor() string {
 
 func (b *backend) describe() string {
 	if b.plugin == nil {
-		return "the host backend (CPU memory, flagcx-go's own collectives)"
+		return "host (CPU memory, flagcx-go's own collectives)"
 	}
 	s := fmt.Sprintf("plugin %s (%s, %d devices, %s)", b.plugin.Name, b.plugin.Vendor, b.devices, b.plugin.Path)
 	if b.plugin.Emulated() {
