@@ -300,6 +300,7 @@ func deviceCases() []Case {
 		d(KindDeviceAll, SHOULD, "allocation, copies and a stream on every device the plugin reports (up to 16)"),
 		d(KindDeviceError, SHOULD, "an entry given a device that does not exist fails and getLastError says why"),
 		d(KindDeviceReduceLocal, MAY, "reduceLocal folds 1, 2, 3 and 8 sources of every declared type and op, out of place and in place, to the reference's bits", "reduceLocal"),
+		d(KindDeviceReduceStream, MAY, "reduceLocal runs in its stream's order: copies in, the fold and a copy out on one stream, one synchronise", "reduceLocal"),
 		{ID: "comm.uniqueid", Level: MUST, Area: "comm", NeedsCCL: true, Spec: Spec{Kind: KindCommUniqueID},
 			Description: "getUniqueIdBytes is within 1..4096 and two unique ids differ"},
 		{ID: "comm.errorstring", Level: MAY, Area: "comm", NeedsCCL: true, Needs: []string{"getErrorString"}, Spec: Spec{Kind: KindCommErrorString},

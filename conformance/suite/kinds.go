@@ -51,7 +51,8 @@ const (
 	KindDevicePointerKind     Kind = "device.pointerkind"
 	KindDeviceAll             Kind = "device.all"
 	KindDeviceError           Kind = "device.error"
-	KindDeviceReduceLocal     Kind = "device.reducelocal" // ABI v4's reduceLocal against the reference
+	KindDeviceReduceLocal     Kind = "device.reducelocal"        // ABI v4's reduceLocal against the reference
+	KindDeviceReduceStream    Kind = "device.reducelocal.stream" // reduceLocal in its stream's order
 )
 
 // The kinds the runner answers without running anything on a worker.
@@ -117,6 +118,7 @@ func init() {
 		KindDeviceAll:             deviceCase((*devCtx).everyDevice),
 		KindDeviceError:           deviceCase((*devCtx).badDevice),
 		KindDeviceReduceLocal:     deviceCase((*devCtx).reduceLocal),
+		KindDeviceReduceStream:    deviceCase((*devCtx).reduceLocalStream),
 	}
 }
 

@@ -38,7 +38,7 @@ func TestStreamMutants(t *testing.T) {
 	vsim := filepath.Join(repoRoot(t), "build", "vendorsim")
 	_, err := os.Stat(filepath.Join(vsim, "nvidia", "libcudart.so.13"))
 	require.NoError(t, err, "the emulated CUDA runtime is built by `make` (make test builds it first)")
-	const filter = `device\.stream\.waitevent|stream\.allreduce\.n2|coll\.allreduce\.float32\.sum\.n2\.count4097\.outofplace`
+	const filter = `device\.stream\.waitevent|device\.reducelocal\.stream|stream\.allreduce\.n2|coll\.allreduce\.float32\.sum\.n2\.count4097\.outofplace`
 	cases := []struct {
 		name   string
 		flag   string
@@ -49,12 +49,16 @@ func TestStreamMutants(t *testing.T) {
 			"coll.allreduce.float32.sum.n2.count4097.outofplace": regexp.MustCompile(`^wrong result: .*recv buffer: \d+ of 4097 float32 elements differ`),
 			"stream.allreduce.n2":                                regexp.MustCompile(`^wrong result: .*result copied out on the stream after the allReduce: \d+ of 4097 float32 elements differ`),
 			"device.stream.waitevent":                            regexp.MustCompile(`^wrong result: .*copies on a second stream that waited for an event of the first: \d+ of \d+ uint8 elements differ`),
+			"device.reducelocal.stream":                          regexp.MustCompile(`^wrong result: .*copies in, reduceLocal and a copy out on one stream: \d+ of 4097 float32 elements differ`),
 		}},
 		{"streamWaitEvent does nothing", "-DNVIDIA_BREAK_WAIT_EVENT", map[string]*regexp.Regexp{
 			"device.stream.waitevent": regexp.MustCompile(`^wrong result: .*copies on a second stream that waited for an event of the first: \d+ of \d+ uint8 elements differ`),
 		}},
 		{"allReduce on the NULL stream", "-DNVIDIA_BREAK_NULL_STREAM", map[string]*regexp.Regexp{
 			"stream.allreduce.n2": regexp.MustCompile(`^wrong result: .*result copied out on the stream after the allReduce: \d+ of 4097 float32 elements differ`),
+		}},
+		{"reduceLocal on the NULL stream", "-DNVIDIA_BREAK_REDUCE_STREAM", map[string]*regexp.Regexp{
+			"device.reducelocal.stream": regexp.MustCompile(`^wrong result: .*copies in, reduceLocal and a copy out on one stream: \d+ of 4097 float32 elements differ`),
 		}},
 	}
 	for _, c := range cases {
@@ -67,7 +71,7 @@ func TestStreamMutants(t *testing.T) {
 			buildNvidia(t, dir, flags...)
 			rep := runSuite(t, dir, Options{Emulated: true, VendorsimDir: vsim, Filter: regexp.MustCompile(filter)})
 			res := results(rep)
-			for _, id := range []string{"device.stream.waitevent", "stream.allreduce.n2", "coll.allreduce.float32.sum.n2.count4097.outofplace"} {
+			for _, id := range []string{"device.stream.waitevent", "device.reducelocal.stream", "stream.allreduce.n2", "coll.allreduce.float32.sum.n2.count4097.outofplace"} {
 				r, ok := res[id]
 				require.True(t, ok, "case %s did not run", id)
 				want, broken := c.failed[id]

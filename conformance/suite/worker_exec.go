@@ -1384,3 +1384,46 @@ func (dc *devCtx) reduceLocalOnce(c reference.Case, dstAt int) error {
 	name := fmt.Sprintf("reduceLocal of %d %s sources, %s, %d elements, %s", c.NRanks, c.Type, c.Op, c.Count, where)
 	return dc.w.verify(checked{name: name, buf: dst, want: reference.Expected(c, 0), dt: c.Type})
 }
+
+// reduceLocalStream checks that reduceLocal keeps the stream's order: two
+// sources copied in on the worker's stream, folded, and copied out on it,
+// with one synchronise at the end. The emulators hold back work nobody
+// waits for, so a fold that does not wait for the copies before it (or
+// that the copy after it does not wait for) reads or yields stale data.
+func (dc *devCtx) reduceLocalStream(s Spec) error {
+	c := reference.Case{Coll: sdk.AllReduce, Type: sdk.Float32, Op: sdk.Sum, NRanks: 2, Count: 4097, Seed: s.Seed}
+	n := c.Count * c.Type.Size()
+	var ins [2]uintptr
+	var srcs [2]uintptr
+	for r := range ins {
+		h, in, err := dc.pinned(n)
+		if err != nil {
+			return err
+		}
+		reference.FillInput(c, r, in)
+		if srcs[r], err = dc.raw(n); err != nil {
+			return err
+		}
+		ins[r] = h
+	}
+	dst, err := dc.raw(n)
+	if err != nil {
+		return err
+	}
+	out, got, err := dc.pinned(n)
+	if err != nil {
+		return err
+	}
+	fillBytes(got, 0)
+	st := dc.w.stream
+	if err := inOrder(
+		func() error { return dc.p.Memcpy(srcs[0], ins[0], n, loader.HostToDevice, st) },
+		func() error { return dc.p.Memcpy(srcs[1], ins[1], n, loader.HostToDevice, st) },
+		func() error { return dc.p.ReduceLocal(dc.dev, dst, srcs[:], c.Count, c.Type, c.Op, 1, st) },
+		func() error { return dc.p.Memcpy(out, dst, n, loader.DeviceToHost, st) },
+		func() error { return dc.p.StreamSynchronize(st) },
+	); err != nil {
+		return err
+	}
+	return compareElems("copies in, reduceLocal and a copy out on one stream", c.Type, got, reference.Expected(c, 0), nil)
+}

@@ -27,7 +27,8 @@
  * release build defines none):
  *   NVIDIA_BREAK_SYNC        streamSynchronize returns without waiting;
  *   NVIDIA_BREAK_WAIT_EVENT  streamWaitEvent does nothing;
- *   NVIDIA_BREAK_NULL_STREAM allReduce runs on the legacy stream, not the caller's. */
+ *   NVIDIA_BREAK_NULL_STREAM allReduce runs on the legacy stream, not the caller's;
+ *   NVIDIA_BREAK_REDUCE_STREAM reduceLocal launches on the legacy stream, not the caller's. */
 
 /* ---- Vendor declarations (no CUDA SDK needed) ---------------------------- */
 typedef int cudaError_t;
@@ -806,6 +807,9 @@ static flagcxResult_t nvReduceLocal(int dev, void* dst, const void* const* srcs,
   a.div = avgDivisor;
   blocks = (count + 255) / 256;
   if (blocks > 4096) blocks = 4096; /* grid-stride: enough to fill any GPU */
+#ifdef NVIDIA_BREAK_REDUCE_STREAM
+  st = NULL;
+#endif
   return cudaCheck(f_cudaLaunchKernel((const void*)k[t], (nvDim3){(unsigned)blocks, 1, 1}, (nvDim3){256, 1, 1}, args, 0,
                                       (cudaStream_t)st),
                    "cudaLaunchKernel");
