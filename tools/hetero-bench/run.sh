@@ -20,8 +20,10 @@ first=${bins%% *}; first=${first#*=}
 bin/copybw -plugin-dir "${first#*:}" -size 64M,256M,1G -n 20
 for spec in $bins; do
   label=${spec%%=*}; rest=${spec#*=}; exe=${rest%%:*}; dir=${rest#*:}
-  echo "== $label: split 1,1 on nvidia:2"
-  FLAGCX_CLUSTER_SPLIT_LIST=1,1 "$exe" --plugin-dir "$dir" bench allreduce --ranks nvidia:2 $large -w 3 -n "$iters" -c 0
+  for on in 1 0; do
+    echo "== $label: split 1,1 on nvidia:2, FLAGCX_DEVICE_REDUCE=$on (1: the devices fold, ABI v4 reduceLocal)"
+    FLAGCX_DEVICE_REDUCE=$on FLAGCX_CLUSTER_SPLIT_LIST=1,1 "$exe" --plugin-dir "$dir" bench allreduce --ranks nvidia:2 $large -w 3 -n "$iters" -c 0
+  done
   echo "== $label: nvidia:2,host:2"
   "$exe" --plugin-dir "$dir" bench allreduce --ranks nvidia:2,host:2 $large -w 3 -n "$iters" -c 0
   echo "== $label: nvidia:2,host:3 latency"
