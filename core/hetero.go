@@ -235,7 +235,7 @@ func InitHeteroRank(id UniqueID, nranks, rank int, be Backend, opts ...HeteroOpt
 	}
 	rec.Member = member(rank, be)
 
-	world, err := InitRank(id, nranks, rank, o.comm...)
+	world, err := InitRank(id, nranks, rank, append(o.comm[:len(o.comm):len(o.comm)], nearNet(be))...)
 	if err != nil {
 		return nil, err
 	}

@@ -50,12 +50,16 @@ type Pair struct {
 
 // Connect makes a connection on dev: listen, connect with the handle,
 // accept with the reply (what two processes do over their bootstrap).
-func Connect(p *netplugin.Plugin, dev int) (*Pair, error) {
-	lc, handle, err := p.Listen(dev)
+func Connect(p *netplugin.Plugin, dev int) (*Pair, error) { return ConnectDevs(p, dev, dev) }
+
+// ConnectDevs is Connect with the receiving end on device recvDev and the
+// sending end on sendDev (two NICs of one fabric).
+func ConnectDevs(p *netplugin.Plugin, recvDev, sendDev int) (*Pair, error) {
+	lc, handle, err := p.Listen(recvDev)
 	if err != nil {
 		return nil, fmt.Errorf("listen: %w", err)
 	}
-	sc, reply, err := p.Connect(dev, handle)
+	sc, reply, err := p.Connect(sendDev, handle)
 	if err != nil {
 		lc.Close()
 		return nil, fmt.Errorf("connect: %w", err)

@@ -126,6 +126,53 @@ func TestConnect(t *testing.T) {
 	})
 }
 
+// TestConnectAcrossDevices: the two ends of a connection on two devices of
+// one link layer (a rank near one NIC talks to a rank near another). On the
+// emulated fabric vsim_ib0 and vsim_ib1 share a subnet.
+func TestConnectAcrossDevices(t *testing.T) {
+	p := open(t)
+	byLayer := map[int][]int{}
+	for dev := range p.Devices() {
+		props, err := p.Properties(dev)
+		require.NoError(t, err)
+		byLayer[props.LinkLayer] = append(byLayer[props.LinkLayer], dev)
+	}
+	ib := byLayer[1]
+	if realFabric && len(ib) < 2 {
+		t.Skip("this machine has fewer than two InfiniBand devices")
+	}
+	require.GreaterOrEqual(t, len(ib), 2, "the emulated fabric has vsim_ib0 and vsim_ib1")
+	for _, ends := range [][2]int{{ib[0], ib[1]}, {ib[1], ib[0]}} {
+		t.Run(fmt.Sprintf("recv on %d, send on %d", ends[0], ends[1]), func(t *testing.T) {
+			c, err := ConnectDevs(p, ends[0], ends[1])
+			require.NoError(t, err)
+			t.Cleanup(func() { c.Close() })
+			transfer(t, c, []int{0, 1, 4096, 1 << 20})
+		})
+	}
+}
+
+// TestPCIPaths: the emulated devices report their made-up PCI paths, each
+// its own (conformance/vendorsim/ibverbs/ibverbs.c).
+func TestPCIPaths(t *testing.T) {
+	p := open(t)
+	if realFabric {
+		t.Skip("the paths of real NICs are the machine's own")
+	}
+	want := map[string]string{
+		"vsim_ib0":   "/vsim/sys/devices/pci0000:00/0000:00:01.0/0000:40:00.0/0000:40:82.0/0000:60:00.0",
+		"vsim_roce0": "/vsim/sys/devices/pci0000:c0/0000:c0:01.0/0000:c1:00.0",
+		"vsim_ib1":   "/vsim/sys/devices/pci0000:00/0000:00:02.0/0000:41:00.0/0000:41:82.0/0000:61:00.0",
+	}
+	got := map[string]string{}
+	for dev := range p.Devices() {
+		props, err := p.Properties(dev)
+		require.NoError(t, err)
+		got[props.Name] = props.PCIPath
+	}
+	require.Equal(t, want, got)
+}
+
 // transfer sends messages of sizes in order, one in flight, and checks
 // every byte and the reported sizes.
 func transfer(t *testing.T, c *Pair, sizes []int) {

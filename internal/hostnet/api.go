@@ -57,6 +57,10 @@ type Config struct {
 	// NetIB, NetSocket or NetAuto (FLAGCX_NET, FLAGCX_FORCE_NET_SOCKET;
 	// see net.go).
 	Net string
+	// NearPCI is the PCI bus id of the accelerator this rank drives
+	// ("0000:1b:00.0"; "" for a host rank): the network plugin's device
+	// nearest to it carries the rank's links (pcitopo.go).
+	NearPCI string
 }
 
 // Errors a caller may test for with errors.Is / errors.As.

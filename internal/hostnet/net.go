@@ -1,6 +1,7 @@
 package hostnet
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/flagcx/flagcx-go/internal/env"
+	"github.com/flagcx/flagcx-go/internal/flog"
 	"github.com/flagcx/flagcx-go/sdk/netplugin"
 )
 
@@ -49,16 +51,31 @@ type netDevice struct {
 	info   netplugin.Info
 	dev    int
 	props  netplugin.Properties
+	why    string // why this device: "nearest to 0000:1b:00.0 (same PCIe switch, 4 hops)"
 }
 
 // netOnce caches the plugin per emulation setting: the fabric library
 // loads once per process, so asking for the other one later gets the
-// plugin's clear error instead of a silent switch.
+// plugin's clear error instead of a silent switch. The device is chosen
+// once per accelerator (Config.NearPCI) the process's ranks drive.
 var netOnce struct {
 	sync.Mutex
-	done map[bool]bool
-	d    map[bool]*netDevice
-	err  map[bool]error
+	loaded map[bool]bool
+	plugin map[bool]*netPlugin
+	err    map[bool]error
+	chosen map[netChoiceKey]*netDevice
+}
+
+type netChoiceKey struct {
+	emulated bool
+	near     string
+}
+
+// netPlugin is the loaded plugin with its devices' properties.
+type netPlugin struct {
+	plugin *netplugin.Plugin
+	info   netplugin.Info
+	props  []netplugin.Properties
 }
 
 var netEmulated atomic.Bool
@@ -88,24 +105,38 @@ func netPluginPath() string {
 }
 
 // openNet loads the network plugin once per process (emulated when
-// FLAGCX_EMULATED or UseEmulatedNet says so) and picks its first device. Without a device
-// the error wraps ErrNoNetDevice and says why.
-func openNet() (*netDevice, error) {
+// FLAGCX_EMULATED or UseEmulatedNet says so) and picks the device nearest
+// to the accelerator of PCI bus id near ("" for a host rank: the first
+// device). Without a device the error wraps ErrNoNetDevice and says why.
+func openNet(near string) (*netDevice, error) {
 	emulated, _ := env.Emulated.Get(nil)
 	emulated = emulated || netEmulated.Load()
 	netOnce.Lock()
 	defer netOnce.Unlock()
-	if netOnce.done == nil {
-		netOnce.done, netOnce.d, netOnce.err = map[bool]bool{}, map[bool]*netDevice{}, map[bool]error{}
+	if netOnce.loaded == nil {
+		netOnce.loaded, netOnce.plugin, netOnce.err = map[bool]bool{}, map[bool]*netPlugin{}, map[bool]error{}
+		netOnce.chosen = map[netChoiceKey]*netDevice{}
 	}
-	if !netOnce.done[emulated] {
-		netOnce.done[emulated] = true
-		netOnce.d[emulated], netOnce.err[emulated] = loadNet(netPluginPath(), emulated)
+	if !netOnce.loaded[emulated] {
+		netOnce.loaded[emulated] = true
+		netOnce.plugin[emulated], netOnce.err[emulated] = loadNet(netPluginPath(), emulated)
 	}
-	return netOnce.d[emulated], netOnce.err[emulated]
+	np, err := netOnce.plugin[emulated], netOnce.err[emulated]
+	if err != nil {
+		return nil, err
+	}
+	key := netChoiceKey{emulated, near}
+	if d := netOnce.chosen[key]; d != nil {
+		return d, nil
+	}
+	d := np.choose(near)
+	netOnce.chosen[key] = d
+	flog.Default().Log(context.Background(), flog.LevelInfo, fmt.Sprintf("NET/IB: using %s port %d: %s", d.props.Name, d.props.Port, d.why),
+		flog.KeySubsys, flog.Net)
+	return d, nil
 }
 
-func loadNet(path string, emulated bool) (*netDevice, error) {
+func loadNet(path string, emulated bool) (*netPlugin, error) {
 	p, err := netplugin.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("%w: the network plugin does not load: %w", ErrNoNetDevice, err)
@@ -117,18 +148,49 @@ func loadNet(path string, emulated bool) (*netDevice, error) {
 	if p.Devices() == 0 {
 		return nil, fmt.Errorf("%w: %s (network plugin %s, fabric library %s)", ErrNoNetDevice, strings.TrimPrefix(info.NoDevice, "no RDMA device: "), path, info.Library)
 	}
-	props, err := p.Properties(0)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrNoNetDevice, err)
+	np := &netPlugin{plugin: p, info: info}
+	for dev := range p.Devices() {
+		props, err := p.Properties(dev)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrNoNetDevice, err)
+		}
+		np.props = append(np.props, props)
 	}
-	return &netDevice{plugin: p, info: info, dev: 0, props: props}, nil
+	return np, nil
+}
+
+// choose picks the device nearest to the accelerator of bus id near
+// (nearestNet); FLAGCX_IB_HCA has already narrowed the plugin's devices.
+func (np *netPlugin) choose(near string) *netDevice {
+	cands := make([]netCandidate, len(np.props))
+	for i, p := range np.props {
+		loc := pciLoc{Path: p.PCIPath, NUMA: -1}
+		if !np.info.Emulated {
+			loc = pciLocOfPath(p.PCIPath)
+		}
+		cands[i] = netCandidate{Name: p.Name, SpeedMbps: p.SpeedMbps, Loc: loc}
+	}
+	nearLoc := pciLocOfBusID(near, np.info.Emulated)
+	i, dist := nearestNet(cands, nearLoc)
+	d := &netDevice{plugin: np.plugin, info: np.info, dev: i, props: np.props[i]}
+	switch {
+	case len(cands) == 1:
+		d.why = "the only device"
+	case near == "":
+		d.why = "the first device (no accelerator)"
+	case nearLoc.Path == "":
+		d.why = "the first device (" + near + " has no PCI path)"
+	default:
+		d.why = fmt.Sprintf("nearest to %s (%s)", near, dist)
+	}
+	return d
 }
 
 // describe names the network for people: "emulated IB: net-ib on vsim_ib0
-// port 1 (InfiniBand, 200 Gb/s, libibverbs ...)".
+// port 1 (InfiniBand, 200 Gb/s, libibverbs ..., nearest to ...)".
 func (d *netDevice) describe() string {
-	return fmt.Sprintf("%s: net-ib on %s port %d (%s, %d Gb/s, %s)", d.info.Transport, d.props.Name, d.props.Port,
-		d.props.LinkLayerName(), d.props.SpeedMbps/1000, d.info.Library)
+	return fmt.Sprintf("%s: net-ib on %s port %d (%s, %d Gb/s, %s, %s)", d.info.Transport, d.props.Name, d.props.Port,
+		d.props.LinkLayerName(), d.props.SpeedMbps/1000, d.info.Library, d.why)
 }
 
 // CheckNet fails at once when cfg asks for IB (FLAGCX_NET=IB) and this
@@ -138,7 +200,7 @@ func CheckNet(cfg Config) error {
 	if cfg.Net != NetIB {
 		return nil
 	}
-	if _, err := openNet(); err != nil {
+	if _, err := openNet(cfg.NearPCI); err != nil {
 		// ErrConfig: the setting asks for what this machine does not have.
 		return fmt.Errorf("%w: %s=IB: %w (unset it, or set %s=Socket, to use TCP sockets)", ErrConfig, env.Net.Name, err, env.Net.Name)
 	}
@@ -153,7 +215,7 @@ type netOffer struct {
 	Why      string `json:"why,omitempty"` // why not, when !Have
 }
 
-func makeOffer(mode string, sameHost bool) netOffer {
+func makeOffer(mode string, sameHost bool, near string) netOffer {
 	o := netOffer{Want: "auto"}
 	switch {
 	case mode == NetIB:
@@ -163,7 +225,7 @@ func makeOffer(mode string, sameHost bool) netOffer {
 	case sameHost:
 		return netOffer{Want: "no", Why: "the ranks share a host (" + env.Net.Name + "=IB makes them use IB)"}
 	}
-	d, err := openNet()
+	d, err := openNet(near)
 	if err != nil {
 		o.Why = err.Error()
 		return o
@@ -203,7 +265,7 @@ func (m *Mesh) upgradeNet(mc MeshConfig) error {
 		if !ok {
 			continue
 		}
-		offer := makeOffer(mc.Net.Net, SameHost(self, mc.Peers[p]))
+		offer := makeOffer(mc.Net.Net, SameHost(self, mc.Peers[p]), mc.Net.NearPCI)
 		g.Go(func() error {
 			nl, err := negotiateNet(tl, offer, mc, p)
 			if err != nil {
@@ -275,7 +337,7 @@ func negotiateNet(tl *TCPLink, offer netOffer, mc MeshConfig, peer int) (*NetLin
 	if err != nil || !use {
 		return nil, err
 	}
-	d, err := openNet()
+	d, err := openNet(mc.Net.NearPCI)
 	if err != nil {
 		return nil, err
 	}

@@ -244,3 +244,58 @@ func TestNetConfigFromEnv(t *testing.T) {
 		})
 	}
 }
+
+// TestNetNearDevice: ranks near different emulated accelerators take the
+// emulated HCA nearest to theirs (vsim_ib0 shares the switch of the
+// accelerators at buses 0x10-0x11, vsim_ib1 that of 0x12-0x13), host ranks
+// the first device, and FLAGCX_IB_HCA narrows the choice first. Every pair
+// then moves exact data between its two HCAs. Each case loads the plugin,
+// which reads FLAGCX_IB_HCA once, in a fresh process.
+func TestNetNearDevice(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		hca  string
+		near []string // each rank's accelerator bus id ("" for a host rank)
+		want []string // each rank's device
+	}{
+		{"by accelerator", "", []string{"0000:10:00.0", "0000:12:00.0", "", "0000:13:00.0", "0000:11:00.0"},
+			[]string{"vsim_ib0", "vsim_ib1", "vsim_ib0", "vsim_ib1", "vsim_ib0"}},
+		{"another socket: the first by name", "", []string{"0000:16:00.0", "0000:12:00.0"}, []string{"vsim_ib0", "vsim_ib1"}},
+		{"FLAGCX_IB_HCA names one device", "vsim_ib1", []string{"0000:10:00.0", "0000:12:00.0", ""},
+			[]string{"vsim_ib1", "vsim_ib1", "vsim_ib1"}},
+		{"FLAGCX_IB_HCA excludes the nearest", "^vsim_ib1", []string{"0000:10:00.0", "0000:12:00.0"},
+			[]string{"vsim_ib0", "vsim_ib0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testkit.InFreshProcess(t, func(t *testing.T) {
+				useEmulatedIB(t)
+				t.Setenv("FLAGCX_IB_HCA", tc.hca)
+				cfg := meshCfg(20 * time.Second)
+				cfg.Net = NetIB
+				n := len(tc.near)
+				mcs := prepareMesh(t, n, cfg, func(int) ShmConfig { return ShmConfig{Disable: true, Dir: shmTestDir(t)} }, func(r int, p *Peer) {
+					p.Shm, p.NoShm = "", "disabled"
+				})
+				for r := range mcs {
+					mcs[r].Shm.Disable = true
+					mcs[r].Net.NearPCI = tc.near[r]
+				}
+				ms, errs := connectAll(t, mcs)
+				require.NoError(t, errors.Join(errs...))
+				for r := range n {
+					for p := range n {
+						if p == r {
+							continue
+						}
+						nl, ok := ms[r].Links[p].(*NetLink)
+						require.True(t, ok, "rank %d -> %d is %T", r, p, ms[r].Links[p])
+						require.Equal(t, tc.want[r], nl.dev.props.Name, "rank %d near %q", r, tc.near[r])
+						if p > r {
+							exchange(t, ms[r].Links[p], ms[p].Links[r], r, p, []int{0, 1, netSlotBytes + 5})
+						}
+					}
+				}
+			})
+		})
+	}
+}

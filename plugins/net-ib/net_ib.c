@@ -97,6 +97,9 @@ static struct {
   int (*modifyQp)(struct ibv_qp*, struct ibv_qp_attr*, int);
   int (*destroyQp)(struct ibv_qp*);
   const char* (*wcStatusStr)(enum ibv_wc_status);
+  /* only in the emulated verbs (conformance/vendorsim/ibverbs): the
+   * made-up PCI path of a device that has no sysfs entry */
+  const char* (*vsimPciPath)(const char*);
 } V;
 
 /* As verbs.h's ibv_query_port: the context's extended op when it has one,
@@ -228,7 +231,13 @@ static int addPort(struct ibv_device* d, struct ibv_context* ctx, struct ibv_pd*
   snprintf(p->name, sizeof(p->name), "%s", name);
   char link[256];
   snprintf(link, sizeof(link), "/sys/class/infiniband/%s/device", name);
-  if (!realpath(link, p->pciPath)) p->pciPath[0] = 0;
+  /* The PCI function's real path (the host picks the device nearest to
+   * its accelerator from it); the emulator's made-up one where sysfs has
+   * none. */
+  if (!realpath(link, p->pciPath)) {
+    const char* fake = V.vsimPciPath ? V.vsimPciPath(name) : NULL;
+    snprintf(p->pciPath, sizeof(p->pciPath), "%s", fake ? fake : "");
+  }
   p->guid = V.getDeviceGuid ? be64toh(V.getDeviceGuid(d)) : 0;
   p->ptrSupport = FLAGCX_NET_PTR_HOST | (V.regDmabufMr ? FLAGCX_NET_PTR_DMABUF : 0);
   p->speed = portSpeed(&pa);
@@ -279,6 +288,7 @@ static flagcxResult_t loadVerbs(flagcxNetInitInfo_v1_t* info) {
   *(void**)&V.getDeviceGuid = dlsym(V.handle, "ibv_get_device_guid");
   *(void**)&V.regDmabufMr = dlsym(V.handle, "ibv_reg_dmabuf_mr");
   *(void**)&V.wcStatusStr = dlsym(V.handle, "ibv_wc_status_str");
+  if (info->emulated) *(void**)&V.vsimPciPath = dlsym(V.handle, "flagcxVendorsimPciPath");
   return flagcxSuccess;
 }
 
@@ -345,9 +355,9 @@ static flagcxResult_t nibInitOnce(flagcxNetInitInfo_v1_t* info) {
     snprintf(info->error, sizeof(info->error), "no RDMA device: %d device(s) found but no active port selected (FLAGCX_IB_HCA=%s, FLAGCX_IB_PORT=%s)",
              n, hca ? hca : "", getenv("FLAGCX_IB_PORT") ? getenv("FLAGCX_IB_PORT") : "");
   for (int i = 0; i < ndevs; i++)
-    logf_(flagcxLogInfo, "NET/IB: device %d %s port %d %s speed %d Mb/s gid index %d%s", i, devs[i].props.name, devs[i].port,
+    logf_(flagcxLogInfo, "NET/IB: device %d %s port %d %s speed %d Mb/s gid index %d pci %s%s", i, devs[i].props.name, devs[i].port,
           devs[i].linkLayer == IBV_LINK_LAYER_ETHERNET ? "RoCE" : "IB", devs[i].props.speed, devs[i].gidIndex,
-          info->emulated ? " (emulated)" : "");
+          devs[i].props.pciPath[0] ? devs[i].props.pciPath : "unknown", info->emulated ? " (emulated)" : "");
   return flagcxSuccess;
 }
 

@@ -5,10 +5,17 @@
  * calls of the header (ibv_post_send, ibv_post_recv, ibv_poll_cq) reach
  * this library through the context's ops table as they reach a provider.
  *
- * Two devices, one port each, shared by every process of the machine:
+ * Three devices, one port each, shared by every process of the machine:
  *   vsim_ib0    InfiniBand link layer, LID 1, 4x HDR (200 Gb/s)
  *   vsim_roce0  Ethernet link layer (RoCE), GID 0 link-local, GID 1 an
  *               IPv4-mapped address (RoCE v2), 4x HDR
+ *   vsim_ib1    InfiniBand link layer, LID 2, 4x HDR, in vsim_ib0's subnet
+ *               (a queue pair of one reaches a queue pair of the other)
+ * Each has a made-up PCI path in the emulated board's PCIe tree
+ * (flagcxVendorsimPciPath; conformance/vendorsim/README.md, "Devices"):
+ * vsim_ib0 shares the PCIe switch of emulated accelerators 0 and 1,
+ * vsim_ib1 that of accelerators 2 and 3, vsim_roce0 has a root complex of
+ * its own.
  *
  * The fabric is /dev/shm. Every RC queue pair owns a file
  * flagcx-vsimib-qp-<qpn> holding its inbound packet ring (written by its
@@ -69,7 +76,8 @@ EXPORT const int flagcxVendorsimEmulated = 1;
 #define DATA_RING (1u << 20)
 #define ACK_SLOTS 1024u
 #define CHUNK (64u << 10)
-#define NDEVS 2
+#define NDEVS 3
+#define ROCE_DEV 1 /* the index of vsim_roce0; the others are InfiniBand */
 
 /* ---- shared memory: one file per QP ----------------------------------- */
 
@@ -210,8 +218,34 @@ static void cleanStale(void) {
   closedir(d);
 }
 
+static const char* devNames[NDEVS] = {"vsim_ib0", "vsim_roce0", "vsim_ib1"};
+
+/* The made-up sysfs paths of the devices' PCI functions: not files, so a
+ * caller that finds no /sys/class/infiniband/<name>/device asks here.
+ * They live in the tree hostnet gives the emulated accelerators
+ * (internal/hostnet/pcitopo.go, emulatedPCIPath). NULL for another name. */
+EXPORT const char* flagcxVendorsimPciPath(const char* name) {
+  static const char* paths[NDEVS] = {
+      "/vsim/sys/devices/pci0000:00/0000:00:01.0/0000:40:00.0/0000:40:82.0/0000:60:00.0",
+      "/vsim/sys/devices/pci0000:c0/0000:c0:01.0/0000:c1:00.0",
+      "/vsim/sys/devices/pci0000:00/0000:00:02.0/0000:41:00.0/0000:41:82.0/0000:61:00.0",
+  };
+  for (int i = 0; name && i < NDEVS; i++)
+    if (strcmp(name, devNames[i]) == 0) return paths[i];
+  return NULL;
+}
+
+/* The LID of an InfiniBand device (0 for the RoCE one), and the device of
+ * a LID (-1 when none has it). */
+static int devLid(int dev) { return dev == ROCE_DEV ? 0 : dev == 0 ? 1 : 2; }
+static int lidDev(int lid) {
+  for (int i = 0; i < NDEVS; i++)
+    if (i != ROCE_DEV && devLid(i) == lid) return i;
+  return -1;
+}
+
 static void initDevices(void) {
-  static const char* names[NDEVS] = {"vsim_ib0", "vsim_roce0"};
+  const char** names = devNames;
   for (int i = 0; i < NDEVS; i++) {
     struct ibv_device* d = &devices[i].dev;
     devices[i].index = i;
@@ -297,6 +331,7 @@ EXPORT int ibv_query_device(struct ibv_context* ctx, struct ibv_device_attr* a) 
 }
 
 static int ctxIndex(struct ibv_context* ctx) { return ((vContext*)ctx)->index; }
+static int gidCount(int dev) { return dev == ROCE_DEV ? 2 : 1; }
 
 /* The exported entry fills the compat prefix of struct ibv_port_attr
  * (everything up to port_cap_flags2, which is the whole struct in this
@@ -304,15 +339,15 @@ static int ctxIndex(struct ibv_context* ctx) { return ((vContext*)ctx)->index; }
 EXPORT int ibv_query_port(struct ibv_context* ctx, uint8_t port, struct _compat_ibv_port_attr* compat) {
   struct ibv_port_attr* a = (struct ibv_port_attr*)compat;
   if (port != 1) return EINVAL;
-  int roce = ctxIndex(ctx) == 1;
+  int roce = ctxIndex(ctx) == ROCE_DEV;
   memset(a, 0, sizeof(*a));
   a->state = IBV_PORT_ACTIVE;
   a->max_mtu = IBV_MTU_4096;
   a->active_mtu = IBV_MTU_4096;
-  a->gid_tbl_len = roce ? 2 : 1;
+  a->gid_tbl_len = gidCount(ctxIndex(ctx));
   a->max_msg_sz = 1u << 31;
   a->pkey_tbl_len = 1;
-  a->lid = roce ? 0 : 1;
+  a->lid = (uint16_t)devLid(ctxIndex(ctx));
   a->active_width = 2;  /* 4x */
   a->active_speed = 64; /* HDR */
   a->phys_state = 5;    /* LinkUp */
@@ -320,19 +355,25 @@ EXPORT int ibv_query_port(struct ibv_context* ctx, uint8_t port, struct _compat_
   return 0;
 }
 
-EXPORT int ibv_query_gid(struct ibv_context* ctx, uint8_t port, int index, union ibv_gid* gid) {
-  int roce = ctxIndex(ctx) == 1;
-  if (port != 1 || index < 0 || index >= (roce ? 2 : 1)) { errno = EINVAL; return -1; }
+/* GID index of device dev: 0 link-local from the GUID, 1 (RoCE only)
+ * ::ffff:127.0.0.1. */
+static int devGid(int dev, int index, union ibv_gid* gid) {
+  if (index < 0 || index >= gidCount(dev)) return EINVAL;
   memset(gid, 0, sizeof(*gid));
   if (index == 0) {
     gid->raw[0] = 0xfe;
     gid->raw[1] = 0x80;
-    gid->global.interface_id = ibv_get_device_guid(ctx->device);
-  } else { /* ::ffff:127.0.0.1 */
+    gid->global.interface_id = ibv_get_device_guid(&devices[dev].dev);
+  } else {
     gid->raw[10] = gid->raw[11] = 0xff;
     gid->raw[12] = 127;
     gid->raw[15] = 1;
   }
+  return 0;
+}
+
+EXPORT int ibv_query_gid(struct ibv_context* ctx, uint8_t port, int index, union ibv_gid* gid) {
+  if (port != 1 || devGid(ctxIndex(ctx), index, gid) != 0) { errno = EINVAL; return -1; }
   return 0;
 }
 
@@ -560,22 +601,28 @@ EXPORT struct ibv_qp* ibv_create_qp(struct ibv_pd* pd, struct ibv_qp_init_attr* 
   return &q->qp;
 }
 
-/* The address vector must name a port of the emulated fabric: the LID of
- * vsim_ib0, or a GID of vsim_roce0 through a valid source GID index. */
+/* The address vector must be one this device can use: a GRH on RoCE, a
+ * valid source GID index. */
 static int addressOk(vQp* q, const struct ibv_ah_attr* ah) {
-  int roce = ctxIndex(q->qp.context) == 1;
-  if (roce && !ah->is_global) return EINVAL; /* RoCE needs a GRH */
-  if (ah->is_global && ah->grh.sgid_index >= (roce ? 2 : 1)) return EINVAL;
+  int dev = ctxIndex(q->qp.context);
+  if (dev == ROCE_DEV && !ah->is_global) return EINVAL; /* RoCE needs a GRH */
+  if (ah->is_global && ah->grh.sgid_index >= gidCount(dev)) return EINVAL;
   return 0;
 }
 
-static int reachable(vQp* q, const struct ibv_ah_attr* ah) {
-  int roce = ctxIndex(q->qp.context) == 1;
-  if (!ah->is_global) return ah->dlid == 1;
-  union ibv_gid g;
-  for (int i = 0; i < (roce ? 2 : 1); i++)
-    if (ibv_query_gid(q->qp.context, 1, i, &g) == 0 && memcmp(g.raw, ah->grh.dgid.raw, 16) == 0) return 1;
-  return 0;
+/* The device an address vector reaches from this QP's device, -1 for none:
+ * the InfiniBand devices form one subnet (LIDs, or their GIDs with a GRH),
+ * the RoCE device only reaches itself. */
+static int addressedDevice(vQp* q, const struct ibv_ah_attr* ah) {
+  int self = ctxIndex(q->qp.context);
+  if (!ah->is_global) return self == ROCE_DEV ? -1 : lidDev(ah->dlid);
+  for (int dev = 0; dev < NDEVS; dev++) {
+    if ((dev == ROCE_DEV) != (self == ROCE_DEV)) continue;
+    union ibv_gid g;
+    for (int i = 0; i < gidCount(dev); i++)
+      if (devGid(dev, i, &g) == 0 && memcmp(g.raw, ah->grh.dgid.raw, 16) == 0) return dev;
+  }
+  return -1;
 }
 
 static void setState(vQp* q, enum ibv_qp_state s) {
@@ -600,10 +647,10 @@ EXPORT int ibv_modify_qp(struct ibv_qp* qp, struct ibv_qp_attr* a, int mask) {
     int need = IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
     if (cur != IBV_QPS_INIT || (mask & need) != need) { rc = EINVAL; break; }
     if ((rc = addressOk(q, &a->ah_attr)) != 0) break;
-    int err = 0;
-    q->peer = reachable(q, &a->ah_attr) ? mapQp(a->dest_qp_num, 0, &err) : NULL;
-    if (q->peer && (q->peer->magic != QP_MAGIC || q->peer->qpn != a->dest_qp_num || q->peer->dev != q->sh->dev)) {
-      munmap(q->peer, sizeof(qpShared)); /* another device's QP: the packets would go nowhere */
+    int err = 0, dst = addressedDevice(q, &a->ah_attr);
+    q->peer = dst >= 0 ? mapQp(a->dest_qp_num, 0, &err) : NULL;
+    if (q->peer && (q->peer->magic != QP_MAGIC || q->peer->qpn != a->dest_qp_num || q->peer->dev != (uint32_t)dst)) {
+      munmap(q->peer, sizeof(qpShared)); /* not a QP of the addressed device: the packets would go nowhere */
       q->peer = NULL;
     }
     q->peerMissing = q->peer == NULL; /* sends will time out, as into a void */

@@ -1,0 +1,151 @@
+package hostnet
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// An HGX-like host: two root complexes (NUMA 0 and 1), GPUs and NICs in
+// pairs under PCIe switches.
+const (
+	gpu0 = "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:00.0/0000:03:00.0"
+	nic0 = "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:01.0/0000:04:00.0"
+	gpu1 = "/sys/devices/pci0000:00/0000:00:02.0/0000:11:00.0/0000:12:00.0/0000:13:00.0"
+	nic1 = "/sys/devices/pci0000:00/0000:00:02.0/0000:11:00.0/0000:12:01.0/0000:14:00.0"
+	// a NIC straight on a root port of the first root complex
+	nicRP = "/sys/devices/pci0000:00/0000:00:03.0/0000:21:00.0"
+	// a second root complex of NUMA node 0, and one of node 1
+	nicRC2  = "/sys/devices/pci0000:40/0000:40:01.0/0000:41:00.0"
+	gpuNUMA = "/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0/0000:82:00.0/0000:83:00.0"
+	nicNUMA = "/sys/devices/pci0000:80/0000:80:01.0/0000:81:00.0/0000:82:01.0/0000:84:00.0"
+	// a deeper switch below nic0's switch
+	nicDeep = "/sys/devices/pci0000:00/0000:00:01.0/0000:01:00.0/0000:02:02.0/0000:05:00.0/0000:06:00.0/0000:07:00.0"
+)
+
+func TestPCIPathDistance(t *testing.T) {
+	cases := []struct {
+		name string
+		a, b pciLoc
+		want pciDistance
+	}{
+		{"one switch", pciLoc{gpu0, 0}, pciLoc{nic0, 0}, pciDistance{pciSwitch, 4}},
+		{"one switch, deeper", pciLoc{gpu0, 0}, pciLoc{nicDeep, 0}, pciDistance{pciSwitch, 6}},
+		{"root complex", pciLoc{gpu0, 0}, pciLoc{nic1, 0}, pciDistance{pciRoot, 8}},
+		{"root complex, root port", pciLoc{gpu0, 0}, pciLoc{nicRP, 0}, pciDistance{pciRoot, 6}},
+		{"NUMA node", pciLoc{gpu0, 0}, pciLoc{nicRC2, 0}, pciDistance{Level: pciNUMA}},
+		{"other NUMA node", pciLoc{gpu0, 0}, pciLoc{nicNUMA, 1}, pciDistance{Level: pciSystem}},
+		{"NUMA unknown", pciLoc{gpu0, -1}, pciLoc{nicRC2, -1}, pciDistance{Level: pciSystem}},
+		{"itself", pciLoc{gpu0, 0}, pciLoc{gpu0, 0}, pciDistance{pciSwitch, 0}},
+		{"no path", pciLoc{"", -1}, pciLoc{nic0, 0}, unknownDistance},
+		{"not below /sys/devices", pciLoc{"/dev/null", -1}, pciLoc{nic0, 0}, unknownDistance},
+		{"trailing slash", pciLoc{gpu0 + "/", 0}, pciLoc{nic0, 0}, pciDistance{pciSwitch, 4}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, pciPathDistance(tc.a, tc.b))
+			require.Equal(t, tc.want, pciPathDistance(tc.b, tc.a), "symmetric")
+		})
+	}
+}
+
+func TestPCIDistanceOrder(t *testing.T) {
+	ordered := []pciDistance{{pciSwitch, 2}, {pciSwitch, 6}, {pciRoot, 4}, {pciNUMA, 0}, {pciSystem, 0}, unknownDistance}
+	for i := range ordered {
+		for j := range ordered {
+			require.Equal(t, i < j, ordered[i].less(ordered[j]), "%v < %v", ordered[i], ordered[j])
+		}
+	}
+	require.True(t, pciDistance{pciSystem, 99}.less(unknownDistance))
+	require.False(t, unknownDistance.less(pciDistance{pciSystem, 99}))
+	require.Equal(t, "same PCIe switch, 4 hops", pciDistance{pciSwitch, 4}.String())
+	require.Equal(t, "same NUMA node", pciDistance{Level: pciNUMA}.String())
+	require.Equal(t, "PCI location not known", unknownDistance.String())
+}
+
+func TestNearestNet(t *testing.T) {
+	mlx := func(name, path string, numa, speed int) netCandidate {
+		return netCandidate{Name: name, SpeedMbps: speed, Loc: pciLoc{path, numa}}
+	}
+	host := []netCandidate{
+		mlx("mlx5_0", nic0, 0, 400000), mlx("mlx5_1", nic1, 0, 400000), mlx("mlx5_2", nicNUMA, 1, 400000),
+	}
+	cases := []struct {
+		name     string
+		cands    []netCandidate
+		near     pciLoc
+		want     int
+		wantDist pciDistance
+	}{
+		{"GPU 0 takes the NIC of its switch", host, pciLoc{gpu0, 0}, 0, pciDistance{pciSwitch, 4}},
+		{"GPU 1 takes the NIC of its switch", host, pciLoc{gpu1, 0}, 1, pciDistance{pciSwitch, 4}},
+		{"a GPU of the other socket takes its NIC", host, pciLoc{gpuNUMA, 1}, 2, pciDistance{pciSwitch, 4}},
+		{"the order of the list does not matter",
+			[]netCandidate{host[2], host[1], host[0]}, pciLoc{gpu0, 0}, 2, pciDistance{pciSwitch, 4}},
+		{"host rank: the first device", host, pciLoc{"", -1}, 0, unknownDistance},
+		{"accelerator sysfs does not know: the first device", []netCandidate{host[1], host[0]}, pciLoc{"", -1}, 0, unknownDistance},
+		{"only one device (FLAGCX_IB_HCA named it), however far",
+			[]netCandidate{host[2]}, pciLoc{gpu0, 0}, 0, pciDistance{Level: pciSystem}},
+		{"FLAGCX_IB_HCA left the far ones: nearest of those",
+			[]netCandidate{host[2], host[1]}, pciLoc{gpu0, 0}, 1, pciDistance{pciRoot, 8}},
+		{"same distance: the faster",
+			[]netCandidate{mlx("mlx5_0", nic0, 0, 200000), mlx("mlx5_1", nic0, 0, 400000)}, pciLoc{gpu0, 0}, 1, pciDistance{pciSwitch, 4}},
+		{"same level, fewer hops beats speed",
+			[]netCandidate{mlx("mlx5_0", nic1, 0, 400000), mlx("mlx5_1", nicRP, 0, 100000)}, pciLoc{gpu0, 0}, 1, pciDistance{pciRoot, 6}},
+		{"same distance and speed: the first name",
+			[]netCandidate{mlx("mlx5_3", nic0, 0, 400000), mlx("mlx5_10", nic0, 0, 400000)}, pciLoc{gpu0, 0}, 1, pciDistance{pciSwitch, 4}},
+		{"a NIC without a path loses to any known one",
+			[]netCandidate{mlx("mlx5_0", "", -1, 400000), mlx("mlx5_1", nicNUMA, 1, 100000)}, pciLoc{gpu0, 0}, 1, pciDistance{Level: pciSystem}},
+		{"no NIC has a path: the fastest, then the first name",
+			[]netCandidate{mlx("b", "", -1, 100000), mlx("c", "", -1, 400000), mlx("a", "", -1, 400000)}, pciLoc{gpu0, 0}, 2, unknownDistance},
+		{"NUMA node beats system",
+			[]netCandidate{mlx("mlx5_0", nicNUMA, 1, 400000), mlx("mlx5_1", nicRC2, 0, 100000)}, pciLoc{gpu0, 0}, 1, pciDistance{Level: pciNUMA}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, d := nearestNet(tc.cands, tc.near)
+			require.Equal(t, tc.want, got, "chose %s", tc.cands[got].Name)
+			require.Equal(t, tc.wantDist, d)
+		})
+	}
+	got, _ := nearestNet(nil, pciLoc{gpu0, 0})
+	require.Equal(t, -1, got)
+}
+
+// The emulated board (conformance/vendorsim/README.md): pairs of devices
+// share a switch with, for devices 0-1 and 2-3, an emulated HCA.
+func TestEmulatedPCIPath(t *testing.T) {
+	ib0 := emulatedRoot + "/pci0000:00/0000:00:01.0/0000:40:00.0/0000:40:82.0/0000:60:00.0"
+	ib1 := emulatedRoot + "/pci0000:00/0000:00:02.0/0000:41:00.0/0000:41:82.0/0000:61:00.0"
+	roce := emulatedRoot + "/pci0000:c0/0000:c0:01.0/0000:c1:00.0"
+	cands := []netCandidate{{"vsim_ib0", 200000, pciLoc{ib0, -1}}, {"vsim_roce0", 200000, pciLoc{roce, -1}}, {"vsim_ib1", 200000, pciLoc{ib1, -1}}}
+	cases := []struct {
+		bus  string
+		path string
+		want string
+	}{
+		{"0000:10:00.0", emulatedRoot + "/pci0000:00/0000:00:01.0/0000:40:00.0/0000:40:80.0/0000:10:00.0", "vsim_ib0"},
+		{"0000:11:00.0", emulatedRoot + "/pci0000:00/0000:00:01.0/0000:40:00.0/0000:40:81.0/0000:11:00.0", "vsim_ib0"},
+		{"0000:12:00.0", emulatedRoot + "/pci0000:00/0000:00:02.0/0000:41:00.0/0000:41:80.0/0000:12:00.0", "vsim_ib1"},
+		{"0000:13:00.0", emulatedRoot + "/pci0000:00/0000:00:02.0/0000:41:00.0/0000:41:81.0/0000:13:00.0", "vsim_ib1"},
+		{"0000:14:00.0", emulatedRoot + "/pci0000:80/0000:80:03.0/0000:42:00.0/0000:42:80.0/0000:14:00.0", "vsim_ib0"},
+		{"0000:17:00.0", emulatedRoot + "/pci0000:80/0000:80:04.0/0000:43:00.0/0000:43:81.0/0000:17:00.0", "vsim_ib0"},
+		{"0000:0f:00.0", "", "vsim_ib0"},
+		{"0001:10:00.0", "", "vsim_ib0"},
+		{"not a bus id", "", "vsim_ib0"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.bus, func(t *testing.T) {
+			loc := pciLocOfBusID(tc.bus, true)
+			require.Equal(t, tc.path, loc.Path)
+			i, _ := nearestNet(cands, loc)
+			require.Equal(t, tc.want, cands[i].Name)
+		})
+	}
+}
+
+func TestPCILocOfBusID(t *testing.T) {
+	require.Equal(t, pciLoc{NUMA: -1}, pciLocOfBusID("", false))
+	require.Equal(t, pciLoc{NUMA: -1}, pciLocOfBusID("ffff:ff:1f.7", false), "a bus id sysfs does not have")
+	require.Equal(t, pciLoc{NUMA: -1}, pciLocOfPath(""))
+}
