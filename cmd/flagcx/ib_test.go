@@ -3,6 +3,7 @@
 package main
 
 import (
+	"fmt"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -48,6 +49,27 @@ func TestBenchOverEmulatedIB(t *testing.T) {
 			require.Contains(t, net, "emulated IB")
 		})
 	}
+}
+
+// TestBenchNearestHCA: ranks on different emulated GPUs take the emulated
+// HCA nearest to theirs (vsim_ib0 shares the PCIe switch of GPUs 0-1,
+// vsim_ib1 that of GPUs 2-3: internal/hostnet/pcitopo.go), the pairs of
+// different HCAs move exact data, and the header names rank 0's choice.
+func TestBenchNearestHCA(t *testing.T) {
+	env := ibEnv(t, "FLAGCX_SHM_DISABLE=1", "FLAGCX_NET=IB", "FLAGCX_DEBUG=INFO", "FLAGCX_DEBUG_SUBSYS=NET")
+	r := runFlagcx(t, 4*time.Minute, env, "--emulated", "bench", "all", "--ranks", "nvidia:4",
+		"-b", "3", "-e", "600000", "-f", "17", "-w", "1", "-n", "2", "-c", "1")
+	require.Zero(t, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
+	require.Contains(t, r.stdout, "# Out of bounds values : 0 OK\n")
+	for rank, want := range []string{"vsim_ib0", "vsim_ib0", "vsim_ib1", "vsim_ib1"} {
+		line := regexp.MustCompile(fmt.Sprintf(`(?m)^rank %d: .*NET/IB: using (\S+) port 1: (.*)$`, rank)).FindStringSubmatch(r.stderr)
+		require.NotNil(t, line, "rank %d logs its device:\n%s", rank, r.stderr)
+		require.Equal(t, want, line[1], "rank %d", rank)
+		require.Equal(t, fmt.Sprintf("nearest to 0000:%02x:00.0 (same PCIe switch, 4 hops)", 0x10+rank), line[2], "rank %d", rank)
+	}
+	net := regexp.MustCompile(`(?m)^# Network: .*$`).FindString(r.stdout)
+	require.Contains(t, net, "3 links ib (emulated IB: net-ib on vsim_ib0 port 1 (InfiniBand, 200 Gb/s")
+	require.Contains(t, net, "nearest to 0000:10:00.0 (same PCIe switch, 4 hops)")
 }
 
 // TestNetIBWithoutDevice: FLAGCX_NET=IB where libibverbs finds no device
