@@ -213,6 +213,10 @@ type netOffer struct {
 	Have     bool   `json:"have"` // a usable device
 	Emulated bool   `json:"emulated,omitempty"`
 	Why      string `json:"why,omitempty"` // why not, when !Have
+	// The device this rank chose and its link layer ("InfiniBand",
+	// "RoCE"): ranks near different NICs must still share a fabric.
+	Device string `json:"device,omitempty"`
+	Fabric string `json:"fabric,omitempty"`
 }
 
 func makeOffer(mode string, sameHost bool, near string) netOffer {
@@ -230,14 +234,14 @@ func makeOffer(mode string, sameHost bool, near string) netOffer {
 		o.Why = err.Error()
 		return o
 	}
-	o.Have, o.Emulated = true, d.info.Emulated
+	o.Have, o.Emulated, o.Device, o.Fabric = true, d.info.Emulated, d.props.Name, d.props.LinkLayerName()
 	return o
 }
 
 // chooseNet decides for the pair, the same way on both sides: IB, TCP, or
 // an error when a rank required IB and the pair cannot have it.
 func chooseNet(self, peer netOffer, selfRank, peerRank int) (bool, error) {
-	if self.Want != "no" && peer.Want != "no" && self.Have && peer.Have && self.Emulated == peer.Emulated {
+	if self.Want != "no" && peer.Want != "no" && self.Have && peer.Have && self.Emulated == peer.Emulated && self.Fabric == peer.Fabric {
 		return true, nil
 	}
 	if self.Want != "IB" && peer.Want != "IB" {
@@ -249,8 +253,11 @@ func chooseNet(self, peer netOffer, selfRank, peerRank int) (bool, error) {
 		why = fmt.Sprintf("rank %d cannot: %s", peerRank, peer.Why)
 	case self.Want == "no" || !self.Have:
 		why = fmt.Sprintf("rank %d cannot: %s", selfRank, self.Why)
-	default:
+	case self.Emulated != peer.Emulated:
 		why = "one of them runs the emulated fabric (--emulated), the other the real one"
+	default:
+		why = fmt.Sprintf("rank %d's device %s is %s and rank %d's %s is %s, which cannot reach each other (set %s to devices of one fabric)",
+			selfRank, self.Device, self.Fabric, peerRank, peer.Device, peer.Fabric, env.IBHCA.Name)
 	}
 	return false, fmt.Errorf("%s=IB between ranks %d and %d, but %s: %w", env.Net.Name, selfRank, peerRank, why, ErrNoNetDevice)
 }

@@ -185,8 +185,10 @@ func TestNetRealVerbsWithoutDevice(t *testing.T) {
 }
 
 func TestChooseNet(t *testing.T) {
-	ib := netOffer{Want: "IB", Have: true}
-	auto := netOffer{Want: "auto", Have: true}
+	ib := netOffer{Want: "IB", Have: true, Device: "mlx5_0", Fabric: "InfiniBand"}
+	auto := netOffer{Want: "auto", Have: true, Device: "mlx5_1", Fabric: "InfiniBand"}
+	roce := netOffer{Want: "IB", Have: true, Device: "mlx5_2", Fabric: "RoCE"}
+	autoRoce := netOffer{Want: "auto", Have: true, Device: "mlx5_2", Fabric: "RoCE"}
 	autoNone := netOffer{Want: "auto", Why: "no RDMA device: none here"}
 	no := netOffer{Want: "no", Why: "it uses TCP sockets"}
 	emu := netOffer{Want: "auto", Have: true, Emulated: true}
@@ -203,6 +205,9 @@ func TestChooseNet(t *testing.T) {
 		{"IB against socket", ib, no, false, "rank 1 cannot: it uses TCP sockets"},
 		{"IB against no device", ib, autoNone, false, "rank 1 cannot: no RDMA device: none here"},
 		{"emulated against real", emu, ib, false, "emulated fabric"},
+		{"IB on InfiniBand and RoCE NICs", ib, roce, false, "rank 0's device mlx5_0 is InfiniBand and rank 1's mlx5_2 is RoCE, which cannot reach each other (set FLAGCX_IB_HCA"},
+		{"auto on InfiniBand and RoCE NICs keeps TCP", auto, autoRoce, false, ""},
+		{"RoCE on both", roce, autoRoce, true, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			use, err := chooseNet(tc.self, tc.peer, 0, 1)
