@@ -168,7 +168,7 @@ func pciLocOfPath(path string) pciLoc {
 // emulated fabric the emulated board's tree is used instead (the emulated
 // accelerators are not in sysfs).
 func pciLocOfBusID(busID string, emulated bool) pciLoc {
-	busID = strings.ToLower(strings.TrimSpace(busID))
+	busID = canonicalBusID(busID)
 	if busID == "" {
 		return pciLoc{NUMA: -1}
 	}
@@ -180,6 +180,19 @@ func pciLocOfBusID(busID string, emulated bool) pciLoc {
 		return pciLoc{NUMA: -1}
 	}
 	return pciLocOfPath(p)
+}
+
+// canonicalBusID writes a PCI bus id as sysfs names it, "0000:1b:00.0",
+// whatever the source wrote ("00000000:1B:00.0" as nvidia-smi does); ""
+// when it is not one.
+func canonicalBusID(id string) string {
+	var domain, bus, slot, fn uint32
+	var rest string
+	n, _ := fmt.Sscanf(strings.TrimSpace(id), "%x:%x:%x.%x%s", &domain, &bus, &slot, &fn, &rest)
+	if n != 4 || bus > 0xff || slot > 0x1f || fn > 7 || domain > 0xffff {
+		return ""
+	}
+	return fmt.Sprintf("%04x:%02x:%02x.%x", domain, bus, slot, fn)
 }
 
 func readNUMA(path string) int {

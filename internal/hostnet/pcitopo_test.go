@@ -1,6 +1,8 @@
 package hostnet
 
 import (
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -144,8 +146,38 @@ func TestEmulatedPCIPath(t *testing.T) {
 	}
 }
 
+func TestCanonicalBusID(t *testing.T) {
+	for in, want := range map[string]string{
+		"0000:1b:00.0": "0000:1b:00.0", "00000000:1B:00.0": "0000:1b:00.0", " 0000:3B:1F.7\n": "0000:3b:1f.7",
+		"1:2:3.4": "0001:02:03.4", "": "", "0000:1b:00": "", "0000:1b:00.0x": "", "0000:1b:20.0": "", "0000:1b:00.8": "",
+		"10000:1b:00.0": "", "0000:100:00.0": "", "mlx5_0": "",
+	} {
+		require.Equal(t, want, canonicalBusID(in), "%q", in)
+	}
+}
+
 func TestPCILocOfBusID(t *testing.T) {
 	require.Equal(t, pciLoc{NUMA: -1}, pciLocOfBusID("", false))
 	require.Equal(t, pciLoc{NUMA: -1}, pciLocOfBusID("ffff:ff:1f.7", false), "a bus id sysfs does not have")
 	require.Equal(t, pciLoc{NUMA: -1}, pciLocOfPath(""))
+}
+
+// TestPCILocOfBusIDInSysfs resolves every PCI function of this machine
+// (when it has a sysfs): each lands below /sys/devices, ends in its own bus
+// id, and is at distance "same PCIe switch, 0 hops" from itself.
+func TestPCILocOfBusIDInSysfs(t *testing.T) {
+	entries, err := os.ReadDir(sysfsRoot + "/bus/pci/devices")
+	if err != nil || len(entries) == 0 {
+		t.Skip("no PCI functions in sysfs here")
+	}
+	for _, e := range entries {
+		loc := pciLocOfBusID("0000"+strings.ToUpper(e.Name()), false) // as nvidia-smi writes it
+		el := pciElements(loc.Path)
+		require.NotEmpty(t, el, "%s resolves to %q", e.Name(), loc.Path)
+		require.Equal(t, e.Name(), el[len(el)-1])
+		require.True(t, strings.HasPrefix(el[0], "pci"), "%s: %v", e.Name(), el)
+		require.GreaterOrEqual(t, loc.NUMA, -1)
+		require.Equal(t, pciDistance{pciSwitch, 0}, pciPathDistance(loc, loc))
+		t.Logf("%s: %s (NUMA %d)", e.Name(), loc.Path, loc.NUMA)
+	}
 }
