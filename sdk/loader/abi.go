@@ -1,8 +1,9 @@
 package loader
 
 import (
-	"bytes"
 	"unsafe"
+
+	"github.com/flagcx/flagcx-go/internal/cmem"
 )
 
 // Go mirrors of the C structs of sdk/include/flagcx_plugin.h, ABI v1 to v4. Every
@@ -289,32 +290,6 @@ type tableHeader struct {
 	ABIVersion uint32
 }
 
-// cPtr turns the address of C memory (a dlsym result, a pointer a plugin
-// returned) into an unsafe.Pointer. The memory is not Go's, so the garbage
-// collector never follows it; going through a *uintptr keeps vet quiet.
-func cPtr(addr uintptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&addr)) }
-
-// goString copies a NUL-terminated C string ("" for NULL).
-func goString(addr uintptr) string {
-	if addr == 0 {
-		return ""
-	}
-	p := cPtr(addr)
-	n := 0
-	for *(*byte)(unsafe.Add(p, n)) != 0 {
-		n++
-	}
-	return string(unsafe.Slice((*byte)(p), n))
-}
-
-// cString reads a fixed-size char array filled by C.
-func cString(b []byte) string {
-	if i := bytes.IndexByte(b, 0); i >= 0 {
-		b = b[:i]
-	}
-	return string(b)
-}
-
 // HostSlice views n bytes of C memory at ptr (pinned memory from
 // HostMalloc) as a Go slice without copying. The slice is valid until the
 // memory is freed; the garbage collector never owns it.
@@ -322,5 +297,5 @@ func HostSlice(ptr uintptr, n int) []byte {
 	if ptr == 0 || n <= 0 {
 		return nil
 	}
-	return unsafe.Slice((*byte)(cPtr(ptr)), n)
+	return unsafe.Slice((*byte)(cmem.Ptr(ptr)), n)
 }

@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"unsafe"
 
+	"github.com/flagcx/flagcx-go/internal/cmem"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -135,7 +136,7 @@ func (p *Plugin) ErrorString(r sdk.Result) string {
 	if p.fn.getErrorString == nil {
 		return ""
 	}
-	return goString(p.fn.getErrorString(int32(r)))
+	return cmem.GoString(p.fn.getErrorString(int32(r)))
 }
 
 // GroupStart opens a group on this goroutine: sends, receives and

@@ -2,6 +2,7 @@ package loader
 
 import (
 	"fmt"
+	"github.com/flagcx/flagcx-go/internal/cmem"
 	"runtime"
 	"sync"
 	"time"
@@ -142,7 +143,7 @@ func (p *Plugin) DeviceInfo(dev int) (DeviceInfo, error) {
 	if err != nil {
 		return DeviceInfo{}, err
 	}
-	return DeviceInfo{Index: dev, Name: cString(ci.Name[:]), UUID: cString(ci.UUID[:]), PCIBusID: cString(ci.PCIBusID[:]),
+	return DeviceInfo{Index: dev, Name: cmem.String(ci.Name[:]), UUID: cmem.String(ci.UUID[:]), PCIBusID: cmem.String(ci.PCIBusID[:]),
 		TotalMemory: ci.TotalMemory, NUMANode: int(ci.NumaNode)}, nil
 }
 
@@ -185,7 +186,7 @@ func (p *Plugin) Link(a, b int) (LinkInfo, error) {
 	if err != nil {
 		return unknown, err
 	}
-	return LinkInfo{Type: LinkType(cl.Type), FabricLinks: int(cl.FabricLinks), Name: cString(cl.Name[:])}, nil
+	return LinkInfo{Type: LinkType(cl.Type), FabricLinks: int(cl.FabricLinks), Name: cmem.String(cl.Name[:])}, nil
 }
 
 // DeviceMalloc allocates bytes of device memory on dev.

@@ -7,6 +7,8 @@ import (
 
 	"github.com/ebitengine/purego"
 	"github.com/stretchr/testify/require"
+
+	"github.com/flagcx/flagcx-go/internal/cmem"
 )
 
 // cSymbol reads a data symbol of a library this process loaded (dlopen of
@@ -17,7 +19,7 @@ func cSymbol(t *testing.T, lib, sym string) unsafe.Pointer {
 	require.NoError(t, err)
 	addr, err := purego.Dlsym(h, sym)
 	require.NoError(t, err)
-	return cPtr(addr)
+	return cmem.Ptr(addr)
 }
 
 func cInt(t *testing.T, lib, sym string) int {
@@ -25,7 +27,7 @@ func cInt(t *testing.T, lib, sym string) int {
 }
 
 func cText(t *testing.T, lib, sym string) string {
-	return goString(uintptr(cSymbol(t, lib, sym)))
+	return cmem.GoString(uintptr(cSymbol(t, lib, sym)))
 }
 
 // mockPluginC is a complete plugin over host memory ("acme"), shaped like

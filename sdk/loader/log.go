@@ -3,6 +3,7 @@ package loader
 import (
 	"context"
 	"fmt"
+	"github.com/flagcx/flagcx-go/internal/cmem"
 	"sync"
 	"unsafe"
 
@@ -61,7 +62,7 @@ func logCallback() uintptr {
 			}
 			logMu.Unlock()
 			if t.fn != nil && msg != nil {
-				t.fn(t.plugin, LogLevel(int32(level)), goString(uintptr(unsafe.Pointer(msg))))
+				t.fn(t.plugin, LogLevel(int32(level)), cmem.GoString(uintptr(unsafe.Pointer(msg))))
 			}
 		})
 	})

@@ -4,6 +4,7 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
+	"github.com/flagcx/flagcx-go/internal/cmem"
 	"os"
 	"reflect"
 	"runtime"
@@ -53,10 +54,10 @@ type probe struct {
 }
 
 var probes = []probe{
-	{"flagcxVendorPlugin_v4", 4, unsafe.Sizeof(tableV4{}), func(addr uintptr) tableV4 { return *(*tableV4)(cPtr(addr)) }},
-	{"flagcxVendorPlugin_v3", 3, unsafe.Sizeof(tableV3{}), func(addr uintptr) tableV4 { return fromV3(*(*tableV3)(cPtr(addr))) }},
-	{"flagcxVendorPlugin_v2", 2, unsafe.Sizeof(tableV2{}), func(addr uintptr) tableV4 { return fromV3(fromV2(*(*tableV2)(cPtr(addr)))) }},
-	{"flagcxVendorPlugin_v1", 1, unsafe.Sizeof(tableV1{}), func(addr uintptr) tableV4 { return fromV3(fromV1(*(*tableV1)(cPtr(addr)))) }},
+	{"flagcxVendorPlugin_v4", 4, unsafe.Sizeof(tableV4{}), func(addr uintptr) tableV4 { return *(*tableV4)(cmem.Ptr(addr)) }},
+	{"flagcxVendorPlugin_v3", 3, unsafe.Sizeof(tableV3{}), func(addr uintptr) tableV4 { return fromV3(*(*tableV3)(cmem.Ptr(addr))) }},
+	{"flagcxVendorPlugin_v2", 2, unsafe.Sizeof(tableV2{}), func(addr uintptr) tableV4 { return fromV3(fromV2(*(*tableV2)(cmem.Ptr(addr)))) }},
+	{"flagcxVendorPlugin_v1", 1, unsafe.Sizeof(tableV1{}), func(addr uintptr) tableV4 { return fromV3(fromV1(*(*tableV1)(cmem.Ptr(addr)))) }},
 }
 
 // KnownABIVersions lists the table versions this build loads, newest first.
@@ -104,7 +105,7 @@ func Open(path string) (*Plugin, error) {
 		_ = purego.Dlclose(h)
 		return nil, bad(ErrBadTable, fmt.Sprintf("symbol %s is only %d bytes, not a plugin table", pr.symbol, symSize), rebuildHint)
 	}
-	hdr := *(*tableHeader)(cPtr(addr))
+	hdr := *(*tableHeader)(cmem.Ptr(addr))
 	if hdr.ABIVersion != pr.version {
 		_ = purego.Dlclose(h)
 		return nil, bad(ErrUnknownABI, fmt.Sprintf("table %s says abiVersion %d, which this build of flagcx-go does not know (it loads versions %v)",
@@ -119,9 +120,9 @@ func Open(path string) (*Plugin, error) {
 	p := &Plugin{
 		Path:       path,
 		ABIVersion: int(pr.version),
-		Name:       goString(t.Name),
-		Vendor:     goString(t.Vendor),
-		Version:    goString(t.Version),
+		Name:       cmem.GoString(t.Name),
+		Vendor:     cmem.GoString(t.Vendor),
+		Version:    cmem.GoString(t.Version),
 		Caps:       Caps(t.Caps),
 		handle:     h,
 		t:          t,
@@ -252,14 +253,14 @@ func missingEntries(group string, entries any) []string {
 func readLibraries(addr uintptr) []LibrarySpec {
 	var out []LibrarySpec
 	for i := 0; addr != 0 && i < 16; i++ {
-		l := *(*libraryV1)(unsafe.Add(cPtr(addr), uintptr(i)*unsafe.Sizeof(libraryV1{})))
+		l := *(*libraryV1)(unsafe.Add(cmem.Ptr(addr), uintptr(i)*unsafe.Sizeof(libraryV1{})))
 		if l.Role == 0 {
 			break
 		}
 		out = append(out, LibrarySpec{
-			Role:     goString(l.Role),
-			EnvVar:   goString(l.EnvVar),
-			Sonames:  strings.Split(goString(l.Sonames), ":"),
+			Role:     cmem.GoString(l.Role),
+			EnvVar:   cmem.GoString(l.EnvVar),
+			Sonames:  strings.Split(cmem.GoString(l.Sonames), ":"),
 			Optional: l.Optional != 0,
 		})
 	}

@@ -15,6 +15,7 @@ package loader
 
 import (
 	"fmt"
+	"github.com/flagcx/flagcx-go/internal/cmem"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -240,7 +241,7 @@ func (p *Plugin) result(entry string, r int32) error {
 	}
 	msg := ""
 	if p.fn.getLastError != nil {
-		msg = goString(p.fn.getLastError())
+		msg = cmem.GoString(p.fn.getLastError())
 	}
 	return &CallError{Plugin: p.Name, Entry: entry, Result: sdk.Result(r), Message: msg}
 }
@@ -451,7 +452,7 @@ func (p *Plugin) readInfo(ci *pluginInfoV1) Info {
 	for i := range n {
 		s := &ci.Libraries[i]
 		st := LibraryStatus{Loaded: s.Loaded != 0, Emulated: s.Emulated != 0,
-			Path: cString(s.Path[:]), Version: cString(s.Version[:]), Error: cString(s.Error[:])}
+			Path: cmem.String(s.Path[:]), Version: cmem.String(s.Version[:]), Error: cmem.String(s.Error[:])}
 		if i < len(p.Libraries) {
 			st.LibrarySpec = p.Libraries[i]
 		}

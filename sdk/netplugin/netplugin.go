@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/flagcx/flagcx-go/internal/cmem"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -177,7 +178,7 @@ func Open(path string) (*Plugin, error) {
 		_ = purego.Dlclose(h)
 		return nil, fmt.Errorf("%w: %s does not export %s", ErrNotPlugin, path, Symbol)
 	}
-	t := *(*tableV1)(cPtr(addr))
+	t := *(*tableV1)(cmem.Ptr(addr))
 	if t.ABIVersion != 1 || uintptr(t.Size) != unsafe.Sizeof(tableV1{}) {
 		_ = purego.Dlclose(h)
 		return nil, fmt.Errorf("%w: %s: table says abiVersion %d, size %d; this build loads version 1 of %d bytes: rebuild it against sdk/include/flagcx_net.h",
@@ -191,7 +192,7 @@ func Open(path string) (*Plugin, error) {
 			return nil, fmt.Errorf("%w: %s: required entry %s is NULL", ErrNotPlugin, path, name)
 		}
 	}
-	return &Plugin{Path: path, Name: goString(t.Name), Version: goString(t.Version), t: t}, nil
+	return &Plugin{Path: path, Name: cmem.GoString(t.Name), Version: cmem.GoString(t.Version), t: t}, nil
 }
 
 // InitOptions configure Init.
@@ -256,7 +257,7 @@ func (p *Plugin) Init(o InitOptions) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
-	p.info = Info{Emulated: ci.Emulated != 0, Library: cString(ci.Library[:]), Transport: cString(ci.Transport[:]), NoDevice: cString(ci.Error[:])}
+	p.info = Info{Emulated: ci.Emulated != 0, Library: cmem.String(ci.Library[:]), Transport: cmem.String(ci.Transport[:]), NoDevice: cmem.String(ci.Error[:])}
 	if o.Emulated && !p.info.Emulated {
 		return p.info, p.errorf("init", sdk.InvalidUsage, "emulation was requested, but %s is not the emulator (it lacks flagcxVendorsimEmulated)", p.info.Library)
 	}
@@ -284,7 +285,7 @@ func (p *Plugin) Properties(dev int) (Properties, error) {
 	if err := p.call("getProperties", p.t.GetProperties, uintptr(dev), uintptr(unsafe.Pointer(&c))); err != nil {
 		return Properties{}, err
 	}
-	return Properties{Name: cString(c.Name[:]), PCIPath: cString(c.PCIPath[:]), GUID: c.GUID, PtrSupport: int(c.PtrSupport),
+	return Properties{Name: cmem.String(c.Name[:]), PCIPath: cmem.String(c.PCIPath[:]), GUID: c.GUID, PtrSupport: int(c.PtrSupport),
 		SpeedMbps: int(c.Speed), Port: int(c.Port), LatencyUS: int(c.Latency), MaxComms: int(c.MaxComms), MaxRecvs: int(c.MaxRecvs),
 		LinkLayer: int(c.LinkLayer), GIDIndex: int(c.GIDIndex)}, nil
 }
@@ -306,7 +307,7 @@ func (p *Plugin) result(entry string, r1 uintptr) error {
 		return nil
 	}
 	msg, _, _ := purego.SyscallN(p.t.GetLastError)
-	return &CallError{Plugin: p.Name, Entry: entry, Result: r, Message: goString(msg)}
+	return &CallError{Plugin: p.Name, Entry: entry, Result: r, Message: cmem.GoString(msg)}
 }
 
 func (p *Plugin) errorf(entry string, r sdk.Result, format string, args ...any) error {
@@ -335,7 +336,7 @@ func logCallback() uintptr {
 				return
 			}
 			if l, ok := flog.FlagCXLevel(int(int32(level))); ok {
-				flog.Default().With(flog.KeyPlugin, "net-"+strings.ToLower(name)).Log(context.Background(), l, goString(uintptr(unsafe.Pointer(msg))))
+				flog.Default().With(flog.KeyPlugin, "net-"+strings.ToLower(name)).Log(context.Background(), l, cmem.GoString(uintptr(unsafe.Pointer(msg))))
 			}
 		})
 	})
@@ -350,26 +351,3 @@ func registerLog(name string) uintptr {
 }
 
 // ---- C strings -----------------------------------------------------------
-
-func cPtr(addr uintptr) unsafe.Pointer { return *(*unsafe.Pointer)(unsafe.Pointer(&addr)) }
-
-func goString(addr uintptr) string {
-	if addr == 0 {
-		return ""
-	}
-	p := cPtr(addr)
-	n := 0
-	for *(*byte)(unsafe.Add(p, n)) != 0 {
-		n++
-	}
-	return string(unsafe.Slice((*byte)(p), n))
-}
-
-func cString(b []byte) string {
-	for i, c := range b {
-		if c == 0 {
-			return string(b[:i])
-		}
-	}
-	return string(b)
-}
