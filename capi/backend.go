@@ -29,7 +29,7 @@ const uniqueIDBytes = core.UniqueIDBytes
 
 // comm is one rank's communicator as the C API hands it out.
 type comm struct {
-	hc *core.HeteroComm
+	hc *core.Comm
 	be *backend
 	// dev is the device the rank runs on (0 on the host backend).
 	dev int
@@ -54,7 +54,7 @@ func initComm(id []byte, nranks, rank int, be *backend, dev int) (*comm, error) 
 	} else {
 		dev = 0
 	}
-	hc, err := core.InitHeteroRank(uid, nranks, rank, target)
+	hc, err := core.InitRank(uid, nranks, rank, core.WithBackend(target))
 	if err != nil {
 		return nil, err
 	}

@@ -1,19 +1,47 @@
-// Package core manages communicators: unique ids, bootstrap, split, abort,
-// and the collectives a communicator runs on its backend.
+// Package core is flagcx-go's communicator: unique ids, bootstrap, split,
+// abort, and the collectives, sends and receives that ranks on the host and
+// on vendors' devices run together.
 //
-// API sketch (the bodies live in the other files of this package):
+// One type, Comm, serves every placement. A rank runs on a backend: the
+// host (the default) or a device of a vendor plugin (WithBackend). Ranks of
+// one vendor form a cluster; with several clusters each collective runs a
+// schedule over the clusters' libraries and the host network.
 //
-//	id, err := core.GetUniqueID()                 // on one process; hosts the rendezvous
-//	s := id.String()                              // hand to every rank
-//	id, err := core.ParseUniqueID(s)              // on every rank
-//	c, err := core.InitRank(id, nranks, rank)     // all ranks, concurrently
+//	id, err := core.GetUniqueID()              // on one process; hosts the rendezvous
+//	s := id.String()                           // hand to every rank
+//	id, err := core.ParseUniqueID(s)           // on every rank
+//	c, err := core.InitRank(id, nranks, rank)  // all ranks, concurrently: the host placement
 //	defer c.Destroy()
-//	err = c.AllReduce(send, recv, count, sdk.Float32, sdk.Sum)
+//	err = c.AllReduce(core.HostBuffer(send), core.HostBuffer(recv), count, sdk.Float32, sdk.Sum, 0)
 //
-// Buffers are host memory ([]byte); counts are in elements of the data type.
-// In place means the same backing array at the offsets NCCL defines (for
-// AllGather: send == recv[rank*sendcount*size:], and so on).
+// A device rank passes its device and its buffers and stream:
+//
+//	c, err := core.InitRank(id, nranks, rank, core.WithBackend(core.DeviceBackend(plugin, dev)))
+//	err = c.AllReduce(core.DeviceBuffer(sendPtr, n), core.DeviceBuffer(recvPtr, n), count, sdk.Float32, sdk.Sum, stream)
+//
+// Counts are in elements of the data type. In place means NCCL's layouts
+// (for AllGather: send is the rank's block of recv; Buffer.Slice makes
+// them). On a host rank the stream is 0 and every call returns when its
+// result is in place. The calls that say they are collective must be made
+// by every rank, in the same order. Errors match the sdk.Err* sentinels
+// (errors.Is) and name the rank, the operation and, for a failed peer, that
+// peer.
 package core
+
+import "github.com/flagcx/flagcx-go/internal/hostnet"
 
 // Version is the flagcx-go release, set by the Makefile from git.
 var Version = "dev"
+
+// NetConfig tunes the host network between the ranks (interfaces, address
+// family, sockets per peer, deadline). Start from NetConfigFromEnv.
+type NetConfig = hostnet.Config
+
+// NetConfigFromEnv is the default NetConfig with the FLAGCX_SOCKET_*,
+// FLAGCX_NSOCKS_PERTHREAD and FLAGCX_TIMEOUT settings of the environment;
+// it fails on a malformed one.
+func NetConfigFromEnv() (NetConfig, error) { return hostnet.ConfigFromEnv() }
+
+// Secret is the 16 bytes a communicator's ranks prove to each other (part
+// of the UniqueID).
+type Secret = hostnet.Secret

@@ -30,18 +30,18 @@ import (
 // rendezvous port (a scanner, another job on that port) do not keep the
 // ranks out, and a wait that fails anyway names the strangers refused.
 
-// PeerInfo is what a rank tells the others about itself at bootstrap
+// peerInfo is what a rank tells the others about itself at bootstrap
 // (hostnet chooses the transport between two ranks from theirs).
-type PeerInfo = hostnet.Peer
+type peerInfo = hostnet.Peer
 
 type announce struct {
-	PeerInfo
+	peerInfo
 	NRanks int `json:"nranks"`
 }
 
 // rendezvousReply is the table, or the reason there is none.
 type rendezvousReply struct {
-	Peers []PeerInfo `json:"peers,omitempty"`
+	Peers []peerInfo `json:"peers,omitempty"`
 	Error string     `json:"error,omitempty"`
 }
 
@@ -119,9 +119,9 @@ func serveRendezvous(l *hostnet.Listener) {
 		nranks = ann.NRanks
 		arrived = append(arrived, arrival{conn, ann})
 	}
-	table := make([]PeerInfo, nranks)
+	table := make([]peerInfo, nranks)
 	for _, a := range arrived {
-		table[a.ann.Rank] = a.ann.PeerInfo
+		table[a.ann.Rank] = a.ann.peerInfo
 	}
 	for _, a := range arrived {
 		reply(a.conn, rendezvousReply{Peers: table})
@@ -153,7 +153,7 @@ func missingRanks(arrived []arrival, nranks int) string {
 }
 
 // joinRendezvous announces this rank and waits for the table.
-func joinRendezvous(id UniqueID, cfg hostnet.Config, self announce) ([]PeerInfo, error) {
+func joinRendezvous(id UniqueID, cfg hostnet.Config, self announce) ([]peerInfo, error) {
 	hello, _ := json.Marshal(self)
 	// Wait longer than the rendezvous does, so that when ranks are missing
 	// its answer naming them arrives before our own deadline.

@@ -7,7 +7,6 @@ import (
 	"os"
 	"sort"
 	"sync"
-	"time"
 
 	"github.com/flagcx/flagcx-go/core/internal/host"
 	"github.com/flagcx/flagcx-go/internal/flog"
@@ -18,12 +17,14 @@ import (
 // SplitNoColor is the color of a rank that joins no communicator in Split.
 const SplitNoColor = -1
 
-// Comm is one rank's handle on a communicator. Like an NCCL communicator it
-// is used by one goroutine at a time; Abort alone may be called from another
-// goroutine to stop an operation in flight.
-type Comm struct {
+// hostComm is one rank's host communicator: the host engine over hostnet
+// links to every rank. A Comm runs on one or more of them (all ranks, its
+// cluster, the cluster leaders); on the host placement its collectives go
+// straight to the one over all ranks. Like Comm it is used by one
+// goroutine at a time; Abort alone may be called from another.
+type hostComm struct {
 	rank, nranks int
-	peers        []PeerInfo
+	peers        []peerInfo
 	cfg          hostnet.Config
 	listener     *hostnet.Listener
 	mesh         *hostnet.Mesh // links to every peer (mesh.Links[rank] is nil)
@@ -35,33 +36,17 @@ type Comm struct {
 	closeOnce  sync.Once
 	aborted    chan struct{}
 	closeError error
-	// inner: a HeteroComm's cluster or leaders' communicator, whose ranks
-	// are not the ones its user knows: the HeteroComm names the stalled
-	// peers (noteStalled) in its own numbering instead.
+	// inner: a Comm's cluster or leaders' communicator, whose ranks are
+	// not the ones its user knows: the Comm names the stalled peers
+	// (noteStalled) in its own numbering instead.
 	inner bool
 }
 
-// Option configures InitRank.
-type Option func(*options)
-
-type options struct {
-	net     *hostnet.Config
-	timeout time.Duration
-}
-
-// WithNetConfig sets the host transport configuration (default:
-// hostnet.ConfigFromEnv).
-func WithNetConfig(cfg hostnet.Config) Option { return func(o *options) { o.net = &cfg } }
-
-// WithTimeout bounds every wait of the communicator without progress
-// (default FLAGCX_TIMEOUT, 30 s).
-func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
-
-// InitRank joins rank (0 <= rank < nranks) to the communicator of id. All
-// ranks call it concurrently; it returns once every rank has joined and the
-// links between them are up, or with an error naming the missing ranks when
-// the deadline passes.
-func InitRank(id UniqueID, nranks, rank int, opts ...Option) (*Comm, error) {
+// initHost joins rank (0 <= rank < nranks) to the host communicator of id
+// over the transport cfg. All ranks call it concurrently; it returns once
+// every rank has joined and the links between them are up, or with an
+// error naming the missing ranks when the deadline passes.
+func initHost(id UniqueID, nranks, rank int, cfg hostnet.Config) (*hostComm, error) {
 	if nranks < 1 {
 		return nil, fmt.Errorf("%w: a communicator needs at least 1 rank, got %d", sdk.ErrInvalidArgument, nranks)
 	}
@@ -70,23 +55,6 @@ func InitRank(id UniqueID, nranks, rank int, opts ...Option) (*Comm, error) {
 	}
 	if err := checkAddr(id.Addr); err != nil {
 		return nil, fmt.Errorf("%w: unique id: %w", sdk.ErrInvalidArgument, err)
-	}
-	o := options{}
-	for _, opt := range opts {
-		opt(&o)
-	}
-	var cfg hostnet.Config
-	if o.net != nil {
-		cfg = *o.net
-	} else {
-		c, err := hostnet.ConfigFromEnv()
-		if err != nil {
-			return nil, err
-		}
-		cfg = c
-	}
-	if o.timeout > 0 {
-		cfg.Timeout = o.timeout
 	}
 
 	sc, err := hostnet.ShmConfigFromEnv()
@@ -98,7 +66,7 @@ func InitRank(id UniqueID, nranks, rank int, opts ...Option) (*Comm, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: rank %d: %w", sdk.ErrSystemError, rank, err)
 	}
-	self := announce{PeerInfo: PeerInfo{Rank: rank, Addr: l.Addr(), Host: hostname(), Pid: os.Getpid(),
+	self := announce{peerInfo: peerInfo{Rank: rank, Addr: l.Addr(), Host: hostname(), Pid: os.Getpid(),
 		BootID: hostnet.BootID(), PidNS: hostnet.PidNamespace()}, NRanks: nranks}
 	// The segment exists before the rendezvous so that its name travels in
 	// the table; it is sized independently of how many ranks share the host.
@@ -130,7 +98,7 @@ func InitRank(id UniqueID, nranks, rank int, opts ...Option) (*Comm, error) {
 	for _, w := range mesh.Warnings {
 		flog.Default().Warn(w)
 	}
-	c := &Comm{rank: rank, nranks: nranks, peers: peers, cfg: cfg, listener: l, mesh: mesh, aborted: make(chan struct{})}
+	c := &hostComm{rank: rank, nranks: nranks, peers: peers, cfg: cfg, listener: l, mesh: mesh, aborted: make(chan struct{})}
 	var hopts []host.Option
 	if node := mesh.Node; node != nil && node.Size() == nranks {
 		hopts = append(hopts, host.WithShared(sharedNode{node}), host.WithWorkers(node.Cores()))
@@ -150,32 +118,32 @@ func meshError(rank int, err error) error {
 	return fmt.Errorf("%w: %w", sdk.ErrRemoteError, err)
 }
 
-func (c *Comm) Rank() int  { return c.rank }
-func (c *Comm) Count() int { return c.nranks }
+// Rank is this rank, 0 <= Rank() < Count().
+func (c *hostComm) Rank() int { return c.rank }
 
-// Peers describes every rank as it announced itself at bootstrap.
-func (c *Comm) Peers() []PeerInfo { return append([]PeerInfo(nil), c.peers...) }
+// Count is the number of ranks.
+func (c *hostComm) Count() int { return c.nranks }
 
 // Destroy releases the communicator after its operations completed.
-func (c *Comm) Destroy() error {
+func (c *hostComm) Destroy() error {
 	c.close()
 	return nil
 }
 
 // Abort tears the communicator down at once: operations in flight on this
 // rank fail, and peers waiting on this rank see an error naming it.
-func (c *Comm) Abort() error {
+func (c *hostComm) Abort() error {
 	c.closeOnce.Do(func() { close(c.aborted) })
 	c.close()
 	return nil
 }
 
-func (c *Comm) close() {
+func (c *hostComm) close() {
 	c.listener.Close()
 	c.mesh.Close()
 }
 
-func (c *Comm) isAborted() bool {
+func (c *hostComm) isAborted() bool {
 	select {
 	case <-c.aborted:
 		return true
@@ -184,10 +152,26 @@ func (c *Comm) isAborted() bool {
 	}
 }
 
-// Split makes a communicator of the ranks that pass the same color, ordered
-// by key then by rank. A rank passing SplitNoColor gets nil. Every rank of c
-// must call it.
-func (c *Comm) Split(color, key int) (*Comm, error) {
+// Split makes a host communicator of the ranks that pass the same color,
+// ordered by key then by rank. A rank passing SplitNoColor gets nil. Every
+// rank of c must call it.
+func (c *hostComm) Split(color, key int) (*hostComm, error) {
+	sp, err := c.splitID(color, key)
+	if err != nil || sp == nil {
+		return nil, err
+	}
+	return initHost(sp.id, sp.nranks, sp.rank, c.cfg)
+}
+
+// split is this rank's place in a communicator that Split makes.
+type split struct {
+	id           UniqueID
+	nranks, rank int
+}
+
+// splitID agrees on the groups of a Split and hands each group's new
+// unique id to its members: nil for a rank passing SplitNoColor.
+func (c *hostComm) splitID(color, key int) (*split, error) {
 	if color < 0 && color != SplitNoColor {
 		return nil, fmt.Errorf("%w: split color %d is negative (use a color >= 0, or SplitNoColor)", sdk.ErrInvalidArgument, color)
 	}
@@ -240,7 +224,7 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 	if err != nil {
 		return nil, fmt.Errorf("split: %w", err)
 	}
-	return InitRank(id, len(group), newRank, WithNetConfig(c.cfg))
+	return &split{id: id, nranks: len(group), rank: newRank}, nil
 }
 
 func putInt64(b []byte, v int64) {
@@ -261,7 +245,7 @@ func getInt64(b []byte) int64 {
 // says so rather than reporting closed sockets. It names the peers of
 // this host that are gone or stopped: the peer the error blames may only
 // have waited for, or given up on, one of them (see noteStalled).
-func (c *Comm) opError(op string, err error) error {
+func (c *hostComm) opError(op string, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -284,7 +268,7 @@ func (c *Comm) opError(op string, err error) error {
 // It is collective: every rank calls it with the same n, in the same
 // order relative to the other calls. It fails with sdk.ErrNotSupported
 // where the ranks do not all share one host's memory (CanMemAlloc).
-func (c *Comm) MemAlloc(n int) ([]byte, error) {
+func (c *hostComm) MemAlloc(n int) ([]byte, error) {
 	b, err := c.engine.MemAlloc(n)
 	return b, c.opError("MemAlloc", err)
 }
@@ -292,62 +276,62 @@ func (c *Comm) MemAlloc(n int) ([]byte, error) {
 // MemFree releases memory from MemAlloc on this rank; every rank frees the
 // same allocation, after the calls that use it. The memory stays mapped
 // until then, even after Destroy.
-func (c *Comm) MemFree(b []byte) error { return c.opError("MemFree", c.engine.MemFree(b)) }
+func (c *hostComm) MemFree(b []byte) error { return c.opError("MemFree", c.engine.MemFree(b)) }
 
 // CanMemAlloc says whether MemAlloc works on this communicator (every rank
 // on one host, with shared memory).
-func (c *Comm) CanMemAlloc() bool { return c.engine.CanMemAlloc() }
+func (c *hostComm) CanMemAlloc() bool { return c.engine.CanMemAlloc() }
 
-func (c *Comm) AllReduce(send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp) error {
+func (c *hostComm) AllReduce(send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp) error {
 	return c.opError("AllReduce", c.engine.AllReduce(send, recv, count, dt, op))
 }
 
-func (c *Comm) Reduce(send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp, root int) error {
+func (c *hostComm) Reduce(send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp, root int) error {
 	return c.opError("Reduce", c.engine.Reduce(send, recv, count, dt, op, root))
 }
 
-func (c *Comm) Broadcast(send, recv []byte, count int, dt sdk.DataType, root int) error {
+func (c *hostComm) Broadcast(send, recv []byte, count int, dt sdk.DataType, root int) error {
 	return c.opError("Broadcast", c.engine.Broadcast(send, recv, count, dt, root))
 }
 
-func (c *Comm) AllGather(send, recv []byte, sendcount int, dt sdk.DataType) error {
+func (c *hostComm) AllGather(send, recv []byte, sendcount int, dt sdk.DataType) error {
 	return c.opError("AllGather", c.engine.AllGather(send, recv, sendcount, dt))
 }
 
-func (c *Comm) ReduceScatter(send, recv []byte, recvcount int, dt sdk.DataType, op sdk.RedOp) error {
+func (c *hostComm) ReduceScatter(send, recv []byte, recvcount int, dt sdk.DataType, op sdk.RedOp) error {
 	return c.opError("ReduceScatter", c.engine.ReduceScatter(send, recv, recvcount, dt, op))
 }
 
-func (c *Comm) AlltoAll(send, recv []byte, count int, dt sdk.DataType) error {
+func (c *hostComm) AlltoAll(send, recv []byte, count int, dt sdk.DataType) error {
 	return c.opError("AlltoAll", c.engine.AlltoAll(send, recv, count, dt))
 }
 
-func (c *Comm) AlltoAllv(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt sdk.DataType) error {
+func (c *hostComm) AlltoAllv(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt sdk.DataType) error {
 	return c.opError("AlltoAllv", c.engine.AlltoAllv(send, sendcounts, sdispls, recv, recvcounts, rdispls, dt))
 }
 
-func (c *Comm) Gather(send, recv []byte, count int, dt sdk.DataType, root int) error {
+func (c *hostComm) Gather(send, recv []byte, count int, dt sdk.DataType, root int) error {
 	return c.opError("Gather", c.engine.Gather(send, recv, count, dt, root))
 }
 
-func (c *Comm) Scatter(send, recv []byte, count int, dt sdk.DataType, root int) error {
+func (c *hostComm) Scatter(send, recv []byte, count int, dt sdk.DataType, root int) error {
 	return c.opError("Scatter", c.engine.Scatter(send, recv, count, dt, root))
 }
 
-func (c *Comm) Barrier() error { return c.opError("Barrier", c.engine.Barrier()) }
+func (c *hostComm) Barrier() error { return c.opError("Barrier", c.engine.Barrier()) }
 
 // Send sends count elements of buf to peer. Inside a group it is deferred
 // until GroupEnd; buf must stay untouched until then.
-func (c *Comm) Send(buf []byte, count int, dt sdk.DataType, peer int) error {
+func (c *hostComm) Send(buf []byte, count int, dt sdk.DataType, peer int) error {
 	return c.p2p("Send", buf, count, dt, peer, false)
 }
 
 // Recv receives count elements from peer into buf, deferred like Send.
-func (c *Comm) Recv(buf []byte, count int, dt sdk.DataType, peer int) error {
+func (c *hostComm) Recv(buf []byte, count int, dt sdk.DataType, peer int) error {
 	return c.p2p("Recv", buf, count, dt, peer, true)
 }
 
-func (c *Comm) p2p(name string, buf []byte, count int, dt sdk.DataType, peer int, recv bool) error {
+func (c *hostComm) p2p(name string, buf []byte, count int, dt sdk.DataType, peer int, recv bool) error {
 	n, err := byteCount(count, dt, len(buf), "buffer")
 	if err == nil && (peer < 0 || peer >= c.nranks) {
 		err = fmt.Errorf("%w: peer %d is out of range for %d ranks", sdk.ErrInvalidArgument, peer, c.nranks)
@@ -370,10 +354,10 @@ func (c *Comm) p2p(name string, buf []byte, count int, dt sdk.DataType, peer int
 // GroupStart defers Send and Recv until the matching GroupEnd, which runs
 // them together so that any pattern of sends and receives completes without
 // deadlock. Groups nest; the outermost GroupEnd runs them.
-func (c *Comm) GroupStart() { c.group++ }
+func (c *hostComm) GroupStart() { c.group++ }
 
 // GroupEnd closes a group (see GroupStart).
-func (c *Comm) GroupEnd() error {
+func (c *hostComm) GroupEnd() error {
 	if c.group == 0 {
 		return fmt.Errorf("%w: GroupEnd without GroupStart on rank %d", sdk.ErrInvalidUsage, c.rank)
 	}
@@ -411,7 +395,7 @@ const maxInt = int(^uint(0) >> 1)
 
 // meshPeers gives the host engine this communicator's links, with errors
 // that name the peer and what was being waited for.
-type meshPeers struct{ c *Comm }
+type meshPeers struct{ c *hostComm }
 
 func (m meshPeers) Rank() int { return m.c.rank }
 func (m meshPeers) Size() int { return m.c.nranks }
@@ -451,7 +435,7 @@ func stepError(err error) error {
 }
 
 // transport names how this rank reaches peer: "self", "shm" or "tcp".
-func (c *Comm) transport(peer int) string {
+func (c *hostComm) transport(peer int) string {
 	if l := c.mesh.Links[peer]; l != nil {
 		return l.Transport()
 	}

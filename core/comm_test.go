@@ -85,7 +85,7 @@ func TestCommAllReduceAcrossRankCounts(t *testing.T) {
 			recv := make([][]byte, n)
 			errs := onAll(comms, func(c *Comm) error {
 				recv[c.Rank()] = make([]byte, 8)
-				return c.AllReduce(f32s(float32(c.Rank()), 1), recv[c.Rank()], 2, sdk.Float32, sdk.Sum)
+				return c.AllReduce(HostBuffer(f32s(float32(c.Rank()), 1)), HostBuffer(recv[c.Rank()]), 2, sdk.Float32, sdk.Sum, 0)
 			})
 			want := f32s(float32(n*(n-1)/2), float32(n))
 			for r := range comms {
@@ -180,9 +180,9 @@ func TestCountMismatchIsAnErrorNotCorruption(t *testing.T) {
 	}
 	errs := onAll(comms, func(c *Comm) error {
 		if c.Rank() == 0 {
-			return c.Send(bufs[0], 16, sdk.Uint8, 1)
+			return c.Send(HostBuffer(bufs[0]), 16, sdk.Uint8, 1, 0)
 		}
-		return c.Recv(bufs[1], 8, sdk.Uint8, 0)
+		return c.Recv(HostBuffer(bufs[1]), 8, sdk.Uint8, 0, 0)
 	})
 	require.ErrorIs(t, errs[1], sdk.ErrInvalidUsage)
 	require.ErrorContains(t, errs[1], "disagree on the count")
@@ -196,7 +196,7 @@ func TestDeadPeerIsReportedWithinDeadline(t *testing.T) {
 	comms[2].Abort()
 	start := time.Now()
 	errs := onAll(comms[:2], func(c *Comm) error {
-		return c.AllReduce(f32s(1), make([]byte, 4), 1, sdk.Float32, sdk.Sum)
+		return c.AllReduce(HostBuffer(f32s(1)), HostBuffer(make([]byte, 4)), 1, sdk.Float32, sdk.Sum, 0)
 	})
 	for r, err := range errs {
 		require.Error(t, err, "rank %d", r)
@@ -207,7 +207,7 @@ func TestDeadPeerIsReportedWithinDeadline(t *testing.T) {
 
 func TestSilentPeerTimesOutNamingIt(t *testing.T) {
 	comms := startComms(t, 2, testNet(400*time.Millisecond))
-	err := comms[0].Recv(make([]byte, 4), 4, sdk.Uint8, 1)
+	err := comms[0].Recv(HostBuffer(make([]byte, 4)), 4, sdk.Uint8, 1, 0)
 	require.ErrorIs(t, err, sdk.ErrRemoteError)
 	require.ErrorContains(t, err, "waiting for 4 bytes from rank 1")
 }
@@ -215,7 +215,7 @@ func TestSilentPeerTimesOutNamingIt(t *testing.T) {
 func TestAbortStopsOperationInFlight(t *testing.T) {
 	comms := startComms(t, 2, testNet(20*time.Second))
 	done := make(chan error, 1)
-	go func() { done <- comms[0].Recv(make([]byte, 4), 4, sdk.Uint8, 1) }()
+	go func() { done <- comms[0].Recv(HostBuffer(make([]byte, 4)), 4, sdk.Uint8, 1, 0) }()
 	time.Sleep(100 * time.Millisecond)
 	comms[0].Abort()
 	select {
@@ -255,7 +255,7 @@ func TestSplitByColorAndKey(t *testing.T) {
 		go func(i int, c *Comm) {
 			defer wg.Done()
 			sums[i] = make([]byte, 4)
-			errs[i] = c.AllReduce(f32s(float32(i)), sums[i], 1, sdk.Float32, sdk.Sum)
+			errs[i] = c.AllReduce(HostBuffer(f32s(float32(i))), HostBuffer(sums[i]), 1, sdk.Float32, sdk.Sum, 0)
 		}(i, c)
 	}
 	wg.Wait()
@@ -281,10 +281,10 @@ func TestGroupedSendRecvRingDoesNotDeadlock(t *testing.T) {
 			send[i] = byte(r + i)
 		}
 		c.GroupStart()
-		if err := c.Send(send, len(send), sdk.Uint8, (r+1)%n); err != nil {
+		if err := c.Send(HostBuffer(send), len(send), sdk.Uint8, (r+1)%n, 0); err != nil {
 			return err
 		}
-		if err := c.Recv(got[r], len(got[r]), sdk.Uint8, (r+n-1)%n); err != nil {
+		if err := c.Recv(HostBuffer(got[r]), len(got[r]), sdk.Uint8, (r+n-1)%n, 0); err != nil {
 			return err
 		}
 		return c.GroupEnd()

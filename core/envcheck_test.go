@@ -8,7 +8,7 @@ import (
 	"github.com/flagcx/flagcx-go/core"
 )
 
-func TestCheckHeteroEnv(t *testing.T) {
+func TestCheckEnv(t *testing.T) {
 	cases := []struct {
 		env  map[string]string
 		want string // "" when the settings are good
@@ -20,7 +20,7 @@ func TestCheckHeteroEnv(t *testing.T) {
 		{map[string]string{core.EnvClusterSplitList: "two"}, "FLAGCX_CLUSTER_SPLIT_LIST"},
 	}
 	for _, c := range cases {
-		err := core.CheckHeteroEnv(func(k string) (string, bool) { v, ok := c.env[k]; return v, ok })
+		err := core.CheckEnv(func(k string) (string, bool) { v, ok := c.env[k]; return v, ok })
 		if c.want == "" {
 			require.NoError(t, err, "%v", c.env)
 		} else {

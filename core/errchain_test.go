@@ -60,7 +60,7 @@ func TestErrorsKeepTheirCauses(t *testing.T) {
 			name: "a peer that never sends",
 			run: func(t *testing.T) error {
 				comms := startComms(t, 2, cfg)
-				return comms[0].Recv(make([]byte, 4), 4, sdk.Uint8, 1)
+				return comms[0].Recv(HostBuffer(make([]byte, 4)), 4, sdk.Uint8, 1, 0)
 			},
 			result: sdk.RemoteError,
 			causes: []error{hostnet.ErrTimeout},

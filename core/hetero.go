@@ -10,43 +10,50 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
+	"github.com/flagcx/flagcx-go/internal/coreview"
 	"github.com/flagcx/flagcx-go/internal/env"
+	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
 
-// Environment variables of heterogeneous communicators (FlagCX's names,
-// declared in internal/env).
+// The environment variables of a communicator's cluster layout (FlagCX's
+// names), read by InitRank unless options override them.
 var (
-	// EnvClusterSplitList splits clusters further: sizes in rank order
-	// (see sched.NewLayout).
+	// EnvClusterSplitList splits the clusters further: cluster sizes in
+	// rank order, e.g. "2,2" (WithSplitList).
 	EnvClusterSplitList = env.ClusterSplitList.Name
-	// EnvUseHostComm=1 forces the host path for every collective.
+	// EnvUseHostComm=1 forces the host path for every collective
+	// (WithHostPath).
 	EnvUseHostComm = env.UseHostComm.Name
 	// EnvNetChunkSize is the pipeline chunk of heterogeneous schedules
-	// (bytes, K/M/G 1024-based, 1.5M allowed; default 16M, sched.DefaultChunk).
+	// (bytes, K/M/G 1024-based, 1.5M allowed; default 16M) (WithChunk).
 	EnvNetChunkSize = env.NetChunkSize.Name
 )
 
-// Backend is where a rank runs: the built-in host backend (Plugin nil) or
-// device Device of an initialized plugin.
+// Backend is where a rank runs (its placement): the built-in host backend
+// (Plugin nil) or device Device of an initialized plugin. Ranks on one
+// vendor's devices form a cluster; host ranks form the host cluster.
 type Backend struct {
-	Plugin *loader.Plugin
-	Device int
+	Plugin *loader.Plugin // nil: the host
+	Device int            // the plugin's device index, from 0
 }
 
-// HostBackend is the CPU as a device.
+// HostBackend is the host (the CPU) as a rank's device: its buffers are
+// host memory, and it needs no plugin.
 func HostBackend() Backend { return Backend{} }
 
-// DeviceBackend is device dev of plugin p (initialized with p.Init).
+// DeviceBackend is device dev of plugin p, which must be initialized
+// (p.Init; loader.LoadAll does it) and have a collective library.
 func DeviceBackend(p *loader.Plugin, dev int) Backend { return Backend{Plugin: p, Device: dev} }
 
 // OnDevice reports whether the backend is a plugin's device.
 func (b Backend) OnDevice() bool { return b.Plugin != nil }
 
-// Vendor is the backend's cluster key.
+// Vendor is the backend's cluster key: the plugin's vendor, or "host".
 func (b Backend) Vendor() string {
 	if b.Plugin == nil {
 		return sched.HostVendor
@@ -54,6 +61,7 @@ func (b Backend) Vendor() string {
 	return b.Plugin.Vendor
 }
 
+// String is "host" or "<plugin>:<device>".
 func (b Backend) String() string {
 	if b.Plugin == nil {
 		return "host"
@@ -72,10 +80,11 @@ type Buffer struct {
 	dev  bool
 }
 
-// HostBuffer wraps host memory.
+// HostBuffer wraps host memory: the buffers of a host rank.
 func HostBuffer(b []byte) Buffer { return Buffer{host: b, n: len(b)} }
 
-// DeviceBuffer wraps n bytes of device memory at ptr.
+// DeviceBuffer wraps n bytes of device memory at ptr (from the rank's
+// plugin's DeviceMalloc): the buffers of a device rank.
 func DeviceBuffer(ptr uintptr, n int) Buffer { return Buffer{ptr: ptr, n: n, dev: true} }
 
 // Len is the buffer's size in bytes.
@@ -102,69 +111,122 @@ func (b Buffer) Slice(off, n int) (Buffer, error) {
 	return Buffer{host: b.host[off : off+n], n: n}, nil
 }
 
-// HeteroOption configures InitHeteroRank.
-type HeteroOption func(*heteroOptions)
+// Option configures InitRank.
+type Option func(*options)
 
-type heteroOptions struct {
-	comm     []Option
+type options struct {
+	be       Backend
+	net      *hostnet.Config
+	timeout  time.Duration
 	split    *[]int
 	hostPath *bool
 	chunk    int
 	lookup   func(string) (string, bool)
 }
 
-// WithCommOptions passes options to the host communicators underneath.
-func WithCommOptions(opts ...Option) HeteroOption {
-	return func(o *heteroOptions) { o.comm = append(o.comm, opts...) }
-}
+// WithBackend places this rank on be: HostBackend (the default) or a
+// plugin's device (DeviceBackend). Ranks of one communicator may pass
+// different backends.
+func WithBackend(be Backend) Option { return func(o *options) { o.be = be } }
+
+// WithNetConfig sets the host transport between the ranks (default:
+// NetConfigFromEnv).
+func WithNetConfig(cfg NetConfig) Option { return func(o *options) { o.net = &cfg } }
+
+// WithTimeout bounds every wait of the communicator without progress, and
+// every blocking plugin call (default FLAGCX_TIMEOUT, 30 s).
+func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
 
 // WithSplitList splits clusters as FLAGCX_CLUSTER_SPLIT_LIST would (and
-// overrides it); nil or empty: no split.
-func WithSplitList(sizes []int) HeteroOption {
-	return func(o *heteroOptions) { s := append([]int(nil), sizes...); o.split = &s }
+// overrides it): cluster sizes in rank order; nil or empty: no split.
+// Every rank must pass the same list.
+func WithSplitList(sizes []int) Option {
+	return func(o *options) { s := append([]int(nil), sizes...); o.split = &s }
 }
 
 // WithHostPath forces (or, with false, forbids) the host path, overriding
-// FLAGCX_USE_HOST_COMM.
-func WithHostPath(on bool) HeteroOption { return func(o *heteroOptions) { o.hostPath = &on } }
+// FLAGCX_USE_HOST_COMM: every collective then copies device data to the
+// host, runs on the host communicator of all ranks and copies it back.
+// Every rank must pass the same value.
+func WithHostPath(on bool) Option { return func(o *options) { o.hostPath = &on } }
 
-// WithChunk sets the pipeline chunk in bytes, overriding
-// FLAGCX_NET_CHUNK_SIZE.
-func WithChunk(bytes int) HeteroOption { return func(o *heteroOptions) { o.chunk = bytes } }
+// WithChunk sets the pipeline chunk of heterogeneous schedules in bytes,
+// overriding FLAGCX_NET_CHUNK_SIZE. Every rank must pass the same value.
+func WithChunk(bytes int) Option { return func(o *options) { o.chunk = bytes } }
 
-// WithEnv reads the FLAGCX_* settings through lookup instead of the
-// process environment (tests; ranks as goroutines).
-func WithEnv(lookup func(string) (string, bool)) HeteroOption {
-	return func(o *heteroOptions) { o.lookup = lookup }
+// WithEnv reads the FLAGCX_* settings of the cluster layout
+// (FLAGCX_CLUSTER_SPLIT_LIST, FLAGCX_USE_HOST_COMM, FLAGCX_NET_CHUNK_SIZE,
+// FLAGCX_DEBUG) through lookup instead of the process environment: for
+// ranks that run as goroutines of one process, or tests.
+func WithEnv(lookup func(string) (string, bool)) Option {
+	return func(o *options) { o.lookup = lookup }
 }
 
-// HeteroComm is a communicator whose ranks may run on different backends:
-// the host and the devices of several vendors' plugins. Ranks of one vendor
-// form a cluster (split further by FLAGCX_CLUSTER_SPLIT_LIST). With one
-// cluster, collectives go straight to its library (the vendor's, enqueued
-// on the caller's stream, or the host backend's); with several, each call
-// runs a schedule (package sched) that composes the clusters' libraries
-// with host transfers between the cluster leaders, through pinned staging,
-// and returns when the result is in place.
+// Comm is one rank's handle on a communicator, the one type through
+// which users run collectives. Its ranks may run on different backends
+// (placements): the host, and the devices of several vendors' plugins.
+// A communicator whose ranks are all on the host is the host placement:
+// the same type, on host buffers (HostBuffer) with stream 0.
+//
+// Ranks of one vendor form a cluster (split further by
+// FLAGCX_CLUSTER_SPLIT_LIST or WithSplitList). With one cluster (a
+// homogeneous communicator, IsHomogeneous), collectives go straight to its
+// library: the vendor's, enqueued on the caller's stream, or the host
+// engine's. With several, each call runs a schedule that composes the
+// clusters' libraries with host transfers between the clusters, and
+// returns when the result is in place.
 //
 // On a device rank every plugin call that can block is bounded by the
-// deadline (FLAGCX_TIMEOUT): see Watchdog and Guard.
+// deadline (FLAGCX_TIMEOUT, WithTimeout): see Watchdog and Guard.
 //
 // Like an NCCL communicator it is used by one goroutine at a time; Abort
 // may be called from another. On a device rank, call it from a goroutine
 // locked to its OS thread (runtime.LockOSThread) for steady latency: vendor
 // runtimes keep per-thread state, and the first call on a thread new to it
 // pays to set that up (about 1.5 ms seen with CUDA on H200s).
-type HeteroComm struct {
+//
+// What holds for every collective, Send and Recv:
+//
+//   - Collective calls: every rank makes the same calls in the same order,
+//     with the same count, data type, op and root. Where the transfers
+//     show that ranks disagree (a count that does not match), the call
+//     fails with sdk.ErrInvalidUsage rather than write beyond a buffer.
+//   - Counts are in elements of the data type, never in bytes.
+//   - Buffers are this rank's kind of memory: HostBuffer on a host rank,
+//     DeviceBuffer of the rank's plugin on a device rank. A buffer the call
+//     does not use on this rank (a non-root's recv in Reduce, say) may be
+//     the zero Buffer.
+//   - In place: send and recv overlap only as NCCL defines it: the same
+//     memory for AllReduce, Reduce and Broadcast, and the rank's own block
+//     of the larger buffer for the others (AllGather: send =
+//     recv.Slice(rank*sendcount*size, sendcount*size); ReduceScatter: recv
+//     = send.Slice(rank*recvcount*size, recvcount*size); Gather and Scatter
+//     alike at the root). AlltoAll and AlltoAllv have no in-place form.
+//   - s is the caller's stream on a device rank, and 0 on a host rank
+//     (ignored there). On a homogeneous device communicator the call is
+//     enqueued on s and returns, as the vendor library's does. Otherwise it
+//     returns once the result is in place: it first waits for the work
+//     already on s, and the next work on s may use the result.
+//   - Errors match sdk.ErrInvalidArgument (a bad count, type, op, root,
+//     peer or buffer: nothing was sent), sdk.ErrInvalidUsage (misuse, or a
+//     communicator destroyed, aborted or failed earlier), sdk.ErrRemoteError
+//     (a peer failed, left or missed the deadline; the error names it) or
+//     sdk.ErrSystemError; a plugin call past the deadline is a
+//     *TimeoutError. After a remote or system error the communicator may be
+//     unusable: destroy it.
+type Comm struct {
 	rank, n int
 	be      Backend
 	layout  *sched.Layout
 	opts    sched.Options
 
-	world *Comm        // every rank, over hostnet
-	intra *Comm        // this rank's cluster (== world when homogeneous)
-	inter *Comm        // the cluster leaders (leaders only; heterogeneous only)
+	world *hostComm    // every rank, over hostnet
+	intra *hostComm    // this rank's cluster (== world when homogeneous)
+	inter *hostComm    // the cluster leaders (leaders only; heterogeneous only)
 	ccl   *loader.Comm // the cluster's vendor communicator (device ranks)
+	// host is world on the host placement (every rank on the host, one
+	// cluster), where calls go straight to the host engine; else nil.
+	host *hostComm
 
 	d2h, h2d loader.Stream // staging copies (device ranks)
 	shm      *shmPlane     // the zero-copy plane (every rank on one host), or nil
@@ -180,6 +242,7 @@ type HeteroComm struct {
 	hscratch   []byte // scratch on host ranks
 
 	workers int
+	lookup  func(string) (string, bool) // WithEnv's, for Split
 	debug   collDebug
 	printed map[string]bool
 
@@ -195,6 +258,7 @@ type HeteroComm struct {
 	mu       sync.Mutex // guards failed and closed against Abort
 	failed   error
 	closed   bool
+	down     atomic.Bool // closed is set: the host placement's calls then ask usable
 	stopOnce sync.Once
 }
 
@@ -216,13 +280,17 @@ type initRecord struct {
 
 const initRecordBytes = 1024
 
-// InitHeteroRank joins rank (0 <= rank < nranks) on backend be to the
-// communicator of id. All ranks call it concurrently, each with its own
-// backend. It builds the host communicator of all ranks, agrees on the
-// cluster layout, then starts each cluster's communicator (the vendor
-// library's on device clusters) and the leaders' inter-cluster one.
-func InitHeteroRank(id UniqueID, nranks, rank int, be Backend, opts ...HeteroOption) (*HeteroComm, error) {
-	o := heteroOptions{lookup: os.LookupEnv}
+// InitRank joins rank (0 <= rank < nranks) to the communicator of id, on
+// the backend of WithBackend (the host by default). It is collective: all
+// ranks call it concurrently, each with its own backend, and it returns
+// once every rank has joined, the ranks agree on the cluster layout and
+// each cluster's library (the vendor's on device clusters) has started;
+// or with an error naming the missing ranks when the deadline passes.
+// Errors match sdk.ErrInvalidArgument (bad arguments or settings),
+// sdk.ErrInvalidUsage (ranks that disagree, a plugin not initialized),
+// sdk.ErrRemoteError (a peer failed or never came) or sdk.ErrSystemError.
+func InitRank(id UniqueID, nranks, rank int, opts ...Option) (*Comm, error) {
+	o := options{lookup: os.LookupEnv}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -230,16 +298,21 @@ func InitHeteroRank(id UniqueID, nranks, rank int, be Backend, opts ...HeteroOpt
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: %w", rank, err)
 	}
+	be := o.be
 	if err := checkBackend(be); err != nil {
 		return nil, fmt.Errorf("rank %d: %w", rank, err)
 	}
 	rec.Member = member(rank, be)
-
-	world, err := InitRank(id, nranks, rank, append(o.comm[:len(o.comm):len(o.comm)], nearNet(be))...)
+	nearNet(be)(&o)
+	cfg, err := o.netConfig()
 	if err != nil {
 		return nil, err
 	}
-	c := &HeteroComm{rank: rank, n: nranks, be: be, world: world, workers: runtime.GOMAXPROCS(0), debug: collDebugFromEnv(o.lookup), printed: map[string]bool{}}
+	world, err := initHost(id, nranks, rank, cfg)
+	if err != nil {
+		return nil, err
+	}
+	c := &Comm{rank: rank, n: nranks, be: be, world: world, workers: runtime.GOMAXPROCS(0), lookup: o.lookup, debug: collDebugFromEnv(o.lookup), printed: map[string]bool{}}
 	// A value this rank cannot read counts as "off": start turns device
 	// reductions off for everyone when any rank has them off.
 	c.wantDeviceReduce, _ = env.DeviceReduce.Get(env.Lookup(o.lookup))
@@ -259,11 +332,34 @@ func InitHeteroRank(id UniqueID, nranks, rank int, be Backend, opts ...HeteroOpt
 	if c.debug.init {
 		c.logf("INIT", "%s", c.layout)
 	}
+	if c.layout.IsHomogeneous() && !be.OnDevice() && !c.opts.HostPath && !c.debug.coll {
+		// The host placement: its plan would be the host engine's call
+		// of the same name, so calls go there straight.
+		c.host = world
+	}
 	return c, nil
 }
 
+// netConfig is the transport the options ask for.
+func (o *options) netConfig() (hostnet.Config, error) {
+	var cfg hostnet.Config
+	if o.net != nil {
+		cfg = *o.net
+	} else {
+		c, err := hostnet.ConfigFromEnv()
+		if err != nil {
+			return cfg, err
+		}
+		cfg = c
+	}
+	if o.timeout > 0 {
+		cfg.Timeout = o.timeout
+	}
+	return cfg, nil
+}
+
 // settings reads the split list, host-path switch and chunk size.
-func settings(o *heteroOptions) (initRecord, error) {
+func settings(o *options) (initRecord, error) {
 	var r initRecord
 	lookup := env.Lookup(o.lookup)
 	if o.split != nil {
@@ -311,7 +407,7 @@ func checkBackend(be Backend) error {
 	}
 	p := be.Plugin
 	if !p.Initialized() {
-		return fmt.Errorf("%w: plugin %s is not initialized: call its Init (loader.LoadAll does) before InitHeteroRank", sdk.ErrInvalidUsage, p.Name)
+		return fmt.Errorf("%w: plugin %s is not initialized: call its Init (loader.LoadAll does) before InitRank", sdk.ErrInvalidUsage, p.Name)
 	}
 	if p.Caps&loader.CapCCL == 0 {
 		return fmt.Errorf("%w: plugin %s has no collective library: run this rank on the host backend or another plugin", sdk.ErrInvalidUsage, p.Name)
@@ -350,7 +446,7 @@ func member(rank int, be Backend) sched.Member {
 
 // agree exchanges every rank's record and makes the layout. Every rank
 // reaches the same verdict from the same records.
-func (c *HeteroComm) agree(rec initRecord) error {
+func (c *Comm) agree(rec initRecord) error {
 	mine, err := json.Marshal(rec)
 	if err != nil || len(mine) > initRecordBytes {
 		return fmt.Errorf("%w: rank %d: init record of %d bytes", sdk.ErrInternalError, c.rank, len(mine))
@@ -396,7 +492,7 @@ func (c *HeteroComm) agree(rec initRecord) error {
 
 // start brings up the cluster and leader communicators and the streams.
 // A failure anywhere is shared, so that every rank returns an error.
-func (c *HeteroComm) start() error {
+func (c *Comm) start() error {
 	l := c.layout
 	cl := l.ClusterOf(c.rank)
 	var startErr error
@@ -469,7 +565,7 @@ func (c *HeteroComm) start() error {
 	return nil
 }
 
-func (c *HeteroComm) startDevice(cl *sched.Cluster) error {
+func (c *Comm) startDevice(cl *sched.Cluster) error {
 	p, dev := c.be.Plugin, c.be.Device
 	var err error
 	var cm *loader.Comm
@@ -503,63 +599,101 @@ func (c *HeteroComm) startDevice(cl *sched.Cluster) error {
 	return nil
 }
 
-// Rank is this rank; Count the number of ranks.
-func (c *HeteroComm) Rank() int  { return c.rank }
-func (c *HeteroComm) Count() int { return c.n }
+// Rank is this rank, 0 <= Rank() < Count().
+func (c *Comm) Rank() int { return c.rank }
 
-// Backend is this rank's backend.
-func (c *HeteroComm) Backend() Backend { return c.be }
+// Count is the number of ranks.
+func (c *Comm) Count() int { return c.n }
 
-// Layout is the communicator's clusters (the same on every rank).
-func (c *HeteroComm) Layout() *sched.Layout { return c.layout }
+// Backend is this rank's backend (placement).
+func (c *Comm) Backend() Backend { return c.be }
 
-// Clusters lists the clusters, numbered by their first rank.
-func (c *HeteroComm) Clusters() []sched.Cluster {
-	return append([]sched.Cluster(nil), c.layout.Clusters...)
+// IsHomogeneous reports whether all ranks form one cluster. A homogeneous
+// device communicator enqueues each collective on the caller's stream and
+// returns, as the vendor library does; every other communicator returns
+// once the result is in place.
+func (c *Comm) IsHomogeneous() bool { return c.layout.IsHomogeneous() }
+
+func init() {
+	coreview.Register(func(comm any) (*coreview.View, bool) {
+		c, ok := comm.(*Comm)
+		if !ok || c == nil {
+			return nil, false
+		}
+		return &coreview.View{Layout: c.layout, Options: c.opts, Host: c.world}, true
+	})
 }
 
-// IsHomogeneous reports whether all ranks form one cluster.
-func (c *HeteroComm) IsHomogeneous() bool { return c.layout.IsHomogeneous() }
-
-// Options are the settings every rank agreed on at init.
-func (c *HeteroComm) Options() sched.Options { return c.opts }
-
-// Host is the host communicator over all ranks, for out-of-band exchanges
-// on host memory (agreeing on timings, say). Do not use it while a
-// collective of this communicator runs.
-func (c *HeteroComm) Host() *Comm { return c.world }
-
-// Vendor is this rank's cluster's vendor communicator (nil on the host).
-func (c *HeteroComm) Vendor() *loader.Comm { return c.ccl }
-
-// PlanFor builds rank's plan for call (any rank's: plans are pure data).
-func (c *HeteroComm) PlanFor(rank int, call sched.Call) (*sched.Plan, error) {
-	return sched.Build(c.layout, rank, call, c.opts)
+// Split makes a communicator of the ranks of c that pass the same color
+// (>= 0), numbered by key, then by their rank in c. A rank passing
+// SplitNoColor takes part but gets nil. It is collective: every rank of c
+// calls it. Each rank keeps its backend and c's network settings,
+// host-path switch and chunk size; the new communicator's clusters are
+// its ranks' vendors, not split further.
+func (c *Comm) Split(color, key int) (*Comm, error) {
+	if err := c.usable("Split"); err != nil {
+		return nil, err
+	}
+	sp, err := c.world.splitID(color, key)
+	if err != nil || sp == nil {
+		return nil, err
+	}
+	cfg := c.world.cfg
+	return InitRank(sp.id, sp.nranks, sp.rank, WithBackend(c.be), WithNetConfig(cfg), WithEnv(c.lookup),
+		WithSplitList(nil), WithHostPath(c.opts.HostPath), WithChunk(c.opts.Chunk))
 }
 
-// Destroy releases the communicator after its operations completed.
-func (c *HeteroComm) Destroy() error {
+// MemAlloc allocates n zeroed bytes of host memory that every rank of the
+// communicator maps (a shared-memory segment per allocation, unlinked once
+// all ranks mapped it), like NCCL's ncclMemAlloc + ncclCommRegister or
+// MPI_Alloc_mem. On the host placement, an AllReduce whose send and recv
+// buffers lie in such memory on every rank runs zero-copy: each rank
+// reduces its slice straight from the peers' send buffers into every
+// rank's recv buffer. It is collective: every rank calls it with the same
+// n, in the same order relative to the other calls. It fails with
+// sdk.ErrNotSupported where the ranks do not all share one host's memory
+// (CanMemAlloc).
+func (c *Comm) MemAlloc(n int) ([]byte, error) { return c.world.MemAlloc(n) }
+
+// MemFree releases memory from MemAlloc on this rank; every rank frees the
+// same allocation, after the calls that use it. The memory stays mapped
+// until then, even after Destroy.
+func (c *Comm) MemFree(b []byte) error { return c.world.MemFree(b) }
+
+// CanMemAlloc reports whether MemAlloc works on this communicator (every
+// rank on one host, with shared memory).
+func (c *Comm) CanMemAlloc() bool { return c.world.CanMemAlloc() }
+
+// Destroy releases the communicator once this rank's operations have
+// completed (on a device rank: the work it enqueued on the caller's
+// streams too). Every rank calls it; later calls on the communicator fail
+// with sdk.ErrInvalidUsage, and a second Destroy does nothing.
+func (c *Comm) Destroy() error {
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		return nil
 	}
 	c.closed = true
+	c.down.Store(true)
 	c.mu.Unlock()
 	return c.stop(false)
 }
 
-// Abort tears the communicator down at once: operations in flight fail,
-// and peers waiting on this rank see an error naming it.
-func (c *HeteroComm) Abort() error {
+// Abort tears the communicator down at once, also from another goroutine
+// than the one using it: operations in flight on this rank fail, peers
+// waiting on this rank see an error naming it, and later calls fail with
+// sdk.ErrInvalidUsage.
+func (c *Comm) Abort() error {
 	c.mu.Lock()
 	c.closed = true
+	c.down.Store(true)
 	c.mu.Unlock()
 	return c.stop(true)
 }
 
 // stop releases everything once (abort: without waiting for peers).
-func (c *HeteroComm) stop(abort bool) error {
+func (c *Comm) stop(abort bool) error {
 	var errs []error
 	c.stopOnce.Do(func() {
 		defer c.wd.close()
@@ -613,8 +747,8 @@ func (c *HeteroComm) stop(abort bool) error {
 }
 
 // hostComms are the distinct host communicators this rank holds.
-func (c *HeteroComm) hostComms() []*Comm {
-	out := []*Comm{c.world}
+func (c *Comm) hostComms() []*hostComm {
+	out := []*hostComm{c.world}
 	if c.intra != nil && c.intra != c.world {
 		out = append(out, c.intra)
 	}
@@ -626,7 +760,7 @@ func (c *HeteroComm) hostComms() []*Comm {
 
 // abortHost closes the host communicators at once, so that lanes waiting
 // in hostnet return and peers waiting on this rank see it gone.
-func (c *HeteroComm) abortHost() {
+func (c *Comm) abortHost() {
 	for _, cm := range c.hostComms() {
 		if cm != nil {
 			_ = cm.Abort()
@@ -635,7 +769,7 @@ func (c *HeteroComm) abortHost() {
 }
 
 // usable refuses calls on a communicator that failed or was closed.
-func (c *HeteroComm) usable(name string) error {
+func (c *Comm) usable(name string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {

@@ -12,7 +12,9 @@ import (
 	"github.com/flagcx/flagcx-go/internal/sched"
 )
 
-// FlagCX's debug variables (see package internal/flog, which reads them).
+// FlagCX's debug variables: the level of the library's log, the
+// subsystems it covers (INIT, COLL: COLL prints each schedule a rank
+// runs), and the file it goes to (default: standard error).
 var (
 	EnvDebug       = env.Debug.Name       // NONE, VERSION, WARN, INFO, ABORT, TRACE
 	EnvDebugSubsys = env.DebugSubsys.Name // INIT,COLL,...,ALL; ^ inverts
@@ -45,7 +47,7 @@ func collDebugFromEnv(lookup func(string) (string, bool)) collDebug {
 }
 
 // logf writes one FlagCX-style debug line: host:pid [rank] SUBSYS text.
-func (c *HeteroComm) logf(subsys, format string, args ...any) {
+func (c *Comm) logf(subsys, format string, args ...any) {
 	log := c.debug.log
 	if log == nil {
 		if c.debug.w == nil {
@@ -57,7 +59,7 @@ func (c *HeteroComm) logf(subsys, format string, args ...any) {
 }
 
 // tracePlan prints a plan when COLL debugging asks for it.
-func (c *HeteroComm) tracePlan(p *sched.Plan) {
+func (c *Comm) tracePlan(p *sched.Plan) {
 	if !c.debug.coll {
 		return
 	}

@@ -42,9 +42,9 @@ func TestTracePlanOncePerCall(t *testing.T) {
 	}, nil)
 	require.NoError(t, err)
 	var out strings.Builder
-	c := &HeteroComm{rank: 0, layout: l, printed: map[string]bool{}, debug: collDebug{coll: true, w: &out}}
+	c := &Comm{rank: 0, layout: l, printed: map[string]bool{}, debug: collDebug{coll: true, w: &out}}
 	call := sched.Call{Coll: sdk.AllReduce, Count: 8, DType: sdk.Float32, Op: sdk.Avg}
-	p, err := c.PlanFor(0, call)
+	p, err := sched.Build(c.layout, 0, call, c.opts)
 	require.NoError(t, err)
 	c.tracePlan(p)
 	c.tracePlan(p)

@@ -10,102 +10,13 @@ import (
 	"unsafe"
 
 	"github.com/flagcx/flagcx-go/core/internal/host/reduce"
+	"github.com/flagcx/flagcx-go/internal/coreview"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
 
-// The collectives. Counts are in elements of dt; buffers are this rank's
-// kind of memory (device memory on a device rank, host memory on a host
-// rank); s is the caller's stream on a device rank (ignored on the host).
-// In place means NCCL's layouts (Buffer.Slice makes them).
-//
-// On a homogeneous device communicator the call is enqueued on s and
-// returns, as the vendor library's does. Otherwise it returns once the
-// result is in place: it first waits for the work already on s, and the
-// next work on s may use the result.
-
-func (c *HeteroComm) AllReduce(send, recv Buffer, count int, dt sdk.DataType, op sdk.RedOp, s loader.Stream) error {
-	return c.do("AllReduce", sched.Call{Coll: sdk.AllReduce, Count: count, DType: dt, Op: op}, send, recv, nil, s)
-}
-
-func (c *HeteroComm) Reduce(send, recv Buffer, count int, dt sdk.DataType, op sdk.RedOp, root int, s loader.Stream) error {
-	return c.do("Reduce", sched.Call{Coll: sdk.Reduce, Count: count, DType: dt, Op: op, Root: root}, send, recv, nil, s)
-}
-
-func (c *HeteroComm) Broadcast(send, recv Buffer, count int, dt sdk.DataType, root int, s loader.Stream) error {
-	return c.do("Broadcast", sched.Call{Coll: sdk.Broadcast, Count: count, DType: dt, Root: root}, send, recv, nil, s)
-}
-
-// AllGather: recv holds Count() blocks of sendcount elements, rank order.
-func (c *HeteroComm) AllGather(send, recv Buffer, sendcount int, dt sdk.DataType, s loader.Stream) error {
-	return c.do("AllGather", sched.Call{Coll: sdk.AllGather, Count: sendcount, DType: dt}, send, recv, nil, s)
-}
-
-// ReduceScatter: send holds Count() blocks of recvcount elements.
-func (c *HeteroComm) ReduceScatter(send, recv Buffer, recvcount int, dt sdk.DataType, op sdk.RedOp, s loader.Stream) error {
-	return c.do("ReduceScatter", sched.Call{Coll: sdk.ReduceScatter, Count: recvcount, DType: dt, Op: op}, send, recv, nil, s)
-}
-
-// AlltoAll: count elements to and from every rank.
-func (c *HeteroComm) AlltoAll(send, recv Buffer, count int, dt sdk.DataType, s loader.Stream) error {
-	return c.do("AlltoAll", sched.Call{Coll: sdk.AlltoAll, Count: count, DType: dt}, send, recv, nil, s)
-}
-
-// AlltoAllv: counts and displacements in elements, one per rank.
-func (c *HeteroComm) AlltoAllv(send Buffer, sendcounts, sdispls []int, recv Buffer, recvcounts, rdispls []int, dt sdk.DataType, s loader.Stream) error {
-	call := sched.Call{Coll: sdk.AlltoAllv, DType: dt, SendCounts: sendcounts, SDispls: sdispls, RecvCounts: recvcounts, RDispls: rdispls}
-	return c.do("AlltoAllv", call, send, recv, nil, s)
-}
-
-// Gather: root's recv holds Count() blocks of count elements.
-func (c *HeteroComm) Gather(send, recv Buffer, count int, dt sdk.DataType, root int, s loader.Stream) error {
-	return c.do("Gather", sched.Call{Coll: sdk.Gather, Count: count, DType: dt, Root: root}, send, recv, nil, s)
-}
-
-// Scatter: root's send holds Count() blocks of count elements.
-func (c *HeteroComm) Scatter(send, recv Buffer, count int, dt sdk.DataType, root int, s loader.Stream) error {
-	return c.do("Scatter", sched.Call{Coll: sdk.Scatter, Count: count, DType: dt, Root: root}, send, recv, nil, s)
-}
-
-// Barrier returns once every rank has entered it (a host barrier).
-func (c *HeteroComm) Barrier() error {
-	return c.do("Barrier", sched.Call{Coll: sdk.Barrier}, Buffer{}, Buffer{}, nil, 0)
-}
-
-// Send sends count elements of buf to peer; inside a group it is deferred
-// until GroupEnd (buf must stay untouched until then).
-func (c *HeteroComm) Send(buf Buffer, count int, dt sdk.DataType, peer int, s loader.Stream) error {
-	return c.p2p("Send", buf, count, dt, peer, false, s)
-}
-
-// Recv receives count elements from peer into buf, deferred like Send.
-func (c *HeteroComm) Recv(buf Buffer, count int, dt sdk.DataType, peer int, s loader.Stream) error {
-	return c.p2p("Recv", buf, count, dt, peer, true, s)
-}
-
-// GroupStart defers Send and Recv until the matching GroupEnd, which runs
-// them together (any pattern completes without deadlock). Groups nest.
-func (c *HeteroComm) GroupStart() { c.group++ }
-
-// GroupEnd runs the group GroupStart opened.
-func (c *HeteroComm) GroupEnd() error {
-	if c.group == 0 {
-		return fmt.Errorf("%w: GroupEnd without GroupStart on rank %d", sdk.ErrInvalidUsage, c.rank)
-	}
-	c.group--
-	if c.group > 0 {
-		return nil
-	}
-	ops, gerr, s := c.groupOps, c.groupErr, c.groupStrm
-	c.groupOps, c.groupErr, c.groupStrm = nil, nil, 0
-	if gerr != nil {
-		return fmt.Errorf("%w: the group was not run because an operation in it was invalid: %w", sdk.ErrInvalidUsage, gerr)
-	}
-	return c.runGroup("GroupEnd", ops, s)
-}
-
-func (c *HeteroComm) p2p(name string, buf Buffer, count int, dt sdk.DataType, peer int, recv bool, s loader.Stream) error {
+func (c *Comm) p2p(name string, buf Buffer, count int, dt sdk.DataType, peer int, recv bool, s loader.Stream) error {
 	n, err := elemBytes(count, dt)
 	if err == nil && (peer < 0 || peer >= c.n) {
 		err = fmt.Errorf("%w: peer %d is out of range for %d ranks: use a rank in 0..%d", sdk.ErrInvalidArgument, peer, c.n, c.n-1)
@@ -129,7 +40,7 @@ func (c *HeteroComm) p2p(name string, buf Buffer, count int, dt sdk.DataType, pe
 	return c.runGroup(name, []groupOp{op}, s)
 }
 
-func (c *HeteroComm) runGroup(name string, ops []groupOp, s loader.Stream) error {
+func (c *Comm) runGroup(name string, ops []groupOp, s loader.Stream) error {
 	call := sched.Call{Coll: sdk.SendRecv}
 	user := make([]Buffer, len(ops))
 	for i, o := range ops {
@@ -155,7 +66,7 @@ func elemBytes(count int, dt sdk.DataType) (int, error) {
 
 // checkBuf checks that b is this rank's kind of memory and holds need
 // bytes (nothing is needed of a buffer the call does not use here).
-func (c *HeteroComm) checkBuf(name, which string, b Buffer, need int) error {
+func (c *Comm) checkBuf(name, which string, b Buffer, need int) error {
 	if need == 0 {
 		return nil
 	}
@@ -177,7 +88,7 @@ func (c *HeteroComm) checkBuf(name, which string, b Buffer, need int) error {
 }
 
 // do validates a call on this rank, builds its plan and runs it.
-func (c *HeteroComm) do(name string, call sched.Call, send, recv Buffer, user []Buffer, s loader.Stream) error {
+func (c *Comm) do(name string, call sched.Call, send, recv Buffer, user []Buffer, s loader.Stream) error {
 	if err := c.usable(name); err != nil {
 		return err
 	}
@@ -222,7 +133,7 @@ func (c *HeteroComm) do(name string, call sched.Call, send, recv Buffer, user []
 // the ranks of this host that are gone or stopped (noteStalled): a vendor
 // library's error or a cluster communicator's names neither them nor
 // ranks of this communicator.
-func (c *HeteroComm) callError(name string, err error) error {
+func (c *Comm) callError(name string, err error) error {
 	var te *TimeoutError
 	if errors.As(err, &te) {
 		return te
@@ -235,7 +146,7 @@ func (c *HeteroComm) callError(name string, err error) error {
 // op, with no plan to print. It is the path users compare with the vendor
 // library's own latency, so it builds no plan and allocates nothing; the plan
 // it skips would be that single vendor step.
-func (c *HeteroComm) direct(call sched.Call) bool {
+func (c *Comm) direct(call sched.Call) bool {
 	if c.ccl == nil || c.opts.HostPath || c.debug.coll || !c.layout.IsHomogeneous() {
 		return false
 	}
@@ -278,7 +189,7 @@ func hostAddr(b []byte) uintptr {
 	return uintptr(unsafe.Pointer(&b[0]))
 }
 
-func (c *HeteroComm) resolve(b *callBufs, r sched.Ref) (mem, error) {
+func (c *Comm) resolve(b *callBufs, r sched.Ref) (mem, error) {
 	var base Buffer
 	switch r.Buf {
 	case sched.BufNone:
@@ -328,7 +239,7 @@ func roundUp(n int) int {
 }
 
 // ensure makes staging and scratch as large as the plan needs.
-func (c *HeteroComm) ensure(p *sched.Plan) error {
+func (c *Comm) ensure(p *sched.Plan) error {
 	stage, scratch := p.StageBytes(), p.ScratchBytes()
 	pl := c.be.Plugin
 	if stage > len(c.stage) {
@@ -373,7 +284,7 @@ func (c *HeteroComm) ensure(p *sched.Plan) error {
 // failure stops every lane; on a schedule that spans communicators it also
 // aborts this communicator, so that the other ranks, waiting on this one,
 // fail at once instead of at their deadline.
-func (c *HeteroComm) execute(p *sched.Plan, b *callBufs, s loader.Stream) error {
+func (c *Comm) execute(p *sched.Plan, b *callBufs, s loader.Stream) error {
 	if p.Path == sched.PathShm {
 		if err := c.runShm(p, b, s); err != nil {
 			return c.failure(p, err)
@@ -479,7 +390,7 @@ func (c *HeteroComm) execute(p *sched.Plan, b *callBufs, s loader.Stream) error 
 // wrote. The caller's earlier work orders the copy streams through one
 // event; the streams are synchronised once, at the end.
 type chain struct {
-	c  *HeteroComm
+	c  *Comm
 	p  *sched.Plan
 	s  loader.Stream
 	ev []loader.Event // per step; 0 where the step enqueues no device work
@@ -488,7 +399,7 @@ type chain struct {
 // onDevice reports whether a step's work is enqueued on a stream.
 func onDevice(st *sched.Step) bool { return st.Kind == sched.KindCopy || st.Kind == sched.KindIntra }
 
-func (c *HeteroComm) newChain(p *sched.Plan, s loader.Stream) (*chain, error) {
+func (c *Comm) newChain(p *sched.Plan, s loader.Stream) (*chain, error) {
 	ch := &chain{c: c, p: p, s: s}
 	pl := c.dev
 	if pl == nil || p.Async {
@@ -581,7 +492,7 @@ func (ch *chain) finish() error {
 // device's memory and streams (the current device is per thread, and a
 // lane's goroutine would otherwise wander between threads). It returns
 // what releases the thread.
-func (c *HeteroComm) bindDevice() func() {
+func (c *Comm) bindDevice() func() {
 	if !c.be.OnDevice() {
 		return func() {}
 	}
@@ -597,7 +508,7 @@ func spans(p *sched.Plan) bool { return p.Path != sched.PathVendor && p.Path != 
 // failure records a failed schedule: the communicator is aborted (the
 // host communicators at once, then the vendor one, whose other ranks
 // learn of it) and refuses further calls.
-func (c *HeteroComm) failure(p *sched.Plan, err error) error {
+func (c *Comm) failure(p *sched.Plan, err error) error {
 	if !spans(p) {
 		return err
 	}
@@ -614,14 +525,14 @@ func (c *HeteroComm) failure(p *sched.Plan, err error) error {
 	return fmt.Errorf("%w (the communicator is aborted: destroy it)", err)
 }
 
-func (c *HeteroComm) isAbortedByUser() bool {
+func (c *Comm) isAbortedByUser() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.closed
 }
 
 // laneStream is the stream a lane's device work goes to.
-func (c *HeteroComm) laneStream(l sched.Lane, s loader.Stream) loader.Stream {
+func (c *Comm) laneStream(l sched.Lane, s loader.Stream) loader.Stream {
 	switch l {
 	case sched.LaneD2H:
 		return c.d2h
@@ -632,7 +543,7 @@ func (c *HeteroComm) laneStream(l sched.Lane, s loader.Stream) loader.Stream {
 }
 
 // step runs step i.
-func (c *HeteroComm) step(p *sched.Plan, i int, b *callBufs, s loader.Stream) error {
+func (c *Comm) step(p *sched.Plan, i int, b *callBufs, s loader.Stream) error {
 	st := &p.Steps[i]
 	strm := c.laneStream(st.Lane, s)
 	switch st.Kind {
@@ -679,7 +590,7 @@ func (c *HeteroComm) step(p *sched.Plan, i int, b *callBufs, s loader.Stream) er
 // copies enqueues a copy step's device copies on strm (the chain waits
 // for them); host-to-host pairs are copied at once, after the work
 // already on strm (a device rank's lanes order everything on its stream).
-func (c *HeteroComm) copies(st *sched.Step, b *callBufs, strm loader.Stream) error {
+func (c *Comm) copies(st *sched.Step, b *callBufs, strm loader.Stream) error {
 	synced := false
 	for _, cp := range st.Copies {
 		src, err := c.resolve(b, cp.Src)
@@ -721,7 +632,7 @@ func (c *HeteroComm) copies(st *sched.Step, b *callBufs, strm loader.Stream) err
 
 // vendorStep enqueues an intra-cluster step on the vendor library, on the
 // caller's stream (the chain waits for it).
-func (c *HeteroComm) vendorStep(st *sched.Step, b *callBufs, s loader.Stream) error {
+func (c *Comm) vendorStep(st *sched.Step, b *callBufs, s loader.Stream) error {
 	if c.ccl == nil {
 		return fmt.Errorf("%w: vendor step on rank %d without a vendor communicator", sdk.ErrInternalError, c.rank)
 	}
@@ -774,7 +685,7 @@ func (c *HeteroComm) vendorStep(st *sched.Step, b *callBufs, s loader.Stream) er
 }
 
 // hostStep runs a step's collective on a host communicator.
-func (c *HeteroComm) hostStep(cm *Comm, what string, st *sched.Step, b *callBufs) error {
+func (c *Comm) hostStep(cm *hostComm, what string, st *sched.Step, b *callBufs) error {
 	src, err := c.resolve(b, st.Src)
 	if err != nil {
 		return err
@@ -809,7 +720,7 @@ func (c *HeteroComm) hostStep(cm *Comm, what string, st *sched.Step, b *callBufs
 		}
 		err = cm.GroupEnd()
 	default:
-		err = sdk.Dispatch(OnHost{cm}, st.Args(), src.host, dst.host, struct{}{})
+		err = sdk.Dispatch(coreview.OnHost{C: cm}, st.Args(), src.host, dst.host, struct{}{})
 	}
 	if err != nil && what != "" && !c.layout.IsHomogeneous() {
 		return fmt.Errorf("in %s: %w", what, err)
@@ -818,7 +729,7 @@ func (c *HeteroComm) hostStep(cm *Comm, what string, st *sched.Step, b *callBufs
 }
 
 // leaders lists the cluster leaders in inter-rank order.
-func (c *HeteroComm) leaders() string {
+func (c *Comm) leaders() string {
 	ls := make([]int, len(c.layout.Clusters))
 	for i, cl := range c.layout.Clusters {
 		ls[i] = cl.Leader

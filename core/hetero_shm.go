@@ -50,7 +50,7 @@ const scratchProbe = 4096
 // shares its windows: a device rank registers every window with its
 // runtime. It returns whether this rank can take part (every rank must,
 // or nobody does: start agrees).
-func (c *HeteroComm) setupShm() bool {
+func (c *Comm) setupShm() bool {
 	node := c.world.mesh.Node
 	if c.layout.IsHomogeneous() || c.opts.HostPath || node == nil || node.Size() != c.n {
 		return false
@@ -83,7 +83,7 @@ func (c *HeteroComm) setupShm() bool {
 
 // probeDeviceReduce reports whether the plugin reduces on this rank's
 // device: a reduceLocal of no elements on a first scratch allocation.
-func (c *HeteroComm) probeDeviceReduce() bool {
+func (c *Comm) probeDeviceReduce() bool {
 	p, sp := c.be.Plugin, c.shm
 	if !p.CanReduceLocal() {
 		return false
@@ -101,7 +101,7 @@ func (c *HeteroComm) probeDeviceReduce() bool {
 
 // ensureScratch makes the device scratch at least n bytes. Every copy
 // into it of an earlier call is done: a call ends synchronised.
-func (c *HeteroComm) ensureScratch(n int) error {
+func (c *Comm) ensureScratch(n int) error {
 	sp, p := c.shm, c.be.Plugin
 	if n <= sp.scratchBytes {
 		return nil
@@ -130,7 +130,7 @@ func (sp *shmPlane) windowMin() int {
 }
 
 // events makes sure there are n events of each kind.
-func (c *HeteroComm) shmEvents(n int) error {
+func (c *Comm) shmEvents(n int) error {
 	sp, p := c.shm, c.be.Plugin
 	for _, evs := range []*[]loader.Event{&sp.reduced, &sp.input, &sp.outpt} {
 		for len(*evs) < n {
@@ -145,7 +145,7 @@ func (c *HeteroComm) shmEvents(n int) error {
 }
 
 // releaseShm unregisters the windows and destroys the events.
-func (c *HeteroComm) releaseShm() error {
+func (c *Comm) releaseShm() error {
 	sp, p := c.shm, c.be.Plugin
 	c.shm = nil
 	if sp == nil || p == nil {
@@ -168,7 +168,7 @@ func (c *HeteroComm) releaseShm() error {
 
 // shmRun is one PathShm call on this rank.
 type shmRun struct {
-	c          *HeteroComm
+	c          *Comm
 	g          *sched.ShmPlan
 	call       sched.Call
 	send, recv Buffer
@@ -187,7 +187,7 @@ type shmRun struct {
 // maxSlots bounds sched.ShmSlots for the executor's per-slot state.
 const maxSlots = 16
 
-func (c *HeteroComm) runShm(p *sched.Plan, b *callBufs, s loader.Stream) error {
+func (c *Comm) runShm(p *sched.Plan, b *callBufs, s loader.Stream) error {
 	r := &shmRun{c: c, g: p.Shm, call: p.Call, send: b.send, recv: b.recv, s: s, node: c.shm.node, p: c.dev,
 		size: p.Call.DType.Size(), cl: c.layout.ClusterOf(c.rank)}
 	r.m, r.j, r.workers = len(r.cl.Ranks), c.layout.LocalRank(c.rank), c.shm.workers

@@ -12,6 +12,7 @@ import (
 	"github.com/flagcx/flagcx-go/conformance/heterotest"
 	"github.com/flagcx/flagcx-go/conformance/reference"
 	"github.com/flagcx/flagcx-go/core"
+	"github.com/flagcx/flagcx-go/internal/coreview"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
@@ -28,20 +29,20 @@ func loopback(timeout time.Duration) hostnet.Config {
 func noEnv(string) (string, bool) { return "", false }
 
 // startHetero brings up n host ranks as goroutines with the given options.
-func startHetero(t *testing.T, n int, opts ...core.HeteroOption) []*core.HeteroComm {
+func startHetero(t *testing.T, n int, opts ...core.Option) []*core.Comm {
 	t.Helper()
 	cfg := loopback(20 * time.Second)
 	id, err := core.GetUniqueID(core.WithIDNetConfig(cfg))
 	require.NoError(t, err)
-	comms := make([]*core.HeteroComm, n)
+	comms := make([]*core.Comm, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := 0; r < n; r++ {
 		wg.Add(1)
 		go func(r int) {
 			defer wg.Done()
-			all := append([]core.HeteroOption{core.WithEnv(noEnv), core.WithCommOptions(core.WithNetConfig(cfg))}, opts...)
-			comms[r], errs[r] = core.InitHeteroRank(id, n, r, core.HostBackend(), all...)
+			all := append([]core.Option{core.WithBackend(core.HostBackend()), core.WithEnv(noEnv), core.WithNetConfig(cfg)}, opts...)
+			comms[r], errs[r] = core.InitRank(id, n, r, all...)
 		}(r)
 	}
 	wg.Wait()
@@ -57,7 +58,7 @@ func startHetero(t *testing.T, n int, opts ...core.HeteroOption) []*core.HeteroC
 }
 
 // checkAll runs every case on every rank and requires exact results.
-func checkAll(t *testing.T, comms []*core.HeteroComm, cases []reference.Case) {
+func checkAll(t *testing.T, comms []*core.Comm, cases []reference.Case) {
 	t.Helper()
 	for _, c := range cases {
 		for _, inPlace := range []bool{false, true} {
@@ -69,7 +70,7 @@ func checkAll(t *testing.T, comms []*core.HeteroComm, cases []reference.Case) {
 			var wg sync.WaitGroup
 			for r, comm := range comms {
 				wg.Add(1)
-				go func(r int, comm *core.HeteroComm) {
+				go func(r int, comm *core.Comm) {
 					defer wg.Done()
 					wrong[r], errs[r] = heterotest.Run(comm, heterotest.HostMem{}, c, inPlace, 0)
 				}(r, comm)
@@ -127,9 +128,9 @@ func TestHeteroBadSplitList(t *testing.T) {
 				wg.Add(1)
 				go func(r int) {
 					defer wg.Done()
-					var c *core.HeteroComm
-					c, errs[r] = core.InitHeteroRank(id, 3, r, core.HostBackend(), core.WithEnv(noEnv),
-						core.WithCommOptions(core.WithNetConfig(cfg)), core.WithSplitList(tc.split))
+					var c *core.Comm
+					c, errs[r] = core.InitRank(id, 3, r, core.WithBackend(core.HostBackend()), core.WithEnv(noEnv),
+						core.WithNetConfig(cfg), core.WithSplitList(tc.split))
 					if c != nil {
 						c.Destroy()
 					}
@@ -162,7 +163,7 @@ func TestHeteroGroups(t *testing.T) {
 	var wg sync.WaitGroup
 	for r, c := range comms {
 		wg.Add(1)
-		go func(r int, c *core.HeteroComm) {
+		go func(r int, c *core.Comm) {
 			defer wg.Done()
 			got[r] = make([][]byte, 2*n)
 			c.GroupStart()
@@ -247,7 +248,7 @@ func TestHeteroMisuse(t *testing.T) {
 	var wg sync.WaitGroup
 	for r, cm := range comms {
 		wg.Add(1)
-		go func(r int, cm *core.HeteroComm) {
+		go func(r int, cm *core.Comm) {
 			defer wg.Done()
 			errs[r] = cm.Barrier()
 		}(r, cm)
@@ -311,7 +312,7 @@ func TestHeteroShmPlane(t *testing.T) {
 			comms := startHetero(t, n, core.WithSplitList(tc.split), core.WithChunk(8<<10))
 			for _, coll := range shmColls {
 				for _, count := range tc.counts {
-					p, err := comms[0].PlanFor(0, sched.Call{Coll: coll, Count: count, DType: sdk.Float32, Op: sdk.Sum})
+					p, err := coreview.Of(comms[0]).Plan(0, sched.Call{Coll: coll, Count: count, DType: sdk.Float32, Op: sdk.Sum})
 					require.NoError(t, err)
 					require.Equal(t, sched.PathShm, p.Path, "%s", p)
 					require.Equal(t, coll == sdk.AllReduce && count*4*n <= sched.ShmOneShot, p.Shm.OneShot)

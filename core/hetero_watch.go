@@ -5,7 +5,7 @@ import (
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
 
-// The watchdog of a device rank's HeteroComm: every plugin call that can
+// The watchdog of a device rank's Comm: every plugin call that can
 // block (collectives, synchronizes, copies, communicator init and destroy)
 // is marked on it (see Watchdog).
 
@@ -13,7 +13,7 @@ import (
 // plugin calls. Mark the blocking plugin calls made beside the
 // communicator's own (a stream synchronize after its collectives, say)
 // with its Begin, so that they are bounded too.
-func (c *HeteroComm) Watchdog() *Watchdog { return c.wd }
+func (c *Comm) Watchdog() *Watchdog { return c.wd }
 
 // Guard runs fn, the caller's work on this communicator, on a goroutine of
 // its own bound to this rank's device, and returns fn's error; or, as soon
@@ -21,7 +21,7 @@ func (c *HeteroComm) Watchdog() *Watchdog { return c.wd }
 // *TimeoutError, also when that call never returns from C: fn's goroutine
 // is then abandoned there (see Watchdog for why nothing else is possible).
 // On a host rank fn simply runs.
-func (c *HeteroComm) Guard(fn func() error) error {
+func (c *Comm) Guard(fn func() error) error {
 	if c.wd == nil {
 		return fn()
 	}
@@ -45,7 +45,7 @@ func (c *HeteroComm) Guard(fn func() error) error {
 // side first (peers waiting on this rank learn it at once, and this does
 // not call the plugin), then the vendor's, whose abort is what unblocks a
 // library stuck in a collective.
-func (c *HeteroComm) onTimeout(e *TimeoutError) {
+func (c *Comm) onTimeout(e *TimeoutError) {
 	c.mu.Lock()
 	if c.failed == nil {
 		c.failed = e
@@ -58,7 +58,7 @@ func (c *HeteroComm) onTimeout(e *TimeoutError) {
 // abortVendor aborts the vendor communicator once, whoever asks first (a
 // failed schedule, the watchdog, Abort): the entry frees it, so a second
 // call would free it twice.
-func (c *HeteroComm) abortVendor() error {
+func (c *Comm) abortVendor() error {
 	if c.ccl == nil || !c.vendorGone.CompareAndSwap(false, true) {
 		return nil
 	}
@@ -69,7 +69,7 @@ func (c *HeteroComm) abortVendor() error {
 // watchdog, which fired, aborts it. commDestroy waits for the
 // communicator's work, which never ends when a peer is stuck: it runs
 // detached.
-func (c *HeteroComm) destroyVendor() error {
+func (c *Comm) destroyVendor() error {
 	if c.ccl == nil || c.wd.Err() != nil || !c.vendorGone.CompareAndSwap(false, true) {
 		return nil
 	}
@@ -79,7 +79,7 @@ func (c *HeteroComm) destroyVendor() error {
 // detached makes a plugin call that waits for peers on a goroutine of its
 // own and returns its error, or the watchdog's as soon as it gives up on
 // the call; a call that never returns then strands only that goroutine.
-func (c *HeteroComm) detached(call string, fn func() error) error {
+func (c *Comm) detached(call string, fn func() error) error {
 	done := make(chan error, 1)
 	go func() { done <- c.wd.do(call, false, fn) }()
 	select {
@@ -93,7 +93,7 @@ func (c *HeteroComm) detached(call string, fn func() error) error {
 // commInit is the vendor's commInitRank, which waits for every rank of the
 // cluster, detached as destroyVendor's call is. A communicator that
 // arrives after the watchdog gave up is aborted there: nobody will use it.
-func (c *HeteroComm) commInit(p *loader.Plugin, dev, nranks int, id []byte, rank int) (*loader.Comm, error) {
+func (c *Comm) commInit(p *loader.Plugin, dev, nranks int, id []byte, rank int) (*loader.Comm, error) {
 	type result struct {
 		cm  *loader.Comm
 		err error
@@ -117,13 +117,13 @@ func (c *HeteroComm) commInit(p *loader.Plugin, dev, nranks int, id []byte, rank
 }
 
 // vendorCalls is the vendor communicator with its calls under the
-// watchdog (HeteroComm.dev is the plugin's stream, event and copy calls).
-func (c *HeteroComm) vendorCalls() watchedComm { return watchedComm{c} }
+// watchdog (Comm.dev is the plugin's stream, event and copy calls).
+func (c *Comm) vendorCalls() watchedComm { return watchedComm{c} }
 
 // watchedComm is a single pointer so that it becomes an sdk.Collectives
 // (sdk.Dispatch) without an allocation: the direct path allocates nothing.
 // c.ccl and c.wd are set once, before any call.
-type watchedComm struct{ c *HeteroComm }
+type watchedComm struct{ c *Comm }
 
 func (v watchedComm) AllReduce(send, recv uintptr, count int, dt sdk.DataType, op sdk.RedOp, s loader.Stream) error {
 	return v.c.wd.do("allReduce", true, func() error { return v.c.ccl.AllReduce(send, recv, count, dt, op, s) })

@@ -13,10 +13,10 @@ import (
 // FLAGCX_NET_CHUNK_SIZE the one the schedules use.
 func TestChunkDefault(t *testing.T) {
 	require.Equal(t, sched.DefaultChunk, env.NetChunkSize.Default())
-	r, err := settings(&heteroOptions{lookup: func(string) (string, bool) { return "", false }})
+	r, err := settings(&options{lookup: func(string) (string, bool) { return "", false }})
 	require.NoError(t, err)
 	require.Equal(t, sched.DefaultChunk, r.Chunk)
-	r, err = settings(&heteroOptions{lookup: func(k string) (string, bool) { return "1.5M", k == EnvNetChunkSize }})
+	r, err = settings(&options{lookup: func(k string) (string, bool) { return "1.5M", k == EnvNetChunkSize }})
 	require.NoError(t, err)
 	require.Equal(t, 3<<19, r.Chunk, "a chunk reads as bench's sizes do")
 }

@@ -27,7 +27,7 @@ func allReduceExact(t *testing.T, comms []*Comm, count int) {
 			binary.LittleEndian.PutUint32(send[4*i:], math.Float32bits(val(r, i)))
 		}
 		recv[r] = make([]byte, 4*count)
-		return c.AllReduce(send, recv[r], count, sdk.Float32, sdk.Sum)
+		return c.AllReduce(HostBuffer(send), HostBuffer(recv[r]), count, sdk.Float32, sdk.Sum, 0)
 	})
 	for r := range comms {
 		require.NoError(t, errs[r], "rank %d", r)
@@ -48,7 +48,7 @@ func transports(comms []*Comm) [][]string {
 	out := make([][]string, len(comms))
 	for r, c := range comms {
 		for p := 0; p < c.Count(); p++ {
-			out[r] = append(out[r], c.transport(p))
+			out[r] = append(out[r], c.world.transport(p))
 		}
 	}
 	return out
@@ -71,7 +71,7 @@ func TestMeshUsesShmBetweenSameHostRanks(t *testing.T) {
 		{"shm", "shm", "shm", "self"},
 	}
 	require.Equal(t, want, transports(comms))
-	require.Equal(t, comms[0].Peers()[0].BootID, hostnet.BootID())
+	require.Equal(t, comms[0].world.peers[0].BootID, hostnet.BootID())
 	// Small (recursive doubling) and large (pipelined ring, messages of
 	// several slots) allreduces give exact results.
 	for _, count := range []int{1, 1000, 3 << 20} {
@@ -83,9 +83,9 @@ func TestMeshUsesShmBetweenSameHostRanks(t *testing.T) {
 	start := time.Now()
 	errs := onAll(comms[:3], func(c *Comm) error {
 		if c.Rank() == 1 {
-			return c.Send(make([]byte, 4), 4, sdk.Uint8, 3)
+			return c.Send(HostBuffer(make([]byte, 4)), 4, sdk.Uint8, 3, 0)
 		}
-		return c.Recv(make([]byte, 4), 4, sdk.Uint8, 3)
+		return c.Recv(HostBuffer(make([]byte, 4)), 4, sdk.Uint8, 3, 0)
 	})
 	for r, err := range errs {
 		require.ErrorIs(t, err, sdk.ErrRemoteError, "rank %d", r)
@@ -128,7 +128,7 @@ func TestAbortDuringShmCollective(t *testing.T) {
 	}
 	t.Setenv(hostnet.EnvShmDisable, "")
 	comms := startComms(t, 2, testNet(10*time.Second))
-	require.Equal(t, "shm", comms[0].transport(1))
+	require.Equal(t, "shm", comms[0].world.transport(1))
 	const count = 8 << 20 // 32 MiB of float32: many steps
 	go func() {
 		time.Sleep(20 * time.Millisecond)
@@ -138,7 +138,7 @@ func TestAbortDuringShmCollective(t *testing.T) {
 	errs := onAll(comms, func(c *Comm) error {
 		send, recv := make([]byte, 4*count), make([]byte, 4*count)
 		for {
-			if err := c.AllReduce(send, recv, count, sdk.Float32, sdk.Sum); err != nil {
+			if err := c.AllReduce(HostBuffer(send), HostBuffer(recv), count, sdk.Float32, sdk.Sum, 0); err != nil {
 				return err
 			}
 		}
@@ -197,7 +197,7 @@ func TestMemAllocAllReduceOverShm(t *testing.T) {
 				for i := 0; i < count; i++ {
 					binary.LittleEndian.PutUint32(send[4*i:], math.Float32bits(val(c.Rank(), i)))
 				}
-				if err := c.AllReduce(send, recv, count, sdk.Float32, sdk.Sum); err != nil {
+				if err := c.AllReduce(HostBuffer(send), HostBuffer(recv), count, sdk.Float32, sdk.Sum, 0); err != nil {
 					return err
 				}
 				for i := 0; i < count; i++ {

@@ -30,7 +30,7 @@ func (e *stalledError) Unwrap() error { return e.err }
 // noteStalled adds to err the peers of this host that are gone or stopped
 // (see stalledPeers). err is returned as it is when there are none, or
 // when an inner layer noted them already.
-func noteStalled(err error, peers []PeerInfo, self int) error {
+func noteStalled(err error, peers []peerInfo, self int) error {
 	var se *stalledError
 	if err == nil || errors.As(err, &se) {
 		return err
@@ -45,7 +45,7 @@ func noteStalled(err error, peers []PeerInfo, self int) error {
 // stalledPeers lists the peers (by their index in peers, which is their
 // rank) on the host of peers[self] whose process is gone or stopped, as
 // "rank 2 (process 4242) is stopped (...)"; "" when there are none.
-func stalledPeers(peers []PeerInfo, self int) string {
+func stalledPeers(peers []peerInfo, self int) string {
 	if self < 0 || self >= len(peers) {
 		return ""
 	}

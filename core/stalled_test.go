@@ -35,10 +35,10 @@ func TestNoteStalled(t *testing.T) {
 	require.NoError(t, syscall.Kill(stopped.Process.Pid, syscall.SIGSTOP))
 	require.NoError(t, killed.Process.Kill())
 	_ = killed.Wait()
-	here := func(pid int) PeerInfo {
-		return PeerInfo{Host: hostname(), BootID: hostnet.BootID(), PidNS: hostnet.PidNamespace(), Pid: pid}
+	here := func(pid int) peerInfo {
+		return peerInfo{Host: hostname(), BootID: hostnet.BootID(), PidNS: hostnet.PidNamespace(), Pid: pid}
 	}
-	peers := []PeerInfo{here(os.Getpid()), here(running.Process.Pid), here(stopped.Process.Pid), here(killed.Process.Pid), here(remote.Process.Pid)}
+	peers := []peerInfo{here(os.Getpid()), here(running.Process.Pid), here(stopped.Process.Pid), here(killed.Process.Pid), here(remote.Process.Pid)}
 	peers[4].Host = "elsewhere" // its pid means nothing here, whatever runs under it
 	require.NoError(t, syscall.Kill(remote.Process.Pid, syscall.SIGSTOP))
 	require.Eventually(t, func() bool { return hostnet.ProcessStalled(stopped.Process.Pid) != "" }, 5*time.Second, time.Millisecond)

@@ -17,8 +17,8 @@ import (
 // secret its ranks must prove. It is created once (GetUniqueID) and handed
 // to every rank, as a string or as FlagCX's 256-byte flagcxUniqueId.
 type UniqueID struct {
-	Addr   string
-	Secret hostnet.Secret
+	Addr   string // the rendezvous, host:port
+	Secret Secret // what the ranks prove to it and to each other
 }
 
 // UniqueIDBytes is the size of FlagCX's flagcxUniqueId.
@@ -63,7 +63,7 @@ func GetUniqueID(opts ...IDOption) (UniqueID, error) {
 
 // NewUniqueID names a rendezvous hosted elsewhere, for ranks that learn the
 // address and secret from their launcher rather than from a string.
-func NewUniqueID(addr string, secret hostnet.Secret) UniqueID {
+func NewUniqueID(addr string, secret Secret) UniqueID {
 	return UniqueID{Addr: addr, Secret: secret}
 }
 
@@ -152,8 +152,8 @@ type idOptions struct {
 func WithRendezvousAddr(addr string) IDOption { return func(o *idOptions) { o.addr = addr } }
 
 // WithSecret uses a secret the launcher shares instead of a random one.
-func WithSecret(s hostnet.Secret) IDOption { return func(o *idOptions) { o.secret = &s } }
+func WithSecret(s Secret) IDOption { return func(o *idOptions) { o.secret = &s } }
 
 // WithIDNetConfig sets the transport configuration of the rendezvous
-// (default: hostnet.ConfigFromEnv).
-func WithIDNetConfig(cfg hostnet.Config) IDOption { return func(o *idOptions) { o.net = &cfg } }
+// (default: NetConfigFromEnv).
+func WithIDNetConfig(cfg NetConfig) IDOption { return func(o *idOptions) { o.net = &cfg } }

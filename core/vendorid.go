@@ -10,7 +10,7 @@ import (
 // shareVendorID makes the vendor's unique id on rank 0 and hands it to
 // every rank. The first byte carries rank 0's outcome, so a failure there
 // reaches every rank instead of leaving them waiting.
-func shareVendorID(host *Comm, p *loader.Plugin) ([]byte, error) {
+func shareVendorID(host *hostComm, p *loader.Plugin) ([]byte, error) {
 	n, err := p.UniqueIDBytes()
 	if err != nil {
 		return nil, err

@@ -18,11 +18,11 @@ var ErrTimeout = hostnet.ErrTimeout
 // communicator's deadline (FLAGCX_TIMEOUT). errors.Is matches ErrTimeout
 // and sdk.ErrSystemError.
 type TimeoutError struct {
-	Rank    int
-	Plugin  string
-	Call    string // the plugin entry: "allReduce", "streamSynchronize"
-	After   string // the collective begun before a call that waits for the device, or ""
-	Timeout time.Duration
+	Rank    int           // the rank whose call timed out
+	Plugin  string        // the plugin's name ("nvidia")
+	Call    string        // the plugin entry: "allReduce", "streamSynchronize"
+	After   string        // the collective begun before a call that waits for the device, or ""
+	Timeout time.Duration // the deadline it missed
 	// Stalled lists the ranks of this host whose process was gone or
 	// stopped when the watchdog fired ("rank 2 (process 4242) is
 	// stopped (...)"), the likely cause of a collective that never
@@ -30,6 +30,8 @@ type TimeoutError struct {
 	Stalled string
 }
 
+// Error names the rank, the plugin call and the deadline, and what to look
+// at.
 func (e *TimeoutError) Error() string {
 	call := e.Call
 	if e.After != "" {
@@ -45,6 +47,7 @@ func (e *TimeoutError) Error() string {
 		e.Rank, e.Plugin, call, e.Timeout, hostnet.EnvTimeout, hostnet.EnvTimeout)
 }
 
+// Unwrap makes errors.Is see ErrTimeout and sdk.ErrSystemError.
 func (e *TimeoutError) Unwrap() []error { return []error{ErrTimeout, sdk.ErrSystemError} }
 
 // Watchdog bounds the plugin calls of one rank's communicator by its
@@ -62,7 +65,7 @@ func (e *TimeoutError) Unwrap() []error { return []error{ErrTimeout, sdk.ErrSyst
 // A call that does not return even after the abort cannot be taken back:
 // purego runs C on the calling goroutine's own OS thread, Go cannot unwind
 // a C stack, and ending that thread would end the process. The goroutine
-// and its thread are abandoned. This is why HeteroComm.Guard runs work on a
+// and its thread are abandoned. This is why Comm.Guard runs work on a
 // goroutine of its own: its caller still gets the error.
 type Watchdog struct {
 	rank    int

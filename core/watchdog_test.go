@@ -35,20 +35,20 @@ func examplePlugin(t *testing.T, flags ...string) *loader.Plugin {
 
 // startDevices brings up n ranks as goroutines, rank r on device r of p,
 // with the deadline timeout (core.WithTimeout's, as FLAGCX_TIMEOUT).
-func startDevices(t *testing.T, p *loader.Plugin, n int, timeout time.Duration) []*core.HeteroComm {
+func startDevices(t *testing.T, p *loader.Plugin, n int, timeout time.Duration) []*core.Comm {
 	t.Helper()
 	cfg := loopback(timeout)
 	id, err := core.GetUniqueID(core.WithIDNetConfig(cfg))
 	require.NoError(t, err)
-	comms := make([]*core.HeteroComm, n)
+	comms := make([]*core.Comm, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for r := range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			comms[r], errs[r] = core.InitHeteroRank(id, n, r, core.DeviceBackend(p, r), core.WithEnv(noEnv),
-				core.WithCommOptions(core.WithNetConfig(cfg), core.WithTimeout(timeout)))
+			comms[r], errs[r] = core.InitRank(id, n, r, core.WithBackend(core.DeviceBackend(p, r)), core.WithEnv(noEnv),
+				core.WithNetConfig(cfg), core.WithTimeout(timeout))
 		}()
 	}
 	wg.Wait()

@@ -24,7 +24,7 @@ func TestDirectPathAllocatesNothing(t *testing.T) {
 		Log: func(string, loader.LogLevel, string) {}}))
 	id, err := core.GetUniqueID()
 	require.NoError(t, err)
-	comm, err := core.InitHeteroRank(id, 1, 0, core.DeviceBackend(p, 0))
+	comm, err := core.InitRank(id, 1, 0, core.WithBackend(core.DeviceBackend(p, 0)))
 	require.NoError(t, err)
 	defer comm.Destroy()
 	send, err := p.DeviceMalloc(0, 1024)

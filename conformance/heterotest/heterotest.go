@@ -65,7 +65,7 @@ func (d DeviceMem) Read(b core.Buffer, off int, dst []byte) error {
 func (d DeviceMem) Free(b core.Buffer) error { return d.P.DeviceFree(b.Ptr()) }
 
 // MemFor is the memory of comm's rank: its plugin's device, or the host.
-func MemFor(comm *core.HeteroComm) Mem {
+func MemFor(comm *core.Comm) Mem {
 	if be := comm.Backend(); be.OnDevice() {
 		return DeviceMem{P: be.Plugin, Dev: be.Device}
 	}
@@ -93,7 +93,7 @@ func offsets(coll sdk.Collective, rank, count int) (send, recv int) {
 // Run runs case c on this rank (out of place, or in place) and returns how
 // many elements of its receive buffer differ from the reference. Every
 // rank of comm must call it with the same case.
-func Run(comm *core.HeteroComm, m Mem, c reference.Case, inPlace bool, s loader.Stream) (wrong int, err error) {
+func Run(comm *core.Comm, m Mem, c reference.Case, inPlace bool, s loader.Stream) (wrong int, err error) {
 	rank, ts := comm.Rank(), c.Type.Size()
 	sendN, recvN := c.SendCount()*ts, c.RecvCount()*ts
 	input := make([]byte, sendN)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/flagcx/flagcx-go/conformance/reference"
 	"github.com/flagcx/flagcx-go/core"
+	"github.com/flagcx/flagcx-go/internal/coreview"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
@@ -115,14 +116,15 @@ func work(job *workerJob, out *workerOut) error {
 		return err
 	}
 	n := len(job.Placement)
-	comm, err := core.InitHeteroRank(id, n, job.Rank, be)
+	comm, err := core.InitRank(id, n, job.Rank, core.WithBackend(be))
 	if err != nil {
 		return err
 	}
 	defer comm.Destroy()
-	out.Layout = comm.Layout().String()
+	view := coreview.Of(comm)
+	out.Layout = view.Layout.String()
 	out.Homogeneous = comm.IsHomogeneous()
-	out.Clusters = len(comm.Clusters())
+	out.Clusters = len(view.Layout.Clusters)
 	m := MemFor(comm)
 	switch job.Scenario {
 	case "die":
@@ -142,7 +144,7 @@ func work(job *workerJob, out *workerOut) error {
 	for _, c := range Matrix(n, job.Counts, types, 11) {
 		if !seen[c.Coll] && c.Coll != sdk.SendRecv {
 			seen[c.Coll] = true
-			p, err := comm.PlanFor(job.Rank, sched.Call{Coll: c.Coll, Count: c.Count, DType: sdk.Float32, Op: sdk.Sum,
+			p, err := view.Plan(job.Rank, sched.Call{Coll: c.Coll, Count: c.Count, DType: sdk.Float32, Op: sdk.Sum,
 				SendCounts: make([]int, n), SDispls: make([]int, n), RecvCounts: make([]int, n), RDispls: make([]int, n)})
 			if err != nil {
 				return err
@@ -175,7 +177,7 @@ func work(job *workerJob, out *workerOut) error {
 // AllReduce (Inside), or before joining it, which leaves the others
 // waiting on it mid-collective whatever the timing. The others must
 // return an error.
-func die(job *workerJob, comm *core.HeteroComm, m Mem, out *workerOut) error {
+func die(job *workerJob, comm *core.Comm, m Mem, out *workerOut) error {
 	first := reference.Case{Coll: sdk.AllReduce, Type: sdk.Float32, Op: sdk.Sum, NRanks: comm.Count(), Count: 1000, Seed: 1}
 	if _, err := Run(comm, m, first, false, 0); err != nil {
 		return err

@@ -3,7 +3,7 @@ package bench
 import (
 	"time"
 
-	"github.com/flagcx/flagcx-go/core"
+	"github.com/flagcx/flagcx-go/internal/coreview"
 	"github.com/flagcx/flagcx-go/internal/env"
 	"github.com/flagcx/flagcx-go/internal/flog"
 	"github.com/flagcx/flagcx-go/sdk"
@@ -39,17 +39,17 @@ type hostBackend struct {
 	noReg bool
 }
 
-func newHostBackend(c Comm) *hostBackend { return &hostBackend{comm: c, calls: core.OnHost{C: c}} }
+func newHostBackend(c Comm) *hostBackend { return &hostBackend{comm: c, calls: coreview.OnHost{C: c}} }
 
 // memAllocator is a communicator that allocates registered host memory
-// (core.Comm's MemAlloc).
+// (core.Comm's MemAlloc, on its host communicator).
 type memAllocator interface {
 	CanMemAlloc() bool
 	MemAlloc(n int) ([]byte, error)
 	MemFree(b []byte) error
 }
 
-var _ memAllocator = (*core.Comm)(nil)
+var _ memAllocator = coreview.HostComm(nil)
 
 // Alloc takes registered memory from the communicator when it offers it
 // and FLAGCX_SHM_REGISTER is not 0 (every rank allocates the same buffers

@@ -59,7 +59,7 @@ type Config struct {
 	PluginDir string
 	Emulated  bool
 	PrintPlan bool
-	// Hetero runs the ranks on heterogeneous communicators (core.HeteroComm):
+	// Hetero runs the ranks on heterogeneous communicators (core.Comm):
 	// set by Run for placements, plugins, and the cluster variables.
 	Hetero bool
 }

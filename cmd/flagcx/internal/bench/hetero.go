@@ -8,22 +8,23 @@ import (
 
 	"github.com/flagcx/flagcx-go/conformance/reference"
 	"github.com/flagcx/flagcx-go/core"
+	"github.com/flagcx/flagcx-go/internal/coreview"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
 
-// heteroBackend runs the benchmark through a core.HeteroComm: any
+// heteroBackend runs the benchmark through a core.Comm's own calls: any
 // placement of ranks on the host and on plugins' devices. Host ranks use
 // host buffers, device ranks device buffers; each rank times itself with
 // its device's events where it has them, else with the host clock, and the
 // run reports the slowest rank.
 type heteroBackend struct {
-	comm *core.HeteroComm
+	comm *core.Comm
 	d    *deviceBackend // nil on a host rank
 }
 
-func newHeteroBackend(comm *core.HeteroComm) (*heteroBackend, error) {
+func newHeteroBackend(comm *core.Comm) (*heteroBackend, error) {
 	h := &heteroBackend{comm: comm}
 	if be := comm.Backend(); be.OnDevice() {
 		d, err := newDeviceBackend(be.Plugin, be.Device, comm.Watchdog())
@@ -86,12 +87,13 @@ func (h *heteroBackend) startTimer() (func() (time.Duration, error), error) {
 // describe names the communicator's clusters, this rank's plugin and how
 // ranks are timed.
 func (h *heteroBackend) describe() []string {
-	l := h.comm.Layout()
+	cv := coreview.Of(h.comm)
+	l := cv.Layout
 	kind := "heterogeneous"
 	if l.IsHomogeneous() {
 		kind = "homogeneous"
 	}
-	opts := h.comm.Options()
+	opts := cv.Options
 	how := "schedules: host collectives directly"
 	switch {
 	case l.IsHomogeneous() && l.Clusters[0].OnDevice() && !opts.HostPath:
@@ -161,7 +163,7 @@ func (h *heteroBackend) printPlans(w io.Writer, o *opSpec, dt sdk.DataType, op s
 		c.Root = root
 	}
 	for r := 0; r < n; r++ {
-		p, err := h.comm.PlanFor(r, sched.CallOf(c.Call(r)))
+		p, err := coreview.Of(h.comm).Plan(r, sched.CallOf(c.Call(r)))
 		if err != nil {
 			return err
 		}

@@ -1,7 +1,7 @@
 package bench
 
 import (
-	"github.com/flagcx/flagcx-go/core"
+	"github.com/flagcx/flagcx-go/internal/coreview"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -32,15 +32,15 @@ func (l inPlaceLayout) offsets(rank, count int) (send, recv int) {
 }
 
 // Comm is what the benchmark needs of a communicator over host buffers;
-// *core.Comm is one.
+// a core.Comm's host communicator (coreview.View.Host) is one.
 type Comm interface {
-	core.HostCalls
+	coreview.HostCalls
 	Rank() int
 	Count() int
 	Barrier() error
 }
 
-var _ Comm = (*core.Comm)(nil)
+var _ Comm = coreview.HostComm(nil)
 
 // region is a byte range of a benchmark buffer.
 type region struct {

@@ -22,7 +22,7 @@ func preflight(cfg *Config, lookup func(string) (string, bool)) error {
 		return err
 	}
 	if cfg.hetero(lookup) {
-		if err := core.CheckHeteroEnv(lookup); err != nil {
+		if err := core.CheckEnv(lookup); err != nil {
 			return err
 		}
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/flagcx/flagcx-go/conformance/reference"
 	"github.com/flagcx/flagcx-go/core"
+	"github.com/flagcx/flagcx-go/internal/coreview"
 	"github.com/flagcx/flagcx-go/internal/env"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/internal/launch"
@@ -234,7 +235,7 @@ func checkSplitList(lookup func(string) (string, bool), placement Placement, np 
 // communicator is what Run tears down at the end: the host communicator,
 // or a device communicator together with its host one. guard, when set,
 // runs the benchmark so that a plugin call stuck for good strands only the
-// benchmark's goroutine (core.HeteroComm.Guard).
+// benchmark's goroutine (core.Comm.Guard).
 type communicator struct {
 	Comm
 	destroy, abort func() error
@@ -260,14 +261,17 @@ func joinBackend(cfg *Config, job launch.Job, launched bool, id core.UniqueID, n
 		dev = job.LocalRank
 	}
 	if name == HostBackendName && !cfg.Hetero {
+		// The host placement with no cluster settings: the benchmark
+		// drives the host engine itself, as the communicator does.
 		c, err := core.InitRank(id, nranks, rank)
 		if err != nil {
 			return communicator{}, nil, err
 		}
-		return communicator{c, c.Destroy, c.Abort, nil}, newHostBackend(c), nil
+		h := coreview.Of(c).Host
+		return communicator{h, c.Destroy, c.Abort, nil}, newHostBackend(h), nil
 	}
-	// Everything else runs on a heterogeneous communicator, which also
-	// covers one backend (it then calls the vendor library directly).
+	// Everything else runs through the communicator's own calls, which
+	// also cover one backend (they then call the vendor library directly).
 	be := core.HostBackend()
 	if name != HostBackendName {
 		// A vendor runtime keeps per-thread state (the current device and
@@ -275,7 +279,7 @@ func joinBackend(cfg *Config, job launch.Job, launched bool, id core.UniqueID, n
 		// to set it up (about 1.5 ms seen on H200s), and Go moves goroutines
 		// between threads. Pinning the rank to one thread for its life keeps
 		// that out of the timings. The pin ends with the rank's process; the
-		// benchmark itself runs on a goroutine that core.HeteroComm.Guard
+		// benchmark itself runs on a goroutine that core.Comm.Guard
 		// pins in the same way.
 		runtime.LockOSThread()
 		p, err := openPlugin(name, cfg.PluginDir, cfg.Emulated)
@@ -289,7 +293,7 @@ func joinBackend(cfg *Config, job launch.Job, launched bool, id core.UniqueID, n
 		}
 		be = core.DeviceBackend(p, dev)
 	}
-	hc, err := core.InitHeteroRank(id, nranks, rank, be)
+	hc, err := core.InitRank(id, nranks, rank, core.WithBackend(be))
 	if err != nil {
 		return communicator{}, nil, err
 	}
@@ -298,7 +302,7 @@ func joinBackend(cfg *Config, job launch.Job, launched bool, id core.UniqueID, n
 		_ = hc.Abort()
 		return communicator{}, nil, err
 	}
-	return communicator{hc.Host(), hc.Destroy, hc.Abort, hc.Guard}, hb, nil
+	return communicator{coreview.Of(hc).Host, hc.Destroy, hc.Abort, hc.Guard}, hb, nil
 }
 
 // printPlans writes, on rank 0 with --print-plan, every rank's plan of

@@ -1,0 +1,210 @@
+package core
+
+import (
+	"fmt"
+
+	"github.com/flagcx/flagcx-go/internal/sched"
+	"github.com/flagcx/flagcx-go/sdk"
+	"github.com/flagcx/flagcx-go/sdk/loader"
+)
+
+// Stream is a device stream of the rank's plugin (loader.Stream); 0 on a
+// host rank.
+type Stream = loader.Stream
+
+// AllReduce reduces count elements of send over all ranks with op and
+// leaves the result in every rank's recv.
+func (c *Comm) AllReduce(send, recv Buffer, count int, dt sdk.DataType, op sdk.RedOp, s Stream) error {
+	if h := c.onHost(send, recv); h != nil {
+		return h.AllReduce(send.host, recv.host, count, dt, op)
+	}
+	return c.do("AllReduce", sched.Call{Coll: sdk.AllReduce, Count: count, DType: dt, Op: op}, send, recv, nil, s)
+}
+
+// Reduce reduces count elements of send over all ranks with op into
+// root's recv (recv is unused on the other ranks).
+func (c *Comm) Reduce(send, recv Buffer, count int, dt sdk.DataType, op sdk.RedOp, root int, s Stream) error {
+	if h := c.onHost(send, recv); h != nil {
+		return h.Reduce(send.host, recv.host, count, dt, op, root)
+	}
+	return c.do("Reduce", sched.Call{Coll: sdk.Reduce, Count: count, DType: dt, Op: op, Root: root}, send, recv, nil, s)
+}
+
+// Broadcast copies count elements of root's send into every rank's recv
+// (send is unused on the other ranks).
+func (c *Comm) Broadcast(send, recv Buffer, count int, dt sdk.DataType, root int, s Stream) error {
+	if h := c.onHost(send, recv); h != nil {
+		return h.Broadcast(send.host, recv.host, count, dt, root)
+	}
+	return c.do("Broadcast", sched.Call{Coll: sdk.Broadcast, Count: count, DType: dt, Root: root}, send, recv, nil, s)
+}
+
+// AllGather gathers sendcount elements from every rank into every rank's
+// recv, which holds Count() blocks of sendcount elements in rank order.
+func (c *Comm) AllGather(send, recv Buffer, sendcount int, dt sdk.DataType, s Stream) error {
+	if h := c.onHost(send, recv); h != nil {
+		return h.AllGather(send.host, recv.host, sendcount, dt)
+	}
+	return c.do("AllGather", sched.Call{Coll: sdk.AllGather, Count: sendcount, DType: dt}, send, recv, nil, s)
+}
+
+// ReduceScatter reduces send, Count() blocks of recvcount elements, over
+// all ranks with op, and leaves block r of the result in rank r's recv.
+func (c *Comm) ReduceScatter(send, recv Buffer, recvcount int, dt sdk.DataType, op sdk.RedOp, s Stream) error {
+	if h := c.onHost(send, recv); h != nil {
+		return h.ReduceScatter(send.host, recv.host, recvcount, dt, op)
+	}
+	return c.do("ReduceScatter", sched.Call{Coll: sdk.ReduceScatter, Count: recvcount, DType: dt, Op: op}, send, recv, nil, s)
+}
+
+// AlltoAll sends block p of send (count elements) to rank p, which puts it
+// in block r of its recv, r being this rank: send and recv hold Count()
+// blocks.
+func (c *Comm) AlltoAll(send, recv Buffer, count int, dt sdk.DataType, s Stream) error {
+	if h := c.onHost(send, recv); h != nil {
+		return h.AlltoAll(send.host, recv.host, count, dt)
+	}
+	return c.do("AlltoAll", sched.Call{Coll: sdk.AlltoAll, Count: count, DType: dt}, send, recv, nil, s)
+}
+
+// AlltoAllv is AlltoAll with a count and a displacement per rank, all in
+// elements: sendcounts[p] elements at sdispls[p] of send go to rank p,
+// recvcounts[p] elements from rank p land at rdispls[p] of recv. Each
+// slice has Count() entries, and rank p's sendcounts[r] must equal rank
+// r's recvcounts[p].
+func (c *Comm) AlltoAllv(send Buffer, sendcounts, sdispls []int, recv Buffer, recvcounts, rdispls []int, dt sdk.DataType, s Stream) error {
+	if h := c.onHost(send, recv); h != nil {
+		return h.AlltoAllv(send.host, sendcounts, sdispls, recv.host, recvcounts, rdispls, dt)
+	}
+	call := sched.Call{Coll: sdk.AlltoAllv, DType: dt, SendCounts: sendcounts, SDispls: sdispls, RecvCounts: recvcounts, RDispls: rdispls}
+	return c.do("AlltoAllv", call, send, recv, nil, s)
+}
+
+// Gather collects count elements of every rank's send into root's recv,
+// Count() blocks in rank order (recv is unused on the other ranks).
+func (c *Comm) Gather(send, recv Buffer, count int, dt sdk.DataType, root int, s Stream) error {
+	if h := c.onHost(send, recv); h != nil {
+		return h.Gather(send.host, recv.host, count, dt, root)
+	}
+	return c.do("Gather", sched.Call{Coll: sdk.Gather, Count: count, DType: dt, Root: root}, send, recv, nil, s)
+}
+
+// Scatter sends block r of root's send (Count() blocks of count elements)
+// to rank r's recv (send is unused on the other ranks).
+func (c *Comm) Scatter(send, recv Buffer, count int, dt sdk.DataType, root int, s Stream) error {
+	if h := c.onHost(send, recv); h != nil {
+		return h.Scatter(send.host, recv.host, count, dt, root)
+	}
+	return c.do("Scatter", sched.Call{Coll: sdk.Scatter, Count: count, DType: dt, Root: root}, send, recv, nil, s)
+}
+
+// Barrier returns once every rank has entered it (a host barrier, which
+// does not wait for work enqueued on streams). It is collective.
+func (c *Comm) Barrier() error {
+	if h := c.onHost(Buffer{}, Buffer{}); h != nil {
+		return h.Barrier()
+	}
+	return c.do("Barrier", sched.Call{Coll: sdk.Barrier}, Buffer{}, Buffer{}, nil, 0)
+}
+
+// Send sends count elements of buf to rank peer, whose matching Recv
+// names this rank with the same count and type. Outside a group it
+// returns when the peer has the data; inside one it is deferred until
+// GroupEnd, and buf must stay untouched until then.
+func (c *Comm) Send(buf Buffer, count int, dt sdk.DataType, peer int, s Stream) error {
+	if c.host != nil {
+		return c.hostP2P("Send", buf, count, dt, peer, false)
+	}
+	return c.p2p("Send", buf, count, dt, peer, false, s)
+}
+
+// Recv receives count elements from rank peer into buf, matching the
+// peer's Send; deferred inside a group like Send.
+func (c *Comm) Recv(buf Buffer, count int, dt sdk.DataType, peer int, s Stream) error {
+	if c.host != nil {
+		return c.hostP2P("Recv", buf, count, dt, peer, true)
+	}
+	return c.p2p("Recv", buf, count, dt, peer, true, s)
+}
+
+// GroupStart defers Send and Recv until the matching GroupEnd, which runs
+// them together, so that any pattern of sends and receives (a ring, an
+// exchange with every peer) completes without deadlock. Groups nest; the
+// outermost GroupEnd runs them. Only Send and Recv may be grouped. It is
+// local to this rank.
+func (c *Comm) GroupStart() {
+	c.group++
+	if c.host != nil {
+		c.host.GroupStart()
+	}
+}
+
+// GroupEnd closes the group GroupStart opened and, at the outermost one,
+// runs its sends and receives; the stream is the last one they named. A
+// group in which an operation was invalid is not run at all
+// (sdk.ErrInvalidUsage, naming that operation's error).
+func (c *Comm) GroupEnd() error {
+	if c.group == 0 {
+		return fmt.Errorf("%w: GroupEnd without GroupStart on rank %d", sdk.ErrInvalidUsage, c.rank)
+	}
+	if c.host != nil {
+		c.group--
+		return c.host.GroupEnd()
+	}
+	return c.groupEnd()
+}
+
+// groupEnd is GroupEnd on the general path.
+func (c *Comm) groupEnd() error {
+	c.group--
+	if c.group > 0 {
+		return nil
+	}
+	ops, gerr, s := c.groupOps, c.groupErr, c.groupStrm
+	c.groupOps, c.groupErr, c.groupStrm = nil, nil, 0
+	if gerr != nil {
+		return fmt.Errorf("%w: the group was not run because an operation in it was invalid: %w", sdk.ErrInvalidUsage, gerr)
+	}
+	return c.runGroup("GroupEnd", ops, s)
+}
+
+// onHost is the host engine's communicator for a call on send and recv
+// that can go to it straight: on the host placement, outside a group, on
+// host memory, on a communicator still open. Otherwise nil, and the call
+// takes the general path, which also says what is wrong with it.
+func (c *Comm) onHost(send, recv Buffer) *hostComm {
+	if h := c.host; h != nil && c.group == 0 && !send.dev && !recv.dev && !c.down.Load() {
+		return h
+	}
+	return nil
+}
+
+// hostP2P is Send or Recv on the host placement, where groups are the host
+// communicator's: arguments it cannot check (device memory, a closed
+// communicator) are checked here, with the general path's errors.
+func (c *Comm) hostP2P(name string, buf Buffer, count int, dt sdk.DataType, peer int, recv bool) error {
+	h := c.host
+	if buf.dev || c.down.Load() {
+		err := c.usable(name)
+		if err == nil {
+			var n int
+			if n, err = elemBytes(count, dt); err == nil {
+				err = c.checkBuf(name, "buffer", buf, n)
+			}
+			if err != nil {
+				err = fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
+			}
+		}
+		if err != nil {
+			if h.group > 0 && h.groupErr == nil {
+				h.groupErr = err
+			}
+			return err
+		}
+		buf = Buffer{} // no element: nothing of buf is used
+	}
+	if recv {
+		return h.Recv(buf.host, count, dt, peer)
+	}
+	return h.Send(buf.host, count, dt, peer)
+}
