@@ -297,3 +297,60 @@ func TestGroupedSendRecvRingDoesNotDeadlock(t *testing.T) {
 		}
 	}
 }
+
+// TestHostPlacementGoesToTheEngine: a communicator of host ranks in one
+// cluster sends its calls to the host engine straight (its plan would be
+// that one call); clusters, the host path and printed plans take the
+// schedules.
+func TestHostPlacementGoesToTheEngine(t *testing.T) {
+	cfg := testNet(10 * time.Second)
+	for _, tc := range []struct {
+		name   string
+		opts   []Option
+		engine bool
+	}{
+		{"host placement", nil, true},
+		{"two host clusters", []Option{WithSplitList([]int{1, 1})}, false},
+		{"host path", []Option{WithHostPath(true)}, false},
+		{"plans printed", []Option{WithEnv(func(k string) (string, bool) {
+			v, ok := map[string]string{EnvDebug: "INFO", EnvDebugSubsys: "COLL"}[k]
+			return v, ok
+		})}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			id, err := GetUniqueID(WithIDNetConfig(cfg))
+			require.NoError(t, err)
+			comms := make([]*Comm, 2)
+			errs := onAllRanks(2, func(r int) (err error) {
+				comms[r], err = InitRank(id, 2, r, append([]Option{WithNetConfig(cfg)}, tc.opts...)...)
+				return err
+			})
+			for r, err := range errs {
+				require.NoError(t, err, "rank %d", r)
+			}
+			for _, c := range comms {
+				require.Equal(t, tc.engine, c.host != nil)
+				if tc.engine {
+					require.Same(t, c.world, c.host)
+				}
+			}
+			onAll(comms, func(c *Comm) error { return c.Destroy() })
+		})
+	}
+}
+
+// onAllRanks runs f for ranks 0..n-1 concurrently and returns each
+// rank's error.
+func onAllRanks(n int, f func(r int) error) []error {
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := 0; r < n; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			errs[r] = f(r)
+		}(r)
+	}
+	wg.Wait()
+	return errs
+}

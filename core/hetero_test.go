@@ -197,7 +197,21 @@ func TestHeteroGroups(t *testing.T) {
 // TestHeteroMisuse: bad calls fail on the calling rank with a reason and
 // never panic.
 func TestHeteroMisuse(t *testing.T) {
-	comms := startHetero(t, 2, core.WithSplitList([]int{1, 1}))
+	for _, tc := range []struct {
+		name  string
+		split []int
+	}{
+		{"two clusters", []int{1, 1}},
+		{"host placement", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) { checkMisuse(t, startHetero(t, 2, core.WithSplitList(tc.split)), tc.split == nil) })
+	}
+}
+
+// checkMisuse is TestHeteroMisuse on one communicator of 2 host ranks;
+// onEngine: the host placement, whose calls the host engine checks in its
+// own words.
+func checkMisuse(t *testing.T, comms []*core.Comm, onEngine bool) {
 	c := comms[0]
 	buf := core.HostBuffer(make([]byte, 16))
 	cases := []struct {
@@ -225,6 +239,11 @@ func TestHeteroMisuse(t *testing.T) {
 		}, "only Send and Recv can be grouped"},
 		{"bad slice", func() error { _, err := buf.Slice(8, 9); return err }, "keep it inside the buffer"},
 	}
+	// The host engine's wording, where it differs.
+	engineWording := map[string]string{
+		"short buffer":           "holds 16 bytes but 5 elements of float32 need 20",
+		"short alltoallv arrays": "there are 2 ranks: pass one count and one displacement per rank",
+	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.call()
@@ -234,7 +253,11 @@ func TestHeteroMisuse(t *testing.T) {
 				is = sdk.ErrInvalidUsage
 			}
 			require.ErrorIs(t, err, is, err.Error())
-			require.Contains(t, err.Error(), tc.want)
+			want := tc.want
+			if w, ok := engineWording[tc.name]; ok && onEngine {
+				want = w
+			}
+			require.Contains(t, err.Error(), want)
 		})
 	}
 	// A group with a bad operation is refused as a whole.
@@ -329,5 +352,26 @@ func TestHeteroShmPlane(t *testing.T) {
 			}
 			checkAll(t, comms, cases)
 		})
+	}
+}
+
+// TestHostPlacementClosed: on the host placement, whose calls go to the
+// host engine straight, a destroyed or aborted communicator refuses every
+// call as misuse, as on any other placement.
+func TestHostPlacementClosed(t *testing.T) {
+	comms := startHetero(t, 2)
+	buf := core.HostBuffer(make([]byte, 16))
+	require.NoError(t, comms[0].Abort())
+	require.NoError(t, comms[1].Destroy())
+	for r, c := range comms {
+		for name, call := range map[string]func() error{
+			"AllReduce": func() error { return c.AllReduce(buf, buf, 4, sdk.Float32, sdk.Sum, 0) },
+			"Send":      func() error { return c.Send(buf, 4, sdk.Float32, 1-r, 0) },
+			"Barrier":   c.Barrier,
+		} {
+			err := call()
+			require.ErrorIs(t, err, sdk.ErrInvalidUsage, "rank %d, %s: %v", r, name, err)
+			require.ErrorContains(t, err, "destroyed or aborted", "rank %d, %s", r, name)
+		}
 	}
 }

@@ -144,8 +144,8 @@ type Call struct {
 }
 
 // Collectives is what Dispatch needs of a communicator: one method per
-// collective, with the signatures the communicators have (core's
-// HeteroComm, the plugins' loader.Comm), over buffers B and streams S.
+// collective, with the signatures the communicators have (core.Comm,
+// the plugins' loader.Comm), over buffers B and streams S.
 // SendRecv is a Send and a Recv in one group, which the communicator must
 // also offer as a Grouper.
 type Collectives[B, S any] interface {
