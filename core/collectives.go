@@ -15,56 +15,56 @@ type Stream = loader.Stream
 // AllReduce reduces count elements of send over all ranks with op and
 // leaves the result in every rank's recv.
 func (c *Comm) AllReduce(send, recv Buffer, count int, dt sdk.DataType, op sdk.RedOp, s Stream) error {
-	if h := c.onHost(send, recv); h != nil {
-		return h.AllReduce(send.host, recv.host, count, dt, op)
+	if h := c.onHost(send.dev || recv.dev); h != nil {
+		return h.opError("AllReduce", h.engine.AllReduce(send.host, recv.host, count, dt, op))
 	}
-	return c.do("AllReduce", sched.Call{Coll: sdk.AllReduce, Count: count, DType: dt, Op: op}, send, recv, nil, s)
+	return c.collective(sdk.AllReduce, send, recv, count, dt, op, 0, s)
 }
 
 // Reduce reduces count elements of send over all ranks with op into
 // root's recv (recv is unused on the other ranks).
 func (c *Comm) Reduce(send, recv Buffer, count int, dt sdk.DataType, op sdk.RedOp, root int, s Stream) error {
-	if h := c.onHost(send, recv); h != nil {
-		return h.Reduce(send.host, recv.host, count, dt, op, root)
+	if h := c.onHost(send.dev || recv.dev); h != nil {
+		return h.opError("Reduce", h.engine.Reduce(send.host, recv.host, count, dt, op, root))
 	}
-	return c.do("Reduce", sched.Call{Coll: sdk.Reduce, Count: count, DType: dt, Op: op, Root: root}, send, recv, nil, s)
+	return c.collective(sdk.Reduce, send, recv, count, dt, op, root, s)
 }
 
 // Broadcast copies count elements of root's send into every rank's recv
 // (send is unused on the other ranks).
 func (c *Comm) Broadcast(send, recv Buffer, count int, dt sdk.DataType, root int, s Stream) error {
-	if h := c.onHost(send, recv); h != nil {
-		return h.Broadcast(send.host, recv.host, count, dt, root)
+	if h := c.onHost(send.dev || recv.dev); h != nil {
+		return h.opError("Broadcast", h.engine.Broadcast(send.host, recv.host, count, dt, root))
 	}
-	return c.do("Broadcast", sched.Call{Coll: sdk.Broadcast, Count: count, DType: dt, Root: root}, send, recv, nil, s)
+	return c.collective(sdk.Broadcast, send, recv, count, dt, 0, root, s)
 }
 
 // AllGather gathers sendcount elements from every rank into every rank's
 // recv, which holds Count() blocks of sendcount elements in rank order.
 func (c *Comm) AllGather(send, recv Buffer, sendcount int, dt sdk.DataType, s Stream) error {
-	if h := c.onHost(send, recv); h != nil {
-		return h.AllGather(send.host, recv.host, sendcount, dt)
+	if h := c.onHost(send.dev || recv.dev); h != nil {
+		return h.opError("AllGather", h.engine.AllGather(send.host, recv.host, sendcount, dt))
 	}
-	return c.do("AllGather", sched.Call{Coll: sdk.AllGather, Count: sendcount, DType: dt}, send, recv, nil, s)
+	return c.collective(sdk.AllGather, send, recv, sendcount, dt, 0, 0, s)
 }
 
 // ReduceScatter reduces send, Count() blocks of recvcount elements, over
 // all ranks with op, and leaves block r of the result in rank r's recv.
 func (c *Comm) ReduceScatter(send, recv Buffer, recvcount int, dt sdk.DataType, op sdk.RedOp, s Stream) error {
-	if h := c.onHost(send, recv); h != nil {
-		return h.ReduceScatter(send.host, recv.host, recvcount, dt, op)
+	if h := c.onHost(send.dev || recv.dev); h != nil {
+		return h.opError("ReduceScatter", h.engine.ReduceScatter(send.host, recv.host, recvcount, dt, op))
 	}
-	return c.do("ReduceScatter", sched.Call{Coll: sdk.ReduceScatter, Count: recvcount, DType: dt, Op: op}, send, recv, nil, s)
+	return c.collective(sdk.ReduceScatter, send, recv, recvcount, dt, op, 0, s)
 }
 
 // AlltoAll sends block p of send (count elements) to rank p, which puts it
 // in block r of its recv, r being this rank: send and recv hold Count()
 // blocks.
 func (c *Comm) AlltoAll(send, recv Buffer, count int, dt sdk.DataType, s Stream) error {
-	if h := c.onHost(send, recv); h != nil {
-		return h.AlltoAll(send.host, recv.host, count, dt)
+	if h := c.onHost(send.dev || recv.dev); h != nil {
+		return h.opError("AlltoAll", h.engine.AlltoAll(send.host, recv.host, count, dt))
 	}
-	return c.do("AlltoAll", sched.Call{Coll: sdk.AlltoAll, Count: count, DType: dt}, send, recv, nil, s)
+	return c.collective(sdk.AlltoAll, send, recv, count, dt, 0, 0, s)
 }
 
 // AlltoAllv is AlltoAll with a count and a displacement per rank, all in
@@ -73,38 +73,37 @@ func (c *Comm) AlltoAll(send, recv Buffer, count int, dt sdk.DataType, s Stream)
 // slice has Count() entries, and rank p's sendcounts[r] must equal rank
 // r's recvcounts[p].
 func (c *Comm) AlltoAllv(send Buffer, sendcounts, sdispls []int, recv Buffer, recvcounts, rdispls []int, dt sdk.DataType, s Stream) error {
-	if h := c.onHost(send, recv); h != nil {
-		return h.AlltoAllv(send.host, sendcounts, sdispls, recv.host, recvcounts, rdispls, dt)
+	if h := c.onHost(send.dev || recv.dev); h != nil {
+		return h.opError("AlltoAllv", h.engine.AlltoAllv(send.host, sendcounts, sdispls, recv.host, recvcounts, rdispls, dt))
 	}
-	call := sched.Call{Coll: sdk.AlltoAllv, DType: dt, SendCounts: sendcounts, SDispls: sdispls, RecvCounts: recvcounts, RDispls: rdispls}
-	return c.do("AlltoAllv", call, send, recv, nil, s)
+	return c.alltoAllv(send, sendcounts, sdispls, recv, recvcounts, rdispls, dt, s)
 }
 
 // Gather collects count elements of every rank's send into root's recv,
 // Count() blocks in rank order (recv is unused on the other ranks).
 func (c *Comm) Gather(send, recv Buffer, count int, dt sdk.DataType, root int, s Stream) error {
-	if h := c.onHost(send, recv); h != nil {
-		return h.Gather(send.host, recv.host, count, dt, root)
+	if h := c.onHost(send.dev || recv.dev); h != nil {
+		return h.opError("Gather", h.engine.Gather(send.host, recv.host, count, dt, root))
 	}
-	return c.do("Gather", sched.Call{Coll: sdk.Gather, Count: count, DType: dt, Root: root}, send, recv, nil, s)
+	return c.collective(sdk.Gather, send, recv, count, dt, 0, root, s)
 }
 
 // Scatter sends block r of root's send (Count() blocks of count elements)
 // to rank r's recv (send is unused on the other ranks).
 func (c *Comm) Scatter(send, recv Buffer, count int, dt sdk.DataType, root int, s Stream) error {
-	if h := c.onHost(send, recv); h != nil {
-		return h.Scatter(send.host, recv.host, count, dt, root)
+	if h := c.onHost(send.dev || recv.dev); h != nil {
+		return h.opError("Scatter", h.engine.Scatter(send.host, recv.host, count, dt, root))
 	}
-	return c.do("Scatter", sched.Call{Coll: sdk.Scatter, Count: count, DType: dt, Root: root}, send, recv, nil, s)
+	return c.collective(sdk.Scatter, send, recv, count, dt, 0, root, s)
 }
 
 // Barrier returns once every rank has entered it (a host barrier, which
 // does not wait for work enqueued on streams). It is collective.
 func (c *Comm) Barrier() error {
-	if h := c.onHost(Buffer{}, Buffer{}); h != nil {
-		return h.Barrier()
+	if h := c.onHost(false); h != nil {
+		return h.opError("Barrier", h.engine.Barrier())
 	}
-	return c.do("Barrier", sched.Call{Coll: sdk.Barrier}, Buffer{}, Buffer{}, nil, 0)
+	return c.collective(sdk.Barrier, Buffer{}, Buffer{}, 0, 0, 0, 0, 0)
 }
 
 // Send sends count elements of buf to rank peer, whose matching Recv
@@ -154,6 +153,24 @@ func (c *Comm) GroupEnd() error {
 	return c.groupEnd()
 }
 
+// collective is a collective on the general path: it validates the call,
+// builds this rank's plan and runs it (do). It is a function of its own,
+// never inlined, so that the public methods, whose host placement path
+// costs a few nanoseconds, do not carry the frame of a sched.Call.
+//
+//go:noinline
+func (c *Comm) collective(coll sdk.Collective, send, recv Buffer, count int, dt sdk.DataType, op sdk.RedOp, root int, s Stream) error {
+	return c.do(coll.Title(), sched.Call{Coll: coll, Count: count, DType: dt, Op: op, Root: root}, send, recv, nil, s)
+}
+
+// alltoAllv is AlltoAllv on the general path (see collective).
+//
+//go:noinline
+func (c *Comm) alltoAllv(send Buffer, sendcounts, sdispls []int, recv Buffer, recvcounts, rdispls []int, dt sdk.DataType, s Stream) error {
+	call := sched.Call{Coll: sdk.AlltoAllv, DType: dt, SendCounts: sendcounts, SDispls: sdispls, RecvCounts: recvcounts, RDispls: rdispls}
+	return c.do("AlltoAllv", call, send, recv, nil, s)
+}
+
 // groupEnd is GroupEnd on the general path.
 func (c *Comm) groupEnd() error {
 	c.group--
@@ -168,12 +185,15 @@ func (c *Comm) groupEnd() error {
 	return c.runGroup("GroupEnd", ops, s)
 }
 
-// onHost is the host engine's communicator for a call on send and recv
-// that can go to it straight: on the host placement, outside a group, on
-// host memory, on a communicator still open. Otherwise nil, and the call
-// takes the general path, which also says what is wrong with it.
-func (c *Comm) onHost(send, recv Buffer) *hostComm {
-	if h := c.host; h != nil && c.group == 0 && !send.dev && !recv.dev && !c.down.Load() {
+// onHost is the host engine's communicator for a call that can go to it
+// straight (the public methods then call its engine as hostComm's methods
+// do, without that extra call): on the host placement, outside a group, on host memory (dev:
+// a buffer is device memory), on a communicator still open. Otherwise nil,
+// and the call takes the general path, which also says what is wrong with
+// it. It takes a bool, not the buffers: copying them costs more than the
+// rest of the check.
+func (c *Comm) onHost(dev bool) *hostComm {
+	if h := c.host; h != nil && c.group == 0 && !dev && !c.down.Load() {
 		return h
 	}
 	return nil

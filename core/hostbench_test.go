@@ -11,12 +11,12 @@ import (
 )
 
 // BenchmarkHostAllReduce is the latency of a small AllReduce on the host
-// placement, ranks as goroutines of one process (over shared memory): the
-// path host-only users take, which must cost what the host engine costs
-// (docs/architecture.md has the figures before and after the one
-// communicator type).
+// placement, ranks as goroutines of one process (over shared memory; one
+// rank shows the cost of the call itself): the path host-only users take,
+// which must cost what the host engine costs (docs/performance.md has the
+// figures before and after core.Comm became the one communicator type).
 func BenchmarkHostAllReduce(b *testing.B) {
-	for _, n := range []int{2, 4} {
+	for _, n := range []int{1, 2, 4} {
 		for _, size := range []int{8, 1024} {
 			b.Run(fmt.Sprintf("ranks=%d/bytes=%d", n, size), func(b *testing.B) {
 				cfg := loopback(20 * time.Second)
