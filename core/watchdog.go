@@ -9,9 +9,9 @@ import (
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
-// ErrTimeout is the sentinel of a missed deadline (hostnet's):
-// errors.Is(err, core.ErrTimeout) holds for a plugin call that the
-// watchdog gave up on.
+// ErrTimeout is the sentinel of a missed deadline: errors.Is(err,
+// core.ErrTimeout) holds for a peer that made no progress before
+// FLAGCX_TIMEOUT and for a plugin call that the watchdog gave up on.
 var ErrTimeout = hostnet.ErrTimeout
 
 // TimeoutError is a plugin call that did not return within the

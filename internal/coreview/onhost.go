@@ -6,7 +6,9 @@ import "github.com/flagcx/flagcx-go/sdk"
 // and sdk.Grouper over []byte): the host engine's one adapter, so that
 // core's executor and the benchmark issue host collectives without a
 // switch of their own. Its stream is struct{}: there is none to pass.
-type OnHost struct{ C HostCalls }
+type OnHost struct {
+	C HostCalls // the host communicator
+}
 
 var (
 	_ sdk.Collectives[[]byte, struct{}] = OnHost{}

@@ -59,8 +59,9 @@ type Config struct {
 	PluginDir string
 	Emulated  bool
 	PrintPlan bool
-	// Hetero runs the ranks on heterogeneous communicators (core.Comm):
-	// set by Run for placements, plugins, and the cluster variables.
+	// Hetero runs the benchmark through core.Comm's own calls (clusters and
+	// their schedules) rather than on its host engine communicator: set by
+	// Run for placements, plugins, and the cluster variables.
 	Hetero bool
 }
 
