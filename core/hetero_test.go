@@ -375,3 +375,34 @@ func TestHostPlacementClosed(t *testing.T) {
 		}
 	}
 }
+
+// TestSplitOfClusters: a communicator of several clusters splits into
+// communicators that keep each rank's backend and run every collective
+// exactly; the new ones are not split further.
+func TestSplitOfClusters(t *testing.T) {
+	const n = 4
+	comms := startHetero(t, n, core.WithSplitList([]int{1, 3}), core.WithChunk(64))
+	require.False(t, comms[0].IsHomogeneous())
+	subs := make([]*core.Comm, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		wg.Add(1)
+		go func(r int, c *core.Comm) {
+			defer wg.Done()
+			subs[r], errs[r] = c.Split(r%2, -r)
+		}(r, c)
+	}
+	wg.Wait()
+	for r := range comms {
+		require.NoError(t, errs[r], "rank %d", r)
+		require.Equal(t, 2, subs[r].Count())
+		require.Equal(t, 1-r/2, subs[r].Rank(), "keys reverse the order")
+		require.Equal(t, core.HostBackend(), subs[r].Backend())
+		require.True(t, subs[r].IsHomogeneous())
+		t.Cleanup(func() { subs[r].Destroy() })
+	}
+	for color := 0; color < 2; color++ {
+		checkAll(t, []*core.Comm{subs[color+2], subs[color]}, heterotest.Matrix(2, []int{37}, []sdk.DataType{sdk.Float32, sdk.Int64}, 5))
+	}
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flagcx/flagcx-go/conformance/heterotest"
 	"github.com/flagcx/flagcx-go/core"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
@@ -151,5 +152,48 @@ func TestWatchdogQuietOnAHealthyPlugin(t *testing.T) {
 		require.NoError(t, errs[r], "rank %d", r)
 		require.NoError(t, c.Watchdog().Err())
 		require.NoError(t, c.Destroy())
+	}
+}
+
+// TestSplitOfDevices: device ranks split into communicators on the same
+// devices, whose collectives (the vendor library's) are exact.
+func TestSplitOfDevices(t *testing.T) {
+	p := examplePlugin(t)
+	const n = 2
+	comms := startDevices(t, p, n, 20*time.Second)
+	subs := make([]*core.Comm, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			subs[r], errs[r] = c.Split(0, -r)
+		}()
+	}
+	wg.Wait()
+	for r := range comms {
+		require.NoError(t, errs[r], "rank %d", r)
+		require.Equal(t, n-1-r, subs[r].Rank())
+		require.Equal(t, core.DeviceBackend(p, r), subs[r].Backend())
+	}
+	for _, c := range heterotest.Matrix(n, []int{37}, []sdk.DataType{sdk.Float32}, 5) {
+		wrong := make([]int, n)
+		for r, sub := range subs {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				wrong[r], errs[r] = heterotest.Run(sub, heterotest.MemFor(sub), c, false, 0)
+			}()
+		}
+		wg.Wait()
+		for r := range subs {
+			require.NoError(t, errs[r], "%s, rank %d", heterotest.Name(c, false), r)
+			require.Zero(t, wrong[r], "%s: rank %d has wrong elements", heterotest.Name(c, false), r)
+		}
+	}
+	for r := range comms {
+		require.NoError(t, subs[r].Destroy())
+		require.NoError(t, comms[r].Destroy())
 	}
 }
