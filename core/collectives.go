@@ -186,12 +186,12 @@ func (c *Comm) groupEnd() error {
 }
 
 // onHost is the host engine's communicator for a call that can go to it
-// straight (the public methods then call its engine as hostComm's methods
-// do, without that extra call): on the host placement, outside a group, on host memory (dev:
+// straight: on the host placement, outside a group, on host memory (dev:
 // a buffer is device memory), on a communicator still open. Otherwise nil,
 // and the call takes the general path, which also says what is wrong with
-// it. It takes a bool, not the buffers: copying them costs more than the
-// rest of the check.
+// it. The public methods then call its engine as hostComm's methods do,
+// without that extra call. It takes a bool, not the buffers: copying them
+// cost more than the rest of the check.
 func (c *Comm) onHost(dev bool) *hostComm {
 	if h := c.host; h != nil && c.group == 0 && !dev && !c.down.Load() {
 		return h
