@@ -90,8 +90,8 @@ type watchedCall struct {
 	call, after string
 }
 
-// Call is one plugin call in flight, from Watchdog.Begin.
-type Call struct {
+// PluginCall is one plugin call in flight, from Watchdog.Begin.
+type PluginCall struct {
 	w    *Watchdog
 	slot int // -1: refused, the watchdog had fired
 }
@@ -123,14 +123,14 @@ func (w *Watchdog) Timeout() time.Duration {
 //	err := call.End(p.StreamSynchronize(s))
 //
 // A nil Watchdog (a host rank's) marks nothing.
-func (w *Watchdog) Begin(call string) Call {
+func (w *Watchdog) Begin(call string) PluginCall {
 	c, _ := w.enter(call, false)
 	return c
 }
 
 // End ends the call and returns err, or the watchdog's *TimeoutError once
 // it has fired (the call's own error then follows from the abort).
-func (c Call) End(err error) error {
+func (c PluginCall) End(err error) error {
 	w := c.w
 	if w == nil {
 		return err
@@ -175,15 +175,15 @@ func (w *Watchdog) fault() *TimeoutError {
 // enter marks a call. A collective is remembered as what later calls wait
 // for. Once the watchdog has fired it refuses, with its error: the vendor
 // communicator may be freed by then.
-func (w *Watchdog) enter(call string, collective bool) (Call, error) {
+func (w *Watchdog) enter(call string, collective bool) (PluginCall, error) {
 	if w == nil {
-		return Call{}, nil
+		return PluginCall{}, nil
 	}
 	now := time.Since(w.epoch)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.err != nil {
-		return Call{w: w, slot: -1}, w.err
+		return PluginCall{w: w, slot: -1}, w.err
 	}
 	i := 0
 	for i < len(w.calls) && w.calls[i].busy {
@@ -197,7 +197,7 @@ func (w *Watchdog) enter(call string, collective bool) (Call, error) {
 		w.last, after = call, ""
 	}
 	w.calls[i] = watchedCall{busy: true, since: now, call: call, after: after}
-	return Call{w: w, slot: i}, nil
+	return PluginCall{w: w, slot: i}, nil
 }
 
 // do makes one plugin call under the watchdog. fn is only called, never
