@@ -342,7 +342,7 @@ func sortInts(a []int) {
 // plan records the geometry.
 func (b *builder) shm() {
 	b.p.Path = PathShm
-	g, err := NewShmPlan(b.call.Coll, b.call.Count*b.size, b.size, b.n, ShmReducers(b.l), b.o.ShmWindow, b.o.Chunk, b.deviceReduces())
+	g, err := NewShmPlan(b.call.Coll, b.call.Count*b.size, b.size, b.n, ShmReducers(b.l), b.o.ShmWindow, b.o.Chunk, DeviceReduces(b.l, b.o))
 	if err != nil {
 		b.p.Why = err.Error() + "; the staged schedule runs instead"
 		b.p.Path = PathC2C
@@ -362,15 +362,15 @@ func (b *builder) shm() {
 	}
 }
 
-// deviceReduces reports whether an AllReduce on PathShm reduces on the
-// devices: every plugin can (Options.ShmDeviceReduce), no rank is on the
-// host (host ranks reduce their own data where it is), and one fold takes
-// every cluster.
-func (b *builder) deviceReduces() bool {
-	if !b.o.ShmDeviceReduce || len(b.l.Clusters) > MaxDeviceReduceClusters {
+// DeviceReduces reports whether a pipelined AllReduce on PathShm reduces
+// on the devices: every plugin can (Options.ShmDeviceReduce), no rank is
+// on the host (host ranks reduce their own data where it is), and one fold
+// takes every cluster.
+func DeviceReduces(l *Layout, o Options) bool {
+	if !o.ShmDeviceReduce || len(l.Clusters) > MaxDeviceReduceClusters {
 		return false
 	}
-	for _, c := range b.l.Clusters {
+	for _, c := range l.Clusters {
 		if !c.OnDevice() {
 			return false
 		}

@@ -102,6 +102,9 @@ func (h *heteroBackend) describe() []string {
 		how = "schedules: host path (FLAGCX_USE_HOST_COMM=1): copy to host, host collective over all ranks, copy back"
 	case !l.IsHomogeneous() && opts.ShmWindow > 0:
 		how = fmt.Sprintf("schedules: c2c-shm (zero-copy in the host's shared windows, %s each) for allreduce, reduce, broadcast, allgather, reducescatter; direct p2p across clusters for alltoall(v), gather, scatter, sendrecv", sched.Bytes(opts.ShmWindow))
+		if sched.DeviceReduces(l, opts) {
+			how += "; allreduces beyond the one-step size fold on the devices (reduceLocal)"
+		}
 	case !l.IsHomogeneous():
 		how = fmt.Sprintf("schedules: c2c for allreduce, reduce, broadcast, allgather, reducescatter (pipeline chunk %s); direct p2p across clusters for alltoall(v), gather, scatter, sendrecv", sched.Bytes(opts.Chunk))
 	}
