@@ -1060,13 +1060,23 @@ static const char* exGetErrorString(flagcxResult_t r) {
  * streams run their work when it is enqueued, so the fold runs now. Floats
  * follow the header's rules exactly: max/min let a NaN lose and order the
  * zeros; the rest is reduceInto's. */
-#define FLOAT_MAXMIN(T, LOAD, STORE, KEYOR)                                         \
+/* Float max/min by the header's rule on elements of type T whose bits are
+ * B, compared as CT (half and bfloat16 widened to float): a NaN operand
+ * loses; equal operands combine their bits (and for max, or for min), so
+ * max(-0, +0) is +0 and min(-0, +0) is -0. */
+#define FLOAT_MAXMIN(T, B, CT, LOAD)                                               \
   for (i = 0; i < n; i++) {                                                       \
-    T xa = ((T*)a)[i], ya = ((const T*)b)[i];                                     \
-    float x = LOAD(xa), y = LOAD(ya);                                             \
-    if (op == flagcxMax ? (y > x || x != x) : (y < x || x != x)) xa = ya;         \
-    else if (x == y) xa = (T)(op == flagcxMax ? (xa & ya) : (xa | ya)) KEYOR;     \
-    ((T*)a)[i] = xa;                                                              \
+    T xv = ((T*)a)[i], yv = ((const T*)b)[i];                                     \
+    CT x = LOAD(xv), y = LOAD(yv);                                                \
+    B xb, yb;                                                                     \
+    if (op == flagcxMax ? (y > x || x != x) : (y < x || x != x)) xv = yv;         \
+    else if (x == y) {                                                            \
+      memcpy(&xb, &xv, sizeof xb);                                                \
+      memcpy(&yb, &yv, sizeof yb);                                                \
+      xb = op == flagcxMax ? (B)(xb & yb) : (B)(xb | yb);                         \
+      memcpy(&xv, &xb, sizeof xv);                                                \
+    }                                                                             \
+    ((T*)a)[i] = xv;                                                              \
   }
 static void foldInto(void* a, const void* b, size_t n, flagcxDataType_t t, flagcxRedOp_t op) {
   size_t i;
@@ -1075,34 +1085,10 @@ static void foldInto(void* a, const void* b, size_t n, flagcxDataType_t t, flagc
     return;
   }
   switch (t) {
-  case flagcxFloat16: FLOAT_MAXMIN(uint16_t, halfToFloat, , ) break;
-  case flagcxBfloat16: FLOAT_MAXMIN(uint16_t, bf16ToFloat, , ) break;
-  case flagcxFloat32:
-    for (i = 0; i < n; i++) {
-      float x = ((float*)a)[i], y = ((const float*)b)[i];
-      uint32_t xb, yb;
-      if (op == flagcxMax ? (y > x || x != x) : (y < x || x != x)) x = y;
-      else if (x == y) {
-        memcpy(&xb, &x, 4); memcpy(&yb, &y, 4);
-        xb = op == flagcxMax ? xb & yb : xb | yb;
-        memcpy(&x, &xb, 4);
-      }
-      ((float*)a)[i] = x;
-    }
-    break;
-  case flagcxFloat64:
-    for (i = 0; i < n; i++) {
-      double x = ((double*)a)[i], y = ((const double*)b)[i];
-      uint64_t xb, yb;
-      if (op == flagcxMax ? (y > x || x != x) : (y < x || x != x)) x = y;
-      else if (x == y) {
-        memcpy(&xb, &x, 8); memcpy(&yb, &y, 8);
-        xb = op == flagcxMax ? xb & yb : xb | yb;
-        memcpy(&x, &xb, 8);
-      }
-      ((double*)a)[i] = x;
-    }
-    break;
+  case flagcxFloat16: FLOAT_MAXMIN(uint16_t, uint16_t, float, halfToFloat) break;
+  case flagcxBfloat16: FLOAT_MAXMIN(uint16_t, uint16_t, float, bf16ToFloat) break;
+  case flagcxFloat32: FLOAT_MAXMIN(float, uint32_t, float, ID) break;
+  case flagcxFloat64: FLOAT_MAXMIN(double, uint64_t, double, ID) break;
   default: reduceInto(a, b, n, t, op); break;
   }
 }
