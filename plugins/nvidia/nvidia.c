@@ -14,6 +14,7 @@
 #include <ctype.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -705,16 +706,22 @@ static struct {
 static pthread_mutex_t nvReduceLock = PTHREAD_MUTEX_INITIALIZER;
 static char nvReduceUnavailable[512]; /* why not, once it is known */
 
-static flagcxResult_t nvReduceFail(const char* fmt, const char* a, const char* b) {
-  shimPrintf(nvReduceUnavailable, sizeof nvReduceUnavailable, fmt, a, b);
+/* nvReduceFail records why reduceLocal is unavailable (every later call
+ * answers the same) and fails the call with it. */
+static flagcxResult_t nvReduceFail(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+static flagcxResult_t nvReduceFail(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(nvReduceUnavailable, sizeof nvReduceUnavailable, fmt, ap);
+  va_end(ap);
   return shimFail(flagcxNotSupported, "reduceLocal: %s", nvReduceUnavailable);
 }
 
 static flagcxResult_t nvLoadNvrtc(void) {
   if (!f_cudaLibraryLoadData || !f_cudaLibraryGetKernel || !f_cudaLaunchKernel || !f_cudaDeviceGetAttribute)
-    return nvReduceFail("%s%s", "libcudart lacks cudaLibraryLoadData/cudaLaunchKernel (CUDA 12 or newer has them)", "");
+    return nvReduceFail("libcudart lacks cudaLibraryLoadData/cudaLaunchKernel (CUDA 12 or newer has them)");
   if (!shimStatus[LIB_NVRTC].loaded)
-    return nvReduceFail("NVRTC did not load (%s)%s", shimStatus[LIB_NVRTC].error, "");
+    return nvReduceFail("NVRTC did not load (%s)", shimStatus[LIB_NVRTC].error);
   return flagcxSuccess;
 }
 
@@ -730,7 +737,7 @@ static flagcxResult_t nvCompile(int arch, int slot) {
   int t;
   shimPrintf(opt, sizeof opt, "--gpu-architecture=sm_%d", arch);
   if ((r = f_nvrtcCreateProgram(&prog, nvReduceSource, "flagcx_reduce.cu", 0, NULL, NULL)) != 0)
-    return nvReduceFail("nvrtcCreateProgram: %s%s", f_nvrtcGetErrorString(r), "");
+    return nvReduceFail("nvrtcCreateProgram: %s", f_nvrtcGetErrorString(r));
   r = f_nvrtcCompileProgram(prog, 2, opts);
   if (r != 0) {
     if (f_nvrtcGetProgramLogSize(prog, &n) == 0 && n > 1 && (log = malloc(n)) && f_nvrtcGetProgramLog(prog, log) == 0)
@@ -742,12 +749,12 @@ static flagcxResult_t nvCompile(int arch, int slot) {
   if ((r = f_nvrtcGetCUBINSize(prog, &n)) != 0 || !(cubin = malloc(n)) || (r = f_nvrtcGetCUBIN(prog, cubin)) != 0) {
     free(cubin);
     f_nvrtcDestroyProgram(&prog);
-    return nvReduceFail("nvrtcGetCUBIN: %s%s", r ? f_nvrtcGetErrorString(r) : "out of memory", "");
+    return nvReduceFail("nvrtcGetCUBIN: %s", r ? f_nvrtcGetErrorString(r) : "out of memory");
   }
   f_nvrtcDestroyProgram(&prog);
   e = f_cudaLibraryLoadData(&lib, cubin, NULL, NULL, 0, NULL, NULL, 0);
   free(cubin);
-  if (e != cudaSuccess) return nvReduceFail("cudaLibraryLoadData: %s%s", f_cudaGetErrorString(e), "");
+  if (e != cudaSuccess) return nvReduceFail("cudaLibraryLoadData: %s", f_cudaGetErrorString(e));
   for (t = 0; t < flagcxNumTypes; t++) {
     if ((e = f_cudaLibraryGetKernel(&nvReduceLibs[slot].kernels[t], lib, nvReduceKernelNames[t])) != cudaSuccess)
       return nvReduceFail("cudaLibraryGetKernel %s: %s", nvReduceKernelNames[t], f_cudaGetErrorString(e));
