@@ -180,11 +180,13 @@ func noShmReason(self, p Peer) string {
 }
 
 // removeDeadPeers deletes the segments of this host's ranks whose process
-// died before unlinking them: after a failed setup nobody else will.
+// died before unlinking them: after a failed setup nobody else will. A
+// peer still exiting counts as dead: the setup may have failed because its
+// sockets closed, which happens before it is a zombie.
 func (m *Mesh) removeDeadPeers(mc MeshConfig) {
 	self := mc.Peers[mc.Rank]
 	for _, p := range mc.Peers {
-		if p.Rank != mc.Rank && p.Shm != "" && SameHost(self, p) && processGone(p.Pid) != "" {
+		if p.Rank != mc.Rank && p.Shm != "" && SameHost(self, p) && processEnded(p.Pid) {
 			os.Remove(filepath.Join(mc.Shm.dir(), p.Shm))
 		}
 	}

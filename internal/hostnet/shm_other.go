@@ -51,6 +51,7 @@ func (n *ShmNode) FreeMem([]byte) error                    { return errShmOS }
 func (m *Mesh) mapHost(MeshConfig, []int) error            { return errShmOS }
 
 func processGone(int) string        { return "" }
+func processEnded(int) bool         { return false }
 func fsSpace(string) (int64, int64) { return 0, 0 }
 func memInfo() (int64, int64)       { return 0, 0 }
 

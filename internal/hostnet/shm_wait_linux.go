@@ -178,28 +178,11 @@ func ProcessStalled(pid int) string {
 	if processGone(pid) != "" {
 		return gone
 	}
-	if pid <= 0 || pid == os.Getpid() {
+	f := procStat(pid)
+	if f == nil {
 		return ""
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return ""
-	}
-	// After the command's name (which may hold anything): state, ppid,
-	// pgrp, session, tty_nr, tpgid, flags.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return ""
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 7 {
-		return ""
-	}
-	// A killed process closes its sockets on its way out, before it is a
-	// zombie: a peer that saw them close may look while it is still
-	// exiting, which PF_EXITING in its flags tells.
-	const pfExiting = 0x4
-	if flags, err := strconv.ParseUint(f[6], 10, 64); err == nil && flags&pfExiting != 0 {
+	if exitingFlags(f) {
 		return gone
 	}
 	switch f[0] {
@@ -207,6 +190,47 @@ func ProcessStalled(pid int) string {
 		return "is stopped (by a signal such as SIGSTOP, or by a debugger)"
 	}
 	return ""
+}
+
+// processEnded reports whether process pid is dead or on its way out: gone,
+// a zombie, or still exiting (see exitingFlags).
+func processEnded(pid int) bool {
+	if processGone(pid) != "" {
+		return true
+	}
+	f := procStat(pid)
+	return f != nil && exitingFlags(f)
+}
+
+// procStat is the fields of /proc/<pid>/stat after the command's name
+// (which may hold anything): state, ppid, pgrp, session, tty_nr, tpgid,
+// flags, ...; nil for this process, or when they cannot be read.
+func procStat(pid int) []string {
+	if pid <= 0 || pid == os.Getpid() {
+		return nil
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return nil
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return nil
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 7 {
+		return nil
+	}
+	return f
+}
+
+// exitingFlags: a killed process closes its sockets on its way out, before
+// it is a zombie, so a peer that saw them close may look while it is still
+// exiting, which PF_EXITING in its flags tells.
+func exitingFlags(f []string) bool {
+	const pfExiting = 0x4
+	flags, err := strconv.ParseUint(f[6], 10, 64)
+	return err == nil && flags&pfExiting != 0
 }
 
 // peerGoneErr is the error of a wait whose peer process died.
