@@ -1,11 +1,13 @@
-"""torch.distributed Gloo all_reduce timing in the shape of nccl-tests.
+"""torch.distributed all_reduce timing in the shape of nccl-tests.
 
-float32 sum on CPU tensors, sizes MIN..MAX bytes by FACTOR, WARMUP + ITERS per
+float32 sum on CPU tensors (Gloo, the default backend), sizes MIN..MAX bytes by FACTOR, WARMUP + ITERS per
 size; the time is the max over ranks of the average per iteration. Prints one
 line per size: <bytes> <time_us> <busbw_GBps>.
-Usage: python3 gloo_allreduce.py NP MIN MAX FACTOR WARMUP ITERS [cpu|cuda]
+Usage: python3 gloo_allreduce.py NP MIN MAX FACTOR WARMUP ITERS [cpu|cuda [gloo|nccl]]
 With cuda, rank r's tensors live on GPU r (what users of mixed clusters fall
-back to today: Gloo copies them through host memory).
+back to today: Gloo copies them through host memory). nccl runs torch's NCCL
+backend instead (cuda only; tools/bench-compare/nccl-socket.sh sets the NCCL_*
+variables that put it on its socket transport).
 """
 import os
 import sys
@@ -16,7 +18,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
-def rank_main(rank, n, lo, hi, factor, warmup, iters, port, device):
+def rank_main(rank, n, lo, hi, factor, warmup, iters, port, device, backend):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
@@ -24,7 +26,7 @@ def rank_main(rank, n, lo, hi, factor, warmup, iters, port, device):
     if device == "cuda":
         torch.cuda.set_device(dev)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    dist.init_process_group("gloo", rank=rank, world_size=n)
+    dist.init_process_group(backend, rank=rank, world_size=n)
     size = lo
     while size <= hi:
         t = torch.ones(size // 4, dtype=torch.float32, device=dev)
@@ -36,7 +38,7 @@ def rank_main(rank, n, lo, hi, factor, warmup, iters, port, device):
         for _ in range(iters):
             dist.all_reduce(t)
         sync()
-        dt = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64)
+        dt = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64, device=dev if backend == "nccl" else "cpu")
         dist.all_reduce(dt, op=dist.ReduceOp.MAX)
         if rank == 0:
             busbw = size / dt.item() / 1e9 * 2 * (n - 1) / n
@@ -48,5 +50,8 @@ def rank_main(rank, n, lo, hi, factor, warmup, iters, port, device):
 if __name__ == "__main__":
     n, lo, hi, factor, warmup, iters = (int(a) for a in sys.argv[1:7])
     device = sys.argv[7] if len(sys.argv) > 7 else "cpu"
+    backend = sys.argv[8] if len(sys.argv) > 8 else "gloo"
+    if backend == "nccl" and device != "cuda":
+        sys.exit("gloo_allreduce.py: the nccl backend needs cuda tensors (7th argument cuda)")
     port = 29500 + os.getpid() % 1000
-    mp.spawn(rank_main, args=(n, lo, hi, factor, warmup, iters, port, device), nprocs=n)
+    mp.spawn(rank_main, args=(n, lo, hi, factor, warmup, iters, port, device, backend), nprocs=n)
