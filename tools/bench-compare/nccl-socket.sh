@@ -26,7 +26,7 @@ cols=()
 flagcx_table() { awk '$1 ~ /^[0-9]+$/ && $3 == "float32" {print $1, $6, $8}'; }
 echo "# nccl-socket ..." >&2
 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_SOCKET_IFNAME=lo NCCL_NET=Socket \
-  "$PYTHON" tools/bench-compare/gloo_allreduce.py 2 "$MIN" "$MAX" "$FACTOR" "$WARMUP" "$ITERS" cuda nccl > "$out/nccl-socket"
+  "$PYTHON" tools/bench-compare/torch_allreduce.py 2 "$MIN" "$MAX" "$FACTOR" "$WARMUP" "$ITERS" cuda nccl > "$out/nccl-socket"
 cols+=(nccl-socket)
 for spec in $FLAGCX_BINS; do
   label=${spec%%=*} bin=${spec#*=}
@@ -40,7 +40,7 @@ for spec in $FLAGCX_BINS; do
   cols+=("$label-host" "$label-1,1")
 done
 echo "# gloo ..." >&2
-"$PYTHON" tools/bench-compare/gloo_allreduce.py 2 "$MIN" "$MAX" "$FACTOR" "$WARMUP" "$ITERS" > "$out/gloo"
+"$PYTHON" tools/bench-compare/torch_allreduce.py 2 "$MIN" "$MAX" "$FACTOR" "$WARMUP" "$ITERS" > "$out/gloo"
 cols+=(gloo)
 {
   printf "| size |"; for c in "${cols[@]}"; do printf " %s |" "$c"; done

@@ -41,7 +41,7 @@ for spec in $FLAGCX_BINS; do
 done
 if [ -z "${SKIP_GLOO:-}" ]; then
   echo "# gloo ..." >&2
-  "$PYTHON" tools/bench-compare/gloo_allreduce.py "$NP" "$MIN" "$MAX" "$FACTOR" "$WARMUP" "$ITERS" > "$out/gloo"
+  "$PYTHON" tools/bench-compare/torch_allreduce.py "$NP" "$MIN" "$MAX" "$FACTOR" "$WARMUP" "$ITERS" > "$out/gloo"
   cols+=(gloo)
 fi
 if [ -z "${SKIP_MPI:-}" ]; then

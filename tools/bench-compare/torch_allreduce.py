@@ -3,7 +3,7 @@
 float32 sum on CPU tensors (Gloo, the default backend), sizes MIN..MAX bytes by FACTOR, WARMUP + ITERS per
 size; the time is the max over ranks of the average per iteration. Prints one
 line per size: <bytes> <time_us> <busbw_GBps>.
-Usage: python3 gloo_allreduce.py NP MIN MAX FACTOR WARMUP ITERS [cpu|cuda [gloo|nccl]]
+Usage: python3 torch_allreduce.py NP MIN MAX FACTOR WARMUP ITERS [cpu|cuda [gloo|nccl]]
 With cuda, rank r's tensors live on GPU r (what users of mixed clusters fall
 back to today: Gloo copies them through host memory). nccl runs torch's NCCL
 backend instead (cuda only; tools/bench-compare/nccl-socket.sh sets the NCCL_*
@@ -52,6 +52,6 @@ if __name__ == "__main__":
     device = sys.argv[7] if len(sys.argv) > 7 else "cpu"
     backend = sys.argv[8] if len(sys.argv) > 8 else "gloo"
     if backend == "nccl" and device != "cuda":
-        sys.exit("gloo_allreduce.py: the nccl backend needs cuda tensors (7th argument cuda)")
+        sys.exit("torch_allreduce.py: the nccl backend needs cuda tensors (7th argument cuda)")
     port = 29500 + os.getpid() % 1000
     mp.spawn(rank_main, args=(n, lo, hi, factor, warmup, iters, port, device, backend), nprocs=n)
