@@ -43,7 +43,18 @@ type announce struct {
 type rendezvousReply struct {
 	Peers []peerInfo `json:"peers,omitempty"`
 	Error string     `json:"error,omitempty"`
+	// Timeout says that Error names ranks that never joined before the
+	// deadline: a remote failure, not a mistake of the ranks that came.
+	Timeout bool `json:"timeout,omitempty"`
 }
+
+// rendezvousTimeout is a rendezvous that ended with ranks missing: a remote
+// error that errors.Is matches to ErrTimeout, worded by the rendezvous
+// (whose text already says which ranks and which deadline).
+type rendezvousTimeout struct{ msg string }
+
+func (e *rendezvousTimeout) Error() string   { return e.msg }
+func (e *rendezvousTimeout) Unwrap() []error { return []error{sdk.ErrRemoteError, ErrTimeout} }
 
 const maxBootstrapMsg = 16 << 20
 
@@ -92,7 +103,7 @@ func serveRendezvous(l *hostnet.Listener) {
 			if nranks > 0 {
 				why := fmt.Sprintf("ranks %s of %d did not join the rendezvous: %v", missingRanks(arrived, nranks), nranks, err)
 				for _, a := range arrived {
-					reply(a.conn, rendezvousReply{Error: why})
+					reply(a.conn, rendezvousReply{Error: why, Timeout: errors.Is(err, hostnet.ErrTimeout)})
 				}
 			}
 			return
@@ -175,6 +186,9 @@ func joinRendezvous(id UniqueID, cfg hostnet.Config, self announce) ([]peerInfo,
 	var r rendezvousReply
 	if err := json.Unmarshal(msg, &r); err != nil {
 		return nil, fmt.Errorf("%w: malformed rendezvous reply: %w", sdk.ErrInternalError, err)
+	}
+	if r.Error != "" && r.Timeout {
+		return nil, &rendezvousTimeout{fmt.Sprintf("%v: rank %d: rendezvous %s: %s", sdk.ErrRemoteError, self.Rank, id.Addr, r.Error)}
 	}
 	if r.Error != "" {
 		return nil, fmt.Errorf("%w: rendezvous %s: %s", sdk.ErrInvalidUsage, id.Addr, r.Error)
