@@ -58,6 +58,12 @@ func (e *rendezvousTimeout) Unwrap() []error { return []error{sdk.ErrRemoteError
 
 const maxBootstrapMsg = 16 << 20
 
+// firstRankWait bounds the rendezvous's wait for its first rank. Nobody
+// waits on that one yet (GetUniqueID has returned, and the id travels
+// through the user's launcher first), so a slow start under load is no
+// failure; FLAGCX_TIMEOUT bounds each wait after it, which ranks do feel.
+const firstRankWait = 10 * time.Minute
+
 // startRendezvous listens on addr (or on this host's chosen interface) and
 // serves one communicator's rendezvous in the background.
 func startRendezvous(addr string, cfg hostnet.Config, secret hostnet.Secret) (string, error) {
@@ -81,9 +87,9 @@ type arrival struct {
 }
 
 // serveRendezvous collects announcements until every rank has come, then
-// answers them all. Each Accept waits at most the configured deadline, so a
-// rendezvous whose ranks never all come ends with an error sent to those
-// that did, naming the missing ranks.
+// answers them all. Each Accept after the first arrival waits at most the
+// configured deadline, so a rendezvous whose ranks never all come ends with
+// a timeout sent to those that did, naming the missing ranks.
 func serveRendezvous(l *hostnet.Listener) {
 	defer l.Close()
 	var arrived []arrival
@@ -93,12 +99,16 @@ func serveRendezvous(l *hostnet.Listener) {
 		}
 	}()
 	nranks := -1
+	start := time.Now()
 	reject := func(c *hostnet.Conn, format string, args ...any) {
 		reply(c, rendezvousReply{Error: fmt.Sprintf(format, args...)})
 		c.Close()
 	}
 	for nranks < 0 || len(arrived) < nranks {
 		conn, hello, err := l.Accept()
+		if err != nil && nranks < 0 && errors.Is(err, hostnet.ErrTimeout) && time.Since(start) < firstRankWait {
+			continue
+		}
 		if err != nil {
 			if nranks > 0 {
 				why := fmt.Sprintf("ranks %s of %d did not join the rendezvous: %v", missingRanks(arrived, nranks), nranks, err)

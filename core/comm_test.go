@@ -140,6 +140,19 @@ func TestInitRankNamesMissingRanks(t *testing.T) {
 	require.Less(t, time.Since(start), 10*time.Second)
 }
 
+// The rendezvous waits for its first rank past FLAGCX_TIMEOUT: nobody waits
+// on that rank yet, and a process slow to call InitRank after GetUniqueID
+// (a loaded machine, an id passed through a launcher) must still join.
+func TestRendezvousWaitsForItsFirstRank(t *testing.T) {
+	cfg := testNet(200 * time.Millisecond)
+	id, err := GetUniqueID(WithIDNetConfig(cfg))
+	require.NoError(t, err)
+	time.Sleep(3 * cfg.Timeout)
+	c, err := InitRank(id, 1, 0, WithNetConfig(cfg))
+	require.NoError(t, err)
+	require.NoError(t, c.Destroy())
+}
+
 // A malformed FLAGCX_TIMEOUT is the caller's invalid argument, named with
 // what it takes, wherever the environment is read.
 func TestBadNetVariableIsInvalidArgument(t *testing.T) {
