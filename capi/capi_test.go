@@ -308,3 +308,75 @@ func TestCAPIExportsTheHeader(t *testing.T) {
 		}
 	}
 }
+
+// TestCAPIMisuse: the library used as it must not be ends each time with one
+// clear error, never a hang (capi/test/misuse.c): a child forked after the
+// library loaded is refused at its first call, at once (the child's alarm
+// kills it after 5 s otherwise), and the parent carries on; rank 0 whose
+// peers never come fails within its short FLAGCX_TIMEOUT with a remote
+// error naming them; a destroyed communicator is refused, not read after
+// it was freed; a malformed FLAGCX_TIMEOUT is an invalid argument naming
+// the variable and what it takes.
+func TestCAPIMisuse(t *testing.T) {
+	prog := cProgram(t, "misuse")
+	nv := []string{"FLAGCX_BACKEND=nvidia", "FLAGCX_EMULATED=1"}
+	cases := []struct {
+		name string
+		args []string
+		env  []string
+		want []string
+	}{
+		{"fork on the host backend", []string{"fork"}, []string{"FLAGCX_BACKEND=host"},
+			[]string{"child: flagcxGetUniqueId returned 5 in ", "child: every entry refused\n", "PASS fork\n"}},
+		{"fork on emulated nvidia", []string{"fork"}, nv,
+			[]string{"child: flagcxGetUniqueId returned 5 in ", "child: every entry refused\n", "PASS fork\n"}},
+		{"rank 0 of 3 alone", []string{"alone", "3"}, []string{"FLAGCX_BACKEND=host", "FLAGCX_TIMEOUT=2"},
+			[]string{"flagcxCommInitRank: rank 0 of 3 on host: remote error: ",
+				"ranks 1,2 of 3 did not join the rendezvous", "within 2s", "FLAGCX_TIMEOUT sets the limit", "PASS alone\n"}},
+		{"destroyed communicator on the host", []string{"destroyed"}, []string{"FLAGCX_BACKEND=host"}, []string{"PASS destroyed\n"}},
+		{"destroyed communicator on emulated nvidia", []string{"destroyed"}, nv, []string{"PASS destroyed\n"}},
+		{"FLAGCX_TIMEOUT=soon", []string{"badenv"}, []string{"FLAGCX_BACKEND=host", "FLAGCX_TIMEOUT=soon"}, []string{"PASS badenv\n"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, prog, tc.args...)
+			cmd.Env = append(cleanEnv(), tc.env...)
+			b, err := cmd.CombinedOutput()
+			require.NoError(t, err, string(b))
+			for _, w := range tc.want {
+				require.Contains(t, string(b), w)
+			}
+			require.NotContains(t, string(b), "goroutine ")
+		})
+	}
+}
+
+// TestCAPIEntriesRefuseForkedChild: every entry of shim.c and shim_comm.c
+// that returns a flagcxResult_t checks, first thing and in C, that the
+// process is not a child forked after the library loaded (USABLE): one
+// that entered Go there would block for ever. misuse.c calls a sample of
+// them in such a child; this keeps the rest, and entries added later, so.
+func TestCAPIEntriesRefuseForkedChild(t *testing.T) {
+	helpers := map[string]bool{"shimReady": true, "shimBind": true, "shimLive": true, "shimForkedFail": true,
+		"query": true, "coll": true, "freeComm": true}
+	def := regexp.MustCompile(`(?m)^(?:static )?flagcxResult_t\s+(\w+)\([^)]*\)\s*\{\n(.*)`)
+	n := 0
+	for _, file := range []string{"shim.c", "shim_comm.c"} {
+		src, err := os.ReadFile(file)
+		require.NoError(t, err)
+		for _, m := range def.FindAllStringSubmatch(string(src), -1) {
+			if helpers[m[1]] {
+				continue
+			}
+			n++
+			entry := m[1]
+			if strings.HasPrefix(entry, "h") { // the device handle's hDeviceMalloc is deviceMalloc
+				entry = strings.ToLower(entry[1:2]) + entry[2:]
+			}
+			require.Equal(t, fmt.Sprintf("  USABLE(%q);", entry), m[2], "%s: %s must begin with USABLE(\"%s\")", file, m[1], entry)
+		}
+	}
+	require.GreaterOrEqual(t, n, 75, "the entries were not found")
+}

@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,6 +32,70 @@ struct shimThreadState *shimThread(void) {
     }
   }
   return t;
+}
+
+/* ---- fork() without exec ---------------------------------------------- */
+
+int shimForked;
+// The entry last refused in the forked child (a string literal).
+static const char *forkedEntry = "";
+
+// forkChild runs in the child of every fork() of the process: only the
+// forking thread lives on there, and the Go runtime's threads (scheduler,
+// garbage collector) are gone, so entering Go would wait for them for ever.
+static void forkChild(void) {
+  __atomic_store_n(&shimForked, 1, __ATOMIC_RELAXED);
+}
+
+// Registered when the library loads (before any fork that matters); a
+// library that dlclose unloads is unregistered by glibc.
+__attribute__((constructor)) static void shimAtFork(void) {
+  pthread_atfork(NULL, NULL, forkChild);
+}
+
+flagcxResult_t shimForkedFail(const char *entry) {
+  __atomic_store_n(&forkedEntry, entry, __ATOMIC_RELAXED);
+  return flagcxInvalidUsage;
+}
+
+const char *shimForkedError(void) {
+  static const char why[] =
+      "invalid usage: this process is a child made by fork() after "
+      "libflagcx.so was loaded, and the Go runtime the library carries does "
+      "not survive a fork (its threads stay in the parent), so no call can "
+      "run here: exec a new program in the child (Python: multiprocessing's "
+      "\"spawn\" start method), or load the library only after the fork";
+  struct shimThreadState *t = shimThread();
+  if (t == NULL)
+    return why;
+  snprintf(t->lastError, sizeof t->lastError, "%s: %s",
+           __atomic_load_n(&forkedEntry, __ATOMIC_RELAXED), why);
+  return t->lastError;
+}
+
+/* ---- Destroyed communicators ------------------------------------------ */
+
+// The structs of destroyed communicators, kept (a few bytes each) so that a
+// stale handle is refused, not freed memory read; the list keeps them
+// reachable for leak checkers.
+static struct flagcxComm *deadComms;
+static pthread_mutex_t deadMu = PTHREAD_MUTEX_INITIALIZER;
+
+void shimBury(flagcxComm_t comm) {
+  pthread_mutex_lock(&deadMu);
+  comm->destroyed = 1;
+  comm->nextDead = deadComms;
+  deadComms = comm;
+  pthread_mutex_unlock(&deadMu);
+}
+
+flagcxResult_t shimLive(flagcxComm_t comm, const char *entry) {
+  if (!__atomic_load_n(&comm->destroyed, __ATOMIC_RELAXED))
+    return flagcxSuccess;
+  return FAIL((flagcxComm_t)NULL, entry, flagcxInvalidUsage,
+              "the communicator was already destroyed or aborted "
+              "(flagcxCommDestroy, flagcxCommAbort): make a new one with "
+              "flagcxCommInitRank");
 }
 
 uintptr_t shimGroupKey(void) {
@@ -114,6 +179,7 @@ flagcxResult_t shimBind(flagcxComm_t comm) {
 /* ---- The device handle ------------------------------------------------ */
 
 static flagcxResult_t hDeviceSynchronize() {
+  USABLE("deviceSynchronize");
   CHECK(shimReady("deviceSynchronize"));
   return onHost ? flagcxSuccess : (flagcxResult_t)capiDeviceSync();
 }
@@ -121,6 +187,7 @@ static flagcxResult_t hDeviceSynchronize() {
 static flagcxResult_t hDeviceMemcpy(void *dst, void *src, size_t size,
                                     flagcxMemcpyType_t type,
                                     flagcxStream_t stream) {
+  USABLE("deviceMemcpy");
   CHECK(shimReady("deviceMemcpy"));
   if (size == 0)
     return flagcxSuccess;
@@ -136,6 +203,7 @@ static flagcxResult_t hDeviceMemcpy(void *dst, void *src, size_t size,
 static flagcxResult_t hDeviceMemset(void *ptr, int value, size_t size,
                                     flagcxMemType_t type,
                                     flagcxStream_t stream) {
+  USABLE("deviceMemset");
   CHECK(shimReady("deviceMemset"));
   if (size == 0)
     return flagcxSuccess;
@@ -150,6 +218,7 @@ static flagcxResult_t hDeviceMemset(void *ptr, int value, size_t size,
 static flagcxResult_t hDeviceMalloc(void **ptr, size_t size,
                                     flagcxMemType_t type,
                                     flagcxStream_t stream) {
+  USABLE("deviceMalloc");
   (void)stream; // allocations are synchronous
   CHECK(shimReady("deviceMalloc"));
   NEED(ptr, "deviceMalloc", "ptr");
@@ -168,6 +237,7 @@ static flagcxResult_t hDeviceMalloc(void **ptr, size_t size,
 
 static flagcxResult_t hDeviceFree(void *ptr, flagcxMemType_t type,
                                   flagcxStream_t stream) {
+  USABLE("deviceFree");
   (void)stream;
   CHECK(shimReady("deviceFree"));
   if (ptr == NULL)
@@ -180,6 +250,7 @@ static flagcxResult_t hDeviceFree(void *ptr, flagcxMemType_t type,
 }
 
 static flagcxResult_t hSetDevice(int d) {
+  USABLE("setDevice");
   CHECK(shimReady("setDevice"));
   if (!onHost)
     CHECK(capiSetDevice(d));
@@ -188,23 +259,27 @@ static flagcxResult_t hSetDevice(int d) {
 }
 
 static flagcxResult_t hGetDevice(int *d) {
+  USABLE("getDevice");
   NEED(d, "getDevice", "dev");
   *d = shimDevice();
   return flagcxSuccess;
 }
 
 static flagcxResult_t hGetDeviceCount(int *count) {
+  USABLE("getDeviceCount");
   NEED(count, "getDeviceCount", "count");
   return capiDeviceCount(count);
 }
 
 // FlagCX's callers pass a buffer of at least 64 bytes (the torch plugin's).
 static flagcxResult_t hGetVendor(char *vendor) {
+  USABLE("getVendor");
   NEED(vendor, "getVendor", "vendor");
   return capiVendor(vendor, 64);
 }
 
 static flagcxResult_t hHostGetDevicePointer(void **pDevice, void *pHost) {
+  USABLE("hostGetDevicePointer");
   CHECK(shimReady("hostGetDevicePointer"));
   NEED(pDevice, "hostGetDevicePointer", "pDevice");
   NEED(pHost, "hostGetDevicePointer", "pHost");
@@ -217,6 +292,7 @@ static flagcxResult_t hHostGetDevicePointer(void **pDevice, void *pHost) {
 }
 
 static flagcxResult_t hStreamCreate(flagcxStream_t *stream) {
+  USABLE("streamCreate");
   CHECK(shimReady("streamCreate"));
   NEED(stream, "streamCreate", "stream");
   *stream = NULL;
@@ -236,6 +312,7 @@ static flagcxResult_t hStreamCreate(flagcxStream_t *stream) {
 }
 
 static flagcxResult_t hStreamDestroy(flagcxStream_t stream) {
+  USABLE("streamDestroy");
   if (stream == NULL)
     return flagcxSuccess;
   flagcxResult_t r = flagcxSuccess;
@@ -248,6 +325,7 @@ static flagcxResult_t hStreamDestroy(flagcxStream_t stream) {
 // streamCopy wraps a framework's native stream (a cudaStream_t passed by
 // value) without owning it: streamFree releases the wrapper alone.
 static flagcxResult_t hStreamCopy(flagcxStream_t *newStream, void *oldStream) {
+  USABLE("streamCopy");
   NEED(newStream, "streamCopy", "newStream");
   flagcxStream_t s = calloc(1, sizeof *s);
   if (s == NULL)
@@ -259,17 +337,20 @@ static flagcxResult_t hStreamCopy(flagcxStream_t *newStream, void *oldStream) {
 }
 
 static flagcxResult_t hStreamFree(flagcxStream_t stream) {
+  USABLE("streamFree");
   free(stream);
   return flagcxSuccess;
 }
 
 static flagcxResult_t hStreamSynchronize(flagcxStream_t stream) {
+  USABLE("streamSynchronize");
   if (stream == NULL || onHost)
     return flagcxSuccess;
   return capiStreamSync(stream->base);
 }
 
 static flagcxResult_t hStreamQuery(flagcxStream_t stream) {
+  USABLE("streamQuery");
   if (stream == NULL || onHost)
     return flagcxSuccess;
   return capiStreamQuery(stream->base);
@@ -277,6 +358,7 @@ static flagcxResult_t hStreamQuery(flagcxStream_t stream) {
 
 static flagcxResult_t hStreamWaitEvent(flagcxStream_t stream,
                                        flagcxEvent_t event) {
+  USABLE("streamWaitEvent");
   NEED(event, "streamWaitEvent", "event");
   if (onHost)
     return flagcxSuccess;
@@ -285,6 +367,7 @@ static flagcxResult_t hStreamWaitEvent(flagcxStream_t stream,
 
 static flagcxResult_t hEventCreate(flagcxEvent_t *event,
                                    flagcxEventType_t eventType) {
+  USABLE("eventCreate");
   (void)eventType; // events always time where the runtime can
   CHECK(shimReady("eventCreate"));
   NEED(event, "eventCreate", "event");
@@ -305,6 +388,7 @@ static flagcxResult_t hEventCreate(flagcxEvent_t *event,
 }
 
 static flagcxResult_t hEventDestroy(flagcxEvent_t event) {
+  USABLE("eventDestroy");
   if (event == NULL)
     return flagcxSuccess;
   flagcxResult_t r = flagcxSuccess;
@@ -315,6 +399,7 @@ static flagcxResult_t hEventDestroy(flagcxEvent_t event) {
 }
 
 static flagcxResult_t hEventRecord(flagcxEvent_t event, flagcxStream_t stream) {
+  USABLE("eventRecord");
   NEED(event, "eventRecord", "event");
   if (onHost) { // host work is done when its call returns
     clock_gettime(CLOCK_MONOTONIC, &event->at);
@@ -324,17 +409,20 @@ static flagcxResult_t hEventRecord(flagcxEvent_t event, flagcxStream_t stream) {
 }
 
 static flagcxResult_t hEventSynchronize(flagcxEvent_t event) {
+  USABLE("eventSynchronize");
   NEED(event, "eventSynchronize", "event");
   return onHost ? flagcxSuccess : (flagcxResult_t)capiEventSync(event->base);
 }
 
 static flagcxResult_t hEventQuery(flagcxEvent_t event) {
+  USABLE("eventQuery");
   NEED(event, "eventQuery", "event");
   return onHost ? flagcxSuccess : (flagcxResult_t)capiEventQuery(event->base);
 }
 
 static flagcxResult_t hEventElapsedTime(float *ms, flagcxEvent_t start,
                                         flagcxEvent_t end) {
+  USABLE("eventElapsedTime");
   NEED(ms, "eventElapsedTime", "ms");
   NEED(start, "eventElapsedTime", "start");
   NEED(end, "eventElapsedTime", "end");
@@ -351,24 +439,29 @@ static flagcxResult_t hEventElapsedTime(float *ms, flagcxEvent_t start,
 
 static flagcxResult_t hIpcMemHandleCreate(flagcxIpcMemHandle_t *handle,
                                           size_t *size) {
+  USABLE("ipcMemHandleCreate");
   (void)handle, (void)size;
   return IPC_UNSUPPORTED("ipcMemHandleCreate");
 }
 static flagcxResult_t hIpcMemHandleGet(flagcxIpcMemHandle_t handle,
                                        void *devPtr) {
+  USABLE("ipcMemHandleGet");
   (void)handle, (void)devPtr;
   return IPC_UNSUPPORTED("ipcMemHandleGet");
 }
 static flagcxResult_t hIpcMemHandleOpen(flagcxIpcMemHandle_t handle,
                                         void **devPtr) {
+  USABLE("ipcMemHandleOpen");
   (void)handle, (void)devPtr;
   return IPC_UNSUPPORTED("ipcMemHandleOpen");
 }
 static flagcxResult_t hIpcMemHandleClose(void *devPtr) {
+  USABLE("ipcMemHandleClose");
   (void)devPtr;
   return IPC_UNSUPPORTED("ipcMemHandleClose");
 }
 static flagcxResult_t hIpcMemHandleFree(flagcxIpcMemHandle_t handle) {
+  USABLE("ipcMemHandleFree");
   (void)handle;
   return IPC_UNSUPPORTED("ipcMemHandleFree");
 }
@@ -389,6 +482,7 @@ const struct flagcxDeviceHandle shimHandle = {
 };
 
 flagcxResult_t flagcxDeviceHandleInit(flagcxDeviceHandle_t *devHandle) {
+  USABLE("flagcxDeviceHandleInit");
   NEED(devHandle, "flagcxDeviceHandleInit", "devHandle");
   *devHandle = NULL;
   CHECK(shimReady("flagcxDeviceHandleInit"));
@@ -402,11 +496,13 @@ flagcxResult_t flagcxDeviceHandleInit(flagcxDeviceHandle_t *devHandle) {
 }
 
 flagcxResult_t flagcxDeviceHandleFree(flagcxDeviceHandle_t devHandle) {
+  USABLE("flagcxDeviceHandleFree");
   free(devHandle);
   return flagcxSuccess;
 }
 
 flagcxResult_t flagcxHandleInit(flagcxHandlerGroup_t *handler) {
+  USABLE("flagcxHandleInit");
   NEED(handler, "flagcxHandleInit", "handler");
   *handler = calloc(1, sizeof **handler);
   if (*handler == NULL)
@@ -421,6 +517,7 @@ flagcxResult_t flagcxHandleInit(flagcxHandlerGroup_t *handler) {
 }
 
 flagcxResult_t flagcxHandleFree(flagcxHandlerGroup_t handler) {
+  USABLE("flagcxHandleFree");
   if (handler != NULL) {
     flagcxDeviceHandleFree(handler->devHandle);
     free(handler);

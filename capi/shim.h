@@ -11,11 +11,16 @@
 
 #define HIDDEN __attribute__((visibility("hidden")))
 
-// A communicator: its number in the Go registry and where it runs.
+// A communicator: its number in the Go registry and where it runs. Destroy
+// and abort keep the struct (destroyed set, on the list of dead ones) so
+// that a call with the stale handle is refused with a message instead of
+// reading freed memory.
 struct flagcxComm {
   uint64_t id;
   int dev;
   int onDevice;
+  int destroyed;
+  struct flagcxComm *nextDead;
 };
 
 // base comes first: FlagCX's adaptors and its torch plugin read a stream
@@ -52,6 +57,28 @@ struct flagcxEvent {
     if ((comm) == NULL)                                                        \
       return FAIL((flagcxComm_t)NULL, entry, flagcxInvalidArgument,            \
                   "comm is NULL: pass a communicator from flagcxCommInitRank"); \
+    CHECK(shimLive(comm, entry));                                              \
+  } while (0)
+
+// shimLive refuses a communicator already destroyed or aborted.
+HIDDEN flagcxResult_t shimLive(flagcxComm_t comm, const char *entry);
+// shimBury marks comm destroyed and keeps its struct (see shim.c).
+HIDDEN void shimBury(flagcxComm_t comm);
+
+// shimForked is set in a child made by fork() after the library loaded
+// (a pthread_atfork handler): the Go runtime's threads stayed in the
+// parent, so a call into Go there would block for ever. Every entry
+// checks it first, in C, and fails at once instead (USABLE).
+HIDDEN extern int shimForked;
+// shimForkedFail records entry as the call refused in a forked child and
+// returns flagcxInvalidUsage; flagcxGetLastError then says why, in C.
+HIDDEN flagcxResult_t shimForkedFail(const char *entry);
+// shimForkedError is flagcxGetLastError's text in a forked child.
+HIDDEN const char *shimForkedError(void);
+#define USABLE(entry)                                                          \
+  do {                                                                         \
+    if (__atomic_load_n(&shimForked, __ATOMIC_RELAXED))                        \
+      return shimForkedFail(entry);                                            \
   } while (0)
 
 // What the library keeps per calling thread.

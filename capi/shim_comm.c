@@ -6,12 +6,14 @@
 #include "shim.h"
 
 flagcxResult_t flagcxGetVersion(int *version) {
+  USABLE("flagcxGetVersion");
   NEED(version, "flagcxGetVersion", "version");
   *version = 10000; // FlagCX's flagcxGetVersion: FLAGCX_VERSION(1, 0, 0)
   return flagcxSuccess;
 }
 
 flagcxResult_t flagcxGetUniqueId(flagcxUniqueId_t uniqueId) {
+  USABLE("flagcxGetUniqueId");
   NEED(uniqueId, "flagcxGetUniqueId", "uniqueId");
   shimSyncEnv();
   return capiUniqueID(uniqueId);
@@ -19,6 +21,7 @@ flagcxResult_t flagcxGetUniqueId(flagcxUniqueId_t uniqueId) {
 
 flagcxResult_t flagcxCommInitRank(flagcxComm_t *comm, int nranks,
                                   flagcxUniqueId_t commId, int rank) {
+  USABLE("flagcxCommInitRank");
   NEED(comm, "flagcxCommInitRank", "comm");
   *comm = NULL;
   NEED(commId, "flagcxCommInitRank", "commId");
@@ -40,33 +43,38 @@ flagcxResult_t flagcxCommInitRank(flagcxComm_t *comm, int nranks,
 }
 
 flagcxResult_t flagcxCommFinalize(flagcxComm_t comm) {
+  USABLE("flagcxCommFinalize");
   NEEDCOMM(comm, "flagcxCommFinalize");
   return flagcxSuccess;
 }
 
 static flagcxResult_t freeComm(flagcxComm_t comm, int abort) {
   flagcxResult_t r = capiCommFree(comm->id, abort);
-  free(comm);
+  shimBury(comm);
   return r;
 }
 
 flagcxResult_t flagcxCommDestroy(flagcxComm_t comm) {
+  USABLE("flagcxCommDestroy");
   NEEDCOMM(comm, "flagcxCommDestroy");
   CHECK(shimBind(comm));
   return freeComm(comm, 0);
 }
 
 flagcxResult_t flagcxCommAbort(flagcxComm_t comm) {
+  USABLE("flagcxCommAbort");
   NEEDCOMM(comm, "flagcxCommAbort");
   return freeComm(comm, 1);
 }
 
 flagcxResult_t flagcxCommResume(flagcxComm_t comm) {
+  USABLE("flagcxCommResume");
   return UNSUPPORTED(comm, "flagcxCommResume",
                      "suspending and resuming a communicator");
 }
 
 flagcxResult_t flagcxCommSuspend(flagcxComm_t comm) {
+  USABLE("flagcxCommSuspend");
   return UNSUPPORTED(comm, "flagcxCommSuspend",
                      "suspending and resuming a communicator");
 }
@@ -100,6 +108,8 @@ const char *flagcxGetErrorString(flagcxResult_t result) {
 
 // The text of flagcxGetLastError lives until this thread's next call of it.
 const char *flagcxGetLastError(flagcxComm_t comm) {
+  if (__atomic_load_n(&shimForked, __ATOMIC_RELAXED))
+    return shimForkedError();
   struct shimThreadState *t = shimThread();
   if (t == NULL)
     return "out of host memory (for the last error's text)";
@@ -117,6 +127,7 @@ static flagcxResult_t query(flagcxComm_t comm, const char *entry, int what,
 
 flagcxResult_t flagcxCommGetAsyncError(flagcxComm_t comm,
                                        flagcxResult_t *asyncError) {
+  USABLE("flagcxCommGetAsyncError");
   int r = 0;
   CHECK(query(comm, "flagcxCommGetAsyncError", 4, asyncError ? &r : NULL));
   *asyncError = (flagcxResult_t)r;
@@ -124,22 +135,27 @@ flagcxResult_t flagcxCommGetAsyncError(flagcxComm_t comm,
 }
 
 flagcxResult_t flagcxCommCount(const flagcxComm_t comm, int *count) {
+  USABLE("flagcxCommCount");
   return query(comm, "flagcxCommCount", 0, count);
 }
 
 flagcxResult_t flagcxCommUserRank(const flagcxComm_t comm, int *rank) {
+  USABLE("flagcxCommUserRank");
   return query(comm, "flagcxCommUserRank", 1, rank);
 }
 
 flagcxResult_t flagcxCommGetDeviceNumber(const flagcxComm_t comm, int *device) {
+  USABLE("flagcxCommGetDeviceNumber");
   return query(comm, "flagcxCommGetDeviceNumber", 2, device);
 }
 
 flagcxResult_t flagcxIsHomoComm(flagcxComm_t comm, int *isHomo) {
+  USABLE("flagcxIsHomoComm");
   return query(comm, "flagcxIsHomoComm", 3, isHomo);
 }
 
 flagcxResult_t flagcxBarrier(flagcxComm_t comm, flagcxStream_t stream) {
+  USABLE("flagcxBarrier");
   NEEDCOMM(comm, "flagcxBarrier");
   CHECK(shimBind(comm));
   return capiBarrier(comm->id, shimStream(stream));
@@ -160,6 +176,7 @@ flagcxResult_t flagcxReduce(const void *sendbuff, void *recvbuff, size_t count,
                             flagcxDataType_t datatype, flagcxRedOp_t op,
                             int root, flagcxComm_t comm,
                             flagcxStream_t stream) {
+  USABLE("flagcxReduce");
   return coll("flagcxReduce", flagcxCommOpReduce, sendbuff, recvbuff, count,
               datatype, op, root, comm, stream);
 }
@@ -167,6 +184,7 @@ flagcxResult_t flagcxReduce(const void *sendbuff, void *recvbuff, size_t count,
 flagcxResult_t flagcxGather(const void *sendbuff, void *recvbuff, size_t count,
                             flagcxDataType_t datatype, int root,
                             flagcxComm_t comm, flagcxStream_t stream) {
+  USABLE("flagcxGather");
   return coll("flagcxGather", flagcxCommOpGather, sendbuff, recvbuff, count,
               datatype, flagcxSum, root, comm, stream);
 }
@@ -174,6 +192,7 @@ flagcxResult_t flagcxGather(const void *sendbuff, void *recvbuff, size_t count,
 flagcxResult_t flagcxScatter(const void *sendbuff, void *recvbuff, size_t count,
                              flagcxDataType_t datatype, int root,
                              flagcxComm_t comm, flagcxStream_t stream) {
+  USABLE("flagcxScatter");
   return coll("flagcxScatter", flagcxCommOpScatter, sendbuff, recvbuff, count,
               datatype, flagcxSum, root, comm, stream);
 }
@@ -182,6 +201,7 @@ flagcxResult_t flagcxBroadcast(const void *sendbuff, void *recvbuff,
                                size_t count, flagcxDataType_t datatype,
                                int root, flagcxComm_t comm,
                                flagcxStream_t stream) {
+  USABLE("flagcxBroadcast");
   return coll("flagcxBroadcast", flagcxCommOpBroadcast, sendbuff, recvbuff,
               count, datatype, flagcxSum, root, comm, stream);
 }
@@ -190,6 +210,7 @@ flagcxResult_t flagcxAllReduce(const void *sendbuff, void *recvbuff,
                                size_t count, flagcxDataType_t datatype,
                                flagcxRedOp_t op, flagcxComm_t comm,
                                flagcxStream_t stream) {
+  USABLE("flagcxAllReduce");
   return coll("flagcxAllReduce", flagcxCommOpAllReduce, sendbuff, recvbuff,
               count, datatype, op, 0, comm, stream);
 }
@@ -198,6 +219,7 @@ flagcxResult_t flagcxReduceScatter(const void *sendbuff, void *recvbuff,
                                    size_t recvcount, flagcxDataType_t datatype,
                                    flagcxRedOp_t op, flagcxComm_t comm,
                                    flagcxStream_t stream) {
+  USABLE("flagcxReduceScatter");
   return coll("flagcxReduceScatter", flagcxCommOpReduceScatter, sendbuff,
               recvbuff, recvcount, datatype, op, 0, comm, stream);
 }
@@ -205,6 +227,7 @@ flagcxResult_t flagcxReduceScatter(const void *sendbuff, void *recvbuff,
 flagcxResult_t flagcxAllGather(const void *sendbuff, void *recvbuff,
                                size_t sendcount, flagcxDataType_t datatype,
                                flagcxComm_t comm, flagcxStream_t stream) {
+  USABLE("flagcxAllGather");
   return coll("flagcxAllGather", flagcxCommOpAllGather, sendbuff, recvbuff,
               sendcount, datatype, flagcxSum, 0, comm, stream);
 }
@@ -212,6 +235,7 @@ flagcxResult_t flagcxAllGather(const void *sendbuff, void *recvbuff,
 flagcxResult_t flagcxAlltoAll(const void *sendbuff, void *recvbuff,
                               size_t count, flagcxDataType_t datatype,
                               flagcxComm_t comm, flagcxStream_t stream) {
+  USABLE("flagcxAlltoAll");
   return coll("flagcxAlltoAll", flagcxCommOpAlltoAll, sendbuff, recvbuff, count,
               datatype, flagcxSum, 0, comm, stream);
 }
@@ -221,6 +245,7 @@ flagcxResult_t flagcxAlltoAllv(const void *sendbuff, size_t *sendcounts,
                                size_t *recvcounts, size_t *rdispls,
                                flagcxDataType_t datatype, flagcxComm_t comm,
                                flagcxStream_t stream) {
+  USABLE("flagcxAlltoAllv");
   NEEDCOMM(comm, "flagcxAlltoAllv");
   CHECK(shimBind(comm));
   return capiAlltoAllv(comm->id, (void *)sendbuff, sendcounts, sdispls,
@@ -231,6 +256,7 @@ flagcxResult_t flagcxAlltoAllv(const void *sendbuff, size_t *sendcounts,
 flagcxResult_t flagcxSend(const void *sendbuff, size_t count,
                           flagcxDataType_t datatype, int peer,
                           flagcxComm_t comm, flagcxStream_t stream) {
+  USABLE("flagcxSend");
   NEEDCOMM(comm, "flagcxSend");
   CHECK(shimBind(comm));
   return capiP2P(comm->id, 0, (void *)sendbuff, count, datatype, peer,
@@ -240,6 +266,7 @@ flagcxResult_t flagcxSend(const void *sendbuff, size_t count,
 flagcxResult_t flagcxRecv(void *recvbuff, size_t count,
                           flagcxDataType_t datatype, int peer,
                           flagcxComm_t comm, flagcxStream_t stream) {
+  USABLE("flagcxRecv");
   NEEDCOMM(comm, "flagcxRecv");
   CHECK(shimBind(comm));
   return capiP2P(comm->id, 1, recvbuff, count, datatype, peer, shimStream(stream),
@@ -247,8 +274,11 @@ flagcxResult_t flagcxRecv(void *recvbuff, size_t count,
 }
 
 flagcxResult_t flagcxGroupStart(flagcxComm_t comm) {
-  if (comm != NULL)
+  USABLE("flagcxGroupStart");
+  if (comm != NULL) {
+    CHECK(shimLive(comm, "flagcxGroupStart"));
     return capiGroup(comm->id, 1, 0);
+  }
   struct shimThreadState *t = shimThread();
   if (t == NULL)
     return FAIL((flagcxComm_t)NULL, "flagcxGroupStart", flagcxSystemError,
@@ -259,7 +289,9 @@ flagcxResult_t flagcxGroupStart(flagcxComm_t comm) {
 }
 
 flagcxResult_t flagcxGroupEnd(flagcxComm_t comm) {
+  USABLE("flagcxGroupEnd");
   if (comm != NULL) {
+    CHECK(shimLive(comm, "flagcxGroupEnd"));
     CHECK(shimBind(comm));
     return capiGroup(comm->id, 0, 0);
   }
@@ -275,6 +307,7 @@ flagcxResult_t flagcxGroupEnd(flagcxComm_t comm) {
 
 flagcxResult_t flagcxMemAlloc(void **ptr, size_t size,
                               flagcxMemAllocator_t allocator) {
+  USABLE("flagcxMemAlloc");
   NEED(ptr, "flagcxMemAlloc", "ptr");
   if (allocator == flagcxMemSHMEM)
     return UNSUPPORTED((flagcxComm_t)NULL, "flagcxMemAlloc",
@@ -286,6 +319,7 @@ flagcxResult_t flagcxMemAlloc(void **ptr, size_t size,
 }
 
 flagcxResult_t flagcxMemFree(void *ptr, flagcxMemAllocator_t allocator) {
+  USABLE("flagcxMemFree");
   if (allocator == flagcxMemSHMEM)
     return UNSUPPORTED((flagcxComm_t)NULL, "flagcxMemFree",
                        "the NVSHMEM allocator (flagcxMemSHMEM)");
@@ -297,6 +331,7 @@ flagcxResult_t flagcxMemFree(void *ptr, flagcxMemAllocator_t allocator) {
 flagcxResult_t flagcxCommRegister(const flagcxComm_t comm, void *buff,
                                   size_t size, void **handle,
                                   flagcxMemAllocator_t allocator) {
+  USABLE("flagcxCommRegister");
   (void)size;
   NEEDCOMM(comm, "flagcxCommRegister");
   NEED(handle, "flagcxCommRegister", "handle");
@@ -309,6 +344,7 @@ flagcxResult_t flagcxCommRegister(const flagcxComm_t comm, void *buff,
 
 flagcxResult_t flagcxCommDeregister(const flagcxComm_t comm, void *handle,
                                     flagcxMemAllocator_t allocator) {
+  USABLE("flagcxCommDeregister");
   (void)handle, (void)allocator;
   NEEDCOMM(comm, "flagcxCommDeregister");
   return flagcxSuccess;
@@ -323,6 +359,7 @@ flagcxResult_t flagcxCommWindowRegister(flagcxComm_t comm, void *buff,
                                         size_t size, flagcxWindow_t *win,
                                         int winFlags,
                                         flagcxMemAllocator_t allocator) {
+  USABLE("flagcxCommWindowRegister");
   (void)buff, (void)size, (void)winFlags, (void)allocator;
   if (win != NULL)
     *win = NULL;
@@ -331,35 +368,41 @@ flagcxResult_t flagcxCommWindowRegister(flagcxComm_t comm, void *buff,
 
 flagcxResult_t flagcxCommWindowDeregister(flagcxComm_t comm, flagcxWindow_t win,
                                           flagcxMemAllocator_t allocator) {
+  USABLE("flagcxCommWindowDeregister");
   (void)win, (void)allocator;
   return UNSUPPORTED(comm, "flagcxCommWindowDeregister", WINDOWS);
 }
 
 flagcxResult_t flagcxOneSideRegister(flagcxComm_t comm, void *buff,
                                      size_t size) {
+  USABLE("flagcxOneSideRegister");
   (void)buff, (void)size;
   return UNSUPPORTED(comm, "flagcxOneSideRegister", ONESIDED);
 }
 
 flagcxResult_t flagcxOneSideSignalRegister(const flagcxComm_t comm, void *buff,
                                            size_t size, int ptrType) {
+  USABLE("flagcxOneSideSignalRegister");
   (void)buff, (void)size, (void)ptrType;
   return UNSUPPORTED(comm, "flagcxOneSideSignalRegister", ONESIDED);
 }
 
 flagcxResult_t flagcxOneSideStagingRegister(const flagcxComm_t comm, void *buff,
                                             size_t size) {
+  USABLE("flagcxOneSideStagingRegister");
   (void)buff, (void)size;
   return UNSUPPORTED(comm, "flagcxOneSideStagingRegister", ONESIDED);
 }
 
 flagcxResult_t flagcxOneSideStagingDeregister(const flagcxComm_t comm) {
+  USABLE("flagcxOneSideStagingDeregister");
   return UNSUPPORTED(comm, "flagcxOneSideStagingDeregister", ONESIDED);
 }
 
 flagcxResult_t flagcxGet(flagcxComm_t comm, int peer, size_t srcOffset,
                          size_t dstOffset, size_t size, int srcMrIdx,
                          int dstMrIdx) {
+  USABLE("flagcxGet");
   (void)peer, (void)srcOffset, (void)dstOffset, (void)size, (void)srcMrIdx,
       (void)dstMrIdx;
   return UNSUPPORTED(comm, "flagcxGet", ONESIDED);
@@ -368,6 +411,7 @@ flagcxResult_t flagcxGet(flagcxComm_t comm, int peer, size_t srcOffset,
 flagcxResult_t flagcxPut(flagcxComm_t comm, int peer, size_t srcOffset,
                          size_t dstOffset, size_t size, int srcMrIdx,
                          int dstMrIdx) {
+  USABLE("flagcxPut");
   (void)peer, (void)srcOffset, (void)dstOffset, (void)size, (void)srcMrIdx,
       (void)dstMrIdx;
   return UNSUPPORTED(comm, "flagcxPut", ONESIDED);
@@ -378,6 +422,7 @@ flagcxResult_t flagcxBatchPut(flagcxComm_t comm, int peer,
                               const size_t *dstOffsets, const size_t *sizes,
                               const int *srcMrIdxs, const int *dstMrIdxs,
                               size_t count) {
+  USABLE("flagcxBatchPut");
   (void)peer, (void)srcOffsets, (void)dstOffsets, (void)sizes, (void)srcMrIdxs,
       (void)dstMrIdxs, (void)count;
   return UNSUPPORTED(comm, "flagcxBatchPut", ONESIDED);
@@ -388,6 +433,7 @@ flagcxResult_t flagcxPutSignal(const void *localbuff, size_t count,
                                flagcxWindow_t peerWin, size_t peerWinOffset,
                                unsigned int flags, flagcxComm_t comm,
                                flagcxStream_t stream) {
+  USABLE("flagcxPutSignal");
   (void)localbuff, (void)count, (void)datatype, (void)peer, (void)peerWin,
       (void)peerWinOffset, (void)flags, (void)stream;
   return UNSUPPORTED(comm, "flagcxPutSignal", ONESIDED);
@@ -395,6 +441,7 @@ flagcxResult_t flagcxPutSignal(const void *localbuff, size_t count,
 
 flagcxResult_t flagcxSignal(int peer, unsigned int flags, flagcxComm_t comm,
                             flagcxStream_t stream) {
+  USABLE("flagcxSignal");
   (void)peer, (void)flags, (void)stream;
   return UNSUPPORTED(comm, "flagcxSignal", ONESIDED);
 }
@@ -402,16 +449,19 @@ flagcxResult_t flagcxSignal(int peer, unsigned int flags, flagcxComm_t comm,
 flagcxResult_t flagcxWaitSignal(int nDesc,
                                 const flagcxWaitSignalDesc_t *signalDescs,
                                 flagcxComm_t comm, flagcxStream_t stream) {
+  USABLE("flagcxWaitSignal");
   (void)nDesc, (void)signalDescs, (void)stream;
   return UNSUPPORTED(comm, "flagcxWaitSignal", ONESIDED);
 }
 
 flagcxResult_t flagcxReadCounter(flagcxComm_t comm, uint64_t *count) {
+  USABLE("flagcxReadCounter");
   (void)count;
   return UNSUPPORTED(comm, "flagcxReadCounter", ONESIDED);
 }
 
 flagcxResult_t flagcxWaitCounter(flagcxComm_t comm, uint64_t target) {
+  USABLE("flagcxWaitCounter");
   (void)target;
   return UNSUPPORTED(comm, "flagcxWaitCounter", ONESIDED);
 }

@@ -28,7 +28,12 @@
 // peer.
 package core
 
-import "github.com/flagcx/flagcx-go/internal/hostnet"
+import (
+	"fmt"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet"
+	"github.com/flagcx/flagcx-go/sdk"
+)
 
 // Version is the flagcx-go release, set by the Makefile from git.
 var Version = "dev"
@@ -39,8 +44,15 @@ type NetConfig = hostnet.Config
 
 // NetConfigFromEnv is the default NetConfig with the FLAGCX_SOCKET_*,
 // FLAGCX_NSOCKS_PERTHREAD and FLAGCX_TIMEOUT settings of the environment;
-// it fails on a malformed one.
-func NetConfigFromEnv() (NetConfig, error) { return hostnet.ConfigFromEnv() }
+// it fails on a malformed one with sdk.ErrInvalidArgument (and
+// hostnet's ErrConfig), naming each bad variable and what it takes.
+func NetConfigFromEnv() (NetConfig, error) {
+	cfg, err := hostnet.ConfigFromEnv()
+	if err != nil {
+		return cfg, fmt.Errorf("%w: %w", sdk.ErrInvalidArgument, err)
+	}
+	return cfg, nil
+}
 
 // Secret is the 16 bytes a communicator's ranks prove to each other (part
 // of the UniqueID).

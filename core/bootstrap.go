@@ -43,9 +43,26 @@ type announce struct {
 type rendezvousReply struct {
 	Peers []peerInfo `json:"peers,omitempty"`
 	Error string     `json:"error,omitempty"`
+	// Timeout says that Error names ranks that never joined before the
+	// deadline: a remote failure, not a mistake of the ranks that came.
+	Timeout bool `json:"timeout,omitempty"`
 }
 
+// rendezvousTimeout is a rendezvous that ended with ranks missing: a remote
+// error that errors.Is matches to ErrTimeout, worded by the rendezvous
+// (whose text already says which ranks and which deadline).
+type rendezvousTimeout struct{ msg string }
+
+func (e *rendezvousTimeout) Error() string   { return e.msg }
+func (e *rendezvousTimeout) Unwrap() []error { return []error{sdk.ErrRemoteError, ErrTimeout} }
+
 const maxBootstrapMsg = 16 << 20
+
+// firstRankWait bounds the rendezvous's wait for its first rank. Nobody
+// waits on that one yet (GetUniqueID has returned, and the id travels
+// through the user's launcher first), so a slow start under load is no
+// failure; FLAGCX_TIMEOUT bounds each wait after it, which ranks do feel.
+const firstRankWait = 10 * time.Minute
 
 // startRendezvous listens on addr (or on this host's chosen interface) and
 // serves one communicator's rendezvous in the background.
@@ -70,9 +87,9 @@ type arrival struct {
 }
 
 // serveRendezvous collects announcements until every rank has come, then
-// answers them all. Each Accept waits at most the configured deadline, so a
-// rendezvous whose ranks never all come ends with an error sent to those
-// that did, naming the missing ranks.
+// answers them all. Each Accept after the first arrival waits at most the
+// configured deadline, so a rendezvous whose ranks never all come ends with
+// a timeout sent to those that did, naming the missing ranks.
 func serveRendezvous(l *hostnet.Listener) {
 	defer l.Close()
 	var arrived []arrival
@@ -82,17 +99,21 @@ func serveRendezvous(l *hostnet.Listener) {
 		}
 	}()
 	nranks := -1
+	start := time.Now()
 	reject := func(c *hostnet.Conn, format string, args ...any) {
 		reply(c, rendezvousReply{Error: fmt.Sprintf(format, args...)})
 		c.Close()
 	}
 	for nranks < 0 || len(arrived) < nranks {
 		conn, hello, err := l.Accept()
+		if err != nil && nranks < 0 && errors.Is(err, hostnet.ErrTimeout) && time.Since(start) < firstRankWait {
+			continue
+		}
 		if err != nil {
 			if nranks > 0 {
 				why := fmt.Sprintf("ranks %s of %d did not join the rendezvous: %v", missingRanks(arrived, nranks), nranks, err)
 				for _, a := range arrived {
-					reply(a.conn, rendezvousReply{Error: why})
+					reply(a.conn, rendezvousReply{Error: why, Timeout: errors.Is(err, hostnet.ErrTimeout)})
 				}
 			}
 			return
@@ -175,6 +196,9 @@ func joinRendezvous(id UniqueID, cfg hostnet.Config, self announce) ([]peerInfo,
 	var r rendezvousReply
 	if err := json.Unmarshal(msg, &r); err != nil {
 		return nil, fmt.Errorf("%w: malformed rendezvous reply: %w", sdk.ErrInternalError, err)
+	}
+	if r.Error != "" && r.Timeout {
+		return nil, &rendezvousTimeout{fmt.Sprintf("%v: rank %d: rendezvous %s: %s", sdk.ErrRemoteError, self.Rank, id.Addr, r.Error)}
 	}
 	if r.Error != "" {
 		return nil, fmt.Errorf("%w: rendezvous %s: %s", sdk.ErrInvalidUsage, id.Addr, r.Error)

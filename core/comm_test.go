@@ -135,7 +135,39 @@ func TestInitRankNamesMissingRanks(t *testing.T) {
 	_, err = InitRank(id, 3, 0, WithNetConfig(cfg))
 	require.Error(t, err)
 	require.ErrorContains(t, err, "ranks 1,2 of 3 did not join")
+	require.ErrorIs(t, err, ErrTimeout, "ranks that never came are a timeout, not a usage error of the rank that did")
+	require.Equal(t, sdk.RemoteError, sdk.ResultOf(err))
 	require.Less(t, time.Since(start), 10*time.Second)
+}
+
+// The rendezvous waits for its first rank past FLAGCX_TIMEOUT: nobody waits
+// on that rank yet, and a process slow to call InitRank after GetUniqueID
+// (a loaded machine, an id passed through a launcher) must still join.
+func TestRendezvousWaitsForItsFirstRank(t *testing.T) {
+	cfg := testNet(200 * time.Millisecond)
+	id, err := GetUniqueID(WithIDNetConfig(cfg))
+	require.NoError(t, err)
+	time.Sleep(3 * cfg.Timeout)
+	c, err := InitRank(id, 1, 0, WithNetConfig(cfg))
+	require.NoError(t, err)
+	require.NoError(t, c.Destroy())
+}
+
+// A malformed FLAGCX_TIMEOUT is the caller's invalid argument, named with
+// what it takes, wherever the environment is read.
+func TestBadNetVariableIsInvalidArgument(t *testing.T) {
+	t.Setenv(hostnet.EnvTimeout, "soon")
+	for name, call := range map[string]func() error{
+		"GetUniqueID": func() error { _, err := GetUniqueID(); return err },
+		"InitRank": func() error {
+			_, err := InitRank(NewUniqueID("127.0.0.1:1", hostnet.Secret{}), 1, 0)
+			return err
+		},
+	} {
+		err := call()
+		require.Equal(t, sdk.InvalidArgument, sdk.ResultOf(err), "%s: %v", name, err)
+		require.ErrorContains(t, err, `FLAGCX_TIMEOUT="soon": allowed is a positive number of seconds`, name)
+	}
 }
 
 func TestInitRankRejectsBadArguments(t *testing.T) {

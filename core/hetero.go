@@ -346,7 +346,7 @@ func (o *options) netConfig() (hostnet.Config, error) {
 	if o.net != nil {
 		cfg = *o.net
 	} else {
-		c, err := hostnet.ConfigFromEnv()
+		c, err := NetConfigFromEnv()
 		if err != nil {
 			return cfg, err
 		}

@@ -41,7 +41,7 @@ func GetUniqueID(opts ...IDOption) (UniqueID, error) {
 	}
 	cfg := o.net
 	if cfg == nil {
-		c, err := hostnet.ConfigFromEnv()
+		c, err := NetConfigFromEnv()
 		if err != nil {
 			return UniqueID{}, err
 		}

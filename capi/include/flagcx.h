@@ -296,7 +296,8 @@ flagcxResult_t flagcxCommInitRank(flagcxComm_t *comm, int nranks,
 /* Operations complete before their calls return or on their stream, so
  * there is nothing to flush: returns flagcxSuccess. */
 flagcxResult_t flagcxCommFinalize(flagcxComm_t comm);
-/* Frees the communicator; comm is invalid afterwards. */
+/* Frees the communicator; calls with comm afterwards return
+ * flagcxInvalidUsage. */
 flagcxResult_t flagcxCommDestroy(flagcxComm_t comm);
 /* Stops operations in flight (peers see an error naming this rank) and
  * frees the communicator. */
