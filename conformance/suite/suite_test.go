@@ -284,6 +284,7 @@ func TestLeakCheckPositiveControl(t *testing.T) {
 		r, ok := res[id]
 		require.True(t, ok, "case %s did not run", id)
 		require.Equal(t, Passed, r.Status, "%s: %s", id, r.Reason)
+		t.Logf("%s passed in %.1f s: %s", id, r.Seconds, r.Detail)
 		ranks := strings.Split(r.Detail, "; rank ")
 		require.Len(t, ranks, n, "%s: one note per rank: %s", id, r.Detail)
 		for i, note := range ranks {
