@@ -8,8 +8,9 @@
 #
 # Both end with the mutants (MUTANT_TESTS): one-bug builds of the example
 # and of the nvidia plugin that the suite must fail, each for the right
-# reason (conformance/README.md, "Negative controls"). `make test` leaves
-# them to this target.
+# reason (conformance/README.md, "Negative controls"), and the leak check's
+# positive control, a correct plugin with per-call scratch buffers that
+# comm.leak must pass. `make test` leaves them to this target.
 #
 # Reports (JUnit XML and JSON) go to build/conformance/. The example plugin
 # is built into a directory of its own, build/example-plugin/, so that it
@@ -23,7 +24,7 @@ CONFORMANCE_OUT     := $(BUILD)/conformance
 CONFORMANCE_FLAGS   ?= --quick
 CONFORMANCE_NP      ?= 2,3,4,5
 
-MUTANT_TESTS        := TestNegativeControls|TestStreamMutants
+MUTANT_TESTS        := TestNegativeControls|TestStreamMutants|TestLeakCheckPositiveControl
 
 .PHONY: example-plugin conformance conformance-full conformance-mutants
 all: example-plugin

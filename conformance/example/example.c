@@ -46,6 +46,12 @@
  *   EXAMPLE_BREAK_MIRROR_PEER    send and recv talk to rank n-1-peer instead of peer
  *   EXAMPLE_ABI_VERSION  the table claims another ABI version
  *
+ * Positive control (TestLeakCheckPositiveControl in the same file): with
+ * FLAGCX_EXAMPLE_SCRATCH=1 in its environment every collective takes a
+ * scratch buffer of nranks x its message from glibc's malloc, touches it and
+ * frees it, as many real plugins stage their data. Nothing leaks, yet the
+ * resident memory moves (see perCallScratch); comm.leak must pass it.
+ *
  * Plugins that must not take a listing down with them (TestProbe* in
  * sdk/loader, TestPluginsIsolatesBadPlugins in cmd/flagcx):
  *   EXAMPLE_BREAK_INIT_SEGV         init dereferences NULL (SIGSEGV)
@@ -118,6 +124,7 @@ static int envInt(const char* name, int def, int lo, int hi) {
 /* ---- init --------------------------------------------------------------- */
 static int numDevices = 8;
 static double timeoutSec = 60;
+static int scratchPerCall; /* FLAGCX_EXAMPLE_SCRATCH=1: the leak check's positive control */
 
 #if defined(EXAMPLE_BREAK_INIT_SEGV) || defined(EXAMPLE_BREAK_CONSTRUCTOR_SEGV)
 /* NULL the compiler cannot see, so that it emits the store and it faults. */
@@ -146,6 +153,7 @@ static flagcxResult_t exInit(flagcxLogFn_t log, void* ctx, flagcxPluginInfo_v1_t
   logCtx = ctx;
   numDevices = envInt("FLAGCX_EXAMPLE_DEVICES", 8, 0, MAX_DEVICES);
   timeoutSec = envInt("FLAGCX_EXAMPLE_TIMEOUT", 60, 1, 86400);
+  scratchPerCall = envInt("FLAGCX_EXAMPLE_SCRATCH", 0, 0, 1);
   /* No vendor library to load: the CPU is always there. A real plugin
    * dlopens its runtime and CCL here and fills info->libraries[]. */
   info->numLibraries = 0;
@@ -833,6 +841,24 @@ static flagcxResult_t newList(opList* l, exComm* c) {
   return flagcxSuccess;
 }
 
+/* perCallScratch (FLAGCX_EXAMPLE_SCRATCH=1): a scratch buffer of nranks x
+ * bytes from glibc's malloc, every page touched, then freed. Nothing leaks,
+ * but the process's resident memory still moves: above the mmap threshold
+ * the first free raises the threshold, later buffers come from the calling
+ * thread's arena and stay cached there (the Go worker calls from several
+ * OS threads, so several arenas fill). The leak check must tell this
+ * plateau from a leak. */
+static flagcxResult_t perCallScratch(exComm* c, size_t bytes, const char* call) {
+  size_t len = (size_t)c->nranks * bytes;
+  char* p;
+  if (!scratchPerCall || len == 0) return flagcxSuccess;
+  if (!(p = malloc(len))) return fail(flagcxSystemError, "%s: out of memory for a %zu-byte scratch buffer", call, len);
+  memset(p, c->rank + 1, len);
+  __asm__ volatile("" : : "r"(p) : "memory"); /* the stores are used: the compiler keeps malloc, memset and free */
+  free(p);
+  return flagcxSuccess;
+}
+
 static flagcxResult_t checkColl(exComm* c, flagcxDataType_t t, int op, int root, flagcxStream_t s, const char* call) {
   TRY(checkArgs(c, t, root, call));
   if (op >= flagcxNumRedOps) return fail(flagcxInvalidArgument, "%s: unknown reduction op %d", call, op);
@@ -875,6 +901,7 @@ static flagcxResult_t reduceTo(const void* send, void* recv, size_t count, flagc
 static flagcxResult_t exAllReduce(const void* send, void* recv, size_t count, flagcxDataType_t t, flagcxRedOp_t op,
                                   flagcxVendorComm_t comm, flagcxStream_t s) {
   TRY(checkColl((exComm*)comm, t, op, 0, s, "allReduce"));
+  TRY(perCallScratch((exComm*)comm, count * typeSize[t], "allReduce"));
 #ifdef EXAMPLE_BREAK_DEVICE_LEAK /* negative control: a device allocation lost per call */
   { void* lost; TRY(exDeviceMalloc(((exComm*)comm)->dev, &lost, 64 << 10)); }
 #endif
@@ -903,6 +930,7 @@ static flagcxResult_t exAllReduce(const void* send, void* recv, size_t count, fl
 static flagcxResult_t exReduce(const void* send, void* recv, size_t count, flagcxDataType_t t, flagcxRedOp_t op,
                                int root, flagcxVendorComm_t comm, flagcxStream_t s) {
   TRY(checkColl((exComm*)comm, t, op, root, s, "reduce"));
+  TRY(perCallScratch((exComm*)comm, count * typeSize[t], "reduce"));
   return reduceTo(send, recv, count, t, op, root, (exComm*)comm, "reduce");
 }
 
@@ -915,6 +943,7 @@ static flagcxResult_t exReduceScatter(const void* send, void* recv, size_t count
   int p;
   flagcxResult_t r;
   TRY(checkColl(c, t, op, 0, s, "reduceScatter"));
+  TRY(perCallScratch(c, bytes, "reduceScatter"));
   if (count == 0) return flagcxSuccess;
   TRY(newList(&l, c));
   if (!(tmp = malloc((size_t)c->nranks * bytes))) {
@@ -944,6 +973,7 @@ static flagcxResult_t exBroadcast(const void* send, void* recv, size_t count, fl
   { const void* x = send; send = recv; recv = (void*)x; } /* negative control: two arguments swapped */
 #endif
   TRY(checkColl(c, t, 0, root, s, "broadcast"));
+  TRY(perCallScratch(c, bytes, "broadcast"));
   if (count == 0) return flagcxSuccess;
   TRY(newList(&l, c));
 #ifdef EXAMPLE_BREAK_OVERRUN
@@ -1002,6 +1032,7 @@ static flagcxResult_t fixedExchange(int kind, const void* send, void* recv, size
   int p;
   flagcxResult_t r;
   TRY(checkColl(c, t, 0, root, s, call));
+  TRY(perCallScratch(c, count * typeSize[t], call));
   if (count == 0) return flagcxSuccess;
   TRY(blocks(c, &sc, &sd));
   if ((r = blocks(c, &rc, &rd)) != flagcxSuccess) {
@@ -1045,6 +1076,7 @@ static flagcxResult_t exAlltoAllv(const void* send, const size_t* sendcounts, co
                                   const size_t* recvcounts, const size_t* rdispls, flagcxDataType_t t,
                                   flagcxVendorComm_t comm, flagcxStream_t s) {
   TRY(checkColl((exComm*)comm, t, 0, 0, s, "alltoAllv"));
+  TRY(perCallScratch((exComm*)comm, sendcounts[((exComm*)comm)->rank] * typeSize[t], "alltoAllv"));
   return exchange((exComm*)comm, send, sendcounts, sdispls, recv, recvcounts, rdispls, t, "alltoAllv");
 }
 

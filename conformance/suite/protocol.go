@@ -179,6 +179,7 @@ const (
 type RankResult struct {
 	Status string
 	Detail string
+	Note   string // what the case measured on this rank, whatever its verdict (Result.Detail)
 }
 
 // ---- Runner side: one worker process -------------------------------------------

@@ -267,6 +267,7 @@ type junitCase struct {
 	Time      string        `xml:"time,attr"`
 	Failure   *junitMessage `xml:"failure"`
 	Skipped   *junitMessage `xml:"skipped"`
+	SystemOut string        `xml:"system-out,omitempty"` // what the case measured (Result.Detail)
 }
 
 type junitMessage struct {
@@ -309,7 +310,7 @@ func (r *Report) WriteJUnit(w io.Writer) error {
 		}
 		for _, res := range p.Results {
 			tc := junitCase{Name: fmt.Sprintf("%s [%s]", res.ID, res.Level), Classname: p.Info.Name + "." + res.Area,
-				Time: secs(res.Seconds)}
+				Time: secs(res.Seconds), SystemOut: res.Detail}
 			switch res.Status {
 			case Failed:
 				msg := res.Reason

@@ -63,6 +63,7 @@ type Result struct {
 	Ranks       int     `json:"ranks"`
 	Status      Status  `json:"status"`
 	Reason      string  `json:"reason,omitempty"`
+	Detail      string  `json:"detail,omitempty"` // what the case measured, per rank, whatever the verdict (comm.leak)
 	Seconds     float64 `json:"seconds"`
 	Emulated    bool    `json:"emulated"`
 }
@@ -196,13 +197,21 @@ func (r *pluginRun) label() string {
 }
 
 func (r *pluginRun) record(c Case, st Status, reason string, took time.Duration) {
+	r.recordDetail(c, st, reason, "", took)
+}
+
+// recordDetail is record with what the case measured (Result.Detail).
+func (r *pluginRun) recordDetail(c Case, st Status, reason, detail string, took time.Duration) {
 	res := Result{Plugin: r.cand.Name, ID: c.ID, Level: c.Level, Area: c.Area, Description: c.Description,
-		Ranks: c.NRanks, Status: st, Reason: reason, Seconds: took.Seconds(), Emulated: r.info.Emulated}
+		Ranks: c.NRanks, Status: st, Reason: reason, Detail: detail, Seconds: took.Seconds(), Emulated: r.info.Emulated}
 	r.rep.Results = append(r.rep.Results, res)
 	if r.o.Verbose && r.o.Progress != nil {
 		line := fmt.Sprintf("  %-7s %-6s %s", strings.ToUpper(string(st)), c.Level, c.ID)
 		if reason != "" {
 			line += ": " + reason
+		}
+		if detail != "" {
+			line += "\n          measured: " + detail
 		}
 		r.progress("%s", line)
 	}
@@ -342,6 +351,10 @@ func (r *pluginRun) session(ctx context.Context, s *session, cases []Case, n int
 			counts[st]++
 			r.record(c, st, reason, took)
 		}
+		recordDetail := func(o caseOutcome, took time.Duration) {
+			counts[o.st]++
+			r.recordDetail(c, o.st, o.reason, o.detail, took)
+		}
 		if why := r.skipReason(c); why != "" {
 			if c.Level == MUST && strings.HasPrefix(why, "not supported: OPTIONAL") {
 				record(Failed, "not supported, but required (MUST): "+why, 0)
@@ -396,15 +409,15 @@ func (r *pluginRun) session(ctx context.Context, s *session, cases []Case, n int
 			}
 			restartFailures = 0
 		}
-		st, reason, broken, tripped, unsup := s.runCase(ctx, c)
-		record(st, reason, time.Since(t0))
-		if unsup != "" && c.Spec.Kind == KindColl {
-			r.unsupported[unsupportedKey(c.Spec)] = [2]string{c.ID, unsup}
+		o := s.runCase(ctx, c)
+		recordDetail(o, time.Since(t0))
+		if o.unsup != "" && c.Spec.Kind == KindColl {
+			r.unsupported[unsupportedKey(c.Spec)] = [2]string{c.ID, o.unsup}
 		}
-		if tripped {
+		if o.tripped {
 			r.trips[c.Area] = append(r.trips[c.Area], c.ID)
 		}
-		if broken {
+		if o.broken {
 			s.kill()
 		}
 	}
@@ -550,15 +563,23 @@ func (s *session) uniqueIDs(ctx context.Context, k int) ([][]byte, string) {
 	return ids, ""
 }
 
-// runCase runs one case on every worker. broken: the workers must be
-// restarted; tripped: the case crashed or hung.
-// unsup is the plugin's message when every rank said "not supported".
-func (s *session) runCase(ctx context.Context, c Case) (st Status, reason string, broken, tripped bool, unsup string) {
+// caseOutcome is what running a case on every worker gave.
+type caseOutcome struct {
+	st      Status
+	reason  string
+	broken  bool   // the workers must be restarted
+	tripped bool   // the case crashed or hung
+	unsup   string // the plugin's message when every rank said "not supported"
+	detail  string // the ranks' notes (Result.Detail)
+}
+
+// runCase runs one case on every worker.
+func (s *session) runCase(ctx context.Context, c Case) (o caseOutcome) {
 	spec := c.Spec
 	if spec.NeedIDs > 0 {
 		ids, fail := s.uniqueIDs(ctx, spec.NeedIDs)
 		if fail != "" {
-			return Failed, fail, true, strings.HasPrefix(fail, "crash") || strings.HasPrefix(fail, "deadline"), ""
+			return caseOutcome{st: Failed, reason: fail, broken: true, tripped: strings.HasPrefix(fail, "crash") || strings.HasPrefix(fail, "deadline")}
 		}
 		spec.IDs = ids
 	}
@@ -573,17 +594,22 @@ func (s *session) runCase(ctx context.Context, c Case) (st Status, reason string
 		return r.Run(ctx, RunArgs{Case: c.ID, Spec: spec})
 	})
 	if ctx.Err() != nil {
-		return Skipped, "not run: interrupted", true, false, ""
+		return caseOutcome{st: Skipped, reason: "not run: interrupted", broken: true}
 	}
-	st, reason, broken, tripped = s.classify(outs, c.Level, c.UsesType || c.UsesOp, timeout)
+	o.st, o.reason, o.broken, o.tripped = s.classify(outs, c.Level, c.UsesType || c.UsesOp, timeout)
 	all := true
-	for _, o := range outs {
-		all = all && o.err == nil && o.res.Status == rankUnsupported
+	var notes []string
+	for i, out := range outs {
+		all = all && out.err == nil && out.res.Status == rankUnsupported
+		if out.res.Note != "" {
+			notes = append(notes, fmt.Sprintf("rank %d: %s", i, out.res.Note))
+		}
 	}
 	if all {
-		unsup = outs[0].res.Detail
+		o.unsup = outs[0].res.Detail
 	}
-	return st, reason, broken, tripped, unsup
+	o.detail = strings.Join(notes, "; ")
+	return o
 }
 
 // rankOutcome is one worker's answer to a call.

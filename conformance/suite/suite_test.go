@@ -2,6 +2,7 @@ package suite
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,6 +64,12 @@ func buildExample(t *testing.T, dir string, flags ...string) string {
 // the worker program.
 func runSuite(t *testing.T, dir string, o Options) *Report {
 	t.Helper()
+	return runSuiteWithin(t, dir, o, 5*time.Minute)
+}
+
+// runSuiteWithin is runSuite with a deadline for the whole run.
+func runSuiteWithin(t *testing.T, dir string, o Options, deadline time.Duration) *Report {
+	t.Helper()
 	exe, err := os.Executable()
 	require.NoError(t, err)
 	o.Dir, o.Worker = dir, []string{exe}
@@ -73,7 +80,7 @@ func runSuite(t *testing.T, dir string, o Options) *Report {
 		o.CaseTimeout = 30 * time.Second
 	}
 	o.Quick = true
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
 	rep, err := Run(ctx, o)
 	require.NoError(t, err)
@@ -223,7 +230,7 @@ func TestNegativeControls(t *testing.T) {
 			nil, []int{3}},
 		{"a buffer leaked per call", []string{"-DEXAMPLE_BREAK_LEAK"}, `comm\.init\.n2|comm\.leak\.n2`, 0,
 			map[string]*regexp.Regexp{
-				"comm.leak.n2": regexp.MustCompile(`^wrong result: rank \d: resident memory grew by \d+ MiB over 200 identical allReduces of 256 KiB`),
+				"comm.leak.n2": regexp.MustCompile(`^wrong result: rank \d: resident memory grew in every window: \+\d+, \+\d+, \+\d+, \+\d+ KiB in 4 windows of 50 calls, \d{6} bytes a call after 50 warm-up allReduces of 256 KiB \(a leak`),
 			},
 			[]string{"comm.init.n2"}, nil},
 		{"reduceLocal drops its last source", []string{"-DEXAMPLE_BREAK_DEVICE_REDUCE"}, `device\.reducelocal|allreduce\.float32\.sum\.n2\.count1031\.outofplace`, 0,
@@ -233,7 +240,7 @@ func TestNegativeControls(t *testing.T) {
 			[]string{"coll.allreduce.float32.sum.n2.count1031.outofplace"}, nil},
 		{"a device allocation leaked per call", []string{"-DEXAMPLE_BREAK_DEVICE_LEAK"}, `comm\.init\.n2|comm\.leak\.n2`, 0,
 			map[string]*regexp.Regexp{
-				"comm.leak.n2": regexp.MustCompile(`^wrong result: rank \d: device memory in use on device \d+ grew by \d+ KiB over 200 identical allReduces`),
+				"comm.leak.n2": regexp.MustCompile(`^wrong result: rank \d: device memory in use on device \d grew in every window: \+\d+, \+\d+, \+\d+, \+\d+ KiB in 4 windows of 50 calls, \d{5} bytes a call after 50 warm-up allReduces of 256 KiB \(a leak`),
 			},
 			[]string{"comm.init.n2"}, nil},
 	}
@@ -263,6 +270,38 @@ func TestNegativeControls(t *testing.T) {
 			require.Less(t, time.Since(start), time.Minute)
 		})
 	}
+}
+
+// TestLeakCheckPositiveControl: a plugin that mallocs, touches and frees a
+// scratch buffer of nranks x the message on every collective
+// (FLAGCX_EXAMPLE_SCRATCH=1, conformance/example/example.c) leaks nothing
+// and passes comm.leak, whose detail gives each rank's growth and slope.
+// The mutants above are its negative controls.
+func TestLeakCheckPositiveControl(t *testing.T) {
+	dir := t.TempDir()
+	buildExample(t, dir)
+	t.Setenv("FLAGCX_EXAMPLE_SCRATCH", "1")
+	np := []int{2, 3, 5}
+	// 750 allReduces of 256 KiB with exact checks: about a minute on two
+	// idle cores, five or more on two cores shared with other work.
+	rep := runSuiteWithin(t, dir, Options{NP: np, Filter: regexp.MustCompile(`comm\.leak`)}, 9*time.Minute)
+	res := results(rep)
+	series := regexp.MustCompile(`^resident memory [-+]\d+, [-+]\d+, [-+]\d+, [-+]\d+ KiB in 4 windows of 50 calls, -?\d+ bytes a call: no leak`)
+	for _, n := range np {
+		id := fmt.Sprintf("comm.leak.n%d", n)
+		r, ok := res[id]
+		require.True(t, ok, "case %s did not run", id)
+		require.Equal(t, Passed, r.Status, "%s: %s", id, r.Reason)
+		t.Logf("%s passed in %.1f s: %s", id, r.Seconds, r.Detail)
+		ranks := strings.Split(r.Detail, "; rank ")
+		require.Len(t, ranks, n, "%s: one note per rank: %s", id, r.Detail)
+		for i, note := range ranks {
+			_, note, _ = strings.Cut(note, ": ")
+			require.Regexp(t, series, note, "%s rank %d", id, i)
+			require.Contains(t, note, "device memory in use on device", "%s rank %d: the example has memGetInfo", id, i)
+		}
+	}
+	require.True(t, rep.Passed())
 }
 
 // TestUnknownPlugin: asking for a plugin that is not there is an error of

@@ -22,6 +22,7 @@ type worker struct {
 	dev    int
 	stream loader.Stream
 	comm   *loader.Comm
+	note   string // what the running case measured, for its report whatever the verdict (comm.leak)
 }
 
 // WorkerRPC is the net/rpc face of a worker (methods "Plugin.<Name>").
@@ -181,7 +182,10 @@ func (w *worker) run(a RunArgs) (res RankResult) {
 	if w.p == nil || w.stream == 0 {
 		return RankResult{Status: rankError, Detail: "worker not joined"}
 	}
-	return outcome(w.exec(a.Spec))
+	w.note = ""
+	res = outcome(w.exec(a.Spec))
+	res.Note = w.note
+	return res
 }
 
 // wrongResult is a result that differs from the reference.

@@ -5,15 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"regexp"
 	"runtime"
-	"runtime/debug"
-	"strconv"
-	"strings"
 	"unsafe"
-
-	"github.com/ebitengine/purego"
 
 	"github.com/flagcx/flagcx-go/conformance/reference"
 	"github.com/flagcx/flagcx-go/sdk"
@@ -551,98 +545,6 @@ func (w *worker) runColl(comm *loader.Comm, s Spec) error {
 		return err
 	}
 	return w.runJobs([]*job{j}, false)
-}
-
-// leakCheck runs s.Iters identical allReduces on the rank's communicator
-// after a quarter as many warm-up rounds (caches, lazily made streams and
-// registrations settle), and fails when the process's resident memory grew
-// by more than leakSlack, or the device memory in use on the worker's
-// device grew by more than deviceLeakSlack: a plugin that keeps a buffer per
-// call grows by about Iters times it. Device memory in use is total - free
-// from the plugin's memGetInfo (ABI v3) where it has one, else an
-// emulator's counter, else it is not checked.
-func (w *worker) leakCheck(s Spec) error {
-	if w.comm == nil {
-		return errors.New("no communicator")
-	}
-	measure := func() (rss, dev int64) {
-		runtime.GC()
-		debug.FreeOSMemory()
-		return residentBytes(), w.deviceBytesInUse()
-	}
-	for i := 0; i < s.Iters/4; i++ {
-		if err := w.allReduceCheck(w.comm, s, s.Seed+uint64(i)); err != nil {
-			return fmt.Errorf("warm-up round %d: %w", i+1, err)
-		}
-	}
-	rss0, dev0 := measure()
-	for i := 0; i < s.Iters; i++ {
-		if err := w.allReduceCheck(w.comm, s, s.Seed+uint64(i)); err != nil {
-			return fmt.Errorf("round %d: %w", i+1, err)
-		}
-	}
-	rss1, dev1 := measure()
-	msg := int64(s.Count * s.Type.Size())
-	switch {
-	case rss1-rss0 > leakSlack:
-		return wrongf("resident memory grew by %d MiB over %d identical allReduces of %d KiB (%d KiB a call): a leak", (rss1-rss0)>>20, s.Iters, msg>>10, (rss1-rss0)/int64(s.Iters)>>10)
-	case dev0 >= 0 && dev1 >= 0 && dev1-dev0 > deviceLeakSlack:
-		return wrongf("device memory in use on device %d grew by %d KiB over %d identical allReduces (%d bytes a call): a leak", w.dev, (dev1-dev0)>>10, s.Iters, (dev1-dev0)/int64(s.Iters))
-	}
-	return nil
-}
-
-// deviceLeakSlack is the growth of device memory in use a leak check
-// tolerates. Real allocators round up (cudaMalloc to 512 bytes and carves
-// 2 MiB pages, so total - free moves in steps of 2 MiB on real GPUs; the
-// emulators and the example count exact bytes): 1 MiB lets lazily made
-// vendor state settle on the emulators while a leak of a 64 KiB buffer per
-// call (12.5 MiB over 200 rounds) fails everywhere. On a real GPU, free
-// also counts other processes: run the check on an otherwise idle device.
-const deviceLeakSlack = 1 << 20
-
-// deviceBytesInUse is the device memory in use on the worker's device:
-// total - free from the plugin's memGetInfo, else the emulator's counter,
-// else -1 (not measurable).
-func (w *worker) deviceBytesInUse() int64 {
-	if free, total, err := w.p.MemInfo(w.dev); err == nil && total >= free {
-		return int64(total - free)
-	}
-	return emulatedDeviceBytes(w.dev)
-}
-
-// leakSlack is the growth of resident memory a leak check tolerates (the
-// Go runtime's and the allocator's own fluctuation).
-const leakSlack = 24 << 20
-
-// residentBytes is this process's resident set (VmRSS), 0 where unknown.
-func residentBytes() int64 {
-	b, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 2 {
-		return 0
-	}
-	pages, _ := strconv.ParseInt(f[1], 10, 64)
-	return pages * int64(os.Getpagesize())
-}
-
-// emulatedDeviceBytes is the device memory an emulated runtime has handed
-// out on dev (vendorsim's counter), or -1 on a real runtime.
-func emulatedDeviceBytes(dev int) int64 {
-	const rtldNoLoad = 0x4 // glibc's RTLD_NOLOAD: only a library already in the process
-	h, err := purego.Dlopen("libflagcx-vendorsim-core.so", purego.RTLD_NOW|rtldNoLoad)
-	if err != nil {
-		return -1
-	}
-	fn, err := purego.Dlsym(h, "vsim_mem_used")
-	if err != nil {
-		return -1
-	}
-	r, _, _ := purego.SyscallN(fn, uintptr(dev))
-	return int64(r)
 }
 
 // ---- Collectives and groups as cases --------------------------------------------
