@@ -8,6 +8,9 @@ With cuda, rank r's tensors live on GPU r (what users of mixed clusters fall
 back to today: Gloo copies them through host memory). nccl runs torch's NCCL
 backend instead (cuda only; tools/bench-compare/nccl-socket.sh sets the NCCL_*
 variables that put it on its socket transport).
+Started once per rank with FLAGCX_RANK and FLAGCX_COMM_ID=addr:port set (as
+tools/hosts/hosts.sh run does), it runs that one rank and meets the others at
+addr:port; NP must then equal FLAGCX_NRANKS.
 """
 import os
 import sys
@@ -18,8 +21,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 
-def rank_main(rank, n, lo, hi, factor, warmup, iters, port, device, backend):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
+def rank_main(rank, n, lo, hi, factor, warmup, iters, port, device, backend, addr="127.0.0.1"):
+    os.environ["MASTER_ADDR"] = addr
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
     dev = torch.device(f"cuda:{rank}") if device == "cuda" else torch.device("cpu")
@@ -53,5 +56,9 @@ if __name__ == "__main__":
     backend = sys.argv[8] if len(sys.argv) > 8 else "gloo"
     if backend == "nccl" and device != "cuda":
         sys.exit("torch_allreduce.py: the nccl backend needs cuda tensors (7th argument cuda)")
+    if "FLAGCX_RANK" in os.environ:
+        addr, _, port = os.environ["FLAGCX_COMM_ID"].rpartition(":")
+        rank_main(int(os.environ["FLAGCX_RANK"]), n, lo, hi, factor, warmup, iters, int(port), device, backend, addr)
+        sys.exit(0)
     port = 29500 + os.getpid() % 1000
     mp.spawn(rank_main, args=(n, lo, hi, factor, warmup, iters, port, device, backend), nprocs=n)
