@@ -138,22 +138,33 @@ func (h Host) Command(ctx context.Context, name string, args ...string) *exec.Cm
 
 // Ranks starts perHost ranks of args on every host as hosts.sh run does
 // (FLAGCX_COMM_ID on host 0, FLAGCX_NRANKS, FLAGCX_RANK, FLAGCX_LOCAL_RANK,
-// FLAGCX_LOCAL_SIZE, one FLAGCX_COMM_SECRET); rank r's output goes to
-// out/rank<r>.log and its exit status to out/rank<r>.rc (RankResult).
+// FLAGCX_LOCAL_SIZE, one FLAGCX_COMM_SECRET); rank r's stdout goes to
+// out/rank<r>.log, its stderr to out/rank<r>.err and its exit status to
+// out/rank<r>.rc (RankResult).
 func (s *HostSet) Ranks(ctx context.Context, perHost int, out string, args ...string) *exec.Cmd {
 	return s.command(ctx, append([]string{"run", "-n", strconv.Itoa(perHost), "--out", out, "--"}, args...)...)
 }
 
-// RankResult is rank r's output and exit status from a Ranks run in out;
-// ok is false while the rank has not ended.
-func RankResult(out string, r int) (log string, rc int, ok bool) {
+// RankOutcome is how one rank of a Ranks run ended.
+type RankOutcome struct {
+	Stdout, Stderr string
+	Code           int
+	Ended          bool // false while the rank runs: Code means nothing yet
+}
+
+// RankResult reads rank r's outcome from a Ranks run in out.
+func RankResult(out string, r int) RankOutcome {
+	var o RankOutcome
 	b, _ := os.ReadFile(filepath.Join(out, fmt.Sprintf("rank%d.log", r)))
+	e, _ := os.ReadFile(filepath.Join(out, fmt.Sprintf("rank%d.err", r)))
+	o.Stdout, o.Stderr = string(b), string(e)
 	c, err := os.ReadFile(filepath.Join(out, fmt.Sprintf("rank%d.rc", r)))
 	if err != nil {
-		return string(b), 0, false
+		return o
 	}
-	rc, err = strconv.Atoi(strings.TrimSpace(string(c)))
-	return string(b), rc, err == nil
+	o.Code, err = strconv.Atoi(strings.TrimSpace(string(c)))
+	o.Ended = err == nil
+	return o
 }
 
 // Kill crashes h: every process in it is killed at once, its /dev/shm

@@ -143,10 +143,10 @@ func TestHosts(t *testing.T) {
 
 	pidNS := map[string]string{}
 	for r := 0; r < 4; r++ {
-		log, rc, ok := RankResult(out, r)
-		require.True(t, ok && rc == 0, "rank %d: rc %d: %s", r, rc, log)
+		o := RankResult(out, r)
+		require.True(t, o.Ended && o.Code == 0, "rank %d: %+v", r, o)
 		var p probe
-		require.NoError(t, json.Unmarshal([]byte(strings.TrimSpace(log)), &p), "rank %d: %s", r, log)
+		require.NoError(t, json.Unmarshal([]byte(strings.TrimSpace(o.Stdout)), &p), "rank %d: %+v", r, o)
 		host := hs.Hosts[r/2]
 		require.Equal(t, probe{Rank: r, LocalRank: r % 2, LocalSize: 2, NRanks: 4, Host: host.Name, PidNS: p.PidNS,
 			Shm: []string{fmt.Sprintf("testkit-probe-%d", r/2*2), fmt.Sprintf("testkit-probe-%d", r/2*2+1)}}, p)

@@ -164,6 +164,17 @@ signal_all() {
 	in_host "$i" bash -c 'for p in /proc/[0-9]*; do p=${p#/proc/}; [[ $p == 1 || $p == $$ || $(tr "\0" " " 2>/dev/null </proc/$p/cmdline) == "'"$IDLE"' "* ]] || kill -'"$sig"' "$p" 2>/dev/null; done; true'
 }
 
+# cont_nsenters resumes the nsenter processes (outside the host) that
+# started commands in the host whose init is pid: nsenter stops itself when
+# its child stops, and would otherwise never reap it.
+cont_nsenters() {
+	local pid=$1 p
+	for p in /proc/[0-9]*; do
+		[[ $(tr "\0" " " 2>/dev/null <"$p/cmdline") == "nsenter -t $pid "* ]] && kill -CONT "${p#/proc/}" 2>/dev/null
+	done
+	true
+}
+
 check() {
 	local i=$1
 	in_host "$i" bash -c '
@@ -184,7 +195,7 @@ check() {
 # (internal/launch/env.go): FLAGCX_COMM_ID on host 0, FLAGCX_NRANKS,
 # FLAGCX_RANK, FLAGCX_LOCAL_RANK, FLAGCX_LOCAL_SIZE and one random
 # FLAGCX_COMM_SECRET for the job. With --out DIR each rank writes
-# DIR/rank<r>.log and DIR/rank<r>.rc (its exit status); else its lines are
+# DIR/rank<r>.log (stdout), .err (stderr) and .rc (its exit status); else its lines are
 # prefixed with its host and rank. Exits 1 if any rank failed.
 launch() {
 	local per=1 port=29317 out=""
@@ -211,7 +222,7 @@ launch() {
 			if [[ -n $out ]]; then
 				(
 					rc=0
-					in_host "$i" env "${envs[@]}" "$@" >"$out/rank$r.log" 2>&1 || rc=$?
+					in_host "$i" env "${envs[@]}" "$@" >"$out/rank$r.log" 2>"$out/rank$r.err" || rc=$?
 					echo "$rc" >"$out/rank$r.rc"
 					exit "$rc"
 				) &
@@ -252,7 +263,10 @@ addr) addr "${1:-}" ;;
 pid) init_pid "${1:-}" ;;
 kill) kill -KILL "$(init_pid "${1:-}")" ;;
 stop) signal_all "$(host_index "${1:-}")" STOP ;;
-cont) signal_all "$(host_index "${1:-}")" CONT ;;
+cont)
+	cont_nsenters "$(init_pid "${1:-}")"
+	signal_all "$(host_index "${1:-}")" CONT
+	;;
 link)
 	[[ ${2:-} == up || ${2:-} == down ]] || die "link needs a host index and 'up' or 'down'"
 	ip -n "${PREFIX}sw" link set "h$(host_index "$1")" "$2"
