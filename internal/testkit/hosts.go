@@ -6,9 +6,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -79,6 +81,7 @@ func Hosts(t testing.TB, n int, opts ...HostOption) *HostSet {
 		script: filepath.Join(RepoRoot(t), "tools", "hosts", "hosts.sh"),
 		state:  t.TempDir(),
 	}
+	s.removeOrphans(base)
 	args := []string{"up"}
 	for _, o := range opts {
 		args = append(args, string(o))
@@ -112,6 +115,34 @@ func (s *HostSet) do(args ...string) (string, error) {
 	defer cancel()
 	out, err := s.command(ctx, args...).CombinedOutput()
 	return strings.TrimSpace(string(out)), err
+}
+
+// removeOrphans removes the sets of test processes that died before their
+// cleanup (killed by go test's timeout, say): their namespaces carry the
+// dead process's id.
+func (s *HostSet) removeOrphans(base string) {
+	out, err := exec.Command("ip", "netns", "list").Output()
+	if err != nil {
+		return
+	}
+	re := regexp.MustCompile(`^(` + regexp.QuoteMeta(base) + `-(\d+)-\d+-)(sw|\d+)$`)
+	done := map[string]bool{}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		m := re.FindStringSubmatch(f[0])
+		if m == nil || done[m[1]] {
+			continue
+		}
+		if pid, _ := strconv.Atoi(m[2]); pid > 0 && syscall.Kill(pid, 0) != syscall.ESRCH {
+			continue
+		}
+		done[m[1]] = true
+		orphan := &HostSet{Prefix: m[1], script: s.script, state: s.state}
+		_, _ = orphan.do("down")
+	}
 }
 
 func (s *HostSet) namespacesLeft() string {

@@ -140,11 +140,17 @@ down() {
 			done
 		done
 	fi
-	# Namespaces of this prefix only: PREFIX<digits> and PREFIXsw.
+	# Namespaces of this prefix only: PREFIX<digits> and PREFIXsw. Whatever
+	# still runs in them (a set whose state is lost) is killed first.
 	for ns in $(ip netns list | awk '{print $1}'); do
 		case ${ns#"$PREFIX"} in
 		"$ns") ;;
-		sw | [0-9] | [0-9][0-9] | [0-9][0-9][0-9]) ip netns del "$ns" ;;
+		sw | [0-9] | [0-9][0-9] | [0-9][0-9][0-9])
+			for pid in $(ip netns pids "$ns" 2>/dev/null); do
+				kill -KILL "$pid" 2>/dev/null || true
+			done
+			ip netns del "$ns"
+			;;
 		esac
 	done
 	rm -rf "$dir"
