@@ -1,10 +1,13 @@
 package hostnet
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"slices"
 	"strings"
+
+	"github.com/flagcx/flagcx-go/internal/flog"
 )
 
 // ifSpec is a parsed FLAGCX_SOCKET_IFNAME: "eth,ib" (name prefixes),
@@ -104,6 +107,10 @@ func systemInterfaces() ([]ifaceInfo, error) {
 //     ErrConfig) that lists the interfaces that do exist.
 func LocalAddr(cfg Config) (ip net.IP, ifname string, err error) {
 	c, err := chooseInterface(cfg)
+	if err == nil {
+		flog.Default().Log(context.Background(), flog.LevelInfo,
+			fmt.Sprintf("NET/Socket: using interface %s %s (%s)", c.Name, c.IP, c.Why), flog.KeySubsys, flog.Net)
+	}
 	return c.IP, c.Name, err
 }
 
