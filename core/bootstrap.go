@@ -70,6 +70,7 @@ func startRendezvous(addr string, cfg hostnet.Config, secret hostnet.Secret) (st
 	var l *hostnet.Listener
 	var err error
 	if addr != "" {
+		cfg.Rendezvous = addr // its errors name the interface routed to it
 		l, err = hostnet.ListenAddr(addr, cfg, secret)
 	} else {
 		l, err = hostnet.Listen(cfg, secret)

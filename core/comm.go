@@ -57,6 +57,10 @@ func initHost(id UniqueID, nranks, rank int, cfg hostnet.Config) (*hostComm, err
 		return nil, fmt.Errorf("%w: unique id: %w", sdk.ErrInvalidArgument, err)
 	}
 
+	if cfg.Rendezvous == "" {
+		// Every rank reaches the rendezvous: listen where the route to it leaves.
+		cfg.Rendezvous = id.Addr
+	}
 	sc, err := hostnet.ShmConfigFromEnv()
 	if err != nil {
 		return nil, fmt.Errorf("%w: rank %d: %w", sdk.ErrInvalidArgument, rank, err)

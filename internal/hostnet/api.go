@@ -42,6 +42,10 @@ type Config struct {
 	// comma-separated list of name prefixes ("eth,ib"), "^" before the list
 	// to exclude ("^lo,docker", the default), "=" before it for exact names.
 	IfName string
+	// Rendezvous is the address ("host:port") every rank dials first (the
+	// unique id's): the interface the kernel routes to it is preferred
+	// among those IfName allows ("" keeps the first by index).
+	Rendezvous string
 	// Family restricts addresses: 0 for either, 4 for IPv4, 6 for IPv6
 	// (FLAGCX_SOCKET_FAMILY=AF_INET / AF_INET6).
 	Family int

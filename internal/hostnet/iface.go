@@ -1,9 +1,13 @@
 package hostnet
 
 import (
+	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
+
+	"github.com/flagcx/flagcx-go/internal/flog"
 )
 
 // ifSpec is a parsed FLAGCX_SOCKET_IFNAME: "eth,ib" (name prefixes),
@@ -84,24 +88,90 @@ func systemInterfaces() ([]ifaceInfo, error) {
 }
 
 // LocalAddr picks the address this process listens on, as NCCL and FlagCX
-// choose their socket interface:
+// choose their socket interface, and by reachability:
 //
 //   - cfg.IfName (FLAGCX_SOCKET_IFNAME) selects interface names: prefixes,
 //     "^" to exclude, "=" for exact names; empty means "^lo,docker".
-//   - Among up interfaces that match, in system order, the first one with
-//     an address of the allowed family (cfg.Family 4, 6 or 0 for either)
-//     wins. With Family 0 an IPv4 address beats an IPv6 one; an IPv6
-//     link-local address (fe80::/10) is used only if nothing else exists.
+//   - With cfg.Rendezvous set (the address every rank dials first), the
+//     interface holding the source address of the kernel's route to it
+//     wins, when the selection allows it: on a multi-NIC host that is the
+//     network the other ranks are reachable on, whatever its index.
+//   - Otherwise, among up interfaces that match, in system order, the first
+//     one with an address of the allowed family (cfg.Family 4, 6 or 0 for
+//     either) wins. With Family 0 an IPv4 address beats an IPv6 one; an
+//     IPv6 link-local address (fe80::/10) is used only if nothing else
+//     exists.
 //   - With the default selection and no match, docker interfaces and then
 //     loopback are tried, so a laptop or a bare container still works.
 //   - An explicit selection that matches nothing is an error (wrapping
 //     ErrConfig) that lists the interfaces that do exist.
 func LocalAddr(cfg Config) (ip net.IP, ifname string, err error) {
+	c, err := chooseInterface(cfg)
+	if err == nil {
+		flog.Default().Log(context.Background(), flog.LevelInfo,
+			fmt.Sprintf("NET/Socket: using interface %s %s (%s)", c.Name, c.IP, c.Why), flog.KeySubsys, flog.Net)
+	}
+	return c.IP, c.Name, err
+}
+
+// ifaceChoice is the interface LocalAddr picks, and why (for errors).
+type ifaceChoice struct {
+	IP   net.IP
+	Name string
+	Why  string
+}
+
+func chooseInterface(cfg Config) (ifaceChoice, error) {
 	ifs, err := systemInterfaces()
 	if err != nil {
-		return nil, "", err
+		return ifaceChoice{}, err
 	}
-	return selectInterface(cfg.IfName, cfg.Family, ifs)
+	return selectInterface(cfg.IfName, cfg.Family, ifs, cfg.Rendezvous, routeSource(cfg.Rendezvous, cfg.Family))
+}
+
+// routeSource is the local address the kernel sends from toward addr
+// ("host:port"): a UDP socket's connect picks the route without sending
+// anything. nil when addr is empty, does not resolve or has no route.
+func routeSource(addr string, family int) net.IP {
+	if addr == "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil
+	}
+	if port == "0" || port == "" {
+		port = "9"
+	}
+	network := map[int]string{4: "udp4", 6: "udp6"}[family]
+	if network == "" {
+		network = "udp"
+	}
+	ua, err := net.ResolveUDPAddr(network, net.JoinHostPort(host, port))
+	if err != nil {
+		return nil
+	}
+	c, err := net.DialUDP(network, nil, ua)
+	if err != nil {
+		return nil
+	}
+	defer c.Close()
+	return c.LocalAddr().(*net.UDPAddr).IP
+}
+
+// ifaceNote names the interface this rank's sockets use and how to choose
+// another, for the errors of a network that does not connect.
+func ifaceNote(cfg Config) string {
+	spec := cfg.IfName
+	if spec == "" {
+		spec = DefaultIfName
+	}
+	c, err := chooseInterface(cfg)
+	if err != nil {
+		return fmt.Sprintf("this rank has no usable interface (%v)", err)
+	}
+	return fmt.Sprintf("this rank uses interface %s (%s, %s); set %s to choose another (now %q)",
+		c.Name, c.IP, c.Why, EnvSocketIfName, spec)
 }
 
 // addrTier ranks an address for the family; lower is better, -1 unusable.
@@ -148,29 +218,44 @@ func pickAddr(ifs []ifaceInfo, family int, keep func(ifaceInfo) bool) (net.IP, s
 	return best, bestName, true
 }
 
-// selectInterface is LocalAddr over a given interface list (pure, testable).
-func selectInterface(ifName string, family int, ifs []ifaceInfo) (net.IP, string, error) {
+// selectInterface is LocalAddr over a given interface list (pure,
+// testable): toward is the rendezvous address, src the kernel's source
+// address toward it (nil: unknown).
+func selectInterface(ifName string, family int, ifs []ifaceInfo, toward string, src net.IP) (ifaceChoice, error) {
 	spec := strings.TrimSpace(ifName)
 	if spec == "" {
 		spec = DefaultIfName
 	}
 	sp, err := parseIfSpec(spec)
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: %s=%q: %w", ErrConfig, EnvSocketIfName, ifName, err)
+		return ifaceChoice{}, fmt.Errorf("%w: %s=%q: %w", ErrConfig, EnvSocketIfName, ifName, err)
 	}
-	if ip, name, ok := pickAddr(ifs, family, func(i ifaceInfo) bool { return sp.match(i.Name) }); ok {
-		return ip, name, nil
+	allowed := func(i ifaceInfo) bool { return sp.match(i.Name) }
+	if src != nil && addrTier(src, family) >= 0 {
+		holds := func(i ifaceInfo) bool {
+			return allowed(i) && slices.ContainsFunc(i.Addrs, func(a net.IP) bool { return a.Equal(src) })
+		}
+		if _, name, ok := pickAddr(ifs, family, holds); ok {
+			ip := src
+			if v4 := ip.To4(); v4 != nil {
+				ip = v4
+			}
+			return ifaceChoice{ip, name, "the route to the rendezvous " + toward}, nil
+		}
+	}
+	if ip, name, ok := pickAddr(ifs, family, allowed); ok {
+		return ifaceChoice{ip, name, fmt.Sprintf("the first up interface %s=%q allows", EnvSocketIfName, spec)}, nil
 	}
 	if spec == DefaultIfName {
 		// NCCL's order after the default: docker interfaces, then loopback.
 		if ip, name, ok := pickAddr(ifs, family, func(i ifaceInfo) bool { return strings.HasPrefix(i.Name, "docker") }); ok {
-			return ip, name, nil
+			return ifaceChoice{ip, name, "no other interface is up"}, nil
 		}
 		if ip, name, ok := pickAddr(ifs, family, func(i ifaceInfo) bool { return i.Loopback || strings.HasPrefix(i.Name, "lo") }); ok {
-			return ip, name, nil
+			return ifaceChoice{ip, name, "no other interface is up"}, nil
 		}
 	}
-	return nil, "", fmt.Errorf("%w: %s=%q matches no up interface with %s; interfaces here: %s; set %s to one of them (e.g. %q)",
+	return ifaceChoice{}, fmt.Errorf("%w: %s=%q matches no up interface with %s; interfaces here: %s; set %s to one of them (e.g. %q)",
 		ErrConfig, EnvSocketIfName, spec, familyWords(family), describeIfs(ifs), EnvSocketIfName, suggestIf(ifs, family))
 }
 

@@ -92,7 +92,8 @@ func TestSelectInterface(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ip, name, err := selectInterface(tc.spec, tc.family, tc.ifs)
+			c, err := selectInterface(tc.spec, tc.family, tc.ifs, "", nil)
+			ip, name := c.IP, c.Name
 			if tc.wantErr != nil {
 				require.Error(t, err)
 				require.ErrorIs(t, err, ErrConfig)
@@ -106,6 +107,66 @@ func TestSelectInterface(t *testing.T) {
 			require.Equal(t, tc.wantIf, name)
 		})
 	}
+}
+
+// TestSelectInterfaceByRoute: the interface holding the kernel's source
+// address toward the rendezvous wins over one ahead of it by index, when
+// FLAGCX_SOCKET_IFNAME allows it.
+func TestSelectInterfaceByRoute(t *testing.T) {
+	lo := ifaceInfo{Name: "lo", Up: true, Loopback: true, Addrs: ips("127.0.0.1", "::1")}
+	decoy := ifaceInfo{Name: "dcy0", Up: true, Addrs: ips("10.198.0.1")}
+	eth0 := ifaceInfo{Name: "eth0", Up: true, Addrs: ips("fe80::1", "10.199.0.2")}
+	eth6 := ifaceInfo{Name: "eth6", Up: true, Addrs: ips("2001:db8::6")}
+	ifs := []ifaceInfo{lo, decoy, eth0, eth6}
+	const rdv = "10.199.0.1:29317"
+	tests := []struct {
+		name, spec     string
+		family         int
+		src            string
+		wantIP, wantIf string
+		wantWhy        string
+	}{
+		{"route beats index", "", 0, "10.199.0.2", "10.199.0.2", "eth0", "the route to the rendezvous " + rdv},
+		{"no route: first by index", "", 0, "", "10.198.0.1", "dcy0", `the first up interface FLAGCX_SOCKET_IFNAME="^lo,docker" allows`},
+		{"route over loopback: first by index", "", 0, "127.0.0.1", "10.198.0.1", "dcy0", "the first up interface"},
+		{"explicit lo follows the route", "lo", 0, "127.0.0.1", "127.0.0.1", "lo", "the route to the rendezvous"},
+		{"FLAGCX_SOCKET_IFNAME overrides the route", "=dcy0", 0, "10.199.0.2", "10.198.0.1", "dcy0", "the first up interface"},
+		{"excluded by FLAGCX_SOCKET_IFNAME", "^lo,dcy,eth0", 0, "10.199.0.2", "2001:db8::6", "eth6", "the first up interface"},
+		{"source on no interface", "", 0, "10.5.5.5", "10.198.0.1", "dcy0", "the first up interface"},
+		{"source of the wrong family", "", 4, "2001:db8::6", "10.198.0.1", "dcy0", "the first up interface"},
+		{"IPv6 route", "", 0, "2001:db8::6", "2001:db8::6", "eth6", "the route to the rendezvous"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var src net.IP
+			if tc.src != "" {
+				src = net.ParseIP(tc.src)
+			}
+			c, err := selectInterface(tc.spec, tc.family, ifs, rdv, src)
+			require.NoError(t, err)
+			require.Equal(t, tc.wantIP, c.IP.String())
+			require.Equal(t, tc.wantIf, c.Name)
+			require.Contains(t, c.Why, tc.wantWhy)
+		})
+	}
+}
+
+// TestRouteSource: the kernel's route to a loopback address leaves from
+// loopback; what does not resolve or parse has no source.
+func TestRouteSource(t *testing.T) {
+	require.Equal(t, "127.0.0.1", routeSource("127.0.0.1:29317", 0).String())
+	require.Equal(t, "127.0.0.1", routeSource("127.0.0.1:0", 4).String())
+	require.Nil(t, routeSource("", 0))
+	require.Nil(t, routeSource("no-port", 0))
+	require.Nil(t, routeSource("127.0.0.1:1", 6))
+
+	cfg := DefaultConfig()
+	cfg.IfName, cfg.Rendezvous = "lo", "127.0.0.1:29317"
+	ip, name, err := LocalAddr(cfg)
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1", ip.String())
+	require.Equal(t, "lo", name)
+	require.Contains(t, ifaceNote(cfg), `this rank uses interface lo (127.0.0.1, the route to the rendezvous 127.0.0.1:29317); set FLAGCX_SOCKET_IFNAME to choose another (now "lo")`)
 }
 
 func TestLocalAddrOnThisMachine(t *testing.T) {

@@ -231,11 +231,11 @@ func (l *Listener) Accept() (*Conn, []byte, error) {
 			// Strangers cannot fill the listener (see above), so they are
 			// not why the peers are missing; but they hint at a port shared
 			// with another job, which the user should hear about first.
-			return nil, nil, fmt.Errorf("hostnet: accept on %s: no flagcx peer completed the handshake within %v; %s They did not keep the ranks out: check that the other ranks are running with the same unique id, and give each job a port of its own (%s sets the limit): %w",
-				l.addr, l.cfg.Timeout, note, EnvTimeout, ErrTimeout)
+			return nil, nil, fmt.Errorf("hostnet: accept on %s: no flagcx peer completed the handshake within %v; %s They did not keep the ranks out: check that the other ranks are running with the same unique id, and give each job a port of its own (%s sets the limit); %s: %w",
+				l.addr, l.cfg.Timeout, note, EnvTimeout, ifaceNote(l.cfg), ErrTimeout)
 		}
-		return nil, nil, fmt.Errorf("hostnet: accept on %s: no peer completed the handshake within %v (are the other ranks running, with the same unique id? %s sets the limit): %w",
-			l.addr, l.cfg.Timeout, EnvTimeout, ErrTimeout)
+		return nil, nil, fmt.Errorf("hostnet: accept on %s: no peer completed the handshake within %v (are the other ranks running, with the same unique id, and can they reach this address? %s sets the limit); %s: %w",
+			l.addr, l.cfg.Timeout, EnvTimeout, ifaceNote(l.cfg), ErrTimeout)
 	}
 }
 
@@ -440,10 +440,10 @@ func Dial(addr string, cfg Config, secret Secret, hello []byte) (*Conn, error) {
 					addr, busy, cfg.Timeout, err, EnvTimeout, ErrTimeout)
 			}
 			if refused || timedOut {
-				return nil, fmt.Errorf("hostnet: dial %s: no listener accepted the connection within %v (last error: %w); check that the peer is running and that %s picks an interface both hosts can reach: %w",
-					addr, cfg.Timeout, err, EnvSocketIfName, ErrTimeout)
+				return nil, fmt.Errorf("hostnet: dial %s: no listener accepted the connection within %v (last error: %w); check that the peer is running and that %s picks an interface both hosts can reach; %s: %w",
+					addr, cfg.Timeout, err, EnvSocketIfName, ifaceNote(cfg), ErrTimeout)
 			}
-			return nil, fmt.Errorf("hostnet: dial %s: %w", addr, err)
+			return nil, fmt.Errorf("hostnet: dial %s: %w; %s", addr, err, ifaceNote(cfg))
 		}
 		tc := nc.(*net.TCPConn)
 		err = dialHandshake(tc, addr, cfg, secret, hello)

@@ -17,6 +17,9 @@
 //   - BuiltFile, CopyBuilt, Plugin, Vendorsim: the make-built outputs, or
 //     Skip(Built) when they are missing.
 //   - Input, Reduced, Move, Encode: exact expected values for collectives.
+//   - Hosts: emulated hosts (network, pid, mount and UTS namespaces, own
+//     /dev/shm) on this machine, through tools/hosts/hosts.sh, with a rank
+//     launcher (HostSet.Ranks) and faults (Kill, Stop, Link).
 //
 // It is imported by tests only.
 package testkit
