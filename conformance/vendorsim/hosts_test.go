@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,9 +38,10 @@ type hostsRun struct {
 
 var shmLeftRe = regexp.MustCompile(`(?m)^SHM-LEFT:(.*)$`)
 
-// runHosts starts the n ranks of scenario on `hosts` emulated hosts, rank
-// r on host r % hosts, and waits for all of them.
-func runHosts(t *testing.T, scenario string, n, hosts int, env []string) hostsRun {
+// onHosts runs n rank commands on `hosts` emulated hosts, rank r on host
+// r % hosts; rankEnv gives rank r's extra environment and argv its
+// command. Each rank's output goes to dir/rank<r>.log.
+func onHosts(t *testing.T, dir string, n, hosts int, env []string, rankEnv func(r int) []string, argv []string) hostsRun {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		testkit.Skip(t, needHosts, "not root")
@@ -47,14 +49,10 @@ func runHosts(t *testing.T, scenario string, n, hosts int, env []string) hostsRu
 	if _, err := exec.LookPath("unshare"); err != nil {
 		testkit.Skip(t, needHosts, "%v", err)
 	}
-	e := testEmulators(t)
-	var id uniqueID
-	require.Equal(t, int32(ncclSuccess), e.nccl.GetUniqueID(&id))
-	dir := t.TempDir()
-	base := append(os.Environ(), testkit.EnvWorker+"="+ncclWorker, testkit.EnvNranks+"="+fmt.Sprint(n),
-		testkit.EnvID+"="+hex.EncodeToString(id.Internal[:]), envScenario+"="+scenario,
-		envLibRoot+"="+testkit.RepoRoot(t), "VSIM_TEST_BIN="+os.Args[0])
-	base = append(base, env...)
+	quoted := make([]string, len(argv))
+	for i, a := range argv {
+		quoted[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
 	res := hostsRun{runs: make([]rankRun, n), shmLeft: map[int]string{}, logs: map[int]string{}}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -62,16 +60,15 @@ func runHosts(t *testing.T, scenario string, n, hosts int, env []string) hostsRu
 		var script strings.Builder
 		script.WriteString("mount -t tmpfs -o size=256m span-shm /dev/shm || exit 97\n")
 		for r := h; r < n; r += hosts {
-			fmt.Fprintf(&script, "%s=%d %s=%s \"$VSIM_TEST_BIN\" -test.run='^$' > %s 2>&1 &\npid%d=$!\n",
-				testkit.EnvRank, r, testkit.EnvOut, filepath.Join(dir, fmt.Sprintf("rank%d.json", r)),
-				filepath.Join(dir, fmt.Sprintf("rank%d.log", r)), r)
+			fmt.Fprintf(&script, "env %s %s > %s 2>&1 &\npid%d=$!\n", strings.Join(rankEnv(r), " "),
+				strings.Join(quoted, " "), filepath.Join(dir, fmt.Sprintf("rank%d.log", r)), r)
 		}
 		for r := h; r < n; r += hosts {
 			fmt.Fprintf(&script, "wait $pid%d || echo \"rank %d exited with status $?\"\n", r, r)
 		}
 		script.WriteString("echo \"SHM-LEFT:$(ls -A /dev/shm | tr '\\n' ' ')\"\n")
 		cmd := exec.Command("unshare", "--mount", "--pid", "--fork", "--mount-proc", "sh", "-c", script.String())
-		cmd.Env = base
+		cmd.Env = append(os.Environ(), env...)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -95,8 +92,27 @@ func runHosts(t *testing.T, scenario string, n, hosts int, env []string) hostsRu
 	for r := range n {
 		log, _ := os.ReadFile(filepath.Join(dir, fmt.Sprintf("rank%d.log", r)))
 		res.runs[r].stderr = string(log)
+	}
+	return res
+}
+
+// runHosts starts the n ranks of scenario on `hosts` emulated hosts, rank
+// r on host r % hosts, and waits for all of them.
+func runHosts(t *testing.T, scenario string, n, hosts int, env []string) hostsRun {
+	t.Helper()
+	e := testEmulators(t)
+	var id uniqueID
+	require.Equal(t, int32(ncclSuccess), e.nccl.GetUniqueID(&id))
+	dir := t.TempDir()
+	env = append([]string{testkit.EnvWorker + "=" + ncclWorker, testkit.EnvNranks + "=" + fmt.Sprint(n),
+		testkit.EnvID + "=" + hex.EncodeToString(id.Internal[:]), envScenario + "=" + scenario,
+		envLibRoot + "=" + testkit.RepoRoot(t)}, env...)
+	res := onHosts(t, dir, n, hosts, env, func(r int) []string {
+		return []string{fmt.Sprintf("%s=%d", testkit.EnvRank, r), testkit.EnvOut + "=" + filepath.Join(dir, fmt.Sprintf("rank%d.json", r))}
+	}, []string{os.Args[0], "-test.run=^$"})
+	for r := range n {
 		data, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("rank%d.json", r)))
-		require.NoError(t, err, "rank %d wrote no report; host %d:\n%s\nrank log:\n%s", r, r%hosts, res.logs[r%hosts], log)
+		require.NoError(t, err, "rank %d wrote no report; host %d:\n%s\nrank log:\n%s", r, r%hosts, res.logs[r%hosts], res.runs[r].stderr)
 		require.NoError(t, json.Unmarshal(data, &res.runs[r].out))
 	}
 	return res
@@ -146,6 +162,56 @@ func TestDepartedRankAcrossHosts(t *testing.T) {
 			require.Less(t, o.Numbers["seconds"], 10.0, "the error must come near the 5 s deadline, not hang")
 			require.Empty(t, res.shmLeft[0])
 			require.Empty(t, res.shmLeft[1])
+		})
+	}
+}
+
+// benchRowRe matches a data row of bench's table; it captures the #wrong
+// columns (out of place, in place).
+var benchRowRe = regexp.MustCompile(`(?m)^\s+\d+\s+\d+\s+\S+\s+\S+\s+-?\d+\s+\S+\s+\S+\s+\S+\s+(\S+)\s+\S+\s+\S+\s+\S+\s+(\S+)\s*$`)
+
+// An emulated NVIDIA cluster spanning two hosts, ranks started per host
+// as a launcher would: the emulated NCCL meets across the hosts, links
+// between the hosts take TCP or (FLAGCX_NET=IB) the emulated verbs, inside
+// a host shared memory. Every result exact, nothing left in any /dev/shm.
+func TestBenchAcrossHosts(t *testing.T) {
+	bin := filepath.Join(testkit.RepoRoot(t), "bin", "flagcx")
+	if _, err := os.Stat(bin); err != nil {
+		testkit.Skip(t, testkit.Built, "%s is missing", bin)
+	}
+	plugins := testkit.BuiltFile(t, "plugins")
+	for _, c := range []struct {
+		name    string
+		env     []string
+		network string
+	}{
+		{"tcp", []string{"FLAGCX_NET=Socket"}, "1 link shm (shared memory), 2 links tcp"},
+		{"ib", []string{"FLAGCX_NET=IB"}, "2 links ib (emulated IB"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			const hosts, perHost = 2, 2
+			l, err := net.Listen("tcp", "127.0.0.1:0") // a free port for rank 0's rendezvous
+			require.NoError(t, err)
+			addr := l.Addr().String()
+			require.NoError(t, l.Close())
+			env := append([]string{"FLAGCX_TIMEOUT=60", "FLAGCX_COMM_ID=" + addr,
+				fmt.Sprintf("FLAGCX_NRANKS=%d", hosts*perHost), fmt.Sprintf("FLAGCX_LOCAL_SIZE=%d", perHost)}, c.env...)
+			res := onHosts(t, t.TempDir(), hosts*perHost, hosts, env, func(r int) []string {
+				return []string{fmt.Sprintf("FLAGCX_RANK=%d", r), fmt.Sprintf("FLAGCX_LOCAL_RANK=%d", r/hosts)}
+			}, []string{bin, "--plugin-dir", plugins, "--emulated", "bench", "all", "--backend", "nvidia",
+				"-e", "64K", "-n", "2", "-w", "1", "-c", "1"})
+			out := res.runs[0].stderr
+			for h := range hosts {
+				require.NotContains(t, res.logs[h], "exited with status", "host %d", h)
+				require.Empty(t, res.shmLeft[h], "host %d's /dev/shm after its ranks exited", h)
+			}
+			require.Contains(t, out, c.network, out)
+			rows := benchRowRe.FindAllStringSubmatch(out, -1)
+			require.Greater(t, len(rows), 50, out)
+			for _, row := range rows {
+				require.Equal(t, "0", row[1], "out of place: %s", row[0])
+				require.Contains(t, []string{"0", "N/A"}, row[2], "in place: %s", row[0])
+			}
 		})
 	}
 }
