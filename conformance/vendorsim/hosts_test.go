@@ -215,3 +215,37 @@ func TestBenchAcrossHosts(t *testing.T) {
 		})
 	}
 }
+
+// Segments of a rendezvous whose ranks all died before mapping them carry
+// rank 0's boot id, pid namespace and pid in their names; the next
+// rendezvous on the host removes those of dead processes, and only those.
+func TestStaleSegmentsReclaimed(t *testing.T) {
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	require.NoError(t, err)
+	tag := regexp.MustCompile(`[^0-9a-f]`).ReplaceAllString(string(boot), "")
+	if len(tag) > 12 {
+		tag = tag[:12]
+	}
+	ns, err := os.Readlink("/proc/self/ns/pid")
+	require.NoError(t, err)
+	nsID := regexp.MustCompile(`\[(\d+)\]`).FindStringSubmatch(ns)
+	require.NotNil(t, nsID, ns)
+	dead := exec.Command("true")
+	require.NoError(t, dead.Run())
+	seg := func(pid int) string {
+		return filepath.Join("/dev/shm", fmt.Sprintf("fxvs-%s-%s-%d-%016x", tag, nsID[1], pid, 0x5ba4))
+	}
+	for _, p := range []string{seg(dead.Process.Pid), seg(dead.Process.Pid) + "d", seg(os.Getpid())} {
+		require.NoError(t, os.WriteFile(p, []byte("stale"), 0o600))
+		t.Cleanup(func() { os.Remove(p) })
+	}
+	n := testEmulators(t).nccl
+	var id uniqueID
+	var comm uintptr
+	require.Equal(t, int32(ncclSuccess), n.GetUniqueID(&id))
+	require.Equal(t, int32(ncclSuccess), n.CommInitRank(&comm, 1, id, 0), n.GetLastError(0))
+	require.Equal(t, int32(ncclSuccess), n.CommDestroy(comm))
+	require.NoFileExists(t, seg(dead.Process.Pid), "a dead rank 0's header segment")
+	require.NoFileExists(t, seg(dead.Process.Pid)+"d", "a dead rank 0's data segment")
+	require.FileExists(t, seg(os.Getpid()), "a live process's segment stays")
+}
