@@ -126,11 +126,16 @@ static int send_frame(int fd, uint32_t type, const void* p, uint32_t len) {
   return vsim_sock_write(fd, &h, sizeof h) == 0 && vsim_sock_write(fd, p, len) == 0 ? 0 : -1;
 }
 
+/* Closes the members' connections; the rendezvous keeps only its outcome
+ * (the answer to later hellos). */
 static void rdv_close(rdv* r) {
-  for (int i = 0; i < r->nranks; i++) {
+  for (int i = 0; i < r->nranks; i++)
     if (r->fd[i] >= 0) close(r->fd[i]);
-    r->fd[i] = -1;
-  }
+  free(r->fd);
+  free(r->hello);
+  r->fd = NULL;
+  r->hello = NULL;
+  r->nranks = 0;
 }
 
 /* The first error of a rendezvous goes to every rank that is there, and
@@ -268,7 +273,7 @@ static void* svc_main(void* arg) {
     if (poll(p, (nfds_t)n, 200) <= 0) continue;
     pthread_mutex_lock(&svc_lock);
     for (int k = 1; k < n; k++)
-      if (p[k].revents && who[k]->fd[idx[k]] == p[k].fd) svc_member(who[k], idx[k]);
+      if (p[k].revents && who[k]->fd != NULL && who[k]->fd[idx[k]] == p[k].fd) svc_member(who[k], idx[k]);
     if (p[0].revents & POLLIN) {
       int fd = accept4(svc_fd, NULL, NULL, SOCK_CLOEXEC);
       if (fd >= 0) svc_hello(fd);

@@ -1047,15 +1047,23 @@ static int rxFill(vQp* q, int in) {
     if (q->rxHave >= sizeof(pktHdr)) {
       const pktHdr* h = (const pktHdr*)q->rxBuf;
       if (h->len > CHUNK || (h->type != PKT_WRITE && h->type != PKT_SEND)) {
-        shutdown(in, SHUT_RDWR);
-        return 0;
+        shutdown(in, SHUT_RDWR); /* a malformed packet ends the wire: read on to its end */
+        q->rxHave = 0;
+        continue;
       }
       want += h->len;
     }
     if (q->rxHave == want) return 1;
     ssize_t k = recv(in, q->rxBuf + q->rxHave, want - q->rxHave, MSG_DONTWAIT);
     if (k < 0 && errno == EINTR) continue;
-    if (k <= 0) return 0; /* nothing yet, or the peer is gone (its sender learns by itself) */
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    if (k <= 0) {
+      /* The peer is gone (its sender learns by itself; an idle RC receiver
+       * is never told): drop the wire, or poll would wake on it forever. */
+      if (atomic_compare_exchange_strong(&q->inFd, &in, -1)) close(in);
+      q->rxHave = 0;
+      return 0;
+    }
     q->rxHave += (size_t)k;
   }
 }
