@@ -41,7 +41,7 @@ var shmLeftRe = regexp.MustCompile(`(?m)^SHM-LEFT:(.*)$`)
 // onHosts runs n rank commands on `hosts` emulated hosts, rank r on host
 // r % hosts; rankEnv gives rank r's extra environment and argv its
 // command. Each rank's output goes to dir/rank<r>.log.
-func onHosts(t *testing.T, dir string, n, hosts int, env []string, rankEnv func(r int) []string, argv []string) hostsRun {
+func onHosts(t *testing.T, dir string, n, hosts int, env []string, rankEnv func(r int) []string, argv func(r int) []string) hostsRun {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		testkit.Skip(t, needHosts, "not root")
@@ -49,9 +49,12 @@ func onHosts(t *testing.T, dir string, n, hosts int, env []string, rankEnv func(
 	if _, err := exec.LookPath("unshare"); err != nil {
 		testkit.Skip(t, needHosts, "%v", err)
 	}
-	quoted := make([]string, len(argv))
-	for i, a := range argv {
-		quoted[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	quote := func(args []string) string {
+		q := make([]string, len(args))
+		for i, a := range args {
+			q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+		return strings.Join(q, " ")
 	}
 	res := hostsRun{runs: make([]rankRun, n), shmLeft: map[int]string{}, logs: map[int]string{}}
 	var mu sync.Mutex
@@ -61,7 +64,7 @@ func onHosts(t *testing.T, dir string, n, hosts int, env []string, rankEnv func(
 		script.WriteString("mount -t tmpfs -o size=256m span-shm /dev/shm || exit 97\n")
 		for r := h; r < n; r += hosts {
 			fmt.Fprintf(&script, "env %s %s > %s 2>&1 &\npid%d=$!\n", strings.Join(rankEnv(r), " "),
-				strings.Join(quoted, " "), filepath.Join(dir, fmt.Sprintf("rank%d.log", r)), r)
+				quote(argv(r)), filepath.Join(dir, fmt.Sprintf("rank%d.log", r)), r)
 		}
 		for r := h; r < n; r += hosts {
 			fmt.Fprintf(&script, "wait $pid%d || echo \"rank %d exited with status $?\"\n", r, r)
@@ -109,7 +112,7 @@ func runHosts(t *testing.T, scenario string, n, hosts int, env []string) hostsRu
 		envLibRoot + "=" + testkit.RepoRoot(t)}, env...)
 	res := onHosts(t, dir, n, hosts, env, func(r int) []string {
 		return []string{fmt.Sprintf("%s=%d", testkit.EnvRank, r), testkit.EnvOut + "=" + filepath.Join(dir, fmt.Sprintf("rank%d.json", r))}
-	}, []string{os.Args[0], "-test.run=^$"})
+	}, func(int) []string { return []string{os.Args[0], "-test.run=^$"} })
 	for r := range n {
 		data, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("rank%d.json", r)))
 		require.NoError(t, err, "rank %d wrote no report; host %d:\n%s\nrank log:\n%s", r, r%hosts, res.logs[r%hosts], res.runs[r].stderr)
@@ -173,7 +176,9 @@ var benchRowRe = regexp.MustCompile(`(?m)^\s+\d+\s+\d+\s+\S+\s+\S+\s+-?\d+\s+\S+
 // An emulated NVIDIA cluster spanning two hosts, ranks started per host
 // as a launcher would: the emulated NCCL meets across the hosts, links
 // between the hosts take TCP or (FLAGCX_NET=IB) the emulated verbs, inside
-// a host shared memory. Every result exact, nothing left in any /dev/shm.
+// a host shared memory; and a heterogeneous job whose NVIDIA and Kunlunxin
+// clusters both span the hosts. Every result exact, nothing left in any
+// /dev/shm.
 func TestBenchAcrossHosts(t *testing.T) {
 	bin := filepath.Join(testkit.RepoRoot(t), "bin", "flagcx")
 	if _, err := os.Stat(bin); err != nil {
@@ -181,12 +186,15 @@ func TestBenchAcrossHosts(t *testing.T) {
 	}
 	plugins := testkit.BuiltFile(t, "plugins")
 	for _, c := range []struct {
-		name    string
-		env     []string
-		network string
+		name     string
+		env      []string
+		backends []string // by local rank
+		network  string
 	}{
-		{"tcp", []string{"FLAGCX_NET=Socket"}, "1 link shm (shared memory), 2 links tcp"},
-		{"ib", []string{"FLAGCX_NET=IB"}, "2 links ib (emulated IB"},
+		{"tcp", []string{"FLAGCX_NET=Socket"}, []string{"nvidia", "nvidia"}, "1 link shm (shared memory), 2 links tcp"},
+		{"ib", []string{"FLAGCX_NET=IB"}, []string{"nvidia", "nvidia"}, "2 links ib (emulated IB"},
+		// Two clusters, each spanning both hosts.
+		{"hetero", nil, []string{"nvidia", "kunlunxin"}, "3 links ib (emulated IB"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			const hosts, perHost = 2, 2
@@ -198,8 +206,10 @@ func TestBenchAcrossHosts(t *testing.T) {
 				fmt.Sprintf("FLAGCX_NRANKS=%d", hosts*perHost), fmt.Sprintf("FLAGCX_LOCAL_SIZE=%d", perHost)}, c.env...)
 			res := onHosts(t, t.TempDir(), hosts*perHost, hosts, env, func(r int) []string {
 				return []string{fmt.Sprintf("FLAGCX_RANK=%d", r), fmt.Sprintf("FLAGCX_LOCAL_RANK=%d", r/hosts)}
-			}, []string{bin, "--plugin-dir", plugins, "--emulated", "bench", "all", "--backend", "nvidia",
-				"-e", "64K", "-n", "2", "-w", "1", "-c", "1"})
+			}, func(r int) []string {
+				return []string{bin, "--plugin-dir", plugins, "--emulated", "bench", "all", "--backend", c.backends[r/hosts],
+					"-e", "64K", "-n", "2", "-w", "1", "-c", "1"}
+			})
 			out := res.runs[0].stderr
 			for h := range hosts {
 				require.NotContains(t, res.logs[h], "exited with status", "host %d", h)
