@@ -244,38 +244,47 @@ var chunkyEnv = []string{EnvSlotBytes + "=256", EnvTimeout + "=30"}
 func TestAllReduceAllTypesAndOps(t *testing.T) {
 	for _, n := range []int{2, 3} {
 		t.Run(fmt.Sprintf("%dranks", n), func(t *testing.T) {
-			runs := runRanks(t, "allreduce", n, chunkyEnv, nil, nil)
-			for dt := 0; dt < numDtypes; dt++ {
-				for op := 0; op < numOps; op++ {
-					want := encodeN(dt, matrixCount, func(i int) float64 {
-						vals := make([]float64, n)
-						for r := range vals {
-							vals[r] = inputValue(dt, op, r, n, i)
-						}
-						return reduceExpect(dt, op, vals)
-					})
-					for r, run := range runs {
-						b := run.out.Buffers
-						require.Equal(t, want, b[fmt.Sprintf("oop/%d/%d", dt, op)], "rank %d %s %s", r, dtypeName[dt], opName[op])
-						require.Equal(t, want, b[fmt.Sprintf("ip/%d/%d", dt, op)], "rank %d %s %s in place", r, dtypeName[dt], opName[op])
-					}
-				}
-			}
-			for r, run := range runs {
-				require.Equal(t, ncclSuccess, run.out.Codes["count0"], "rank %d", r)
-				if n == 2 {
-					// 1 + 2^-11 ties to 1; (1+2^-10) + 2^-11 ties to 1+2^-9.
-					require.Equal(t, []byte{0x00, 0x3C, 0x02, 0x3C}, run.out.Buffers["round/f16"], "rank %d", r)
-					require.Equal(t, []byte{0x80, 0x3F, 0x82, 0x3F}, run.out.Buffers["round/bf16"], "rank %d", r)
-				}
-			}
+			checkAllReduce(t, runRanks(t, "allreduce", n, chunkyEnv, nil, nil))
 		})
 	}
 }
 
+// checkAllReduce asserts the reports of scenario "allreduce".
+func checkAllReduce(t *testing.T, runs []rankRun) {
+	n := len(runs)
+	for dt := 0; dt < numDtypes; dt++ {
+		for op := 0; op < numOps; op++ {
+			want := encodeN(dt, matrixCount, func(i int) float64 {
+				vals := make([]float64, n)
+				for r := range vals {
+					vals[r] = inputValue(dt, op, r, n, i)
+				}
+				return reduceExpect(dt, op, vals)
+			})
+			for r, run := range runs {
+				b := run.out.Buffers
+				require.Equal(t, want, b[fmt.Sprintf("oop/%d/%d", dt, op)], "rank %d %s %s", r, dtypeName[dt], opName[op])
+				require.Equal(t, want, b[fmt.Sprintf("ip/%d/%d", dt, op)], "rank %d %s %s in place", r, dtypeName[dt], opName[op])
+			}
+		}
+	}
+	for r, run := range runs {
+		require.Equal(t, ncclSuccess, run.out.Codes["count0"], "rank %d", r)
+		if n == 2 {
+			// 1 + 2^-11 ties to 1; (1+2^-10) + 2^-11 ties to 1+2^-9.
+			require.Equal(t, []byte{0x00, 0x3C, 0x02, 0x3C}, run.out.Buffers["round/f16"], "rank %d", r)
+			require.Equal(t, []byte{0x80, 0x3F, 0x82, 0x3F}, run.out.Buffers["round/bf16"], "rank %d", r)
+		}
+	}
+}
+
 func TestReduceAndBroadcastEveryRoot(t *testing.T) {
-	const n = 3
-	runs := runRanks(t, "rooted", n, chunkyEnv, nil, nil)
+	checkRooted(t, runRanks(t, "rooted", 3, chunkyEnv, nil, nil))
+}
+
+// checkRooted asserts the reports of scenario "rooted".
+func checkRooted(t *testing.T, runs []rankRun) {
+	n := len(runs)
 	untouched := make([]byte, 0, rootedCount*8)
 	for root := 0; root < n; root++ {
 		for dt := 0; dt < numDtypes; dt++ {
@@ -327,38 +336,47 @@ func TestReduceAndBroadcastEveryRoot(t *testing.T) {
 func TestAllGatherReduceScatterAlltoAll(t *testing.T) {
 	for _, n := range []int{2, 3} {
 		t.Run(fmt.Sprintf("%dranks", n), func(t *testing.T) {
-			runs := runRanks(t, "gather", n, chunkyEnv, nil, nil)
-			for dt := 0; dt < numDtypes; dt++ {
-				es := dtypeSize[dt]
-				ag := encodeN(dt, n*gatherCount, func(i int) float64 { return a2aValue(i/gatherCount, 0, i%gatherCount) })
-				for me, run := range runs {
-					b := run.out.Buffers
-					require.Equal(t, ag, b[fmt.Sprintf("ag/%d", dt)], "allgather rank %d %s", me, dtypeName[dt])
-					require.Equal(t, ag, b[fmt.Sprintf("ag-ip/%d", dt)], "in-place allgather rank %d %s", me, dtypeName[dt])
-					for op := 0; op < numOps; op++ {
-						want := encodeN(dt, gatherCount, func(j int) float64 {
-							vals := make([]float64, n)
-							for r := range vals {
-								vals[r] = inputValue(dt, op, r, n, me*gatherCount+j)
-							}
-							return reduceExpect(dt, op, vals)
-						})
-						require.Equal(t, want, b[fmt.Sprintf("rs/%d/%d", dt, op)], "reducescatter rank %d %s %s", me, dtypeName[dt], opName[op])
-						ip := b[fmt.Sprintf("rs-ip/%d/%d", dt, op)]
-						require.Equal(t, want, ip[me*gatherCount*es:(me+1)*gatherCount*es], "in-place reducescatter rank %d %s %s", me, dtypeName[dt], opName[op])
-					}
-					a2a := encodeN(dt, n*gatherCount, func(i int) float64 { return a2aValue(i/gatherCount, me, i%gatherCount) })
-					require.Equal(t, a2a, b[fmt.Sprintf("a2a/%d", dt)], "alltoall rank %d %s", me, dtypeName[dt])
-					require.Equal(t, a2a, b[fmt.Sprintf("a2a-ip/%d", dt)], "in-place alltoall rank %d %s", me, dtypeName[dt])
-				}
-			}
+			checkGather(t, runRanks(t, "gather", n, chunkyEnv, nil, nil))
 		})
 	}
 }
 
+// checkGather asserts the reports of scenario "gather".
+func checkGather(t *testing.T, runs []rankRun) {
+	n := len(runs)
+	for dt := 0; dt < numDtypes; dt++ {
+		es := dtypeSize[dt]
+		ag := encodeN(dt, n*gatherCount, func(i int) float64 { return a2aValue(i/gatherCount, 0, i%gatherCount) })
+		for me, run := range runs {
+			b := run.out.Buffers
+			require.Equal(t, ag, b[fmt.Sprintf("ag/%d", dt)], "allgather rank %d %s", me, dtypeName[dt])
+			require.Equal(t, ag, b[fmt.Sprintf("ag-ip/%d", dt)], "in-place allgather rank %d %s", me, dtypeName[dt])
+			for op := 0; op < numOps; op++ {
+				want := encodeN(dt, gatherCount, func(j int) float64 {
+					vals := make([]float64, n)
+					for r := range vals {
+						vals[r] = inputValue(dt, op, r, n, me*gatherCount+j)
+					}
+					return reduceExpect(dt, op, vals)
+				})
+				require.Equal(t, want, b[fmt.Sprintf("rs/%d/%d", dt, op)], "reducescatter rank %d %s %s", me, dtypeName[dt], opName[op])
+				ip := b[fmt.Sprintf("rs-ip/%d/%d", dt, op)]
+				require.Equal(t, want, ip[me*gatherCount*es:(me+1)*gatherCount*es], "in-place reducescatter rank %d %s %s", me, dtypeName[dt], opName[op])
+			}
+			a2a := encodeN(dt, n*gatherCount, func(i int) float64 { return a2aValue(i/gatherCount, me, i%gatherCount) })
+			require.Equal(t, a2a, b[fmt.Sprintf("a2a/%d", dt)], "alltoall rank %d %s", me, dtypeName[dt])
+			require.Equal(t, a2a, b[fmt.Sprintf("a2a-ip/%d", dt)], "in-place alltoall rank %d %s", me, dtypeName[dt])
+		}
+	}
+}
+
 func TestGroupedSendRecvLargerThanMailbox(t *testing.T) {
-	const n = 3
-	runs := runRanks(t, "p2p", n, []string{EnvMailboxBytes + "=4096", EnvTimeout + "=30"}, nil, nil)
+	checkP2P(t, runRanks(t, "p2p", 3, []string{EnvMailboxBytes + "=4096", EnvTimeout + "=30"}, nil, nil))
+}
+
+// checkP2P asserts the reports of scenario "p2p".
+func checkP2P(t *testing.T, runs []rankRun) {
+	n := len(runs)
 	for me, run := range runs {
 		next, prev := (me+1)%n, (me+n-1)%n
 		x := run.out.Texts

@@ -33,7 +33,7 @@ vendorsim: $(VSIM_CORE) $(VSIM_NVIDIA)
 
 $(VSIM_CORE): $(VSIM_CORE_SRC) $(VSIM_CORE_HDR) $(VSIM_DIR)/vendorsim.mk
 	@mkdir -p $(@D)
-	$(CC) $(VSIM_CFLAGS) $(VSIM_LDFLAGS) -Wl,-soname,libflagcx-vendorsim-core.so -o $@ $(VSIM_CORE_SRC) -lrt -lm
+	$(CC) $(VSIM_CFLAGS) $(VSIM_LDFLAGS) -Wl,-z,nodelete -Wl,-soname,libflagcx-vendorsim-core.so -o $@ $(VSIM_CORE_SRC) -lrt -lm
 
 $(VSIM_OUT)/nvidia/libcudart.so.%: $(VSIM_DIR)/nvidia/cudart.c $(VSIM_DIR)/nvidia/vsim_cubin.h $(VSIM_CORE_HDR) $(VSIM_CORE)
 	@mkdir -p $(@D)

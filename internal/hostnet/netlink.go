@@ -128,6 +128,7 @@ func (l *NetLink) plugErr(op string, err error) error {
 // gone.
 func (l *NetLink) wait(op string, q netplugin.Request) (int, error) {
 	start := time.Now()
+	var goneAt time.Time
 	for i := 0; ; i++ {
 		var done bool
 		var n int
@@ -139,7 +140,16 @@ func (l *NetLink) wait(op string, q netplugin.Request) (int, error) {
 			return n, nil
 		}
 		if g := l.gone.Load(); g != nil {
-			return 0, l.fail(*g)
+			// A peer may leave right after it took this message: its
+			// acknowledgement can reach our NIC after the watch saw its
+			// connection end. The request completes (or the NIC's retry
+			// timer fails it) soon; only a request still pending then fails.
+			if goneAt.IsZero() {
+				goneAt = time.Now()
+			}
+			if time.Since(goneAt) > netGoneGrace {
+				return 0, l.fail(*g)
+			}
 		}
 		if i < 64 {
 			runtime.Gosched()
@@ -156,6 +166,11 @@ func (l *NetLink) wait(op string, q netplugin.Request) (int, error) {
 		}
 	}
 }
+
+// netGoneGrace is how long a request may still complete after the peer's
+// connection ended (an acknowledgement in flight takes microseconds on a
+// NIC, a few ms on the emulated fabric of a loaded machine).
+const netGoneGrace = 200 * time.Millisecond
 
 func (l *NetLink) slot(buf []byte, s int) []byte { return buf[s*netSlotBytes : (s+1)*netSlotBytes] }
 

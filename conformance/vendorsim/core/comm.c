@@ -2,6 +2,11 @@
  * comm.c: unique ids, the shared-memory rendezvous of a communicator, peer
  * liveness, poisoning and the communicator's lifetime.
  *
+ * The ranks first meet over TCP at the rendezvous the unique id names
+ * (net.c), which tells them whether they share one host. Across hosts
+ * net.c connects them and this file's shared memory is not used. On one
+ * host they meet in /dev/shm:
+ *
  * Rendezvous (see vsim_internal.h for the layout), written so that ranks may
  * arrive in any order and at any time, and a rank that never comes or dies
  * makes the others fail before their deadline instead of hanging:
@@ -19,6 +24,7 @@
  *  4. When arrived == nranks every rank has mapped both segments; each rank
  *     unlinks both names (ENOENT ignored) so nothing outlives the processes.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -65,16 +71,17 @@ vsim_result vsim_get_unique_id(void* out, size_t idbytes, const char* tag) {
   }
   uint64_t rnd = 0;
   if (getrandom(&rnd, sizeof rnd, GRND_NONBLOCK) != (ssize_t)sizeof rnd) {
-    /* No entropy source: pid, time and the counter still make it unique
-     * on this host, which is all a shm name needs. */
-    rnd = (uint64_t)vsim_now() * 1000003u ^ (uint64_t)getpid() << 32;
+    /* No entropy source: the rendezvous is this process's, so time and
+     * the counter keep its keys apart. */
+    rnd = (uint64_t)(vsim_now() * 1e9);
   }
+  rnd ^= (uint64_t)atomic_fetch_add(&counter, 1) << 48;
   vsim_id id;
   memset(&id, 0, sizeof id);
   id.magic = VSIM_ID_MAGIC;
   snprintf(id.tag, sizeof id.tag, "%s", tag);
-  snprintf(id.name, sizeof id.name, "/fxvs-%d-%016llx-%u", (int)getpid(),
-           (unsigned long long)rnd, (unsigned)atomic_fetch_add(&counter, 1));
+  vsim_result r = vsim_net_where(id.where, sizeof id.where, rnd);
+  if (r != VSIM_OK) return r;
   memset(out, 0, idbytes);
   memcpy(out, &id, sizeof id);
   return VSIM_OK;
@@ -83,8 +90,8 @@ vsim_result vsim_get_unique_id(void* out, size_t idbytes, const char* tag) {
 /* An id must carry our magic, the caller's tag, and a name of the form we
  * generate; anything else (an id never broadcast, a real NCCL id, garbage)
  * is rejected before any shared memory is touched. */
-static int parse_id(const void* in, size_t idbytes, const char* tag, vsim_id* id, char* why,
-                    size_t whylen) {
+static int parse_id(const void* in, size_t idbytes, const char* tag, vsim_id* id, vsim_comm* c,
+                    char* why, size_t whylen) {
   if (idbytes < sizeof(vsim_id)) {
     snprintf(why, whylen, "id buffer too small");
     return -1;
@@ -102,15 +109,10 @@ static int parse_id(const void* in, size_t idbytes, const char* tag, vsim_id* id
              id->tag, tag);
     return -1;
   }
-  if (memchr(id->name, 0, sizeof id->name) == NULL || strncmp(id->name, "/fxvs-", 6) != 0) {
-    snprintf(why, whylen, "the unique id is corrupt (bad segment name)");
+  if (memchr(id->where, 0, sizeof id->where) == NULL ||
+      vsim_net_parse_where(id->where, &c->root_ip, &c->root_port, &c->key) != 0) {
+    snprintf(why, whylen, "the unique id is corrupt (bad rendezvous address)");
     return -1;
-  }
-  for (const char* p = id->name + 1; *p; p++) {
-    if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') || *p == '-')) {
-      snprintf(why, whylen, "the unique id is corrupt (bad segment name)");
-      return -1;
-    }
   }
   return 0;
 }
@@ -149,7 +151,10 @@ void vsim_notify(vsim_comm* c) {
 }
 
 void vsim_comm_poison(vsim_comm* c, vsim_result code, const char* msg) {
-  if (c->hdr == NULL) return;
+  if (c->hdr == NULL) {
+    vsim_net_boot_abort(c); /* still at the rendezvous: it tells the others */
+    return;
+  }
   uint32_t expect = 0;
   if (!atomic_compare_exchange_strong(&c->hdr->poisoned, &expect, 1)) return;
   c->hdr->poison_code = (int32_t)code;
@@ -157,6 +162,7 @@ void vsim_comm_poison(vsim_comm* c, vsim_result code, const char* msg) {
   snprintf(c->hdr->poison_msg, sizeof c->hdr->poison_msg, "%s", msg);
   atomic_store_explicit(&c->hdr->poisoned, 2, memory_order_release);
   vsim_notify(c);
+  vsim_net_poison(c);
 }
 
 int vsim_comm_check_poison(vsim_comm* c, const char* api) {
@@ -193,6 +199,9 @@ static int pid_alive(int pid) {
 
 int vsim_peer_gone(vsim_comm* c, int r, char* why, size_t whylen) {
   if (c->hdr == NULL || r == c->rank) return 0;
+  if (c->net != NULL && atomic_load(&c->hdr->ranks[r].state) == VSIM_RANK_JOINED) {
+    return vsim_net_peer_gone(c, r, why, whylen); /* another pid namespace: its connection tells */
+  }
   uint32_t st = atomic_load_explicit(&c->hdr->ranks[r].state, memory_order_acquire);
   int pid = atomic_load(&c->hdr->ranks[r].pid);
   switch (st) {
@@ -267,7 +276,7 @@ size_t vsim_slots_offset(int nranks) {
 /* Default sizes keep a communicator's shared memory small (a few MiB for 8
  * ranks, since CI containers often have a 64 MiB /dev/shm) while letting
  * large buffers through in a reasonable number of chunks. */
-static void choose_layout(int nranks, size_t* slot, size_t* mbox) {
+void vsim_choose_layout(int nranks, size_t* slot, size_t* mbox) {
   size_t n = (size_t)nranks;
   size_t s = vsim_env_slot_bytes();
   if (s == 0) {
@@ -290,7 +299,7 @@ static void choose_layout(int nranks, size_t* slot, size_t* mbox) {
   *mbox = round_up(m, 64);
 }
 
-static size_t data_size(int nranks, size_t slot, size_t mbox) {
+size_t vsim_data_size(int nranks, size_t slot, size_t mbox) {
   size_t n = (size_t)nranks;
   return vsim_slots_offset(nranks) + n * slot + n * n * mbox;
 }
@@ -362,7 +371,8 @@ vsim_result vsim_comm_init(vsim_comm** out, const void* idp, size_t idbytes, con
   }
   vsim_id id;
   char why[256];
-  if (idp == NULL || parse_id(idp, idbytes, tag, &id, why, sizeof why) != 0) {
+  vsim_comm probe;
+  if (idp == NULL || parse_id(idp, idbytes, tag, &id, &probe, why, sizeof why) != 0) {
     vsim_set_last_error("%s: %s", api, idp == NULL ? "unique id is NULL" : why);
     return VSIM_ERR_INVALID_ARG;
   }
@@ -377,8 +387,10 @@ vsim_result vsim_comm_init(vsim_comm** out, const void* idp, size_t idbytes, con
     return VSIM_ERR_SYSTEM;
   }
   snprintf(c->tag, sizeof c->tag, "%s", tag);
-  snprintf(c->name, sizeof c->name, "%s", id.name);
-  snprintf(c->data_name, sizeof c->data_name, "%sd", id.name);
+  c->root_ip = probe.root_ip;
+  c->root_port = probe.root_port;
+  c->key = probe.key;
+  c->boot_fd = c->listen_fd = -1;
   c->nranks = nranks;
   c->rank = rank;
   c->device = device;
@@ -411,11 +423,76 @@ vsim_result vsim_comm_init(vsim_comm** out, const void* idp, size_t idbytes, con
   return r;
 }
 
-/* Step of the init task. Phases: 0 map header, 1 agree and claim, 2 wait
- * for everyone. */
+/* The tail of a name in /dev/shm that tells, without opening it, whether
+ * the rank that names it could still run: "<boot id>-<pid ns>-<pid>-". */
+static void shm_owner_tag(int pid, char* out, size_t len) {
+  char boot[64] = "", ns[64] = "";
+  FILE* f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (f != NULL) {
+    if (fgets(boot, sizeof boot, f) == NULL) boot[0] = '\0';
+    fclose(f);
+  }
+  size_t k = 0;
+  for (const char* p = boot; *p && k < 12; p++)
+    if ((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')) boot[k++] = *p;
+  boot[k] = '\0';
+  ssize_t n = readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+  ns[n > 0 ? n : 0] = '\0';
+  const char* lb = strchr(ns, '[');
+  snprintf(out, len, "%s-%lu-%d-", k ? boot : "noboot", lb ? strtoul(lb + 1, NULL, 10) : 0ul, pid);
+}
+
+/* Removes the segments of rendezvous whose rank 0 (whose pid their names
+ * carry) no longer runs on this kernel and in this pid namespace: ranks
+ * killed before all of them had mapped the segments, which nobody else
+ * would unlink (as internal/hostnet's CleanStaleShm does for its own). */
+static void reclaim_stale(void) {
+  char mine[96];
+  shm_owner_tag(0, mine, sizeof mine);
+  char* cut = strrchr(mine, '-');
+  *cut = '\0';
+  cut = strrchr(mine, '-'); /* "<boot>-<ns>-" */
+  cut[1] = '\0';
+  DIR* d = opendir("/dev/shm");
+  if (d == NULL) return;
+  for (struct dirent* e; (e = readdir(d)) != NULL;) {
+    const char* n = e->d_name;
+    if (strncmp(n, "fxvs-", 5) != 0 || strncmp(n + 5, mine, strlen(mine)) != 0) continue;
+    int pid = atoi(n + 5 + strlen(mine));
+    if (pid > 0 && !pid_alive(pid)) {
+      char path[300];
+      snprintf(path, sizeof path, "/%s", n);
+      shm_unlink(path);
+    }
+  }
+  closedir(d);
+}
+
+static int shm_join_step(vsim_comm* c, int* phase, const char* api, int check_live);
+
+/* Step of the init task: the rendezvous (net.c), then, on one host, the
+ * shared-memory phases. */
 int vsim_comm_join_step(vsim_comm* c, int* phase, const char* api, int check_live) {
-  char why[512];
   if (c->state == VSIM_COMM_FAILED) return VSIM_STEP_ERROR;
+  if (!c->booted || c->net != NULL) {
+    int r = vsim_net_boot_step(c, api);
+    if (r != VSIM_STEP_DONE) return r;
+    if (c->net != NULL) {
+      c->state = VSIM_COMM_READY;
+      return VSIM_STEP_DONE;
+    }
+    char tag[96];
+    shm_owner_tag(c->peers[0].pid, tag, sizeof tag);
+    snprintf(c->name, sizeof c->name, "/fxvs-%.40s%016llx", tag, (unsigned long long)c->key);
+    snprintf(c->data_name, sizeof c->data_name, "%sd", c->name);
+    if (c->rank == 0) reclaim_stale();
+  }
+  return shm_join_step(c, phase, api, check_live);
+}
+
+/* Phases: 0 map header, 1 agree and claim, 2 wait for everyone. */
+static int shm_join_step(vsim_comm* c, int* phase, const char* api, int check_live) {
+  char why[512];
   if (*phase == 0) {
     c->hdr_bytes = round_up(sizeof(vsim_shm_header), 4096);
     c->hdr = map_segment(c->name, c->hdr_bytes, why, sizeof why);
@@ -432,12 +509,12 @@ int vsim_comm_join_step(vsim_comm* c, int* phase, const char* api, int check_liv
     if (m == VSIM_HDR_EMPTY) {
       if (atomic_compare_exchange_strong(&h->magic, &m, VSIM_HDR_BUSY)) {
         size_t slot, mbox;
-        choose_layout(c->nranks, &slot, &mbox);
+        vsim_choose_layout(c->nranks, &slot, &mbox);
         h->nranks = (uint32_t)c->nranks;
         h->creator_rank = c->rank;
         h->slot_bytes = slot;
         h->mbox_bytes = mbox;
-        h->data_bytes = data_size(c->nranks, slot, mbox);
+        h->data_bytes = vsim_data_size(c->nranks, slot, mbox);
         atomic_store_explicit(&h->magic, VSIM_HDR_READY, memory_order_release);
         vsim_notify(c);
         m = VSIM_HDR_READY;
@@ -504,6 +581,10 @@ int vsim_comm_join_step(vsim_comm* c, int* phase, const char* api, int check_liv
 }
 
 void vsim_comm_join_timeout(vsim_comm* c, const char* api, double waited) {
+  if (!c->booted || c->net != NULL) {
+    vsim_net_boot_timeout(c, api, waited);
+    return;
+  }
   char missing[512] = "";
   size_t len = 0;
   int nmissing = 0;
@@ -544,12 +625,15 @@ static void set_rank_state(vsim_comm* c, uint32_t st) {
   uint32_t cur = VSIM_RANK_JOINED;
   if (atomic_compare_exchange_strong(&c->hdr->ranks[c->rank].state, &cur, st)) {
     vsim_notify(c);
+    vsim_net_state(c, st);
   }
 }
 
 void vsim_comm_release(vsim_comm* c, int unlink) {
   vsim_comm_unregister(c);
-  if (unlink && c->state != VSIM_COMM_READY && c->state != VSIM_COMM_FINALIZED) {
+  if (c->error != VSIM_OK) vsim_net_boot_abort(c);
+  vsim_net_release(c); /* its receiver writes into the mappings below */
+  if (unlink && c->name[0] != '\0' && c->state != VSIM_COMM_READY && c->state != VSIM_COMM_FINALIZED) {
     /* The rendezvous did not complete: remove the names so that they do not
      * linger in /dev/shm. */
     unlink_names(c);

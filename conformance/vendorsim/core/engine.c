@@ -164,6 +164,33 @@ static void coll_fill_slot(vsim_task* t) {
   }
 }
 
+/* Across hosts (net.c), sends what coll_fill_slot wrote to the ranks that
+ * read it, then the round's descriptor and arrival. */
+static void coll_publish(vsim_task* t) {
+  vsim_comm* c = t->comm;
+  if (c->net == NULL) return;
+  size_t es = t->esize, off = (size_t)(t->round - t->round_first) * t->chunk;
+  size_t k = t->a.count - off < t->chunk ? t->a.count - off : t->chunk;
+  unsigned char* slot = vsim_slot(c, c->rank);
+  switch (t->a.coll) {
+    case VSIM_COLL_REDUCE:
+      vsim_net_put(c, t->a.root, slot, k * es);
+      break;
+    case VSIM_COLL_BROADCAST:
+      if (c->rank == t->a.root) vsim_net_put(c, -1, slot, k * es);
+      break;
+    case VSIM_COLL_REDUCESCATTER:
+    case VSIM_COLL_ALLTOALL:
+      for (int r = 0; r < c->nranks; r++) vsim_net_put(c, r, slot + (size_t)r * t->chunk * es, k * es);
+      break;
+    default:
+      vsim_net_put(c, -1, slot, k * es);
+  }
+  vsim_shm_coll* mine = vsim_coll_ctl(c, c->rank);
+  vsim_net_put(c, -1, &mine->desc, sizeof mine->desc);
+  vsim_net_put64(c, -1, &mine->arrive);
+}
+
 static void coll_compute(vsim_task* t) {
   vsim_comm* c = t->comm;
   int n = c->nranks, me = c->rank;
@@ -257,6 +284,7 @@ static int coll_step(vsim_task* t, int check_live) {
       mine->desc = t->desc;
       atomic_store_explicit(&mine->arrive, t->round, memory_order_release);
       vsim_notify(c);
+      coll_publish(t);
       t->phase = 1;
       progressed = 1;
     }
@@ -283,6 +311,7 @@ static int coll_step(vsim_task* t, int check_live) {
     coll_compute(t);
     atomic_store_explicit(&vsim_coll_ctl(c, c->rank)->done, t->round, memory_order_release);
     vsim_notify(c);
+    vsim_net_put64(c, -1, &vsim_coll_ctl(c, c->rank)->done);
     t->round++;
     t->phase = 0;
     if (t->round == t->round_end) {
@@ -331,6 +360,13 @@ static void ring_read(const unsigned char* ring, size_t cap, uint64_t pos, void*
   memcpy((unsigned char*)dst + first, ring, n - first);
 }
 
+/* Across hosts, sends ring bytes [pos, pos+n) to the ring's reader. */
+static void ring_publish(vsim_comm* c, int dst, unsigned char* ring, size_t cap, uint64_t pos, size_t n) {
+  size_t at = (size_t)(pos % cap), first = cap - at < n ? cap - at : n;
+  vsim_net_put(c, dst, ring + at, first);
+  vsim_net_put(c, dst, ring, n - first);
+}
+
 static int p2p_stalled(vsim_task* t, _Atomic uint64_t* other, uint64_t seen, int check_live) {
   vsim_comm* c = t->comm;
   char why[256];
@@ -353,6 +389,7 @@ static int send_step(vsim_task* t, int check_live) {
   uint64_t tail = atomic_load_explicit(&ctl->tail, memory_order_relaxed); /* we are its only writer */
   uint64_t head = atomic_load_explicit(&ctl->head, memory_order_acquire);
   size_t space = cap - (size_t)(tail - head);
+  uint64_t tail0 = tail;
   int progressed = 0;
   if (!t->header_done && space >= sizeof(vsim_msg_header)) {
     vsim_msg_header mh = {VSIM_MSG_MAGIC, t->dtype, t->count, t->bytes, c->msg_seq[t->peer]++};
@@ -372,8 +409,10 @@ static int send_step(vsim_task* t, int check_live) {
     }
   }
   if (progressed) {
+    ring_publish(c, t->peer, ring, cap, tail0, (size_t)(tail - tail0));
     atomic_store_explicit(&ctl->tail, tail, memory_order_release);
     vsim_notify(c);
+    vsim_net_put64(c, t->peer, &ctl->tail);
   }
   if (t->header_done && t->moved == t->bytes) {
     c->send_served[t->peer]++;
@@ -429,6 +468,7 @@ static int recv_step(vsim_task* t, int check_live) {
   if (progressed) {
     atomic_store_explicit(&ctl->head, head, memory_order_release);
     vsim_notify(c);
+    vsim_net_put64(c, t->peer, &ctl->head);
   }
   if (t->header_done && t->moved == t->bytes) {
     c->recv_served[t->peer]++;

@@ -17,7 +17,16 @@
  *              pair (src, dst).
  *
  * Both names are unlinked as soon as every rank has mapped them, so nothing
- * is left in /dev/shm after the processes exit, even when they crash.
+ * is left in /dev/shm after the processes exit; the names carry the boot
+ * id, pid namespace and pid of rank 0, so that segments of a rendezvous
+ * whose ranks all died half-way are reclaimed by the next one (comm.c).
+ *
+ * Ranks meet first through the TCP rendezvous of the unique id (net.c).
+ * When they all share one host (one /dev/shm and pid namespace) they use
+ * the segments above; otherwise every rank keeps a private copy of the
+ * same layout and each write a rank makes to its own parts (its slot and
+ * control line, its mailboxes' rings and counters) is sent over TCP to
+ * the ranks that read it, whose receiver thread applies it in order.
  */
 #ifndef VSIM_INTERNAL_H
 #define VSIM_INTERNAL_H
@@ -31,12 +40,14 @@
 #define VSIM_MAX_RANKS 256
 #define VSIM_NAME_MAX 64
 
-/* Layout of the unique id (at the start of the vendor's id buffer). */
-#define VSIM_ID_MAGIC 0x31444953565846ull /* "FXVSID1" */
+/* Layout of the unique id (at the start of the vendor's id buffer). Like
+ * NCCL's, it carries the address of a rendezvous that the process which
+ * made it serves (net.c), so that ranks on any host can meet. */
+#define VSIM_ID_MAGIC 0x32444953565846ull /* "FXVSID2" */
 typedef struct {
   uint64_t magic;
-  char tag[16];             /* vendor API tag, NUL-terminated */
-  char name[VSIM_NAME_MAX]; /* shm name "/fxvs-<pid>-<random>-<counter>" */
+  char tag[16];              /* vendor API tag, NUL-terminated */
+  char where[VSIM_NAME_MAX]; /* "<ipv4>:<port>/<key: 16 hex digits>" */
 } vsim_id;
 
 /* Header states (hdr->magic). */
@@ -109,6 +120,18 @@ typedef struct {
   uint64_t seq;
 } vsim_msg_header;
 
+/* What the rendezvous says about each rank. */
+typedef struct {
+  uint64_t hostkey; /* equal for ranks that share /dev/shm and pids */
+  uint32_t ip;      /* its mesh listener, network order */
+  uint16_t port;
+  uint16_t pad;
+  int32_t pid;      /* in its own pid namespace */
+  int32_t pad2;
+} vsim_peer;
+
+typedef struct vsim_net vsim_net;
+
 enum { VSIM_COMM_JOINING = 0, VSIM_COMM_READY, VSIM_COMM_FAILED, VSIM_COMM_FINALIZED };
 
 struct vsim_comm {
@@ -141,6 +164,20 @@ struct vsim_comm {
   uint64_t* recv_served;
   uint64_t* msg_seq;       /* [nranks] messages sent to each peer       */
   pthread_mutex_t step_lock; /* engine.c: steps of its operations take turns */
+
+  /* net.c: the rendezvous, and the TCP mesh when the ranks span hosts. */
+  uint64_t key;             /* from the unique id */
+  uint32_t root_ip;         /* network order */
+  uint16_t root_port;
+  int booted;               /* the rendezvous table has arrived */
+  int boot_phase;
+  int boot_fd, listen_fd;
+  unsigned char arrived_map[VSIM_MAX_RANKS / 8];
+  unsigned char bbuf[8192]; /* a partial frame from the rendezvous */
+  size_t bbuf_len;
+  vsim_peer* peers;         /* [nranks], from the rendezvous table */
+  uint64_t boot_slot, boot_mbox;
+  vsim_net* net;            /* NULL: one host, shared memory */
 };
 
 /* Pointers into the data segment. */
@@ -152,6 +189,8 @@ static inline vsim_shm_mbox* vsim_mbox_ctl(vsim_comm* c, int src, int dst) {
   return (vsim_shm_mbox*)(c->data + off + ((size_t)src * c->nranks + dst) * sizeof(vsim_shm_mbox));
 }
 size_t vsim_slots_offset(int nranks);
+size_t vsim_data_size(int nranks, size_t slot, size_t mbox);
+void vsim_choose_layout(int nranks, size_t* slot, size_t* mbox);
 static inline unsigned char* vsim_slot(vsim_comm* c, int r) {
   return c->data + vsim_slots_offset(c->nranks) + (size_t)r * c->slot_bytes;
 }
@@ -183,6 +222,30 @@ double vsim_now(void);
 
 /* Task step results. */
 enum { VSIM_STEP_IDLE = 0, VSIM_STEP_PROGRESS = 1, VSIM_STEP_DONE = 2, VSIM_STEP_ERROR = 3 };
+
+/* ---- net.c: rendezvous over TCP, and ranks on several hosts ---- */
+/* Starts this process's rendezvous service (once) and formats where. */
+vsim_result vsim_net_where(char* where, size_t len, uint64_t key);
+/* Parses where; -1 when malformed. */
+int vsim_net_parse_where(const char* where, uint32_t* ip, uint16_t* port, uint64_t* key);
+/* One non-blocking step of the rendezvous (and of the mesh, when the ranks
+ * span hosts); DONE once c->booted and, across hosts, c->net is up. */
+int vsim_net_boot_step(vsim_comm* c, const char* api);
+/* The init deadline passed during the rendezvous: fails c naming the ranks
+ * that never came, and tells the others. */
+void vsim_net_boot_timeout(vsim_comm* c, const char* api, double waited);
+/* Tells the rendezvous this rank failed (text in c->last_error). */
+void vsim_net_boot_abort(vsim_comm* c);
+void vsim_net_release(vsim_comm* c);
+/* Sends a write this rank made at p (inside c->data) to rank dst, or to
+ * every other rank (dst -1); nothing on one host. */
+void vsim_net_put(vsim_comm* c, int dst, const void* p, size_t n);
+void vsim_net_put64(vsim_comm* c, int dst, _Atomic uint64_t* p);
+void vsim_net_state(vsim_comm* c, uint32_t state);
+void vsim_net_poison(vsim_comm* c);
+/* 1 when rank r's connection is gone (net mode only); fills why. */
+int vsim_net_peer_gone(vsim_comm* c, int r, char* why, size_t whylen);
+uint64_t vsim_host_key(void);
 
 /* ---- engine.c ---- */
 typedef struct vsim_task vsim_task;

@@ -17,16 +17,28 @@
  * vsim_ib1 that of accelerators 2 and 3, vsim_roce0 has a root complex of
  * its own.
  *
- * The fabric is /dev/shm. Every RC queue pair owns a file
- * flagcx-vsimib-qp-<qpn> holding its inbound packet ring (written by its
- * connected peer) and its ack ring (the peer's acknowledgements). A thread
- * per QP plays the NIC: it transmits posted work requests into the peer's
- * ring in chunks, places inbound RDMA writes into the registered memory of
- * its own process (checking the rkey, as the responder's HCA does), matches
- * sends and writes with immediate to posted receives (waiting, as receiver
- * not ready retries do, while none is posted), and completes work requests
- * into the CQs once the peer acknowledged them. Threads sleep on a futex in
- * the QP file when idle.
+ * The fabric is TCP, so that queue pairs of different hosts connect as
+ * they do over a real subnet, and nothing is left in /dev/shm. Each
+ * process that creates queue pairs listens on one port (its "HCA port",
+ * on the interface vsim_sock_local_ip picks: FLAGCX_SOCKET_IFNAME, else
+ * the first non-loopback one); a QP number is that port << 8 | a slot of
+ * the process's QP table, so QP numbers of two processes never collide.
+ * Addresses name the host: an InfiniBand LID is the low 13 bits of the
+ * host's IPv4 address << 2 | 1 (vsim_ib0) or 2 (vsim_ib1), the upper bits
+ * being the requester's own (one subnet: hosts of a fabric must differ in
+ * their low 13 bits); GID 0 of every device is fe80::<GUID>, the GUID
+ * 02:c9:03:<device>:<IPv4>; vsim_roce0's GID 1 is ::ffff:<IPv4>. Moving a
+ * QP to RTR connects to the addressed host's port and names the
+ * destination QP and device; that connection carries this QP's packets to
+ * the peer and the peer's acknowledgements back. A thread per QP plays the
+ * NIC: it transmits posted work requests in 64 KiB packets, places inbound
+ * RDMA writes into the registered memory of its own process (checking the
+ * rkey, as the responder's HCA does), matches sends and writes with
+ * immediate to posted receives (holding the packet, and so the sender,
+ * as receiver-not-ready retries do, while none is posted), and completes
+ * work requests into the CQs once the peer acknowledged them. Liveness is
+ * the connection: a QP that is destroyed, moves to the error state or
+ * whose process dies closes it.
  *
  * Errors are reported as the real stack reports them:
  *   - a bad rkey or a write outside the remote MR: the requester's WR
@@ -42,23 +54,25 @@
  *     INIT (receives) fails with EINVAL.
  */
 #define _GNU_SOURCE
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/futex.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/syscall.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include <arpa/inet.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
 
 #include <infiniband/verbs.h>
+
+/* Compiled in, so that the library still builds from this one file (as
+ * conformance/netsuite's mutant builds do). */
+#include "../core/vsim_sock.c"
 
 /* The header wraps these exported entries in macros; the library defines
  * the entries themselves. */
@@ -70,28 +84,20 @@
 /* The loader and the plugin recognise an emulator by this symbol. */
 EXPORT const int flagcxVendorsimEmulated = 1;
 
-#define SHM_DIR "/dev/shm"
-#define QP_PREFIX "flagcx-vsimib-qp-"
-#define QP_MAGIC 0x56514950u
-#define DATA_RING (1u << 20)
-#define ACK_SLOTS 1024u
 #define CHUNK (64u << 10)
+#define MAX_QPS 255 /* per process: the low 8 bits of a QP number */
 #define NDEVS 3
 #define ROCE_DEV 1 /* the index of vsim_roce0; the others are InfiniBand */
+#define HELLO_MAGIC 0x4c454856u
 
-/* ---- shared memory: one file per QP ----------------------------------- */
-
-typedef struct {
-  _Atomic uint64_t head; /* bytes written (producer: the peer's NIC) */
-  _Atomic uint64_t tail; /* bytes consumed (this QP's NIC) */
-} ringPos;
+/* ---- the wire ---------------------------------------------------------- */
 
 enum { PKT_WRITE = 1, PKT_SEND = 2 };
 enum { PKT_LAST = 1, PKT_IMM = 2, PKT_FIRST = 4 };
 
 typedef struct {
   uint32_t type, flags;
-  uint32_t len;   /* payload bytes in this packet */
+  uint32_t len;   /* payload bytes in this packet, at most CHUNK */
   uint32_t total; /* bytes of the whole work request */
   uint64_t wrSeq; /* the requester's work request number */
   uint64_t raddr;
@@ -105,18 +111,11 @@ typedef struct {
   uint32_t pad;
 } ackEnt;
 
+/* What a QP moving to RTR sends first; the answer is a uint32_t status. */
 typedef struct {
-  uint32_t magic, qpn;
-  int32_t ownerPid;
-  uint32_t dev;
-  _Atomic uint32_t doorbell; /* futex: bumped for this QP's NIC thread */
-  _Atomic uint32_t state;    /* enum ibv_qp_state, published */
-  _Atomic uint32_t closed;
-  uint32_t pad;
-  ringPos data, ack;
-  ackEnt acks[ACK_SLOTS];
-  uint8_t ring[DATA_RING];
-} qpShared;
+  uint32_t magic, dstQpn, dstDev, srcQpn;
+} helloMsg;
+enum { HELLO_OK = 0, HELLO_NO_QP = 1, HELLO_WRONG_DEV = 2 };
 
 /* ---- process-local objects ------------------------------------------ */
 
@@ -160,9 +159,18 @@ typedef struct {
 typedef struct {
   struct ibv_qp qp;
   pthread_mutex_t lock;
-  qpShared* sh;
-  qpShared* peer;
-  int peerMissing;
+  int slot;               /* in the process's QP table */
+  int bell;               /* eventfd: wakes the NIC thread */
+  int outFd;              /* to the peer: our packets out, its acks in */
+  _Atomic int inFd;       /* from the peer: its packets in, our acks out */
+  int peerGone;           /* outFd ended */
+  uint8_t* rxBuf;         /* one inbound packet */
+  size_t rxHave;
+  uint8_t* txBuf;         /* one outbound packet */
+  size_t txLen, txSent;
+  uint64_t txSeq, txNextOff;
+  uint8_t ackBuf[sizeof(ackEnt)];
+  size_t ackHave;
   int access;
   uint32_t maxSend, maxRecv;
   sendEnt* sq;
@@ -187,36 +195,15 @@ static uint32_t nextKey = 0x100;
 
 /* ---- helpers ---------------------------------------------------------- */
 
-static void futexWake(_Atomic uint32_t* w) {
-  atomic_fetch_add_explicit(w, 1, memory_order_release);
-  syscall(SYS_futex, w, FUTEX_WAKE, 1, NULL, NULL, 0);
+static void ring(vQp* q) {
+  uint64_t one = 1;
+  if (write(q->bell, &one, sizeof one) < 0) { /* the counter is full: the thread is awake anyway */ }
 }
 
-static void futexWait(_Atomic uint32_t* w, uint32_t v, long ns) {
-  struct timespec ts = {ns / 1000000000L, ns % 1000000000L};
-  syscall(SYS_futex, w, FUTEX_WAIT, v, &ts, NULL, 0);
-}
-
-static int pidGone(int pid) { return pid > 0 && kill(pid, 0) != 0 && errno == ESRCH; }
-
-static void qpPath(uint32_t qpn, char* buf, size_t n) { snprintf(buf, n, SHM_DIR "/" QP_PREFIX "%u", qpn); }
-
-/* Removes QP files whose process died without destroying them. */
-static void cleanStale(void) {
-  DIR* d = opendir(SHM_DIR);
-  if (!d) return;
-  for (struct dirent* e; (e = readdir(d));) {
-    if (strncmp(e->d_name, QP_PREFIX, strlen(QP_PREFIX)) != 0) continue;
-    char path[512];
-    snprintf(path, sizeof(path), SHM_DIR "/%s", e->d_name);
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) continue;
-    int32_t hdr[3] = {0};
-    if (pread(fd, hdr, sizeof(hdr), 0) == sizeof(hdr) && pidGone(hdr[2])) unlink(path);
-    close(fd);
-  }
-  closedir(d);
-}
+/* This host's address (host order) and the pieces of an address that
+ * name it. */
+static uint32_t hostIp(void) { return ntohl(vsim_sock_local_ip()); }
+static uint64_t devGuid(int dev) { return 0x02c9030000000000ull | (uint64_t)dev << 32 | hostIp(); }
 
 static const char* devNames[NDEVS] = {"vsim_ib0", "vsim_roce0", "vsim_ib1"};
 
@@ -235,13 +222,13 @@ EXPORT const char* flagcxVendorsimPciPath(const char* name) {
   return NULL;
 }
 
-/* The LID of an InfiniBand device (0 for the RoCE one), and the device of
- * a LID (-1 when none has it). */
-static int devLid(int dev) { return dev == ROCE_DEV ? 0 : dev == 0 ? 1 : 2; }
-static int lidDev(int lid) {
-  for (int i = 0; i < NDEVS; i++)
-    if (i != ROCE_DEV && devLid(i) == lid) return i;
-  return -1;
+/* The LID of an InfiniBand device (0 for the RoCE one): the host's low 13
+ * address bits and the device. lidDev undoes it: the device (-1 when no
+ * InfiniBand device has such a LID) and the host's address. */
+static int devLid(int dev) { return dev == ROCE_DEV ? 0 : (int)((hostIp() & 0x1fff) << 2) | (dev == 0 ? 1 : 2); }
+static int lidDev(int lid, uint32_t* ip) {
+  *ip = (hostIp() & ~0x1fffu) | ((uint32_t)lid >> 2);
+  return lid <= 0 ? -1 : (lid & 3) == 1 ? 0 : (lid & 3) == 2 ? 2 : -1;
 }
 
 static void initDevices(void) {
@@ -256,7 +243,6 @@ static void initDevices(void) {
     snprintf(d->dev_path, sizeof(d->dev_path), "/sys/class/infiniband_verbs/uverbs%d", i);
     snprintf(d->ibdev_path, sizeof(d->ibdev_path), "/sys/class/infiniband/%s", names[i]);
   }
-  cleanStale();
 }
 
 /* ---- devices ------------------------------------------------------------ */
@@ -272,7 +258,7 @@ EXPORT struct ibv_device** ibv_get_device_list(int* num) {
 
 EXPORT void ibv_free_device_list(struct ibv_device** list) { free(list); }
 EXPORT const char* ibv_get_device_name(struct ibv_device* d) { return d->name; }
-EXPORT __be64 ibv_get_device_guid(struct ibv_device* d) { return htobe64(0x0002c90300f1a000ull + ((vDevice*)d)->index); }
+EXPORT __be64 ibv_get_device_guid(struct ibv_device* d) { return htobe64(devGuid(((vDevice*)d)->index)); }
 
 EXPORT const char* ibv_wc_status_str(enum ibv_wc_status s) {
   static const char* names[] = {
@@ -356,7 +342,7 @@ EXPORT int ibv_query_port(struct ibv_context* ctx, uint8_t port, struct _compat_
 }
 
 /* GID index of device dev: 0 link-local from the GUID, 1 (RoCE only)
- * ::ffff:127.0.0.1. */
+ * ::ffff:<this host's IPv4>. */
 static int devGid(int dev, int index, union ibv_gid* gid) {
   if (index < 0 || index >= gidCount(dev)) return EINVAL;
   memset(gid, 0, sizeof(*gid));
@@ -365,9 +351,9 @@ static int devGid(int dev, int index, union ibv_gid* gid) {
     gid->raw[1] = 0x80;
     gid->global.interface_id = ibv_get_device_guid(&devices[dev].dev);
   } else {
+    uint32_t ip = htonl(hostIp());
     gid->raw[10] = gid->raw[11] = 0xff;
-    gid->raw[12] = 127;
-    gid->raw[15] = 1;
+    memcpy(gid->raw + 12, &ip, 4);
   }
   return 0;
 }
@@ -498,84 +484,121 @@ static int pollCq(struct ibv_cq* cq, int n, struct ibv_wc* out) {
   return got;
 }
 
-/* ---- queue pairs: setup ---------------------------------------------- */
+/* ---- the process's port on the fabric ---------------------------------- */
 
-static uint32_t nextQpn(void) {
-  static _Atomic uint32_t* counter;
-  if (!counter) {
-    int fd = open(SHM_DIR "/flagcx-vsimib-fabric", O_RDWR | O_CREAT, 0600);
-    if (fd < 0) return 0;
-    struct stat st;
-    if (fstat(fd, &st) != 0 || (st.st_size < 4096 && ftruncate(fd, 4096) != 0)) { close(fd); return 0; }
-    void* p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+static pthread_mutex_t qpLock = PTHREAD_MUTEX_INITIALIZER;
+static vQp* qps[MAX_QPS + 1]; /* by slot; 0 unused */
+static int nextSlot = 1;
+static int portFd = -1;
+static uint16_t portNum;
+
+/* An inbound connection names a QP of this process: it becomes that QP's
+ * inbound wire, if the QP is on the addressed device. */
+static void attach(int fd) {
+  helloMsg h;
+  uint32_t st = HELLO_NO_QP;
+  vsim_sock_tune(fd, 5, 5);
+  if (vsim_sock_read(fd, &h, sizeof h) != 0 || h.magic != HELLO_MAGIC) {
     close(fd);
-    if (p == MAP_FAILED) return 0;
-    counter = p;
+    return;
   }
-  return 16 + atomic_fetch_add(counter, 1) % 0xffff00u; /* QPNs are 24 bits */
+  pthread_mutex_lock(&qpLock);
+  vQp* q = h.dstQpn >> 8 == portNum ? qps[h.dstQpn & 0xff] : NULL;
+  if (q && q->qp.qp_num == h.dstQpn) {
+    st = (uint32_t)ctxIndex(q->qp.context) == h.dstDev ? HELLO_OK : HELLO_WRONG_DEV;
+    int old = -1;
+    if (st == HELLO_OK) old = atomic_exchange(&q->inFd, fd);
+    if (old >= 0) close(old); /* the peer reconnected: the newer wire wins */
+    if (st == HELLO_OK) ring(q);
+  }
+  pthread_mutex_unlock(&qpLock);
+  if (vsim_sock_write(fd, &st, sizeof st) != 0 || st != HELLO_OK) {
+    if (st != HELLO_OK) close(fd);
+  }
 }
 
-static qpShared* mapQp(uint32_t qpn, int create, int* fdErr) {
-  char path[128];
-  qpPath(qpn, path, sizeof(path));
-  int fd = open(path, create ? O_RDWR | O_CREAT | O_EXCL : O_RDWR, 0600);
-  if (fd < 0) { *fdErr = errno; return NULL; }
-  if (create && ftruncate(fd, sizeof(qpShared)) != 0) {
-    *fdErr = errno;
-    close(fd);
-    unlink(path);
-    return NULL;
+static void* portThread(void* arg) {
+  (void)arg;
+  for (;;) {
+    int fd = accept4(portFd, NULL, NULL, SOCK_CLOEXEC);
+    if (fd >= 0) attach(fd);
+    else if (errno != EINTR && errno != ECONNABORTED) usleep(10000);
   }
-  struct stat st;
-  if (!create && (fstat(fd, &st) != 0 || st.st_size < (off_t)sizeof(qpShared))) { close(fd); *fdErr = EINVAL; return NULL; }
-  void* p = mmap(NULL, sizeof(qpShared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  close(fd);
-  if (p == MAP_FAILED) { *fdErr = errno; if (create) unlink(path); return NULL; }
-  return p;
+  return NULL;
+}
+
+/* Opens the port (once) and takes a slot for q; its QP number is then
+ * port << 8 | slot. Under qpLock. */
+static int takeSlot(vQp* q) {
+  if (portFd < 0) {
+    char why[256];
+    uint16_t port = 0;
+    int fd = vsim_sock_listen(vsim_sock_local_ip(), &port, why, sizeof why);
+    pthread_t th;
+    if (fd < 0) return EAGAIN;
+    portFd = fd;
+    portNum = port;
+    if (pthread_create(&th, NULL, portThread, NULL) != 0) {
+      close(fd);
+      portFd = -1;
+      return EAGAIN;
+    }
+    pthread_detach(th);
+  }
+  for (int i = 0; i < MAX_QPS; i++) {
+    int slot = nextSlot;
+    nextSlot = nextSlot % MAX_QPS + 1;
+    if (!qps[slot]) {
+      qps[slot] = q;
+      q->slot = slot;
+      q->qp.qp_num = (uint32_t)portNum << 8 | (uint32_t)slot;
+      return 0;
+    }
+  }
+  return ENOMEM; /* as an HCA out of QPs */
 }
 
 static void* nicThread(void* arg);
 
+static void freeQp(vQp* q) {
+  if (q->bell >= 0) close(q->bell);
+  free(q->sq);
+  free(q->rq);
+  free(q->rxBuf);
+  free(q->txBuf);
+  free(q);
+}
+
 EXPORT struct ibv_qp* ibv_create_qp(struct ibv_pd* pd, struct ibv_qp_init_attr* ia) {
   if (!pd || !ia || ia->qp_type != IBV_QPT_RC || !ia->send_cq || !ia->recv_cq || ia->srq ||
-      ia->cap.max_send_wr > ACK_SLOTS || ia->cap.max_recv_wr > 4096 || ia->cap.max_send_sge > 4 || ia->cap.max_recv_sge > 4 ||
+      ia->cap.max_send_wr > 1024 || ia->cap.max_recv_wr > 4096 || ia->cap.max_send_sge > 4 || ia->cap.max_recv_sge > 4 ||
       ia->cap.max_inline_data > 0) {
     errno = EINVAL; /* the emulator has RC QPs without SRQ or inline data */
     return NULL;
   }
   vQp* q = calloc(1, sizeof(*q));
   if (!q) { errno = ENOMEM; return NULL; }
+  q->bell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  q->outFd = -1;
+  atomic_init(&q->inFd, -1);
   q->maxSend = ia->cap.max_send_wr ? ia->cap.max_send_wr : 1;
   q->maxRecv = ia->cap.max_recv_wr ? ia->cap.max_recv_wr : 1;
   q->sq = calloc(q->maxSend, sizeof(*q->sq));
   q->rq = calloc(q->maxRecv, sizeof(*q->rq));
+  q->rxBuf = malloc(sizeof(pktHdr) + CHUNK);
+  q->txBuf = malloc(sizeof(pktHdr) + CHUNK);
+  q->qp.context = pd->context;
   int err = ENOMEM;
-  for (int tries = 0; q->sq && q->rq && !q->sh && tries < 64; tries++) {
-    uint32_t qpn = nextQpn();
-    if (!qpn) break;
-    q->sh = mapQp(qpn, 1, &err);
-    if (!q->sh && err == EEXIST) {
-      char path[128];
-      qpPath(qpn, path, sizeof(path));
-      int fd = open(path, O_RDONLY);
-      int32_t hdr[3] = {0};
-      if (fd >= 0 && pread(fd, hdr, sizeof(hdr), 0) == sizeof(hdr) && pidGone(hdr[2])) unlink(path);
-      if (fd >= 0) close(fd);
-    }
-    if (q->sh) q->qp.qp_num = qpn;
+  if (q->bell >= 0 && q->sq && q->rq && q->rxBuf && q->txBuf) {
+    pthread_mutex_lock(&qpLock);
+    err = takeSlot(q);
+    pthread_mutex_unlock(&qpLock);
   }
-  if (!q->sh) {
-    free(q->sq);
-    free(q->rq);
-    free(q);
+  if (err) {
+    freeQp(q);
     errno = err;
     return NULL;
   }
-  q->sh->magic = QP_MAGIC;
-  q->sh->qpn = q->qp.qp_num;
-  q->sh->ownerPid = getpid();
-  q->sh->dev = (uint32_t)ctxIndex(pd->context);
-  q->qp.context = pd->context;
   q->qp.qp_context = ia->qp_context;
   q->qp.pd = pd;
   q->qp.send_cq = ia->send_cq;
@@ -588,13 +611,10 @@ EXPORT struct ibv_qp* ibv_create_qp(struct ibv_pd* pd, struct ibv_qp_init_attr* 
   ia->cap.max_send_wr = q->maxSend;
   ia->cap.max_recv_wr = q->maxRecv;
   if (pthread_create(&q->nic, NULL, nicThread, q) != 0) {
-    char path[128];
-    qpPath(q->qp.qp_num, path, sizeof(path));
-    unlink(path);
-    munmap(q->sh, sizeof(qpShared));
-    free(q->sq);
-    free(q->rq);
-    free(q);
+    pthread_mutex_lock(&qpLock);
+    qps[q->slot] = NULL;
+    pthread_mutex_unlock(&qpLock);
+    freeQp(q);
     errno = EAGAIN;
     return NULL;
   }
@@ -610,25 +630,53 @@ static int addressOk(vQp* q, const struct ibv_ah_attr* ah) {
   return 0;
 }
 
-/* The device an address vector reaches from this QP's device, -1 for none:
- * the InfiniBand devices form one subnet (LIDs, or their GIDs with a GRH),
- * the RoCE device only reaches itself. */
-static int addressedDevice(vQp* q, const struct ibv_ah_attr* ah) {
-  int self = ctxIndex(q->qp.context);
-  if (!ah->is_global) return self == ROCE_DEV ? -1 : lidDev(ah->dlid);
-  for (int dev = 0; dev < NDEVS; dev++) {
-    if ((dev == ROCE_DEV) != (self == ROCE_DEV)) continue;
-    union ibv_gid g;
-    for (int i = 0; i < gidCount(dev); i++)
-      if (devGid(dev, i, &g) == 0 && memcmp(g.raw, ah->grh.dgid.raw, 16) == 0) return dev;
+/* The device and host (*ip, host order) an address vector reaches from
+ * this QP's device, -1 for none: the InfiniBand devices form one subnet
+ * (LIDs, or their GIDs with a GRH), the RoCE device reaches only RoCE. */
+static int addressedDevice(vQp* q, const struct ibv_ah_attr* ah, uint32_t* ip) {
+  int self = ctxIndex(q->qp.context), dev = -1;
+  const uint8_t* g = ah->grh.dgid.raw;
+  static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (!ah->is_global) {
+    dev = self == ROCE_DEV ? -1 : lidDev(ah->dlid, ip);
+  } else if (g[0] == 0xfe && g[1] == 0x80 && g[8] == 0x02 && g[9] == 0xc9 && g[10] == 0x03 && g[11] < NDEVS) {
+    dev = g[11];
+    *ip = (uint32_t)g[12] << 24 | (uint32_t)g[13] << 16 | (uint32_t)g[14] << 8 | g[15];
+  } else if (memcmp(g, v4mapped, sizeof v4mapped) == 0) {
+    dev = ROCE_DEV;
+    *ip = (uint32_t)g[12] << 24 | (uint32_t)g[13] << 16 | (uint32_t)g[14] << 8 | g[15];
   }
-  return -1;
+  return dev >= 0 && (dev == ROCE_DEV) == (self == ROCE_DEV) ? dev : -1;
+}
+
+/* Connects the QP's outbound wire to QP dstQpn of device dev on host ip;
+ * -1 when nothing answers as that QP (its sends then time out, as into a
+ * void). */
+static int wire(uint32_t ip, int dev, uint32_t dstQpn, uint32_t srcQpn) {
+  char why[256];
+  int fd = vsim_sock_connect(htonl(ip), (uint16_t)(dstQpn >> 8), 5, 5, why, sizeof why);
+  if (fd < 0) return -1;
+  helloMsg h = {HELLO_MAGIC, dstQpn, (uint32_t)dev, srcQpn};
+  uint32_t st = HELLO_NO_QP;
+  vsim_sock_tune(fd, 5, 5);
+  if (vsim_sock_write(fd, &h, sizeof h) != 0 || vsim_sock_read(fd, &st, sizeof st) != 0 || st != HELLO_OK) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+/* Ends both wires: the peer learns that this QP is gone or in error. */
+static void cutWires(vQp* q) {
+  if (q->outFd >= 0) shutdown(q->outFd, SHUT_RDWR);
+  int in = atomic_load(&q->inFd);
+  if (in >= 0) shutdown(in, SHUT_RDWR);
 }
 
 static void setState(vQp* q, enum ibv_qp_state s) {
   q->qp.state = s;
-  atomic_store(&q->sh->state, (uint32_t)s);
-  futexWake(&q->sh->doorbell);
+  if (s == IBV_QPS_ERR) cutWires(q);
+  ring(q);
 }
 
 EXPORT int ibv_modify_qp(struct ibv_qp* qp, struct ibv_qp_attr* a, int mask) {
@@ -647,13 +695,12 @@ EXPORT int ibv_modify_qp(struct ibv_qp* qp, struct ibv_qp_attr* a, int mask) {
     int need = IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
     if (cur != IBV_QPS_INIT || (mask & need) != need) { rc = EINVAL; break; }
     if ((rc = addressOk(q, &a->ah_attr)) != 0) break;
-    int err = 0, dst = addressedDevice(q, &a->ah_attr);
-    q->peer = dst >= 0 ? mapQp(a->dest_qp_num, 0, &err) : NULL;
-    if (q->peer && (q->peer->magic != QP_MAGIC || q->peer->qpn != a->dest_qp_num || q->peer->dev != (uint32_t)dst)) {
-      munmap(q->peer, sizeof(qpShared)); /* not a QP of the addressed device: the packets would go nowhere */
-      q->peer = NULL;
-    }
-    q->peerMissing = q->peer == NULL; /* sends will time out, as into a void */
+    uint32_t ip = 0;
+    int dst = addressedDevice(q, &a->ah_attr, &ip);
+    if (q->outFd >= 0) close(q->outFd);
+    q->outFd = dst >= 0 ? wire(ip, dst, a->dest_qp_num, qp->qp_num) : -1;
+    if (q->outFd >= 0) fcntl(q->outFd, F_SETFL, fcntl(q->outFd, F_GETFL) | O_NONBLOCK);
+    q->peerGone = 0;
     break;
   }
   case IBV_QPS_RTS: {
@@ -698,21 +745,16 @@ EXPORT int ibv_query_qp(struct ibv_qp* qp, struct ibv_qp_attr* a, int mask, stru
 
 EXPORT int ibv_destroy_qp(struct ibv_qp* qp) {
   vQp* q = (vQp*)qp;
+  pthread_mutex_lock(&qpLock);
+  qps[q->slot] = NULL; /* no new inbound wire */
+  pthread_mutex_unlock(&qpLock);
   atomic_store(&q->stop, 1);
-  futexWake(&q->sh->doorbell);
+  ring(q);
   pthread_join(q->nic, NULL);
-  atomic_store(&q->sh->closed, 1);
-  char path[128];
-  qpPath(qp->qp_num, path, sizeof(path));
-  unlink(path);
-  if (q->peer) {
-    futexWake(&q->peer->doorbell);
-    munmap(q->peer, sizeof(qpShared));
-  }
-  munmap(q->sh, sizeof(qpShared));
-  free(q->sq);
-  free(q->rq);
-  free(q);
+  if (q->outFd >= 0) close(q->outFd);
+  int in = atomic_exchange(&q->inFd, -1);
+  if (in >= 0) close(in);
+  freeQp(q);
   return 0;
 }
 
@@ -735,7 +777,7 @@ static int postSend(struct ibv_qp* qp, struct ibv_send_wr* wr, struct ibv_send_w
   }
   pthread_mutex_unlock(&q->lock);
   if (rc && bad) *bad = wr;
-  futexWake(&q->sh->doorbell);
+  ring(q);
   return rc;
 }
 
@@ -755,25 +797,11 @@ static int postRecv(struct ibv_qp* qp, struct ibv_recv_wr* wr, struct ibv_recv_w
   }
   pthread_mutex_unlock(&q->lock);
   if (rc && bad) *bad = wr;
-  futexWake(&q->sh->doorbell);
+  ring(q);
   return rc;
 }
 
 /* ---- the NIC ------------------------------------------------------------ */
-
-static void ringWrite(qpShared* s, uint64_t pos, const void* src, size_t n) {
-  size_t off = pos % DATA_RING, first = n < DATA_RING - off ? n : DATA_RING - off;
-  memcpy(s->ring + off, src, first);
-  memcpy(s->ring, (const char*)src + first, n - first);
-}
-
-static void ringRead(qpShared* s, uint64_t pos, void* dst, size_t n) {
-  size_t off = pos % DATA_RING, first = n < DATA_RING - off ? n : DATA_RING - off;
-  memcpy(dst, s->ring + off, first);
-  memcpy((char*)dst + first, s->ring, n - first);
-}
-
-static size_t pktBytes(uint32_t len) { return (sizeof(pktHdr) + len + 63) & ~(size_t)63; }
 
 static uint64_t wrBytes(const sendEnt* e) {
   uint64_t n = 0;
@@ -823,6 +851,7 @@ static void flush(vQp* q) {
   }
   q->sqTx = q->sqDone;
   q->txOff = 0;
+  q->txLen = q->txSent = 0;
   while (q->rqDone < q->rqPosted) {
     pushRecvWc(q, q->rq[q->rqDone % q->maxRecv].wrId, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0, 0, 0);
     q->rqDone++;
@@ -830,13 +859,12 @@ static void flush(vQp* q) {
   pthread_mutex_unlock(&q->lock);
 }
 
+/* Acknowledgements go back on the inbound wire; a peer that does not read
+ * them within the socket's timeout is gone. */
 static void sendAck(vQp* q, uint64_t wrSeq, enum ibv_wc_status st) {
-  qpShared* p = q->peer;
-  if (!p) return;
-  uint64_t h = atomic_load_explicit(&p->ack.head, memory_order_relaxed);
-  p->acks[h % ACK_SLOTS] = (ackEnt){.wrSeq = wrSeq, .status = st};
-  atomic_store_explicit(&p->ack.head, h + 1, memory_order_release);
-  futexWake(&p->doorbell);
+  int in = atomic_load(&q->inFd);
+  ackEnt a = {.wrSeq = wrSeq, .status = st};
+  if (in >= 0 && vsim_sock_write(in, &a, sizeof a) != 0) shutdown(in, SHUT_RDWR);
 }
 
 static int localOk(vQp* q, const struct ibv_sge* sge, int n, int access) {
@@ -845,19 +873,75 @@ static int localOk(vQp* q, const struct ibv_sge* sge, int n, int access) {
   return 1;
 }
 
-/* Sends what fits of the posted work requests into the peer's ring. */
+/* Writes what the outbound wire takes of the packet in txBuf; 1 when it
+ * is all out (and the work request's progress is recorded). */
+static int txDrain(vQp* q) {
+  while (q->txSent < q->txLen) {
+    ssize_t k = send(q->outFd, q->txBuf + q->txSent, q->txLen - q->txSent, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) {
+      if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK) q->peerGone = 1;
+      return 0;
+    }
+    q->txSent += (size_t)k;
+  }
+  const pktHdr* h = (const pktHdr*)q->txBuf;
+  pthread_mutex_lock(&q->lock);
+  if (q->sqTx == q->txSeq) { /* not flushed meanwhile */
+    q->txOff = q->txNextOff;
+    if (q->txOff == h->total) {
+      q->sqTx++;
+      q->txOff = 0;
+    }
+  }
+  pthread_mutex_unlock(&q->lock);
+  q->txLen = q->txSent = 0;
+  return 1;
+}
+
+/* Builds the next packet of work request e, from byte off, in txBuf. */
+static void txBuild(vQp* q, const sendEnt* e, uint64_t off) {
+  uint64_t total = wrBytes(e);
+  int op = e->wr.opcode;
+  uint32_t len = (uint32_t)(total - off < CHUNK ? total - off : CHUNK);
+  int rdma = op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM;
+  int imm = op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_SEND_WITH_IMM;
+  pktHdr h = {.type = rdma ? PKT_WRITE : PKT_SEND, .len = len, .total = (uint32_t)total, .wrSeq = e->seq,
+              .raddr = e->wr.wr.rdma.remote_addr + off, .rkey = e->wr.wr.rdma.rkey, .imm = e->wr.imm_data};
+  h.flags = (off + len == total ? PKT_LAST : 0) | (imm ? PKT_IMM : 0) | (off == 0 ? PKT_FIRST : 0);
+  memcpy(q->txBuf, &h, sizeof h);
+  uint8_t* pos = q->txBuf + sizeof h;
+  uint64_t skip = off;
+  for (int i = 0, left = (int)len; i < e->wr.num_sge && left > 0; i++) {
+    uint64_t sl = e->sge[i].length;
+    if (skip >= sl) { skip -= sl; continue; }
+    uint64_t n = sl - skip < (uint64_t)left ? sl - skip : (uint64_t)left;
+    memcpy(pos, (const void*)(uintptr_t)(e->sge[i].addr + skip), n);
+    pos += n;
+    left -= (int)n;
+    skip = 0;
+  }
+  q->txLen = sizeof h + len;
+  q->txSent = 0;
+  q->txSeq = e->seq;
+  q->txNextOff = off + len;
+}
+
+/* Sends what the wire takes of the posted work requests. */
 static int transmit(vQp* q) {
   int work = 0;
-  for (;;) {
+  while (q->outFd >= 0 && !q->peerGone) {
+    if (q->txLen > 0) {
+      if (!txDrain(q)) return work;
+      work = 1;
+      continue;
+    }
     pthread_mutex_lock(&q->lock);
     int ready = q->qp.state == IBV_QPS_RTS && q->sqTx < q->sqPosted;
     sendEnt* e = ready ? &q->sq[q->sqTx % q->maxSend] : NULL;
     uint64_t off = q->txOff;
     pthread_mutex_unlock(&q->lock);
     if (!e) return work;
-    qpShared* p = q->peer;
-    if (!p) return work; /* unreachable: the retry timer (liveness) fails it */
-    uint64_t total = wrBytes(e);
     int op = e->wr.opcode;
     enum ibv_wc_status bad = IBV_WC_SUCCESS;
     if (op != IBV_WR_RDMA_WRITE && op != IBV_WR_RDMA_WRITE_WITH_IMM && op != IBV_WR_SEND && op != IBV_WR_SEND_WITH_IMM)
@@ -871,39 +955,9 @@ static int transmit(vQp* q) {
       pthread_mutex_unlock(&q->lock);
       return 1;
     }
-    uint32_t len = (uint32_t)(total - off < CHUNK ? total - off : CHUNK);
-    size_t need = pktBytes(len);
-    uint64_t head = atomic_load_explicit(&p->data.head, memory_order_relaxed);
-    if (DATA_RING - (head - atomic_load_explicit(&p->data.tail, memory_order_acquire)) < need) return work;
-    int rdma = op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM;
-    int imm = op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_SEND_WITH_IMM;
-    pktHdr h = {.type = rdma ? PKT_WRITE : PKT_SEND, .len = len, .total = (uint32_t)total, .wrSeq = e->seq,
-                .raddr = e->wr.wr.rdma.remote_addr + off, .rkey = e->wr.wr.rdma.rkey, .imm = e->wr.imm_data};
-    h.flags = (off + len == total ? PKT_LAST : 0) | (imm ? PKT_IMM : 0) | (off == 0 ? PKT_FIRST : 0);
-    ringWrite(p, head, &h, sizeof(h));
-    uint64_t pos = head + sizeof(h), skip = off;
-    for (int i = 0, left = (int)len; i < e->wr.num_sge && left > 0; i++) {
-      uint64_t sl = e->sge[i].length;
-      if (skip >= sl) { skip -= sl; continue; }
-      uint64_t n = sl - skip < (uint64_t)left ? sl - skip : (uint64_t)left;
-      ringWrite(p, pos, (const void*)(uintptr_t)(e->sge[i].addr + skip), n);
-      pos += n;
-      left -= (int)n;
-      skip = 0;
-    }
-    atomic_store_explicit(&p->data.head, head + need, memory_order_release);
-    futexWake(&p->doorbell);
-    pthread_mutex_lock(&q->lock);
-    if (q->sqTx == e->seq) { /* not flushed meanwhile */
-      q->txOff = off + len;
-      if (q->txOff == total) {
-        q->sqTx++;
-        q->txOff = 0;
-      }
-    }
-    pthread_mutex_unlock(&q->lock);
-    work = 1;
+    txBuild(q, e, off);
   }
+  return work;
 }
 
 /* Responder: a packet that breaks the rules NAKs the requester and moves
@@ -915,12 +969,25 @@ static void responderError(vQp* q, uint64_t wrSeq, enum ibv_wc_status toRequeste
   pthread_mutex_unlock(&q->lock);
 }
 
+/* Copies n bytes of payload into the receive's scatter list from byte
+ * skip on. */
+static void scatter(const recvEnt* r, uint64_t skip, const uint8_t* src, uint32_t len) {
+  for (int i = 0, left = (int)len; i < r->nsge && left > 0; i++) {
+    uint64_t sl = r->sge[i].length;
+    if (skip >= sl) { skip -= sl; continue; }
+    uint64_t n = sl - skip < (uint64_t)left ? sl - skip : (uint64_t)left;
+    memcpy((void*)(uintptr_t)(r->sge[i].addr + skip), src, n);
+    src += n;
+    left -= (int)n;
+    skip = 0;
+  }
+}
+
 /* Places one packet. Returns 0 when it must wait for a receive. */
-static int place(vQp* q, const pktHdr* h, uint64_t payload) {
+static int place(vQp* q, const pktHdr* h, const uint8_t* payload) {
   pthread_mutex_lock(&q->lock);
   recvEnt* r = q->rqDone < q->rqPosted ? &q->rq[q->rqDone % q->maxRecv] : NULL;
   pthread_mutex_unlock(&q->lock);
-  qpShared* s = q->sh;
   if (h->type == PKT_WRITE) {
     if (!q->rxPlaced) {
       if (!(q->access & IBV_ACCESS_REMOTE_WRITE) ||
@@ -928,7 +995,7 @@ static int place(vQp* q, const pktHdr* h, uint64_t payload) {
         responderError(q, h->wrSeq, IBV_WC_REM_ACCESS_ERR);
         return 1;
       }
-      ringRead(s, payload, (void*)(uintptr_t)h->raddr, h->len);
+      memcpy((void*)(uintptr_t)h->raddr, payload, h->len);
       q->rxPlaced = 1;
     }
     if ((h->flags & (PKT_LAST | PKT_IMM)) == (PKT_LAST | PKT_IMM)) {
@@ -954,16 +1021,7 @@ static int place(vQp* q, const pktHdr* h, uint64_t payload) {
     responderError(q, h->wrSeq, tooLong ? IBV_WC_REM_INV_REQ_ERR : IBV_WC_REM_OP_ERR);
     return 1;
   }
-  uint64_t skip = q->rxOff, pos = payload;
-  for (int i = 0, left = (int)h->len; i < r->nsge && left > 0; i++) {
-    uint64_t sl = r->sge[i].length;
-    if (skip >= sl) { skip -= sl; continue; }
-    uint64_t n = sl - skip < (uint64_t)left ? sl - skip : (uint64_t)left;
-    ringRead(s, pos, (void*)(uintptr_t)(r->sge[i].addr + skip), n);
-    pos += n;
-    left -= (int)n;
-    skip = 0;
-  }
+  scatter(r, q->rxOff, payload, h->len);
   q->rxOff += h->len;
   if (h->flags & PKT_LAST) {
     pushRecvWc(q, r->wrId, IBV_WC_SUCCESS, IBV_WC_RECV, h->total, h->imm, (h->flags & PKT_IMM) != 0);
@@ -975,51 +1033,91 @@ static int place(vQp* q, const pktHdr* h, uint64_t payload) {
   return 1;
 }
 
+/* Reads the inbound wire up to one whole packet; 1 when rxBuf holds one.
+ * A malformed packet or the wire's end drops the wire. */
+static int rxFill(vQp* q, int in) {
+  for (;;) {
+    size_t want = sizeof(pktHdr);
+    if (q->rxHave >= sizeof(pktHdr)) {
+      const pktHdr* h = (const pktHdr*)q->rxBuf;
+      if (h->len > CHUNK || (h->type != PKT_WRITE && h->type != PKT_SEND)) {
+        shutdown(in, SHUT_RDWR); /* a malformed packet ends the wire: read on to its end */
+        q->rxHave = 0;
+        continue;
+      }
+      want += h->len;
+    }
+    if (q->rxHave == want) return 1;
+    ssize_t k = recv(in, q->rxBuf + q->rxHave, want - q->rxHave, MSG_DONTWAIT);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+    if (k <= 0) {
+      /* The peer is gone (its sender learns by itself; an idle RC receiver
+       * is never told): drop the wire, or poll would wake on it forever. */
+      if (atomic_compare_exchange_strong(&q->inFd, &in, -1)) close(in);
+      q->rxHave = 0;
+      return 0;
+    }
+    q->rxHave += (size_t)k;
+  }
+}
+
 static int receive(vQp* q) {
-  qpShared* s = q->sh;
   int work = 0;
   for (;;) {
-    uint64_t tail = atomic_load_explicit(&s->data.tail, memory_order_relaxed);
-    if (tail == atomic_load_explicit(&s->data.head, memory_order_acquire)) return work;
+    int in = atomic_load(&q->inFd);
     enum ibv_qp_state st = q->qp.state;
-    if (st == IBV_QPS_RESET || st == IBV_QPS_INIT) return work; /* not ready: the requester retries */
-    pktHdr h;
-    ringRead(s, tail, &h, sizeof(h));
-    if (st != IBV_QPS_ERR && !place(q, &h, tail + sizeof(h))) return work;
+    if (in < 0 || st == IBV_QPS_RESET || st == IBV_QPS_INIT) return work; /* not ready: the requester waits */
+    if (!rxFill(q, in)) return work;
+    const pktHdr* h = (const pktHdr*)q->rxBuf;
+    if (st != IBV_QPS_ERR && !place(q, h, q->rxBuf + sizeof(pktHdr))) return work;
     q->rxPlaced = 0;
-    atomic_store_explicit(&s->data.tail, tail + pktBytes(h.len), memory_order_release);
-    if (q->peer) futexWake(&q->peer->doorbell); /* room in our ring */
+    q->rxHave = 0;
     work = 1;
   }
 }
 
 static int takeAcks(vQp* q) {
-  qpShared* s = q->sh;
   int work = 0;
-  uint64_t t = atomic_load_explicit(&s->ack.tail, memory_order_relaxed);
-  while (t != atomic_load_explicit(&s->ack.head, memory_order_acquire)) {
-    ackEnt a = s->acks[t % ACK_SLOTS];
+  while (q->outFd >= 0 && !q->peerGone) {
+    ssize_t k = recv(q->outFd, q->ackBuf + q->ackHave, sizeof q->ackBuf - q->ackHave, MSG_DONTWAIT);
+    if (k < 0 && errno == EINTR) continue;
+    if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) q->peerGone = 1;
+    if (k <= 0) return work;
+    if ((q->ackHave += (size_t)k) < sizeof(ackEnt)) continue;
+    ackEnt a;
+    memcpy(&a, q->ackBuf, sizeof a);
+    q->ackHave = 0;
     pthread_mutex_lock(&q->lock);
     if (q->qp.state != IBV_QPS_ERR || a.status != IBV_WC_SUCCESS) {
       while (q->sqDone < q->sqPosted && q->sq[q->sqDone % q->maxSend].seq < a.wrSeq) completeSend(q, IBV_WC_SUCCESS);
       if (q->sqDone < q->sqPosted && q->sq[q->sqDone % q->maxSend].seq == a.wrSeq) completeSend(q, a.status);
     }
     pthread_mutex_unlock(&q->lock);
-    atomic_store_explicit(&s->ack.tail, ++t, memory_order_release);
     work = 1;
   }
   return work;
 }
 
-/* The transport retry timer: sends outstanding to a peer that is gone (its
- * process, its QP) or in the error state are never acknowledged. */
+/* The transport retry timer: sends outstanding to a peer whose wire is
+ * gone (its process, its QP, or the QP moved to the error state) or never
+ * came are never acknowledged. */
 static void checkPeer(vQp* q) {
   pthread_mutex_lock(&q->lock);
   int outstanding = q->qp.state == IBV_QPS_RTS && q->sqDone < q->sqPosted;
-  qpShared* p = q->peer;
-  int gone = outstanding && (!p || atomic_load(&p->closed) || pidGone(p->ownerPid) || atomic_load(&p->state) == IBV_QPS_ERR);
-  if (gone) completeSend(q, IBV_WC_RETRY_EXC_ERR);
+  if (outstanding && (q->outFd < 0 || q->peerGone)) completeSend(q, IBV_WC_RETRY_EXC_ERR);
   pthread_mutex_unlock(&q->lock);
+}
+
+/* Sleeps until the bell, the wires, or 20 ms (the retry timer's tick). */
+static void nicWait(vQp* q) {
+  struct pollfd p[3] = {{.fd = q->bell, .events = POLLIN}};
+  int n = 1, in = atomic_load(&q->inFd);
+  if (q->outFd >= 0 && !q->peerGone) p[n++] = (struct pollfd){.fd = q->outFd, .events = POLLIN | (q->txLen ? POLLOUT : 0)};
+  if (in >= 0 && q->rxHave < sizeof(pktHdr) + CHUNK) p[n++] = (struct pollfd){.fd = in, .events = POLLIN};
+  poll(p, (nfds_t)n, 20);
+  uint64_t v;
+  if (read(q->bell, &v, sizeof v) < 0) { /* nothing rang */ }
 }
 
 static void* nicThread(void* arg) {
@@ -1027,7 +1125,6 @@ static void* nicThread(void* arg) {
   struct timespec last;
   clock_gettime(CLOCK_MONOTONIC, &last);
   while (!atomic_load(&q->stop)) {
-    uint32_t bell = atomic_load_explicit(&q->sh->doorbell, memory_order_acquire);
     int work = takeAcks(q);
     work |= receive(q);
     work |= transmit(q);
@@ -1038,7 +1135,7 @@ static void* nicThread(void* arg) {
       checkPeer(q);
       last = now;
     }
-    if (!work) futexWait(&q->sh->doorbell, bell, 20000000L);
+    if (!work) nicWait(q);
   }
   return NULL;
 }
