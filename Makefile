@@ -9,7 +9,7 @@ BIN       := bin
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GOFLAGS_LD := -ldflags "-X github.com/flagcx/flagcx-go/core.Version=$(VERSION)"
 
-.PHONY: all flagcx test lint bench-compare clean
+.PHONY: all flagcx test lint bench-compare clean fuzz-smoke
 all: flagcx
 
 flagcx:
@@ -25,6 +25,20 @@ flagcx:
 # The conformance mutants run in `make conformance` (conformance/conformance.mk).
 test: all
 	$(GO) test -count=1 -timeout 20m -skip '^($(MUTANT_TESTS))$$' ./...
+
+# Every decoder of what a peer sends has a fuzz target (docs/security.md);
+# fuzz-smoke runs each for FUZZTIME on one worker (CI: after make test).
+FUZZ_TARGETS := \
+	./internal/hostnet:FuzzPeerTable ./internal/hostnet:FuzzSegName ./internal/hostnet:FuzzMeshHello \
+	./internal/hostnet:FuzzNetNegotiation ./internal/hostnet:FuzzNetChunk ./internal/hostnet:FuzzHandshake \
+	./core:FuzzAnnounce ./core:FuzzRendezvousReply ./core:FuzzInitRecord ./core:FuzzUniqueID
+FUZZTIME ?= 3s
+fuzz-smoke:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "fuzz $${t#*:} ($${t%%:*}, $(FUZZTIME))"; \
+		out=$$($(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) -parallel 1 "$${t%%:*}" 2>&1) || { echo "$$out"; exit 1; }; \
+		echo "$$out" | tail -n 3; \
+	done
 
 # flagcx's host backend beside Gloo and OpenMPI (needs python3-torch, openmpi-bin, libopenmpi-dev).
 bench-compare: flagcx

@@ -119,20 +119,14 @@ func serveRendezvous(l *hostnet.Listener) {
 			}
 			return
 		}
-		var ann announce
-		if err := json.Unmarshal(hello, &ann); err != nil {
-			reject(conn, "malformed announcement: %v", err)
+		ann, err := decodeAnnounce(hello, conn.RemoteAddr())
+		if err != nil {
+			reject(conn, "%v", err)
 			continue
 		}
 		switch {
-		case nranks < 0 && (ann.NRanks < 1 || ann.Rank < 0 || ann.Rank >= ann.NRanks):
-			reject(conn, "rank %d of %d is out of range", ann.Rank, ann.NRanks)
-			continue
 		case nranks > 0 && ann.NRanks != nranks:
 			reject(conn, "rank %d says the communicator has %d ranks, but earlier ranks said %d: give every rank the same count", ann.Rank, ann.NRanks, nranks)
-			continue
-		case nranks > 0 && (ann.Rank < 0 || ann.Rank >= nranks):
-			reject(conn, "rank %d is out of range for %d ranks", ann.Rank, nranks)
 			continue
 		case hasRank(arrived, ann.Rank):
 			reject(conn, "rank %d joined twice: give every process its own rank", ann.Rank)
@@ -194,20 +188,7 @@ func joinRendezvous(id UniqueID, cfg hostnet.Config, self announce) ([]peerInfo,
 	if err != nil {
 		return nil, fmt.Errorf("%w: rank %d waiting for the other ranks at the rendezvous %s: %w", sdk.ErrRemoteError, self.Rank, id.Addr, err)
 	}
-	var r rendezvousReply
-	if err := json.Unmarshal(msg, &r); err != nil {
-		return nil, fmt.Errorf("%w: malformed rendezvous reply: %w", sdk.ErrInternalError, err)
-	}
-	if r.Error != "" && r.Timeout {
-		return nil, &rendezvousTimeout{fmt.Sprintf("%v: rank %d: rendezvous %s: %s", sdk.ErrRemoteError, self.Rank, id.Addr, r.Error)}
-	}
-	if r.Error != "" {
-		return nil, fmt.Errorf("%w: rendezvous %s: %s", sdk.ErrInvalidUsage, id.Addr, r.Error)
-	}
-	if len(r.Peers) != self.NRanks {
-		return nil, fmt.Errorf("%w: rendezvous table has %d ranks, expected %d", sdk.ErrInternalError, len(r.Peers), self.NRanks)
-	}
-	return r.Peers, nil
+	return decodeReply(msg, self, id.Addr)
 }
 
 func hostname() string {

@@ -460,12 +460,9 @@ func (c *Comm) agree(rec initRecord) error {
 	members := make([]sched.Member, c.n)
 	recs := make([]initRecord, c.n)
 	for r := range recs {
-		b := all[r*initRecordBytes : (r+1)*initRecordBytes]
-		if i := strings.IndexByte(string(b), 0); i >= 0 {
-			b = b[:i]
-		}
-		if err := json.Unmarshal(b, &recs[r]); err != nil {
-			return fmt.Errorf("%w: rank %d's init record is malformed: %w", sdk.ErrInternalError, r, err)
+		recs[r], err = decodeInitRecord(all[r*initRecordBytes:(r+1)*initRecordBytes], r, c.world.peerName(r))
+		if err != nil {
+			return fmt.Errorf("rank %d: %w", c.rank, err)
 		}
 		members[r] = recs[r].Member
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"net"
 	"strings"
 
 	"github.com/flagcx/flagcx-go/internal/hostnet"
@@ -123,6 +122,9 @@ func UniqueIDFromBytes(b []byte) (UniqueID, error) {
 	if n == 0 || idAddrOffset+n > UniqueIDBytes {
 		return bad("address length out of range")
 	}
+	if bytes.ContainsFunc(b[idAddrOffset+n:], func(r rune) bool { return r != 0 }) {
+		return bad("bytes after the address are not zero (only what Bytes wrote is a unique id)")
+	}
 	id.Addr = string(b[idAddrOffset : idAddrOffset+n])
 	if err := checkAddr(id.Addr); err != nil {
 		return bad(err.Error())
@@ -130,13 +132,8 @@ func UniqueIDFromBytes(b []byte) (UniqueID, error) {
 	return id, nil
 }
 
-func checkAddr(addr string) error {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil || host == "" || port == "" {
-		return fmt.Errorf("%q is not host:port", addr)
-	}
-	return nil
-}
+// checkAddr: the id's address is checked as a peer's listener is.
+func checkAddr(addr string) error { return hostnet.CheckAddr(addr) }
 
 // IDOption configures GetUniqueID.
 type IDOption func(*idOptions)

@@ -155,10 +155,11 @@ func acceptHandshake(nc net.Conn, cfg Config, secret Secret, arm func(time.Durat
 	if err := step(timeout, func() error { _, err := io.ReadFull(nc, ans[1:12]); return err }); err != nil {
 		return nil, hsErr("waiting for the answer", timeout, err)
 	}
-	if string(ans[:8]) != hsMagic {
-		return nil, fmt.Errorf("not a flagcx hostnet peer (first bytes % x): %w", ans[:8], ErrProtocol)
+	v, err := hsHead(ans[:12])
+	if err != nil {
+		return nil, fmt.Errorf("not a flagcx hostnet peer (%w)", err)
 	}
-	if v := binary.LittleEndian.Uint16(ans[8:10]); v != hsVersion {
+	if v != hsVersion {
 		verdict := make([]byte, hsVerdictLen)
 		verdict[0] = verdictProtocol
 		binary.LittleEndian.PutUint16(verdict[1:], hsVersion)
@@ -168,9 +169,9 @@ func acceptHandshake(nc net.Conn, cfg Config, secret Secret, arm func(time.Durat
 	if err := step(timeout, func() error { _, err := io.ReadFull(nc, ans[12:]); return err }); err != nil {
 		return nil, hsErr("waiting for the answer", timeout, err)
 	}
-	n := binary.LittleEndian.Uint32(ans[12:16])
-	if n > MaxHello {
-		return nil, fmt.Errorf("peer announced a %d-byte hello, above the %d-byte limit: %w", n, MaxHello, ErrProtocol)
+	n, err := hsHelloLen(ans)
+	if err != nil {
+		return nil, err
 	}
 	hello := make([]byte, n)
 	if err := step(timeout, func() error { _, err := io.ReadFull(nc, hello); return err }); err != nil {
@@ -216,10 +217,9 @@ func dialHandshake(nc net.Conn, addr string, cfg Config, secret Secret, hello []
 	if err := hsIO(nc, timeout, func() error { _, err := io.ReadFull(nc, chall); return err }); err != nil {
 		return wrap(hsErr("waiting for the listener's challenge", timeout, err))
 	}
-	if string(chall[:8]) != hsMagic {
-		return wrap(fmt.Errorf("%s is not a flagcx hostnet listener (first bytes % x): %w", addr, chall[:8], ErrProtocol))
-	}
-	if v := binary.LittleEndian.Uint16(chall[8:10]); v != hsVersion {
+	if v, err := hsHead(chall); err != nil {
+		return wrap(fmt.Errorf("%s is not a flagcx hostnet listener (%w)", addr, err))
+	} else if v != hsVersion {
 		return wrap(fmt.Errorf("listener speaks hostnet protocol version %d, this side %d (run the same flagcx version on every rank): %w", v, hsVersion, ErrProtocol))
 	}
 	ans := make([]byte, hsAnswerLen, hsAnswerLen+len(hello))
@@ -240,20 +240,54 @@ func dialHandshake(nc net.Conn, addr string, cfg Config, secret Secret, hello []
 		// A refusing acceptor may close before we read the status byte.
 		return wrap(hsErr("waiting for the listener's verdict", timeout, err))
 	}
+	if err := decodeVerdict(verdict, acceptMAC(secret, chall[12:28], ans[16:32], mac), addr); err != nil {
+		return wrap(err)
+	}
+	return nil
+}
+
+// hsHead checks the first 12 bytes of a challenge or an answer (step 1 or
+// 2) and returns the protocol version they announce.
+func hsHead(b []byte) (uint16, error) {
+	if len(b) < 12 || string(b[:8]) != hsMagic {
+		return 0, fmt.Errorf("first bytes % x: %w", b[:min(len(b), 8)], ErrProtocol)
+	}
+	return binary.LittleEndian.Uint16(b[8:10]), nil
+}
+
+// hsHelloLen is the hello length of a dialer's answer (step 2), at most
+// MaxHello.
+func hsHelloLen(ans []byte) (int, error) {
+	if len(ans) != hsAnswerLen {
+		return 0, fmt.Errorf("an answer of %d bytes (always %d): %w", len(ans), hsAnswerLen, ErrProtocol)
+	}
+	n := binary.LittleEndian.Uint32(ans[12:16])
+	if n > MaxHello {
+		return 0, fmt.Errorf("peer announced a %d-byte hello, above the %d-byte limit: %w", n, MaxHello, ErrProtocol)
+	}
+	return int(n), nil
+}
+
+// decodeVerdict reads the listener's verdict (step 3): nil when it
+// accepted this dialer and proved the secret with wantMAC.
+func decodeVerdict(verdict, wantMAC []byte, addr string) error {
+	if len(verdict) != hsVerdictLen {
+		return fmt.Errorf("a verdict of %d bytes from %s (always %d): %w", len(verdict), addr, hsVerdictLen, ErrProtocol)
+	}
 	switch verdict[0] {
 	case verdictOK:
 	case verdictBadAuth:
-		return wrap(fmt.Errorf("the listener refused this peer: it holds another secret (is every rank using the same unique id?): %w", ErrAuth))
+		return fmt.Errorf("the listener refused this peer: it holds another secret (is every rank using the same unique id?): %w", ErrAuth)
 	case verdictBusy:
-		return wrap(errBusy)
+		return errBusy
 	case verdictProtocol:
-		return wrap(fmt.Errorf("the listener speaks hostnet protocol version %d, this side %d (run the same flagcx version on every rank): %w",
-			binary.LittleEndian.Uint16(verdict[1:3]), hsVersion, ErrProtocol))
+		return fmt.Errorf("the listener speaks hostnet protocol version %d, this side %d (run the same flagcx version on every rank): %w",
+			binary.LittleEndian.Uint16(verdict[1:3]), hsVersion, ErrProtocol)
 	default:
-		return wrap(fmt.Errorf("unknown verdict %d from the listener: %w", verdict[0], ErrProtocol))
+		return fmt.Errorf("unknown verdict %d from the listener: %w", verdict[0], ErrProtocol)
 	}
-	if !hmac.Equal(verdict[1:33], acceptMAC(secret, chall[12:28], ans[16:32], mac)) {
-		return wrap(fmt.Errorf("the listener at %s could not prove the communicator's secret: %w", addr, ErrAuth))
+	if !hmac.Equal(verdict[1:33], wantMAC) {
+		return fmt.Errorf("the listener at %s could not prove the communicator's secret: %w", addr, ErrAuth)
 	}
 	return nil
 }

@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 
@@ -112,6 +110,16 @@ func Connect(mc MeshConfig) (_ *Mesh, err error) {
 		mc.Segment.Close()
 		return nil, err
 	}
+	// The table came from peers: nothing in it is used (as a file name
+	// above all, removeDeadPeers) before it is checked.
+	err = CheckPeers(mc.Peers)
+	if err == nil && (mc.Rank < 0 || mc.Rank >= len(mc.Peers)) {
+		err = fmt.Errorf("hostnet: rank %d is not in the peer table of %d ranks: %w", mc.Rank, len(mc.Peers), ErrProtocol)
+	}
+	if err != nil {
+		mc.Segment.Close()
+		return nil, err
+	}
 	self := mc.Peers[mc.Rank]
 	m := &Mesh{Links: make([]Link, len(mc.Peers))}
 	if mc.Segment != nil {
@@ -187,7 +195,7 @@ func (m *Mesh) removeDeadPeers(mc MeshConfig) {
 	self := mc.Peers[mc.Rank]
 	for _, p := range mc.Peers {
 		if p.Rank != mc.Rank && p.Shm != "" && SameHost(self, p) && processEnded(p.Pid) {
-			os.Remove(filepath.Join(mc.Shm.dir(), p.Shm))
+			removeShmFile(mc.Shm.dir(), p.Shm)
 		}
 	}
 }
@@ -216,8 +224,10 @@ func (m *Mesh) connectTCP(mc MeshConfig) error {
 				if err != nil {
 					return fmt.Errorf("rank %d waiting for connections from ranks %s: %w", rank, missingPeers(conns, rank+1, n, &mu), err)
 				}
-				var h meshHello
-				if json.Unmarshal(hello, &h) != nil || h.Rank <= rank || h.Rank >= n || conns[h.Rank] == nil || h.Stream < 0 || h.Stream >= streams {
+				// A hello that does not check out closes its socket and
+				// the wait goes on: the real rank may still come.
+				h, err := decodeMeshHello(hello, c.RemoteAddr(), rank, n, streams)
+				if err != nil || conns[h.Rank] == nil {
 					c.Close()
 					continue
 				}

@@ -307,11 +307,7 @@ func recvSmall(tl *TCPLink) ([]byte, error) {
 	if err := tl.conns[0].Recv(msg); err != nil {
 		return nil, err
 	}
-	n := int(getU32(msg))
-	if n > negotiationMax {
-		return nil, fmt.Errorf("hostnet: negotiation message says %d bytes (at most %d): %w", n, negotiationMax, ErrProtocol)
-	}
-	return msg[4 : 4+n], nil
+	return decodeNegotiation(msg)
 }
 
 func putU32(b []byte, v uint32) {
@@ -336,9 +332,9 @@ func negotiateNet(tl *TCPLink, offer netOffer, mc MeshConfig, peer int) (*NetLin
 	if err != nil {
 		return nil, err
 	}
-	var po netOffer
-	if err := json.Unmarshal(pb, &po); err != nil {
-		return nil, fmt.Errorf("hostnet: rank %d's network offer: %w (%w)", peer, ErrProtocol, err)
+	po, err := decodeNetOffer(pb, peer, tl.conns[0].RemoteAddr())
+	if err != nil {
+		return nil, err
 	}
 	use, err := chooseNet(offer, po, mc.Rank, peer)
 	if err != nil || !use {

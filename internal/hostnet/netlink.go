@@ -259,18 +259,9 @@ func (l *NetLink) Recv(p []byte) error {
 		if err != nil {
 			return err
 		}
-		buf := l.slot(l.rst, s)[:got]
-		if i == 0 {
-			if got < netHeader {
-				return l.fail(fmt.Errorf("hostnet: ib recv from %s: a %d-byte first chunk: %w", l.remote, got, ErrProtocol))
-			}
-			if total := int(binary.LittleEndian.Uint64(buf)); total != len(p) {
-				return l.fail(&LengthError{Got: total, Want: len(p)})
-			}
-			buf = buf[netHeader:]
-		}
-		if off+len(buf) > len(p) || (i < n-1 && len(buf) == 0) {
-			return l.fail(fmt.Errorf("hostnet: ib recv from %s: chunk %d of %d bytes does not fit the message: %w", l.remote, i, len(buf), ErrProtocol))
+		buf, err := decodeChunk(l.slot(l.rst, s), got, i, n, off, len(p), l.remote)
+		if err != nil {
+			return l.fail(err)
 		}
 		off += copy(p[off:], buf)
 		if i+netSlots < n {

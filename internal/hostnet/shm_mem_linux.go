@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -80,11 +79,11 @@ func (n *ShmNode) NewMem(size int) ([]byte, string, error) {
 func (n *ShmNode) MapMem(i int, name string, size int) ([]byte, error) {
 	pid := n.segs[i].pid
 	_, _, npid, token, ok := parseSegName(name)
-	if !ok || npid != pid || strings.ContainsRune(name, '/') {
-		return nil, fmt.Errorf("%q is not the name of a flagcx segment of pid %d: %w", name, pid, ErrProtocol)
+	if !ok || npid != pid {
+		return nil, fmt.Errorf("%s is not the name of a flagcx segment of pid %d: %w", quoteIfOdd(name, 96), pid, ErrProtocol)
 	}
-	path := filepath.Join(n.segs[n.me].dir, name)
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	path := filepath.Join(n.segs[n.me].dir, name) // for messages: the file is opened through openShmFile
+	f, err := openShmFile(n.segs[n.me].dir, name)
 	if err != nil {
 		return nil, fmt.Errorf("opening the memory segment of pid %d: %w", pid, err)
 	}

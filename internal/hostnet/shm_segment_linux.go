@@ -21,7 +21,6 @@ import (
 const (
 	segMagic    uint64 = 0x3230474553584346 // "FCXSEG02", little endian
 	shmLine            = 128
-	segPrefix          = "flagcx-"
 	offMagic           = 0
 	offSize            = 8
 	offP2P             = 16
@@ -68,46 +67,6 @@ func (s *ShmSegment) layout() {
 	s.sig = (*[2]uint64)(unsafe.Pointer(&s.mem[offSig]))
 }
 
-// nsID is the number in /proc/self/ns/pid ("pid:[4026531836]"), or "0".
-func nsID(ns string) string {
-	if i, j := strings.IndexByte(ns, '['), strings.IndexByte(ns, ']'); i >= 0 && j > i+1 {
-		return ns[i+1 : j]
-	}
-	return "0"
-}
-
-func bootTag(boot string) string {
-	boot = strings.ReplaceAll(boot, "-", "")
-	if len(boot) > 12 {
-		boot = boot[:12]
-	}
-	if boot == "" {
-		return "noboot"
-	}
-	return boot
-}
-
-// segName is the file name of a segment made by pid: the boot id and pid
-// namespace let CleanStaleShm tell, without opening it, whether its creator
-// could still be alive.
-func segName(boot, pidns string, pid int, token uint64) string {
-	return fmt.Sprintf("%s%s-%s-%d-%016x", segPrefix, bootTag(boot), nsID(pidns), pid, token)
-}
-
-// parseSegName undoes segName.
-func parseSegName(name string) (boot, ns string, pid int, token uint64, ok bool) {
-	f := strings.Split(strings.TrimPrefix(name, segPrefix), "-")
-	if !strings.HasPrefix(name, segPrefix) || len(f) != 4 {
-		return "", "", 0, 0, false
-	}
-	p, err1 := strconv.Atoi(f[2])
-	t, err2 := strconv.ParseUint(f[3], 16, 64)
-	if err1 != nil || err2 != nil || p <= 0 {
-		return "", "", 0, 0, false
-	}
-	return f[0], f[1], p, t, true
-}
-
 // CleanStaleShm removes the segments in sc's directory whose creator, a
 // process of this kernel and pid namespace, no longer runs (a rank killed
 // before its peers mapped its segment). It returns how many it removed.
@@ -124,7 +83,7 @@ func CleanStaleShm(sc ShmConfig) int {
 		if !ok || b != boot || n != ns || processGone(pid) == "" {
 			continue
 		}
-		if os.Remove(filepath.Join(dir, e.Name())) == nil {
+		if removeShmFile(dir, e.Name()) == nil {
 			removed++
 		}
 	}
@@ -215,11 +174,11 @@ func mapShm(f *os.File, size int) ([]byte, error) {
 // openShmSegment maps the segment name in dir that process pid created.
 func openShmSegment(dir, name string, pid int) (*ShmSegment, error) {
 	_, _, npid, token, ok := parseSegName(name)
-	if !ok || npid != pid || strings.ContainsRune(name, '/') {
-		return nil, fmt.Errorf("%q is not the name of a flagcx segment of pid %d: %w", name, pid, ErrProtocol)
+	if !ok || npid != pid {
+		return nil, fmt.Errorf("%s is not the name of a flagcx segment of pid %d: %w", quoteIfOdd(name, 96), pid, ErrProtocol)
 	}
-	path := filepath.Join(dir, name)
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	path := filepath.Join(dir, name) // for messages: the file is opened through openShmFile
+	f, err := openShmFile(dir, name)
 	if err != nil {
 		return nil, fmt.Errorf("opening the segment of pid %d: %w", pid, err)
 	}
@@ -260,7 +219,7 @@ func openShmSegment(dir, name string, pid int) (*ShmSegment, error) {
 // unlink removes the segment's file (own segments only); mappings stay.
 func (s *ShmSegment) unlink() {
 	if s != nil && s.own && !s.unlinked.Swap(true) {
-		os.Remove(filepath.Join(s.dir, s.name))
+		removeShmFile(s.dir, s.name)
 	}
 }
 

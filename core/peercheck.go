@@ -1,0 +1,117 @@
+package core
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/flagcx/flagcx-go/internal/env"
+	"github.com/flagcx/flagcx-go/internal/hostnet"
+	"github.com/flagcx/flagcx-go/internal/sched"
+	"github.com/flagcx/flagcx-go/sdk"
+)
+
+// What core decodes from peers, each message in one function that returns
+// a checked value (see internal/hostnet/peercheck.go for why, and for the
+// peer table's own checks): the announcement a rank sends the rendezvous,
+// the rendezvous's reply, and the init record of every rank (agree). The
+// unique id's two forms are read by ParseUniqueID and UniqueIDFromBytes.
+
+// decodeAnnounce reads a rank's announcement to the rendezvous; from is
+// the connection's remote address, for errors.
+func decodeAnnounce(b []byte, from string) (announce, error) {
+	var a announce
+	if err := json.Unmarshal(b, &a); err != nil {
+		return announce{}, fmt.Errorf("malformed announcement from %s: %v", from, err)
+	}
+	if a.NRanks < 1 || a.NRanks > hostnet.MaxRanks {
+		return announce{}, fmt.Errorf("%s says the communicator has %d ranks (1..%d)", hostnet.PeerName(a.Rank, a.Addr), a.NRanks, hostnet.MaxRanks)
+	}
+	if err := a.peerInfo.Check(a.NRanks); err != nil {
+		return announce{}, err
+	}
+	return a, nil
+}
+
+// maxReplyError bounds the rendezvous's error text that a rank repeats.
+const maxReplyError = 4096
+
+// decodeReply reads the rendezvous's answer to self: the table (checked
+// whole, and with self's own entry as self announced it) or the error the
+// rendezvous sent.
+func decodeReply(b []byte, self announce, rendezvous string) ([]peerInfo, error) {
+	var r rendezvousReply
+	if err := json.Unmarshal(b, &r); err != nil {
+		return nil, fmt.Errorf("%w: rank %d: malformed reply of the rendezvous %s: %v", sdk.ErrRemoteError, self.Rank, rendezvous, err)
+	}
+	if r.Error != "" {
+		if len(r.Error) > maxReplyError {
+			r.Error = r.Error[:maxReplyError] + "..."
+		}
+		msg := strings.ToValidUTF8(r.Error, "?")
+		if r.Timeout {
+			// Ranks never came: a remote failure, not a mistake of this one.
+			return nil, &rendezvousTimeout{fmt.Sprintf("%v: rank %d: rendezvous %s: %s", sdk.ErrRemoteError, self.Rank, rendezvous, msg)}
+		}
+		return nil, fmt.Errorf("%w: rendezvous %s: %s", sdk.ErrInvalidUsage, rendezvous, msg)
+	}
+	if len(r.Peers) != self.NRanks {
+		return nil, fmt.Errorf("%w: rank %d: the rendezvous %s sent a table of %d ranks, expected %d", sdk.ErrRemoteError, self.Rank, rendezvous, len(r.Peers), self.NRanks)
+	}
+	if err := hostnet.CheckPeers(r.Peers); err != nil {
+		return nil, fmt.Errorf("%w: rank %d: the table of the rendezvous %s: %w", sdk.ErrRemoteError, self.Rank, rendezvous, err)
+	}
+	if got := r.Peers[self.Rank]; got != self.peerInfo {
+		return nil, fmt.Errorf("%w: rank %d: the rendezvous %s's table says this rank is %s (pid %d, shm %q), not what it announced",
+			sdk.ErrRemoteError, self.Rank, rendezvous, hostnet.PeerName(got.Rank, got.Addr), got.Pid, got.Shm)
+	}
+	return r.Peers, nil
+}
+
+// Bounds of an init record's fields.
+const (
+	maxRecordName = 256     // vendor and plugin names
+	maxDevices    = 1 << 16 // a device index
+)
+
+// decodeInitRecord reads rank r's init record (agree): NUL-padded JSON of
+// initRecordBytes, describing rank r itself, with a split list that parses
+// and a positive chunk.
+func decodeInitRecord(b []byte, r int, peer string) (initRecord, error) {
+	var rec initRecord
+	bad := func(format string, args ...any) (initRecord, error) {
+		return initRecord{}, fmt.Errorf("%w: the init record of %s %s", sdk.ErrRemoteError, peer, fmt.Sprintf(format, args...))
+	}
+	if i := strings.IndexByte(string(b), 0); i >= 0 {
+		b = b[:i]
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return bad("is malformed: %v", err)
+	}
+	m := rec.Member
+	switch {
+	case m.Rank != r:
+		return bad("says it is rank %d", m.Rank)
+	case m.Vendor == "" || len(m.Vendor) > maxRecordName || len(m.Plugin) > maxRecordName:
+		return bad("names a vendor or plugin of %d/%d bytes (1..%d)", len(m.Vendor), len(m.Plugin), maxRecordName)
+	case m.Device < -1 || m.Device >= maxDevices:
+		return bad("names device %d (-1..%d)", m.Device, maxDevices-1)
+	case rec.Chunk < 1 || int64(rec.Chunk) > env.MaxBytes:
+		return bad("has a chunk of %d bytes (1..%d)", rec.Chunk, env.MaxBytes)
+	case len(rec.Split) > initRecordBytes:
+		return bad("has a split list of %d bytes", len(rec.Split))
+	}
+	if _, err := sched.ParseSplitList(rec.Split); err != nil {
+		return bad("has a split list that does not parse: %v", err)
+	}
+	return rec, nil
+}
+
+// peerName names rank r of the communicator for errors: "rank 3
+// (10.0.0.7:5000)".
+func (c *hostComm) peerName(r int) string {
+	if r < 0 || r >= len(c.peers) {
+		return fmt.Sprintf("rank %d", r)
+	}
+	return hostnet.PeerName(r, c.peers[r].Addr)
+}

@@ -1,0 +1,215 @@
+package hostnet
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// goodPeer is a valid announcement of rank 1 with a segment of pid 4242.
+func goodPeer() Peer {
+	return Peer{Rank: 1, Addr: "10.0.0.2:5000", Host: "node2", Pid: 4242, BootID: "3f2a-77", PidNS: "pid:[4026531836]",
+		Shm: segName("3f2a-77", "pid:[4026531836]", 4242, 0xabcdef)}
+}
+
+func TestPeerCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(p *Peer)
+		want string // "" when valid
+	}{
+		{"valid", func(p *Peer) {}, ""},
+		{"no shm", func(p *Peer) { p.Shm, p.NoShm = "", "disabled\nby FLAGCX_SHM_DISABLE" }, ""},
+		{"traversal", func(p *Peer) { p.Shm = "../../tmp/victim.txt" }, `peer rank 1 (10.0.0.2:5000) announced shm name "../../tmp/victim.txt", which is not a flagcx segment name`},
+		{"absolute", func(p *Peer) { p.Shm = "/etc/passwd" }, "not a flagcx segment name"},
+		{"prefix then traversal", func(p *Peer) { p.Shm = "flagcx-a-1-4242-../../x" }, "not a flagcx segment name"},
+		{"dot dot token", func(p *Peer) { p.Shm = "flagcx-a-1-4242-..00000000000000" }, "not a flagcx segment name"},
+		{"another pid's segment", func(p *Peer) { p.Pid = 7 }, "made by pid 4242, but it says it is pid 7"},
+		{"rank out of range", func(p *Peer) { p.Rank = 2 }, "a rank out of range 0..1"},
+		{"negative rank", func(p *Peer) { p.Rank = -1 }, "a rank out of range"},
+		{"no port", func(p *Peer) { p.Addr = "10.0.0.2" }, "listener address"},
+		{"port zero", func(p *Peer) { p.Addr = "10.0.0.2:0" }, "no port in 1..65535"},
+		{"pid zero", func(p *Peer) { p.Pid = 0 }, "pid 0"},
+		{"huge pid", func(p *Peer) { p.Pid = 1 << 40 }, "pid 1099511627776"},
+		{"control in host", func(p *Peer) { p.Host = "a\x1b[2Jb" }, "host name"},
+		{"long reason", func(p *Peer) { p.NoShm = strings.Repeat("x", maxPeerWhy+1) }, "reason"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := goodPeer()
+			tc.edit(&p)
+			err := p.Check(2)
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, ErrProtocol)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+func TestCheckPeersWantsRankOrder(t *testing.T) {
+	a, b := goodPeer(), goodPeer()
+	a.Rank, a.Shm, a.Addr = 0, "", "10.0.0.1:5000"
+	require.NoError(t, CheckPeers([]Peer{a, b}))
+	err := CheckPeers([]Peer{b, a})
+	require.ErrorIs(t, err, ErrProtocol)
+	require.ErrorContains(t, err, "entry 0 of the peer table is rank 1 (10.0.0.2:5000)")
+	require.ErrorContains(t, CheckPeers(nil), "a peer table of 0 ranks")
+}
+
+func TestSegNameRoundTripAndStrictness(t *testing.T) {
+	name := segName(BootID(), PidNamespace(), os.Getpid(), 0x0123456789abcdef)
+	boot, ns, pid, token, ok := parseSegName(name)
+	require.True(t, ok, name)
+	require.Equal(t, []any{bootTag(BootID()), nsID(PidNamespace()), os.Getpid(), uint64(0x0123456789abcdef)}, []any{boot, ns, pid, token})
+	for _, bad := range []string{"", "flagcx-", "flagcx-a-1-1-0123456789abcdeF", "flagcx-a-1-01-0123456789abcdef", "flagcx-a-1-1-0123456789abcde",
+		"flagcx-a/b-1-1-0123456789abcdef", "flagcx-..-1-1-0123456789abcdef", "flagcx-a-1-9999999-0123456789abcdef", "fxvs-a-1-1-0123456789abcdef"} {
+		_, _, _, _, ok := parseSegName(bad)
+		require.False(t, ok, bad)
+	}
+}
+
+// The shm directory's files are only reached through an os.Root: a name
+// that leaves it is refused even where the check of the name is skipped.
+func TestShmFilesStayInTheirDirectory(t *testing.T) {
+	base := t.TempDir()
+	dir := filepath.Join(base, "a", "b")
+	require.NoError(t, os.MkdirAll(dir, 0o700))
+	victim := filepath.Join(base, "victim.txt")
+	require.NoError(t, os.WriteFile(victim, []byte("keep"), 0o600))
+	require.ErrorIs(t, removeShmFile(dir, "../../victim.txt"), ErrProtocol)
+	_, err := openShmFile(dir, "../../victim.txt")
+	require.ErrorIs(t, err, ErrProtocol)
+	// A segment name that is a symbolic link out of the directory.
+	name := segName("b", "pid:[1]", 4242, 1)
+	require.NoError(t, os.Symlink(victim, filepath.Join(dir, name)))
+	_, err = openShmFile(dir, name)
+	require.Error(t, err)
+	require.FileExists(t, victim)
+}
+
+// The traversal of issue 28 at the mesh: a same-host rank 1 with a dead pid
+// and a segment name out of the shm directory. Connect refuses the table
+// before anything uses the name, so the failed setup removes nothing.
+func TestConnectRefusesATraversingSegmentName(t *testing.T) {
+	base := t.TempDir()
+	dir := filepath.Join(base, "a", "b")
+	require.NoError(t, os.MkdirAll(dir, 0o700))
+	victim := filepath.Join(base, "victim.txt")
+	require.NoError(t, os.WriteFile(victim, []byte("keep"), 0o600))
+	dead := exec.Command("true")
+	require.NoError(t, dead.Run())
+	mcs := prepareMesh(t, 2, meshCfg(2*time.Second), func(int) ShmConfig { return smallShm(dir) }, func(r int, p *Peer) {
+		if r == 1 {
+			p.Pid, p.Shm = dead.Process.Pid, "../../victim.txt"
+		}
+	})
+	m, err := Connect(mcs[0])
+	require.Nil(t, m)
+	require.ErrorIs(t, err, ErrProtocol)
+	require.ErrorContains(t, err, `peer rank 1 (`+mcs[0].Peers[1].Addr+`) announced shm name "../../victim.txt"`)
+	require.FileExists(t, victim)
+	mcs[1].Segment.Close()
+	ents, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Empty(t, ents, "rank 0's segment is gone after its failed setup")
+}
+
+func TestDecodeMeshHello(t *testing.T) {
+	for _, tc := range []struct {
+		hello string
+		want  string
+	}{
+		{`{"rank":2,"stream":1}`, ""},
+		{`{"rank":1,"stream":0}`, "dialed rank 1, which only ranks 2..3 dial"},
+		{`{"rank":4,"stream":0}`, "dialed rank 1"},
+		{`{"rank":2,"stream":2}`, "opened stream 2 of 2"},
+		{`{"rank":2,"stream":-1}`, "opened stream -1"},
+		{`{"rank":`, "malformed"},
+	} {
+		h, err := decodeMeshHello([]byte(tc.hello), "127.0.0.1:9", 1, 4, 2)
+		if tc.want == "" {
+			require.NoError(t, err)
+			require.Equal(t, meshHello{Rank: 2, Stream: 1}, h)
+			continue
+		}
+		require.ErrorIs(t, err, ErrProtocol, tc.hello)
+		require.ErrorContains(t, err, tc.want)
+		require.ErrorContains(t, err, "127.0.0.1:9")
+	}
+}
+
+func TestDecodeNetOffer(t *testing.T) {
+	good := netOffer{Want: "auto", Have: true, Device: "mlx5_0", Fabric: "InfiniBand"}
+	for _, tc := range []struct {
+		name string
+		edit func(o *netOffer)
+		want string
+	}{
+		{"valid", func(o *netOffer) {}, ""},
+		{"unknown want", func(o *netOffer) { o.Want = "maybe" }, "wants maybe (IB, auto or no)"},
+		{"long device", func(o *netOffer) { o.Device = strings.Repeat("d", maxOfferName+1) }, "device or fabric"},
+		{"control in why", func(o *netOffer) { o.Why = "a\x00b" }, "reason"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := good
+			tc.edit(&o)
+			b, err := json.Marshal(o)
+			require.NoError(t, err)
+			got, err := decodeNetOffer(b, 3, "10.0.0.3:77")
+			if tc.want == "" {
+				require.NoError(t, err)
+				require.Equal(t, o, got)
+				return
+			}
+			require.ErrorIs(t, err, ErrProtocol)
+			require.ErrorContains(t, err, "rank 3 (10.0.0.3:77)'s network offer")
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+func TestDecodeNegotiation(t *testing.T) {
+	msg := make([]byte, 4+negotiationMax)
+	putU32(msg, 3)
+	copy(msg[4:], "abc")
+	got, err := decodeNegotiation(msg)
+	require.NoError(t, err)
+	require.Equal(t, "abc", string(got))
+	putU32(msg, negotiationMax+1)
+	_, err = decodeNegotiation(msg)
+	require.ErrorContains(t, err, "says 1025 bytes (at most 1024)")
+	_, err = decodeNegotiation(msg[:10])
+	require.ErrorContains(t, err, "a 10-byte negotiation message")
+}
+
+func TestDecodeChunk(t *testing.T) {
+	slot := make([]byte, 64)
+	binary.LittleEndian.PutUint64(slot, 20)
+	buf, err := decodeChunk(slot, 28, 0, 1, 0, 20, "peer:1")
+	require.NoError(t, err)
+	require.Len(t, buf, 20)
+	_, err = decodeChunk(slot, 28, 0, 1, 0, 16, "peer:1")
+	var le *LengthError
+	require.True(t, errors.As(err, &le))
+	require.Equal(t, LengthError{Got: 20, Want: 16}, *le)
+	_, err = decodeChunk(slot, 65, 0, 1, 0, 20, "peer:1")
+	require.ErrorContains(t, err, "chunk 0 of 65 bytes in a 64-byte slot")
+	_, err = decodeChunk(slot, 4, 0, 1, 0, 20, "peer:1")
+	require.ErrorContains(t, err, "a 4-byte first chunk")
+	_, err = decodeChunk(slot, 30, 1, 2, 0, 20, "peer:1")
+	require.ErrorContains(t, err, "does not fit the message")
+	binary.LittleEndian.PutUint64(slot, ^uint64(0))
+	_, err = decodeChunk(slot, 28, 0, 1, 0, 20, "peer:1")
+	require.True(t, errors.As(err, &le))
+	require.Positive(t, le.Got)
+}
