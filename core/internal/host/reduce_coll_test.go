@@ -62,6 +62,9 @@ func TestAllReduceTypesOps(t *testing.T) {
 			}
 			t.Run(fmt.Sprintf("%v/%v/large", dt, op), func(t *testing.T) {
 				checkAllReduce(t, 3, 64<<10+13, dt, op, false, []Option{WithChunk(64 << 10)})
+				// Two ranks exchange in several chunks, in place and not.
+				checkAllReduce(t, 2, 64<<10+13, dt, op, true, []Option{WithChunk(64 << 10)})
+				checkAllReduce(t, 2, 64<<10+13, dt, op, false, []Option{WithChunk(64 << 10)})
 			})
 		}
 	}
