@@ -37,6 +37,8 @@ func (e *Engine) AllReduce(send, recv []byte, count int, dt sdk.DataType, op sdk
 		return nil
 	case e.shared():
 		return e.allReduceShm(name, send, recv, count, dt, op)
+	case e.hier() != nil:
+		return e.allReduceHier(name, e.hier(), send, recv, count, dt, op)
 	case e.n == 2 && bytes > e.smallLimit:
 		return e.allReduceExchange(name, send, recv, count, dt, op)
 	case bytes <= e.smallLimit:

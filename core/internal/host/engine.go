@@ -48,6 +48,9 @@ type Engine struct {
 	sig        uint64       // label of the current call's shared-memory steps
 	regions    []*memRegion // MemAlloc's allocations, by number (nil: freed)
 	zcScratch  []byte       // scratch blocks of the zero-copy reductions
+	hostOf     []int        // WithHosts
+	hierarchy  *hierarchy   // hier(), once hierDone
+	hierDone   bool
 
 	mu      sync.Mutex
 	scratch [numScratch][]byte
