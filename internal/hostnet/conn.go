@@ -256,8 +256,10 @@ func (c *Conn) readPayload(p []byte) error {
 // small payload behind it then come in one read system call instead of
 // two (a small message costs one recv, and a 24-byte read per frame was a
 // sixth of the receive time in the 2-rank loopback profile); payloads of
-// at least half of it are read straight into the caller's buffer.
-const readAhead = 64 << 10
+// at least half of it are read straight into the caller's buffer. It is
+// small because what a header read pulls in of a large payload is copied
+// once more (loopback TCP is bound by memory copies).
+const readAhead = 16 << 10
 
 // readFull fills p, from bytes read ahead first, pushing the read deadline
 // forward as bytes arrive. It returns how many bytes of p it filled.

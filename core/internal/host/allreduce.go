@@ -39,7 +39,7 @@ func (e *Engine) AllReduce(send, recv []byte, count int, dt sdk.DataType, op sdk
 		return e.allReduceShm(name, send, recv, count, dt, op)
 	case e.hier() != nil:
 		return e.allReduceHier(name, e.hier(), send, recv, count, dt, op)
-	case e.n == 2 && bytes > e.smallLimit:
+	case e.n == 2 && bytes > e.smallLimit && bytes <= maxExchange:
 		return e.allReduceExchange(name, send, recv, count, dt, op)
 	case bytes <= e.smallLimit:
 		return e.allReduceDoubling(name, send, recv, dt, op)
@@ -164,6 +164,13 @@ func (e *Engine) allReduceRing(name string, send, recv []byte, count int, dt sdk
 		},
 	})
 }
+
+// maxExchange is the largest AllReduce of two ranks that exchanges whole
+// buffers; larger ones take the ring, which reduces half as much per rank
+// and copies fewer bytes: on 2 ranks over loopback TCP (16 cores,
+// docs/performance.md) the exchange was ahead up to 1 MiB (256 KiB: 1.47
+// against 1.07 GB/s busbw) and behind from 4 MiB (4.34 against 5.20).
+const maxExchange = 1 << 20
 
 // minExchangeChunk is the smallest chunk allReduceExchange cuts a buffer
 // into for the sake of overlap: over TCP a message costs a few system
