@@ -107,8 +107,25 @@ func initHost(id UniqueID, nranks, rank int, cfg hostnet.Config) (*hostComm, err
 	if node := mesh.Node; node != nil && node.Size() == nranks {
 		hopts = append(hopts, host.WithShared(sharedNode{node}), host.WithWorkers(node.Cores()))
 	}
-	c.engine = host.New(meshPeers{c}, hopts...)
+	c.engine = host.New(meshPeers{c}, append(hopts, host.WithHosts(hostsOf(peers)))...)
 	return c, nil
+}
+
+// hostsOf numbers the ranks' hosts (a rank's number is the first rank on
+// its host), which makes the host engine's AllReduce hierarchical when the
+// ranks span hosts.
+func hostsOf(peers []peerInfo) []int {
+	hostOf := make([]int, len(peers))
+	for r := range peers {
+		hostOf[r] = r
+		for q := range r {
+			if hostnet.SameHost(peers[q], peers[r]) {
+				hostOf[r] = q
+				break
+			}
+		}
+	}
+	return hostOf
 }
 
 // meshError classifies a failure to connect the ranks.

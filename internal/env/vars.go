@@ -32,7 +32,7 @@ var (
 		"sockets per socket thread")
 	// NetStripeMin is FLAGCX_NET_STRIPE_MIN.
 	NetStripeMin = Bytes("FLAGCX_NET_STRIPE_MIN", 256<<10, 0, MaxBytes,
-		"smallest message striped over all sockets of a peer")
+		"smallest message striped over a peer's sockets (2 from it, one more per half of it)")
 )
 
 // Shared memory between the ranks of one host (hostnet).

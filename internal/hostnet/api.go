@@ -52,8 +52,9 @@ type Config struct {
 	// Streams is the number of sockets per peer link
 	// (FLAGCX_SOCKET_NTHREADS x FLAGCX_NSOCKS_PERTHREAD).
 	Streams int
-	// StripeMin is the smallest message striped over all of a link's
-	// sockets; smaller messages travel on one socket.
+	// StripeMin is the smallest message striped over a link's sockets
+	// (over 2 at StripeMin, one more per StripeMin/2 bytes, up to all of
+	// them: TCPLink); smaller messages travel on one socket.
 	StripeMin int
 	// Timeout bounds every wait without progress (FLAGCX_TIMEOUT).
 	Timeout time.Duration

@@ -91,9 +91,12 @@ type Conn struct {
 	aborted atomic.Bool
 	broken  atomic.Pointer[error]
 
-	// Reader side, owned by the one goroutine in Recv.
-	rhdr  [frameHdrLen]byte
-	rdSet time.Time
+	// Reader side, owned by the one goroutine in Recv. rbuf[rpos:rend]
+	// holds bytes read ahead of the frame being read (see readFull).
+	rhdr       [frameHdrLen]byte
+	rdSet      time.Time
+	rbuf       []byte
+	rpos, rend int
 
 	// Writer side, owned by the one goroutine in Send.
 	whdr  [frameHdrLen]byte
@@ -249,15 +252,39 @@ func (c *Conn) readPayload(p []byte) error {
 	return nil
 }
 
-// readFull fills p, pushing the read deadline forward as bytes arrive.
+// readAhead is the read-ahead buffer of a Conn. A frame header and a
+// small payload behind it then come in one read system call instead of
+// two (a small message costs one recv, and a 24-byte read per frame was a
+// sixth of the receive time in the 2-rank loopback profile); payloads of
+// at least half of it are read straight into the caller's buffer. It is
+// small because what a header read pulls in of a large payload is copied
+// once more (loopback TCP is bound by memory copies).
+const readAhead = 16 << 10
+
+// readFull fills p, from bytes read ahead first, pushing the read deadline
+// forward as bytes arrive. It returns how many bytes of p it filled.
 func (c *Conn) readFull(p []byte) (int, error) {
-	off := 0
+	off := copy(p, c.rbuf[c.rpos:c.rend])
+	c.rpos += off
 	for off < len(p) {
 		if err := c.pushReadDeadline(); err != nil {
 			return off, err
 		}
-		n, err := c.nc.Read(p[off:])
-		off += n
+		var n int
+		var err error
+		if len(p)-off >= readAhead/2 {
+			n, err = c.nc.Read(p[off:])
+			off += n
+		} else {
+			if c.rbuf == nil {
+				c.rbuf = make([]byte, readAhead)
+			}
+			n, err = c.nc.Read(c.rbuf)
+			c.rpos, c.rend = 0, n
+			k := copy(p[off:], c.rbuf[:n])
+			c.rpos += k
+			off += k
+		}
 		if err != nil {
 			if errors.Is(err, io.EOF) && off > 0 {
 				err = io.ErrUnexpectedEOF

@@ -578,3 +578,38 @@ func TestConnLargeFullDuplex(t *testing.T) {
 	require.True(t, bytes.Equal(m1, b1))
 	require.True(t, bytes.Equal(m2, b2))
 }
+
+// Frames sent back to back are read ahead together (readFull's buffer):
+// each still arrives whole and in order, whether it fits the read-ahead
+// buffer, straddles its end or is read straight into the caller's buffer.
+func TestConnReadAheadKeepsFrames(t *testing.T) {
+	d, a := connPair(t, testConfig(10*time.Second))
+	sizes := []int{0, 1, 24, 100, readAhead/2 - 1, readAhead / 2, readAhead - frameHdrLen, readAhead + 7, 5, 3 << 20, 2}
+	msgs := make([][]byte, len(sizes))
+	for i, n := range sizes {
+		msgs[i] = randomBytes(uint64(500+i), n)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		for _, m := range msgs {
+			if err := d.Send(m); err != nil {
+				errc <- err
+				return
+			}
+		}
+		errc <- nil
+	}()
+	time.Sleep(50 * time.Millisecond) // let the small frames queue up
+	for i, m := range msgs {
+		got := make([]byte, len(m))
+		if i%3 == 2 {
+			var err error
+			got, err = a.RecvMsg(len(m))
+			require.NoError(t, err, "frame %d", i)
+		} else {
+			require.NoError(t, a.Recv(got), "frame %d", i)
+		}
+		require.Equal(t, m, got, "frame %d of %d bytes", i, len(m))
+	}
+	require.NoError(t, <-errc)
+}

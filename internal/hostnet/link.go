@@ -10,12 +10,14 @@ import (
 // TCPLink bundles the connections to one peer and stripes large messages over
 // them.
 //
-// A message of n bytes travels whole on conns[0] when n < StripeMin, when
-// n < len(conns) or when there is one connection. Otherwise it is cut into
-// len(conns) contiguous pieces of n/len(conns) bytes (the first n%len(conns)
-// pieces one byte longer), piece i sent on conns[i], all at once; the
-// receiver computes the same cut from its own len(p) and reads each piece
-// straight into its slice of p. Both sides must therefore build their Link
+// A message of n bytes travels whole on conns[0] when n < StripeMin or when
+// there is one connection. Otherwise it is cut into k contiguous pieces of
+// n/k bytes (the first n%k pieces one byte longer), piece i sent on
+// conns[i], all at once, where k grows with the size: 2 from StripeMin,
+// one more per StripeMin/2 bytes, at most len(conns) (pieces), so that a
+// message just above StripeMin is not cut into pieces too small to keep
+// a socket busy. The receiver computes the same cut from its own len(p)
+// and reads each piece straight into its slice of p. Both sides must therefore build their Link
 // from the same number of connections, paired in the same order (let the
 // dialer put the stream index in its hello), with the same StripeMin.
 //
@@ -53,34 +55,44 @@ func (l *TCPLink) Streams() int { return len(l.conns) }
 // RemoteAddr is the peer's address (of the first connection).
 func (l *TCPLink) RemoteAddr() string { return l.conns[0].RemoteAddr() }
 
-func (l *TCPLink) striped(n int) bool {
-	return len(l.conns) > 1 && n >= l.stripeMin && n >= len(l.conns)
+// pieces is how many connections a message of n bytes is cut over.
+func (l *TCPLink) pieces(n int) int {
+	if len(l.conns) == 1 || n < l.stripeMin || n < 2 {
+		return 1
+	}
+	k := len(l.conns)
+	if half := l.stripeMin / 2; half > 0 {
+		k = min(k, max(2, n/half))
+	}
+	return min(k, n)
 }
 
 // Send sends p as one message (striped when large).
 func (l *TCPLink) Send(p []byte) error {
-	if !l.striped(len(p)) {
+	k := l.pieces(len(p))
+	if k == 1 {
 		return l.conns[0].sendFrame(p, len(p))
 	}
 	total := len(p)
-	return l.each(p, func(c *Conn, piece []byte) error { return c.sendFrame(piece, total) })
+	return l.each(p, k, func(c *Conn, piece []byte) error { return c.sendFrame(piece, total) })
 }
 
 // Recv receives one message of exactly len(p) bytes into p. A message of
 // another length gives *LengthError with both whole-message lengths; p is
 // never written past its end.
 func (l *TCPLink) Recv(p []byte) error {
-	if !l.striped(len(p)) {
+	k := l.pieces(len(p))
+	if k == 1 {
 		return l.conns[0].recvFrame(p, len(p))
 	}
 	total := len(p)
-	return l.each(p, func(c *Conn, piece []byte) error { return c.recvFrame(piece, total) })
+	return l.each(p, k, func(c *Conn, piece []byte) error { return c.recvFrame(piece, total) })
 }
 
-// each runs op on every (conn, piece) pair at once, piece 0 on the calling
-// goroutine. The first failure aborts the others and is returned.
-func (l *TCPLink) each(p []byte, op func(*Conn, []byte) error) error {
-	n := len(l.conns)
+// each cuts p into n pieces and runs op on (conns[i], piece i) for all i
+// at once, piece 0 on the calling goroutine. The first failure aborts the
+// others and is returned.
+func (l *TCPLink) each(p []byte, n int, op func(*Conn, []byte) error) error {
 	base, rem := len(p)/n, len(p)%n
 	var (
 		wg    sync.WaitGroup

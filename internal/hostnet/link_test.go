@@ -73,23 +73,33 @@ func TestLinkStripesLargeMessagesOnly(t *testing.T) {
 	require.NoError(t, b.conns[0].Recv(got))
 	require.Equal(t, small, got)
 	require.NoError(t, <-errc)
-	// A large one is cut into 4 nearly equal pieces, one per stream.
-	n := cfg.StripeMin + 3
-	big := randomBytes(2, n)
-	go func() { errc <- a.Send(big) }()
-	off := 0
-	for i, c := range b.conns {
-		size := n / 4
-		if i < n%4 {
-			size++
+	// A large one is cut into nearly equal pieces, one per stream: 2 at
+	// StripeMin, one more per StripeMin/2 bytes, at most one per stream.
+	for _, tc := range []struct {
+		n, pieces int
+	}{
+		{cfg.StripeMin + 3, 2},
+		{cfg.StripeMin*3/2 + 1, 3},
+		{cfg.StripeMin * 2, 4},
+		{cfg.StripeMin*8 + 5, 4},
+	} {
+		n := tc.n
+		big := randomBytes(uint64(n), n)
+		go func() { errc <- a.Send(big) }()
+		off := 0
+		for i, c := range b.conns[:tc.pieces] {
+			size := n / tc.pieces
+			if i < n%tc.pieces {
+				size++
+			}
+			piece := make([]byte, size)
+			require.NoError(t, c.recvFrame(piece, n), "%d bytes: piece %d", n, i)
+			require.Equal(t, big[off:off+size], piece, "%d bytes: piece %d", n, i)
+			off += size
 		}
-		piece := make([]byte, size)
-		require.NoError(t, c.recvFrame(piece, n), "piece %d", i)
-		require.Equal(t, big[off:off+size], piece, "piece %d", i)
-		off += size
+		require.Equal(t, n, off)
+		require.NoError(t, <-errc)
 	}
-	require.Equal(t, n, off)
-	require.NoError(t, <-errc)
 }
 
 func TestLinkMessagesArriveInOrder(t *testing.T) {

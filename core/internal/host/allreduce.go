@@ -37,6 +37,10 @@ func (e *Engine) AllReduce(send, recv []byte, count int, dt sdk.DataType, op sdk
 		return nil
 	case e.shared():
 		return e.allReduceShm(name, send, recv, count, dt, op)
+	case e.hier() != nil:
+		return e.allReduceHier(name, e.hier(), send, recv, count, dt, op)
+	case e.n == 2 && bytes > e.smallLimit && bytes <= maxExchange:
+		return e.allReduceExchange(name, send, recv, count, dt, op)
 	case bytes <= e.smallLimit:
 		return e.allReduceDoubling(name, send, recv, dt, op)
 	default:
@@ -155,6 +159,67 @@ func (e *Engine) allReduceRing(name string, send, recv []byte, count int, dt sdk
 			lo, hi := chunk(mod(r-s-1, n), c)
 			e.reduceInto(recv[lo:hi], send[lo:hi], data, dt, op)
 			if s == n-2 && op == sdk.Avg {
+				e.scale(recv[lo:hi], dt)
+			}
+		},
+	})
+}
+
+// maxExchange is the largest AllReduce of two ranks that exchanges whole
+// buffers; larger ones take the ring, which reduces half as much per rank
+// and copies fewer bytes: on 2 ranks over loopback TCP (16 cores,
+// docs/performance.md) the exchange was ahead up to 1 MiB (256 KiB: 1.47
+// against 1.07 GB/s busbw) and behind from 4 MiB (4.34 against 5.20).
+const maxExchange = 1 << 20
+
+// minExchangeChunk is the smallest chunk allReduceExchange cuts a buffer
+// into for the sake of overlap: over TCP a message costs a few system
+// calls and wake-ups whatever its size, so smaller pieces cost more than
+// the overlap gains.
+const minExchangeChunk = 128 << 10
+
+// allReduceExchange is the AllReduce of two ranks: each sends its whole
+// input to the other while receiving the other's, chunk by chunk, and
+// reduces every chunk as it arrives (rank 0's data op rank 1's on both, so
+// both end with the same bits). Sending never waits for anything, so the
+// link streams in both directions at once, and a ring would move the same bytes
+// in two dependent halves; recursive doubling, which small buffers take,
+// is this exchange in one round trip, unpipelined. In place, a
+// chunk is reduced (and so overwritten) only after it was sent.
+func (e *Engine) allReduceExchange(name string, send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp) error {
+	size, peer := dt.Size(), 1-e.rank
+	bytes := count * size
+	C := max((bytes+e.chunk-1)/e.chunk, min(4, bytes/minExchangeChunk), 1)
+	C = min(C, count)
+	slotBytes := ((count + C - 1) / C) * size
+	const K = pipeSlots
+	slots := e.buf(scratchA, min(K, C)*slotBytes)
+	span := func(c int) (lo, hi int) {
+		s, k := split(count, C, c)
+		return s * size, (s + k) * size
+	}
+	return e.runPipe(&pipe{
+		name:  name,
+		total: C,
+		to:    peer,
+		from:  peer,
+		sendMsg: func(j int) ([]byte, int) {
+			lo, hi := span(j)
+			return send[lo:hi], -1
+		},
+		recvMsg: func(j int) ([]byte, int, int) {
+			lo, hi := span(j)
+			return slots[(j%K)*slotBytes:][:hi-lo], j - K, -1
+		},
+		processAfterSent: same(send, recv),
+		process: func(j int, data []byte) {
+			lo, hi := span(j)
+			if e.rank == 0 {
+				e.reduceInto(recv[lo:hi], send[lo:hi], data, dt, op)
+			} else {
+				e.reduceInto(recv[lo:hi], data, send[lo:hi], dt, op)
+			}
+			if op == sdk.Avg {
 				e.scale(recv[lo:hi], dt)
 			}
 		},

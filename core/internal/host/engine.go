@@ -22,8 +22,10 @@ import (
 //
 //	AllReduce      B <= limit: recursive doubling, ranks beyond the largest
 //	               power of two folded into a partner first (log2(n)+2
-//	               rounds at most); else a ring reduce-scatter + allgather,
-//	               pipelined in chunks (WithChunk, default 1 MiB)
+//	               rounds at most); 2 ranks up to 1 MiB: a pipelined
+//	               exchange; else a ring reduce-scatter + allgather,
+//	               pipelined in chunks (WithChunk, default 1 MiB). Ranks
+//	               on several hosts (WithHosts): hierarchical, hier.go
 //	Reduce         B <= limit: binomial tree; else a pipelined chain to root
 //	Broadcast      B <= limit: binomial tree; else a pipelined chain from root
 //	AllGather      n*B <= limit: direct exchange; else a pipelined ring
@@ -48,6 +50,9 @@ type Engine struct {
 	sig        uint64       // label of the current call's shared-memory steps
 	regions    []*memRegion // MemAlloc's allocations, by number (nil: freed)
 	zcScratch  []byte       // scratch blocks of the zero-copy reductions
+	hostOf     []int        // WithHosts
+	hierarchy  *hierarchy   // hier(), once hierDone
+	hierDone   bool
 
 	mu      sync.Mutex
 	scratch [numScratch][]byte

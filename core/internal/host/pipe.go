@@ -34,6 +34,9 @@ type pipe struct {
 	recvMsg func(j int) (dst []byte, afterProcessed, afterSent int)
 	// process handles received message j (may be nil).
 	process func(j int, data []byte)
+	// processAfterSent: message j is processed only once message j was
+	// sent (processing overwrites what the sender reads, in place).
+	processAfterSent bool
 }
 
 // flow holds a pipe's progress counters and its first error.
@@ -113,7 +116,7 @@ func (e *Engine) runPipe(p *pipe) error {
 			}
 		}()
 		for j := 0; j < p.total; j++ {
-			if !f.wait(&f.received, j) {
+			if !f.wait(&f.received, j) || (p.processAfterSent && !f.wait(&f.sent, j)) {
 				break
 			}
 			if p.process != nil {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -62,6 +64,9 @@ func TestAllReduceTypesOps(t *testing.T) {
 			}
 			t.Run(fmt.Sprintf("%v/%v/large", dt, op), func(t *testing.T) {
 				checkAllReduce(t, 3, 64<<10+13, dt, op, false, []Option{WithChunk(64 << 10)})
+				// Two ranks exchange in several chunks, in place and not.
+				checkAllReduce(t, 2, 64<<10+13, dt, op, true, []Option{WithChunk(64 << 10)})
+				checkAllReduce(t, 2, 64<<10+13, dt, op, false, []Option{WithChunk(64 << 10)})
 			})
 		}
 	}
@@ -209,4 +214,37 @@ func TestMisalignedBuffers(t *testing.T) {
 			})
 		}
 	}
+}
+
+// Ranks on several hosts (WithHosts) reduce within each host, then across
+// hosts with every local rank driving its own share: exact for every
+// layout, in place or not, through both the reduce-scatter path (counts
+// the hosts' ranks divide) and the whole-buffer path; layouts the
+// hierarchy does not take (uneven hosts, one rank per host) stay flat.
+func TestAllReduceAcrossHosts(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		hostOf []int
+	}{
+		{"2x2", []int{0, 0, 1, 1}},
+		{"2x2 interleaved", []int{5, 9, 5, 9}},
+		{"3x2", []int{0, 1, 2, 0, 1, 2}},
+		{"2x3", []int{0, 0, 0, 1, 1, 1}},
+		{"uneven", []int{0, 0, 1}},
+		{"one rank per host", []int{0, 1, 2}},
+	} {
+		for _, count := range []int{1, 7, 1000, 64 << 10, 64<<10 + 13} {
+			for _, op := range []sdk.RedOp{sdk.Sum, sdk.Avg, sdk.Max} {
+				for _, inPlace := range []bool{false, true} {
+					t.Run(fmt.Sprintf("%s/count=%d/%v/inplace=%v", tc.name, count, op, inPlace), func(t *testing.T) {
+						checkAllReduce(t, len(tc.hostOf), count, sdk.Float32, op, inPlace, []Option{WithHosts(tc.hostOf), WithChunk(64 << 10)})
+					})
+				}
+			}
+		}
+	}
+	e := New(NewLocalPeers(4)[0], WithHosts([]int{0, 0, 1, 1}))
+	require.NotNil(t, e.hier(), "2 hosts of 2 ranks")
+	require.Equal(t, 2, e.hier().perHost)
+	require.Nil(t, New(NewLocalPeers(3)[0], WithHosts([]int{0, 0, 1})).hier(), "uneven hosts stay flat")
 }
