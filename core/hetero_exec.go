@@ -121,6 +121,7 @@ func (c *Comm) do(name string, call sched.Call, send, recv Buffer, user []Buffer
 	if err != nil {
 		return fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
 	}
+	defer c.label(call)()
 	c.tracePlan(plan)
 	if err := c.execute(plan, &callBufs{send: send, recv: recv, user: user}, s); err != nil {
 		return c.callError(name, err)

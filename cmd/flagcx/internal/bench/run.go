@@ -260,18 +260,11 @@ func joinBackend(cfg *Config, job launch.Job, launched bool, id core.UniqueID, n
 	case launched && job.LocalRank >= 0:
 		dev = job.LocalRank
 	}
-	if name == HostBackendName && !cfg.Hetero {
-		// The host placement with no cluster settings: the benchmark
-		// drives the host engine itself, as the communicator does.
-		c, err := core.InitRank(id, nranks, rank)
-		if err != nil {
-			return communicator{}, nil, err
-		}
-		h := coreview.Of(c).Host
-		return communicator{h, c.Destroy, c.Abort, nil}, newHostBackend(h), nil
-	}
-	// Everything else runs through the communicator's own calls, which
-	// also cover one backend (they then call the vendor library directly).
+	// A host rank runs the communicator's own calls too unless the
+	// communicator, once joined, is the host placement: only the layout
+	// the ranks agreed on at init says so alike on every rank (a host rank
+	// started without --backend cannot tell from its own flags that device
+	// ranks of the same job make it heterogeneous).
 	be := core.HostBackend()
 	if name != HostBackendName {
 		// A vendor runtime keeps per-thread state (the current device and
@@ -296,6 +289,12 @@ func joinBackend(cfg *Config, job launch.Job, launched bool, id core.UniqueID, n
 	hc, err := core.InitRank(id, nranks, rank, core.WithBackend(be))
 	if err != nil {
 		return communicator{}, nil, err
+	}
+	if !be.OnDevice() && !cfg.Hetero && hc.IsHomogeneous() {
+		// The host placement with no cluster settings: the benchmark
+		// drives the host engine itself, as the communicator does.
+		h := coreview.Of(hc).Host
+		return communicator{h, hc.Destroy, hc.Abort, nil}, newHostBackend(h), nil
 	}
 	hb, err := newHeteroBackend(hc)
 	if err != nil {
