@@ -40,6 +40,9 @@ type hostComm struct {
 	// shared-memory steps (digest.go); outer, when set, is the
 	// heterogeneous call whose step this communicator runs (Comm.do).
 	cur, outer curCall
+	// links is every rank's row of link codes (links.go), with a flag
+	// byte ahead of each: set by Comm.start on the world communicator.
+	links []byte
 	// inner: a Comm's cluster or leaders' communicator, whose ranks are
 	// not the ones its user knows: the Comm names the stalled peers
 	// (noteStalled) in its own numbering instead.
@@ -108,6 +111,7 @@ func initHost(id UniqueID, nranks, rank int, cfg hostnet.Config) (*hostComm, err
 		hopts = append(hopts, host.WithShared(sharedNode{node, c}), host.WithWorkers(node.Cores()))
 	}
 	c.engine = host.New(meshPeers{c}, hopts...)
+	c.logLinks()
 	return c, nil
 }
 
@@ -450,6 +454,7 @@ func (s sharedNode) Enter() error { return s.c.stepError(s.ShmNode.Enter(), -1) 
 func (s sharedNode) Post(sig uint64) error {
 	return s.c.stepError(s.ShmNode.Post(uint64(s.c.cur.digest)<<32|uint64(uint32(sig^sig>>32))), -1)
 }
+
 // Wait's r is a rank of the communicator: the engine has shared memory
 // only where the host's ranks are all of them (initHost).
 func (s sharedNode) Wait(r int) error { return s.c.stepError(s.ShmNode.Wait(r), r) }

@@ -18,31 +18,35 @@ import (
 // and the results must be exact.
 func TestBenchMixedJobOneProcessPerRank(t *testing.T) {
 	dir := pluginDir(t)
-	port := freePort(t)
-	const n = 4
-	placement := []string{"nvidia", "nvidia", "", ""}
-	res := make([]result, n)
-	var wg sync.WaitGroup
-	for r := 0; r < n; r++ {
-		wg.Add(1)
-		go func(r int) {
-			defer wg.Done()
-			env := cleanEnv(fmt.Sprintf("FLAGCX_RANK=%d", r), fmt.Sprintf("FLAGCX_NRANKS=%d", n),
-				fmt.Sprintf("FLAGCX_COMM_ID=127.0.0.1:%d", port), "FLAGCX_COMM_SECRET="+strings.Repeat("6b", 16))
-			args := []string{"--plugin-dir", dir, "bench", "all", "-c", "1", "-d", "float32,int32", "-o", "sum,max",
-				"-b", "8", "-e", "64K", "-f", "32", "-w", "1", "-n", "2", "--print-plan"}
-			if placement[r] != "" {
-				args = append(args, "--backend", placement[r], "--emulated")
+	for _, tr := range []struct{ name, shmDisable string }{{"shm", ""}, {"tcp", "1"}} {
+		t.Run(tr.name, func(t *testing.T) {
+			port := freePort(t)
+			const n = 4
+			placement := []string{"nvidia", "nvidia", "", ""}
+			res := make([]result, n)
+			var wg sync.WaitGroup
+			for r := 0; r < n; r++ {
+				wg.Add(1)
+				go func(r int) {
+					defer wg.Done()
+					env := cleanEnv(fmt.Sprintf("FLAGCX_RANK=%d", r), fmt.Sprintf("FLAGCX_NRANKS=%d", n),
+						fmt.Sprintf("FLAGCX_COMM_ID=127.0.0.1:%d", port), "FLAGCX_COMM_SECRET="+strings.Repeat("6b", 16),
+						"FLAGCX_SHM_DISABLE="+tr.shmDisable, "FLAGCX_TIMEOUT=60")
+					args := []string{"--plugin-dir", dir, "bench", "all", "-c", "1", "-b", "8", "-e", "1K", "-f", "8", "-w", "1", "-n", "2"}
+					if placement[r] != "" {
+						args = append(args, "--backend", placement[r], "--emulated")
+					}
+					res[r] = runFlagcx(t, 3*time.Minute, env, args...)
+				}(r)
 			}
-			res[r] = runFlagcx(t, 3*time.Minute, env, args...)
-		}(r)
+			wg.Wait()
+			for r := range res {
+				require.Zero(t, res[r].code, "rank %d stdout:\n%s\nstderr:\n%s", r, res[r].stdout, res[r].stderr)
+			}
+			out := res[0].stdout
+			require.Len(t, tableRows(t, out), 10*3) // 10 collectives x 8, 64, 512 B
+			require.Contains(t, out, "# Communicator: heterogeneous, 2 cluster(s)")
+			require.Contains(t, out, "cluster 1: host (cpu), ranks 2,3, leader 2")
+		})
 	}
-	wg.Wait()
-	for r := range res {
-		require.Zero(t, res[r].code, "rank %d stdout:\n%s\nstderr:\n%s", r, res[r].stdout, res[r].stderr)
-	}
-	out := res[0].stdout
-	require.NotEmpty(t, tableRows(t, out))
-	require.Contains(t, out, "# Communicator: heterogeneous, 2 cluster(s)")
-	require.Contains(t, out, "cluster 1: host (cpu), ranks 2,3, leader 2")
 }

@@ -310,6 +310,12 @@ func (r *rankRun) printPlans(op *opSpec) error {
 	if !r.cfg.PrintPlan || r.rank != 0 {
 		return nil
 	}
+	if r.cfg.Format == "flagcx" {
+		// FlagCX's format has no header, where the table is otherwise.
+		for _, l := range r.linkTable() {
+			fmt.Fprintf(r.out, "# %s\n", l)
+		}
+	}
 	h, ok := r.be.(*heteroBackend)
 	if !ok {
 		fmt.Fprintf(r.out, "# Plans: this run uses a plain host communicator (host collectives directly, no schedule)\n")
@@ -320,6 +326,19 @@ func (r *rankRun) printPlans(op *opSpec) error {
 		root = r.cfg.Root
 	}
 	return h.printPlans(r.out, op, r.cfg.Types[0], r.cfg.redOpsFor(op)[0], root, int(r.cfg.MaxBytes))
+}
+
+// linkTable is which link each pair of ranks uses and why, from the
+// communicator (every rank knows every rank's links after init).
+func (r *rankRun) linkTable() []string {
+	c := r.comm
+	if w, ok := c.(communicator); ok {
+		c = w.Comm
+	}
+	if lt, ok := c.(interface{ LinkTable() []string }); ok {
+		return lt.LinkTable()
+	}
+	return nil
 }
 
 // verdict is how a finished run ends: rank 0 reports wrong results (every
@@ -401,6 +420,9 @@ func (r *rankRun) run() (err error) {
 	// header to put them in.
 	if net := hostnet.NetworkSummary(); net != "" && r.cfg.Format != "flagcx" {
 		backend = append(backend, net)
+	}
+	if r.cfg.Format != "flagcx" {
+		backend = append(backend, r.linkTable()...)
 	}
 	r.rep.header(r.cfg, r.devices, backend)
 	defer func() {
