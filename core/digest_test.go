@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flagcx/flagcx-go/internal/hostnet"
+	"github.com/flagcx/flagcx-go/internal/testkit"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -146,5 +147,46 @@ func BenchmarkCallDigest(b *testing.B) {
 				require.NoError(b, err)
 			}
 		})
+	}
+}
+
+// TestLinkTable: every rank knows which link each pair uses and why, the
+// same table on every rank.
+func TestLinkTable(t *testing.T) {
+	for _, tc := range []struct {
+		shmDisable string
+		want       []string
+	}{
+		{"1", []string{"Links (pairs of ranks):", "  tcp (same host without shared memory): 0-1 0-2 1-2"}},
+		{"", []string{"Links (pairs of ranks):", "  shm (same host): 0-1 0-2 1-2"}},
+	} {
+		t.Run("FLAGCX_SHM_DISABLE="+tc.shmDisable, func(t *testing.T) {
+			t.Setenv(hostnet.EnvShmDisable, tc.shmDisable)
+			if tc.shmDisable == "" && hostnet.BootID() == "" {
+				testkit.Skip(t, testkit.Need{What: "a Linux kernel boot id (shared memory between ranks)", InCI: true}, "hostnet.BootID is empty")
+			}
+			comms := startComms(t, 3, testNet(10*time.Second))
+			for _, c := range comms {
+				require.Equal(t, tc.want, c.world.LinkTable(), "rank %d", c.Rank())
+			}
+		})
+	}
+}
+
+// TestErrorsNameTheFirstFailure: when one rank is gone, every surviving
+// rank's error names it (the rank that noticed first tells the others),
+// not the neighbour that failed after it.
+func TestErrorsNameTheFirstFailure(t *testing.T) {
+	t.Setenv(hostnet.EnvShmDisable, "1")
+	comms := startComms(t, 4, testNet(20*time.Second))
+	require.NoError(t, comms[3].Abort())
+	const count = 1 << 18 // a pipelined ring: each rank waits on its neighbour
+	errs := onAll(comms[:3], func(c *Comm) error {
+		buf := HostBuffer(make([]byte, 4*count))
+		return c.AllReduce(buf, buf, count, sdk.Float32, sdk.Sum, 0)
+	})
+	for r, err := range errs {
+		require.ErrorIs(t, err, sdk.ErrRemoteError, "rank %d", r)
+		require.ErrorContains(t, err, "rank 3 closed the connection", "rank %d", r)
 	}
 }
