@@ -47,6 +47,9 @@ type hostComm struct {
 	// not the ones its user knows: the Comm names the stalled peers
 	// (noteStalled) in its own numbering instead.
 	inner bool
+	// who names this rank in failure notices (firstfail.go): its rank in
+	// the Comm, which an inner communicator's rank is not.
+	who string
 }
 
 // initHost joins rank (0 <= rank < nranks) to the host communicator of id

@@ -26,17 +26,26 @@ func (c *hostComm) notifyPeers(err error) {
 	if errors.As(err, &ff) {
 		what = ff.what
 	} else {
-		who := fmt.Sprintf("rank %d", c.rank)
-		if c.inner {
-			// An inner communicator's ranks are not the user's: name the
-			// process instead.
-			who = fmt.Sprintf("pid %d", os.Getpid())
+		who := c.who
+		if who == "" {
+			who = fmt.Sprintf("rank %d", c.rank)
 		}
-		what = fmt.Sprintf("%s (host %s): %v", who, hostname(), err)
+		what = fmt.Sprintf("%s (host %s, pid %d): %v", who, hostname(), os.Getpid(), err)
 	}
 	for _, l := range c.mesh.Links {
 		if l != nil {
 			hostnet.Notify(l, what)
+		}
+	}
+}
+
+// notifyAll tells the peers on every host communicator of c what failed
+// first: a heterogeneous call fails on one of them, while its peers may
+// wait on another (a leader on the leaders' links, say).
+func (c *Comm) notifyAll(err error) {
+	for _, h := range []*hostComm{c.world, c.intra, c.inter} {
+		if h != nil {
+			h.notifyPeers(err)
 		}
 	}
 }

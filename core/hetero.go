@@ -505,6 +505,7 @@ func (c *Comm) start() error {
 		}
 		c.intra = sub
 		sub.inner = true
+		sub.who = fmt.Sprintf("rank %d", c.rank)
 		color := SplitNoColor
 		if cl.Leader == c.rank {
 			color = 0
@@ -516,6 +517,7 @@ func (c *Comm) start() error {
 		c.inter = inter
 		if inter != nil {
 			inter.inner = true
+			inter.who = fmt.Sprintf("rank %d", c.rank)
 		}
 	}
 	if c.be.OnDevice() {

@@ -513,6 +513,9 @@ func (c *Comm) failure(p *sched.Plan, err error) error {
 	if !spans(p) {
 		return err
 	}
+	// Before the links close: peers waiting on other host communicators
+	// than the one that failed learn what failed first.
+	c.notifyAll(fmt.Errorf("%s on rank %d: %w", p.Call.Coll.Title(), c.rank, err))
 	c.abortHost()
 	_ = c.abortVendor()
 	c.mu.Lock()
