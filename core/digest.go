@@ -102,8 +102,15 @@ func (c *hostComm) callMismatch(err error, peer int) (error, bool) {
 		return nil, false
 	}
 	cur := c.cur
-	return fmt.Errorf("%w: %w: rank %d%s: %s: every rank must make the same calls in the same order, with the same count, data type, op and root",
-		sdk.ErrInvalidUsage, hostnet.ErrMismatch, peer, c.hostOf(peer), mismatchText(want, cur.count, cur.root, got)), true
+	if c.outer.digest != 0 {
+		cur = c.outer
+	}
+	who := "a rank of this host"
+	if peer >= 0 {
+		who = fmt.Sprintf("rank %d%s", peer, c.hostOf(peer))
+	}
+	return fmt.Errorf("%w: %w: %s: %s: every rank must make the same calls in the same order, with the same count, data type, op and root",
+		sdk.ErrInvalidUsage, hostnet.ErrMismatch, who, mismatchText(want, cur.count, cur.root, got)), true
 }
 
 // hostOf is " (host NAME)" for peer, or "" when unknown.

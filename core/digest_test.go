@@ -65,7 +65,7 @@ func TestCallMismatchFailsEveryRank(t *testing.T) {
 					if tc.name == "type and op, large" {
 						r0.count, tc.r1.count = 1<<20, 1<<20 // pipelined, striped
 					}
-					comms := startComms(t, 2, testNet(3*time.Second))
+					comms := startComms(t, 2, testNet(10*time.Second))
 					calls := []digestCall{r0, tc.r1}
 					errs := onAll(comms, func(c *Comm) error { return calls[c.Rank()].run(c) })
 					for r, err := range errs {

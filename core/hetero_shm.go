@@ -265,7 +265,7 @@ func (r *shmRun) oneShot() error {
 	opR := reduceOpOf(r.call.Op)
 	for i := 0; i < r.node.Size(); i++ {
 		if err := r.node.Wait(i); err != nil {
-			return fmt.Errorf("in the host's shared windows: %w", r.c.world.stepError(err, -1))
+			return fmt.Errorf("in the host's shared windows: %w", r.c.world.stepError(err, r.node.Ranks()[i]))
 		}
 		src := r.window(i)[in : in+B]
 		if i == 0 {
