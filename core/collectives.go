@@ -16,7 +16,7 @@ type Stream = loader.Stream
 // leaves the result in every rank's recv.
 func (c *Comm) AllReduce(send, recv Buffer, count int, dt sdk.DataType, op sdk.RedOp, s Stream) error {
 	if h := c.onHost(send.dev || recv.dev); h != nil {
-		return h.opError("AllReduce", h.engine.AllReduce(send.host, recv.host, count, dt, op))
+		return h.AllReduce(send.host, recv.host, count, dt, op)
 	}
 	return c.collective(sdk.AllReduce, send, recv, count, dt, op, 0, s)
 }
@@ -25,7 +25,7 @@ func (c *Comm) AllReduce(send, recv Buffer, count int, dt sdk.DataType, op sdk.R
 // root's recv (recv is unused on the other ranks).
 func (c *Comm) Reduce(send, recv Buffer, count int, dt sdk.DataType, op sdk.RedOp, root int, s Stream) error {
 	if h := c.onHost(send.dev || recv.dev); h != nil {
-		return h.opError("Reduce", h.engine.Reduce(send.host, recv.host, count, dt, op, root))
+		return h.Reduce(send.host, recv.host, count, dt, op, root)
 	}
 	return c.collective(sdk.Reduce, send, recv, count, dt, op, root, s)
 }
@@ -34,7 +34,7 @@ func (c *Comm) Reduce(send, recv Buffer, count int, dt sdk.DataType, op sdk.RedO
 // (send is unused on the other ranks).
 func (c *Comm) Broadcast(send, recv Buffer, count int, dt sdk.DataType, root int, s Stream) error {
 	if h := c.onHost(send.dev || recv.dev); h != nil {
-		return h.opError("Broadcast", h.engine.Broadcast(send.host, recv.host, count, dt, root))
+		return h.Broadcast(send.host, recv.host, count, dt, root)
 	}
 	return c.collective(sdk.Broadcast, send, recv, count, dt, 0, root, s)
 }
@@ -43,7 +43,7 @@ func (c *Comm) Broadcast(send, recv Buffer, count int, dt sdk.DataType, root int
 // recv, which holds Count() blocks of sendcount elements in rank order.
 func (c *Comm) AllGather(send, recv Buffer, sendcount int, dt sdk.DataType, s Stream) error {
 	if h := c.onHost(send.dev || recv.dev); h != nil {
-		return h.opError("AllGather", h.engine.AllGather(send.host, recv.host, sendcount, dt))
+		return h.AllGather(send.host, recv.host, sendcount, dt)
 	}
 	return c.collective(sdk.AllGather, send, recv, sendcount, dt, 0, 0, s)
 }
@@ -52,7 +52,7 @@ func (c *Comm) AllGather(send, recv Buffer, sendcount int, dt sdk.DataType, s St
 // all ranks with op, and leaves block r of the result in rank r's recv.
 func (c *Comm) ReduceScatter(send, recv Buffer, recvcount int, dt sdk.DataType, op sdk.RedOp, s Stream) error {
 	if h := c.onHost(send.dev || recv.dev); h != nil {
-		return h.opError("ReduceScatter", h.engine.ReduceScatter(send.host, recv.host, recvcount, dt, op))
+		return h.ReduceScatter(send.host, recv.host, recvcount, dt, op)
 	}
 	return c.collective(sdk.ReduceScatter, send, recv, recvcount, dt, op, 0, s)
 }
@@ -62,7 +62,7 @@ func (c *Comm) ReduceScatter(send, recv Buffer, recvcount int, dt sdk.DataType, 
 // blocks.
 func (c *Comm) AlltoAll(send, recv Buffer, count int, dt sdk.DataType, s Stream) error {
 	if h := c.onHost(send.dev || recv.dev); h != nil {
-		return h.opError("AlltoAll", h.engine.AlltoAll(send.host, recv.host, count, dt))
+		return h.AlltoAll(send.host, recv.host, count, dt)
 	}
 	return c.collective(sdk.AlltoAll, send, recv, count, dt, 0, 0, s)
 }
@@ -74,7 +74,7 @@ func (c *Comm) AlltoAll(send, recv Buffer, count int, dt sdk.DataType, s Stream)
 // r's recvcounts[p].
 func (c *Comm) AlltoAllv(send Buffer, sendcounts, sdispls []int, recv Buffer, recvcounts, rdispls []int, dt sdk.DataType, s Stream) error {
 	if h := c.onHost(send.dev || recv.dev); h != nil {
-		return h.opError("AlltoAllv", h.engine.AlltoAllv(send.host, sendcounts, sdispls, recv.host, recvcounts, rdispls, dt))
+		return h.AlltoAllv(send.host, sendcounts, sdispls, recv.host, recvcounts, rdispls, dt)
 	}
 	return c.alltoAllv(send, sendcounts, sdispls, recv, recvcounts, rdispls, dt, s)
 }
@@ -83,7 +83,7 @@ func (c *Comm) AlltoAllv(send Buffer, sendcounts, sdispls []int, recv Buffer, re
 // Count() blocks in rank order (recv is unused on the other ranks).
 func (c *Comm) Gather(send, recv Buffer, count int, dt sdk.DataType, root int, s Stream) error {
 	if h := c.onHost(send.dev || recv.dev); h != nil {
-		return h.opError("Gather", h.engine.Gather(send.host, recv.host, count, dt, root))
+		return h.Gather(send.host, recv.host, count, dt, root)
 	}
 	return c.collective(sdk.Gather, send, recv, count, dt, 0, root, s)
 }
@@ -92,7 +92,7 @@ func (c *Comm) Gather(send, recv Buffer, count int, dt sdk.DataType, root int, s
 // to rank r's recv (send is unused on the other ranks).
 func (c *Comm) Scatter(send, recv Buffer, count int, dt sdk.DataType, root int, s Stream) error {
 	if h := c.onHost(send.dev || recv.dev); h != nil {
-		return h.opError("Scatter", h.engine.Scatter(send.host, recv.host, count, dt, root))
+		return h.Scatter(send.host, recv.host, count, dt, root)
 	}
 	return c.collective(sdk.Scatter, send, recv, count, dt, 0, root, s)
 }
@@ -101,7 +101,7 @@ func (c *Comm) Scatter(send, recv Buffer, count int, dt sdk.DataType, root int, 
 // does not wait for work enqueued on streams). It is collective.
 func (c *Comm) Barrier() error {
 	if h := c.onHost(false); h != nil {
-		return h.opError("Barrier", h.engine.Barrier())
+		return h.Barrier()
 	}
 	return c.collective(sdk.Barrier, Buffer{}, Buffer{}, 0, 0, 0, 0, 0)
 }

@@ -36,10 +36,20 @@ type hostComm struct {
 	closeOnce  sync.Once
 	aborted    chan struct{}
 	closeError error
+	// cur is the call now running, whose digest labels the messages and
+	// shared-memory steps (digest.go); outer, when set, is the
+	// heterogeneous call whose step this communicator runs (Comm.do).
+	cur, outer curCall
+	// links is every rank's row of link codes (links.go), with a flag
+	// byte ahead of each: set by Comm.start on the world communicator.
+	links []byte
 	// inner: a Comm's cluster or leaders' communicator, whose ranks are
 	// not the ones its user knows: the Comm names the stalled peers
 	// (noteStalled) in its own numbering instead.
 	inner bool
+	// who names this rank in failure notices (firstfail.go): its rank in
+	// the Comm, which an inner communicator's rank is not.
+	who string
 }
 
 // initHost joins rank (0 <= rank < nranks) to the host communicator of id
@@ -105,9 +115,10 @@ func initHost(id UniqueID, nranks, rank int, cfg hostnet.Config) (*hostComm, err
 	c := &hostComm{rank: rank, nranks: nranks, peers: peers, cfg: cfg, listener: l, mesh: mesh, aborted: make(chan struct{})}
 	var hopts []host.Option
 	if node := mesh.Node; node != nil && node.Size() == nranks {
-		hopts = append(hopts, host.WithShared(sharedNode{node}), host.WithWorkers(node.Cores()))
+		hopts = append(hopts, host.WithShared(sharedNode{node, c}), host.WithWorkers(node.Cores()))
 	}
 	c.engine = host.New(meshPeers{c}, append(hopts, host.WithHosts(hostsOf(peers)))...)
+	c.logLinks()
 	return c, nil
 }
 
@@ -274,6 +285,7 @@ func (c *hostComm) opError(op string, err error) error {
 		return fmt.Errorf("%w: %s on rank %d: the communicator was aborted", sdk.ErrInvalidUsage, op, c.rank)
 	}
 	err = fmt.Errorf("%s on rank %d: %w", op, c.rank, err)
+	c.notifyPeers(err)
 	if c.inner {
 		return err
 	}
@@ -290,6 +302,7 @@ func (c *hostComm) opError(op string, err error) error {
 // order relative to the other calls. It fails with sdk.ErrNotSupported
 // where the ranks do not all share one host's memory (CanMemAlloc).
 func (c *hostComm) MemAlloc(n int) ([]byte, error) {
+	c.cur = curCall{} // untagged, on every rank alike
 	b, err := c.engine.MemAlloc(n)
 	return b, c.opError("MemAlloc", err)
 }
@@ -297,49 +310,64 @@ func (c *hostComm) MemAlloc(n int) ([]byte, error) {
 // MemFree releases memory from MemAlloc on this rank; every rank frees the
 // same allocation, after the calls that use it. The memory stays mapped
 // until then, even after Destroy.
-func (c *hostComm) MemFree(b []byte) error { return c.opError("MemFree", c.engine.MemFree(b)) }
+func (c *hostComm) MemFree(b []byte) error {
+	c.cur = curCall{}
+	return c.opError("MemFree", c.engine.MemFree(b))
+}
 
 // CanMemAlloc says whether MemAlloc works on this communicator (every rank
 // on one host, with shared memory).
 func (c *hostComm) CanMemAlloc() bool { return c.engine.CanMemAlloc() }
 
 func (c *hostComm) AllReduce(send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp) error {
+	c.begin(sdk.AllReduce, count, dt, op, 0)
 	return c.opError("AllReduce", c.engine.AllReduce(send, recv, count, dt, op))
 }
 
 func (c *hostComm) Reduce(send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp, root int) error {
+	c.begin(sdk.Reduce, count, dt, op, root)
 	return c.opError("Reduce", c.engine.Reduce(send, recv, count, dt, op, root))
 }
 
 func (c *hostComm) Broadcast(send, recv []byte, count int, dt sdk.DataType, root int) error {
+	c.begin(sdk.Broadcast, count, dt, 0, root)
 	return c.opError("Broadcast", c.engine.Broadcast(send, recv, count, dt, root))
 }
 
 func (c *hostComm) AllGather(send, recv []byte, sendcount int, dt sdk.DataType) error {
+	c.begin(sdk.AllGather, sendcount, dt, 0, 0)
 	return c.opError("AllGather", c.engine.AllGather(send, recv, sendcount, dt))
 }
 
 func (c *hostComm) ReduceScatter(send, recv []byte, recvcount int, dt sdk.DataType, op sdk.RedOp) error {
+	c.begin(sdk.ReduceScatter, recvcount, dt, op, 0)
 	return c.opError("ReduceScatter", c.engine.ReduceScatter(send, recv, recvcount, dt, op))
 }
 
 func (c *hostComm) AlltoAll(send, recv []byte, count int, dt sdk.DataType) error {
+	c.begin(sdk.AlltoAll, count, dt, 0, 0)
 	return c.opError("AlltoAll", c.engine.AlltoAll(send, recv, count, dt))
 }
 
 func (c *hostComm) AlltoAllv(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt sdk.DataType) error {
+	c.begin(sdk.AlltoAllv, 0, dt, 0, 0)
 	return c.opError("AlltoAllv", c.engine.AlltoAllv(send, sendcounts, sdispls, recv, recvcounts, rdispls, dt))
 }
 
 func (c *hostComm) Gather(send, recv []byte, count int, dt sdk.DataType, root int) error {
+	c.begin(sdk.Gather, count, dt, 0, root)
 	return c.opError("Gather", c.engine.Gather(send, recv, count, dt, root))
 }
 
 func (c *hostComm) Scatter(send, recv []byte, count int, dt sdk.DataType, root int) error {
+	c.begin(sdk.Scatter, count, dt, 0, root)
 	return c.opError("Scatter", c.engine.Scatter(send, recv, count, dt, root))
 }
 
-func (c *hostComm) Barrier() error { return c.opError("Barrier", c.engine.Barrier()) }
+func (c *hostComm) Barrier() error {
+	c.begin(sdk.Barrier, 0, 0, 0, 0)
+	return c.opError("Barrier", c.engine.Barrier())
+}
 
 // Send sends count elements of buf to peer. Inside a group it is deferred
 // until GroupEnd; buf must stay untouched until then.
@@ -369,6 +397,7 @@ func (c *hostComm) p2p(name string, buf []byte, count int, dt sdk.DataType, peer
 		c.groupOps = append(c.groupOps, op)
 		return nil
 	}
+	c.begin(sdk.SendRecv, 0, 0, 0, 0)
 	return c.opError(name, c.engine.Group([]host.P2P{op}))
 }
 
@@ -391,6 +420,7 @@ func (c *hostComm) GroupEnd() error {
 	if gerr != nil {
 		return fmt.Errorf("%w: the group was not run because an operation in it was invalid: %w", sdk.ErrInvalidUsage, gerr)
 	}
+	c.begin(sdk.SendRecv, 0, 0, 0, 0)
 	return c.opError("GroupEnd", c.engine.Group(ops))
 }
 
@@ -422,28 +452,47 @@ func (m meshPeers) Rank() int { return m.c.rank }
 func (m meshPeers) Size() int { return m.c.nranks }
 
 func (m meshPeers) Send(peer int, buf []byte) error {
-	if err := m.c.mesh.Links[peer].Send(buf); err != nil {
-		return linkError(err, fmt.Sprintf("sending %d bytes to rank %d", len(buf), peer), peer)
+	if err := hostnet.SendTagged(m.c.mesh.Links[peer], buf, uint32(m.c.cur.digest)); err != nil {
+		return m.c.linkError(err, fmt.Sprintf("sending %d bytes to rank %d", len(buf), peer), peer)
 	}
 	return nil
 }
 
 func (m meshPeers) Recv(peer int, buf []byte) error {
-	if err := m.c.mesh.Links[peer].Recv(buf); err != nil {
-		return linkError(err, fmt.Sprintf("waiting for %d bytes from rank %d", len(buf), peer), peer)
+	if err := hostnet.RecvTagged(m.c.mesh.Links[peer], buf, uint32(m.c.cur.digest)); err != nil {
+		return m.c.linkError(err, fmt.Sprintf("waiting for %d bytes from rank %d", len(buf), peer), peer)
 	}
 	return nil
 }
 
 // sharedNode gives the host engine this host's shared memory, with errors
-// classified as the links' are.
-type sharedNode struct{ *hostnet.ShmNode }
+// classified as the links' are. The engine's step label keeps its low 32
+// bits; the call's digest takes the high ones, so that the same digest
+// guards the steps as guards the TCP frames, with the same error.
+type sharedNode struct {
+	*hostnet.ShmNode
+	c *hostComm
+}
 
-func (s sharedNode) Enter() error          { return stepError(s.ShmNode.Enter()) }
-func (s sharedNode) Post(sig uint64) error { return stepError(s.ShmNode.Post(sig)) }
-func (s sharedNode) Wait(r int) error      { return stepError(s.ShmNode.Wait(r)) }
+func (s sharedNode) Enter() error { return s.c.stepError(s.ShmNode.Enter(), -1) }
+func (s sharedNode) Post(sig uint64) error {
+	return s.c.stepError(s.ShmNode.Post(uint64(s.c.cur.digest)<<32|uint64(uint32(sig^sig>>32))), -1)
+}
 
-func stepError(err error) error {
+// Wait's r is a rank of the communicator: the engine has shared memory
+// only where the host's ranks are all of them (initHost).
+func (s sharedNode) Wait(r int) error { return s.c.stepError(s.ShmNode.Wait(r), r) }
+
+// stepError classifies a shared-memory step's error; peer is the rank
+// waited for (-1: none).
+func (c *hostComm) stepError(err error, peer int) error {
+	var me *hostnet.MismatchError
+	if errors.As(err, &me) {
+		// The high words are the calls' digests (sharedNode.Post).
+		if merr, ok := c.callMismatch(&hostnet.MismatchError{Got: me.Got >> 32, Want: me.Want >> 32}, peer); ok {
+			return merr
+		}
+	}
 	switch {
 	case err == nil:
 		return nil
@@ -463,15 +512,21 @@ func (c *hostComm) transport(peer int) string {
 	return "self"
 }
 
-func linkError(err error, doing string, peer int) error {
+func (c *hostComm) linkError(err error, doing string, peer int) error {
+	if merr, ok := c.callMismatch(err, peer); ok {
+		return fmt.Errorf("%s: %w", doing, merr)
+	}
+	var pf *hostnet.PeerFailure
 	var le *hostnet.LengthError
 	switch {
+	case errors.As(err, &pf):
+		return fmt.Errorf("%w: %s: %w", sdk.ErrRemoteError, doing, &firstFailure{what: pf.What})
 	case errors.As(err, &le):
 		return fmt.Errorf("%w: %s: rank %d sent %d bytes: the ranks disagree on the count or data type of this operation", sdk.ErrInvalidUsage, doing, peer, le.Got)
 	case errors.Is(err, hostnet.ErrTimeout):
 		return fmt.Errorf("%w: %s: no progress before the deadline (is rank %d stuck or in another operation? FLAGCX_TIMEOUT sets the deadline): %w", sdk.ErrRemoteError, doing, peer, err)
 	case errors.Is(err, hostnet.ErrClosed):
-		return fmt.Errorf("%w: %s: rank %d closed the connection (it died, aborted or destroyed its communicator)", sdk.ErrRemoteError, doing, peer)
+		return fmt.Errorf("%w: %s: rank %d closed the connection (it died, aborted or destroyed its communicator)%s", sdk.ErrRemoteError, doing, peer, c.hostOf(peer))
 	}
 	return fmt.Errorf("%w: %s: %w", sdk.ErrSystemError, doing, err)
 }

@@ -502,6 +502,7 @@ func (c *Comm) start() error {
 		}
 		c.intra = sub
 		sub.inner = true
+		sub.who = fmt.Sprintf("rank %d", c.rank)
 		color := SplitNoColor
 		if cl.Leader == c.rank {
 			color = 0
@@ -513,6 +514,7 @@ func (c *Comm) start() error {
 		c.inter = inter
 		if inter != nil {
 			inter.inner = true
+			inter.who = fmt.Sprintf("rank %d", c.rank)
 		}
 	}
 	if c.be.OnDevice() {
@@ -523,8 +525,11 @@ func (c *Comm) start() error {
 	// leave the others waiting in their first collective; the zero-copy
 	// plane runs only if every rank can take part, and reduces on the
 	// devices only if every rank wants it and every device rank can.
+	// Each rank's links (their transports, for the link table) travel in
+	// the same exchange.
 	const failed, noShm, noDeviceReduce = 1, 2, 4
-	flag := []byte{0}
+	rec := 1 + c.n
+	flag := append([]byte{0}, c.world.linkCodes()...)
 	if startErr != nil {
 		flag[0] |= failed
 	}
@@ -534,16 +539,18 @@ func (c *Comm) start() error {
 	if !shmOK || !c.shm.reducesOnDevice {
 		flag[0] |= noDeviceReduce
 	}
-	flags := make([]byte, c.n)
-	if err := c.world.AllGather(flag, flags, 1, sdk.Uint8); err != nil {
+	flags := make([]byte, c.n*rec)
+	if err := c.world.AllGather(flag, flags, rec, sdk.Uint8); err != nil {
 		return errors.Join(startErr, fmt.Errorf("rank %d: agreeing on the start: %w", c.rank, err))
 	}
 	if startErr != nil {
 		return startErr
 	}
+	c.world.links = flags
 	var bad []int
 	deviceReduce := shmOK
-	for r, f := range flags {
+	for r := 0; r < c.n; r++ {
+		f := flags[r*rec]
 		if f&failed != 0 {
 			bad = append(bad, r)
 		}

@@ -121,6 +121,7 @@ func (c *Comm) do(name string, call sched.Call, send, recv Buffer, user []Buffer
 	if err != nil {
 		return fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
 	}
+	defer c.label(call)()
 	c.tracePlan(plan)
 	if err := c.execute(plan, &callBufs{send: send, recv: recv, user: user}, s); err != nil {
 		return c.callError(name, err)
@@ -512,6 +513,9 @@ func (c *Comm) failure(p *sched.Plan, err error) error {
 	if !spans(p) {
 		return err
 	}
+	// Before the links close: peers waiting on other host communicators
+	// than the one that failed learn what failed first.
+	c.notifyAll(fmt.Errorf("%s on rank %d: %w", p.Call.Coll.Title(), c.rank, err))
 	c.abortHost()
 	_ = c.abortVendor()
 	c.mu.Lock()

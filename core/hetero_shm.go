@@ -198,7 +198,7 @@ func (c *Comm) runShm(p *sched.Plan, b *callBufs, s loader.Stream) error {
 	}
 	r.block = r.call.Count * r.size
 	if err := r.node.Enter(); err != nil {
-		return stepError(err)
+		return r.c.world.stepError(err, -1)
 	}
 	defer r.node.Exit()
 	defer c.bindDevice()()
@@ -221,13 +221,17 @@ func (r *shmRun) window(rank int) []byte { return r.node.Window(rank) }
 
 func addrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
 
+// sig labels step k's phase: the call's digest in the high word, as the
+// host engine's steps have it (sharedNode.Post), so that a mismatch names
+// both calls the same way on every transport.
 func (r *shmRun) sig(k, phase int) uint64 {
-	return host.StepSig(r.call.Coll.Title()+"/shm", r.call.Count, r.call.DType, r.call.Op, r.call.Root<<24^(2*k+phase))
+	s := host.StepSig(r.call.Coll.Title()+"/shm", r.call.Count, r.call.DType, r.call.Op, r.call.Root<<24^(2*k+phase))
+	return uint64(digestOfCall(r.call))<<32 | uint64(uint32(s^s>>32))
 }
 
 func (r *shmRun) sync(sig uint64) error {
 	if err := r.node.Sync(sig); err != nil {
-		return fmt.Errorf("in the host's shared windows: %w", stepError(err))
+		return fmt.Errorf("in the host's shared windows: %w", r.c.world.stepError(err, -1))
 	}
 	return nil
 }
@@ -252,7 +256,7 @@ func (r *shmRun) oneShot() error {
 		copy(own[in:in+B], r.send.host[:B])
 	}
 	if err := r.node.Post(r.sig(0, 0)); err != nil {
-		return stepError(err)
+		return r.c.world.stepError(err, -1)
 	}
 	dst := own[in+r.g.In : in+r.g.In+B]
 	if r.p == nil {
@@ -261,7 +265,7 @@ func (r *shmRun) oneShot() error {
 	opR := reduceOpOf(r.call.Op)
 	for i := 0; i < r.node.Size(); i++ {
 		if err := r.node.Wait(i); err != nil {
-			return fmt.Errorf("in the host's shared windows: %w", stepError(err))
+			return fmt.Errorf("in the host's shared windows: %w", r.c.world.stepError(err, r.node.Ranks()[i]))
 		}
 		src := r.window(i)[in : in+B]
 		if i == 0 {

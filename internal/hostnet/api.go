@@ -3,7 +3,9 @@
 // plugins/net-ib; net.go says which pairs use it). It knows
 // nothing of vendors or collectives: it moves framed, length-checked
 // messages between authenticated peers, and gives the ranks of one host
-// the shared windows their collectives read directly.
+// the shared windows their collectives read directly. A caller may label
+// messages and shared-memory steps with an opaque tag that the receiver
+// checks, and send failure notices (tag.go).
 //
 // hostnet owns the transports. Each rank announces a Peer at bootstrap;
 // a table of transports (shm when two ranks share a host, boot id and pid

@@ -26,7 +26,7 @@ var ErrProtocol = errors.New("hostnet protocol error")
 // Frames. After the handshake a connection carries frames:
 //
 //	[0:4]   magic "FCX1"
-//	[4:8]   reserved, zero
+//	[4:8]   the sender's tag (tag.go): 0, a caller's label, or a notice
 //	[8:16]  length of this frame's payload, uint64 little endian
 //	[16:24] length of the whole message this payload belongs to; equal to
 //	        the frame length except for one piece of a message a Link
@@ -103,6 +103,12 @@ type Conn struct {
 	wvec  [2][]byte
 	wbuf  net.Buffers
 	wdSet time.Time
+
+	// Tags (tag.go): wtag labels the frames sent, rtag is the label
+	// expected of the frames received; wopen is set while a frame is
+	// partly written (a notice may not go in between).
+	wtag, rtag uint32
+	wopen      atomic.Bool
 }
 
 func newConn(nc *net.TCPConn, timeout time.Duration) *Conn {
@@ -178,7 +184,9 @@ func (c *Conn) sendFrame(p []byte, total int) error {
 	if err := c.usable("send to"); err != nil {
 		return err
 	}
+	c.wopen.Store(true)
 	copy(c.whdr[0:4], frameMagic)
+	binary.LittleEndian.PutUint32(c.whdr[4:8], c.wtag)
 	binary.LittleEndian.PutUint64(c.whdr[8:16], uint64(len(p)))
 	binary.LittleEndian.PutUint64(c.whdr[16:24], uint64(total))
 	first := p[:min(len(p), writeChunk)]
@@ -203,6 +211,7 @@ func (c *Conn) sendFrame(p []byte, total int) error {
 			return c.fail(c.ioErr("send to", err))
 		}
 	}
+	c.wopen.Store(false)
 	return nil
 }
 
@@ -212,6 +221,9 @@ func (c *Conn) recvFrame(p []byte, total int) error {
 	}
 	n, got, err := c.readHeader()
 	if err != nil {
+		return err
+	}
+	if err := c.checkTag(n); err != nil {
 		return err
 	}
 	if got != total {

@@ -124,8 +124,10 @@ func (n *ShmNode) Wait(i int) error {
 	}
 	s := n.segs[i]
 	_, err := shmAwait(s.seq, s.sleepers, n.step, n.pol, n.timeout, n.watch[i])
-	if err == nil && atomic.LoadUint64(&s.sig[n.step&1]) != n.sig {
-		err = fmt.Errorf("%s: %w: it is running another operation, or the same one with another count, data type, op or root", n.watch[i].what(), ErrMismatch)
+	if err == nil {
+		if got := atomic.LoadUint64(&s.sig[n.step&1]); got != n.sig {
+			err = fmt.Errorf("%s: %w", n.watch[i].what(), &MismatchError{Got: got, Want: n.sig})
+		}
 	}
 	if err != nil {
 		n.broken = err

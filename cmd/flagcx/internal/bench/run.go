@@ -260,18 +260,11 @@ func joinBackend(cfg *Config, job launch.Job, launched bool, id core.UniqueID, n
 	case launched && job.LocalRank >= 0:
 		dev = job.LocalRank
 	}
-	if name == HostBackendName && !cfg.Hetero {
-		// The host placement with no cluster settings: the benchmark
-		// drives the host engine itself, as the communicator does.
-		c, err := core.InitRank(id, nranks, rank)
-		if err != nil {
-			return communicator{}, nil, err
-		}
-		h := coreview.Of(c).Host
-		return communicator{h, c.Destroy, c.Abort, nil}, newHostBackend(h), nil
-	}
-	// Everything else runs through the communicator's own calls, which
-	// also cover one backend (they then call the vendor library directly).
+	// A host rank runs the communicator's own calls too unless the
+	// communicator, once joined, is the host placement: only the layout
+	// the ranks agreed on at init says so alike on every rank (a host rank
+	// started without --backend cannot tell from its own flags that device
+	// ranks of the same job make it heterogeneous).
 	be := core.HostBackend()
 	if name != HostBackendName {
 		// A vendor runtime keeps per-thread state (the current device and
@@ -297,6 +290,12 @@ func joinBackend(cfg *Config, job launch.Job, launched bool, id core.UniqueID, n
 	if err != nil {
 		return communicator{}, nil, err
 	}
+	if !be.OnDevice() && !cfg.Hetero && hc.IsHomogeneous() {
+		// The host placement with no cluster settings: the benchmark
+		// drives the host engine itself, as the communicator does.
+		h := coreview.Of(hc).Host
+		return communicator{h, hc.Destroy, hc.Abort, nil}, newHostBackend(h), nil
+	}
 	hb, err := newHeteroBackend(hc)
 	if err != nil {
 		_ = hc.Abort()
@@ -311,6 +310,12 @@ func (r *rankRun) printPlans(op *opSpec) error {
 	if !r.cfg.PrintPlan || r.rank != 0 {
 		return nil
 	}
+	if r.cfg.Format == "flagcx" {
+		// FlagCX's format has no header, where the table is otherwise.
+		for _, l := range r.linkTable() {
+			fmt.Fprintf(r.out, "# %s\n", l)
+		}
+	}
 	h, ok := r.be.(*heteroBackend)
 	if !ok {
 		fmt.Fprintf(r.out, "# Plans: this run uses a plain host communicator (host collectives directly, no schedule)\n")
@@ -321,6 +326,19 @@ func (r *rankRun) printPlans(op *opSpec) error {
 		root = r.cfg.Root
 	}
 	return h.printPlans(r.out, op, r.cfg.Types[0], r.cfg.redOpsFor(op)[0], root, int(r.cfg.MaxBytes))
+}
+
+// linkTable is which link each pair of ranks uses and why, from the
+// communicator (every rank knows every rank's links after init).
+func (r *rankRun) linkTable() []string {
+	c := r.comm
+	if w, ok := c.(communicator); ok {
+		c = w.Comm
+	}
+	if lt, ok := c.(interface{ LinkTable() []string }); ok {
+		return lt.LinkTable()
+	}
+	return nil
 }
 
 // verdict is how a finished run ends: rank 0 reports wrong results (every
@@ -402,6 +420,9 @@ func (r *rankRun) run() (err error) {
 	// header to put them in.
 	if net := hostnet.NetworkSummary(); net != "" && r.cfg.Format != "flagcx" {
 		backend = append(backend, net)
+	}
+	if r.cfg.Format != "flagcx" {
+		backend = append(backend, r.linkTable()...)
 	}
 	r.rep.header(r.cfg, r.devices, backend)
 	defer func() {

@@ -1,0 +1,54 @@
+package hostnet
+
+import (
+	"fmt"
+	"net"
+)
+
+// DescribeLink says what carries l, for the per-link INFO line: the
+// transport, and for sockets the local interface, both addresses and the
+// socket count ("tcp via eth0 10.0.0.1:41000 -> 10.0.0.2:39000, 2
+// sockets"); an ib link names its device and the TCP connection that
+// watches the peer.
+func DescribeLink(l Link) string {
+	switch l := l.(type) {
+	case *TCPLink:
+		c := l.conns[0]
+		n := len(l.conns)
+		return fmt.Sprintf("tcp via %s %s -> %s, %d socket%s", ifaceOf(c.LocalAddr()), c.LocalAddr(), c.RemoteAddr(), n, plural(n))
+	case *NetLink:
+		return fmt.Sprintf("ib on %s (peer watched over tcp via %s %s -> %s)", l.dev.describe(), ifaceOf(l.ctl.LocalAddr()), l.ctl.LocalAddr(), l.remote)
+	case nil:
+		return "self"
+	}
+	return l.Transport()
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+// ifaceOf names the interface that holds the IP of addr ("?" when none
+// does, e.g. in another network namespace's view).
+func ifaceOf(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	ip := net.ParseIP(host)
+	if err != nil || ip == nil {
+		return "?"
+	}
+	ifs, err := systemInterfaces()
+	if err != nil {
+		return "?"
+	}
+	for _, ifc := range ifs {
+		for _, a := range ifc.Addrs {
+			if a.Equal(ip) {
+				return ifc.Name
+			}
+		}
+	}
+	return "?"
+}
