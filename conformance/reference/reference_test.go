@@ -3,6 +3,7 @@ package reference
 import (
 	"encoding/binary"
 	"math"
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -459,4 +460,46 @@ func TestValidate(t *testing.T) {
 	got, err := sdk.ParseCollective(" AllToAllV ")
 	require.NoError(t, err)
 	require.Equal(t, sdk.AlltoAllv, got)
+}
+
+// TestExpectedRange: windows of the receive buffer computed apart (with
+// GOMAXPROCS 1 and 4, so serially and in parallel) stitch into exactly
+// what ExpectedInto writes, for every collective; and the receivers of a
+// Shared collective get the same buffer, the others nothing.
+func TestExpectedRange(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	const n, count = 5, 3*parallelMin + 7 // several goroutines' worth
+	for _, coll := range sdk.AllCollectives() {
+		c := Case{Coll: coll, Type: sdk.Float32, Op: sdk.Sum, NRanks: n, Root: 2, Count: count, Seed: 7}
+		if c.Validate() != nil {
+			continue // the barrier
+		}
+		t.Run(coll.String(), func(t *testing.T) {
+			sz := c.Type.Size()
+			var first []byte
+			for rank := range n {
+				want := Expected(c, rank)
+				for _, procs := range []int{1, 4} {
+					runtime.GOMAXPROCS(procs)
+					got := make([]byte, len(want))
+					cuts := []int{0, 1, c.RecvCount() / 3, c.RecvCount()/3 + parallelMin + 1, c.RecvCount()}
+					for i := 1; i < len(cuts); i++ {
+						ExpectedRange(c, rank, got[cuts[i-1]*sz:cuts[i]*sz], cuts[i-1])
+					}
+					require.Equal(t, want, got, "rank %d, GOMAXPROCS %d", rank, procs)
+				}
+				if !c.Shared() {
+					continue
+				}
+				if !c.Receives(rank) {
+					require.Equal(t, make([]byte, len(want)), want, "rank %d receives nothing", rank)
+					continue
+				}
+				if first == nil {
+					first = want
+				}
+				require.Equal(t, first, want, "rank %d's buffer differs from the other receivers'", rank)
+			}
+		})
+	}
 }
