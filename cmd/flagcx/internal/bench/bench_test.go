@@ -413,6 +413,13 @@ func TestProgressLine(t *testing.T) {
 	p.show("allreduce", 7, 0, 1<<20, 1)
 	p.clear()
 	require.Equal(t, "flagcx bench: allreduce float32 sum 1 MiB  25%\x1b[K\r\x1b[K\r", b.String())
+	// Not a terminal: a line per step, nothing to clear.
+	b.Reset()
+	p = &progress{w: &b, total: 4, lines: true}
+	p.show("allreduce", 7, 0, 1<<20, 1)
+	p.clear()
+	p.show("allreduce", 7, 0, 2<<20, 2)
+	require.Equal(t, "flagcx bench: allreduce float32 sum 1 MiB  25%\nflagcx bench: allreduce float32 sum 2 MiB  50%\n", b.String())
 	var nilp *progress
 	nilp.show("x", 0, 0, 0, 0)
 	nilp.clear()

@@ -35,6 +35,10 @@ type Env struct {
 	Stderr  io.Writer
 	// StderrTTY enables the progress line.
 	StderrTTY bool
+	// Probe starts a probe process (flagcx: plugins --probe), in which the
+	// plugins a run will load are loaded first (probe.go); nil loads them
+	// in-process only.
+	Probe []string
 }
 
 // ProcessEnv is this process's Env.
@@ -95,6 +99,9 @@ func Run(f *Flags, e Env) error {
 	if err := checkMemory(cfg.MaxBytes, cfg.Check, local); err != nil {
 		return err
 	}
+	if err := probeOwnBackend(cfg, e); err != nil {
+		return err
+	}
 	comm, be, err := join(cfg, e, job, launched, nranks, rank)
 	if err != nil {
 		return err
@@ -120,6 +127,9 @@ func startRanks(cfg *Config, e Env) error {
 		return err
 	}
 	if err := preflight(cfg, e.Lookup); err != nil {
+		return err
+	}
+	if err := launchChecks(cfg, e); err != nil {
 		return err
 	}
 	if err := checkMemory(cfg.MaxBytes, cfg.Check, cfg.NP); err != nil {
@@ -159,17 +169,16 @@ func join(cfg *Config, e Env, job launch.Job, launched bool, nranks, rank int) (
 	return comm, be, nil
 }
 
-// showOn sends rank 0's results to e's stdout, and its progress line to
-// e's stderr when that is a terminal (or FLAGCX_PROGRESS_TTY says so).
+// showOn sends rank 0's results to e's stdout, and its progress to e's
+// stderr: a line redrawn in place when that is a terminal (or
+// FLAGCX_PROGRESS_TTY says the local launcher's is), else a line per step.
 func (r *rankRun) showOn(e Env) {
 	r.out = e.Stdout
 	tty := e.StderrTTY
 	if on, _ := env.ProgressTTY.Get(e.Lookup); on {
 		tty = true
 	}
-	if tty {
-		r.prog = &progress{w: e.Stderr, total: r.cfg.steps()}
-	}
+	r.prog = &progress{w: e.Stderr, total: r.cfg.steps(), lines: !tty}
 }
 
 // runRank runs the benchmark r on comm and be, then tears them down.
