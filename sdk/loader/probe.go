@@ -521,7 +521,11 @@ func judgeProbe(res Probed, o ProbeOptions, rd *answerReader, end probeEnd, outp
 		res.Err, res.Devices = last.Err.err(), last.Devices
 	case end.canceled:
 		fail(ProbeHung, "the probe was interrupted "+stage)
+		output = cutRuntimeDump(output)
 	case end.hung:
+		// A child starved past the deadline may have crashed meanwhile:
+		// its runtime dump is no more use than a crashed one's.
+		output = cutRuntimeDump(output)
 		problem := fmt.Sprintf("the plugin did not finish %s within %v", stageWord(last.Stage), o.Timeout)
 		if o.TimeoutHint != "" {
 			problem += " (" + o.TimeoutHint + ")"
