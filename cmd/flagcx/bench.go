@@ -12,5 +12,11 @@ type benchCmd struct {
 
 func (c *benchCmd) Run(g *Globals) error {
 	c.PluginDir, c.Emulated = g.PluginDir, g.Emulated
-	return bench.Run(&c.Flags, bench.ProcessEnv())
+	e := bench.ProcessEnv()
+	probe, err := probeCommand()
+	if err != nil {
+		return err
+	}
+	e.Probe = probe
+	return bench.Run(&c.Flags, e)
 }

@@ -50,11 +50,11 @@ func (devicesCmd) Run(ctx *kong.Context, g *Globals) error {
 // that crashes or hangs takes down its probe, not the listing. The probe
 // deadline is FLAGCX_TIMEOUT when set.
 func listingOptions(g *Globals) (plugincmd.Options, error) {
-	exe, err := os.Executable()
+	probe, err := probeCommand()
 	if err != nil {
-		return plugincmd.Options{}, fmt.Errorf("cannot find this program to probe the plugins with: %w", err)
+		return plugincmd.Options{}, err
 	}
-	o := plugincmd.Options{Dir: g.PluginDir, Emulated: g.Emulated, Probe: []string{exe, "plugins", "--probe"},
+	o := plugincmd.Options{Dir: g.PluginDir, Emulated: g.Emulated, Probe: probe,
 		TimeoutHint: env.Timeout.Name + " sets this deadline", Stderr: os.Stderr}
 	// A user who allows waits more time allows a slow driver start-up
 	// more time too.
@@ -66,4 +66,14 @@ func listingOptions(g *Globals) (plugincmd.Options, error) {
 		o.Timeout = d
 	}
 	return o, nil
+}
+
+// probeCommand starts a probe process: this program, re-executed, loads
+// one plugin (listings and bench load plugins there first).
+func probeCommand() ([]string, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("cannot find this program to probe the plugins with: %w", err)
+	}
+	return []string{exe, "plugins", "--probe"}, nil
 }

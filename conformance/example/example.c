@@ -57,6 +57,7 @@
  *   EXAMPLE_BREAK_INIT_SEGV         init dereferences NULL (SIGSEGV)
  *   EXAMPLE_BREAK_INIT_HANG         init never returns
  *   EXAMPLE_BREAK_INIT_EXIT         init calls exit(3)
+ *   EXAMPLE_BREAK_INIT_FAIL         init fails (flagcxSystemError), as when a vendor runtime is missing
  *   EXAMPLE_BREAK_CONSTRUCTOR_SEGV  an ELF constructor dereferences NULL: dlopen crashes
  *   EXAMPLE_INIT_STDOUT             init prints to stdout (and works)
  *   EXAMPLE_NAME                    the table's name (default "example")
@@ -144,6 +145,10 @@ static flagcxResult_t exInit(flagcxLogFn_t log, void* ctx, flagcxPluginInfo_v1_t
 #endif
 #ifdef EXAMPLE_BREAK_INIT_EXIT
   exit(3);
+#endif
+#ifdef EXAMPLE_BREAK_INIT_FAIL
+  info->numLibraries = 0;
+  return flagcxSystemError;
 #endif
 #ifdef EXAMPLE_INIT_STDOUT
   printf("{\"done\":true}\nexample plugin: hello on stdout\n");

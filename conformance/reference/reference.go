@@ -36,6 +36,8 @@ package reference
 
 import (
 	"fmt"
+	"runtime"
+	"sync"
 
 	"github.com/flagcx/flagcx-go/sdk"
 )
@@ -124,13 +126,16 @@ func (c Case) Input(rank, j int) int64 {
 }
 
 // FillInput writes rank's send buffer: SendCount() elements into dst.
+// Large buffers are filled in parallel (see parallelFor).
 func FillInput(c Case, rank int, dst []byte) {
 	g := newGen(c.Type, c.op(), c.NRanks, c.Seed)
 	sz := c.Type.Size()
 	n := min(c.SendCount(), len(dst)/sz)
-	for j := 0; j < n; j++ {
-		Encode(c.Type, g.value(rank, j), dst[j*sz:])
-	}
+	parallelFor(n, func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			Encode(c.Type, g.value(rank, j), dst[j*sz:])
+		}
+	})
 }
 
 // Expected is rank's receive buffer after the call, starting from a zeroed
@@ -145,71 +150,128 @@ func Expected(c Case, rank int) []byte {
 // elements), every element the call delivers to rank, and leaves every
 // other element as it is.
 func ExpectedInto(c Case, rank int, dst []byte) {
+	ExpectedRange(c, rank, dst, 0)
+}
+
+// ExpectedRange is ExpectedInto for a window of the receive buffer: dst
+// holds the elements from index lo on (dst[0] is element lo), and only the
+// delivered elements inside the window are written. A checker can so
+// compute a share of an output that several ranks receive alike (Shared)
+// without computing the rest. Large windows are computed in parallel.
+func ExpectedRange(c Case, rank int, dst []byte, lo int) {
 	g := newGen(c.Type, c.op(), c.NRanks, c.Seed)
 	sz := c.Type.Size()
-	n, C := c.NRanks, c.Count
-	put := func(at int, v int64) {
-		if off := at * sz; at >= 0 && off+sz <= len(dst) {
-			Encode(c.Type, v, dst[off:])
+	hi := lo + len(dst)/sz
+	for _, s := range deliveries(c, g, rank) {
+		a, b := max(s.at, lo), min(s.at+s.n, hi)
+		if a >= b {
+			continue
 		}
+		parallelFor(b-a, func(x, y int) {
+			for at := a + x; at < a+y; at++ {
+				Encode(c.Type, s.value(at-s.at), dst[(at-lo)*sz:])
+			}
+		})
+	}
+}
+
+// Shared reports whether every rank that receives data gets the same
+// receive buffer: every rank for AllReduce, Broadcast and AllGather, the
+// root alone for Reduce and Gather (Receives says which).
+func (c Case) Shared() bool {
+	switch c.Coll {
+	case sdk.AllReduce, sdk.Broadcast, sdk.AllGather, sdk.Reduce, sdk.Gather:
+		return true
+	}
+	return false
+}
+
+// Receives reports whether rank's receive buffer gets data.
+func (c Case) Receives(rank int) bool {
+	switch c.Coll {
+	case sdk.Reduce, sdk.Gather:
+		return rank == c.Root
+	}
+	return true
+}
+
+// delivery is a run of elements a call delivers to a rank: elements at to
+// at+n-1 of its receive buffer get value(0) to value(n-1).
+type delivery struct {
+	at, n int
+	value func(k int) int64
+}
+
+// deliveries lists what the call of c delivers to rank.
+func deliveries(c Case, g *gen, rank int) []delivery {
+	n, C := c.NRanks, c.Count
+	whole := func(f func(k int) int64) []delivery { return []delivery{{0, C, f}} }
+	perPeer := func(f func(p, k int) int64) []delivery {
+		d := make([]delivery, n)
+		for p := range d {
+			d[p] = delivery{p * C, C, func(k int) int64 { return f(p, k) }}
+		}
+		return d
 	}
 	switch c.Coll {
 	case sdk.AllReduce:
-		for i := 0; i < C; i++ {
-			put(i, g.reduced(i))
-		}
+		return whole(g.reduced)
 	case sdk.Reduce:
 		if rank == c.Root {
-			for i := 0; i < C; i++ {
-				put(i, g.reduced(i))
-			}
+			return whole(g.reduced)
 		}
 	case sdk.Broadcast:
-		for i := 0; i < C; i++ {
-			put(i, g.value(c.Root, i))
-		}
+		return whole(func(k int) int64 { return g.value(c.Root, k) })
 	case sdk.AllGather:
-		for p := 0; p < n; p++ {
-			for i := 0; i < C; i++ {
-				put(p*C+i, g.value(p, i))
-			}
-		}
+		return perPeer(g.value)
 	case sdk.ReduceScatter:
-		for i := 0; i < C; i++ {
-			put(i, g.reduced(rank*C+i))
-		}
+		return whole(func(k int) int64 { return g.reduced(rank*C + k) })
 	case sdk.AlltoAll:
-		for p := 0; p < n; p++ {
-			for i := 0; i < C; i++ {
-				put(p*C+i, g.value(p, rank*C+i))
-			}
-		}
+		return perPeer(func(p, k int) int64 { return g.value(p, rank*C+k) })
 	case sdk.AlltoAllv:
 		_, _, recvcounts, rdispls := AlltoAllvCounts(n, C, rank)
-		for p := 0; p < n; p++ {
+		d := make([]delivery, n)
+		for p := range d {
 			_, sdispls, _, _ := AlltoAllvCounts(n, C, p)
-			for k := 0; k < recvcounts[p]; k++ {
-				put(rdispls[p]+k, g.value(p, sdispls[rank]+k))
-			}
+			d[p] = delivery{rdispls[p], recvcounts[p], func(k int) int64 { return g.value(p, sdispls[rank]+k) }}
 		}
+		return d
 	case sdk.Gather:
 		if rank == c.Root {
-			for p := 0; p < n; p++ {
-				for i := 0; i < C; i++ {
-					put(p*C+i, g.value(p, i))
-				}
-			}
+			return perPeer(g.value)
 		}
 	case sdk.Scatter:
-		for i := 0; i < C; i++ {
-			put(i, g.value(c.Root, rank*C+i))
-		}
+		return whole(func(k int) int64 { return g.value(c.Root, rank*C+k) })
 	case sdk.SendRecv:
 		from := (rank - 1 + n) % n
-		for i := 0; i < C; i++ {
-			put(i, g.value(from, i))
-		}
+		return whole(func(k int) int64 { return g.value(from, k) })
 	}
+	return nil
+}
+
+// parallelMin is the fewest elements worth a goroutine of their own: below
+// it, starting goroutines costs more than the values.
+const parallelMin = 1 << 15
+
+// parallelFor calls fn on consecutive pieces [lo, hi) that together cover
+// 0..n-1, on up to GOMAXPROCS goroutines at once, and returns when every
+// piece is done. Values depend only on their index, so the pieces need no
+// coordination.
+func parallelFor(n int, fn func(lo, hi int)) {
+	workers := min(runtime.GOMAXPROCS(0), n/parallelMin)
+	if workers <= 1 {
+		fn(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(n*w/workers, n*(w+1)/workers)
+		}()
+	}
+	wg.Wait()
 }
 
 // AlltoAllvCount is how many elements rank src sends to rank dst in AlltoAllv

@@ -3,6 +3,7 @@ package reference
 import (
 	"encoding/binary"
 	"math"
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -459,4 +460,62 @@ func TestValidate(t *testing.T) {
 	got, err := sdk.ParseCollective(" AllToAllV ")
 	require.NoError(t, err)
 	require.Equal(t, sdk.AlltoAllv, got)
+}
+
+// TestExpectedRange: windows of the receive buffer computed apart (with
+// GOMAXPROCS 1 and 4, so serially and in parallel) stitch into exactly
+// what ExpectedInto writes, for every collective; and the receivers of a
+// Shared collective get the same buffer, the others nothing.
+func TestExpectedRange(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	const n, count = 5, 3*parallelMin + 7 // several goroutines' worth
+	for _, coll := range sdk.AllCollectives() {
+		c := Case{Coll: coll, Type: sdk.Float32, Op: sdk.Sum, NRanks: n, Root: 2, Count: count, Seed: 7}
+		if c.Validate() != nil {
+			continue // the barrier
+		}
+		t.Run(coll.String(), func(t *testing.T) {
+			sz := c.Type.Size()
+			var first []byte
+			for rank := range n {
+				want := Expected(c, rank)
+				for _, procs := range []int{1, 4} {
+					runtime.GOMAXPROCS(procs)
+					got := make([]byte, len(want))
+					cuts := []int{0, 1, c.RecvCount() / 3, c.RecvCount()/3 + parallelMin + 1, c.RecvCount()}
+					for i := 1; i < len(cuts); i++ {
+						ExpectedRange(c, rank, got[cuts[i-1]*sz:cuts[i]*sz], cuts[i-1])
+					}
+					require.Equal(t, want, got, "rank %d, GOMAXPROCS %d", rank, procs)
+				}
+				if !c.Shared() {
+					continue
+				}
+				if !c.Receives(rank) {
+					require.Equal(t, make([]byte, len(want)), want, "rank %d receives nothing", rank)
+					continue
+				}
+				if first == nil {
+					first = want
+				}
+				require.Equal(t, first, want, "rank %d's buffer differs from the other receivers'", rank)
+			}
+		})
+	}
+}
+
+// TestReducedClosedForm: the closed forms of reduced equal the rank-by-rank
+// fold of the inputs for every type, op and rank count (budgets exceeded
+// included), so that the checker's shortcut never changes a result.
+func TestReducedClosedForm(t *testing.T) {
+	for _, dt := range sdk.AllDataTypes() {
+		for _, op := range sdk.AllRedOps() {
+			for _, n := range []int{1, 2, 3, 4, 5, 7, 16, 33, 130, 300} {
+				g := newGen(dt, op, n, uint64(n)*31+uint64(op))
+				for i := range 600 {
+					require.Equal(t, g.reducedFold(i), g.reduced(i), "%v %v n=%d element %d", dt, op, n, i)
+				}
+			}
+		}
+	}
 }

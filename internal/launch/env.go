@@ -347,6 +347,28 @@ func localPlace(e vars, def *launcherDef) (localRank, localSize int, err error) 
 	return localRank, localSize, nil
 }
 
+// CheckSettings refuses a malformed FLAGCX_COMM_SECRET, FLAGCX_COMM_ID or
+// FLAGCX_TIMEOUT as the ranks of an external launcher would: a local
+// launch (--np) makes its own unique id and so never reads the first two,
+// and a user who set them must hear that they are wrong rather than have
+// them pass silently. Checked once, before any rank starts.
+func CheckSettings(lookup func(string) (string, bool)) error {
+	e := vars{lookup}
+	var j Job
+	if err := j.readSecret(e); err != nil {
+		return err
+	}
+	if addr, ok := env.CommID.Raw(lookup); ok {
+		if err := checkHostPort(EnvCommID, addr); err != nil {
+			return err
+		}
+	}
+	if _, err := env.Timeout.Get(lookup); err != nil {
+		return fmt.Errorf("%w: %w", sdk.ErrInvalidArgument, err)
+	}
+	return nil
+}
+
 // readSecret reads FLAGCX_COMM_SECRET, when set.
 func (j *Job) readSecret(e vars) error {
 	s, ok := env.CommSecret.Raw(e.lookup)

@@ -109,3 +109,32 @@ func TestRequireSecretValue(t *testing.T) {
 	require.ErrorIs(t, err, sdk.ErrInvalidArgument)
 	require.ErrorContains(t, err, EnvRequireSecret)
 }
+
+// TestCheckSettings: what a local launch never reads itself, malformed, is
+// one error naming the variable; well-formed or unset, nothing.
+func TestCheckSettings(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		want string // "" for no error
+	}{
+		{"unset", nil, ""},
+		{"good", map[string]string{"FLAGCX_COMM_SECRET": strings.Repeat("ab", 16), "FLAGCX_COMM_ID": "10.0.0.1:29500", "FLAGCX_TIMEOUT": "5s"}, ""},
+		{"short secret", map[string]string{"FLAGCX_COMM_SECRET": "abc"}, "FLAGCX_COMM_SECRET must be 32 hex digits (e.g. from `openssl rand -hex 16`), got 3 characters"},
+		{"secret not hex", map[string]string{"FLAGCX_COMM_SECRET": strings.Repeat("zz", 16)}, "FLAGCX_COMM_SECRET must be 32 hex digits"},
+		{"comm id not host:port", map[string]string{"FLAGCX_COMM_ID": "notaport"}, `FLAGCX_COMM_ID="notaport" is not host:port`},
+		{"comm id port out of range", map[string]string{"FLAGCX_COMM_ID": "node1:70000"}, `FLAGCX_COMM_ID="node1:70000" is not host:port`},
+		{"timeout", map[string]string{"FLAGCX_TIMEOUT": "soon"}, "FLAGCX_TIMEOUT"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := CheckSettings(func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok })
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorIs(t, err, sdk.ErrInvalidArgument)
+			require.Contains(t, err.Error(), tc.want)
+		})
+	}
+}

@@ -42,7 +42,9 @@ const mockPluginC = `
 #include <string.h>
 #include "flagcx_plugin.h"
 #ifdef MOCK_V2 /* an ABI v2 plugin: the v2 table, no memGetInfo */
+#ifndef MOCK_ABI
 #define MOCK_ABI 2
+#endif
 #define MOCK_TABLE_T flagcxVendorPlugin_v2_t
 #define MOCK_TABLE flagcxVendorPlugin_v2
 #else

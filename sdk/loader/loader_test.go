@@ -119,6 +119,11 @@ func badFiles() []badFile {
 		{"abi99", func(t *testing.T, path string) {
 			compileC(t, path, mockPluginC, "-DMOCK_ABI=99")
 		}, ErrUnknownABI, []string{"abiVersion 99", "loads versions [4 3 2 1]"}},
+		{"v2says4", func(t *testing.T, path string) {
+			// A version this build loads, under another version's symbol:
+			// the message must not call version 4 unknown.
+			compileC(t, path, mockPluginC, "-DMOCK_V2", "-DMOCK_ABI=4")
+		}, ErrUnknownABI, []string{"table flagcxVendorPlugin_v2 says abiVersion 4, but a table exported as flagcxVendorPlugin_v2 must say 2 (an ABI v4 table is exported as flagcxVendorPlugin_v4)"}},
 		{"size", func(t *testing.T, path string) {
 			compileC(t, path, mockPluginC, "-DMOCK_SIZE_DELTA=8")
 		}, ErrBadTable, []string{"size field 448", "is 440 bytes", "rebuild"}},

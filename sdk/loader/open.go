@@ -108,8 +108,7 @@ func Open(path string) (*Plugin, error) {
 	hdr := *(*tableHeader)(cmem.Ptr(addr))
 	if hdr.ABIVersion != pr.version {
 		_ = purego.Dlclose(h)
-		return nil, bad(ErrUnknownABI, fmt.Sprintf("table %s says abiVersion %d, which this build of flagcx-go does not know (it loads versions %v)",
-			pr.symbol, hdr.ABIVersion, KnownABIVersions()), rebuildHint+", or use a flagcx-go release that knows version "+fmt.Sprint(hdr.ABIVersion))
+		return nil, abiMismatch(path, pr, hdr.ABIVersion)
 	}
 	if uintptr(hdr.Size) != pr.size || symSize < uint64(pr.size) {
 		_ = purego.Dlclose(h)
@@ -137,6 +136,28 @@ func Open(path string) (*Plugin, error) {
 		warnOnce(w)
 	}
 	return p, nil
+}
+
+// abiMismatch is the error of a table whose abiVersion field differs
+// from the version its symbol names. A version this build loads under
+// another symbol is a plugin built against mismatched headers, not one
+// from the future: saying "does not know" of a version it loads would
+// contradict itself.
+func abiMismatch(path string, pr probe, v uint32) error {
+	known := false
+	for _, k := range probes {
+		known = known || k.version == v
+	}
+	if known {
+		return &OpenError{Path: path, Err: ErrUnknownABI,
+			Problem: fmt.Sprintf("table %s says abiVersion %d, but a table exported as %s must say %d (an ABI v%d table is exported as flagcxVendorPlugin_v%d)",
+				pr.symbol, v, pr.symbol, pr.version, v, v),
+			Hint: rebuildHint + " (FLAGCX_PLUGIN_ABI_VERSION and the table's symbol come from the same header)"}
+	}
+	return &OpenError{Path: path, Err: ErrUnknownABI,
+		Problem: fmt.Sprintf("table %s says abiVersion %d, which this build of flagcx-go does not know (it loads versions %v)",
+			pr.symbol, v, KnownABIVersions()),
+		Hint: rebuildHint + ", or use a flagcx-go release that knows version " + fmt.Sprint(v)}
 }
 
 // checkELF reads the file's dynamic symbols: it must be an ELF shared

@@ -6,7 +6,9 @@ package loader
 // (flagcx plugins, flagcx devices) probe each plugin in a child process
 // under a deadline; a crash or a hang costs one line naming the file. Using
 // a plugin (a benchmark, a conformance worker) still loads it in-process:
-// that is the data path, and LoadAll serves it.
+// that is the data path, and LoadAll serves it; a benchmark first probes
+// the plugins it will load (ProbeOptions.Only), so that one that crashes
+// or hangs while loading ends it with one error.
 
 import (
 	"bytes"
@@ -19,6 +21,7 @@ import (
 	"os/exec"
 	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -57,6 +60,9 @@ type ProbeOptions struct {
 	TimeoutHint string
 	// Parallel is how many children run at once; 0 picks from the CPUs.
 	Parallel int
+	// Only, when set, probes only the candidates of these names (a run
+	// probing the plugins it is about to load); nil probes every one.
+	Only []string
 	// Output receives what the children print themselves (the plugins'
 	// messages, FLAGCX_DEBUG log lines), one child at a time, without the Go
 	// runtime's dump of a crashed child; nil discards it.
@@ -356,6 +362,9 @@ func ProbeAll(ctx context.Context, o ProbeOptions) ([]Probed, error) {
 		o.Parallel = min(16, max(4, 2*runtime.NumCPU()))
 	}
 	cands, dirErr := Discover(o.Dir)
+	if o.Only != nil {
+		cands = slices.DeleteFunc(cands, func(c Candidate) bool { return !slices.Contains(o.Only, c.Name) })
+	}
 	out := make([]Probed, len(cands))
 	var outMu sync.Mutex
 	sem := make(chan struct{}, o.Parallel)
@@ -512,7 +521,11 @@ func judgeProbe(res Probed, o ProbeOptions, rd *answerReader, end probeEnd, outp
 		res.Err, res.Devices = last.Err.err(), last.Devices
 	case end.canceled:
 		fail(ProbeHung, "the probe was interrupted "+stage)
+		output = cutRuntimeDump(output)
 	case end.hung:
+		// A child starved past the deadline may have crashed meanwhile:
+		// its runtime dump is no more use than a crashed one's.
+		output = cutRuntimeDump(output)
 		problem := fmt.Sprintf("the plugin did not finish %s within %v", stageWord(last.Stage), o.Timeout)
 		if o.TimeoutHint != "" {
 			problem += " (" + o.TimeoutHint + ")"

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -246,6 +247,43 @@ func TestWrongResultsAreReported(t *testing.T) {
 	require.Contains(t, w.Error(), "4 of 6 checked results were wrong")
 }
 
+// TestSharedCheckCountsExactly: the ranks of an AllReduce check one share
+// each and compare the others by digest (check.go); wrong elements in a
+// rank's own share, in another rank's share, and in every share of a
+// Reduce root are all counted exactly, in and out of place.
+func TestSharedCheckCountsExactly(t *testing.T) {
+	// 1K of float32 on 3 ranks: shares of elements [0,85), [85,170), [170,256).
+	cases := []struct {
+		coll  string
+		rank  int
+		elems []int
+		args  []string
+	}{
+		{"allreduce", 1, []int{100}, nil},                          // its own share
+		{"allreduce", 1, []int{3, 200, 255}, nil},                  // rank 0's and rank 2's
+		{"reduce", 2, []int{0, 90, 171, 172}, []string{"-r", "2"}}, // the root, every share
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprint(c.coll, c.elems), func(t *testing.T) {
+			corrupt := func(op string, rank int, recv []byte) {
+				if op == c.coll && rank == c.rank && len(recv) == 1024 {
+					for _, e := range c.elems {
+						recv[4*e+1] ^= 0x40
+					}
+				}
+			}
+			out, errs := fakeRun(t, 3, corrupt, append([]string{c.coll, "-b", "1K", "-e", "1K", "-w", "0", "-n", "1"}, c.args...)...)
+			var w *WrongError
+			require.ErrorAs(t, errs[0], &w, out)
+			rs := rows(t, out)
+			require.Len(t, rs, 1)
+			want := fmt.Sprint(len(c.elems))
+			require.Equal(t, []string{want, want}, []string{rs[0][8], rs[0][12]}, out)
+			require.Equal(t, int64(2*len(c.elems)), w.Elements)
+		})
+	}
+}
+
 // A non-root must not receive anything from Reduce: writing to its buffer
 // counts as wrong too.
 func TestUntouchedBuffersAreChecked(t *testing.T) {
@@ -375,6 +413,13 @@ func TestProgressLine(t *testing.T) {
 	p.show("allreduce", 7, 0, 1<<20, 1)
 	p.clear()
 	require.Equal(t, "flagcx bench: allreduce float32 sum 1 MiB  25%\x1b[K\r\x1b[K\r", b.String())
+	// Not a terminal: a line per step, nothing to clear.
+	b.Reset()
+	p = &progress{w: &b, total: 4, lines: true}
+	p.show("allreduce", 7, 0, 1<<20, 1)
+	p.clear()
+	p.show("allreduce", 7, 0, 2<<20, 2)
+	require.Equal(t, "flagcx bench: allreduce float32 sum 1 MiB  25%\nflagcx bench: allreduce float32 sum 2 MiB  50%\n", b.String())
 	var nilp *progress
 	nilp.show("x", 0, 0, 0, 0)
 	nilp.clear()

@@ -26,11 +26,7 @@ func preflight(cfg *Config, lookup func(string) (string, bool)) error {
 			return err
 		}
 	}
-	backends := []string{cfg.Backend}
-	if cfg.Placement != nil {
-		backends = cfg.Placement.backends()
-	}
-	for _, b := range backends {
+	for _, b := range cfg.backends() {
 		if b == HostBackendName {
 			continue
 		}

@@ -239,10 +239,15 @@ func (r *rankRun) writeJSON(runErr error) error {
 // progress draws one line on stderr while rank 0 works: a segment ending
 // in a carriage return, redrawn in place (the local launcher passes such
 // segments through without its "rank N: " prefix).
+//
+// On a stderr that is not a terminal (a log file, a CI job) a line cannot
+// be redrawn: lines makes it one line per step instead, so that a long run
+// still shows life there.
 type progress struct {
 	w     io.Writer
 	total int
 	shown bool
+	lines bool
 }
 
 // show draws the step about to run.
@@ -254,7 +259,12 @@ func (p *progress) show(op string, dt sdk.DataType, redop sdk.RedOp, size Size, 
 	if redop.Valid() {
 		name = redop.String()
 	}
-	fmt.Fprint(p.w, progressLine(op, dt.String(), name, size, done, p.total)+"\x1b[K\r")
+	line := progressLine(op, dt.String(), name, size, done, p.total)
+	if p.lines {
+		fmt.Fprintln(p.w, line)
+		return
+	}
+	fmt.Fprint(p.w, line+"\x1b[K\r")
 	p.shown = true
 }
 

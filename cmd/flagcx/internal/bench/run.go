@@ -35,6 +35,10 @@ type Env struct {
 	Stderr  io.Writer
 	// StderrTTY enables the progress line.
 	StderrTTY bool
+	// Probe starts a probe process (flagcx: plugins --probe), in which the
+	// plugins a run will load are loaded first (probe.go); nil loads them
+	// in-process only.
+	Probe []string
 }
 
 // ProcessEnv is this process's Env.
@@ -95,6 +99,9 @@ func Run(f *Flags, e Env) error {
 	if err := checkMemory(cfg.MaxBytes, cfg.Check, local); err != nil {
 		return err
 	}
+	if err := probeOwnBackend(cfg, e); err != nil {
+		return err
+	}
 	comm, be, err := join(cfg, e, job, launched, nranks, rank)
 	if err != nil {
 		return err
@@ -120,6 +127,9 @@ func startRanks(cfg *Config, e Env) error {
 		return err
 	}
 	if err := preflight(cfg, e.Lookup); err != nil {
+		return err
+	}
+	if err := launchChecks(cfg, e); err != nil {
 		return err
 	}
 	if err := checkMemory(cfg.MaxBytes, cfg.Check, cfg.NP); err != nil {
@@ -159,17 +169,16 @@ func join(cfg *Config, e Env, job launch.Job, launched bool, nranks, rank int) (
 	return comm, be, nil
 }
 
-// showOn sends rank 0's results to e's stdout, and its progress line to
-// e's stderr when that is a terminal (or FLAGCX_PROGRESS_TTY says so).
+// showOn sends rank 0's results to e's stdout, and its progress to e's
+// stderr: a line redrawn in place when that is a terminal (or
+// FLAGCX_PROGRESS_TTY says the local launcher's is), else a line per step.
 func (r *rankRun) showOn(e Env) {
 	r.out = e.Stdout
 	tty := e.StderrTTY
 	if on, _ := env.ProgressTTY.Get(e.Lookup); on {
 		tty = true
 	}
-	if tty {
-		r.prog = &progress{w: e.Stderr, total: r.cfg.steps()}
-	}
+	r.prog = &progress{w: e.Stderr, total: r.cfg.steps(), lines: !tty}
 }
 
 // runRank runs the benchmark r on comm and be, then tears them down.
@@ -379,6 +388,7 @@ type rankRun struct {
 	send, recv       Buf
 	inputImg, expImg []byte
 	scratch          []byte
+	shares           [2][]byte // the check's scratch (check.go)
 	devices          []device
 	results          []Result
 	rep              reporter
@@ -497,6 +507,7 @@ func (r *rankRun) bench(op *opSpec, dt sdk.DataType, redop sdk.RedOp, sizeIdx in
 
 	var times [2]float64
 	var wrong [2]int64
+	var spent sizeTimes
 	for phase, inPlace := range []bool{false, true} {
 		x, off := oop, 0
 		if inPlace {
@@ -505,14 +516,18 @@ func (r *rankRun) bench(op *opSpec, dt sdk.DataType, redop sdk.RedOp, sizeIdx in
 		var err error
 		// Inputs for timing, then (with -c) inputs to check.
 		c.Seed = seed | uint64(2*phase)
+		t0 := time.Now()
 		if times[phase], err = r.timeHalf(op, c, x, inPlace); err != nil {
 			return nil, err
 		}
+		spent.coll += time.Since(t0)
 		if r.cfg.Check {
 			c.Seed = seed | uint64(2*phase+1)
+			t0 = time.Now()
 			if wrong[phase], err = r.checkHalf(op, c, x, inPlace, off, recvN); err != nil {
 				return nil, err
 			}
+			spent.check += time.Since(t0)
 		}
 		if !inPlace && r.cfg.Print && r.rank == 0 {
 			got, err := view(r.recv, 0, recvN, &r.scratch)
@@ -525,6 +540,7 @@ func (r *rankRun) bench(op *opSpec, dt sdk.DataType, redop sdk.RedOp, sizeIdx in
 	if err := r.agree(op, res, times, wrong); err != nil {
 		return nil, err
 	}
+	r.debugTimes(op, res, spent)
 	r.results = append(r.results, *res)
 	return res, nil
 }
@@ -570,7 +586,7 @@ func (r *rankRun) timeHalf(op *opSpec, c reference.Case, x *call, inPlace bool) 
 
 // checkHalf runs x once on the check inputs of c and counts the elements of
 // its result (recvN bytes at off of the receive buffer) that differ from
-// the reference.
+// the reference (countWrong).
 func (r *rankRun) checkHalf(op *opSpec, c reference.Case, x *call, inPlace bool, off, recvN int) (int64, error) {
 	if err := r.prepare(op, c, inPlace, true); err != nil {
 		return 0, err
@@ -585,7 +601,7 @@ func (r *rankRun) checkHalf(op *opSpec, c reference.Case, x *call, inPlace bool,
 	if err != nil {
 		return 0, err
 	}
-	return int64(reference.Compare(c.Type, got, r.expImg[:recvN])), nil
+	return r.countWrong(c, got, r.expImg[:recvN])
 }
 
 // agree fills res's halves with what the ranks agree on (the slowest
@@ -621,8 +637,9 @@ func (r *rankRun) agree(op *opSpec, res *Result, times [2]float64, wrong [2]int6
 	return nil
 }
 
-// prepare writes the inputs of one call (and, for a check, its expected
-// result into expImg): zeroed receive buffer, this rank's input in the send
+// prepare writes the inputs of one call (and, for a check, the image of
+// its receive region before the call into expImg, which countWrong
+// completes): zeroed receive buffer, this rank's input in the send
 // buffer or at its in-place offset.
 func (r *rankRun) prepare(op *opSpec, c reference.Case, inPlace, forCheck bool) error {
 	ts := c.Type.Size()
@@ -681,7 +698,6 @@ func (r *rankRun) prepare(op *opSpec, c reference.Case, inPlace, forCheck bool) 
 			copy(exp[lo-ro*ts:hi-ro*ts], input[lo-so*ts:hi-so*ts])
 		}
 	}
-	reference.ExpectedInto(c, r.rank, exp)
 	return nil
 }
 
