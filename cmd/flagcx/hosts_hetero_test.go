@@ -64,3 +64,45 @@ func TestHostsHeterogeneous(t *testing.T) {
 		})
 	}
 }
+
+// TestHostsCallMismatch: host ranks on 2 emulated hosts where the last
+// rank calls AllReduce with another reduction, or another data type of the
+// same size, than the others: over TCP between the hosts (and shared
+// memory inside them) every rank fails before the deadline with an error
+// that names the disagreement, instead of wrong data.
+func TestHostsCallMismatch(t *testing.T) {
+	for _, tc := range []struct{ name, others, last, want string }{
+		{"op", "-d float32 -o sum", "-d float32 -o max", "AllReduce float32 max"},
+		{"type", "-d float32 -o sum", "-d int32 -o sum", "AllReduce int32 sum"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			hs := testkit.Hosts(t, 2)
+			out := t.TempDir()
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			script := fmt.Sprintf(`a="%s"; [ "$FLAGCX_RANK" = 3 ] && a="%s"; exec %s bench allreduce -c 1 -b 64K -e 64K -w 1 -n 2 --backend host $a`,
+				tc.others, tc.last, flagcxBin(t))
+			cmd := hs.Ranks(ctx, 2, out, "sh", "-c", script)
+			cmd.Env = cleanEnv("FLAGCX_TIMEOUT=60")
+			require.Error(t, cmd.Run())
+			for k := 0; k < 4; k++ {
+				o := testkit.RankResult(out, k)
+				require.True(t, o.Ended, "rank %d", k)
+				require.Equal(t, 1, o.Code, "rank %d:\n%s", k, o.Stderr)
+				require.Contains(t, o.Stderr, "flagcx: error:", "rank %d", k)
+			}
+			// The ranks that see the other call name both.
+			named := 0
+			for k := 0; k < 4; k++ {
+				e := testkit.RankResult(out, k).Stderr
+				if strings.Contains(e, "ranks disagree on the operation") && strings.Contains(e, tc.want) {
+					named++
+				}
+			}
+			require.NotZero(t, named, "no rank named the disagreement")
+			for _, h := range hs.Hosts {
+				require.NoError(t, h.Leftovers())
+			}
+		})
+	}
+}
