@@ -38,18 +38,11 @@ func TestHostsHeterogeneous(t *testing.T) {
 			cmd := hs.Ranks(ctx, 2, out, "sh", "-c", script)
 			cmd.Env = ibEnv(t, "FLAGCX_TIMEOUT=60", "FLAGCX_NET="+net)
 			runErr := cmd.Run()
-			story := func() string {
-				var b strings.Builder
-				for k := 0; k < 6; k++ {
-					o := testkit.RankResult(out, k)
-					fmt.Fprintf(&b, "rank %d (ended %v, code %d):\n%s\n", k, o.Ended, o.Code, tail(o.Stderr, 1500))
-				}
-				return b.String()
-			}
-			require.NoError(t, runErr, story())
+			job := &hostsRun{hosts: hs, perHost: 2, out: out}
+			require.NoError(t, runErr, job.story())
 			for k := 0; k < 6; k++ {
 				o := testkit.RankResult(out, k)
-				require.True(t, o.Ended && o.Code == 0, "rank %d:\n%s", k, story())
+				require.True(t, o.Ended && o.Code == 0, "rank %d:\n%s", k, job.story())
 			}
 			stdout := testkit.RankResult(out, 0).Stdout
 			require.Contains(t, stdout, "emulated", "an emulated run says so")
