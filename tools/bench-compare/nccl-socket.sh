@@ -47,17 +47,11 @@ cols+=(gloo)
   for c in "${cols[@]}"; do case $c in nccl-socket|gloo) ;; *) printf " %s / nccl-socket |" "$c" ;; esac; done; echo
   printf "|---|"; for c in "${cols[@]}"; do printf -- "---|"; case $c in nccl-socket|gloo) ;; *) printf -- "---|" ;; esac; done; echo
 }
-awk -v cols="${cols[*]}" -v dir="$out" '
+awk -v cols="${cols[*]}" -v dir="$out" "$(cat tools/bench-compare/results.awk)"'
 BEGIN {
-  n = split(cols, c, " ")
-  for (i = 1; i <= n; i++) {
-    f = dir "/" c[i]
-    while ((getline line < f) > 0) { split(line, v, " "); us[c[i], v[1]] = v[2]; bw[c[i], v[1]] = v[3]; sizes[v[1]] = 1 }
-  }
-  m = 0; for (s in sizes) order[++m] = s + 0
-  for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (order[j] < order[i]) { t = order[i]; order[i] = order[j]; order[j] = t }
+  load(cols, dir)
   for (k = 1; k <= m; k++) {
-    s = order[k]; h = s >= 1048576 ? sprintf("%d MiB", s / 1048576) : sprintf("%d KiB", s / 1024)
+    s = order[k]; h = label(s)
     row = "| " h " |"
     for (i = 1; i <= n; i++) row = row " " (((c[i], s) in bw) ? sprintf("%s (%s us)", bw[c[i], s], us[c[i], s]) : "-") " |"
     ref = bw["nccl-socket", s] + 0

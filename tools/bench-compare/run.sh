@@ -64,20 +64,12 @@ first=${cols[0]}
   printf " %s/gloo busbw | %s/openmpi busbw | %s/openmpi latency |\n" "$first" "$first" "$first"
   printf "|---|"; for _ in "${cols[@]}" "${cols[@]}"; do printf -- "---|"; done; printf -- "---|---|---|\n"
 }
-awk -v cols="${cols[*]}" -v dir="$out" -v first="$first" '
+awk -v cols="${cols[*]}" -v dir="$out" -v first="$first" "$(cat tools/bench-compare/results.awk)"'
 BEGIN {
-  n = split(cols, c, " ")
-  for (i = 1; i <= n; i++) {
-    f = dir "/" c[i]
-    while ((getline line < f) > 0) {
-      split(line, v, " "); us[c[i], v[1]] = v[2]; bw[c[i], v[1]] = v[3]; sizes[v[1]] = 1
-    }
-  }
-  m = 0; for (s in sizes) order[++m] = s + 0
-  for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (order[j] < order[i]) { t = order[i]; order[i] = order[j]; order[j] = t }
+  load(cols, dir)
   for (k = 1; k <= m; k++) {
     s = order[k]
-    h = s >= 1048576 ? sprintf("%d MiB", s / 1048576) : sprintf("%d KiB", s / 1024)
+    h = label(s)
     row = "| " h " |"
     for (i = 1; i <= n; i++) row = row " " (((c[i], s) in us) ? us[c[i], s] : "-") " |"
     for (i = 1; i <= n; i++) row = row " " (((c[i], s) in bw) ? bw[c[i], s] : "-") " |"
