@@ -20,26 +20,9 @@ func TestBenchMixedJobOneProcessPerRank(t *testing.T) {
 	dir := pluginDir(t)
 	for _, tr := range []struct{ name, shmDisable string }{{"shm", ""}, {"tcp", "1"}} {
 		t.Run(tr.name, func(t *testing.T) {
-			port := freePort(t)
-			const n = 4
-			placement := []string{"nvidia", "nvidia", "", ""}
-			res := make([]result, n)
-			var wg sync.WaitGroup
-			for r := 0; r < n; r++ {
-				wg.Add(1)
-				go func(r int) {
-					defer wg.Done()
-					env := cleanEnv(fmt.Sprintf("FLAGCX_RANK=%d", r), fmt.Sprintf("FLAGCX_NRANKS=%d", n),
-						fmt.Sprintf("FLAGCX_COMM_ID=127.0.0.1:%d", port), "FLAGCX_COMM_SECRET="+strings.Repeat("6b", 16),
-						"FLAGCX_SHM_DISABLE="+tr.shmDisable, "FLAGCX_TIMEOUT=60")
-					args := []string{"--plugin-dir", dir, "bench", "all", "-c", "1", "-b", "8", "-e", "1K", "-f", "8", "-w", "1", "-n", "2"}
-					if placement[r] != "" {
-						args = append(args, "--backend", placement[r], "--emulated")
-					}
-					res[r] = runFlagcx(t, 3*time.Minute, env, args...)
-				}(r)
-			}
-			wg.Wait()
+			res := runMixedJob(t, tr.shmDisable, 60, 3*time.Minute, func(int) []string {
+				return []string{"--plugin-dir", dir, "bench", "all", "-c", "1", "-b", "8", "-e", "1K", "-f", "8", "-w", "1", "-n", "2"}
+			})
 			for r := range res {
 				require.Zero(t, res[r].code, "rank %d stdout:\n%s\nstderr:\n%s", r, res[r].stdout, res[r].stderr)
 			}
@@ -64,29 +47,13 @@ func TestBenchMixedJobMismatch(t *testing.T) {
 		naming           []int
 	}{{"shm", "", []int{0, 1, 2, 3}}, {"tcp", "1", []int{2, 3}}} {
 		t.Run(tr.name, func(t *testing.T) {
-			port := freePort(t)
-			const n = 4
-			res := make([]result, n)
-			var wg sync.WaitGroup
-			for r := 0; r < n; r++ {
-				wg.Add(1)
-				go func(r int) {
-					defer wg.Done()
-					env := cleanEnv(fmt.Sprintf("FLAGCX_RANK=%d", r), fmt.Sprintf("FLAGCX_NRANKS=%d", n),
-						fmt.Sprintf("FLAGCX_COMM_ID=127.0.0.1:%d", port), "FLAGCX_COMM_SECRET="+strings.Repeat("6c", 16),
-						"FLAGCX_SHM_DISABLE="+tr.shmDisable, "FLAGCX_TIMEOUT=120")
-					op := "sum"
-					if r == 3 {
-						op = "max"
-					}
-					args := []string{"--plugin-dir", dir, "bench", "allreduce", "-c", "1", "-b", "1K", "-e", "1K", "-w", "1", "-n", "2", "-o", op}
-					if r < 2 {
-						args = append(args, "--backend", "nvidia", "--emulated")
-					}
-					res[r] = runFlagcx(t, 100*time.Second, env, args...)
-				}(r)
-			}
-			wg.Wait()
+			res := runMixedJob(t, tr.shmDisable, 120, 100*time.Second, func(r int) []string {
+				op := "sum"
+				if r == 3 {
+					op = "max"
+				}
+				return []string{"--plugin-dir", dir, "bench", "allreduce", "-c", "1", "-b", "1K", "-e", "1K", "-w", "1", "-n", "2", "-o", op}
+			})
 			for r := range res {
 				require.Equal(t, 1, res[r].code, "rank %d stdout:\n%s\nstderr:\n%s", r, res[r].stdout, res[r].stderr)
 			}
@@ -97,4 +64,32 @@ func TestBenchMixedJobMismatch(t *testing.T) {
 			}
 		})
 	}
+}
+
+// runMixedJob starts the mixed job of these tests as 4 processes, one per
+// rank, as an external launcher would: ranks 0 and 1 on emulated nvidia
+// (--backend), ranks 2 and 3 with no backend flag (host). args(r) is rank
+// r's command line before the backend flag.
+func runMixedJob(t *testing.T, shmDisable string, timeoutSec int, limit time.Duration, args func(r int) []string) []result {
+	t.Helper()
+	port := freePort(t)
+	const n = 4
+	res := make([]result, n)
+	var wg sync.WaitGroup
+	for r := 0; r < n; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			env := cleanEnv(fmt.Sprintf("FLAGCX_RANK=%d", r), fmt.Sprintf("FLAGCX_NRANKS=%d", n),
+				fmt.Sprintf("FLAGCX_COMM_ID=127.0.0.1:%d", port), "FLAGCX_COMM_SECRET="+strings.Repeat("6b", 16),
+				"FLAGCX_SHM_DISABLE="+shmDisable, fmt.Sprintf("FLAGCX_TIMEOUT=%d", timeoutSec))
+			a := args(r)
+			if r < 2 {
+				a = append(a, "--backend", "nvidia", "--emulated")
+			}
+			res[r] = runFlagcx(t, limit, env, a...)
+		}(r)
+	}
+	wg.Wait()
+	return res
 }
