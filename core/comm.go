@@ -458,6 +458,12 @@ func (m meshPeers) Send(peer int, buf []byte) error {
 	return nil
 }
 
+// SendBuffered: a TCP socket's kernel buffers take a message of up to
+// hostnet.BufferedSend bytes whatever the peer does (host.Buffered).
+func (m meshPeers) SendBuffered(peer, n int) bool {
+	return n <= hostnet.BufferedSend && m.c.mesh.Links[peer].Transport() == "tcp"
+}
+
 func (m meshPeers) Recv(peer int, buf []byte) error {
 	if err := hostnet.RecvTagged(m.c.mesh.Links[peer], buf, uint32(m.c.cur.digest)); err != nil {
 		return m.c.linkError(err, fmt.Sprintf("waiting for %d bytes from rank %d", len(buf), peer), peer)

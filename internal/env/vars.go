@@ -33,6 +33,9 @@ var (
 	// NetStripeMin is FLAGCX_NET_STRIPE_MIN.
 	NetStripeMin = Bytes("FLAGCX_NET_STRIPE_MIN", 256<<10, 0, MaxBytes,
 		"smallest message striped over a peer's sockets (2 from it, one more per half of it)")
+	// SocketSpinUS is FLAGCX_SOCKET_SPIN_US.
+	SocketSpinUS = Int("FLAGCX_SOCKET_SPIN_US", 50, 0, 100000,
+		"microseconds a socket read polls before it sleeps, where this host's ranks leave a core free (0: never poll)")
 )
 
 // Shared memory between the ranks of one host (hostnet).
@@ -56,6 +59,9 @@ var (
 	// ShmRegister is FLAGCX_SHM_REGISTER (read by bench).
 	ShmRegister = BoolOn("FLAGCX_SHM_REGISTER",
 		"bench allocates its host buffers with the communicator's MemAlloc (registered, zero-copy collectives); 0 for ordinary memory")
+	// BenchCPUProfile is FLAGCX_BENCH_CPUPROFILE (read by bench).
+	BenchCPUProfile = String("FLAGCX_BENCH_CPUPROFILE", "",
+		"bench writes each rank's CPU profile (Go pprof) to this path with .rank<N> appended")
 	// ShmSlotSize is FLAGCX_SHM_SLOT_SIZE.
 	ShmSlotSize = Gone("FLAGCX_SHM_SLOT_SIZE",
 		"this variable no longer exists: each rank now has one segment; size its inbound rings with FLAGCX_SHM_P2P_SIZE and its collective window with FLAGCX_SHM_WINDOW_SIZE")

@@ -15,6 +15,7 @@ const (
 	DefaultStreams   = 4 // FLAGCX_SOCKET_NTHREADS=2 x FLAGCX_NSOCKS_PERTHREAD=2
 	DefaultStripeMin = 256 << 10
 	DefaultTimeout   = 30 * time.Second
+	DefaultSpin      = 50 * time.Microsecond
 
 	// MaxStreams caps FLAGCX_SOCKET_NTHREADS x FLAGCX_NSOCKS_PERTHREAD.
 	MaxStreams = 64
@@ -39,7 +40,7 @@ var ErrConfig = errors.New("invalid hostnet configuration")
 
 // DefaultConfig is the configuration used when no variable is set:
 // every interface but loopback and docker, either address family, 4 sockets
-// per peer, striping from 256 KiB, 30 s timeout.
+// per peer, striping from 256 KiB, 30 s timeout, reads polling 50 us.
 func DefaultConfig() Config {
 	return Config{
 		IfName:    DefaultIfName,
@@ -47,12 +48,14 @@ func DefaultConfig() Config {
 		Streams:   DefaultStreams,
 		StripeMin: DefaultStripeMin,
 		Timeout:   DefaultTimeout,
+		Spin:      DefaultSpin,
 	}
 }
 
 // ConfigFromEnv reads FLAGCX_SOCKET_IFNAME, FLAGCX_SOCKET_FAMILY,
-// FLAGCX_SOCKET_NTHREADS, FLAGCX_NSOCKS_PERTHREAD, FLAGCX_NET_STRIPE_MIN and
-// FLAGCX_TIMEOUT from the process environment on top of DefaultConfig.
+// FLAGCX_SOCKET_NTHREADS, FLAGCX_NSOCKS_PERTHREAD, FLAGCX_NET_STRIPE_MIN,
+// FLAGCX_TIMEOUT and FLAGCX_SOCKET_SPIN_US from the process environment on
+// top of DefaultConfig.
 func ConfigFromEnv() (Config, error) {
 	return ConfigFromLookup(os.LookupEnv)
 }
@@ -68,6 +71,7 @@ func ConfigFromEnv() (Config, error) {
 //	FLAGCX_NSOCKS_PERTHREAD  1..16 (default 2); Streams = NTHREADS x NSOCKS, at most 64
 //	FLAGCX_NET_STRIPE_MIN    bytes, with optional K/M/G suffix (1024-based; 1.5M allowed)
 //	FLAGCX_TIMEOUT           seconds ("30", "2.5") or a Go duration ("45s", "2m")
+//	FLAGCX_SOCKET_SPIN_US    0..100000 microseconds (default 50)
 func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	cfg := DefaultConfig()
 	l := env.Lookup(lookup)
@@ -104,6 +108,11 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 		bad(err)
 	} else {
 		cfg.Timeout = d
+	}
+	if us, err := env.SocketSpinUS.Get(l); err != nil {
+		bad(err)
+	} else {
+		cfg.Spin = time.Duration(us) * time.Microsecond
 	}
 	if n, err := env.Net.Get(l); err != nil {
 		bad(err)

@@ -10,7 +10,7 @@ import (
 
 func TestDefaultConfig(t *testing.T) {
 	cfg := DefaultConfig()
-	require.Equal(t, Config{IfName: "^lo,docker", Family: 0, Streams: 4, StripeMin: 256 << 10, Timeout: 30 * time.Second}, cfg)
+	require.Equal(t, Config{IfName: "^lo,docker", Family: 0, Streams: 4, StripeMin: 256 << 10, Timeout: 30 * time.Second, Spin: 50 * time.Microsecond}, cfg)
 	got, err := ConfigFromLookup(func(string) (string, bool) { return "", false })
 	require.NoError(t, err)
 	require.Equal(t, cfg, got)
@@ -58,6 +58,9 @@ func TestConfigFromLookup(t *testing.T) {
 		{"timeout negative", map[string]string{EnvTimeout: "-3s"}, def, []string{EnvTimeout, `"-3s"`}},
 		{"timeout word", map[string]string{EnvTimeout: "soon"}, def, []string{EnvTimeout, `"soon"`, "Go duration"}},
 		{"timeout inf", map[string]string{EnvTimeout: "Inf"}, def, []string{EnvTimeout, `"Inf"`}},
+		{"spin microseconds", map[string]string{"FLAGCX_SOCKET_SPIN_US": "200"}, with(func(c *Config) { c.Spin = 200 * time.Microsecond }), nil},
+		{"spin off", map[string]string{"FLAGCX_SOCKET_SPIN_US": "0"}, with(func(c *Config) { c.Spin = 0 }), nil},
+		{"spin negative", map[string]string{"FLAGCX_SOCKET_SPIN_US": "-5"}, def, []string{"FLAGCX_SOCKET_SPIN_US", `"-5"`, "0 to 100000"}},
 		{"two bad variables reported together", map[string]string{EnvSocketFamily: "7", EnvTimeout: "x"}, def, []string{EnvSocketFamily, EnvTimeout}},
 	}
 	for _, tc := range tests {

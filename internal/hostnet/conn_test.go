@@ -613,3 +613,63 @@ func TestConnReadAheadKeepsFrames(t *testing.T) {
 	}
 	require.NoError(t, <-errc)
 }
+
+// TestPolledReads: a Conn that polls (Mesh.pollSockets) receives what comes
+// during the poll and after it (asleep), gives up at its deadline with the
+// stream still usable, stops polling after polls that ran out and polls
+// again once one finds data, and reports a closed peer as ErrClosed.
+func TestPolledReads(t *testing.T) {
+	tests := []struct {
+		name  string
+		delay time.Duration // before the peer sends; < 0: the peer closes instead
+		spin  time.Duration
+	}{
+		{"ready before the read", 0, time.Millisecond},
+		{"arrives during the poll", 200 * time.Microsecond, 50 * time.Millisecond},
+		{"arrives after the poll", 20 * time.Millisecond, 100 * time.Microsecond},
+		{"peer closes", -1, time.Millisecond},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d, a := connPair(t, testConfig(2*time.Second))
+			a.setSpin(tc.spin)
+			msg := randomBytes(7, 100)
+			go func() {
+				time.Sleep(max(tc.delay, 0))
+				if tc.delay < 0 {
+					d.Close()
+					return
+				}
+				_ = d.Send(msg)
+			}()
+			got := make([]byte, len(msg))
+			err := a.Recv(got)
+			if tc.delay < 0 {
+				require.ErrorIs(t, err, ErrClosed)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, msg, got)
+		})
+	}
+
+	t.Run("deadline, then polling stops and resumes", func(t *testing.T) {
+		d, a := connPair(t, testConfig(300*time.Millisecond))
+		a.setSpin(time.Millisecond)
+		require.ErrorIs(t, a.Recv(make([]byte, 8)), ErrTimeout)
+		for range maxPollMisses {
+			sent := make(chan error, 1)
+			go func() { time.Sleep(5 * time.Millisecond); sent <- d.Send([]byte("late....")) }()
+			require.NoError(t, a.Recv(make([]byte, 8)))
+			require.NoError(t, <-sent) // one Send at a time on d
+		}
+		require.GreaterOrEqual(t, a.misses, maxPollMisses, "polls that ran out are counted")
+		for i := 0; a.misses >= maxPollMisses; i++ {
+			require.Less(t, i, 2*pollProbe, "a probe polls again within %d reads", pollProbe)
+			require.NoError(t, d.Send([]byte("ready...")))
+			time.Sleep(time.Millisecond) // there before the read: the probe finds it
+			require.NoError(t, a.Recv(make([]byte, 8)))
+		}
+		require.Zero(t, a.misses)
+	})
+}

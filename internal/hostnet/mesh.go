@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 
@@ -160,6 +161,7 @@ func Connect(mc MeshConfig) (_ *Mesh, err error) {
 	if err := m.upgradeNet(mc); err != nil {
 		return nil, err
 	}
+	m.pollSockets(mc)
 	defer recordLinks(m.Links)
 	if m.Node != nil {
 		// Step 1 is the setup's: once every rank of the host published it,
@@ -202,6 +204,29 @@ func (m *Mesh) removeDeadPeers(mc MeshConfig) {
 
 // connectTCP dials the lower ranks and accepts the higher ones that use
 // TCP, Streams sockets per pair, all at once.
+// pollSockets lets the TCP links' reads poll for Net.Spin before they sleep
+// (Conn.readPolled), where this host's ranks leave a core free: a polling
+// rank holds a core while it waits, which ranks outnumbering the cores would
+// take from each other (and from the kernel moving their bytes).
+func (m *Mesh) pollSockets(mc MeshConfig) {
+	self, here := mc.Peers[mc.Rank], 0
+	for _, p := range mc.Peers {
+		if p.Rank == mc.Rank || SameHost(self, p) {
+			here++
+		}
+	}
+	if mc.Net.Spin <= 0 || here >= runtime.NumCPU() {
+		return
+	}
+	for _, l := range m.Links {
+		if tl, ok := l.(*TCPLink); ok {
+			for _, c := range tl.conns {
+				c.setSpin(mc.Net.Spin)
+			}
+		}
+	}
+}
+
 func (m *Mesh) connectTCP(mc MeshConfig) error {
 	n, rank, self := len(mc.Peers), mc.Rank, mc.Peers[mc.Rank]
 	streams := max(mc.Net.Streams, 1)

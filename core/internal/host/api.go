@@ -23,3 +23,14 @@ type Peers interface {
 	// partial write.
 	Recv(peer int, buf []byte) error
 }
+
+// Buffered is implemented by Peers whose Send of a small message returns
+// without waiting for the peer's Recv (a socket's kernel buffer takes it).
+// The engine then sends such a message of an exchange on the calling
+// goroutine before it receives, instead of from a second goroutine whose
+// wake-up on another thread costs more than the message (sendrecv).
+type Buffered interface {
+	// SendBuffered says whether a Send of n bytes to peer returns without
+	// the peer's Recv, whatever the peer is doing.
+	SendBuffered(peer, n int) bool
+}

@@ -185,6 +185,12 @@ func mod(a, n int) int { return ((a % n) + n) % n }
 
 // sendrecv sends sbuf to `to` while receiving rbuf from `from`.
 func (e *Engine) sendrecv(name string, to int, sbuf []byte, from int, rbuf []byte) error {
+	if b, ok := e.p.(Buffered); ok && b.SendBuffered(to, len(sbuf)) {
+		if err := e.send(name, to, sbuf); err != nil {
+			return err
+		}
+		return e.recv(name, from, rbuf)
+	}
 	errc := make(chan error, 1)
 	go func() { errc <- e.send(name, to, sbuf) }()
 	rerr := e.recv(name, from, rbuf)

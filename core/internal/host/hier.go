@@ -86,6 +86,10 @@ func (s subPeers) Rank() int                       { return s.me }
 func (s subPeers) Size() int                       { return len(s.ranks) }
 func (s subPeers) Send(peer int, buf []byte) error { return s.p.Send(s.ranks[peer], buf) }
 func (s subPeers) Recv(peer int, buf []byte) error { return s.p.Recv(s.ranks[peer], buf) }
+func (s subPeers) SendBuffered(peer, n int) bool {
+	b, ok := s.p.(Buffered)
+	return ok && b.SendBuffered(s.ranks[peer], n)
+}
 
 // allReduceHier is the AllReduce of ranks on several hosts: inside a host
 // over its own links (shared memory between the ranks of a host), between
