@@ -560,6 +560,9 @@ func (c *Comm) start() error {
 	if len(bad) > 0 {
 		return fmt.Errorf("%w: rank %d: ranks %s could not start their cluster's library (see their errors)", sdk.ErrRemoteError, c.rank, sched.FormatRanks(bad))
 	}
+	if c.leadersTalkTCP() {
+		c.opts.MinChunk = sched.TCPMinChunk
+	}
 	if shmOK {
 		c.opts.ShmWindow = c.shm.windowMin()
 		c.opts.ShmDeviceReduce = deviceReduce

@@ -303,13 +303,20 @@ func (c *Comm) execute(p *sched.Plan, b *callBufs, s loader.Stream) error {
 		return c.failure(p, err)
 	}
 	lanes := p.Lanes()
-	if len(lanes) == 1 {
+	if len(lanes) == 1 || inOrder(p) {
 		defer c.bindDevice()()
 		for i := range p.Steps {
-			if err := c.step(p, i, b, s); err != nil {
-				return c.failure(p, err)
+			var err error
+			if len(lanes) > 1 {
+				err = ch.await(i) // one lane: its stream orders its steps
 			}
-			if err := ch.record(i); err != nil {
+			if err == nil {
+				err = c.step(p, i, b, s)
+			}
+			if err == nil {
+				err = ch.record(i)
+			}
+			if err != nil {
 				return c.failure(p, err)
 			}
 		}
@@ -380,6 +387,27 @@ func (c *Comm) execute(p *sched.Plan, b *callBufs, s loader.Stream) error {
 		return c.failure(p, first)
 	}
 	return nil
+}
+
+// inOrder reports whether a plan runs best as one sequence of steps on the
+// calling goroutine: a pipeline of one chunk (a chain of steps per chunk)
+// leaves the lanes nothing to overlap, and a goroutine per lane would only
+// add its start (a stack grown for the plugin's calls, the device bound to
+// its thread) and a wake-up per step to the call. Plans without chunks (p2p
+// exchanges) keep their lanes: their steps may need to run at once. Steps
+// depend only on earlier ones, which plan order then satisfies.
+func inOrder(p *sched.Plan) bool {
+	if p.Chunks != 1 {
+		return false
+	}
+	for i := range p.Steps {
+		for _, d := range p.Steps[i].Deps {
+			if d >= i {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // chain orders a plan's device work with events instead of waiting for

@@ -116,3 +116,22 @@ func (c *hostComm) LinkTable() []string {
 	}
 	return lines
 }
+
+// leadersTalkTCP reports whether two cluster leaders are linked by TCP:
+// the staged schedules then cut calls into fewer, larger chunks
+// (sched.TCPMinChunk). Every rank reads the same table (start), so every
+// rank decides alike.
+func (c *Comm) leadersTalkTCP() bool {
+	n, rec := c.n, c.n+1
+	if len(c.world.links) != n*rec {
+		return false
+	}
+	for _, a := range c.layout.Clusters {
+		for _, b := range c.layout.Clusters {
+			if a.Leader != b.Leader && c.world.links[a.Leader*rec+1+b.Leader] == linkTCP {
+				return true
+			}
+		}
+	}
+	return false
+}

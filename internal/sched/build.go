@@ -10,9 +10,17 @@ import (
 // and into at least 4 (of at least MinPipeChunk bytes each) when it is
 // large enough, so that copies to the host, the network and copies back
 // overlap even for messages not much larger than a chunk.
+//
+// Over TCP the network is so much slower than the copies that overlapping
+// them gains little, while every chunk costs a host collective's latency
+// and runs it at a smaller message's rate: there chunks are at least
+// TCPMinChunk (Options.MinChunk). On the 2 x H200 machine, 2 ranks over
+// loopback, a host AllReduce of 256 KiB ran at 1.4 GB/s, of 1 MiB at 2.5
+// and of 4 MiB at 5.1 (docs/performance.md).
 const (
 	DefaultChunk = 16 << 20 // FLAGCX_NET_CHUNK_SIZE default; FlagCX uses 4M, 16M measured better on H200 (docs/performance.md)
 	MinPipeChunk = 256 << 10
+	TCPMinChunk  = 4 << 20
 	minPipeDepth = 4
 )
 
@@ -32,25 +40,34 @@ type Options struct {
 	// (ABI v4's reduceLocal), so an AllReduce over device clusters only
 	// on PathShm reduces there and the host only relays (shm.go).
 	ShmDeviceReduce bool
+	// MinChunk is the smallest chunk the staged schedules cut a call into
+	// for the sake of overlap (0 means MinPipeChunk): TCPMinChunk where
+	// cluster leaders talk TCP.
+	MinChunk int
 }
 
 // span is a byte range [Off, Off+Len).
 type span = Range
 
-// Spans cuts bytes (whole elements of size bytes) into pipeline chunks.
-// Every rank computes the same chunks from the same call.
-func Spans(bytes, size, chunk int) []span {
+// Spans cuts bytes (whole elements of size bytes) into pipeline chunks of
+// at most chunk bytes, and into up to 4 of at least minChunk bytes
+// (MinPipeChunk where minChunk <= 0) for overlap. Every rank computes the
+// same chunks from the same call.
+func Spans(bytes, size, chunk, minChunk int) []span {
 	if bytes <= 0 || size <= 0 {
 		return nil
 	}
 	if chunk <= 0 {
 		chunk = DefaultChunk
 	}
+	if minChunk <= 0 {
+		minChunk = MinPipeChunk
+	}
 	elems := bytes / size
 	per := max(chunk/size, 1)
 	k := (elems + per - 1) / per
 	if k < minPipeDepth {
-		k = max(k, min(minPipeDepth, bytes/MinPipeChunk))
+		k = max(k, min(minPipeDepth, bytes/minChunk))
 	}
 	k = max(min(k, elems), 1)
 	out := make([]span, k)
@@ -212,7 +229,7 @@ func (b *builder) c2c() {
 
 // spans are the call's pipeline chunks over bytes, recorded in the plan.
 func (b *builder) spans(bytes int) []span {
-	sp := Spans(bytes, max(b.size, 1), b.o.Chunk)
+	sp := Spans(bytes, max(b.size, 1), b.o.Chunk, b.o.MinChunk)
 	if len(sp) > 0 {
 		b.p.Chunks = len(sp)
 		b.p.ChunkBytes = sp[0].Len

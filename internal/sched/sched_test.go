@@ -134,24 +134,29 @@ func TestSpans(t *testing.T) {
 	cases := []struct {
 		bytes, size, chunk int
 		n                  int
+		minChunk           int
 	}{
-		{0, 4, 0, 0},
-		{4, 4, 0, 1},
-		{64 << 10, 4, 0, 1},
-		{512 << 10, 4, 0, 2},              // at least 256K a chunk
-		{4 << 20, 4, 0, 4},                // within one default chunk, cut in 4 for overlap
-		{64 << 20, 4, 0, 4},               // 16M default chunks
-		{64 << 20, 4, 4 << 20, 16},        // 4M chunks
-		{37 * 8, 8, 64, 5},                // small chunks: 8 elements each, the last 5
-		{10, 2, 1, 5},                     // chunk below an element: one element each
-		{3 * 1 << 20, 2, 1 << 20, 4},      // 3 chunks by size, 4 for overlap
-		{(1 << 20) + 2, 2, 1 << 30, 4},    // not a multiple of 4
-		{100 << 20, 8, 1 << 20, 100},      // many chunks
-		{6, 2, 0, 1},                      // tiny
-		{MinPipeChunk * 3, 1, 1 << 30, 3}, // 3 chunks of the minimum
+		{0, 4, 0, 0, 0},
+		{4, 4, 0, 1, 0},
+		{64 << 10, 4, 0, 1, 0},
+		{512 << 10, 4, 0, 2, 0},              // at least 256K a chunk
+		{4 << 20, 4, 0, 4, 0},                // within one default chunk, cut in 4 for overlap
+		{64 << 20, 4, 0, 4, 0},               // 16M default chunks
+		{64 << 20, 4, 4 << 20, 16, 0},        // 4M chunks
+		{37 * 8, 8, 64, 5, 0},                // small chunks: 8 elements each, the last 5
+		{10, 2, 1, 5, 0},                     // chunk below an element: one element each
+		{3 * 1 << 20, 2, 1 << 20, 4, 0},      // 3 chunks by size, 4 for overlap
+		{(1 << 20) + 2, 2, 1 << 30, 4, 0},    // not a multiple of 4
+		{100 << 20, 8, 1 << 20, 100, 0},      // many chunks
+		{6, 2, 0, 1, 0},                      // tiny
+		{MinPipeChunk * 3, 1, 1 << 30, 3, 0}, // 3 chunks of the minimum
+		{1 << 20, 4, 0, 1, TCPMinChunk},      // over TCP: one chunk below 8M
+		{8 << 20, 4, 0, 2, TCPMinChunk},
+		{16 << 20, 4, 0, 4, TCPMinChunk},
+		{64 << 20, 4, 0, 4, TCPMinChunk},
 	}
 	for _, c := range cases {
-		sp := Spans(c.bytes, c.size, c.chunk)
+		sp := Spans(c.bytes, c.size, c.chunk, c.minChunk)
 		require.Len(t, sp, c.n, "%+v", c)
 		off := 0
 		for _, s := range sp {

@@ -221,7 +221,7 @@ func NewShmPlan(coll sdk.Collective, bytes, size, n int, reducers []int, window,
 	if chunk < shmAlign {
 		return nil, fmt.Errorf("the shared-memory window (%d bytes) is too small for %d chunks in flight: raise FLAGCX_SHM_WINDOW_SIZE", window, slots)
 	}
-	p := &ShmPlan{Coll: coll, Spans: Spans(bytes, size, chunk), Slots: slots, Blocks: blocks, DeviceReduce: deviceReduce, Lag: lag}
+	p := &ShmPlan{Coll: coll, Spans: Spans(bytes, size, chunk, MinPipeChunk), Slots: slots, Blocks: blocks, DeviceReduce: deviceReduce, Lag: lag}
 	if !deviceReduce && (coll == sdk.AllReduce || coll == sdk.Reduce) {
 		p.Reducers = reducers
 	}
