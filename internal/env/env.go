@@ -24,6 +24,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/flagcx/flagcx-go/internal/bytesize"
 )
 
 // Lookup reads one variable as os.LookupEnv does. nil means the process
@@ -253,18 +255,18 @@ func Bytes(name string, def, lo, hi int64, doc string) *Setting[int] {
 	case lo == 1 && hi >= MaxBytes:
 		what = "a positive byte count"
 	case lo > 0 || hi < MaxBytes:
-		what = fmt.Sprintf("a byte count from %s to %s", FormatBytes(lo), FormatBytes(hi))
+		what = fmt.Sprintf("a byte count from %s to %s", bytesize.Compact(lo), bytesize.Compact(hi))
 	}
 	form := "allowed is " + what + " such as 262144, 512K or 1.5M (K, M and G are 1024-based)"
-	return newSetting(User, name, FormatBytes(def), form, doc, int(def), func(s string) (int, error) {
+	return newSetting(User, name, bytesize.Compact(def), form, doc, int(def), func(s string) (int, error) {
 		n, err := ParseBytes(s)
 		switch {
 		case err != nil:
 			return 0, err
 		case n < lo:
-			return 0, fmt.Errorf("below %s", FormatBytes(lo))
+			return 0, fmt.Errorf("below %s", bytesize.Compact(lo))
 		case n > hi:
-			return 0, fmt.Errorf("above %s", FormatBytes(hi))
+			return 0, fmt.Errorf("above %s", bytesize.Compact(hi))
 		}
 		return int(n), nil
 	})

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/flagcx/flagcx-go/internal/bytesize"
 )
 
 func lookupOf(m map[string]string) Lookup {
@@ -50,12 +52,14 @@ func TestParseBytes(t *testing.T) {
 	}
 }
 
-func TestFormatBytes(t *testing.T) {
+// TestParseBytesReadsCompact: ParseBytes reads back what bytesize.Compact
+// writes (defaults and bounds in messages are written with it).
+func TestParseBytesReadsCompact(t *testing.T) {
 	for n, want := range map[int64]string{0: "0", 8: "8", 1536: "1536", 64 << 10: "64K", 3 << 20: "3M", 1 << 30: "1G", 3 << 19: "1536K", MaxBytes: "1048576G"} {
-		require.Equal(t, want, FormatBytes(n))
+		require.Equal(t, want, bytesize.Compact(n))
 		back, err := ParseBytes(want)
 		require.NoError(t, err)
-		require.Equal(t, n, back, "FormatBytes writes what ParseBytes reads")
+		require.Equal(t, n, back, "bytesize.Compact writes what ParseBytes reads")
 	}
 }
 

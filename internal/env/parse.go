@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/flagcx/flagcx-go/internal/bytesize"
 )
 
 // MaxBytes is the largest byte count ParseBytes accepts (1 PiB): no
@@ -49,7 +51,7 @@ func ParseBytes(s string) (int64, error) {
 		}
 	}
 	num = strings.TrimSpace(num)
-	tooLarge := fmt.Errorf("larger than the largest size (%s)", FormatBytes(MaxBytes))
+	tooLarge := fmt.Errorf("larger than the largest size (%s)", bytesize.Compact(MaxBytes))
 	if num == "" {
 		return 0, errors.New("no number")
 	}
@@ -76,20 +78,6 @@ func ParseBytes(s string) (int64, error) {
 		return 0, errors.New("not a whole number of bytes")
 	}
 	return int64(b), nil
-}
-
-// FormatBytes writes n as ParseBytes reads it, with the largest exact
-// unit: 8, 64K, 32M, 1G, 1536.
-func FormatBytes(n int64) string {
-	switch {
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return strconv.FormatInt(n>>30, 10) + "G"
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return strconv.FormatInt(n>>20, 10) + "M"
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return strconv.FormatInt(n>>10, 10) + "K"
-	}
-	return strconv.FormatInt(n, 10)
 }
 
 // ParseDuration reads a deadline: seconds ("30", "2.5") as FlagCX's

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/flagcx/flagcx-go/internal/bytesize"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/sdk"
 )
@@ -113,17 +114,17 @@ var capacityChecks = []func(n int, c hostCapacity) error{
 		if c.mem.AvailBytes == 0 || per <= c.mem.AvailBytes/int64(n) {
 			return nil
 		}
-		parts := []string{hostnet.FormatBytes(rankPrivateBytes) + " of its own"}
+		parts := []string{bytesize.Human(rankPrivateBytes) + " of its own"}
 		if c.rankBytes > 0 {
-			parts = append(parts, hostnet.FormatBytes(c.rankBytes)+" for its command's buffers")
+			parts = append(parts, bytesize.Human(c.rankBytes)+" for its command's buffers")
 		}
 		advice := "run fewer ranks"
 		if seg > 0 {
-			parts = append(parts, "a "+hostnet.FormatBytes(seg)+" shared-memory segment", hostnet.FormatBytes(tables)+" of page tables mapping the host's segments")
+			parts = append(parts, "a "+bytesize.Human(seg)+" shared-memory segment", bytesize.Human(tables)+" of page tables mapping the host's segments")
 			advice += ", or set " + hostnet.EnvShmDisable + "=1 (TCP between the ranks, no segments)"
 		}
 		return fmt.Errorf("each rank needs about %s of memory (%s) and %s is available: %s",
-			hostnet.FormatBytes(per), strings.Join(parts, ", "), hostnet.FormatBytes(c.mem.AvailBytes), advice)
+			bytesize.Human(per), strings.Join(parts, ", "), bytesize.Human(c.mem.AvailBytes), advice)
 	},
 }
 

@@ -47,7 +47,7 @@ func TestCheckCapacity(t *testing.T) {
 		// 12 MiB segments from 64 ranks on; the page tables mapping them
 		// grow with the square of the ranks.
 		{"memory with segments and page tables", 1000, with(func(c *hostCapacity) { c.mem.AvailBytes = 24 * gib }), []string{
-			"(at most 588)", "51.4 MiB of memory (16 MiB of its own, a 12 MiB shared-memory segment, 23.4 MiB of page tables", hostnet.EnvShmDisable}},
+			"(at most 588)", "51.45 MiB of memory (16 MiB of its own, a 12 MiB shared-memory segment, 23.45 MiB of page tables", hostnet.EnvShmDisable}},
 		{"the tighter limit is named", 100000, with(func(c *hostCapacity) { noShm(c); c.mem.AvailBytes = gib }), []string{
 			"(at most 64)", "each rank needs about 16 MiB"}},
 		{"unknown limits are not checked", 5000, hostCapacity{tasksPerRank: 10, shm: hostnet.DefaultShmConfig()}, nil},

@@ -102,30 +102,7 @@ typedef struct { char internal[128]; } mcclUniqueId; /* MCCL_UNIQUE_ID_BYTES 128
   OPT(mcError_t, mcEventElapsedTime, (float*, mcEvent_t, mcEvent_t))            \
   OPT(mcError_t, mcGetLastError, (void)) /* not surveyed */
 
-#define MCCL_FUNCS(REQ, OPT)                                                    \
-  REQ(mcclResult_t, mcclGetVersion, (int*))                                     \
-  REQ(mcclResult_t, mcclGetUniqueId, (mcclUniqueId*))                           \
-  REQ(mcclResult_t, mcclCommInitRank, (mcclComm_t*, int, mcclUniqueId, int))    \
-  REQ(mcclResult_t, mcclCommDestroy, (mcclComm_t))                              \
-  REQ(mcclResult_t, mcclAllReduce, (const void*, void*, size_t, int, int, mcclComm_t, mcStream_t)) \
-  REQ(mcclResult_t, mcclReduce, (const void*, void*, size_t, int, int, int, mcclComm_t, mcStream_t)) \
-  REQ(mcclResult_t, mcclBroadcast, (const void*, void*, size_t, int, int, mcclComm_t, mcStream_t)) \
-  REQ(mcclResult_t, mcclAllGather, (const void*, void*, size_t, int, mcclComm_t, mcStream_t)) \
-  REQ(mcclResult_t, mcclReduceScatter, (const void*, void*, size_t, int, int, mcclComm_t, mcStream_t)) \
-  REQ(mcclResult_t, mcclSend, (const void*, size_t, int, int, mcclComm_t, mcStream_t)) \
-  REQ(mcclResult_t, mcclRecv, (void*, size_t, int, int, mcclComm_t, mcStream_t)) \
-  REQ(mcclResult_t, mcclGroupStart, (void))                                     \
-  REQ(mcclResult_t, mcclGroupEnd, (void))                                       \
-  REQ(const char*, mcclGetErrorString, (mcclResult_t))                          \
-  OPT(mcclResult_t, mcclCommAbort, (mcclComm_t))                                \
-  OPT(mcclResult_t, mcclCommGetAsyncError, (mcclComm_t, mcclResult_t*))         \
-  OPT(const char*, mcclGetLastError, (mcclComm_t))                              \
-  OPT(mcclResult_t, mcclAllToAll, (const void*, void*, size_t, int, mcclComm_t, mcStream_t)) \
-  OPT(mcclResult_t, mcclGather, (const void*, void*, size_t, int, int, mcclComm_t, mcStream_t)) \
-  OPT(mcclResult_t, mcclScatter, (const void*, void*, size_t, int, int, mcclComm_t, mcStream_t))
-
 MCRT_FUNCS(SHIM_DECLARE, SHIM_DECLARE)
-MCCL_FUNCS(SHIM_DECLARE, SHIM_DECLARE)
 
 /* ---- State, errors, logging ---------------------------------------------- */
 enum { LIB_MCRT, LIB_MCCL, NUM_LIBS };
@@ -137,26 +114,43 @@ static const flagcxPluginLibrary_v1_t libraries[NUM_LIBS + 1] = {
     {"ccl", "FLAGCX_METAX_MCCL", "libmccl.so:/opt/maca/lib/libmccl.so:/opt/maca/lib64/libmccl.so", 0, 0},
     {NULL, NULL, NULL, 0, 0}};
 
-static int mcclVersion;
-
 static flagcxResult_t mcCheck(mcError_t e, const char* call) {
   if (e == mcSuccess) return flagcxSuccess;
   if (f_mcGetLastError) f_mcGetLastError(); /* clear a non-sticky error, as CUDA needs */
   return shimFail(flagcxUnhandledDeviceError, "%s: %s (mcError %d)", call, f_mcGetErrorString(e), e);
 }
 
-/* MCCL codes 1..7 are ours (mcclUnhandledMacaError 1 is our device error);
- * anything else becomes "unhandled CCL error" with MCCL's own text. */
-static flagcxResult_t mcclCheck(mcclResult_t r, const char* call, mcclComm_t comm) {
-  const char* last;
-  if (r == 0) return flagcxSuccess;
-  last = f_mcclGetLastError ? f_mcclGetLastError(comm) : NULL;
-  return shimFail(r >= 1 && r <= 7 ? (flagcxResult_t)r : flagcxUnhandledCclError, "%s: %s%s%s (mcclResult %d)", call,
-              f_mcclGetErrorString(r), last && *last ? ": " : "", last ? last : "", r);
-}
-
 #define MC(fn, args) \
   do { flagcxResult_t r_ = mcCheck(f_##fn args, #fn); if (r_ != flagcxSuccess) return r_; } while (0)
+
+/* MCCL's half: plugins/common/shim_nccl.h, shared with nvidia. MCCL's
+ * results, types and ops are NCCL's numbers in mccl.h (H); mcclResult 1 is
+ * mcclUnhandledMacaError, our device error. */
+#define SHIM_NCCL_PREFIX mccl
+#define SHIM_NCCL_NAME "MCCL"
+#define SHIM_NCCL_LIB "libmccl"
+#define SHIM_NCCL_RESULT_T mcclResult_t
+#define SHIM_NCCL_COMM_T mcclComm_t
+#define SHIM_NCCL_UNIQUE_ID_T mcclUniqueId
+#define SHIM_NCCL_STREAM_T mcStream_t
+#define SHIM_NCCL_SET_DEVICE(dev) MC(mcSetDevice, (dev)) /* MCCL binds the communicator to the current device (H) */
+#define SHIM_NCCL_ALLTOALL AllToAll /* note the spelling: AllToAll, not NCCL's AlltoAll */
+/* mcclGather/mcclScatter/mcclAllToAll: H [MCCLH] (MCCL_GATHER_SCATTER 1),
+ * used when the loaded library exports them. mcclAllToAllv exists (H) but
+ * the header does not say whether its count arrays are read on the host
+ * during the call (the ABI's contract) or on the device (as BKCL's are) ⚠,
+ * so alltoAllv stays grouped send/recv, right either way. */
+#define SHIM_NCCL_GATHER_SCATTER 1
+/* flagcxDataType_t -> mcclDataType_t and flagcxRedOp_t -> mcclRedOp_t. Both
+ * are NCCL's numbers in mccl.h (H), so the tables are the identity; they are
+ * spelled out so that the mapping is visible and tested value by value. */
+static const int mcclType[flagcxNumTypes] = {
+    /* Int8 */ 0, /* Uint8 */ 1, /* Int32 */ 2, /* Uint32 */ 3, /* Int64 */ 4,
+    /* Uint64 */ 5, /* Float16 */ 6, /* Float32 */ 7, /* Float64 */ 8, /* Bfloat16 */ 9};
+static const int mcclOp[flagcxNumRedOps] = {/* Sum */ 0, /* Prod */ 1, /* Max */ 2, /* Min */ 3, /* Avg */ 4};
+#define SHIM_NCCL_TYPE(t) mcclType[t]
+#define SHIM_NCCL_OP(o) mcclOp[o]
+#include "shim_nccl.h"
 
 /* ---- Init: load libraries ------------------------------------------------- */
 /* ⚠ Moore Threads MUSA ships its own libmccl.so with mccl* names
@@ -175,14 +169,7 @@ static flagcxResult_t loadMcrt(void* h) {
   return flagcxSuccess;
 }
 
-static flagcxResult_t loadMccl(void* h) {
-  int lib = LIB_MCCL;
-  MCCL_FUNCS(SHIM_LOAD_REQ, SHIM_LOAD_OPT)
-  if (f_mcclGetVersion(&mcclVersion) != 0) mcclVersion = 0;
-  /* MCCL_VERSION(X,Y,Z): X*1000+Y*100+Z up to 2.8, else X*10000+Y*100+Z (H). */
-  shimVersionNccl(shimStatus[lib].version, sizeof shimStatus[lib].version, mcclVersion);
-  return flagcxSuccess;
-}
+static flagcxResult_t loadMccl(void* h) { return ncclShapeLoad(h, LIB_MCCL); }
 
 static void fillMasks(flagcxPluginInfo_v1_t* info) {
   info->dataTypeMask = (1u << flagcxNumTypes) - 1; /* mcclInt8 0 .. mcclBfloat16 9: H */
@@ -364,202 +351,6 @@ static flagcxResult_t mxEventElapsedTime(float* ms, flagcxEvent_t start, flagcxE
   return mcCheck(f_mcEventElapsedTime(ms, (mcEvent_t)start, (mcEvent_t)end), "mcEventElapsedTime");
 }
 
-/* ---- Collective library --------------------------------------------------- */
-/* Our handle wraps mcclComm_t with rank and size, which the grouped
- * compositions need without extra MCCL calls. */
-typedef struct { mcclComm_t mccl; int rank, nranks; } mxComm;
-#define MCOMM(c) (((mxComm*)(c))->mccl)
-
-/* flagcxDataType_t -> mcclDataType_t and flagcxRedOp_t -> mcclRedOp_t. Both
- * are NCCL's numbers in mccl.h (H), so the tables are the identity; they are
- * spelled out so that the mapping is visible and tested value by value. */
-static const int mcclType[flagcxNumTypes] = {
-    /* Int8 */ 0, /* Uint8 */ 1, /* Int32 */ 2, /* Uint32 */ 3, /* Int64 */ 4,
-    /* Uint64 */ 5, /* Float16 */ 6, /* Float32 */ 7, /* Float64 */ 8, /* Bfloat16 */ 9};
-static const int mcclOp[flagcxNumRedOps] = {/* Sum */ 0, /* Prod */ 1, /* Max */ 2, /* Min */ 3, /* Avg */ 4};
-
-static flagcxResult_t checkTypeOp(const char* call, flagcxDataType_t t, int op) {
-  if ((unsigned)t >= flagcxNumTypes) return shimFail(flagcxInvalidArgument, "%s: data type %d is unknown", call, (int)t);
-  if (op >= flagcxNumRedOps) return shimFail(flagcxInvalidArgument, "%s: reduction op %d is unknown", call, op);
-  return flagcxSuccess;
-}
-#define CHECK_TYPE_OP(call, t, op) \
-  do { flagcxResult_t r_ = checkTypeOp(call, t, op); if (r_ != flagcxSuccess) return r_; } while (0)
-#define T(t) mcclType[t]
-#define O(o) mcclOp[o]
-
-static flagcxResult_t mxGetUniqueIdBytes(size_t* bytes) { *bytes = sizeof(mcclUniqueId); return flagcxSuccess; }
-
-static flagcxResult_t mxGetUniqueId(void* id) {
-  mcclUniqueId u;
-  flagcxResult_t r;
-  READY();
-  if ((r = mcclCheck(f_mcclGetUniqueId(&u), "mcclGetUniqueId", NULL)) == flagcxSuccess) memcpy(id, &u, sizeof u);
-  return r;
-}
-
-static flagcxResult_t mxCommInitRank(flagcxVendorComm_t* comm, int nranks, const void* id, int rank, int dev) {
-  mcclUniqueId u;
-  mxComm* c;
-  flagcxResult_t r;
-  READY();
-  MC(mcSetDevice, (dev)); /* MCCL binds the communicator to the current device (H) */
-  if (!(c = calloc(1, sizeof *c))) return shimFail(flagcxSystemError, "commInitRank: out of memory");
-  memcpy(&u, id, sizeof u);
-  c->rank = rank;
-  c->nranks = nranks;
-  if ((r = mcclCheck(f_mcclCommInitRank(&c->mccl, nranks, u, rank), "mcclCommInitRank", NULL)) != flagcxSuccess) {
-    free(c);
-    return r;
-  }
-  *comm = (flagcxVendorComm_t)c;
-  return flagcxSuccess;
-}
-
-static flagcxResult_t mxCommDestroy(flagcxVendorComm_t comm) {
-  flagcxResult_t r;
-  READY();
-  if ((r = mcclCheck(f_mcclCommDestroy(MCOMM(comm)), "mcclCommDestroy", MCOMM(comm))) == flagcxSuccess) free(comm);
-  return r;
-}
-
-static flagcxResult_t mxCommAbort(flagcxVendorComm_t comm) {
-  flagcxResult_t r;
-  READY();
-  if (!f_mcclCommAbort) return shimFail(flagcxNotSupported, "mcclCommAbort not found in libmccl");
-  if ((r = mcclCheck(f_mcclCommAbort(MCOMM(comm)), "mcclCommAbort", NULL)) == flagcxSuccess) free(comm);
-  return r;
-}
-
-static flagcxResult_t mxCommGetAsyncError(flagcxVendorComm_t comm, flagcxResult_t* asyncError) {
-  mcclResult_t a = 0;
-  flagcxResult_t r;
-  READY();
-  if (!f_mcclCommGetAsyncError) return shimFail(flagcxNotSupported, "mcclCommGetAsyncError not found in libmccl");
-  if ((r = mcclCheck(f_mcclCommGetAsyncError(MCOMM(comm), &a), "mcclCommGetAsyncError", MCOMM(comm))) != flagcxSuccess)
-    return r;
-  *asyncError = a >= 0 && a <= 7 ? (flagcxResult_t)a : flagcxUnhandledCclError;
-  if (a != 0) mcclCheck(a, "asynchronous MCCL error", MCOMM(comm)); /* keep MCCL's text for getLastError */
-  return flagcxSuccess;
-}
-
-static flagcxResult_t mxAllReduce(const void* s, void* r, size_t n, flagcxDataType_t t, flagcxRedOp_t op,
-                                  flagcxVendorComm_t c, flagcxStream_t st) {
-  READY();
-  CHECK_TYPE_OP("mcclAllReduce", t, op);
-  return mcclCheck(f_mcclAllReduce(s, r, n, T(t), O(op), MCOMM(c), (mcStream_t)st), "mcclAllReduce", MCOMM(c));
-}
-static flagcxResult_t mxReduce(const void* s, void* r, size_t n, flagcxDataType_t t, flagcxRedOp_t op, int root,
-                               flagcxVendorComm_t c, flagcxStream_t st) {
-  READY();
-  CHECK_TYPE_OP("mcclReduce", t, op);
-  return mcclCheck(f_mcclReduce(s, r, n, T(t), O(op), root, MCOMM(c), (mcStream_t)st), "mcclReduce", MCOMM(c));
-}
-static flagcxResult_t mxBroadcast(const void* s, void* r, size_t n, flagcxDataType_t t, int root,
-                                  flagcxVendorComm_t c, flagcxStream_t st) {
-  READY();
-  CHECK_TYPE_OP("mcclBroadcast", t, 0);
-  return mcclCheck(f_mcclBroadcast(s, r, n, T(t), root, MCOMM(c), (mcStream_t)st), "mcclBroadcast", MCOMM(c));
-}
-static flagcxResult_t mxAllGather(const void* s, void* r, size_t n, flagcxDataType_t t, flagcxVendorComm_t c,
-                                  flagcxStream_t st) {
-  READY();
-  CHECK_TYPE_OP("mcclAllGather", t, 0);
-  return mcclCheck(f_mcclAllGather(s, r, n, T(t), MCOMM(c), (mcStream_t)st), "mcclAllGather", MCOMM(c));
-}
-static flagcxResult_t mxReduceScatter(const void* s, void* r, size_t n, flagcxDataType_t t, flagcxRedOp_t op,
-                                      flagcxVendorComm_t c, flagcxStream_t st) {
-  READY();
-  CHECK_TYPE_OP("mcclReduceScatter", t, op);
-  return mcclCheck(f_mcclReduceScatter(s, r, n, T(t), O(op), MCOMM(c), (mcStream_t)st), "mcclReduceScatter",
-                   MCOMM(c));
-}
-static flagcxResult_t mxSend(const void* s, size_t n, flagcxDataType_t t, int peer, flagcxVendorComm_t c,
-                             flagcxStream_t st) {
-  READY();
-  CHECK_TYPE_OP("mcclSend", t, 0);
-  return mcclCheck(f_mcclSend(s, n, T(t), peer, MCOMM(c), (mcStream_t)st), "mcclSend", MCOMM(c));
-}
-static flagcxResult_t mxRecv(void* r, size_t n, flagcxDataType_t t, int peer, flagcxVendorComm_t c,
-                             flagcxStream_t st) {
-  READY();
-  CHECK_TYPE_OP("mcclRecv", t, 0);
-  return mcclCheck(f_mcclRecv(r, n, T(t), peer, MCOMM(c), (mcStream_t)st), "mcclRecv", MCOMM(c));
-}
-static flagcxResult_t mxGroupStart(void) { READY(); return mcclCheck(f_mcclGroupStart(), "mcclGroupStart", NULL); }
-static flagcxResult_t mxGroupEnd(void) { READY(); return mcclCheck(f_mcclGroupEnd(), "mcclGroupEnd", NULL); }
-
-/* Grouped point-to-point, for what the loaded MCCL lacks (and for
- * AlltoAllv, see below). Counts and displacements are in elements;
- * sc/sd/rc/rd == NULL means count for every peer at p*count. sendTo/recvFrom:
- * ALL peers, NONE, or one peer (a single buffer, at offset 0). The group is
- * closed even after a failure. */
-typedef struct { shimXfer x; mcclComm_t mccl; int mt; mcStream_t st; } mxXfer;
-static int mxXferSend(shimXfer* x, const void* b, size_t n, int p) {
-  mxXfer* k = (mxXfer*)x;
-  return f_mcclSend(b, n, k->mt, p, k->mccl, k->st);
-}
-static int mxXferRecv(shimXfer* x, void* b, size_t n, int p) {
-  mxXfer* k = (mxXfer*)x;
-  return f_mcclRecv(b, n, k->mt, p, k->mccl, k->st);
-}
-static flagcxResult_t grouped(const char* call, const void* s, const size_t* sc, const size_t* sd, void* r,
-                              const size_t* rc, const size_t* rd, size_t count, flagcxDataType_t t, int sendTo,
-                              int recvFrom, flagcxVendorComm_t comm, flagcxStream_t st) {
-  mxComm* c = (mxComm*)comm;
-  mxXfer x;
-  READY();
-  CHECK_TYPE_OP(call, t, 0);
-  x = (mxXfer){{c->nranks, shimTypeSize[t], f_mcclGroupStart, f_mcclGroupEnd, mxXferSend, mxXferRecv},
-               c->mccl, T(t), (mcStream_t)st};
-  return mcclCheck(shimGrouped(&x.x, s, sc, sd, r, rc, rd, count, sendTo, recvFrom), call, c->mccl);
-}
-
-/* mcclGather/mcclScatter/mcclAllToAll: H [MCCLH] (MCCL_GATHER_SCATTER 1),
- * used when the loaded library exports them. */
-static flagcxResult_t mxGather(const void* s, void* r, size_t n, flagcxDataType_t t, int root, flagcxVendorComm_t c,
-                               flagcxStream_t st) {
-  READY();
-  if (f_mcclGather) {
-    CHECK_TYPE_OP("mcclGather", t, 0);
-    return mcclCheck(f_mcclGather(s, r, n, T(t), root, MCOMM(c), (mcStream_t)st), "mcclGather", MCOMM(c));
-  } /* every rank sends n to root; root receives peer p's n at p*n */
-  return grouped("gather (grouped mcclSend/mcclRecv)", s, NULL, NULL, r, NULL, NULL, n, t, root,
-                 ((mxComm*)c)->rank == root ? SHIM_ALL : SHIM_NONE, c, st);
-}
-static flagcxResult_t mxScatter(const void* s, void* r, size_t n, flagcxDataType_t t, int root, flagcxVendorComm_t c,
-                                flagcxStream_t st) {
-  READY();
-  if (f_mcclScatter) {
-    CHECK_TYPE_OP("mcclScatter", t, 0);
-    return mcclCheck(f_mcclScatter(s, r, n, T(t), root, MCOMM(c), (mcStream_t)st), "mcclScatter", MCOMM(c));
-  } /* root sends p*n.. to peer p; every rank receives n from root */
-  return grouped("scatter (grouped mcclSend/mcclRecv)", s, NULL, NULL, r, NULL, NULL, n, t,
-                 ((mxComm*)c)->rank == root ? SHIM_ALL : SHIM_NONE, root, c, st);
-}
-static flagcxResult_t mxAlltoAll(const void* s, void* r, size_t n, flagcxDataType_t t, flagcxVendorComm_t c,
-                                 flagcxStream_t st) {
-  READY();
-  if (f_mcclAllToAll) { /* note the spelling: AllToAll, not NCCL's AlltoAll */
-    CHECK_TYPE_OP("mcclAllToAll", t, 0);
-    return mcclCheck(f_mcclAllToAll(s, r, n, T(t), MCOMM(c), (mcStream_t)st), "mcclAllToAll", MCOMM(c));
-  }
-  return grouped("alltoAll (grouped mcclSend/mcclRecv)", s, NULL, NULL, r, NULL, NULL, n, t, SHIM_ALL, SHIM_ALL, c, st);
-}
-/* mcclAllToAllv exists (H) but the header does not say whether its count
- * arrays are read on the host during the call (the ABI's contract) or on
- * the device (as BKCL's are) ⚠. Its RCCL ancestor composes it from grouped
- * send/recv anyway, so the plugin does the same and is right either way. */
-static flagcxResult_t mxAlltoAllv(const void* s, const size_t* sc, const size_t* sd, void* r, const size_t* rc,
-                                  const size_t* rd, flagcxDataType_t t, flagcxVendorComm_t c, flagcxStream_t st) {
-  return grouped("alltoAllv (grouped mcclSend/mcclRecv)", s, sc, sd, r, rc, rd, 0, t, SHIM_ALL, SHIM_ALL, c, st);
-}
-
-static const char* mxGetErrorString(flagcxResult_t r) {
-  if (r >= 0 && r <= 7 && f_mcclGetErrorString) return f_mcclGetErrorString(r);
-  return r == flagcxUnhandledCclError ? "unhandled MCCL error" : r == flagcxNotSupported ? "not supported" : "unknown result";
-}
-
 /* ---- The exported table ---------------------------------------------------- */
 /* getLinkInfo and pointerKind are left NULL: no MACA call for link types
  * (MetaXLink) is known and mcPointerGetAttributes' struct is ❌
@@ -579,12 +370,5 @@ SHIM_EXPORT const flagcxVendorPlugin_v4_t flagcxVendorPlugin_v4 = {
         .hostRegister = mxHostRegister, .hostUnregister = mxHostUnregister, /* ABI v2 */
         .memGetInfo = mxMemGetInfo,                                          /* ABI v3 */
     },
-    .ccl = {
-        .getUniqueIdBytes = mxGetUniqueIdBytes, .getUniqueId = mxGetUniqueId, .commInitRank = mxCommInitRank,
-        .commDestroy = mxCommDestroy, .commAbort = mxCommAbort, .commGetAsyncError = mxCommGetAsyncError,
-        .allReduce = mxAllReduce, .reduce = mxReduce, .broadcast = mxBroadcast, .allGather = mxAllGather,
-        .reduceScatter = mxReduceScatter, .alltoAll = mxAlltoAll, .alltoAllv = mxAlltoAllv,
-        .gather = mxGather, .scatter = mxScatter, .send = mxSend, .recv = mxRecv,
-        .groupStart = mxGroupStart, .groupEnd = mxGroupEnd, .getErrorString = mxGetErrorString,
-    },
+    .ccl = SHIM_NCCL_CCL_TABLE,
 };

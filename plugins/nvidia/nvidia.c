@@ -100,26 +100,6 @@ enum { NVML_P2P_CAPS_INDEX_NVLINK = 2, NVML_P2P_STATUS_OK = 0, NVML_FEATURE_ENAB
   OPT(cudaError_t, cudaLibraryGetKernel, (cudaKernel_t*, cudaLibrary_t, const char*)) \
   OPT(cudaError_t, cudaLaunchKernel, (const void*, nvDim3, nvDim3, void**, size_t, cudaStream_t))
 
-#define NCCL_FUNCS(REQ, OPT)                                                    \
-  REQ(ncclResult_t, ncclGetVersion, (int*))                                     \
-  REQ(ncclResult_t, ncclGetUniqueId, (ncclUniqueId*))                           \
-  REQ(ncclResult_t, ncclCommInitRank, (ncclComm_t*, int, ncclUniqueId, int))    \
-  REQ(ncclResult_t, ncclCommDestroy, (ncclComm_t))                              \
-  REQ(ncclResult_t, ncclAllReduce, (const void*, void*, size_t, int, int, ncclComm_t, cudaStream_t)) \
-  REQ(ncclResult_t, ncclReduce, (const void*, void*, size_t, int, int, int, ncclComm_t, cudaStream_t)) \
-  REQ(ncclResult_t, ncclBroadcast, (const void*, void*, size_t, int, int, ncclComm_t, cudaStream_t)) \
-  REQ(ncclResult_t, ncclAllGather, (const void*, void*, size_t, int, ncclComm_t, cudaStream_t)) \
-  REQ(ncclResult_t, ncclReduceScatter, (const void*, void*, size_t, int, int, ncclComm_t, cudaStream_t)) \
-  REQ(ncclResult_t, ncclSend, (const void*, size_t, int, int, ncclComm_t, cudaStream_t)) \
-  REQ(ncclResult_t, ncclRecv, (void*, size_t, int, int, ncclComm_t, cudaStream_t)) \
-  REQ(ncclResult_t, ncclGroupStart, (void))                                     \
-  REQ(ncclResult_t, ncclGroupEnd, (void))                                       \
-  REQ(const char*, ncclGetErrorString, (ncclResult_t))                          \
-  OPT(ncclResult_t, ncclCommAbort, (ncclComm_t))                                \
-  OPT(ncclResult_t, ncclCommGetAsyncError, (ncclComm_t, ncclResult_t*))         \
-  OPT(const char*, ncclGetLastError, (ncclComm_t))                              \
-  OPT(ncclResult_t, ncclAlltoAll, (const void*, void*, size_t, int, ncclComm_t, cudaStream_t))
-
 /* NVML is optional as a whole; every symbol is looked up on its own. The
  * last five are not surveyed (standard NVML API). */
 #define NVML_FUNCS(REQ, OPT)                                                    \
@@ -137,7 +117,6 @@ enum { NVML_P2P_CAPS_INDEX_NVLINK = 2, NVML_P2P_STATUS_OK = 0, NVML_FEATURE_ENAB
   OPT(nvmlReturn_t, nvmlSystemGetDriverVersion, (char*, unsigned))
 
 CUDART_FUNCS(SHIM_DECLARE, SHIM_DECLARE)
-NCCL_FUNCS(SHIM_DECLARE, SHIM_DECLARE)
 NVML_FUNCS(SHIM_DECLARE, SHIM_DECLARE)
 
 /* NVRTC (optional library): compiles reduceLocal's kernels. */
@@ -170,7 +149,7 @@ static const char* const optionalNotes[NUM_LIBS] = {
     [LIB_NVML] = "; device names, memory and links will be reduced or unknown",
     [LIB_NVRTC] = "; reduceLocal is off: heterogeneous AllReduces reduce on the host"};
 
-static int nvmlReady, ncclVersion;
+static int nvmlReady;
 
 static flagcxResult_t cudaCheck(cudaError_t e, const char* call) {
   if (e == cudaSuccess) return flagcxSuccess;
@@ -178,18 +157,28 @@ static flagcxResult_t cudaCheck(cudaError_t e, const char* call) {
   return shimFail(flagcxUnhandledDeviceError, "%s: %s (cudaError %d)", call, f_cudaGetErrorString(e), e);
 }
 
-/* NCCL codes 1..7 equal ours; anything newer (ncclTimeout 8 in 2.30 is not
- * our 8) becomes "unhandled CCL error", with NCCL's own text kept. */
-static flagcxResult_t ncclCheck(ncclResult_t r, const char* call, ncclComm_t comm) {
-  const char* last;
-  if (r == 0) return flagcxSuccess;
-  last = f_ncclGetLastError ? f_ncclGetLastError(comm) : NULL;
-  return shimFail(r >= 1 && r <= 7 ? (flagcxResult_t)r : flagcxUnhandledCclError, "%s: %s%s%s (ncclResult %d)", call,
-              f_ncclGetErrorString(r), last && *last ? ": " : "", last ? last : "", r);
-}
-
 #define CUDA(fn, args) \
   do { flagcxResult_t r_ = cudaCheck(f_##fn args, #fn); if (r_ != flagcxSuccess) return r_; } while (0)
+
+/* NCCL's half: plugins/common/shim_nccl.h, shared with metax. Our dtype
+ * and op numbers are NCCL's, so they pass unchanged once checked. */
+#define SHIM_NCCL_PREFIX nccl
+#define SHIM_NCCL_NAME "NCCL"
+#define SHIM_NCCL_LIB "libnccl"
+#define SHIM_NCCL_RESULT_T ncclResult_t
+#define SHIM_NCCL_COMM_T ncclComm_t
+#define SHIM_NCCL_UNIQUE_ID_T ncclUniqueId
+#define SHIM_NCCL_STREAM_T cudaStream_t
+#define SHIM_NCCL_SET_DEVICE(dev) CUDA(cudaSetDevice, (dev))
+#define SHIM_NCCL_ALLTOALL AlltoAll
+#define SHIM_NCCL_CHECK_OP(call, op)                                                                         \
+  (op == flagcxAvg && ncclShapeVersion < NCCL_AVG_MIN_VERSION                                                \
+       ? shimFail(flagcxNotSupported, "%s: avg needs NCCL >= 2.10, loaded %s", call, shimStatus[LIB_NCCL].version) \
+       : flagcxSuccess)
+#ifdef NVIDIA_BREAK_NULL_STREAM
+#define SHIM_NCCL_ALLREDUCE_STREAM(st) st = NULL
+#endif
+#include "shim_nccl.h"
 
 /* ---- Init: load libraries ------------------------------------------------- */
 
@@ -202,13 +191,7 @@ static flagcxResult_t loadCudart(void* h) {
   return flagcxSuccess;
 }
 
-static flagcxResult_t loadNccl(void* h) {
-  int lib = LIB_NCCL;
-  NCCL_FUNCS(SHIM_LOAD_REQ, SHIM_LOAD_OPT)
-  if (f_ncclGetVersion(&ncclVersion) != 0) ncclVersion = 0;
-  shimVersionNccl(shimStatus[lib].version, sizeof shimStatus[lib].version, ncclVersion);
-  return flagcxSuccess;
-}
+static flagcxResult_t loadNccl(void* h) { return ncclShapeLoad(h, LIB_NCCL); }
 
 static flagcxResult_t loadNvml(void* h) {
   int lib = LIB_NVML;
@@ -228,7 +211,7 @@ static flagcxResult_t loadNvml(void* h) {
 
 static void fillMasks(flagcxPluginInfo_v1_t* info) {
   info->dataTypeMask = (1u << flagcxNumTypes) - 1; /* NCCL has all ten */
-  info->redOpMask = 0xf | (ncclVersion >= NCCL_AVG_MIN_VERSION ? 1u << flagcxAvg : 0);
+  info->redOpMask = 0xf | (ncclShapeVersion >= NCCL_AVG_MIN_VERSION ? 1u << flagcxAvg : 0);
 }
 
 static flagcxResult_t loadNvrtc(void* h) {
@@ -504,184 +487,6 @@ static flagcxResult_t nvEventElapsedTime(float* ms, flagcxEvent_t start, flagcxE
   return cudaCheck(f_cudaEventElapsedTime(ms, (cudaEvent_t)start, (cudaEvent_t)end), "cudaEventElapsedTime");
 }
 
-/* ---- Collective library --------------------------------------------------- */
-/* Our handle wraps ncclComm_t with rank and size, which the grouped
- * Gather/Scatter/AlltoAll need without extra NCCL calls. */
-typedef struct { ncclComm_t nccl; int rank, nranks; } nvComm;
-#define NC(c) (((nvComm*)(c))->nccl)
-
-/* Our dtype and op numbers are NCCL's, so they pass unchanged once checked. */
-static flagcxResult_t checkTypeOp(const char* call, flagcxDataType_t t, int op) {
-  if ((unsigned)t >= flagcxNumTypes) return shimFail(flagcxInvalidArgument, "%s: data type %d is unknown", call, (int)t);
-  if (op < 0) return flagcxSuccess;
-  if (op >= flagcxNumRedOps) return shimFail(flagcxInvalidArgument, "%s: reduction op %d is unknown", call, op);
-  if (op == flagcxAvg && ncclVersion < NCCL_AVG_MIN_VERSION)
-    return shimFail(flagcxNotSupported, "%s: avg needs NCCL >= 2.10, loaded %s", call, shimStatus[LIB_NCCL].version);
-  return flagcxSuccess;
-}
-#define CHECK_TYPE_OP(call, t, op) \
-  do { flagcxResult_t r_ = checkTypeOp(call, t, op); if (r_ != flagcxSuccess) return r_; } while (0)
-
-static flagcxResult_t nvGetUniqueIdBytes(size_t* bytes) { *bytes = sizeof(ncclUniqueId); return flagcxSuccess; }
-
-static flagcxResult_t nvGetUniqueId(void* id) {
-  ncclUniqueId u;
-  flagcxResult_t r;
-  READY();
-  if ((r = ncclCheck(f_ncclGetUniqueId(&u), "ncclGetUniqueId", NULL)) == flagcxSuccess) memcpy(id, &u, sizeof u);
-  return r;
-}
-
-static flagcxResult_t nvCommInitRank(flagcxVendorComm_t* comm, int nranks, const void* id, int rank, int dev) {
-  ncclUniqueId u;
-  nvComm* c;
-  flagcxResult_t r;
-  READY();
-  CUDA(cudaSetDevice, (dev)); /* NCCL binds the communicator to the current device */
-  if (!(c = calloc(1, sizeof *c))) return shimFail(flagcxSystemError, "commInitRank: out of memory");
-  memcpy(&u, id, sizeof u);
-  c->rank = rank;
-  c->nranks = nranks;
-  if ((r = ncclCheck(f_ncclCommInitRank(&c->nccl, nranks, u, rank), "ncclCommInitRank", NULL)) != flagcxSuccess) {
-    free(c);
-    return r;
-  }
-  *comm = (flagcxVendorComm_t)c;
-  return flagcxSuccess;
-}
-
-static flagcxResult_t nvCommDestroy(flagcxVendorComm_t comm) {
-  flagcxResult_t r;
-  READY();
-  if ((r = ncclCheck(f_ncclCommDestroy(NC(comm)), "ncclCommDestroy", NC(comm))) == flagcxSuccess) free(comm);
-  return r;
-}
-
-static flagcxResult_t nvCommAbort(flagcxVendorComm_t comm) {
-  flagcxResult_t r;
-  READY();
-  if (!f_ncclCommAbort) return shimFail(flagcxNotSupported, "ncclCommAbort not found in libnccl");
-  if ((r = ncclCheck(f_ncclCommAbort(NC(comm)), "ncclCommAbort", NULL)) == flagcxSuccess) free(comm);
-  return r;
-}
-
-static flagcxResult_t nvCommGetAsyncError(flagcxVendorComm_t comm, flagcxResult_t* asyncError) {
-  ncclResult_t a = 0;
-  flagcxResult_t r;
-  READY();
-  if (!f_ncclCommGetAsyncError) return shimFail(flagcxNotSupported, "ncclCommGetAsyncError not found in libnccl");
-  if ((r = ncclCheck(f_ncclCommGetAsyncError(NC(comm), &a), "ncclCommGetAsyncError", NC(comm))) != flagcxSuccess)
-    return r;
-  *asyncError = a >= 0 && a <= 7 ? (flagcxResult_t)a : flagcxUnhandledCclError;
-  if (a != 0) ncclCheck(a, "asynchronous NCCL error", NC(comm)); /* keep NCCL's text for getLastError */
-  return flagcxSuccess;
-}
-
-static flagcxResult_t nvAllReduce(const void* s, void* r, size_t n, flagcxDataType_t t, flagcxRedOp_t op,
-                                  flagcxVendorComm_t c, flagcxStream_t st) {
-  READY();
-  CHECK_TYPE_OP("ncclAllReduce", t, op);
-#ifdef NVIDIA_BREAK_NULL_STREAM
-  st = NULL;
-#endif
-  return ncclCheck(f_ncclAllReduce(s, r, n, t, op, NC(c), (cudaStream_t)st), "ncclAllReduce", NC(c));
-}
-static flagcxResult_t nvReduce(const void* s, void* r, size_t n, flagcxDataType_t t, flagcxRedOp_t op, int root,
-                               flagcxVendorComm_t c, flagcxStream_t st) {
-  READY();
-  CHECK_TYPE_OP("ncclReduce", t, op);
-  return ncclCheck(f_ncclReduce(s, r, n, t, op, root, NC(c), (cudaStream_t)st), "ncclReduce", NC(c));
-}
-static flagcxResult_t nvBroadcast(const void* s, void* r, size_t n, flagcxDataType_t t, int root,
-                                  flagcxVendorComm_t c, flagcxStream_t st) {
-  READY();
-  CHECK_TYPE_OP("ncclBroadcast", t, -1);
-  return ncclCheck(f_ncclBroadcast(s, r, n, t, root, NC(c), (cudaStream_t)st), "ncclBroadcast", NC(c));
-}
-static flagcxResult_t nvAllGather(const void* s, void* r, size_t n, flagcxDataType_t t, flagcxVendorComm_t c,
-                                  flagcxStream_t st) {
-  READY();
-  CHECK_TYPE_OP("ncclAllGather", t, -1);
-  return ncclCheck(f_ncclAllGather(s, r, n, t, NC(c), (cudaStream_t)st), "ncclAllGather", NC(c));
-}
-static flagcxResult_t nvReduceScatter(const void* s, void* r, size_t n, flagcxDataType_t t, flagcxRedOp_t op,
-                                      flagcxVendorComm_t c, flagcxStream_t st) {
-  READY();
-  CHECK_TYPE_OP("ncclReduceScatter", t, op);
-  return ncclCheck(f_ncclReduceScatter(s, r, n, t, op, NC(c), (cudaStream_t)st), "ncclReduceScatter", NC(c));
-}
-static flagcxResult_t nvSend(const void* s, size_t n, flagcxDataType_t t, int peer, flagcxVendorComm_t c,
-                             flagcxStream_t st) {
-  READY();
-  CHECK_TYPE_OP("ncclSend", t, -1);
-  return ncclCheck(f_ncclSend(s, n, t, peer, NC(c), (cudaStream_t)st), "ncclSend", NC(c));
-}
-static flagcxResult_t nvRecv(void* r, size_t n, flagcxDataType_t t, int peer, flagcxVendorComm_t c,
-                             flagcxStream_t st) {
-  READY();
-  CHECK_TYPE_OP("ncclRecv", t, -1);
-  return ncclCheck(f_ncclRecv(r, n, t, peer, NC(c), (cudaStream_t)st), "ncclRecv", NC(c));
-}
-static flagcxResult_t nvGroupStart(void) { READY(); return ncclCheck(f_ncclGroupStart(), "ncclGroupStart", NULL); }
-static flagcxResult_t nvGroupEnd(void) { READY(); return ncclCheck(f_ncclGroupEnd(), "ncclGroupEnd", NULL); }
-
-/* NCCL has no Gather, Scatter or AlltoAllv (nor AlltoAll before it gained
- * ncclAlltoAll): they are grouped point-to-point, as FlagCX does. Counts
- * and displacements are in elements; sc/sd/rc/rd == NULL means count for
- * every peer at p*count. sendTo/recvFrom: ALL peers, NONE, or one peer (a
- * single buffer, at offset 0). The group is closed even after a failure. */
-typedef struct { shimXfer x; ncclComm_t nccl; flagcxDataType_t t; cudaStream_t st; } nvXfer;
-static int nvXferSend(shimXfer* x, const void* b, size_t n, int p) {
-  nvXfer* v = (nvXfer*)x;
-  return f_ncclSend(b, n, v->t, p, v->nccl, v->st);
-}
-static int nvXferRecv(shimXfer* x, void* b, size_t n, int p) {
-  nvXfer* v = (nvXfer*)x;
-  return f_ncclRecv(b, n, v->t, p, v->nccl, v->st);
-}
-static flagcxResult_t grouped(const char* call, const void* s, const size_t* sc, const size_t* sd, void* r,
-                              const size_t* rc, const size_t* rd, size_t count, flagcxDataType_t t, int sendTo,
-                              int recvFrom, flagcxVendorComm_t comm, flagcxStream_t st) {
-  nvComm* c = (nvComm*)comm;
-  nvXfer x;
-  READY();
-  CHECK_TYPE_OP(call, t, -1);
-  x = (nvXfer){{c->nranks, shimTypeSize[t], f_ncclGroupStart, f_ncclGroupEnd, nvXferSend, nvXferRecv},
-               c->nccl, t, (cudaStream_t)st};
-  return ncclCheck(shimGrouped(&x.x, s, sc, sd, r, rc, rd, count, sendTo, recvFrom), call, c->nccl);
-}
-
-static flagcxResult_t nvGather(const void* s, void* r, size_t n, flagcxDataType_t t, int root, flagcxVendorComm_t c,
-                               flagcxStream_t st) {
-  READY(); /* every rank sends n to root; root receives peer p's n at p*n */
-  return grouped("gather (grouped ncclSend/ncclRecv)", s, NULL, NULL, r, NULL, NULL, n, t, root,
-                 ((nvComm*)c)->rank == root ? SHIM_ALL : SHIM_NONE, c, st);
-}
-static flagcxResult_t nvScatter(const void* s, void* r, size_t n, flagcxDataType_t t, int root, flagcxVendorComm_t c,
-                                flagcxStream_t st) {
-  READY(); /* root sends p*n.. to peer p; every rank receives n from root */
-  return grouped("scatter (grouped ncclSend/ncclRecv)", s, NULL, NULL, r, NULL, NULL, n, t,
-                 ((nvComm*)c)->rank == root ? SHIM_ALL : SHIM_NONE, root, c, st);
-}
-static flagcxResult_t nvAlltoAll(const void* s, void* r, size_t n, flagcxDataType_t t, flagcxVendorComm_t c,
-                                 flagcxStream_t st) {
-  READY();
-  if (f_ncclAlltoAll) { /* only in recent NCCL */
-    CHECK_TYPE_OP("ncclAlltoAll", t, -1);
-    return ncclCheck(f_ncclAlltoAll(s, r, n, t, NC(c), (cudaStream_t)st), "ncclAlltoAll", NC(c));
-  }
-  return grouped("alltoAll (grouped ncclSend/ncclRecv)", s, NULL, NULL, r, NULL, NULL, n, t, SHIM_ALL, SHIM_ALL, c, st);
-}
-static flagcxResult_t nvAlltoAllv(const void* s, const size_t* sc, const size_t* sd, void* r, const size_t* rc,
-                                  const size_t* rd, flagcxDataType_t t, flagcxVendorComm_t c, flagcxStream_t st) {
-  return grouped("alltoAllv (grouped ncclSend/ncclRecv)", s, sc, sd, r, rc, rd, 0, t, SHIM_ALL, SHIM_ALL, c, st);
-}
-
-static const char* nvGetErrorString(flagcxResult_t r) {
-  if (r >= 0 && r <= 7 && f_ncclGetErrorString) return f_ncclGetErrorString(r);
-  return r == flagcxUnhandledCclError ? "unhandled NCCL error" : r == flagcxNotSupported ? "not supported" : "unknown result";
-}
-
 #include "reduce_kernels.h"
 
 /* ---- Local reduction (ABI v4: reduceLocal) ---------------------------------------------- */
@@ -838,12 +643,5 @@ SHIM_EXPORT const flagcxVendorPlugin_v4_t flagcxVendorPlugin_v4 = {
         .memGetInfo = nvMemGetInfo,                                          /* ABI v3 */
         .reduceLocal = nvReduceLocal,                                        /* ABI v4 */
     },
-    .ccl = {
-        .getUniqueIdBytes = nvGetUniqueIdBytes, .getUniqueId = nvGetUniqueId, .commInitRank = nvCommInitRank,
-        .commDestroy = nvCommDestroy, .commAbort = nvCommAbort, .commGetAsyncError = nvCommGetAsyncError,
-        .allReduce = nvAllReduce, .reduce = nvReduce, .broadcast = nvBroadcast, .allGather = nvAllGather,
-        .reduceScatter = nvReduceScatter, .alltoAll = nvAlltoAll, .alltoAllv = nvAlltoAllv,
-        .gather = nvGather, .scatter = nvScatter, .send = nvSend, .recv = nvRecv,
-        .groupStart = nvGroupStart, .groupEnd = nvGroupEnd, .getErrorString = nvGetErrorString,
-    },
+    .ccl = SHIM_NCCL_CCL_TABLE,
 };

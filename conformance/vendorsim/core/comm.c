@@ -49,12 +49,6 @@
 static pthread_mutex_t live_lock = PTHREAD_MUTEX_INITIALIZER;
 static vsim_comm* live_comms = NULL;
 
-double vsim_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* ------------------------------------------------------------------ */
 /* Unique ids                                                          */
 /* ------------------------------------------------------------------ */
@@ -120,22 +114,6 @@ static int parse_id(const void* in, size_t idbytes, const char* tag, vsim_id* id
 /* ------------------------------------------------------------------ */
 /* Errors, poison, notification                                        */
 /* ------------------------------------------------------------------ */
-
-void vsim_comm_fail(vsim_comm* c, vsim_result code, const char* fmt, ...) {
-  char msg[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  if (c->error == VSIM_OK) {
-    /* The first failure is the one worth reporting; later ones are usually
-     * consequences of it. */
-    c->error = code;
-    snprintf(c->last_error, sizeof c->last_error, "%s", msg);
-  }
-  c->state = VSIM_COMM_FAILED;
-  vsim_set_last_error("%s", c->last_error);
-}
 
 static void futex_wake_all(_Atomic uint32_t* addr) {
   syscall(SYS_futex, (uint32_t*)addr, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
@@ -262,48 +240,6 @@ vsim_result vsim_comm_async_error(vsim_comm* c) {
   return VSIM_OK;
 }
 
-/* ------------------------------------------------------------------ */
-/* Layout                                                              */
-/* ------------------------------------------------------------------ */
-
-static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
-
-size_t vsim_slots_offset(int nranks) {
-  size_t n = (size_t)nranks;
-  return round_up(n * sizeof(vsim_shm_coll) + n * n * sizeof(vsim_shm_mbox), 4096);
-}
-
-/* Default sizes keep a communicator's shared memory small (a few MiB for 8
- * ranks, since CI containers often have a 64 MiB /dev/shm) while letting
- * large buffers through in a reasonable number of chunks. */
-void vsim_choose_layout(int nranks, size_t* slot, size_t* mbox) {
-  size_t n = (size_t)nranks;
-  size_t s = vsim_env_slot_bytes();
-  if (s == 0) {
-    s = (32u << 20) / n;
-    if (s > (256u << 10)) s = 256u << 10;
-    if (s < (4u << 10)) s = 4u << 10;
-  }
-  /* A reduce-scatter/alltoall round needs room for one element per rank. */
-  if (s < n * 8) s = n * 8;
-  *slot = round_up(s, 64);
-
-  size_t m = vsim_env_mailbox_bytes();
-  if (m == 0) {
-    m = (16u << 20) / (n * n);
-    if (m > (64u << 10)) m = 64u << 10;
-    if (m < (1u << 10)) m = 1u << 10;
-  }
-  /* Room for a message header plus data, so every message makes progress. */
-  if (m < 2 * sizeof(vsim_msg_header)) m = 2 * sizeof(vsim_msg_header);
-  *mbox = round_up(m, 64);
-}
-
-size_t vsim_data_size(int nranks, size_t slot, size_t mbox) {
-  size_t n = (size_t)nranks;
-  return vsim_slots_offset(nranks) + n * slot + n * n * mbox;
-}
-
 /* Opens (creating if needed) a segment of exactly `bytes` and maps it.
  * posix_fallocate reserves the pages now: on a full /dev/shm that is a
  * clean error here rather than a SIGBUS in the middle of a collective. */
@@ -353,8 +289,8 @@ static void unlink_names(vsim_comm* c) {
 /* Creating and joining                                                */
 /* ------------------------------------------------------------------ */
 
-vsim_result vsim_comm_init(vsim_comm** out, const void* idp, size_t idbytes, const char* tag,
-                           int nranks, int rank, int device, const char* api) {
+vsim_result vsim_comm_new(vsim_comm** out, const void* idp, size_t idbytes, const char* tag,
+                          int nranks, int rank, int device, const char* api) {
   if (out == NULL) {
     vsim_set_last_error("%s: comm pointer is NULL", api);
     return VSIM_ERR_INVALID_ARG;
@@ -403,24 +339,7 @@ vsim_result vsim_comm_init(vsim_comm** out, const void* idp, size_t idbytes, con
   c->msg_seq = arrays + 4 * nranks;
   register_comm(c);
   *out = c;
-
-  vsim_task* t = vsim_task_new_init(c, api);
-  if (t == NULL) {
-    vsim_comm_release(c, 0);
-    *out = NULL;
-    vsim_set_last_error("%s: out of host memory", api);
-    return VSIM_ERR_SYSTEM;
-  }
-  int grouped = vsim_group_depth() > 0;
-  vsim_result r = vsim_submit(t);
-  if (r != VSIM_OK && !grouped) {
-    /* Outside a group a failed init leaves nothing behind (as NCCL's
-     * blocking init); inside one the caller holds the handle and must
-     * destroy or abort it. */
-    vsim_comm_release(c, 1);
-    *out = NULL;
-  }
-  return r;
+  return VSIM_OK;
 }
 
 /* The tail of a name in /dev/shm that tells, without opening it, whether
@@ -494,7 +413,7 @@ int vsim_comm_join_step(vsim_comm* c, int* phase, const char* api, int check_liv
 static int shm_join_step(vsim_comm* c, int* phase, const char* api, int check_live) {
   char why[512];
   if (*phase == 0) {
-    c->hdr_bytes = round_up(sizeof(vsim_shm_header), 4096);
+    c->hdr_bytes = vsim_round_up(sizeof(vsim_shm_header), 4096);
     c->hdr = map_segment(c->name, c->hdr_bytes, why, sizeof why);
     if (c->hdr == NULL) {
       vsim_comm_fail(c, VSIM_ERR_SYSTEM, "%s: %s", api, why);

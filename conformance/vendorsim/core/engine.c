@@ -53,6 +53,7 @@
 
 enum { T_INIT, T_COLL, T_SEND, T_RECV };
 
+typedef struct vsim_task vsim_task;
 struct vsim_task {
   vsim_task* next;
   int kind;
@@ -671,7 +672,9 @@ static vsim_result launch(vsim_task* list) {
   return r;
 }
 
-vsim_result vsim_submit(vsim_task* t) {
+/* Runs a task at once (outside a group) or queues it (inside one). On an
+ * immediate run the task is freed. */
+static vsim_result submit(vsim_task* t) {
   t->next = NULL;
   if (group_depth > 0) {
     if (queue_tail) queue_tail->next = t;
@@ -705,13 +708,34 @@ vsim_result vsim_group_end(const char* api) {
 /* Issuing operations                                                  */
 /* ------------------------------------------------------------------ */
 
-vsim_task* vsim_task_new_init(vsim_comm* c, const char* api) {
+/* Joining is a task like any other (comm.c makes the communicator and
+ * does the steps), so that inside a group several ranks join in one
+ * progress loop. */
+vsim_result vsim_comm_init(vsim_comm** out, const void* idp, size_t idbytes, const char* tag,
+                           int nranks, int rank, int device, const char* api) {
+  vsim_result r = vsim_comm_new(out, idp, idbytes, tag, nranks, rank, device, api);
+  if (r != VSIM_OK) return r;
+  vsim_comm* c = *out;
   vsim_task* t = calloc(1, sizeof *t);
-  if (t == NULL) return NULL;
+  if (t == NULL) {
+    vsim_comm_release(c, 0);
+    *out = NULL;
+    vsim_set_last_error("%s: out of host memory", api);
+    return VSIM_ERR_SYSTEM;
+  }
   t->kind = T_INIT;
   t->api = api;
   t->comm = c;
-  return t;
+  int grouped = group_depth > 0;
+  r = submit(t);
+  if (r != VSIM_OK && !grouped) {
+    /* Outside a group a failed init leaves nothing behind (as NCCL's
+     * blocking init); inside one the caller holds the handle and must
+     * destroy or abort it. */
+    vsim_comm_release(c, 1);
+    *out = NULL;
+  }
+  return r;
 }
 
 /* Operations may be issued on a communicator that is ready, or still
@@ -794,7 +818,7 @@ vsim_result vsim_collective(vsim_comm* c, const char* api, const vsim_coll_args*
   t->esize = es;
   t->ticket = c->coll_issued++;
   t->desc = (vsim_desc){t->a.coll, t->a.dtype, t->a.op, t->a.root, (uint64_t)a->count, t->ticket};
-  return vsim_submit(t);
+  return submit(t);
 }
 
 static vsim_result p2p(vsim_comm* c, const char* api, int kind, void* buf, size_t count, int dtype,
@@ -833,7 +857,7 @@ static vsim_result p2p(vsim_comm* c, const char* api, int kind, void* buf, size_
   t->bytes = count * es;
   t->buf = buf;
   t->ticket = kind == T_SEND ? c->send_issued[peer]++ : c->recv_issued[peer]++;
-  return vsim_submit(t);
+  return submit(t);
 }
 
 vsim_result vsim_send(vsim_comm* c, const char* api, const void* buf, size_t count, int dtype,

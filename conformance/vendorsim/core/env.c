@@ -1,5 +1,7 @@
 /*
- * env.c: environment variables, debug output and last-error text.
+ * env.c: environment variables, debug output, last-error text (the
+ * thread's and a communicator's), and the clock: what every other file of
+ * the core uses, so it calls none of them (vsim_internal.h has the order).
  *
  * Variables are read once per process (pthread_once) so that every library
  * of the process agrees on them even if the application changes its
@@ -11,8 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
-#include "vsim_core.h"
+#include "vsim_internal.h"
 
 static pthread_once_t env_once = PTHREAD_ONCE_INIT;
 static int env_devices = 8;
@@ -117,3 +120,25 @@ void vsim_set_last_error(const char* fmt, ...) {
 }
 
 const char* vsim_last_error(void) { return last_error; }
+
+double vsim_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void vsim_comm_fail(vsim_comm* c, vsim_result code, const char* fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (c->error == VSIM_OK) {
+    /* The first failure is the one worth reporting; later ones are usually
+     * consequences of it. */
+    c->error = code;
+    snprintf(c->last_error, sizeof c->last_error, "%s", msg);
+  }
+  c->state = VSIM_COMM_FAILED;
+  vsim_set_last_error("%s", c->last_error);
+}

@@ -1,7 +1,28 @@
 /*
  * vsim_internal.h: shared-memory layout and communicator internals, used
- * by comm.c (rendezvous, lifetime) and engine.c (tasks, groups,
- * collectives, point-to-point). Not part of the core's API.
+ * by the core's files below. Not part of the core's API.
+ *
+ * The core's files call one way, each only into files listed before it
+ * (vsim_core.h declares what vendor libraries call; vendor libraries sit
+ * above all of them):
+ *
+ *   env.c        settings, debug output, last error, the clock, and a
+ *                communicator's failure record (vsim_comm_fail)
+ *   kernels.c    data types and reductions
+ *   vsim_sock.c  TCP sockets
+ *   device.c     devices and the current device             (env)
+ *   layout.c     sizes and offsets of the data segment       (env)
+ *   stream.c     streams and events                          (env)
+ *   memory.c     device and pinned host memory               (device, stream)
+ *   net.c        TCP rendezvous, ranks on several hosts      (env, sock, layout)
+ *   comm.c       unique ids, shared-memory rendezvous, poison, liveness,
+ *                lifetime                                    (env, memory, stream,
+ *                                                             net, layout)
+ *   engine.c     tasks, groups, collectives, point-to-point, and
+ *                vsim_comm_init, which runs the join as a task (all above)
+ *
+ * TestCoreCallsOneWay (conformance/vendorsim/layers_test.go) reads this
+ * list and fails when a file calls one listed after it.
  *
  * A communicator is two POSIX shared-memory segments named after the unique
  * id:
@@ -188,6 +209,8 @@ static inline vsim_shm_mbox* vsim_mbox_ctl(vsim_comm* c, int src, int dst) {
   size_t off = (size_t)c->nranks * sizeof(vsim_shm_coll);
   return (vsim_shm_mbox*)(c->data + off + ((size_t)src * c->nranks + dst) * sizeof(vsim_shm_mbox));
 }
+/* ---- layout.c ---- */
+static inline size_t vsim_round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 size_t vsim_slots_offset(int nranks);
 size_t vsim_data_size(int nranks, size_t slot, size_t mbox);
 void vsim_choose_layout(int nranks, size_t* slot, size_t* mbox);
@@ -199,15 +222,22 @@ static inline unsigned char* vsim_mbox_ring(vsim_comm* c, int src, int dst) {
   return c->data + off + ((size_t)src * c->nranks + dst) * c->mbox_bytes;
 }
 
+/* ---- env.c (internal part) ---- */
+/* Records an error on the communicator (and as the thread's last error). */
+void vsim_comm_fail(vsim_comm* c, vsim_result code, const char* fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+double vsim_now(void);
+
 /* ---- comm.c: rendezvous and lifetime ---- */
+/* Validates the arguments and makes a communicator that has yet to join
+ * (engine.c's vsim_comm_init runs the join). */
+vsim_result vsim_comm_new(vsim_comm** out, const void* idp, size_t idbytes, const char* tag,
+                          int nranks, int rank, int device, const char* api);
 /* One non-blocking step of joining; returns like a task step. */
 int vsim_comm_join_step(vsim_comm* c, int* phase, const char* api, int check_live);
 void vsim_comm_join_timeout(vsim_comm* c, const char* api, double waited);
 void vsim_comm_release(vsim_comm* c, int unlink_names);
 void vsim_comm_unregister(vsim_comm* c);
-/* Records an error on the communicator (and as the thread's last error). */
-void vsim_comm_fail(vsim_comm* c, vsim_result code, const char* fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 /* Publishes the first fatal error to every rank; later calls are ignored. */
 void vsim_comm_poison(vsim_comm* c, vsim_result code, const char* msg);
 /* If some rank poisoned the communicator, fails c with that error and
@@ -218,7 +248,6 @@ int vsim_comm_check_poison(vsim_comm* c, const char* api);
 int vsim_peer_gone(vsim_comm* c, int r, char* why, size_t whylen);
 /* Wakes every process sleeping on the communicator. */
 void vsim_notify(vsim_comm* c);
-double vsim_now(void);
 
 /* Task step results. */
 enum { VSIM_STEP_IDLE = 0, VSIM_STEP_PROGRESS = 1, VSIM_STEP_DONE = 2, VSIM_STEP_ERROR = 3 };
@@ -246,12 +275,5 @@ void vsim_net_poison(vsim_comm* c);
 /* 1 when rank r's connection is gone (net mode only); fills why. */
 int vsim_net_peer_gone(vsim_comm* c, int r, char* why, size_t whylen);
 uint64_t vsim_host_key(void);
-
-/* ---- engine.c ---- */
-typedef struct vsim_task vsim_task;
-vsim_task* vsim_task_new_init(vsim_comm* c, const char* api);
-/* Runs a task at once (outside a group) or queues it (inside one). On an
- * immediate run the task is freed. */
-vsim_result vsim_submit(vsim_task* t);
 
 #endif /* VSIM_INTERNAL_H */

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flagcx/flagcx-go/core"
+	"github.com/flagcx/flagcx-go/internal/bytesize"
 	"github.com/flagcx/flagcx-go/internal/env"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
@@ -141,7 +142,7 @@ func (d *deviceBackend) Name() string {
 func (d *deviceBackend) Alloc(n int) (Buf, error) {
 	ptr, err := d.p.DeviceMalloc(d.dev, max(n, 1))
 	if err != nil {
-		return nil, fmt.Errorf("allocating %s on %s device %d: %w", human(int64(n)), d.p.Name, d.dev, err)
+		return nil, fmt.Errorf("allocating %s on %s device %d: %w", bytesize.Human(int64(n)), d.p.Name, d.dev, err)
 	}
 	b := &deviceBuf{p: d.p, wd: d.wd, ptr: ptr, n: n}
 	if err := b.Zero(n); err != nil {

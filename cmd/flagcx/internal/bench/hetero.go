@@ -8,6 +8,7 @@ import (
 
 	"github.com/flagcx/flagcx-go/conformance/reference"
 	"github.com/flagcx/flagcx-go/core"
+	"github.com/flagcx/flagcx-go/internal/bytesize"
 	"github.com/flagcx/flagcx-go/internal/coreview"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
@@ -101,12 +102,12 @@ func (h *heteroBackend) describe() []string {
 	case opts.HostPath:
 		how = "schedules: host path (FLAGCX_USE_HOST_COMM=1): copy to host, host collective over all ranks, copy back"
 	case !l.IsHomogeneous() && opts.ShmWindow > 0:
-		how = fmt.Sprintf("schedules: c2c-shm (zero-copy in the host's shared windows, %s each) for allreduce, reduce, broadcast, allgather, reducescatter; direct p2p across clusters for alltoall(v), gather, scatter, sendrecv", sched.Bytes(opts.ShmWindow))
+		how = fmt.Sprintf("schedules: c2c-shm (zero-copy in the host's shared windows, %s each) for allreduce, reduce, broadcast, allgather, reducescatter; direct p2p across clusters for alltoall(v), gather, scatter, sendrecv", bytesize.Compact(int64(opts.ShmWindow)))
 		if sched.DeviceReduces(l, opts) {
 			how += "; allreduces beyond the one-step size fold on the devices (reduceLocal)"
 		}
 	case !l.IsHomogeneous():
-		how = fmt.Sprintf("schedules: c2c for allreduce, reduce, broadcast, allgather, reducescatter (pipeline chunk %s); direct p2p across clusters for alltoall(v), gather, scatter, sendrecv", sched.Bytes(opts.Chunk))
+		how = fmt.Sprintf("schedules: c2c for allreduce, reduce, broadcast, allgather, reducescatter (pipeline chunk %s); direct p2p across clusters for alltoall(v), gather, scatter, sendrecv", bytesize.Compact(int64(opts.Chunk)))
 	}
 	lines := []string{fmt.Sprintf("Communicator: %s, %d cluster(s); %s", kind, len(l.Clusters), how)}
 	for _, c := range l.Clusters {

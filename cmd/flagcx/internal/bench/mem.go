@@ -6,6 +6,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/flagcx/flagcx-go/internal/bytesize"
 )
 
 // Mem is where a rank's benchmark buffers live. Host memory (HostMem) is
@@ -45,7 +47,7 @@ func (HostMem) Alloc(n int) (b Buf, err error) {
 	}
 	defer func() {
 		if recover() != nil { // makeslice: len out of range
-			b, err = nil, fmt.Errorf("cannot allocate %s of host memory", human(int64(n)))
+			b, err = nil, fmt.Errorf("cannot allocate %s of host memory", bytesize.Human(int64(n)))
 		}
 	}()
 	return &hostBuf{b: make([]byte, n)}, nil
@@ -136,7 +138,7 @@ func checkMemory(maxBytes Size, check bool, localRanks int) error {
 	}
 	if per > avail/int64(localRanks) {
 		return fmt.Errorf("-e/--maxbytes %s needs about %s of host memory per rank (%d on this host), but %s is available: lower -e/--maxbytes",
-			maxBytes, human(per), localRanks, human(avail))
+			maxBytes, bytesize.Human(per), localRanks, bytesize.Human(avail))
 	}
 	return nil
 }

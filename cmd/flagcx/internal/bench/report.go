@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flagcx/flagcx-go/core"
+	"github.com/flagcx/flagcx-go/internal/bytesize"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -285,6 +286,6 @@ func progressLine(op string, dt, redop string, size Size, done, total int) strin
 	if redop != "" {
 		parts = append(parts, redop)
 	}
-	parts = append(parts, human(int64(size)), fmt.Sprintf("%3d%%", pct))
+	parts = append(parts, bytesize.Human(int64(size)), fmt.Sprintf("%3d%%", pct))
 	return strings.Join(parts, " ")
 }

@@ -2,9 +2,9 @@ package bench
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 
+	"github.com/flagcx/flagcx-go/internal/bytesize"
 	"github.com/flagcx/flagcx-go/internal/env"
 )
 
@@ -43,7 +43,7 @@ func (s *Size) UnmarshalText(b []byte) error {
 
 // String writes the size as ParseSize reads it, with the largest exact
 // unit: 8, 64K, 32M, 1G, 1536.
-func (s Size) String() string { return env.FormatBytes(int64(s)) }
+func (s Size) String() string { return bytesize.Compact(int64(s)) }
 
 // MarshalText writes String.
 func (s Size) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
@@ -64,17 +64,4 @@ func Sizes(min, max Size, factor int) []Size {
 		}
 	}
 	return out
-}
-
-// human writes a size for people: 1.5 KiB, 32 MiB.
-func human(b int64) string {
-	switch {
-	case b >= 1<<30:
-		return strconv.FormatFloat(float64(b)/(1<<30), 'g', 4, 64) + " GiB"
-	case b >= 1<<20:
-		return strconv.FormatFloat(float64(b)/(1<<20), 'g', 4, 64) + " MiB"
-	case b >= 1<<10:
-		return strconv.FormatFloat(float64(b)/(1<<10), 'g', 4, 64) + " KiB"
-	}
-	return strconv.FormatInt(b, 10) + " B"
 }

@@ -17,6 +17,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/flagcx/flagcx-go/internal/bytesize"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
@@ -366,7 +367,7 @@ func bytesText(b uint64) string {
 	if b == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
+	return bytesize.Human(int64(b))
 }
 
 func dash(s string) string {
