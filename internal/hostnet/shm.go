@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/flagcx/flagcx-go/internal/bytesize"
 	"github.com/flagcx/flagcx-go/internal/env"
 )
 
@@ -206,7 +207,7 @@ func CheckShmCapacity(ranks int, sc ShmConfig, hm HostMemory) error {
 	if (hm.ShmSizeBytes > 0 && need > hm.ShmSizeBytes) || (hm.RAMBytes > 0 && need > hm.RAMBytes/2) {
 		return fmt.Errorf("%w: %d ranks on this host need %s of shared memory (%s each), but %s holds %s and the RAM is %s (shared memory may take at most half of it): "+
 			"run fewer ranks per host, enlarge %s (e.g. docker --shm-size), shrink %s / %s, or set %s=1 to use TCP between the ranks",
-			ErrShmCapacity, ranks, FormatBytes(need), FormatBytes(int64(sc.SegmentBytes())), hm.ShmDir, FormatBytes(hm.ShmSizeBytes), FormatBytes(hm.RAMBytes),
+			ErrShmCapacity, ranks, bytesize.Human(need), bytesize.Human(int64(sc.SegmentBytes())), hm.ShmDir, bytesize.Human(hm.ShmSizeBytes), bytesize.Human(hm.RAMBytes),
 			hm.ShmDir, EnvShmP2PSize, EnvShmWindowSize, EnvShmDisable)
 	}
 	return nil
@@ -222,30 +223,10 @@ func CheckShmFree(ranks int, sc ShmConfig, hm HostMemory) error {
 	if (hm.ShmSizeBytes > 0 && need > hm.ShmFreeBytes) || (hm.AvailBytes > 0 && need > hm.AvailBytes) {
 		return fmt.Errorf("%w: %d segments of %s need %s, but %s has %s free and %s of RAM is available: "+
 			"free some, enlarge %s (e.g. docker --shm-size), shrink %s / %s, or set %s=1 to use TCP between the ranks",
-			ErrShmCapacity, ranks, FormatBytes(int64(sc.SegmentBytes())), FormatBytes(need), hm.ShmDir, FormatBytes(hm.ShmFreeBytes), FormatBytes(hm.AvailBytes),
+			ErrShmCapacity, ranks, bytesize.Human(int64(sc.SegmentBytes())), bytesize.Human(need), hm.ShmDir, bytesize.Human(hm.ShmFreeBytes), bytesize.Human(hm.AvailBytes),
 			hm.ShmDir, EnvShmP2PSize, EnvShmWindowSize, EnvShmDisable)
 	}
 	return nil
-}
-
-// FormatBytes writes n with a binary unit: "512 B", "64 KiB", "1.5 GiB".
-func FormatBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	v := float64(n) / float64(div)
-	if v >= unit-0.05 && exp < 5 { // would print as 1024.0 of this unit
-		v, exp = v/unit, exp+1
-	}
-	s := fmt.Sprintf("%.1f", v)
-	s = strings.TrimSuffix(s, ".0")
-	return s + " " + string("KMGTPE"[exp]) + "iB"
 }
 
 // ErrShmUnavailable: this rank cannot share memory with a peer (one of them

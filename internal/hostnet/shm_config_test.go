@@ -146,32 +146,6 @@ func TestShmSegmentBytes(t *testing.T) {
 	}
 }
 
-func TestFormatBytes(t *testing.T) {
-	tests := []struct {
-		n    int64
-		want string
-	}{
-		{0, "0 B"},
-		{1, "1 B"},
-		{1023, "1023 B"},
-		{1024, "1 KiB"},
-		{1536, "1.5 KiB"},
-		{64 << 10, "64 KiB"},
-		{8<<20 + 4096, "8 MiB"},
-		{40<<20 + 4096, "40 MiB"},
-		{1 << 30, "1 GiB"},
-		{3 << 29, "1.5 GiB"},
-		{24 << 30, "24 GiB"},
-		{1 << 40, "1 TiB"},
-		{5 << 50, "5 PiB"},
-		{1 << 60, "1 EiB"},
-		{1<<63 - 1, "8 EiB"},
-	}
-	for _, tc := range tests {
-		require.Equal(t, tc.want, FormatBytes(tc.n), "FormatBytes(%d)", tc.n)
-	}
-}
-
 func TestCheckShmCapacity(t *testing.T) {
 	sc := ShmConfig{P2PBytes: 8 << 20, WindowBytes: 32 << 20, Dir: "/dev/shm"} // 40 MiB + 4 KiB a rank
 	seg := int64(sc.SegmentBytes())
@@ -191,7 +165,7 @@ func TestCheckShmCapacity(t *testing.T) {
 		{"one byte short", 4, sc, hm(func(h *HostMemory) { h.ShmSizeBytes = 4*seg - 1 }),
 			[]string{"4 ranks", "/dev/shm holds", EnvShmDisable, EnvShmP2PSize, EnvShmWindowSize, "--shm-size"}},
 		{"docker default 64M for 2 ranks", 2, sc, hm(func(h *HostMemory) { h.ShmSizeBytes = 64 << 20 }),
-			[]string{"2 ranks", "80 MiB", "40 MiB each", "/dev/shm holds 64 MiB", "the RAM is 256 GiB", EnvShmDisable + "=1"}},
+			[]string{"2 ranks", "80.01 MiB", "40 MiB each", "/dev/shm holds 64 MiB", "the RAM is 256 GiB", EnvShmDisable + "=1"}},
 		{"free space does not matter", 8, sc, hm(func(h *HostMemory) { h.ShmFreeBytes, h.AvailBytes = 0, 0 }), nil},
 		{"more than half the RAM", 8, sc, hm(func(h *HostMemory) { h.RAMBytes = 512 << 20 }),
 			[]string{"8 ranks", "320 MiB", "the RAM is 512 MiB", "at most half", EnvShmDisable}},
@@ -235,11 +209,11 @@ func TestCheckShmFree(t *testing.T) {
 		{"room for one", 1, sc, roomy, nil},
 		{"exactly the free space", 1, sc, hm(func(h *HostMemory) { h.ShmFreeBytes = seg }), nil},
 		{"one byte short in /dev/shm", 1, sc, hm(func(h *HostMemory) { h.ShmFreeBytes = seg - 1 }),
-			[]string{"1 segments of 4 MiB", "/dev/shm has 4 MiB free", "4 GiB of RAM is available", EnvShmDisable, EnvShmP2PSize, "--shm-size"}},
+			[]string{"1 segments of 4.004 MiB", "/dev/shm has 4 MiB free", "4 GiB of RAM is available", EnvShmDisable, EnvShmP2PSize, "--shm-size"}},
 		{"full /dev/shm", 3, sc, hm(func(h *HostMemory) { h.ShmFreeBytes = 0 }),
-			[]string{"3 segments", "need 12 MiB", "/dev/shm has 0 B free", EnvShmDisable + "=1"}},
+			[]string{"3 segments", "need 12.01 MiB", "/dev/shm has 0 B free", EnvShmDisable + "=1"}},
 		{"little RAM available", 2, sc, hm(func(h *HostMemory) { h.AvailBytes = 5 << 20 }),
-			[]string{"need 8 MiB", "5 MiB of RAM is available", EnvShmDisable}},
+			[]string{"need 8.008 MiB", "5 MiB of RAM is available", EnvShmDisable}},
 		{"sizes unknown", 1, sc, HostMemory{ShmDir: "/dev/shm"}, nil},
 		{"no segment asked for", 0, sc, hm(func(h *HostMemory) { h.ShmFreeBytes = 0 }), nil},
 		{"disabled", 1, off, hm(func(h *HostMemory) { h.ShmFreeBytes, h.AvailBytes = 0, 0 }), nil},

@@ -12,6 +12,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/flagcx/flagcx-go/internal/bytesize"
 	"github.com/flagcx/flagcx-go/internal/env"
 )
 
@@ -78,7 +79,7 @@ func inboundRing(s *ShmSegment, k, peers int) (shmRing, error) {
 	rb := ringBytes(len(s.p2p), peers)
 	if rb == 0 {
 		return shmRing{}, fmt.Errorf("%w: the %s point-to-point area of pid %d cannot hold rings for %d peers (at least %s each): raise %s",
-			ErrShmCapacity, FormatBytes(int64(len(s.p2p))), s.pid, peers, FormatBytes(minRingBytes), EnvShmP2PSize)
+			ErrShmCapacity, bytesize.Human(int64(len(s.p2p))), s.pid, peers, bytesize.Human(minRingBytes), EnvShmP2PSize)
 	}
 	area := s.p2p[k*rb : (k+1)*rb]
 	ctl := roundUp(ctlSlotHdrs+shmRingSlots*shmSlotHdr, shmPage)
@@ -130,7 +131,7 @@ func (l *ShmLink) PeerPid() int { return l.peerPid }
 
 // String describes the link, e.g. "shm to rank 3 (pid 42, 8 x 1 MiB)".
 func (l *ShmLink) String() string {
-	return fmt.Sprintf("shm to rank %d (pid %d, %d x %s)", l.peerRank, l.peerPid, l.tx.slots, FormatBytes(int64(l.tx.slotSize)))
+	return fmt.Sprintf("shm to rank %d (pid %d, %d x %s)", l.peerRank, l.peerPid, l.tx.slots, bytesize.Human(int64(l.tx.slotSize)))
 }
 
 // Close marks this side closed in both rings, wakes everybody waiting on

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"syscall"
 	"unsafe"
+
+	"github.com/flagcx/flagcx-go/internal/bytesize"
 )
 
 // Registered memory: segments that a rank allocates for its own buffers
@@ -54,7 +56,7 @@ func (n *ShmNode) NewMem(size int) ([]byte, string, error) {
 	hm := ReadHostMemory(ShmConfig{Dir: dir})
 	if (hm.ShmSizeBytes > 0 && int64(total) > hm.ShmFreeBytes) || (hm.AvailBytes > 0 && int64(total) > hm.AvailBytes) {
 		return nil, "", fmt.Errorf("%w: a %s allocation does not fit: %s has %s free and %s of RAM is available (enlarge %s, e.g. docker --shm-size)",
-			ErrShmCapacity, FormatBytes(int64(total)), dir, FormatBytes(hm.ShmFreeBytes), FormatBytes(hm.AvailBytes), dir)
+			ErrShmCapacity, bytesize.Human(int64(total)), dir, bytesize.Human(hm.ShmFreeBytes), bytesize.Human(hm.AvailBytes), dir)
 	}
 	mem, name, token, err := createShmFile(dir, total, "allocation", "use ordinary memory for the buffers")
 	if err != nil {

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"unsafe"
+
+	"github.com/flagcx/flagcx-go/internal/bytesize"
 )
 
 // Segment header (see shm.go). Offsets in bytes; every word a peer writes
@@ -151,7 +153,7 @@ func createShmFile(dir string, size int, what, hint string) (mem []byte, name st
 	if err := syscall.Fallocate(int(f.Fd()), 0, 0, int64(size)); err != nil {
 		if errors.Is(err, syscall.ENOSPC) {
 			return nil, "", 0, fmt.Errorf("%w: %s has no room for a %s %s: enlarge it (e.g. docker --shm-size), or %s",
-				ErrShmCapacity, dir, FormatBytes(int64(size)), what, hint)
+				ErrShmCapacity, dir, bytesize.Human(int64(size)), what, hint)
 		}
 		if err := f.Truncate(int64(size)); err != nil {
 			return nil, "", 0, fmt.Errorf("%w: sizing %s to %d bytes: %w", ErrShmUnavailable, path, size, err)

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/flagcx/flagcx-go/internal/bytesize"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -203,7 +204,7 @@ func (r Ref) String() string {
 	if r.Buf == BufUser {
 		name = fmt.Sprintf("op%d", r.Idx)
 	}
-	return fmt.Sprintf("%s[%s:%s]", name, Bytes(r.Off), Bytes(r.Off+r.Len))
+	return fmt.Sprintf("%s[%s:%s]", name, bytesize.Compact(int64(r.Off)), bytesize.Compact(int64(r.Off+r.Len)))
 }
 
 // Sub is the n bytes at off inside r.
@@ -384,7 +385,7 @@ func (s Step) String() string {
 func (p *Plan) Format(w io.Writer, maxChunks int) {
 	fmt.Fprintf(w, "plan rank %d: %s: path %s", p.Rank, p.Call, p.Path)
 	if p.Chunks > 1 {
-		fmt.Fprintf(w, ", %d chunks of %s", p.Chunks, Bytes(p.ChunkBytes))
+		fmt.Fprintf(w, ", %d chunks of %s", p.Chunks, bytesize.Compact(int64(p.ChunkBytes)))
 	}
 	if p.Async {
 		fmt.Fprint(w, ", enqueued on the caller's stream")
@@ -459,17 +460,4 @@ func (p *Plan) String() string {
 	var b strings.Builder
 	p.Format(&b, 3)
 	return b.String()
-}
-
-// Bytes writes a byte count compactly: 512, 4K, 1.5M.
-func Bytes(n int) string {
-	switch {
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return fmt.Sprintf("%dG", n>>30)
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%dM", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%dK", n>>10)
-	}
-	return fmt.Sprint(n)
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/flagcx/flagcx-go/internal/bytesize"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -442,5 +443,5 @@ func (p *Plan) formatShm(w io.Writer) {
 			named = append(named, st)
 		}
 	}
-	fmt.Fprintf(w, "  per chunk (%d slots of %s in each window): %s\n", g.Slots, Bytes(g.SlotBytes), strings.Join(named, " | "))
+	fmt.Fprintf(w, "  per chunk (%d slots of %s in each window): %s\n", g.Slots, bytesize.Compact(int64(g.SlotBytes)), strings.Join(named, " | "))
 }
