@@ -60,9 +60,9 @@ type Config struct {
 	StripeMin int
 	// Timeout bounds every wait without progress (FLAGCX_TIMEOUT).
 	Timeout time.Duration
-	// Spin is how long a socket read of a header or a small message polls
-	// the socket before it sleeps in the kernel (FLAGCX_SOCKET_SPIN_US). A
-	// mesh polls only where its host's ranks leave a core free (Connect).
+	// Spin is how long a socket read (of up to 1 MiB) polls the socket
+	// before it sleeps in the kernel (FLAGCX_SOCKET_SPIN_US). A mesh polls
+	// only where its host's ranks leave a core free (Connect).
 	Spin time.Duration
 	// Net chooses the network of the pairs that do not share memory:
 	// NetIB, NetSocket or NetAuto (FLAGCX_NET, FLAGCX_FORCE_NET_SOCKET;

@@ -101,7 +101,7 @@ type Conn struct {
 
 	// Reader side, owned by the one goroutine in Recv. rbuf[rpos:rend]
 	// holds bytes read ahead of the frame being read (see readFull);
-	// spin is how long a read into it polls (readPolled); misses counts
+	// spin is how long a read polls (readPolled); misses counts
 	// the polls in a row that ran out, reads the reads since (a probe).
 	raw          syscall.RawConn
 	spin         time.Duration
@@ -297,8 +297,12 @@ func (c *Conn) readFull(p []byte) (int, error) {
 		}
 		var n int
 		var err error
-		if len(p)-off >= readAhead/2 {
-			n, err = c.nc.Read(p[off:])
+		if rest := len(p) - off; rest >= readAhead/2 {
+			if rest <= maxPolledRead {
+				n, err = c.readPolled(p[off:])
+			} else {
+				n, err = c.nc.Read(p[off:])
+			}
 			off += n
 		} else {
 			if c.rbuf == nil {
@@ -320,7 +324,7 @@ func (c *Conn) readFull(p []byte) (int, error) {
 	return off, nil
 }
 
-// setSpin makes reads of headers and small messages poll the socket for d
+// setSpin makes reads of up to maxPolledRead bytes poll the socket for d
 // before they sleep (0: never poll); set before the Conn carries messages.
 func (c *Conn) setSpin(d time.Duration) {
 	if d > 0 && c.raw == nil {
@@ -397,9 +401,12 @@ func (c *Conn) readPolled(b []byte) (int, error) {
 
 // A Conn stops polling after maxPollMisses polls in a row that ran out, and
 // then polls once every pollProbe reads to see whether polling pays again.
+// Reads of more than maxPolledRead bytes do not poll: a wake-up is small
+// next to their transfer.
 const (
 	maxPollMisses = 3
 	pollProbe     = 16
+	maxPolledRead = 1 << 20
 )
 
 // errAborted is returned by the deadline helpers when another stream of a
