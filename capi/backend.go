@@ -117,7 +117,8 @@ type collArgs struct {
 
 // collective runs a.coll (every collective but AlltoAllv).
 func (c *comm) collective(a collArgs) error {
-	sendN, recvN := bufferElems(a.coll, a.count, c.count())
+	// FlagCX's flagcx.h sizes roots' and non-roots' buffers alike.
+	sendN, recvN := a.coll.BufElems(a.count, c.count())
 	es := a.dt.Size()
 	send, recv := c.buffer(a.send, sendN*es), c.buffer(a.recv, recvN*es)
 	s := loader.Stream(a.stream)
@@ -157,22 +158,6 @@ func (c *comm) p2p(recv bool, buf unsafe.Pointer, count int, dt sdk.DataType, pe
 		return c.hc.Recv(b, count, dt, peer, loader.Stream(stream))
 	}
 	return c.hc.Send(b, count, dt, peer, loader.Stream(stream))
-}
-
-// bufferElems is how many elements the send and receive buffers of coll
-// hold for count on n ranks, as FlagCX's flagcx.h defines them (roots and
-// non-roots alike: a NULL buffer where the call does not use one becomes an
-// empty buffer in buffer).
-func bufferElems(coll sdk.Collective, count, n int) (send, recv int) {
-	switch coll {
-	case sdk.AllGather, sdk.Gather:
-		return count, n * count
-	case sdk.ReduceScatter, sdk.Scatter:
-		return n * count, count
-	case sdk.AlltoAll:
-		return n * count, n * count
-	}
-	return count, count
 }
 
 // extent is the elements a vector collective's buffer spans: the end of

@@ -19,25 +19,11 @@ func Needs(call Call, rank, n int) (send, recv int, err error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	root := rank == call.Root
-	switch call.Coll {
-	case sdk.AllReduce:
-		return b, b, nil
-	case sdk.Reduce:
-		return b, pick(root, b), nil
-	case sdk.Broadcast:
-		return pick(root, b), b, nil
-	case sdk.AllGather:
-		return b, nb, nil
-	case sdk.ReduceScatter:
-		return nb, b, nil
-	case sdk.AlltoAll:
-		return nb, nb, nil
-	case sdk.Gather:
-		return b, pick(root, nb), nil
-	case sdk.Scatter:
-		return pick(root, nb), b, nil
-	case sdk.AlltoAllv:
+	d := call.Coll.Info()
+	if d == nil {
+		return 0, 0, nil
+	}
+	if d.Send == sdk.ExtentVector {
 		s, err := extent(call.SendCounts, call.SDispls, size, "send")
 		if err != nil {
 			return 0, 0, err
@@ -45,14 +31,16 @@ func Needs(call Call, rank, n int) (send, recv int, err error) {
 		r, err := extent(call.RecvCounts, call.RDispls, size, "receive")
 		return s, r, err
 	}
-	return 0, 0, nil
-}
-
-func pick(cond bool, v int) int {
-	if cond {
-		return v
+	of := func(e sdk.Extent) int {
+		switch {
+		case e.RootOnly() && rank != call.Root, e == sdk.ExtentNone:
+			return 0
+		case e.PerRank():
+			return nb
+		}
+		return b
 	}
-	return 0
+	return of(d.Send), of(d.Recv), nil
 }
 
 func mulBytes(count, size, n int) (int, error) {
@@ -148,4 +136,11 @@ func checkSelf(call Call, rank int) error {
 		}
 	}
 	return nil
+}
+
+func pick(cond bool, v int) int {
+	if cond {
+		return v
+	}
+	return 0
 }
