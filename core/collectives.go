@@ -208,7 +208,7 @@ func (c *Comm) hostP2P(name string, buf Buffer, count int, dt sdk.DataType, peer
 		err := c.usable(name)
 		if err == nil {
 			var n int
-			if n, err = elemBytes(count, dt); err == nil {
+			if n, err = sdk.CheckCount("count", count, dt, 1); err == nil {
 				err = c.checkBuf(name, "buffer", buf, n)
 			}
 			if err != nil {

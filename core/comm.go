@@ -3,7 +3,6 @@ package core
 import (
 	"errors"
 	"fmt"
-	"math/bits"
 	"os"
 	"sort"
 	"sync"
@@ -381,9 +380,12 @@ func (c *hostComm) Recv(buf []byte, count int, dt sdk.DataType, peer int) error 
 }
 
 func (c *hostComm) p2p(name string, buf []byte, count int, dt sdk.DataType, peer int, recv bool) error {
-	n, err := byteCount(count, dt, len(buf), "buffer")
-	if err == nil && (peer < 0 || peer >= c.nranks) {
-		err = fmt.Errorf("%w: peer %d is out of range for %d ranks", sdk.ErrInvalidArgument, peer, c.nranks)
+	n, err := sdk.CheckCount("count", count, dt, 1)
+	if err == nil && len(buf) < n {
+		err = fmt.Errorf("%w: buffer holds %d bytes but %d elements of %v need %d: pass a buffer of at least %d bytes or a smaller count", sdk.ErrInvalidArgument, len(buf), count, dt, n, n)
+	}
+	if err == nil {
+		err = sdk.CheckPeer(peer, c.nranks)
 	}
 	if err != nil {
 		err = fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
@@ -423,26 +425,6 @@ func (c *hostComm) GroupEnd() error {
 	c.begin(sdk.SendRecv, 0, 0, 0, 0)
 	return c.opError("GroupEnd", c.engine.Group(ops))
 }
-
-// byteCount checks that count elements of dt fit in a buffer of have bytes.
-func byteCount(count int, dt sdk.DataType, have int, what string) (int, error) {
-	if !dt.Valid() {
-		return 0, fmt.Errorf("%w: %v is not a data type", sdk.ErrInvalidArgument, dt)
-	}
-	if count < 0 {
-		return 0, fmt.Errorf("%w: count %d is negative", sdk.ErrInvalidArgument, count)
-	}
-	hi, n := bits.Mul64(uint64(count), uint64(dt.Size()))
-	if hi != 0 || n > uint64(maxInt) {
-		return 0, fmt.Errorf("%w: %d elements of %v overflow the address space", sdk.ErrInvalidArgument, count, dt)
-	}
-	if int(n) > have {
-		return 0, fmt.Errorf("%w: %s holds %d bytes, %d elements of %v need %d", sdk.ErrInvalidArgument, what, have, count, dt, n)
-	}
-	return int(n), nil
-}
-
-const maxInt = int(^uint(0) >> 1)
 
 // meshPeers gives the host engine this communicator's links, with errors
 // that name the peer and what was being waited for.

@@ -3,7 +3,6 @@ package core
 import (
 	"errors"
 	"fmt"
-	"math"
 	"math/bits"
 	"runtime"
 	"sync"
@@ -17,9 +16,9 @@ import (
 )
 
 func (c *Comm) p2p(name string, buf Buffer, count int, dt sdk.DataType, peer int, recv bool, s loader.Stream) error {
-	n, err := elemBytes(count, dt)
-	if err == nil && (peer < 0 || peer >= c.n) {
-		err = fmt.Errorf("%w: peer %d is out of range for %d ranks: use a rank in 0..%d", sdk.ErrInvalidArgument, peer, c.n, c.n-1)
+	n, err := sdk.CheckCount("count", count, dt, 1)
+	if err == nil {
+		err = sdk.CheckPeer(peer, c.n)
 	}
 	if err == nil {
 		err = c.checkBuf(name, "buffer", buf, n)
@@ -50,26 +49,35 @@ func (c *Comm) runGroup(name string, ops []groupOp, s loader.Stream) error {
 	return c.do(name, call, Buffer{}, Buffer{}, user, s)
 }
 
-func elemBytes(count int, dt sdk.DataType) (int, error) {
-	if !dt.Valid() {
-		return 0, fmt.Errorf("%w: data type %d is not valid: use one of int8, uint8, int32, uint32, int64, uint64, float16, float32, float64, bfloat16 (0..9)", sdk.ErrInvalidArgument, int32(dt))
-	}
-	if count < 0 {
-		return 0, fmt.Errorf("%w: count %d is negative: pass a number of elements, 0 or more", sdk.ErrInvalidArgument, count)
-	}
-	hi, lo := bits.Mul64(uint64(count), uint64(dt.Size()))
-	if hi != 0 || lo > math.MaxInt {
-		return 0, fmt.Errorf("%w: %d elements of %v overflow the address space: use a smaller count", sdk.ErrInvalidArgument, count, dt)
-	}
-	return int(lo), nil
-}
-
 // checkBuf checks that b is this rank's kind of memory and holds need
 // bytes (nothing is needed of a buffer the call does not use here).
 func (c *Comm) checkBuf(name, which string, b Buffer, need int) error {
 	if need == 0 {
 		return nil
 	}
+	if err := c.checkMem(name, which, b); err != nil {
+		return err
+	}
+	if b.n < need {
+		return fmt.Errorf("%w: %s buffer holds %d bytes but %d are needed: pass a buffer of at least %d bytes or a smaller count", sdk.ErrInvalidArgument, which, b.n, need, need)
+	}
+	return nil
+}
+
+// checkBuffer is checkBuf for a collective's buffer, in sdk's checker's
+// words for one that is too short.
+func (c *Comm) checkBuffer(call *sdk.Call, which string, b Buffer, need int) error {
+	if need == 0 {
+		return nil
+	}
+	if err := c.checkMem(call.Coll.Title(), which, b); err != nil {
+		return err
+	}
+	return call.CheckBuffer(which, b.n, need, c.n)
+}
+
+// checkMem checks that b is this rank's kind of memory.
+func (c *Comm) checkMem(name, which string, b Buffer) error {
 	if b.n < 0 {
 		return fmt.Errorf("%w: %s: %s buffer has a negative length", sdk.ErrInvalidArgument, name, which)
 	}
@@ -80,9 +88,6 @@ func (c *Comm) checkBuf(name, which string, b Buffer, need int) error {
 		}
 		return fmt.Errorf("%w: %s: rank %d runs on the host backend, but the %s buffer is device memory: pass host memory (core.HostBuffer)",
 			sdk.ErrInvalidArgument, name, c.rank, which)
-	}
-	if b.n < need {
-		return fmt.Errorf("%w: %s: the %s buffer holds %d bytes, but the call needs %d: pass a larger buffer or a smaller count", sdk.ErrInvalidArgument, name, which, b.n, need)
 	}
 	return nil
 }
@@ -99,12 +104,13 @@ func (c *Comm) do(name string, call sched.Call, send, recv Buffer, user []Buffer
 		return fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
 	}
 	if call.Coll != sdk.SendRecv && call.Coll != sdk.Barrier {
-		sendB, recvB, err := sched.Needs(call, c.rank, c.n)
+		args := call.Args()
+		sendB, recvB, err := args.Check(c.rank, c.n)
 		if err == nil {
-			err = c.checkBuf(name, "send", send, sendB)
+			err = c.checkBuffer(&args, "send", send, sendB)
 		}
 		if err == nil {
-			err = c.checkBuf(name, "recv", recv, recvB)
+			err = c.checkBuffer(&args, "recv", recv, recvB)
 		}
 		if err != nil {
 			return fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
