@@ -211,7 +211,7 @@ func (c *hostComm) splitID(color, key int) (*split, error) {
 	putInt64(mine[0:], int64(color))
 	putInt64(mine[8:], int64(key))
 	all := make([]byte, rec*c.nranks)
-	if err := c.AllGather(mine, all, rec, sdk.Uint8); err != nil {
+	if err := c.run(&sdk.Call{Coll: sdk.AllGather, Count: rec, DType: sdk.Uint8}, mine, all); err != nil {
 		return nil, fmt.Errorf("split: exchanging colors: %w", err)
 	}
 	if color == SplitNoColor {
@@ -318,65 +318,12 @@ func (c *hostComm) MemFree(b []byte) error {
 // on one host, with shared memory).
 func (c *hostComm) CanMemAlloc() bool { return c.engine.CanMemAlloc() }
 
-func (c *hostComm) AllReduce(send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp) error {
-	c.begin(sdk.AllReduce, count, dt, op, 0)
-	return c.opError("AllReduce", c.engine.AllReduce(send, recv, count, dt, op))
-}
-
-func (c *hostComm) Reduce(send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp, root int) error {
-	c.begin(sdk.Reduce, count, dt, op, root)
-	return c.opError("Reduce", c.engine.Reduce(send, recv, count, dt, op, root))
-}
-
-func (c *hostComm) Broadcast(send, recv []byte, count int, dt sdk.DataType, root int) error {
-	c.begin(sdk.Broadcast, count, dt, 0, root)
-	return c.opError("Broadcast", c.engine.Broadcast(send, recv, count, dt, root))
-}
-
-func (c *hostComm) AllGather(send, recv []byte, sendcount int, dt sdk.DataType) error {
-	c.begin(sdk.AllGather, sendcount, dt, 0, 0)
-	return c.opError("AllGather", c.engine.AllGather(send, recv, sendcount, dt))
-}
-
-func (c *hostComm) ReduceScatter(send, recv []byte, recvcount int, dt sdk.DataType, op sdk.RedOp) error {
-	c.begin(sdk.ReduceScatter, recvcount, dt, op, 0)
-	return c.opError("ReduceScatter", c.engine.ReduceScatter(send, recv, recvcount, dt, op))
-}
-
-func (c *hostComm) AlltoAll(send, recv []byte, count int, dt sdk.DataType) error {
-	c.begin(sdk.AlltoAll, count, dt, 0, 0)
-	return c.opError("AlltoAll", c.engine.AlltoAll(send, recv, count, dt))
-}
-
-func (c *hostComm) AlltoAllv(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt sdk.DataType) error {
-	c.begin(sdk.AlltoAllv, 0, dt, 0, 0)
-	return c.opError("AlltoAllv", c.engine.AlltoAllv(send, sendcounts, sdispls, recv, recvcounts, rdispls, dt))
-}
-
-func (c *hostComm) Gather(send, recv []byte, count int, dt sdk.DataType, root int) error {
-	c.begin(sdk.Gather, count, dt, 0, root)
-	return c.opError("Gather", c.engine.Gather(send, recv, count, dt, root))
-}
-
-func (c *hostComm) Scatter(send, recv []byte, count int, dt sdk.DataType, root int) error {
-	c.begin(sdk.Scatter, count, dt, 0, root)
-	return c.opError("Scatter", c.engine.Scatter(send, recv, count, dt, root))
-}
-
-func (c *hostComm) Barrier() error {
-	c.begin(sdk.Barrier, 0, 0, 0, 0)
-	return c.opError("Barrier", c.engine.Barrier())
-}
-
-// Send sends count elements of buf to peer. Inside a group it is deferred
-// until GroupEnd; buf must stay untouched until then.
-func (c *hostComm) Send(buf []byte, count int, dt sdk.DataType, peer int) error {
-	return c.p2p("Send", buf, count, dt, peer, false)
-}
-
-// Recv receives count elements from peer into buf, deferred like Send.
-func (c *hostComm) Recv(buf []byte, count int, dt sdk.DataType, peer int) error {
-	return c.p2p("Recv", buf, count, dt, peer, true)
+// run runs one collective (any but SendRecv) on the host engine, which
+// checks it with sdk's one checker; the call's digest labels its messages
+// (begin), and its errors name it (opError).
+func (c *hostComm) run(call *sdk.Call, send, recv []byte) error {
+	c.begin(call.Coll, call.Count, call.DType, call.Op, call.Root)
+	return c.opError(call.Coll.Title(), c.engine.Run(call, send, recv))
 }
 
 func (c *hostComm) p2p(name string, buf []byte, count int, dt sdk.DataType, peer int, recv bool) error {
@@ -403,13 +350,13 @@ func (c *hostComm) p2p(name string, buf []byte, count int, dt sdk.DataType, peer
 	return c.opError(name, c.engine.Group([]host.P2P{op}))
 }
 
-// GroupStart defers Send and Recv until the matching GroupEnd, which runs
-// them together so that any pattern of sends and receives completes without
-// deadlock. Groups nest; the outermost GroupEnd runs them.
-func (c *hostComm) GroupStart() { c.group++ }
+// groupStart defers p2p until the matching groupEnd, which runs them
+// together so that any pattern of sends and receives completes without
+// deadlock. Groups nest; the outermost groupEnd runs them.
+func (c *hostComm) groupStart() { c.group++ }
 
-// GroupEnd closes a group (see GroupStart).
-func (c *hostComm) GroupEnd() error {
+// groupEnd closes a group (see groupStart).
+func (c *hostComm) groupEnd() error {
 	if c.group == 0 {
 		return fmt.Errorf("%w: GroupEnd without GroupStart on rank %d", sdk.ErrInvalidUsage, c.rank)
 	}

@@ -9,7 +9,6 @@ import (
 	"unsafe"
 
 	"github.com/flagcx/flagcx-go/core/internal/host/reduce"
-	"github.com/flagcx/flagcx-go/internal/coreview"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
@@ -40,13 +39,12 @@ func (c *Comm) p2p(name string, buf Buffer, count int, dt sdk.DataType, peer int
 }
 
 func (c *Comm) runGroup(name string, ops []groupOp, s loader.Stream) error {
-	call := sched.Call{Coll: sdk.SendRecv}
-	user := make([]Buffer, len(ops))
+	t := task{name: name, args: sdk.Call{Coll: sdk.SendRecv}, s: s, user: make([]Buffer, len(ops))}
 	for i, o := range ops {
-		call.Ops = append(call.Ops, sched.Xfer{Peer: o.peer, Recv: o.recv, Bytes: o.bytes})
-		user[i] = o.buf
+		t.ops = append(t.ops, sched.Xfer{Peer: o.peer, Recv: o.recv, Bytes: o.bytes})
+		t.user[i] = o.buf
 	}
-	return c.do(name, call, Buffer{}, Buffer{}, user, s)
+	return c.enqueue(&t)
 }
 
 // checkBuf checks that b is this rank's kind of memory and holds need
@@ -92,49 +90,6 @@ func (c *Comm) checkMem(name, which string, b Buffer) error {
 	return nil
 }
 
-// do validates a call on this rank, builds its plan and runs it.
-func (c *Comm) do(name string, call sched.Call, send, recv Buffer, user []Buffer, s loader.Stream) error {
-	if err := c.usable(name); err != nil {
-		return err
-	}
-	if c.group > 0 && call.Coll != sdk.SendRecv {
-		return fmt.Errorf("%w: %s on rank %d inside a group: only Send and Recv can be grouped; call GroupEnd first", sdk.ErrInvalidUsage, name, c.rank)
-	}
-	if err := sched.Validate(call, c.n); err != nil {
-		return fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
-	}
-	if call.Coll != sdk.SendRecv && call.Coll != sdk.Barrier {
-		args := call.Args()
-		sendB, recvB, err := args.Check(c.rank, c.n)
-		if err == nil {
-			err = c.checkBuffer(&args, "send", send, sendB)
-		}
-		if err == nil {
-			err = c.checkBuffer(&args, "recv", recv, recvB)
-		}
-		if err != nil {
-			return fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
-		}
-	}
-	if c.direct(call) {
-		// The library's call of the same name, enqueued on s.
-		if err := sdk.Dispatch(c.vendorCalls(), call.Args(), send.ptr, recv.ptr, s); err != nil {
-			return c.callError(name, err)
-		}
-		return nil
-	}
-	plan, err := sched.Build(c.layout, c.rank, call, c.opts)
-	if err != nil {
-		return fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
-	}
-	defer c.label(call)()
-	c.tracePlan(plan)
-	if err := c.execute(plan, &callBufs{send: send, recv: recv, user: user}, s); err != nil {
-		return c.callError(name, err)
-	}
-	return nil
-}
-
 // callError puts the operation's name on an error, except on the
 // watchdog's, which names the rank and the plugin call already, and names
 // the ranks of this host that are gone or stopped (noteStalled): a vendor
@@ -153,16 +108,12 @@ func (c *Comm) callError(name string, err error) error {
 // op, with no plan to print. It is the path users compare with the vendor
 // library's own latency, so it builds no plan and allocates nothing; the plan
 // it skips would be that single vendor step.
-func (c *Comm) direct(call sched.Call) bool {
-	if c.ccl == nil || c.opts.HostPath || c.debug.coll || !c.layout.IsHomogeneous() {
-		return false
-	}
-	switch call.Coll {
-	case sdk.SendRecv, sdk.Barrier:
+func (c *Comm) direct(coll sdk.Collective, dt sdk.DataType, op sdk.RedOp) bool {
+	if c.ccl == nil || c.opts.HostPath || c.debug.coll || !c.layout.IsHomogeneous() || coll == sdk.SendRecv || coll == sdk.Barrier {
 		return false
 	}
 	p := c.be.Plugin
-	return p.SupportsDataType(call.DType) && (!call.Coll.Reduces() || p.SupportsRedOp(call.Op))
+	return p.SupportsDataType(dt) && (!coll.Reduces() || p.SupportsRedOp(op))
 }
 
 // ---- the executor ------------------------------------------------------------
@@ -694,6 +645,28 @@ func (c *Comm) vendorStep(st *sched.Step, b *callBufs, s loader.Stream) error {
 	return nil
 }
 
+// hostXfers runs a SendRecv step's transfers, each to its own peer and
+// buffer, as bytes, in one group of cm.
+func (c *Comm) hostXfers(cm *hostComm, st *sched.Step, b *callBufs) error {
+	cm.groupStart()
+	for _, x := range st.Xfers {
+		m, rerr := c.resolve(b, x.Ref)
+		if rerr == nil && m.dev {
+			rerr = fmt.Errorf("%w: host transfer of device memory %s", sdk.ErrInternalError, x.Ref)
+		}
+		if rerr != nil {
+			_ = cm.groupEnd()
+			return rerr
+		}
+		name := "Send"
+		if x.Recv {
+			name = "Recv"
+		}
+		_ = cm.p2p(name, m.host, len(m.host), sdk.Uint8, x.Peer, x.Recv)
+	}
+	return cm.groupEnd()
+}
+
 // hostStep runs a step's collective on a host communicator.
 func (c *Comm) hostStep(cm *hostComm, what string, st *sched.Step, b *callBufs) error {
 	src, err := c.resolve(b, st.Src)
@@ -707,30 +680,11 @@ func (c *Comm) hostStep(cm *hostComm, what string, st *sched.Step, b *callBufs) 
 	if src.dev || dst.dev {
 		return fmt.Errorf("%w: host step %s on device memory", sdk.ErrInternalError, st.Coll.Title())
 	}
-	switch st.Coll {
-	case sdk.Barrier:
-		err = cm.Barrier()
-	case sdk.SendRecv:
-		// A step's transfers, each to its own peer and buffer, as bytes.
-		cm.GroupStart()
-		for _, x := range st.Xfers {
-			m, rerr := c.resolve(b, x.Ref)
-			if rerr == nil && m.dev {
-				rerr = fmt.Errorf("%w: host transfer of device memory %s", sdk.ErrInternalError, x.Ref)
-			}
-			if rerr != nil {
-				_ = cm.GroupEnd()
-				return rerr
-			}
-			if x.Recv {
-				_ = cm.Recv(m.host, len(m.host), sdk.Uint8, x.Peer)
-			} else {
-				_ = cm.Send(m.host, len(m.host), sdk.Uint8, x.Peer)
-			}
-		}
-		err = cm.GroupEnd()
-	default:
-		err = sdk.Dispatch(coreview.OnHost{C: cm}, st.Args(), src.host, dst.host, struct{}{})
+	if st.Coll == sdk.SendRecv {
+		err = c.hostXfers(cm, st, b)
+	} else {
+		args := st.Args()
+		err = cm.run(&args, src.host, dst.host)
 	}
 	if err != nil && what != "" && !c.layout.IsHomogeneous() {
 		return fmt.Errorf("in %s: %w", what, err)
