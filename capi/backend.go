@@ -121,26 +121,8 @@ func (c *comm) collective(a collArgs) error {
 	sendN, recvN := a.coll.BufElems(a.count, c.count())
 	es := a.dt.Size()
 	send, recv := c.buffer(a.send, sendN*es), c.buffer(a.recv, recvN*es)
-	s := loader.Stream(a.stream)
-	switch a.coll {
-	case sdk.AllReduce:
-		return c.hc.AllReduce(send, recv, a.count, a.dt, a.op, s)
-	case sdk.Reduce:
-		return c.hc.Reduce(send, recv, a.count, a.dt, a.op, a.root, s)
-	case sdk.Broadcast:
-		return c.hc.Broadcast(send, recv, a.count, a.dt, a.root, s)
-	case sdk.AllGather:
-		return c.hc.AllGather(send, recv, a.count, a.dt, s)
-	case sdk.ReduceScatter:
-		return c.hc.ReduceScatter(send, recv, a.count, a.dt, a.op, s)
-	case sdk.AlltoAll:
-		return c.hc.AlltoAll(send, recv, a.count, a.dt, s)
-	case sdk.Gather:
-		return c.hc.Gather(send, recv, a.count, a.dt, a.root, s)
-	case sdk.Scatter:
-		return c.hc.Scatter(send, recv, a.count, a.dt, a.root, s)
-	}
-	return fmt.Errorf("%w: collective %v has no C entry", sdk.ErrInternalError, a.coll)
+	call := sdk.Call{Coll: a.coll, Count: a.count, DType: a.dt, Op: a.op, Root: a.root}
+	return sdk.Dispatch[core.Buffer, core.Stream](c.hc, call, send, recv, loader.Stream(a.stream))
 }
 
 // alltoallv runs AlltoAllv; counts and displacements are in elements.

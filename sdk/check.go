@@ -59,11 +59,13 @@ func CheckPeer(peer, n int) error {
 // SendRecv's buffers are its Count each.
 func (call *Call) Check(rank, n int) (send, recv int, err error) {
 	d := call.Coll.Info()
-	switch {
-	case d == nil:
+	if d == nil {
 		return 0, 0, argErr("unknown collective %d", int(call.Coll))
-	case call.Coll == Barrier:
+	}
+	if d.Send == ExtentNone { // Barrier: no buffers, nothing to check
 		return 0, 0, nil
+	}
+	switch {
 	case d.Reduces && !call.Op.Valid():
 		if err := CheckType(call.DType); err != nil {
 			return 0, 0, err

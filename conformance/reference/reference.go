@@ -60,9 +60,10 @@ type Case struct {
 
 // Validate reports a case that names no real call.
 func (c Case) Validate() error {
-	switch {
-	case !c.Coll.Valid() || c.Coll == sdk.Barrier: // a barrier moves no data: nothing to compute
+	if !c.Coll.Valid() || c.Coll.Info().Bus == sdk.BusNone { // a barrier moves no data: nothing to compute
 		return fmt.Errorf("%w: invalid collective %d", sdk.ErrInvalidArgument, int(c.Coll))
+	}
+	switch {
 	case !c.Type.Valid():
 		return fmt.Errorf("%w: invalid data type %d", sdk.ErrInvalidArgument, int32(c.Type))
 	case c.Coll.Reduces() && !c.Op.Valid():
