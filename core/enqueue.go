@@ -107,7 +107,9 @@ func (c *Comm) takesHost(t *task) (bool, error) {
 func (c *Comm) runHost(t *task) error { return c.host.run(&t.args, t.send.host, t.recv.host) }
 
 // takesDirect: the vendor library's own call (see direct).
-func (c *Comm) takesDirect(t *task) (bool, error) { return c.direct(t.args.Coll, t.args.DType, t.args.Op), nil }
+func (c *Comm) takesDirect(t *task) (bool, error) {
+	return c.direct(t.args.Coll, t.args.DType, t.args.Op), nil
+}
 
 // runDirect enqueues the library's call of the same name on t.s.
 func (c *Comm) runDirect(t *task) error {
