@@ -46,8 +46,19 @@ var runners = [...]runner{
 	{name: "plan executor", takes: (*Comm).takesPlan, run: (*Comm).runPlan},
 }
 
-// enqueue runs t on the first runner that takes it.
-func (c *Comm) enqueue(t *task) error {
+// enqueue runs t on the first runner that takes it. The task lives in
+// the communicator (c.task) while it runs: handed to the runners by
+// pointer, a task of the caller's frame would escape to the heap, an
+// allocation on every call of the host placement's latency path.
+func (c *Comm) enqueue(task task) error {
+	c.task = task
+	err := c.runTask(&c.task)
+	c.task.send, c.task.recv, c.task.user, c.task.plan = Buffer{}, Buffer{}, nil, nil // keep no caller memory
+	return err
+}
+
+// runTask asks the runners in order.
+func (c *Comm) runTask(t *task) error {
 	checked := false
 	for i := range runners {
 		r := &runners[i]

@@ -246,6 +246,8 @@ type Comm struct {
 	debug   collDebug
 	printed map[string]bool
 
+	task task // the call in the funnel (enqueue)
+
 	group     int
 	groupOps  []groupOp
 	groupErr  error
