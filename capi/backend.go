@@ -117,29 +117,12 @@ type collArgs struct {
 
 // collective runs a.coll (every collective but AlltoAllv).
 func (c *comm) collective(a collArgs) error {
-	sendN, recvN := bufferElems(a.coll, a.count, c.count())
+	// FlagCX's flagcx.h sizes roots' and non-roots' buffers alike.
+	sendN, recvN := a.coll.BufElems(a.count, c.count())
 	es := a.dt.Size()
 	send, recv := c.buffer(a.send, sendN*es), c.buffer(a.recv, recvN*es)
-	s := loader.Stream(a.stream)
-	switch a.coll {
-	case sdk.AllReduce:
-		return c.hc.AllReduce(send, recv, a.count, a.dt, a.op, s)
-	case sdk.Reduce:
-		return c.hc.Reduce(send, recv, a.count, a.dt, a.op, a.root, s)
-	case sdk.Broadcast:
-		return c.hc.Broadcast(send, recv, a.count, a.dt, a.root, s)
-	case sdk.AllGather:
-		return c.hc.AllGather(send, recv, a.count, a.dt, s)
-	case sdk.ReduceScatter:
-		return c.hc.ReduceScatter(send, recv, a.count, a.dt, a.op, s)
-	case sdk.AlltoAll:
-		return c.hc.AlltoAll(send, recv, a.count, a.dt, s)
-	case sdk.Gather:
-		return c.hc.Gather(send, recv, a.count, a.dt, a.root, s)
-	case sdk.Scatter:
-		return c.hc.Scatter(send, recv, a.count, a.dt, a.root, s)
-	}
-	return fmt.Errorf("%w: collective %v has no C entry", sdk.ErrInternalError, a.coll)
+	call := sdk.Call{Coll: a.coll, Count: a.count, DType: a.dt, Op: a.op, Root: a.root}
+	return sdk.Dispatch[core.Buffer, core.Stream](c.hc, call, send, recv, loader.Stream(a.stream))
 }
 
 // alltoallv runs AlltoAllv; counts and displacements are in elements.
@@ -157,22 +140,6 @@ func (c *comm) p2p(recv bool, buf unsafe.Pointer, count int, dt sdk.DataType, pe
 		return c.hc.Recv(b, count, dt, peer, loader.Stream(stream))
 	}
 	return c.hc.Send(b, count, dt, peer, loader.Stream(stream))
-}
-
-// bufferElems is how many elements the send and receive buffers of coll
-// hold for count on n ranks, as FlagCX's flagcx.h defines them (roots and
-// non-roots alike: a NULL buffer where the call does not use one becomes an
-// empty buffer in buffer).
-func bufferElems(coll sdk.Collective, count, n int) (send, recv int) {
-	switch coll {
-	case sdk.AllGather, sdk.Gather:
-		return count, n * count
-	case sdk.ReduceScatter, sdk.Scatter:
-		return n * count, count
-	case sdk.AlltoAll:
-		return n * count, n * count
-	}
-	return count, count
 }
 
 // extent is the elements a vector collective's buffer spans: the end of

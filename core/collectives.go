@@ -3,7 +3,6 @@ package core
 import (
 	"fmt"
 
-	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
@@ -15,56 +14,38 @@ type Stream = loader.Stream
 // AllReduce reduces count elements of send over all ranks with op and
 // leaves the result in every rank's recv.
 func (c *Comm) AllReduce(send, recv Buffer, count int, dt sdk.DataType, op sdk.RedOp, s Stream) error {
-	if h := c.onHost(send.dev || recv.dev); h != nil {
-		return h.AllReduce(send.host, recv.host, count, dt, op)
-	}
-	return c.collective(sdk.AllReduce, send, recv, count, dt, op, 0, s)
+	return c.enqueue(task{name: "AllReduce", args: sdk.Call{Coll: sdk.AllReduce, Count: count, DType: dt, Op: op}, send: send, recv: recv, s: s})
 }
 
 // Reduce reduces count elements of send over all ranks with op into
 // root's recv (recv is unused on the other ranks).
 func (c *Comm) Reduce(send, recv Buffer, count int, dt sdk.DataType, op sdk.RedOp, root int, s Stream) error {
-	if h := c.onHost(send.dev || recv.dev); h != nil {
-		return h.Reduce(send.host, recv.host, count, dt, op, root)
-	}
-	return c.collective(sdk.Reduce, send, recv, count, dt, op, root, s)
+	return c.enqueue(task{name: "Reduce", args: sdk.Call{Coll: sdk.Reduce, Count: count, DType: dt, Op: op, Root: root}, send: send, recv: recv, s: s})
 }
 
 // Broadcast copies count elements of root's send into every rank's recv
 // (send is unused on the other ranks).
 func (c *Comm) Broadcast(send, recv Buffer, count int, dt sdk.DataType, root int, s Stream) error {
-	if h := c.onHost(send.dev || recv.dev); h != nil {
-		return h.Broadcast(send.host, recv.host, count, dt, root)
-	}
-	return c.collective(sdk.Broadcast, send, recv, count, dt, 0, root, s)
+	return c.enqueue(task{name: "Broadcast", args: sdk.Call{Coll: sdk.Broadcast, Count: count, DType: dt, Root: root}, send: send, recv: recv, s: s})
 }
 
 // AllGather gathers sendcount elements from every rank into every rank's
 // recv, which holds Count() blocks of sendcount elements in rank order.
 func (c *Comm) AllGather(send, recv Buffer, sendcount int, dt sdk.DataType, s Stream) error {
-	if h := c.onHost(send.dev || recv.dev); h != nil {
-		return h.AllGather(send.host, recv.host, sendcount, dt)
-	}
-	return c.collective(sdk.AllGather, send, recv, sendcount, dt, 0, 0, s)
+	return c.enqueue(task{name: "AllGather", args: sdk.Call{Coll: sdk.AllGather, Count: sendcount, DType: dt}, send: send, recv: recv, s: s})
 }
 
 // ReduceScatter reduces send, Count() blocks of recvcount elements, over
 // all ranks with op, and leaves block r of the result in rank r's recv.
 func (c *Comm) ReduceScatter(send, recv Buffer, recvcount int, dt sdk.DataType, op sdk.RedOp, s Stream) error {
-	if h := c.onHost(send.dev || recv.dev); h != nil {
-		return h.ReduceScatter(send.host, recv.host, recvcount, dt, op)
-	}
-	return c.collective(sdk.ReduceScatter, send, recv, recvcount, dt, op, 0, s)
+	return c.enqueue(task{name: "ReduceScatter", args: sdk.Call{Coll: sdk.ReduceScatter, Count: recvcount, DType: dt, Op: op}, send: send, recv: recv, s: s})
 }
 
 // AlltoAll sends block p of send (count elements) to rank p, which puts it
 // in block r of its recv, r being this rank: send and recv hold Count()
 // blocks.
 func (c *Comm) AlltoAll(send, recv Buffer, count int, dt sdk.DataType, s Stream) error {
-	if h := c.onHost(send.dev || recv.dev); h != nil {
-		return h.AlltoAll(send.host, recv.host, count, dt)
-	}
-	return c.collective(sdk.AlltoAll, send, recv, count, dt, 0, 0, s)
+	return c.enqueue(task{name: "AlltoAll", args: sdk.Call{Coll: sdk.AlltoAll, Count: count, DType: dt}, send: send, recv: recv, s: s})
 }
 
 // AlltoAllv is AlltoAll with a count and a displacement per rank, all in
@@ -73,37 +54,26 @@ func (c *Comm) AlltoAll(send, recv Buffer, count int, dt sdk.DataType, s Stream)
 // slice has Count() entries, and rank p's sendcounts[r] must equal rank
 // r's recvcounts[p].
 func (c *Comm) AlltoAllv(send Buffer, sendcounts, sdispls []int, recv Buffer, recvcounts, rdispls []int, dt sdk.DataType, s Stream) error {
-	if h := c.onHost(send.dev || recv.dev); h != nil {
-		return h.AlltoAllv(send.host, sendcounts, sdispls, recv.host, recvcounts, rdispls, dt)
-	}
-	return c.alltoAllv(send, sendcounts, sdispls, recv, recvcounts, rdispls, dt, s)
+	return c.enqueue(task{name: "AlltoAllv", args: sdk.Call{Coll: sdk.AlltoAllv, DType: dt, SendCounts: sendcounts, SDispls: sdispls, RecvCounts: recvcounts, RDispls: rdispls},
+		send: send, recv: recv, s: s})
 }
 
 // Gather collects count elements of every rank's send into root's recv,
 // Count() blocks in rank order (recv is unused on the other ranks).
 func (c *Comm) Gather(send, recv Buffer, count int, dt sdk.DataType, root int, s Stream) error {
-	if h := c.onHost(send.dev || recv.dev); h != nil {
-		return h.Gather(send.host, recv.host, count, dt, root)
-	}
-	return c.collective(sdk.Gather, send, recv, count, dt, 0, root, s)
+	return c.enqueue(task{name: "Gather", args: sdk.Call{Coll: sdk.Gather, Count: count, DType: dt, Root: root}, send: send, recv: recv, s: s})
 }
 
 // Scatter sends block r of root's send (Count() blocks of count elements)
 // to rank r's recv (send is unused on the other ranks).
 func (c *Comm) Scatter(send, recv Buffer, count int, dt sdk.DataType, root int, s Stream) error {
-	if h := c.onHost(send.dev || recv.dev); h != nil {
-		return h.Scatter(send.host, recv.host, count, dt, root)
-	}
-	return c.collective(sdk.Scatter, send, recv, count, dt, 0, root, s)
+	return c.enqueue(task{name: "Scatter", args: sdk.Call{Coll: sdk.Scatter, Count: count, DType: dt, Root: root}, send: send, recv: recv, s: s})
 }
 
 // Barrier returns once every rank has entered it (a host barrier, which
 // does not wait for work enqueued on streams). It is collective.
 func (c *Comm) Barrier() error {
-	if h := c.onHost(false); h != nil {
-		return h.Barrier()
-	}
-	return c.collective(sdk.Barrier, Buffer{}, Buffer{}, 0, 0, 0, 0, 0)
+	return c.enqueue(task{name: "Barrier", args: sdk.Call{Coll: sdk.Barrier}})
 }
 
 // Send sends count elements of buf to rank peer, whose matching Recv
@@ -134,7 +104,7 @@ func (c *Comm) Recv(buf Buffer, count int, dt sdk.DataType, peer int, s Stream) 
 func (c *Comm) GroupStart() {
 	c.group++
 	if c.host != nil {
-		c.host.GroupStart()
+		c.host.groupStart()
 	}
 }
 
@@ -148,27 +118,9 @@ func (c *Comm) GroupEnd() error {
 	}
 	if c.host != nil {
 		c.group--
-		return c.host.GroupEnd()
+		return c.host.groupEnd()
 	}
 	return c.groupEnd()
-}
-
-// collective is a collective on the general path: it validates the call,
-// builds this rank's plan and runs it (do). It is a function of its own,
-// never inlined, so that the public methods, whose host placement path
-// costs a few nanoseconds, do not carry the frame of a sched.Call.
-//
-//go:noinline
-func (c *Comm) collective(coll sdk.Collective, send, recv Buffer, count int, dt sdk.DataType, op sdk.RedOp, root int, s Stream) error {
-	return c.do(coll.Title(), sched.Call{Coll: coll, Count: count, DType: dt, Op: op, Root: root}, send, recv, nil, s)
-}
-
-// alltoAllv is AlltoAllv on the general path (see collective).
-//
-//go:noinline
-func (c *Comm) alltoAllv(send Buffer, sendcounts, sdispls []int, recv Buffer, recvcounts, rdispls []int, dt sdk.DataType, s Stream) error {
-	call := sched.Call{Coll: sdk.AlltoAllv, DType: dt, SendCounts: sendcounts, SDispls: sdispls, RecvCounts: recvcounts, RDispls: rdispls}
-	return c.do("AlltoAllv", call, send, recv, nil, s)
 }
 
 // groupEnd is GroupEnd on the general path.
@@ -185,20 +137,6 @@ func (c *Comm) groupEnd() error {
 	return c.runGroup("GroupEnd", ops, s)
 }
 
-// onHost is the host engine's communicator for a call that can go to it
-// straight: on the host placement, outside a group, on host memory (dev:
-// a buffer is device memory), on a communicator still open. Otherwise nil,
-// and the call takes the general path, which also says what is wrong with
-// it. The public methods then call its engine as hostComm's methods do,
-// without that extra call. It takes a bool, not the buffers: copying them
-// cost more than the rest of the check.
-func (c *Comm) onHost(dev bool) *hostComm {
-	if h := c.host; h != nil && c.group == 0 && !dev && !c.down.Load() {
-		return h
-	}
-	return nil
-}
-
 // hostP2P is Send or Recv on the host placement, where groups are the host
 // communicator's: arguments it cannot check (device memory, a closed
 // communicator) are checked here, with the general path's errors.
@@ -208,7 +146,7 @@ func (c *Comm) hostP2P(name string, buf Buffer, count int, dt sdk.DataType, peer
 		err := c.usable(name)
 		if err == nil {
 			var n int
-			if n, err = elemBytes(count, dt); err == nil {
+			if n, err = sdk.CheckCount("count", count, dt, 1); err == nil {
 				err = c.checkBuf(name, "buffer", buf, n)
 			}
 			if err != nil {
@@ -223,8 +161,5 @@ func (c *Comm) hostP2P(name string, buf Buffer, count int, dt sdk.DataType, peer
 		}
 		buf = Buffer{} // no element: nothing of buf is used
 	}
-	if recv {
-		return h.Recv(buf.host, count, dt, peer)
-	}
-	return h.Send(buf.host, count, dt, peer)
+	return h.p2p(name, buf.host, count, dt, peer, recv)
 }

@@ -3,7 +3,6 @@ package core
 import (
 	"errors"
 	"fmt"
-	"math/bits"
 	"os"
 	"sort"
 	"sync"
@@ -212,7 +211,7 @@ func (c *hostComm) splitID(color, key int) (*split, error) {
 	putInt64(mine[0:], int64(color))
 	putInt64(mine[8:], int64(key))
 	all := make([]byte, rec*c.nranks)
-	if err := c.AllGather(mine, all, rec, sdk.Uint8); err != nil {
+	if err := c.run(&sdk.Call{Coll: sdk.AllGather, Count: rec, DType: sdk.Uint8}, mine, all); err != nil {
 		return nil, fmt.Errorf("split: exchanging colors: %w", err)
 	}
 	if color == SplitNoColor {
@@ -319,71 +318,21 @@ func (c *hostComm) MemFree(b []byte) error {
 // on one host, with shared memory).
 func (c *hostComm) CanMemAlloc() bool { return c.engine.CanMemAlloc() }
 
-func (c *hostComm) AllReduce(send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp) error {
-	c.begin(sdk.AllReduce, count, dt, op, 0)
-	return c.opError("AllReduce", c.engine.AllReduce(send, recv, count, dt, op))
-}
-
-func (c *hostComm) Reduce(send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp, root int) error {
-	c.begin(sdk.Reduce, count, dt, op, root)
-	return c.opError("Reduce", c.engine.Reduce(send, recv, count, dt, op, root))
-}
-
-func (c *hostComm) Broadcast(send, recv []byte, count int, dt sdk.DataType, root int) error {
-	c.begin(sdk.Broadcast, count, dt, 0, root)
-	return c.opError("Broadcast", c.engine.Broadcast(send, recv, count, dt, root))
-}
-
-func (c *hostComm) AllGather(send, recv []byte, sendcount int, dt sdk.DataType) error {
-	c.begin(sdk.AllGather, sendcount, dt, 0, 0)
-	return c.opError("AllGather", c.engine.AllGather(send, recv, sendcount, dt))
-}
-
-func (c *hostComm) ReduceScatter(send, recv []byte, recvcount int, dt sdk.DataType, op sdk.RedOp) error {
-	c.begin(sdk.ReduceScatter, recvcount, dt, op, 0)
-	return c.opError("ReduceScatter", c.engine.ReduceScatter(send, recv, recvcount, dt, op))
-}
-
-func (c *hostComm) AlltoAll(send, recv []byte, count int, dt sdk.DataType) error {
-	c.begin(sdk.AlltoAll, count, dt, 0, 0)
-	return c.opError("AlltoAll", c.engine.AlltoAll(send, recv, count, dt))
-}
-
-func (c *hostComm) AlltoAllv(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt sdk.DataType) error {
-	c.begin(sdk.AlltoAllv, 0, dt, 0, 0)
-	return c.opError("AlltoAllv", c.engine.AlltoAllv(send, sendcounts, sdispls, recv, recvcounts, rdispls, dt))
-}
-
-func (c *hostComm) Gather(send, recv []byte, count int, dt sdk.DataType, root int) error {
-	c.begin(sdk.Gather, count, dt, 0, root)
-	return c.opError("Gather", c.engine.Gather(send, recv, count, dt, root))
-}
-
-func (c *hostComm) Scatter(send, recv []byte, count int, dt sdk.DataType, root int) error {
-	c.begin(sdk.Scatter, count, dt, 0, root)
-	return c.opError("Scatter", c.engine.Scatter(send, recv, count, dt, root))
-}
-
-func (c *hostComm) Barrier() error {
-	c.begin(sdk.Barrier, 0, 0, 0, 0)
-	return c.opError("Barrier", c.engine.Barrier())
-}
-
-// Send sends count elements of buf to peer. Inside a group it is deferred
-// until GroupEnd; buf must stay untouched until then.
-func (c *hostComm) Send(buf []byte, count int, dt sdk.DataType, peer int) error {
-	return c.p2p("Send", buf, count, dt, peer, false)
-}
-
-// Recv receives count elements from peer into buf, deferred like Send.
-func (c *hostComm) Recv(buf []byte, count int, dt sdk.DataType, peer int) error {
-	return c.p2p("Recv", buf, count, dt, peer, true)
+// run runs one collective (any but SendRecv) on the host engine, which
+// checks it with sdk's one checker; the call's digest labels its messages
+// (begin), and its errors name it (opError).
+func (c *hostComm) run(call *sdk.Call, send, recv []byte) error {
+	c.begin(call.Coll, call.Count, call.DType, call.Op, call.Root)
+	return c.opError(call.Coll.Title(), c.engine.Run(call, send, recv))
 }
 
 func (c *hostComm) p2p(name string, buf []byte, count int, dt sdk.DataType, peer int, recv bool) error {
-	n, err := byteCount(count, dt, len(buf), "buffer")
-	if err == nil && (peer < 0 || peer >= c.nranks) {
-		err = fmt.Errorf("%w: peer %d is out of range for %d ranks", sdk.ErrInvalidArgument, peer, c.nranks)
+	n, err := sdk.CheckCount("count", count, dt, 1)
+	if err == nil && len(buf) < n {
+		err = fmt.Errorf("%w: buffer holds %d bytes but %d elements of %v need %d: pass a buffer of at least %d bytes or a smaller count", sdk.ErrInvalidArgument, len(buf), count, dt, n, n)
+	}
+	if err == nil {
+		err = sdk.CheckPeer(peer, c.nranks)
 	}
 	if err != nil {
 		err = fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
@@ -401,13 +350,13 @@ func (c *hostComm) p2p(name string, buf []byte, count int, dt sdk.DataType, peer
 	return c.opError(name, c.engine.Group([]host.P2P{op}))
 }
 
-// GroupStart defers Send and Recv until the matching GroupEnd, which runs
-// them together so that any pattern of sends and receives completes without
-// deadlock. Groups nest; the outermost GroupEnd runs them.
-func (c *hostComm) GroupStart() { c.group++ }
+// groupStart defers p2p until the matching groupEnd, which runs them
+// together so that any pattern of sends and receives completes without
+// deadlock. Groups nest; the outermost groupEnd runs them.
+func (c *hostComm) groupStart() { c.group++ }
 
-// GroupEnd closes a group (see GroupStart).
-func (c *hostComm) GroupEnd() error {
+// groupEnd closes a group (see groupStart).
+func (c *hostComm) groupEnd() error {
 	if c.group == 0 {
 		return fmt.Errorf("%w: GroupEnd without GroupStart on rank %d", sdk.ErrInvalidUsage, c.rank)
 	}
@@ -423,26 +372,6 @@ func (c *hostComm) GroupEnd() error {
 	c.begin(sdk.SendRecv, 0, 0, 0, 0)
 	return c.opError("GroupEnd", c.engine.Group(ops))
 }
-
-// byteCount checks that count elements of dt fit in a buffer of have bytes.
-func byteCount(count int, dt sdk.DataType, have int, what string) (int, error) {
-	if !dt.Valid() {
-		return 0, fmt.Errorf("%w: %v is not a data type", sdk.ErrInvalidArgument, dt)
-	}
-	if count < 0 {
-		return 0, fmt.Errorf("%w: count %d is negative", sdk.ErrInvalidArgument, count)
-	}
-	hi, n := bits.Mul64(uint64(count), uint64(dt.Size()))
-	if hi != 0 || n > uint64(maxInt) {
-		return 0, fmt.Errorf("%w: %d elements of %v overflow the address space", sdk.ErrInvalidArgument, count, dt)
-	}
-	if int(n) > have {
-		return 0, fmt.Errorf("%w: %s holds %d bytes, %d elements of %v need %d", sdk.ErrInvalidArgument, what, have, count, dt, n)
-	}
-	return int(n), nil
-}
-
-const maxInt = int(^uint(0) >> 1)
 
 // meshPeers gives the host engine this communicator's links, with errors
 // that name the peer and what was being waited for.

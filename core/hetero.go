@@ -246,6 +246,8 @@ type Comm struct {
 	debug   collDebug
 	printed map[string]bool
 
+	task task // the call in the funnel (enqueue)
+
 	group     int
 	groupOps  []groupOp
 	groupErr  error
@@ -454,7 +456,7 @@ func (c *Comm) agree(rec initRecord) error {
 	buf := make([]byte, initRecordBytes)
 	copy(buf, mine)
 	all := make([]byte, initRecordBytes*c.n)
-	if err := c.world.AllGather(buf, all, initRecordBytes, sdk.Uint8); err != nil {
+	if err := c.world.run(&sdk.Call{Coll: sdk.AllGather, Count: initRecordBytes, DType: sdk.Uint8}, buf, all); err != nil {
 		return fmt.Errorf("rank %d: exchanging backends: %w", c.rank, err)
 	}
 	members := make([]sched.Member, c.n)
@@ -540,7 +542,7 @@ func (c *Comm) start() error {
 		flag[0] |= noDeviceReduce
 	}
 	flags := make([]byte, c.n*rec)
-	if err := c.world.AllGather(flag, flags, rec, sdk.Uint8); err != nil {
+	if err := c.world.run(&sdk.Call{Coll: sdk.AllGather, Count: rec, DType: sdk.Uint8}, flag, flags); err != nil {
 		return errors.Join(startErr, fmt.Errorf("rank %d: agreeing on the start: %w", c.rank, err))
 	}
 	if startErr != nil {
@@ -627,7 +629,7 @@ func init() {
 		if !ok || c == nil {
 			return nil, false
 		}
-		return &coreview.View{Layout: c.layout, Options: c.opts, Host: c.world}, true
+		return &coreview.View{Layout: c.layout, Options: c.opts, Host: hostView{c.world}}, true
 	})
 }
 

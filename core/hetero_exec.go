@@ -3,23 +3,21 @@ package core
 import (
 	"errors"
 	"fmt"
-	"math"
 	"math/bits"
 	"runtime"
 	"sync"
 	"unsafe"
 
 	"github.com/flagcx/flagcx-go/core/internal/host/reduce"
-	"github.com/flagcx/flagcx-go/internal/coreview"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
 
 func (c *Comm) p2p(name string, buf Buffer, count int, dt sdk.DataType, peer int, recv bool, s loader.Stream) error {
-	n, err := elemBytes(count, dt)
-	if err == nil && (peer < 0 || peer >= c.n) {
-		err = fmt.Errorf("%w: peer %d is out of range for %d ranks: use a rank in 0..%d", sdk.ErrInvalidArgument, peer, c.n, c.n-1)
+	n, err := sdk.CheckCount("count", count, dt, 1)
+	if err == nil {
+		err = sdk.CheckPeer(peer, c.n)
 	}
 	if err == nil {
 		err = c.checkBuf(name, "buffer", buf, n)
@@ -41,27 +39,12 @@ func (c *Comm) p2p(name string, buf Buffer, count int, dt sdk.DataType, peer int
 }
 
 func (c *Comm) runGroup(name string, ops []groupOp, s loader.Stream) error {
-	call := sched.Call{Coll: sdk.SendRecv}
-	user := make([]Buffer, len(ops))
+	t := task{name: name, args: sdk.Call{Coll: sdk.SendRecv}, s: s, user: make([]Buffer, len(ops))}
 	for i, o := range ops {
-		call.Ops = append(call.Ops, sched.Xfer{Peer: o.peer, Recv: o.recv, Bytes: o.bytes})
-		user[i] = o.buf
+		t.ops = append(t.ops, sched.Xfer{Peer: o.peer, Recv: o.recv, Bytes: o.bytes})
+		t.user[i] = o.buf
 	}
-	return c.do(name, call, Buffer{}, Buffer{}, user, s)
-}
-
-func elemBytes(count int, dt sdk.DataType) (int, error) {
-	if !dt.Valid() {
-		return 0, fmt.Errorf("%w: data type %d is not valid: use one of int8, uint8, int32, uint32, int64, uint64, float16, float32, float64, bfloat16 (0..9)", sdk.ErrInvalidArgument, int32(dt))
-	}
-	if count < 0 {
-		return 0, fmt.Errorf("%w: count %d is negative: pass a number of elements, 0 or more", sdk.ErrInvalidArgument, count)
-	}
-	hi, lo := bits.Mul64(uint64(count), uint64(dt.Size()))
-	if hi != 0 || lo > math.MaxInt {
-		return 0, fmt.Errorf("%w: %d elements of %v overflow the address space: use a smaller count", sdk.ErrInvalidArgument, count, dt)
-	}
-	return int(lo), nil
+	return c.enqueue(t)
 }
 
 // checkBuf checks that b is this rank's kind of memory and holds need
@@ -70,6 +53,29 @@ func (c *Comm) checkBuf(name, which string, b Buffer, need int) error {
 	if need == 0 {
 		return nil
 	}
+	if err := c.checkMem(name, which, b); err != nil {
+		return err
+	}
+	if b.n < need {
+		return fmt.Errorf("%w: %s buffer holds %d bytes but %d are needed: pass a buffer of at least %d bytes or a smaller count", sdk.ErrInvalidArgument, which, b.n, need, need)
+	}
+	return nil
+}
+
+// checkBuffer is checkBuf for a collective's buffer, in sdk's checker's
+// words for one that is too short.
+func (c *Comm) checkBuffer(call *sdk.Call, which string, b Buffer, need int) error {
+	if need == 0 {
+		return nil
+	}
+	if err := c.checkMem(call.Coll.Title(), which, b); err != nil {
+		return err
+	}
+	return call.CheckBuffer(which, b.n, need, c.n)
+}
+
+// checkMem checks that b is this rank's kind of memory.
+func (c *Comm) checkMem(name, which string, b Buffer) error {
 	if b.n < 0 {
 		return fmt.Errorf("%w: %s: %s buffer has a negative length", sdk.ErrInvalidArgument, name, which)
 	}
@@ -80,51 +86,6 @@ func (c *Comm) checkBuf(name, which string, b Buffer, need int) error {
 		}
 		return fmt.Errorf("%w: %s: rank %d runs on the host backend, but the %s buffer is device memory: pass host memory (core.HostBuffer)",
 			sdk.ErrInvalidArgument, name, c.rank, which)
-	}
-	if b.n < need {
-		return fmt.Errorf("%w: %s: the %s buffer holds %d bytes, but the call needs %d: pass a larger buffer or a smaller count", sdk.ErrInvalidArgument, name, which, b.n, need)
-	}
-	return nil
-}
-
-// do validates a call on this rank, builds its plan and runs it.
-func (c *Comm) do(name string, call sched.Call, send, recv Buffer, user []Buffer, s loader.Stream) error {
-	if err := c.usable(name); err != nil {
-		return err
-	}
-	if c.group > 0 && call.Coll != sdk.SendRecv {
-		return fmt.Errorf("%w: %s on rank %d inside a group: only Send and Recv can be grouped; call GroupEnd first", sdk.ErrInvalidUsage, name, c.rank)
-	}
-	if err := sched.Validate(call, c.n); err != nil {
-		return fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
-	}
-	if call.Coll != sdk.SendRecv && call.Coll != sdk.Barrier {
-		sendB, recvB, err := sched.Needs(call, c.rank, c.n)
-		if err == nil {
-			err = c.checkBuf(name, "send", send, sendB)
-		}
-		if err == nil {
-			err = c.checkBuf(name, "recv", recv, recvB)
-		}
-		if err != nil {
-			return fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
-		}
-	}
-	if c.direct(call) {
-		// The library's call of the same name, enqueued on s.
-		if err := sdk.Dispatch(c.vendorCalls(), call.Args(), send.ptr, recv.ptr, s); err != nil {
-			return c.callError(name, err)
-		}
-		return nil
-	}
-	plan, err := sched.Build(c.layout, c.rank, call, c.opts)
-	if err != nil {
-		return fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
-	}
-	defer c.label(call)()
-	c.tracePlan(plan)
-	if err := c.execute(plan, &callBufs{send: send, recv: recv, user: user}, s); err != nil {
-		return c.callError(name, err)
 	}
 	return nil
 }
@@ -147,16 +108,12 @@ func (c *Comm) callError(name string, err error) error {
 // op, with no plan to print. It is the path users compare with the vendor
 // library's own latency, so it builds no plan and allocates nothing; the plan
 // it skips would be that single vendor step.
-func (c *Comm) direct(call sched.Call) bool {
-	if c.ccl == nil || c.opts.HostPath || c.debug.coll || !c.layout.IsHomogeneous() {
-		return false
-	}
-	switch call.Coll {
-	case sdk.SendRecv, sdk.Barrier:
+func (c *Comm) direct(coll sdk.Collective, dt sdk.DataType, op sdk.RedOp) bool {
+	if c.ccl == nil || c.opts.HostPath || c.debug.coll || !c.layout.IsHomogeneous() || coll == sdk.SendRecv || coll == sdk.Barrier {
 		return false
 	}
 	p := c.be.Plugin
-	return p.SupportsDataType(call.DType) && (!call.Coll.Reduces() || p.SupportsRedOp(call.Op))
+	return p.SupportsDataType(dt) && (!coll.Reduces() || p.SupportsRedOp(op))
 }
 
 // ---- the executor ------------------------------------------------------------
@@ -716,6 +673,28 @@ func (c *Comm) vendorStep(st *sched.Step, b *callBufs, s loader.Stream) error {
 	return nil
 }
 
+// hostXfers runs a SendRecv step's transfers, each to its own peer and
+// buffer, as bytes, in one group of cm.
+func (c *Comm) hostXfers(cm *hostComm, st *sched.Step, b *callBufs) error {
+	cm.groupStart()
+	for _, x := range st.Xfers {
+		m, rerr := c.resolve(b, x.Ref)
+		if rerr == nil && m.dev {
+			rerr = fmt.Errorf("%w: host transfer of device memory %s", sdk.ErrInternalError, x.Ref)
+		}
+		if rerr != nil {
+			_ = cm.groupEnd()
+			return rerr
+		}
+		name := "Send"
+		if x.Recv {
+			name = "Recv"
+		}
+		_ = cm.p2p(name, m.host, len(m.host), sdk.Uint8, x.Peer, x.Recv)
+	}
+	return cm.groupEnd()
+}
+
 // hostStep runs a step's collective on a host communicator.
 func (c *Comm) hostStep(cm *hostComm, what string, st *sched.Step, b *callBufs) error {
 	src, err := c.resolve(b, st.Src)
@@ -729,30 +708,11 @@ func (c *Comm) hostStep(cm *hostComm, what string, st *sched.Step, b *callBufs) 
 	if src.dev || dst.dev {
 		return fmt.Errorf("%w: host step %s on device memory", sdk.ErrInternalError, st.Coll.Title())
 	}
-	switch st.Coll {
-	case sdk.Barrier:
-		err = cm.Barrier()
-	case sdk.SendRecv:
-		// A step's transfers, each to its own peer and buffer, as bytes.
-		cm.GroupStart()
-		for _, x := range st.Xfers {
-			m, rerr := c.resolve(b, x.Ref)
-			if rerr == nil && m.dev {
-				rerr = fmt.Errorf("%w: host transfer of device memory %s", sdk.ErrInternalError, x.Ref)
-			}
-			if rerr != nil {
-				_ = cm.GroupEnd()
-				return rerr
-			}
-			if x.Recv {
-				_ = cm.Recv(m.host, len(m.host), sdk.Uint8, x.Peer)
-			} else {
-				_ = cm.Send(m.host, len(m.host), sdk.Uint8, x.Peer)
-			}
-		}
-		err = cm.GroupEnd()
-	default:
-		err = sdk.Dispatch(coreview.OnHost{C: cm}, st.Args(), src.host, dst.host, struct{}{})
+	if st.Coll == sdk.SendRecv {
+		err = c.hostXfers(cm, st, b)
+	} else {
+		args := st.Args()
+		err = cm.run(&args, src.host, dst.host)
 	}
 	if err != nil && what != "" && !c.layout.IsHomogeneous() {
 		return fmt.Errorf("in %s: %w", what, err)

@@ -28,12 +28,13 @@ func BenchmarkHostPlacementCall(b *testing.B) {
 				errs := onAll(comms, func(c *Comm) error {
 					send, recv := make([]byte, size), make([]byte, size)
 					sb, rb := HostBuffer(send), HostBuffer(recv)
+					call := sdk.Call{Coll: sdk.AllReduce, Count: count, DType: sdk.Float32, Op: sdk.Sum}
 					for k := 0; k < blocks; k++ {
 						t0 := time.Now()
 						for i := 0; i < block; i++ {
 							var err error
 							if k%2 == 0 {
-								err = c.world.AllReduce(send, recv, count, sdk.Float32, sdk.Sum)
+								err = c.world.run(&call, send, recv)
 							} else {
 								err = c.AllReduce(sb, rb, count, sdk.Float32, sdk.Sum, 0)
 							}

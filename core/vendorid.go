@@ -25,7 +25,7 @@ func shareVendorID(host *hostComm, p *loader.Plugin) ([]byte, error) {
 			copy(buf[1:], id)
 		}
 	}
-	if err := host.Broadcast(buf, buf, len(buf), sdk.Uint8, 0); err != nil {
+	if err := host.run(&sdk.Call{Coll: sdk.Broadcast, Count: len(buf), DType: sdk.Uint8}, buf, buf); err != nil {
 		return nil, err
 	}
 	if idErr != nil {

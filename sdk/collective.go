@@ -39,20 +39,6 @@ const (
 	NumCollectives
 )
 
-// collectiveNames are the names on the command line, in case ids and in
-// reports; collectiveTitles are the API's spellings, which plans, debug
-// output and errors print.
-var (
-	collectiveNames = [NumCollectives]string{
-		"allreduce", "reduce", "broadcast", "allgather", "reducescatter",
-		"alltoall", "alltoallv", "gather", "scatter", "sendrecv", "barrier",
-	}
-	collectiveTitles = [NumCollectives]string{
-		"AllReduce", "Reduce", "Broadcast", "AllGather", "ReduceScatter",
-		"AlltoAll", "AlltoAllv", "Gather", "Scatter", "SendRecv", "Barrier",
-	}
-)
-
 // AllCollectives lists every collective that moves data (all but Barrier)
 // in numbering order: what `flagcx bench all` runs and the conformance
 // matrices check.
@@ -65,14 +51,20 @@ func AllCollectives() []Collective {
 }
 
 // CollectiveNames lists the names ParseCollective accepts, in order.
-func CollectiveNames() []string { return append([]string(nil), collectiveNames[:Barrier]...) }
+func CollectiveNames() []string {
+	names := make([]string, 0, Barrier)
+	for _, c := range AllCollectives() {
+		names = append(names, collectives[c].Name)
+	}
+	return names
+}
 
 // ParseCollective reads the name of a collective of AllCollectives
 // ("allreduce", "sendrecv", ...; any case, spaces around ignored).
 func ParseCollective(s string) (Collective, error) {
 	name := strings.ToLower(strings.TrimSpace(s))
 	for _, c := range AllCollectives() {
-		if collectiveNames[c] == name {
+		if collectives[c].Name == name {
 			return c, nil
 		}
 	}
@@ -87,7 +79,7 @@ func (c Collective) String() string {
 	if !c.Valid() {
 		return fmt.Sprintf("collective(%d)", int(c))
 	}
-	return collectiveNames[c]
+	return collectives[c].Name
 }
 
 // Title is c's name as the API spells it ("AllReduce"), which plans and
@@ -96,30 +88,23 @@ func (c Collective) Title() string {
 	if !c.Valid() {
 		return fmt.Sprintf("coll(%d)", int(c))
 	}
-	return collectiveTitles[c]
+	return collectives[c].Title
 }
 
 // Reduces reports whether c takes a reduction operation.
-func (c Collective) Reduces() bool { return c == AllReduce || c == Reduce || c == ReduceScatter }
+func (c Collective) Reduces() bool { return c.Valid() && collectives[c].Reduces }
 
 // Rooted reports whether c takes a root rank.
-func (c Collective) Rooted() bool {
-	return c == Reduce || c == Broadcast || c == Gather || c == Scatter
-}
+func (c Collective) Rooted() bool { return c.Valid() && collectives[c].Rooted }
 
 // BusFactor converts c's algorithm bandwidth on n ranks to bus bandwidth,
 // as nccl-tests defines them, so that figures compare with its tables and
 // across rank counts. It is 0 for Barrier, which moves no data.
 func (c Collective) BusFactor(n int) float64 {
-	switch c {
-	case AllReduce:
-		return 2 * float64(n-1) / float64(n)
-	case AllGather, ReduceScatter, AlltoAll, AlltoAllv, Gather, Scatter:
-		return float64(n-1) / float64(n)
-	case Reduce, Broadcast, SendRecv:
-		return 1
+	if !c.Valid() {
+		return 0
 	}
-	return 0
+	return collectives[c].Bus.factor(n)
 }
 
 // Call is one rank's call of a collective, without its buffers: the

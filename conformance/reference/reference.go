@@ -60,9 +60,10 @@ type Case struct {
 
 // Validate reports a case that names no real call.
 func (c Case) Validate() error {
-	switch {
-	case !c.Coll.Valid() || c.Coll == sdk.Barrier: // a barrier moves no data: nothing to compute
+	if !c.Coll.Valid() || c.Coll.Info().Bus == sdk.BusNone { // a barrier moves no data: nothing to compute
 		return fmt.Errorf("%w: invalid collective %d", sdk.ErrInvalidArgument, int(c.Coll))
+	}
+	switch {
 	case !c.Type.Valid():
 		return fmt.Errorf("%w: invalid data type %d", sdk.ErrInvalidArgument, int32(c.Type))
 	case c.Coll.Reduces() && !c.Op.Valid():
@@ -83,10 +84,10 @@ func (c Case) Validate() error {
 // rank-1).
 func (c Case) Call(rank int) sdk.Call {
 	call := sdk.Call{Coll: c.Coll, Count: c.Count, DType: c.Type, Op: c.Op, Root: c.Root}
-	switch c.Coll {
-	case sdk.AlltoAllv:
+	if c.Coll == sdk.AlltoAllv {
 		call.SendCounts, call.SDispls, call.RecvCounts, call.RDispls = AlltoAllvCounts(c.NRanks, c.Count, rank)
-	case sdk.SendRecv:
+	}
+	if c.Coll == sdk.SendRecv {
 		call.SendPeer, call.RecvPeer = (rank+1)%c.NRanks, (rank-1+c.NRanks)%c.NRanks
 	}
 	return call
@@ -103,21 +104,15 @@ func (c Case) op() sdk.RedOp {
 // has one of this size, as nccl-tests allocates them (Scatter's non-roots and
 // Broadcast's non-roots included).
 func (c Case) SendCount() int {
-	switch c.Coll {
-	case sdk.ReduceScatter, sdk.AlltoAll, sdk.AlltoAllv, sdk.Scatter:
-		return c.NRanks * c.Count
-	}
-	return c.Count
+	send, _ := c.Coll.BufElems(c.Count, c.NRanks)
+	return send
 }
 
 // RecvCount is the number of elements in a rank's receive buffer (the
 // non-roots of Reduce and Gather included).
 func (c Case) RecvCount() int {
-	switch c.Coll {
-	case sdk.AllGather, sdk.AlltoAll, sdk.AlltoAllv, sdk.Gather:
-		return c.NRanks * c.Count
-	}
-	return c.Count
+	_, recv := c.Coll.BufElems(c.Count, c.NRanks)
+	return recv
 }
 
 // Input is element j of rank's send buffer.
@@ -178,21 +173,11 @@ func ExpectedRange(c Case, rank int, dst []byte, lo int) {
 // Shared reports whether every rank that receives data gets the same
 // receive buffer: every rank for AllReduce, Broadcast and AllGather, the
 // root alone for Reduce and Gather (Receives says which).
-func (c Case) Shared() bool {
-	switch c.Coll {
-	case sdk.AllReduce, sdk.Broadcast, sdk.AllGather, sdk.Reduce, sdk.Gather:
-		return true
-	}
-	return false
-}
+func (c Case) Shared() bool { return c.Coll.Valid() && c.Coll.Info().Same }
 
 // Receives reports whether rank's receive buffer gets data.
 func (c Case) Receives(rank int) bool {
-	switch c.Coll {
-	case sdk.Reduce, sdk.Gather:
-		return rank == c.Root
-	}
-	return true
+	return !c.Coll.Valid() || !c.Coll.Info().Recv.RootOnly() || rank == c.Root
 }
 
 // delivery is a run of elements a call delivers to a rank: elements at to

@@ -203,26 +203,19 @@ func typeLevel(t sdk.DataType) Level {
 
 // optionalEntry is the OPTIONAL table entry a collective needs.
 func optionalEntry(c sdk.Collective) string {
-	switch c {
-	case sdk.AlltoAll:
-		return "alltoAll"
-	case sdk.AlltoAllv:
-		return "alltoAllv"
-	case sdk.Gather:
-		return "gather"
-	case sdk.Scatter:
-		return "scatter"
+	if d := c.Info(); d != nil && d.Optional {
+		return d.Entry
 	}
 	return ""
 }
 
-// inPlaceOK reports whether the collective has an in-place form (NCCL's).
+// inPlaceOK reports whether the suite checks the collective in place: it
+// has an in-place form (sdk's table) and a required table entry. The
+// optional entries' (Gather, Scatter) in-place forms are not part of the
+// plugin contract: NCCL has no such calls to define them.
 func inPlaceOK(c sdk.Collective) bool {
-	switch c {
-	case sdk.AllReduce, sdk.Reduce, sdk.Broadcast, sdk.AllGather, sdk.ReduceScatter:
-		return true
-	}
-	return false
+	d := c.Info()
+	return d != nil && d.InPlace != sdk.InPlaceNone && !d.Optional
 }
 
 func seedFor(base uint64, id string) uint64 {

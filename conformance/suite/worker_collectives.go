@@ -51,18 +51,18 @@ func (w *worker) prepColl(sc *scratch, comm *loader.Comm, s Spec) (*job, error) 
 		var init, want []byte
 		var sendOff, recvOff int
 		elemOf := identity
-		switch s.Coll {
-		case sdk.AllReduce, sdk.Reduce, sdk.Broadcast:
+		switch s.Coll.Info().InPlace {
+		case sdk.InPlaceSame:
 			init = input
 			want = append([]byte(nil), init...)
 			reference.ExpectedInto(c, rank, want)
-		case sdk.AllGather: // sendbuff = recvbuff + rank*count
+		case sdk.InPlaceSendInRecv: // sendbuff = recvbuff + rank*count
 			init = filled(c.RecvCount()*sz, fillByte)
 			copy(init[rank*count*sz:], input)
 			want = append([]byte(nil), init...)
 			reference.ExpectedInto(c, rank, want)
 			sendOff = rank * count * sz
-		case sdk.ReduceScatter: // recvbuff = sendbuff + rank*count
+		case sdk.InPlaceRecvInSend: // recvbuff = sendbuff + rank*count
 			init = input
 			want = append([]byte(nil), init...)
 			reference.ExpectedInto(c, rank, want[rank*count*sz:(rank+1)*count*sz])

@@ -58,10 +58,10 @@ func (c Call) Args() sdk.Call {
 
 func (c Call) String() string {
 	s := c.Coll.Title()
-	switch c.Coll {
-	case sdk.SendRecv:
+	if c.Coll == sdk.SendRecv {
 		return fmt.Sprintf("%s (%d operations)", s, len(c.Ops))
-	case sdk.Barrier:
+	}
+	if c.Coll == sdk.Barrier {
 		return s
 	}
 	s += " " + c.DType.String()

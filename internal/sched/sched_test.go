@@ -506,7 +506,7 @@ func TestValidate(t *testing.T) {
 		{Call{Coll: sdk.AllReduce, Count: 1, DType: sdk.Float32, Op: 9}, "reduction op 9"},
 		{Call{Coll: sdk.Reduce, Count: 1, DType: sdk.Float32, Root: 3}, "root 3 is out of range for 3 ranks"},
 		{Call{Coll: sdk.Broadcast, Count: -1, DType: sdk.Float32}, "count -1"},
-		{Call{Coll: sdk.AlltoAllv, DType: sdk.Float32, SendCounts: []int{1}}, "needs 3 counts"},
+		{Call{Coll: sdk.AlltoAllv, DType: sdk.Float32, SendCounts: []int{1}}, "there are 3 ranks: pass one count"},
 		{Call{Coll: sdk.SendRecv, Ops: []Xfer{{Peer: 5}}}, "peer 5 is out of range"},
 		{Call{Coll: 99}, "unknown collective"},
 	}

@@ -2,121 +2,34 @@ package sched
 
 import (
 	"fmt"
-	"math/bits"
 
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
 // Needs gives the bytes rank's send and receive buffers must hold for call
-// on n ranks (0 where the buffer is not used on this rank).
+// on n ranks (0 where the buffer is not used on this rank), as sdk's one
+// checker (sdk.Call.Check) gives them; a SendRecv's buffers are its Ops'.
 func Needs(call Call, rank, n int) (send, recv int, err error) {
-	size := call.DType.Size()
-	b, err := mulBytes(call.Count, size, 1)
-	if err != nil {
-		return 0, 0, err
+	if call.Coll == sdk.SendRecv || call.Coll == sdk.Barrier {
+		return 0, 0, nil
 	}
-	nb, err := mulBytes(call.Count, size, n)
-	if err != nil {
-		return 0, 0, err
-	}
-	root := rank == call.Root
-	switch call.Coll {
-	case sdk.AllReduce:
-		return b, b, nil
-	case sdk.Reduce:
-		return b, pick(root, b), nil
-	case sdk.Broadcast:
-		return pick(root, b), b, nil
-	case sdk.AllGather:
-		return b, nb, nil
-	case sdk.ReduceScatter:
-		return nb, b, nil
-	case sdk.AlltoAll:
-		return nb, nb, nil
-	case sdk.Gather:
-		return b, pick(root, nb), nil
-	case sdk.Scatter:
-		return pick(root, nb), b, nil
-	case sdk.AlltoAllv:
-		s, err := extent(call.SendCounts, call.SDispls, size, "send")
-		if err != nil {
-			return 0, 0, err
-		}
-		r, err := extent(call.RecvCounts, call.RDispls, size, "receive")
-		return s, r, err
-	}
-	return 0, 0, nil
-}
-
-func pick(cond bool, v int) int {
-	if cond {
-		return v
-	}
-	return 0
-}
-
-func mulBytes(count, size, n int) (int, error) {
-	if count < 0 {
-		return 0, fmt.Errorf("%w: count %d is negative: pass a number of elements, 0 or more", sdk.ErrInvalidArgument, count)
-	}
-	hi, lo := bits.Mul64(uint64(count), uint64(size))
-	hi2, lo2 := bits.Mul64(lo, uint64(n))
-	if hi != 0 || hi2 != 0 || lo2 > uint64(maxInt) {
-		return 0, fmt.Errorf("%w: count %d overflows the address space: use a smaller count", sdk.ErrInvalidArgument, count)
-	}
-	return int(lo2), nil
-}
-
-const maxInt = int(^uint(0) >> 1)
-
-// extent is the bytes a buffer with these counts and displacements spans.
-func extent(counts, displs []int, size int, which string) (int, error) {
-	end := 0
-	for p := range counts {
-		if counts[p] < 0 || displs[p] < 0 {
-			return 0, fmt.Errorf("%w: AlltoAllv %s count %d or displacement %d for rank %d is negative", sdk.ErrInvalidArgument, which, counts[p], displs[p], p)
-		}
-		// Zero counts count too: the host backend checks every region.
-		e, err := mulBytes(counts[p]+displs[p], size, 1)
-		if err != nil {
-			return 0, err
-		}
-		end = max(end, e)
-	}
-	return end, nil
+	args := call.Args()
+	return args.Check(rank, n)
 }
 
 // Validate checks what every rank can check about a call before building
-// its plan.
+// its plan: sdk's one checker, and a SendRecv's operations.
 func Validate(call Call, n int) error {
-	switch {
-	case !call.Coll.Valid():
-		return fmt.Errorf("%w: unknown collective %d", sdk.ErrInvalidArgument, int(call.Coll))
-	case call.Coll == sdk.SendRecv || call.Coll == sdk.Barrier:
-	case !call.DType.Valid():
-		return fmt.Errorf("%w: data type %d is not valid: use one of int8, uint8, int32, uint32, int64, uint64, float16, float32, float64, bfloat16 (0..9)", sdk.ErrInvalidArgument, int32(call.DType))
-	case call.Coll.Reduces() && !call.Op.Valid():
-		return fmt.Errorf("%w: reduction op %d is not valid: use sum, prod, max, min or avg (0..4)", sdk.ErrInvalidArgument, int32(call.Op))
-	case call.Coll.Rooted() && (call.Root < 0 || call.Root >= n):
-		return fmt.Errorf("%w: root %d is out of range for %d ranks: use a rank in 0..%d", sdk.ErrInvalidArgument, call.Root, n, n-1)
-	case call.Count < 0:
-		return fmt.Errorf("%w: count %d is negative: pass a number of elements, 0 or more", sdk.ErrInvalidArgument, call.Count)
+	if call.Coll != sdk.SendRecv {
+		_, _, err := Needs(call, 0, n)
+		return err
 	}
-	if call.Coll == sdk.AlltoAllv {
-		for _, a := range [][]int{call.SendCounts, call.SDispls, call.RecvCounts, call.RDispls} {
-			if len(a) != n {
-				return fmt.Errorf("%w: AlltoAllv needs %d counts and displacements (one per rank), got %d", sdk.ErrInvalidArgument, n, len(a))
-			}
+	for i, x := range call.Ops {
+		if err := sdk.CheckPeer(x.Peer, n); err != nil {
+			return fmt.Errorf("operation %d: %w", i, err)
 		}
-	}
-	if call.Coll == sdk.SendRecv {
-		for i, x := range call.Ops {
-			if x.Peer < 0 || x.Peer >= n {
-				return fmt.Errorf("%w: operation %d: peer %d is out of range for %d ranks", sdk.ErrInvalidArgument, i, x.Peer, n)
-			}
-			if x.Bytes < 0 {
-				return fmt.Errorf("%w: operation %d: negative size", sdk.ErrInvalidArgument, i)
-			}
+		if x.Bytes < 0 {
+			return fmt.Errorf("%w: operation %d: negative size", sdk.ErrInvalidArgument, i)
 		}
 	}
 	return nil
@@ -148,4 +61,11 @@ func checkSelf(call Call, rank int) error {
 		}
 	}
 	return nil
+}
+
+func pick(cond bool, v int) int {
+	if cond {
+		return v
+	}
+	return 0
 }

@@ -12,19 +12,7 @@ import (
 // buffer. Avg divides the sum by the rank count once at the end.
 func (e *Engine) AllReduce(send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp) error {
 	const name = "AllReduce"
-	bytes, err := checkCount(name, "count", count, dt, 1)
-	if err == nil {
-		err = checkOp(name, op)
-	}
-	if err == nil {
-		err = checkBuf(name, "send", send, bytes, count, dt, 1)
-	}
-	if err == nil {
-		err = checkBuf(name, "recv", recv, bytes, count, dt, 1)
-	}
-	if err == nil {
-		err = checkPlace(name, send[:bytes], recv[:bytes], 0, "(send == recv)")
-	}
+	bytes, _, err := e.check(sdk.Call{Coll: sdk.AllReduce, Count: count, DType: dt, Op: op}, send, recv)
 	if err != nil || count == 0 {
 		return err
 	}

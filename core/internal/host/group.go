@@ -159,20 +159,11 @@ func (e *Engine) Barrier() error {
 // may be the same buffer (send is then copied aside first).
 func (e *Engine) AlltoAll(send, recv []byte, count int, dt sdk.DataType) error {
 	const name = "AlltoAll"
-	bytes, err := checkCount(name, "count", count, dt, 1)
-	var total int
-	if err == nil {
-		total, err = checkCount(name, "count", count, dt, e.n)
-	}
-	if err == nil {
-		err = checkBuf(name, "send", send, total, count, dt, e.n)
-	}
-	if err == nil {
-		err = checkBuf(name, "recv", recv, total, count, dt, e.n)
-	}
+	total, _, err := e.check(sdk.Call{Coll: sdk.AlltoAll, Count: count, DType: dt}, send, recv)
 	if err != nil || count == 0 {
 		return err
 	}
+	bytes := count * dt.Size()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	send, recv = send[:total], recv[:total]
@@ -205,18 +196,12 @@ func (e *Engine) AlltoAll(send, recv []byte, count int, dt sdk.DataType) error {
 // overlap recv (it is copied aside first).
 func (e *Engine) AlltoAllv(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt sdk.DataType) error {
 	const name = "AlltoAllv"
-	if err := checkType(name, dt); err != nil {
+	call := sdk.Call{Coll: sdk.AlltoAllv, DType: dt, SendCounts: sendcounts, SDispls: sdispls, RecvCounts: recvcounts, RDispls: rdispls}
+	if _, _, err := e.check(call, send, recv); err != nil {
 		return err
 	}
 	size := dt.Size()
-	sends, err := regions(name, "send", send, sendcounts, sdispls, e.n, size)
-	if err != nil {
-		return err
-	}
-	recvs, err := regions(name, "recv", recv, recvcounts, rdispls, e.n, size)
-	if err != nil {
-		return err
-	}
+	sends, recvs := regions(sendcounts, sdispls, size), regions(recvcounts, rdispls, size)
 	r := e.rank
 	if sendcounts[r] != recvcounts[r] {
 		return argErr(name, "rank %d sends %d elements to itself but expects %d: make sendcounts[%d] and recvcounts[%d] agree",
@@ -260,27 +245,14 @@ func (e *Engine) AlltoAllv(send []byte, sendcounts, sdispls []int, recv []byte, 
 	return e.run(name, ops)
 }
 
-// regions validates counts and displacements (in elements) against buf and
-// returns each peer's byte range.
-func regions(name, which string, buf []byte, counts, displs []int, n, size int) ([][2]int, error) {
-	if len(counts) != n || len(displs) != n {
-		return nil, argErr(name, "%scounts has %d entries and the %s displacements %d, but there are %d ranks: pass one count and one displacement per rank",
-			which, len(counts), which, len(displs), n)
+// regions is each peer's byte range of a buffer, from counts and
+// displacements in elements (checked by sdk's checker).
+func regions(counts, displs []int, size int) [][2]int {
+	out := make([][2]int, len(counts))
+	for p := range counts {
+		out[p] = [2]int{displs[p] * size, (displs[p] + counts[p]) * size}
 	}
-	out := make([][2]int, n)
-	limit := len(buf) / size
-	for p := 0; p < n; p++ {
-		c, d := counts[p], displs[p]
-		if c < 0 || d < 0 {
-			return nil, argErr(name, "%s count %d or displacement %d for rank %d is negative: use 0 or more elements", which, c, d, p)
-		}
-		if c > limit || d > limit-c {
-			return nil, argErr(name, "%s region of rank %d (displacement %d + count %d elements of %d bytes) ends past the %s buffer's %d bytes: pass a larger buffer or fix the counts",
-				which, p, d, c, size, which, len(buf))
-		}
-		out[p] = [2]int{d * size, (d + c) * size}
-	}
-	return out, nil
+	return out
 }
 
 func shift(rs [][2]int, lo int) [][2]int {

@@ -10,24 +10,11 @@ import (
 // recv[rank*sendcount*size:].
 func (e *Engine) AllGather(send, recv []byte, sendcount int, dt sdk.DataType) error {
 	const name = "AllGather"
-	bytes, err := checkCount(name, "sendcount", sendcount, dt, 1)
-	var total int
-	if err == nil {
-		total, err = checkCount(name, "sendcount", sendcount, dt, e.n)
-	}
-	if err == nil {
-		err = checkBuf(name, "send", send, bytes, sendcount, dt, 1)
-	}
-	if err == nil {
-		err = checkBuf(name, "recv", recv, total, sendcount, dt, e.n)
-	}
-	r := e.rank
-	if err == nil {
-		err = checkPlace(name, send[:bytes], recv[:total], r*bytes, "(send == recv[rank*sendcount*size:])")
-	}
+	bytes, total, err := e.check(sdk.Call{Coll: sdk.AllGather, Count: sendcount, DType: dt}, send, recv)
 	if err != nil || sendcount == 0 {
 		return err
 	}
+	r := e.rank
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	send, recv = send[:bytes], recv[:total]
@@ -91,24 +78,7 @@ func (e *Engine) allGatherRing(name string, send, recv []byte, count int, dt sdk
 // place: recv is send[rank*recvcount*size:].
 func (e *Engine) ReduceScatter(send, recv []byte, recvcount int, dt sdk.DataType, op sdk.RedOp) error {
 	const name = "ReduceScatter"
-	bytes, err := checkCount(name, "recvcount", recvcount, dt, 1)
-	var total int
-	if err == nil {
-		total, err = checkCount(name, "recvcount", recvcount, dt, e.n)
-	}
-	if err == nil {
-		err = checkOp(name, op)
-	}
-	if err == nil {
-		err = checkBuf(name, "send", send, total, recvcount, dt, e.n)
-	}
-	if err == nil {
-		err = checkBuf(name, "recv", recv, bytes, recvcount, dt, 1)
-	}
-	r := e.rank
-	if err == nil {
-		err = checkPlace(name, recv[:bytes], send[:total], r*bytes, "(recv == send[rank*recvcount*size:])")
-	}
+	total, bytes, err := e.check(sdk.Call{Coll: sdk.ReduceScatter, Count: recvcount, DType: dt, Op: op}, send, recv)
 	if err != nil || recvcount == 0 {
 		return err
 	}

@@ -10,23 +10,11 @@ import (
 // place on root: send == recv.
 func (e *Engine) Broadcast(send, recv []byte, count int, dt sdk.DataType, root int) error {
 	const name = "Broadcast"
-	bytes, err := checkCount(name, "count", count, dt, 1)
-	if err == nil {
-		err = checkRoot(name, root, e.n)
-	}
-	isRoot := e.rank == root
-	if err == nil && isRoot {
-		err = checkBuf(name, "send", send, bytes, count, dt, 1)
-	}
-	if err == nil {
-		err = checkBuf(name, "recv", recv, bytes, count, dt, 1)
-	}
-	if err == nil && isRoot {
-		err = checkPlace(name, send[:bytes], recv[:bytes], 0, "(send == recv on root)")
-	}
+	_, bytes, err := e.check(sdk.Call{Coll: sdk.Broadcast, Count: count, DType: dt, Root: root}, send, recv)
 	if err != nil || count == 0 {
 		return err
 	}
+	isRoot := e.rank == root
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	recv = recv[:bytes]
@@ -119,26 +107,11 @@ func (e *Engine) broadcastChain(name string, send, recv []byte, count int, dt sd
 // send == recv. Other ranks' buffers are not modified.
 func (e *Engine) Reduce(send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp, root int) error {
 	const name = "Reduce"
-	bytes, err := checkCount(name, "count", count, dt, 1)
-	if err == nil {
-		err = checkOp(name, op)
-	}
-	if err == nil {
-		err = checkRoot(name, root, e.n)
-	}
-	if err == nil {
-		err = checkBuf(name, "send", send, bytes, count, dt, 1)
-	}
-	isRoot := e.rank == root
-	if err == nil && isRoot {
-		err = checkBuf(name, "recv", recv, bytes, count, dt, 1)
-	}
-	if err == nil && isRoot {
-		err = checkPlace(name, send[:bytes], recv[:bytes], 0, "(send == recv on root)")
-	}
+	bytes, _, err := e.check(sdk.Call{Coll: sdk.Reduce, Count: count, DType: dt, Op: op, Root: root}, send, recv)
 	if err != nil || count == 0 {
 		return err
 	}
+	isRoot := e.rank == root
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	send = send[:bytes]
@@ -257,27 +230,11 @@ func (e *Engine) reduceChain(name string, send, recv []byte, count int, dt sdk.D
 // recv[root*count*size:].
 func (e *Engine) Gather(send, recv []byte, count int, dt sdk.DataType, root int) error {
 	const name = "Gather"
-	bytes, err := checkCount(name, "count", count, dt, 1)
-	var total int
-	if err == nil {
-		total, err = checkCount(name, "count", count, dt, e.n)
-	}
-	if err == nil {
-		err = checkRoot(name, root, e.n)
-	}
-	if err == nil {
-		err = checkBuf(name, "send", send, bytes, count, dt, 1)
-	}
-	isRoot := e.rank == root
-	if err == nil && isRoot {
-		err = checkBuf(name, "recv", recv, total, count, dt, e.n)
-	}
-	if err == nil && isRoot {
-		err = checkPlace(name, send[:bytes], recv[:total], root*bytes, "(send == recv[root*count*size:] on root)")
-	}
+	bytes, _, err := e.check(sdk.Call{Coll: sdk.Gather, Count: count, DType: dt, Root: root}, send, recv)
 	if err != nil || count == 0 {
 		return err
 	}
+	isRoot := e.rank == root
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	send = send[:bytes]
@@ -299,27 +256,11 @@ func (e *Engine) Gather(send, recv []byte, count int, dt sdk.DataType, root int)
 // send[root*count*size:].
 func (e *Engine) Scatter(send, recv []byte, count int, dt sdk.DataType, root int) error {
 	const name = "Scatter"
-	bytes, err := checkCount(name, "count", count, dt, 1)
-	var total int
-	if err == nil {
-		total, err = checkCount(name, "count", count, dt, e.n)
-	}
-	if err == nil {
-		err = checkRoot(name, root, e.n)
-	}
-	isRoot := e.rank == root
-	if err == nil && isRoot {
-		err = checkBuf(name, "send", send, total, count, dt, e.n)
-	}
-	if err == nil {
-		err = checkBuf(name, "recv", recv, bytes, count, dt, 1)
-	}
-	if err == nil && isRoot {
-		err = checkPlace(name, recv[:bytes], send[:total], root*bytes, "(recv == send[root*count*size:] on root)")
-	}
+	_, bytes, err := e.check(sdk.Call{Coll: sdk.Scatter, Count: count, DType: dt, Root: root}, send, recv)
 	if err != nil || count == 0 {
 		return err
 	}
+	isRoot := e.rank == root
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	recv = recv[:bytes]

@@ -5,32 +5,6 @@ import (
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
-// inPlaceLayout is where NCCL puts the send and receive buffers of an
-// in-place call inside the one (receive) buffer, as nccl-tests lays them
-// out.
-type inPlaceLayout int
-
-const (
-	// sameBuffer: send == recv.
-	sameBuffer inPlaceLayout = iota
-	// sendAtRankSlot: send = recv + rank*count (AllGather, Gather).
-	sendAtRankSlot
-	// recvAtRankSlot: recv = send + rank*count (ReduceScatter, Scatter).
-	recvAtRankSlot
-)
-
-// offsets gives the element offsets of send and recv inside the in-place
-// buffer for rank with call count count.
-func (l inPlaceLayout) offsets(rank, count int) (send, recv int) {
-	switch l {
-	case sendAtRankSlot:
-		return rank * count, 0
-	case recvAtRankSlot:
-		return 0, rank * count
-	}
-	return 0, 0
-}
-
 // Comm is what the benchmark needs of a communicator over host buffers;
 // a core.Comm's host communicator (coreview.View.Host) is one.
 type Comm interface {
@@ -57,40 +31,32 @@ type call struct {
 	send, recv region
 }
 
-// opSpec is one row of the op table: how the benchmark sizes and lays out
-// a collective's buffers (what the collective itself is, its bus bandwidth
-// factor included, is sdk.Collective's).
+// opSpec is one collective as the benchmark runs it; what the collective
+// is (its buffers' extents, in-place layout, bus bandwidth factor) is
+// sdk's table of collectives (sdk.CollInfo).
 type opSpec struct {
 	coll sdk.Collective
 	// perRank is true when the call count is the buffer's element count
-	// divided by the rank count (rounded down, as nccl-tests does); false
-	// when it is the whole count.
+	// divided by the rank count (rounded down, as nccl-tests does): a
+	// buffer holds a block per rank.
 	perRank bool
-	inPlace inPlaceLayout
-	// inPlaceChecked is false where the in-place form is undefined (as in
-	// nccl-tests: AlltoAll, AlltoAllv, SendRecv): it is timed, but its
-	// result shows N/A.
+	// inPlace is where send and recv lie in the in-place buffer; where the
+	// collective has no in-place form (as in nccl-tests: AlltoAll,
+	// AlltoAllv, SendRecv) both are the buffer's start: it is timed, but
+	// its result shows N/A (inPlaceChecked false).
+	inPlace        sdk.InPlace
 	inPlaceChecked bool
 }
 
 // opTable has one entry per collective, in sdk.Collective order (Barrier's
 // is unused: it moves no data, and `all` runs sdk.AllCollectives).
-var opTable = [sdk.NumCollectives]opSpec{
-	sdk.AllReduce:     {inPlace: sameBuffer, inPlaceChecked: true},
-	sdk.Reduce:        {inPlace: sameBuffer, inPlaceChecked: true},
-	sdk.Broadcast:     {inPlace: sameBuffer, inPlaceChecked: true},
-	sdk.AllGather:     {perRank: true, inPlace: sendAtRankSlot, inPlaceChecked: true},
-	sdk.ReduceScatter: {perRank: true, inPlace: recvAtRankSlot, inPlaceChecked: true},
-	sdk.AlltoAll:      {perRank: true, inPlace: sameBuffer},
-	sdk.AlltoAllv:     {perRank: true, inPlace: sameBuffer},
-	sdk.Gather:        {perRank: true, inPlace: sendAtRankSlot, inPlaceChecked: true},
-	sdk.Scatter:       {perRank: true, inPlace: recvAtRankSlot, inPlaceChecked: true},
-	sdk.SendRecv:      {inPlace: sameBuffer},
-}
+var opTable [sdk.NumCollectives]opSpec
 
 func init() {
 	for i := range opTable {
-		opTable[i].coll = sdk.Collective(i)
+		d := sdk.Collective(i).Info()
+		opTable[i] = opSpec{coll: d.Coll, perRank: d.Send.PerRank() || d.Recv.PerRank(),
+			inPlace: d.InPlace, inPlaceChecked: d.InPlace != sdk.InPlaceNone}
 	}
 }
 

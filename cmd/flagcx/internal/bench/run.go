@@ -489,7 +489,7 @@ func (r *rankRun) bench(op *opSpec, dt sdk.DataType, redop sdk.RedOp, sizeIdx in
 		c.Root = 0
 	}
 	sendN, recvN := c.SendCount()*ts, c.RecvCount()*ts
-	so, ro := op.inPlace.offsets(r.rank, c.Count)
+	so, ro := op.inPlace.Offsets(r.rank, c.Count)
 	args := c.Call(r.rank)
 	oop := &call{args: args, send: region{r.send, 0, sendN}, recv: region{r.recv, 0, recvN}}
 	ip := &call{args: args, send: region{r.recv, so * ts, sendN}, recv: region{r.recv, ro * ts, recvN}}
@@ -652,7 +652,7 @@ func (r *rankRun) prepare(op *opSpec, c reference.Case, inPlace, forCheck bool) 
 		// address it.
 		if inPlace {
 			if h := r.recv.Host(); h != nil {
-				so, _ := op.inPlace.offsets(r.rank, c.Count)
+				so, _ := op.inPlace.Offsets(r.rank, c.Count)
 				input = h[so*ts : so*ts+sendN]
 			}
 		} else if h := r.send.Host(); h != nil {
@@ -666,7 +666,7 @@ func (r *rankRun) prepare(op *opSpec, c reference.Case, inPlace, forCheck bool) 
 		}
 	}
 	reference.FillInput(c, r.rank, input)
-	so, ro := op.inPlace.offsets(r.rank, c.Count)
+	so, ro := op.inPlace.Offsets(r.rank, c.Count)
 	if inPlace {
 		// The receive buffer holds both: zero it, put the input in place.
 		if forCheck {
