@@ -261,23 +261,7 @@ func (c *Comm) execute(p *sched.Plan, b *callBufs, s loader.Stream) error {
 	}
 	lanes := p.Lanes()
 	if len(lanes) == 1 || inOrder(p) {
-		defer c.bindDevice()()
-		for i := range p.Steps {
-			var err error
-			if len(lanes) > 1 {
-				err = ch.await(i) // one lane: its stream orders its steps
-			}
-			if err == nil {
-				err = c.step(p, i, b, s)
-			}
-			if err == nil {
-				err = ch.record(i)
-			}
-			if err != nil {
-				return c.failure(p, err)
-			}
-		}
-		if err := ch.finish(); err != nil {
+		if err := c.runInOrder(p, b, s, ch, len(lanes) > 1); err != nil {
 			return c.failure(p, err)
 		}
 		return nil
@@ -344,6 +328,29 @@ func (c *Comm) execute(p *sched.Plan, b *callBufs, s loader.Stream) error {
 		return c.failure(p, first)
 	}
 	return nil
+}
+
+// runInOrder runs a plan's steps one after the other on the calling
+// goroutine; with several lanes a step first waits for the device work of
+// the steps it depends on (one lane's stream orders its steps itself).
+func (c *Comm) runInOrder(p *sched.Plan, b *callBufs, s loader.Stream, ch *chain, lanes bool) error {
+	defer c.bindDevice()()
+	for i := range p.Steps {
+		var err error
+		if lanes {
+			err = ch.await(i)
+		}
+		if err == nil {
+			err = c.step(p, i, b, s)
+		}
+		if err == nil {
+			err = ch.record(i)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return ch.finish()
 }
 
 // inOrder reports whether a plan runs best as one sequence of steps on the

@@ -406,7 +406,7 @@ func (c *Conn) readPolled(b []byte) (int, error) {
 const (
 	maxPollMisses = 3
 	pollProbe     = 16
-	maxPolledRead = 1 << 20
+	maxPolledRead = 256 << 10
 )
 
 // errAborted is returned by the deadline helpers when another stream of a

@@ -191,10 +191,15 @@ func (e *Engine) sendrecv(name string, to int, sbuf []byte, from int, rbuf []byt
 		}
 		return e.recv(name, from, rbuf)
 	}
+	// The send goes out on this goroutine, at once; the receive waits on
+	// another. The other way round, the new goroutine would sit in this
+	// thread's run queue behind a receive that polls its socket
+	// (hostnet's Conn.readPolled) for the peer's message, while the peer
+	// waits the same way for this rank's.
 	errc := make(chan error, 1)
-	go func() { errc <- e.send(name, to, sbuf) }()
-	rerr := e.recv(name, from, rbuf)
-	serr := <-errc
+	go func() { errc <- e.recv(name, from, rbuf) }()
+	serr := e.send(name, to, sbuf)
+	rerr := <-errc
 	if rerr != nil {
 		return rerr
 	}
