@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"sort"
 	"sync"
 
@@ -80,7 +81,7 @@ func initHost(id UniqueID, nranks, rank int, cfg hostnet.Config) (*hostComm, err
 		return nil, fmt.Errorf("%w: rank %d: %w", sdk.ErrSystemError, rank, err)
 	}
 	self := announce{peerInfo: peerInfo{Rank: rank, Addr: l.Addr(), Host: hostname(), Pid: os.Getpid(),
-		BootID: hostnet.BootID(), PidNS: hostnet.PidNamespace()}, NRanks: nranks}
+		BootID: hostnet.BootID(), PidNS: hostnet.PidNamespace(), Cores: runtime.NumCPU()}, NRanks: nranks}
 	// The segment exists before the rendezvous so that its name travels in
 	// the table; it is sized independently of how many ranks share the host.
 	var seg *hostnet.ShmSegment

@@ -54,6 +54,9 @@ type Config struct {
 	// Streams is the number of sockets per peer link
 	// (FLAGCX_SOCKET_NTHREADS x FLAGCX_NSOCKS_PERTHREAD).
 	Streams int
+	// AutoStreams: neither variable was set, so a mesh may use fewer
+	// sockets where the hosts have few cores per rank (pairStreams).
+	AutoStreams bool
 	// StripeMin is the smallest message striped over a link's sockets
 	// (over 2 at StripeMin, one more per StripeMin/2 bytes, up to all of
 	// them: TCPLink); smaller messages travel on one socket.

@@ -43,12 +43,13 @@ var ErrConfig = errors.New("invalid hostnet configuration")
 // per peer, striping from 256 KiB, 30 s timeout, reads polling 50 us.
 func DefaultConfig() Config {
 	return Config{
-		IfName:    DefaultIfName,
-		Family:    0,
-		Streams:   DefaultStreams,
-		StripeMin: DefaultStripeMin,
-		Timeout:   DefaultTimeout,
-		Spin:      DefaultSpin,
+		IfName:      DefaultIfName,
+		Family:      0,
+		Streams:     DefaultStreams,
+		AutoStreams: true,
+		StripeMin:   DefaultStripeMin,
+		Timeout:     DefaultTimeout,
+		Spin:        DefaultSpin,
 	}
 }
 
@@ -90,14 +91,15 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	} else {
 		cfg.Family = f
 	}
-	nthreads, err := env.SocketNThreads.Get(l)
+	nthreads, setThreads, err := env.SocketNThreads.Find(l)
 	if err != nil {
 		bad(err)
 	}
-	nsocks, err := env.NSocksPerThread.Get(l)
+	nsocks, setSocks, err := env.NSocksPerThread.Find(l)
 	if err != nil {
 		bad(err)
 	}
+	cfg.AutoStreams = !setThreads && !setSocks
 	cfg.Streams = min(nthreads*nsocks, MaxStreams)
 	if n, err := env.NetStripeMin.Get(l); err != nil {
 		bad(err)

@@ -10,7 +10,7 @@ import (
 
 func TestDefaultConfig(t *testing.T) {
 	cfg := DefaultConfig()
-	require.Equal(t, Config{IfName: "^lo,docker", Family: 0, Streams: 4, StripeMin: 256 << 10, Timeout: 30 * time.Second, Spin: 50 * time.Microsecond}, cfg)
+	require.Equal(t, Config{IfName: "^lo,docker", Family: 0, Streams: 4, StripeMin: 256 << 10, Timeout: 30 * time.Second, Spin: 50 * time.Microsecond, AutoStreams: true}, cfg)
 	got, err := ConfigFromLookup(func(string) (string, bool) { return "", false })
 	require.NoError(t, err)
 	require.Equal(t, cfg, got)
@@ -37,10 +37,10 @@ func TestConfigFromLookup(t *testing.T) {
 		{"family 6 lower case name", map[string]string{EnvSocketFamily: "af_inet6"}, with(func(c *Config) { c.Family = 6 }), nil},
 		{"family bad", map[string]string{EnvSocketFamily: "ipx"}, def, []string{EnvSocketFamily, `"ipx"`, "AF_INET6"}},
 		{"family 5", map[string]string{EnvSocketFamily: "5"}, def, []string{EnvSocketFamily, `"5"`}},
-		{"streams product", map[string]string{EnvSocketNThreads: "4", EnvNSocksPerThread: "3"}, with(func(c *Config) { c.Streams = 12 }), nil},
-		{"streams one", map[string]string{EnvSocketNThreads: "1", EnvNSocksPerThread: "1"}, with(func(c *Config) { c.Streams = 1 }), nil},
-		{"streams threads only", map[string]string{EnvSocketNThreads: "8"}, with(func(c *Config) { c.Streams = 16 }), nil},
-		{"streams capped at 64", map[string]string{EnvSocketNThreads: "16", EnvNSocksPerThread: "16"}, with(func(c *Config) { c.Streams = 64 }), nil},
+		{"streams product", map[string]string{EnvSocketNThreads: "4", EnvNSocksPerThread: "3"}, with(func(c *Config) { c.Streams, c.AutoStreams = 12, false }), nil},
+		{"streams one", map[string]string{EnvSocketNThreads: "1", EnvNSocksPerThread: "1"}, with(func(c *Config) { c.Streams, c.AutoStreams = 1, false }), nil},
+		{"streams threads only", map[string]string{EnvSocketNThreads: "8"}, with(func(c *Config) { c.Streams, c.AutoStreams = 16, false }), nil},
+		{"streams capped at 64", map[string]string{EnvSocketNThreads: "16", EnvNSocksPerThread: "16"}, with(func(c *Config) { c.Streams, c.AutoStreams = 64, false }), nil},
 		{"nthreads zero", map[string]string{EnvSocketNThreads: "0"}, def, []string{EnvSocketNThreads, `"0"`, "1 to 16"}},
 		{"nthreads 17", map[string]string{EnvSocketNThreads: "17"}, def, []string{EnvSocketNThreads, `"17"`}},
 		{"nsocks word", map[string]string{EnvNSocksPerThread: "two"}, def, []string{EnvNSocksPerThread, `"two"`, "1 to 16"}},

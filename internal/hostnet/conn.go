@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // ErrProtocol: the peer sent bytes that are not what the hostnet protocol
@@ -364,7 +365,7 @@ func (c *Conn) readPolled(b []byte) (int, error) {
 	)
 	err := c.raw.Read(func(fd uintptr) bool {
 		for {
-			m, e := syscall.Read(int(fd), b)
+			m, e := pollRead(fd, b)
 			switch {
 			case e == syscall.EINTR:
 				continue
@@ -372,6 +373,9 @@ func (c *Conn) readPolled(b []byte) (int, error) {
 				if slept {
 					return false
 				}
+				// A core shared with the peer's sender (ranks of several
+				// hosts on one machine, or a busy host) goes to it first.
+				syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
 				now := time.Now()
 				if until.IsZero() {
 					until = now.Add(c.spin)
@@ -381,7 +385,7 @@ func (c *Conn) readPolled(b []byte) (int, error) {
 					return false // sleep until readable (or the deadline)
 				}
 				continue
-			case e != nil:
+			case e != 0:
 				rerr = os.NewSyscallError("read", e)
 			case m == 0:
 				rerr = io.EOF
@@ -397,6 +401,18 @@ func (c *Conn) readPolled(b []byte) (int, error) {
 		return 0, err
 	}
 	return n, rerr
+}
+
+// pollRead is read(2) on a non-blocking socket as a raw system call: it
+// never blocks, so it need not tell the Go scheduler, whose bookkeeping of
+// a system call (and the wake-up of its monitor thread) cost more than the
+// read itself when a poll repeats it.
+func pollRead(fd uintptr, b []byte) (int, syscall.Errno) {
+	if len(b) == 0 {
+		return 0, 0
+	}
+	n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+	return int(n), e
 }
 
 // A Conn stops polling after maxPollMisses polls in a row that ran out, and

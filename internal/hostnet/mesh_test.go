@@ -1094,3 +1094,40 @@ func BenchmarkShmNodeSync(b *testing.B) {
 		})
 	}
 }
+
+// TestPairStreams: where no variable chose the socket count, a link gets
+// at most half the cores per rank of the more crowded of its two hosts (at
+// least one socket), and both ends compute the same count.
+func TestPairStreams(t *testing.T) {
+	host := func(name string, cores, ranks int) []Peer {
+		ps := make([]Peer, ranks)
+		for i := range ps {
+			ps[i] = Peer{Host: name, BootID: "boot-" + name, PidNS: "pid:[1]", Cores: cores}
+		}
+		return ps
+	}
+	auto, fixed := DefaultConfig(), DefaultConfig()
+	fixed.AutoStreams = false
+	tests := []struct {
+		name string
+		cfg  Config
+		a, b []Peer
+		want int
+	}{
+		{"2 cores, one rank per host", auto, host("a", 2, 1), host("b", 2, 1), 1},
+		{"32 cores, 2 ranks per host", auto, host("a", 32, 2), host("b", 32, 2), 4},
+		{"8 cores, 2 ranks per host", auto, host("a", 8, 2), host("b", 8, 2), 2},
+		{"the crowded host decides", auto, host("a", 64, 2), host("b", 16, 8), 1},
+		{"cores not said", auto, host("a", 0, 1), host("b", 0, 1), DefaultStreams},
+		{"variables set", fixed, host("a", 2, 1), host("b", 2, 1), DefaultStreams},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			peers := append(append([]Peer(nil), tc.a...), tc.b...)
+			onHost := ranksOnHost(peers)
+			a, b := 0, len(tc.a)
+			require.Equal(t, tc.want, pairStreams(tc.cfg, peers, onHost, a, b))
+			require.Equal(t, tc.want, pairStreams(tc.cfg, peers, onHost, b, a), "both ends agree")
+		})
+	}
+}

@@ -117,6 +117,9 @@ func CheckAddr(addr string) error {
 // name that is one hostnet made for that pid (segName), so it can be used
 // as a file name in the shm directory. Errors wrap ErrProtocol and name
 // the peer.
+// maxCores bounds a peer's announced core count.
+const maxCores = 1 << 20
+
 func (p Peer) Check(nranks int) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("hostnet: peer %s announced %s: %w", PeerName(p.Rank, p.Addr), fmt.Sprintf(format, args...), ErrProtocol)
@@ -133,6 +136,8 @@ func (p Peer) Check(nranks int) error {
 	case !printable(p.Host, maxPeerField), !printable(p.BootID, maxPeerField), !printable(p.PidNS, maxPeerField):
 		return bad("a host name, boot id or pid namespace that is not text of at most %d bytes (%s, %s, %s)",
 			maxPeerField, quoteIfOdd(p.Host, 64), quoteIfOdd(p.BootID, 64), quoteIfOdd(p.PidNS, 64))
+	case p.Cores < 0 || p.Cores > maxCores:
+		return bad("%d cores (0..%d)", p.Cores, maxCores)
 	case !freeText(p.NoShm, maxPeerWhy):
 		return bad("a reason for having no shared memory that is not text of at most %d bytes", maxPeerWhy)
 	}
