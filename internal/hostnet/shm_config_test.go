@@ -209,7 +209,7 @@ func TestCheckShmFree(t *testing.T) {
 		{"room for one", 1, sc, roomy, nil},
 		{"exactly the free space", 1, sc, hm(func(h *HostMemory) { h.ShmFreeBytes = seg }), nil},
 		{"one byte short in /dev/shm", 1, sc, hm(func(h *HostMemory) { h.ShmFreeBytes = seg - 1 }),
-			[]string{"1 segments of 4.004 MiB", "/dev/shm has 4 MiB free", "4 GiB of RAM is available", EnvShmDisable, EnvShmP2PSize, "--shm-size"}},
+			[]string{"1 segments of 4.004 MiB", "/dev/shm has 4.004 MiB free", "4 GiB of RAM is available", EnvShmDisable, EnvShmP2PSize, "--shm-size"}},
 		{"full /dev/shm", 3, sc, hm(func(h *HostMemory) { h.ShmFreeBytes = 0 }),
 			[]string{"3 segments", "need 12.01 MiB", "/dev/shm has 0 B free", EnvShmDisable + "=1"}},
 		{"little RAM available", 2, sc, hm(func(h *HostMemory) { h.AvailBytes = 5 << 20 }),
