@@ -63,7 +63,7 @@ type Config struct {
 	StripeMin int
 	// Timeout bounds every wait without progress (FLAGCX_TIMEOUT).
 	Timeout time.Duration
-	// Spin is how long a socket read (of up to 256 KiB) polls the socket
+	// Spin is how long a socket read (of up to 64 KiB) polls the socket
 	// before it sleeps in the kernel (FLAGCX_SOCKET_SPIN_US). A mesh polls
 	// only where its host's ranks leave a core free (Connect).
 	Spin time.Duration
