@@ -34,11 +34,7 @@ FUZZ_TARGETS := \
 	./core:FuzzAnnounce ./core:FuzzRendezvousReply ./core:FuzzInitRecord ./core:FuzzUniqueID
 FUZZTIME ?= 3s
 fuzz-smoke:
-	@set -e; for t in $(FUZZ_TARGETS); do \
-		echo "fuzz $${t#*:} ($${t%%:*}, $(FUZZTIME))"; \
-		out=$$($(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) -parallel 1 "$${t%%:*}" 2>&1) || { echo "$$out"; exit 1; }; \
-		echo "$$out" | tail -n 3; \
-	done
+	@GO=$(GO) FUZZTIME=$(FUZZTIME) tools/fuzz-smoke.sh $(FUZZ_TARGETS)
 
 # flagcx's host backend beside Gloo and OpenMPI (needs python3-torch, openmpi-bin, libopenmpi-dev).
 bench-compare: flagcx
