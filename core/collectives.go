@@ -14,38 +14,44 @@ type Stream = loader.Stream
 // AllReduce reduces count elements of send over all ranks with op and
 // leaves the result in every rank's recv.
 func (c *Comm) AllReduce(send, recv Buffer, count int, dt sdk.DataType, op sdk.RedOp, s Stream) error {
-	return c.enqueue(task{name: "AllReduce", args: sdk.Call{Coll: sdk.AllReduce, Count: count, DType: dt, Op: op}, send: send, recv: recv, s: s})
+	c.task = task{name: "AllReduce", args: sdk.Call{Coll: sdk.AllReduce, Count: count, DType: dt, Op: op}, send: send, recv: recv, s: s}
+	return c.enqueue()
 }
 
 // Reduce reduces count elements of send over all ranks with op into
 // root's recv (recv is unused on the other ranks).
 func (c *Comm) Reduce(send, recv Buffer, count int, dt sdk.DataType, op sdk.RedOp, root int, s Stream) error {
-	return c.enqueue(task{name: "Reduce", args: sdk.Call{Coll: sdk.Reduce, Count: count, DType: dt, Op: op, Root: root}, send: send, recv: recv, s: s})
+	c.task = task{name: "Reduce", args: sdk.Call{Coll: sdk.Reduce, Count: count, DType: dt, Op: op, Root: root}, send: send, recv: recv, s: s}
+	return c.enqueue()
 }
 
 // Broadcast copies count elements of root's send into every rank's recv
 // (send is unused on the other ranks).
 func (c *Comm) Broadcast(send, recv Buffer, count int, dt sdk.DataType, root int, s Stream) error {
-	return c.enqueue(task{name: "Broadcast", args: sdk.Call{Coll: sdk.Broadcast, Count: count, DType: dt, Root: root}, send: send, recv: recv, s: s})
+	c.task = task{name: "Broadcast", args: sdk.Call{Coll: sdk.Broadcast, Count: count, DType: dt, Root: root}, send: send, recv: recv, s: s}
+	return c.enqueue()
 }
 
 // AllGather gathers sendcount elements from every rank into every rank's
 // recv, which holds Count() blocks of sendcount elements in rank order.
 func (c *Comm) AllGather(send, recv Buffer, sendcount int, dt sdk.DataType, s Stream) error {
-	return c.enqueue(task{name: "AllGather", args: sdk.Call{Coll: sdk.AllGather, Count: sendcount, DType: dt}, send: send, recv: recv, s: s})
+	c.task = task{name: "AllGather", args: sdk.Call{Coll: sdk.AllGather, Count: sendcount, DType: dt}, send: send, recv: recv, s: s}
+	return c.enqueue()
 }
 
 // ReduceScatter reduces send, Count() blocks of recvcount elements, over
 // all ranks with op, and leaves block r of the result in rank r's recv.
 func (c *Comm) ReduceScatter(send, recv Buffer, recvcount int, dt sdk.DataType, op sdk.RedOp, s Stream) error {
-	return c.enqueue(task{name: "ReduceScatter", args: sdk.Call{Coll: sdk.ReduceScatter, Count: recvcount, DType: dt, Op: op}, send: send, recv: recv, s: s})
+	c.task = task{name: "ReduceScatter", args: sdk.Call{Coll: sdk.ReduceScatter, Count: recvcount, DType: dt, Op: op}, send: send, recv: recv, s: s}
+	return c.enqueue()
 }
 
 // AlltoAll sends block p of send (count elements) to rank p, which puts it
 // in block r of its recv, r being this rank: send and recv hold Count()
 // blocks.
 func (c *Comm) AlltoAll(send, recv Buffer, count int, dt sdk.DataType, s Stream) error {
-	return c.enqueue(task{name: "AlltoAll", args: sdk.Call{Coll: sdk.AlltoAll, Count: count, DType: dt}, send: send, recv: recv, s: s})
+	c.task = task{name: "AlltoAll", args: sdk.Call{Coll: sdk.AlltoAll, Count: count, DType: dt}, send: send, recv: recv, s: s}
+	return c.enqueue()
 }
 
 // AlltoAllv is AlltoAll with a count and a displacement per rank, all in
@@ -54,26 +60,30 @@ func (c *Comm) AlltoAll(send, recv Buffer, count int, dt sdk.DataType, s Stream)
 // slice has Count() entries, and rank p's sendcounts[r] must equal rank
 // r's recvcounts[p].
 func (c *Comm) AlltoAllv(send Buffer, sendcounts, sdispls []int, recv Buffer, recvcounts, rdispls []int, dt sdk.DataType, s Stream) error {
-	return c.enqueue(task{name: "AlltoAllv", args: sdk.Call{Coll: sdk.AlltoAllv, DType: dt, SendCounts: sendcounts, SDispls: sdispls, RecvCounts: recvcounts, RDispls: rdispls},
-		send: send, recv: recv, s: s})
+	c.task = task{name: "AlltoAllv", args: sdk.Call{Coll: sdk.AlltoAllv, DType: dt, SendCounts: sendcounts, SDispls: sdispls, RecvCounts: recvcounts, RDispls: rdispls},
+		send: send, recv: recv, s: s}
+	return c.enqueue()
 }
 
 // Gather collects count elements of every rank's send into root's recv,
 // Count() blocks in rank order (recv is unused on the other ranks).
 func (c *Comm) Gather(send, recv Buffer, count int, dt sdk.DataType, root int, s Stream) error {
-	return c.enqueue(task{name: "Gather", args: sdk.Call{Coll: sdk.Gather, Count: count, DType: dt, Root: root}, send: send, recv: recv, s: s})
+	c.task = task{name: "Gather", args: sdk.Call{Coll: sdk.Gather, Count: count, DType: dt, Root: root}, send: send, recv: recv, s: s}
+	return c.enqueue()
 }
 
 // Scatter sends block r of root's send (Count() blocks of count elements)
 // to rank r's recv (send is unused on the other ranks).
 func (c *Comm) Scatter(send, recv Buffer, count int, dt sdk.DataType, root int, s Stream) error {
-	return c.enqueue(task{name: "Scatter", args: sdk.Call{Coll: sdk.Scatter, Count: count, DType: dt, Root: root}, send: send, recv: recv, s: s})
+	c.task = task{name: "Scatter", args: sdk.Call{Coll: sdk.Scatter, Count: count, DType: dt, Root: root}, send: send, recv: recv, s: s}
+	return c.enqueue()
 }
 
 // Barrier returns once every rank has entered it (a host barrier, which
 // does not wait for work enqueued on streams). It is collective.
 func (c *Comm) Barrier() error {
-	return c.enqueue(task{name: "Barrier", args: sdk.Call{Coll: sdk.Barrier}})
+	c.task = task{name: "Barrier", args: sdk.Call{Coll: sdk.Barrier}}
+	return c.enqueue()
 }
 
 // Send sends count elements of buf to rank peer, whose matching Recv

@@ -46,12 +46,12 @@ var runners = [...]runner{
 	{name: "plan executor", takes: (*Comm).takesPlan, run: (*Comm).runPlan},
 }
 
-// enqueue runs t on the first runner that takes it. The task lives in
-// the communicator (c.task) while it runs: handed to the runners by
-// pointer, a task of the caller's frame would escape to the heap, an
-// allocation on every call of the host placement's latency path.
-func (c *Comm) enqueue(task task) error {
-	c.task = task
+// enqueue runs the task the caller wrote into c.task on the first runner
+// that takes it. The task lives in the communicator while it runs: handed
+// to the runners by pointer, a task of the caller's frame would escape to
+// the heap, an allocation on every call of the host placement's latency
+// path; and written there at once, it is not copied on the way.
+func (c *Comm) enqueue() error {
 	err := c.runTask(&c.task)
 	c.task.send, c.task.recv, c.task.user, c.task.plan = Buffer{}, Buffer{}, nil, nil // keep no caller memory
 	return err

@@ -44,7 +44,8 @@ func (c *Comm) runGroup(name string, ops []groupOp, s loader.Stream) error {
 		t.ops = append(t.ops, sched.Xfer{Peer: o.peer, Recv: o.recv, Bytes: o.bytes})
 		t.user[i] = o.buf
 	}
-	return c.enqueue(t)
+	c.task = t
+	return c.enqueue()
 }
 
 // checkBuf checks that b is this rank's kind of memory and holds need
