@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -153,9 +155,12 @@ func TestAbortDuringShmCollective(t *testing.T) {
 func flagcxFiles(t *testing.T) []string {
 	ents, err := os.ReadDir(hostnet.DefaultShmDir)
 	require.NoError(t, err)
+	// Only this process's segments (flagcx-<boot>-<pidns>-<pid>-<token>):
+	// other test packages run at the same time and make their own.
+	pid := strconv.Itoa(os.Getpid())
 	var out []string
 	for _, e := range ents {
-		if len(e.Name()) > 7 && e.Name()[:7] == "flagcx-" {
+		if f := strings.Split(e.Name(), "-"); len(f) == 5 && f[0] == "flagcx" && f[3] == pid {
 			out = append(out, e.Name())
 		}
 	}
