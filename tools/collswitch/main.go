@@ -15,12 +15,10 @@ import (
 	"flag"
 	"fmt"
 	"go/ast"
-	"go/parser"
 	"go/token"
-	"io/fs"
 	"os"
-	"path/filepath"
-	"strings"
+
+	"github.com/flagcx/flagcx-go/tools/internal/gosrc"
 )
 
 // collectives are sdk.Collective's values (sdk/collective.go).
@@ -54,25 +52,7 @@ func main() {
 // switch under root.
 func scan(root string) ([]string, error) {
 	var found []string
-	fset := token.NewFileSet()
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		name := d.Name()
-		if d.IsDir() {
-			if path != root && (name == "testdata" || name == "vendor" || name == "tools" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_")) {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
+	err := gosrc.Walk(root, []string{"tools"}, func(fset *token.FileSet, f *ast.File) error {
 		inSDK := f.Name.Name == "sdk"
 		ast.Inspect(f, func(n ast.Node) bool {
 			if sw, ok := n.(*ast.SwitchStmt); ok && overCollective(sw, inSDK) {

@@ -9,12 +9,10 @@ import (
 	"flag"
 	"fmt"
 	"go/ast"
-	"go/parser"
 	"go/token"
-	"io/fs"
 	"os"
-	"path/filepath"
-	"strings"
+
+	"github.com/flagcx/flagcx-go/tools/internal/gosrc"
 )
 
 func main() {
@@ -42,25 +40,7 @@ func main() {
 // (test files, testdata and hidden directories left out) longer than limit.
 func scan(root string, limit int) ([]string, error) {
 	var long []string
-	fset := token.NewFileSet()
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		name := d.Name()
-		if d.IsDir() {
-			if path != root && (name == "testdata" || name == "vendor" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_")) {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(fset, path, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
+	err := gosrc.Walk(root, nil, func(fset *token.FileSet, f *ast.File) error {
 		for _, decl := range f.Decls {
 			fn, ok := decl.(*ast.FuncDecl)
 			if !ok {
@@ -68,7 +48,7 @@ func scan(root string, limit int) ([]string, error) {
 			}
 			first, last := fset.Position(fn.Pos()), fset.Position(fn.End())
 			if n := last.Line - first.Line; n > limit {
-				long = append(long, fmt.Sprintf("%s:%d: %s spans %d lines", path, first.Line, fn.Name.Name, n))
+				long = append(long, fmt.Sprintf("%s:%d: %s spans %d lines", first.Filename, first.Line, fn.Name.Name, n))
 			}
 		}
 		return nil
