@@ -59,19 +59,23 @@ void shimVersionNccl(char* out, size_t n, int v) {
   else shimPrintf(out, n, "%d.%d.%d", v / 1000, v / 100 % 10, v % 100);
 }
 
-/* dlopen path; on success the status names the file really loaded. A search
- * hit the shim refuses is closed (*skipped says why). */
-static void* tryOpen(const char* path, flagcxLibraryStatus_v1_t* st, int searched, const char** skipped) {
+/* dlopen path as library lib; on success the status names the file really
+ * loaded. A library the shim refuses is closed (*skipped says why), and so
+ * is a search hit it skips. */
+static void* tryOpen(int lib, const char* path, flagcxLibraryStatus_v1_t* st, int searched, const char** skipped) {
   struct link_map* lm = NULL;
-  const char* why;
-  void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  const char* why = NULL;
+  int flags = RTLD_NOW | RTLD_LOCAL | (shimPlugin.openFlags ? shimPlugin.openFlags(lib) : 0);
+  void* h = dlopen(path, flags);
   if (!h) return NULL;
   shimPrintf(st->path, sizeof st->path, "%s", path);
   if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name[0])
     shimPrintf(st->path, sizeof st->path, "%s", lm->l_name);
-  if (searched && shimPlugin.skip && (why = shimPlugin.skip(st->path))) {
+  if (shimPlugin.refuse) why = shimPlugin.refuse(h);
+  if (!why && searched && shimPlugin.skip) why = shimPlugin.skip(st->path);
+  if (why) {
     dlclose(h);
-    st->path[0] = 0;
+    if (searched) st->path[0] = 0;
     *skipped = why;
     return NULL;
   }
@@ -94,25 +98,26 @@ static void* openLib(int i) {
   first = strtok_r(names, ":", &save);
   if (env && *env) {
     shimPrintf(st->path, sizeof st->path, "%s", env);
-    if (!(h = tryOpen(env, st, 0, &skipped)))
+    if (!(h = tryOpen(i, env, st, 0, &skipped)))
       shimPrintf(st->error, sizeof st->error, "cannot load %s from %s=%s: %s (fix or unset %s)", first, lib->envVar,
-                 env, dlerror(), lib->envVar);
+                 env, skipped ? skipped : dlerror(), lib->envVar);
   } else {
     tried[0] = 0;
     if (home && *home) {
       shimPrintf(path, sizeof path, "%s/%s/%s", home, shimPlugin.homeDir, first);
       if (shimPlugin.homeTried) shimPrintf(tried, sizeof tried, "%s", shimPlugin.homeTried);
       else shimPrintf(tried, sizeof tried, "%s:", path);
-      h = tryOpen(path, st, 1, &skipped);
+      h = tryOpen(i, path, st, 1, &skipped);
     }
-    for (name = first; name && !h; name = strtok_r(NULL, ":", &save)) h = tryOpen(name, st, 1, &skipped);
+    for (name = first; name && !h; name = strtok_r(NULL, ":", &save)) h = tryOpen(i, name, st, 1, &skipped);
     if (!h) {
       const char* why = dlerror();
       shimPrintf(names, sizeof names, "%s", lib->sonames);
       first = strtok_r(names, ":", &save);
       if (shimPlugin.pathOnFailure) shimPrintf(st->path, sizeof st->path, "%s", first);
-      shimPrintf(st->error, sizeof st->error, "cannot load %s (tried %s%s; last error: %s): %s or set %s to its path",
-                 first, tried, lib->sonames, why ? why : skipped ? skipped : "none", shimPlugin.install, lib->envVar);
+      shimPrintf(st->error, sizeof st->error, "cannot load %s (tried %s%s; last error: %s%s%s): %s or set %s to its path",
+                 first, tried, lib->sonames, why ? why : skipped ? skipped : "none", why && skipped ? "; passed over one: " : "",
+                 why && skipped ? skipped : "", shimPlugin.install, lib->envVar);
     }
   }
   if (!h) return NULL;

@@ -49,6 +49,15 @@ typedef struct {
    * NULL to accept. The why ends the load error when nothing else loaded. */
   const char* (*skip)(const char* path);
   int pathOnFailure; /* a failed search leaves the first soname as the library's path */
+  /* A library never to use, even when its env var names it (flagcx-go's
+   * own libnccl.so.2 for the nvidia plugin: loading it would call back
+   * into flagcx-go for ever): returns why, or NULL to accept. A search
+   * goes on past it to the next candidate; an env var naming it fails. */
+  const char* (*refuse)(void* handle);
+  /* Extra dlopen flags for library lib (0 for none): RTLD_DEEPBIND keeps
+   * a vendor library's calls of its own exported names inside it where
+   * another library of the process exports the same names. */
+  int (*openFlags)(int lib);
   /* "cannot load X (tried ...; last error: ...): <install> or set ENV to its path" */
   const char* install;
   /* A required symbol is missing: format with (path, symbol, why, what, envVar),

@@ -139,7 +139,13 @@ enum { LIB_CUDART, LIB_NCCL, LIB_NVML, LIB_NVRTC, NUM_LIBS };
 static const flagcxPluginLibrary_v1_t libraries[NUM_LIBS + 1] = {
     {"runtime", "FLAGCX_NVIDIA_CUDART",
      "libcudart.so.13:libcudart.so.12:/usr/local/cuda/lib64/libcudart.so.13:/usr/local/cuda/lib64/libcudart.so.12", 0, 0},
-    {"ccl", "FLAGCX_NVIDIA_NCCL", "libnccl.so.2", 0, 0},
+    /* After the loader's search, NCCL's usual homes: where flagcx-go's own
+     * libnccl.so.2 (its NCCL API) is first on the library path, the search
+     * by name finds that one, which refuseSelf turns down. */
+    {"ccl", "FLAGCX_NVIDIA_NCCL",
+     "libnccl.so.2:/usr/lib/x86_64-linux-gnu/libnccl.so.2:/usr/lib/aarch64-linux-gnu/libnccl.so.2:"
+     "/usr/lib64/libnccl.so.2:/usr/local/cuda/lib64/libnccl.so.2:/usr/local/nccl/lib/libnccl.so.2",
+     0, 0},
     {"management", "FLAGCX_NVIDIA_NVML", "libnvidia-ml.so.1", 1, 0},
     /* NVRTC compiles reduceLocal's kernels (ABI v4) at their first use. */
     {"compiler", "FLAGCX_NVIDIA_NVRTC",
@@ -226,10 +232,28 @@ static flagcxResult_t (*const loaders[NUM_LIBS])(void*) = {loadCudart, loadNccl,
 
 static void resetNvml(void) { nvmlReady = 0; }
 
+/* flagcx-go serves NCCL's API itself (build/lib/libnccl.so.2, docs/nccl.md)
+ * and exports this marker there. The plugin must reach the real NCCL:
+ * through flagcx-go's it would call itself. */
+#define FLAGCXGO_NCCL_MARKER "flagcxgoNcclApi"
+
+static const char* refuseSelf(void* h) {
+  if (!dlsym(h, FLAGCXGO_NCCL_MARKER)) return NULL;
+  return "it is flagcx-go's own libnccl.so.2 (the NCCL API on top of flagcx-go), not NVIDIA's NCCL";
+}
+
+/* With flagcx-go's NCCL API in the process, NVIDIA's NCCL exports the same
+ * names: deep binding keeps its calls of its own functions inside it. */
+static int openFlags(int lib) {
+  return lib == LIB_NCCL && dlsym(RTLD_DEFAULT, FLAGCXGO_NCCL_MARKER) ? RTLD_DEEPBIND : 0;
+}
+
 const shimPlugin_t shimPlugin = {
     .libraries = libraries,
     .numLibraries = NUM_LIBS,
     .loaders = loaders,
+    .refuse = refuseSelf,
+    .openFlags = openFlags,
     .install = "install it",
     .missingFmt = "%s lacks %s%s: it is too old or not %s; point %s at another one",
     /* NVML: device info reduced, links unknown */

@@ -1,11 +1,13 @@
 package loader
 
 import (
+	"path/filepath"
 	"testing"
 	"unsafe"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flagcx/flagcx-go/internal/testkit"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -304,4 +306,45 @@ func TestNvidiaAvgNeedsNccl210(t *testing.T) {
 	err = comm.AllReduce(dev, dev, 4, sdk.Float32, sdk.Avg, 0)
 	require.ErrorIs(t, err, sdk.ErrNotSupported)
 	require.Contains(t, err.Error(), "not supported")
+}
+
+// flagcxgoNcclC is a library that says it is flagcx-go's own NCCL API
+// (build/lib/libnccl.so.2 exports this marker): the nvidia plugin must
+// never take it for NVIDIA's NCCL, or it would call back into flagcx-go.
+const flagcxgoNcclC = `__attribute__((visibility("default"))) const int flagcxgoNcclApi = 1;
+int ncclGetVersion(int *v) { *v = 22809; return 0; }
+`
+
+// TestNvidiaRefusesFlagcxgoNccl: named by FLAGCX_NVIDIA_NCCL, flagcx-go's
+// libnccl.so.2 fails init with why; found first on the library path, it is
+// passed over for the next candidate (NVIDIA's NCCL in its usual homes).
+func TestNvidiaRefusesFlagcxgoNccl(t *testing.T) {
+	const why = "it is flagcx-go's own libnccl.so.2 (the NCCL API on top of flagcx-go), not NVIDIA's NCCL"
+	t.Run("named by FLAGCX_NVIDIA_NCCL", func(t *testing.T) {
+		p, _ := openFake(t, "nvidia")
+		self := compileFake(t, "libnccl.so.2", flagcxgoNcclC)
+		t.Setenv("FLAGCX_NVIDIA_NCCL", self)
+		err := p.Init(InitOptions{})
+		require.ErrorIs(t, err, sdk.ErrSystemError)
+		require.Contains(t, err.Error(), "cannot load libnccl.so.2 from FLAGCX_NVIDIA_NCCL="+self+": "+why)
+		require.False(t, p.Info().Libraries[1].Loaded)
+	})
+	t.Run("first on the library path", func(t *testing.T) {
+		self := compileFake(t, "libnccl.so.2", flagcxgoNcclC)
+		t.Setenv("LD_LIBRARY_PATH", filepath.Dir(self)) // read by the fresh process's loader
+		testkit.InFreshProcess(t, func(t *testing.T) {
+			p, _ := openFake(t, "nvidia")
+			t.Setenv("FLAGCX_NVIDIA_NCCL", "")
+			err := p.Init(InitOptions{})
+			ccl := p.Info().Libraries[1]
+			require.NotEqual(t, self, ccl.Path, "flagcx-go's NCCL API must never be loaded as the vendor's NCCL")
+			if err == nil {
+				require.True(t, ccl.Loaded)
+				t.Logf("NVIDIA's NCCL loaded from %s", ccl.Path)
+				return
+			}
+			require.Contains(t, err.Error(), "cannot load libnccl.so.2 (tried libnccl.so.2:/usr/lib/x86_64-linux-gnu/libnccl.so.2:")
+			require.Contains(t, err.Error(), "passed over one: "+why)
+		})
+	})
 }
