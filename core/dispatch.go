@@ -6,8 +6,7 @@ import (
 )
 
 // A Comm and the vendor library adapter are sdk.Collectives as they are
-// (sdk.Dispatch drives them); the host engine's adapter is
-// coreview.OnHost.
+// (sdk.Dispatch drives them).
 var (
 	_ sdk.Collectives[Buffer, loader.Stream]  = (*Comm)(nil)
 	_ sdk.Grouper                             = (*Comm)(nil)

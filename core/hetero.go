@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/flagcx/flagcx-go/internal/coreview"
 	"github.com/flagcx/flagcx-go/internal/env"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/internal/sched"
@@ -622,16 +621,6 @@ func (c *Comm) Backend() Backend { return c.be }
 // returns, as the vendor library does; every other communicator returns
 // once the result is in place.
 func (c *Comm) IsHomogeneous() bool { return c.layout.IsHomogeneous() }
-
-func init() {
-	coreview.Register(func(comm any) (*coreview.View, bool) {
-		c, ok := comm.(*Comm)
-		if !ok || c == nil {
-			return nil, false
-		}
-		return &coreview.View{Layout: c.layout, Options: c.opts, Host: hostView{c.world}}, true
-	})
-}
 
 // Split makes a communicator of the ranks of c that pass the same color
 // (>= 0), numbered by key, then by their rank in c. A rank passing

@@ -4,7 +4,7 @@ import "github.com/flagcx/flagcx-go/internal/hostnet"
 
 // nearNet tells the host network which accelerator the rank drives (its
 // PCI bus id, from the plugin's device info), so that the network plugin's
-// device nearest to it carries the rank's links (internal/hostnet/pcitopo.go).
+// device nearest to it carries the rank's links (internal/hostnet/topo/topo.go).
 // A host rank, or a device without a bus id, leaves the choice to hostnet
 // (the first device). It applies after the caller's options and copies the
 // configuration they gave, which other ranks of the process may share.

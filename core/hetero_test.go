@@ -12,7 +12,6 @@ import (
 	"github.com/flagcx/flagcx-go/conformance/heterotest"
 	"github.com/flagcx/flagcx-go/conformance/reference"
 	"github.com/flagcx/flagcx-go/core"
-	"github.com/flagcx/flagcx-go/internal/coreview"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
@@ -324,7 +323,7 @@ func TestHeteroShmPlane(t *testing.T) {
 			comms := startHetero(t, n, core.WithSplitList(tc.split), core.WithChunk(8<<10))
 			for _, coll := range shmColls {
 				for _, count := range tc.counts {
-					p, err := coreview.Of(comms[0]).Plan(0, sched.Call{Coll: coll, Count: count, DType: sdk.Float32, Op: sdk.Sum})
+					p, err := core.SchedPlan(comms[0], 0, sched.Call{Coll: coll, Count: count, DType: sdk.Float32, Op: sdk.Sum})
 					require.NoError(t, err)
 					require.Equal(t, sched.PathShm, p.Path, "%s", p)
 					require.Equal(t, coll == sdk.AllReduce && count*4*n <= sched.ShmOneShot, p.Shm.OneShot)

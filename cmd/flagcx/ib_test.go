@@ -53,7 +53,7 @@ func TestBenchOverEmulatedIB(t *testing.T) {
 
 // TestBenchNearestHCA: ranks on different emulated GPUs take the emulated
 // HCA nearest to theirs (vsim_ib0 shares the PCIe switch of GPUs 0-1,
-// vsim_ib1 that of GPUs 2-3: internal/hostnet/pcitopo.go), the pairs of
+// vsim_ib1 that of GPUs 2-3: internal/hostnet/topo/topo.go), the pairs of
 // different HCAs move exact data, and the header names rank 0's choice.
 func TestBenchNearestHCA(t *testing.T) {
 	env := ibEnv(t, "FLAGCX_SHM_DISABLE=1", "FLAGCX_NET=IB", "FLAGCX_DEBUG=INFO", "FLAGCX_DEBUG_SUBSYS=NET")

@@ -17,9 +17,7 @@ import (
 
 	"github.com/flagcx/flagcx-go/conformance/reference"
 	"github.com/flagcx/flagcx-go/core"
-	"github.com/flagcx/flagcx-go/internal/coreview"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
-	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
@@ -121,10 +119,10 @@ func work(job *workerJob, out *workerOut) error {
 		return err
 	}
 	defer comm.Destroy()
-	view := coreview.Of(comm)
-	out.Layout = view.Layout.String()
+	layout := comm.Layout()
+	out.Layout = layout.String()
 	out.Homogeneous = comm.IsHomogeneous()
-	out.Clusters = len(view.Layout.Clusters)
+	out.Clusters = len(layout.Clusters)
 	m := MemFor(comm)
 	switch job.Scenario {
 	case "die":
@@ -144,13 +142,13 @@ func work(job *workerJob, out *workerOut) error {
 	for _, c := range Matrix(n, job.Counts, types, 11) {
 		if !seen[c.Coll] && c.Coll != sdk.SendRecv {
 			seen[c.Coll] = true
-			p, err := view.Plan(job.Rank, sched.Call{Coll: c.Coll, Count: c.Count, DType: sdk.Float32, Op: sdk.Sum,
+			p, err := comm.Plan(job.Rank, sdk.Call{Coll: c.Coll, Count: c.Count, DType: sdk.Float32, Op: sdk.Sum,
 				SendCounts: make([]int, n), SDispls: make([]int, n), RecvCounts: make([]int, n), RDispls: make([]int, n)})
 			if err != nil {
 				return err
 			}
 			path := fmt.Sprintf("%v: %v", c.Coll, p.Path)
-			if p.Shm != nil && p.Shm.DeviceReduce {
+			if p.DeviceReduce {
 				path += "+device"
 			}
 			out.Paths = append(out.Paths, path)

@@ -73,7 +73,7 @@ type Config struct {
 	Net string
 	// NearPCI is the PCI bus id of the accelerator this rank drives
 	// ("0000:1b:00.0"; "" for a host rank): the network plugin's device
-	// nearest to it carries the rank's links (pcitopo.go).
+	// nearest to it carries the rank's links (topo/topo.go).
 	NearPCI string
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/flagcx/flagcx-go/internal/env"
 	"github.com/flagcx/flagcx-go/internal/flog"
+	"github.com/flagcx/flagcx-go/internal/hostnet/topo"
 	"github.com/flagcx/flagcx-go/sdk/netplugin"
 )
 
@@ -160,18 +161,18 @@ func loadNet(path string, emulated bool) (*netPlugin, error) {
 }
 
 // choose picks the device nearest to the accelerator of bus id near
-// (nearestNet); FLAGCX_IB_HCA has already narrowed the plugin's devices.
+// (topo.Nearest); FLAGCX_IB_HCA has already narrowed the plugin's devices.
 func (np *netPlugin) choose(near string) *netDevice {
-	cands := make([]netCandidate, len(np.props))
+	cands := make([]topo.Candidate, len(np.props))
 	for i, p := range np.props {
-		loc := pciLoc{Path: p.PCIPath, NUMA: -1}
+		loc := topo.Loc{Path: p.PCIPath, NUMA: -1}
 		if !np.info.Emulated {
-			loc = pciLocOfPath(p.PCIPath)
+			loc = topo.LocOfPath(p.PCIPath)
 		}
-		cands[i] = netCandidate{Name: p.Name, SpeedMbps: p.SpeedMbps, Loc: loc}
+		cands[i] = topo.Candidate{Name: p.Name, SpeedMbps: p.SpeedMbps, Loc: loc}
 	}
-	nearLoc := pciLocOfBusID(near, np.info.Emulated)
-	i, dist := nearestNet(cands, nearLoc)
+	nearLoc := topo.LocOfBusID(near, np.info.Emulated)
+	i, dist := topo.Nearest(cands, nearLoc)
 	d := &netDevice{plugin: np.plugin, info: np.info, dev: i, props: np.props[i]}
 	switch {
 	case len(cands) == 1:

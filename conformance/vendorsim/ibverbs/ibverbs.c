@@ -210,7 +210,7 @@ static const char* devNames[NDEVS] = {"vsim_ib0", "vsim_roce0", "vsim_ib1"};
 /* The made-up sysfs paths of the devices' PCI functions: not files, so a
  * caller that finds no /sys/class/infiniband/<name>/device asks here.
  * They live in the tree hostnet gives the emulated accelerators
- * (internal/hostnet/pcitopo.go, emulatedPCIPath). NULL for another name. */
+ * (internal/hostnet/topo/topo.go, emulatedPCIPath). NULL for another name. */
 EXPORT const char* flagcxVendorsimPciPath(const char* name) {
   static const char* paths[NDEVS] = {
       "/vsim/sys/devices/pci0000:00/0000:00:01.0/0000:40:00.0/0000:40:82.0/0000:60:00.0",

@@ -3,7 +3,7 @@ package bench
 import (
 	"time"
 
-	"github.com/flagcx/flagcx-go/internal/coreview"
+	"github.com/flagcx/flagcx-go/core"
 	"github.com/flagcx/flagcx-go/internal/env"
 	"github.com/flagcx/flagcx-go/internal/flog"
 	"github.com/flagcx/flagcx-go/sdk"
@@ -26,30 +26,39 @@ type backend interface {
 	close() error
 }
 
+// hostComm is a communicator whose collectives the host backend times:
+// core.Comm's, on host buffers, as users call them.
+type hostComm interface {
+	Comm
+	sdk.Collectives[core.Buffer, core.Stream]
+}
+
+var _ hostComm = (*core.Comm)(nil)
+
 // hostBackend runs collectives on host memory through a communicator; the
 // calls are synchronous, so wall-clock time is the time.
 type hostBackend struct {
 	HostMem
 	comm Comm
-	// calls is comm as sdk.Dispatch takes it, made once: converting it on
-	// every call would allocate on the latency path.
-	calls sdk.Collectives[[]byte, struct{}]
+	// calls is comm as sdk.Dispatch takes it, converted once rather than
+	// on every call of the latency path.
+	calls sdk.Collectives[core.Buffer, core.Stream]
 	// noReg is set once a registered allocation failed: the run goes on in
 	// ordinary memory.
 	noReg bool
 }
 
-func newHostBackend(c Comm) *hostBackend { return &hostBackend{comm: c, calls: coreview.OnHost{C: c}} }
+func newHostBackend(c hostComm) *hostBackend { return &hostBackend{comm: c, calls: c} }
 
 // memAllocator is a communicator that allocates registered host memory
-// (core.Comm's MemAlloc, on its host communicator).
+// (core.Comm's MemAlloc).
 type memAllocator interface {
 	CanMemAlloc() bool
 	MemAlloc(n int) ([]byte, error)
 	MemFree(b []byte) error
 }
 
-var _ memAllocator = coreview.HostComm(nil)
+var _ memAllocator = (*core.Comm)(nil)
 
 // Alloc takes registered memory from the communicator when it offers it
 // and FLAGCX_SHM_REGISTER is not 0 (every rank allocates the same buffers
@@ -91,7 +100,7 @@ func (r *regBuf) Free() error {
 }
 
 func (h *hostBackend) issue(x *call) error {
-	return sdk.Dispatch(h.calls, x.args, x.send.host(), x.recv.host(), struct{}{})
+	return sdk.Dispatch(h.calls, x.args, core.HostBuffer(x.send.host()), core.HostBuffer(x.recv.host()), 0)
 }
 
 func (h *hostBackend) sync() error { return nil }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/flagcx/flagcx-go/conformance/reference"
 	"github.com/flagcx/flagcx-go/internal/flog"
-	"github.com/flagcx/flagcx-go/sdk"
 )
 
 // The exact check. Computing a reduced element takes every rank's input
@@ -82,7 +81,7 @@ func (r *rankRun) countWrong(c reference.Case, got, exp []byte) (int64, error) {
 func (r *rankRun) exchangeDigests(own uint64) ([]uint64, error) {
 	send := binary.LittleEndian.AppendUint64(nil, own)
 	all := make([]byte, 8*r.n)
-	if err := r.comm.AllGather(send, all, 8, sdk.Uint8); err != nil {
+	if err := r.comm.HostAllGather(send, all); err != nil {
 		return nil, fmt.Errorf("rank %d: exchanging the check's digests: %w", r.rank, err)
 	}
 	sums := make([]uint64, r.n)

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/flagcx/flagcx-go/conformance/reference"
+	"github.com/flagcx/flagcx-go/core"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -137,13 +138,15 @@ func (c *fakeComm) reduceInto(slots []fakeSlot, from, count int, dt sdk.DataType
 	}
 }
 
-func (c *fakeComm) AllReduce(send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp) error {
+func (c *fakeComm) AllReduce(sb, rb core.Buffer, count int, dt sdk.DataType, op sdk.RedOp, _ core.Stream) error {
+	send, recv := sb.Host(), rb.Host()
 	return c.exchange("allreduce", send[:count*dt.Size()], nil, nil, recv, func(s []fakeSlot) {
 		c.reduceInto(s, 0, count, dt, op, recv)
 	})
 }
 
-func (c *fakeComm) Reduce(send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp, root int) error {
+func (c *fakeComm) Reduce(sb, rb core.Buffer, count int, dt sdk.DataType, op sdk.RedOp, root int, _ core.Stream) error {
+	send, recv := sb.Host(), rb.Host()
 	return c.exchange("reduce", send[:count*dt.Size()], nil, nil, recv, func(s []fakeSlot) {
 		if c.rank == root {
 			c.reduceInto(s, 0, count, dt, op, recv)
@@ -151,13 +154,15 @@ func (c *fakeComm) Reduce(send, recv []byte, count int, dt sdk.DataType, op sdk.
 	})
 }
 
-func (c *fakeComm) Broadcast(send, recv []byte, count int, dt sdk.DataType, root int) error {
+func (c *fakeComm) Broadcast(sb, rb core.Buffer, count int, dt sdk.DataType, root int, _ core.Stream) error {
+	send, recv := sb.Host(), rb.Host()
 	return c.exchange("broadcast", send[:count*dt.Size()], nil, nil, recv, func(s []fakeSlot) {
 		copy(recv, s[root].data)
 	})
 }
 
-func (c *fakeComm) AllGather(send, recv []byte, count int, dt sdk.DataType) error {
+func (c *fakeComm) AllGather(sb, rb core.Buffer, count int, dt sdk.DataType, _ core.Stream) error {
+	send, recv := sb.Host(), rb.Host()
 	ts := dt.Size()
 	return c.exchange("allgather", send[:count*ts], nil, nil, recv, func(s []fakeSlot) {
 		for p := range s {
@@ -166,13 +171,15 @@ func (c *fakeComm) AllGather(send, recv []byte, count int, dt sdk.DataType) erro
 	})
 }
 
-func (c *fakeComm) ReduceScatter(send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp) error {
+func (c *fakeComm) ReduceScatter(sb, rb core.Buffer, count int, dt sdk.DataType, op sdk.RedOp, _ core.Stream) error {
+	send, recv := sb.Host(), rb.Host()
 	return c.exchange("reducescatter", send[:c.w.n*count*dt.Size()], nil, nil, recv, func(s []fakeSlot) {
 		c.reduceInto(s, c.rank*count, count, dt, op, recv)
 	})
 }
 
-func (c *fakeComm) AlltoAll(send, recv []byte, count int, dt sdk.DataType) error {
+func (c *fakeComm) AlltoAll(sb, rb core.Buffer, count int, dt sdk.DataType, _ core.Stream) error {
+	send, recv := sb.Host(), rb.Host()
 	ts := dt.Size()
 	return c.exchange("alltoall", send[:c.w.n*count*ts], nil, nil, recv, func(s []fakeSlot) {
 		for p := range s {
@@ -181,7 +188,9 @@ func (c *fakeComm) AlltoAll(send, recv []byte, count int, dt sdk.DataType) error
 	})
 }
 
-func (c *fakeComm) AlltoAllv(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt sdk.DataType) error {
+func (c *fakeComm) AlltoAllv(sb core.Buffer, sendcounts, sdispls []int, rb core.Buffer, recvcounts, rdispls []int, dt sdk.DataType, _ core.Stream) error {
+	send := sb.Host()
+	recv := rb.Host()
 	ts := dt.Size()
 	return c.exchange("alltoallv", send, sendcounts, sdispls, recv, func(s []fakeSlot) {
 		for p := range s {
@@ -194,7 +203,8 @@ func (c *fakeComm) AlltoAllv(send []byte, sendcounts, sdispls []int, recv []byte
 	})
 }
 
-func (c *fakeComm) Gather(send, recv []byte, count int, dt sdk.DataType, root int) error {
+func (c *fakeComm) Gather(sb, rb core.Buffer, count int, dt sdk.DataType, root int, _ core.Stream) error {
+	send, recv := sb.Host(), rb.Host()
 	ts := dt.Size()
 	return c.exchange("gather", send[:count*ts], nil, nil, recv, func(s []fakeSlot) {
 		if c.rank == root {
@@ -205,7 +215,8 @@ func (c *fakeComm) Gather(send, recv []byte, count int, dt sdk.DataType, root in
 	})
 }
 
-func (c *fakeComm) Scatter(send, recv []byte, count int, dt sdk.DataType, root int) error {
+func (c *fakeComm) Scatter(sb, rb core.Buffer, count int, dt sdk.DataType, root int, _ core.Stream) error {
+	send, recv := sb.Host(), rb.Host()
 	ts := dt.Size()
 	var in []byte
 	if c.rank == root {
@@ -216,12 +227,14 @@ func (c *fakeComm) Scatter(send, recv []byte, count int, dt sdk.DataType, root i
 	})
 }
 
-func (c *fakeComm) Send(buf []byte, count int, dt sdk.DataType, peer int) error {
+func (c *fakeComm) Send(bb core.Buffer, count int, dt sdk.DataType, peer int, _ core.Stream) error {
+	buf := bb.Host()
 	c.w.p2p[c.rank][peer] <- append([]byte(nil), buf[:count*dt.Size()]...)
 	return nil
 }
 
-func (c *fakeComm) Recv(buf []byte, count int, dt sdk.DataType, peer int) error {
+func (c *fakeComm) Recv(bb core.Buffer, count int, dt sdk.DataType, peer int, _ core.Stream) error {
+	buf := bb.Host()
 	do := func() {
 		b := <-c.w.p2p[peer][c.rank]
 		copy(buf[:count*dt.Size()], b)
@@ -247,4 +260,11 @@ func (c *fakeComm) GroupEnd() error {
 	return nil
 }
 
-func (c *fakeComm) Barrier() error { c.w.barrier(); return nil }
+// HostAllGather is bench.Comm's exchange (a barrier when send is empty).
+func (c *fakeComm) HostAllGather(send, recv []byte) error {
+	if len(send) == 0 {
+		c.w.barrier()
+		return nil
+	}
+	return c.AllGather(core.HostBuffer(send), core.HostBuffer(recv), len(send), sdk.Uint8, 0)
+}

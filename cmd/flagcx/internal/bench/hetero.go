@@ -9,7 +9,6 @@ import (
 	"github.com/flagcx/flagcx-go/conformance/reference"
 	"github.com/flagcx/flagcx-go/core"
 	"github.com/flagcx/flagcx-go/internal/bytesize"
-	"github.com/flagcx/flagcx-go/internal/coreview"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
@@ -88,33 +87,31 @@ func (h *heteroBackend) startTimer() (func() (time.Duration, error), error) {
 // describe names the communicator's clusters, this rank's plugin and how
 // ranks are timed.
 func (h *heteroBackend) describe() []string {
-	cv := coreview.Of(h.comm)
-	l := cv.Layout
+	l := h.comm.Layout()
 	kind := "heterogeneous"
 	if l.IsHomogeneous() {
 		kind = "homogeneous"
 	}
-	opts := cv.Options
 	how := "schedules: host collectives directly"
 	switch {
-	case l.IsHomogeneous() && l.Clusters[0].OnDevice() && !opts.HostPath:
+	case l.IsHomogeneous() && l.Clusters[0].OnDevice() && !l.HostPath:
 		how = "schedules: the vendor library directly (the host path for types or ops it lacks)"
-	case opts.HostPath:
+	case l.HostPath:
 		how = "schedules: host path (FLAGCX_USE_HOST_COMM=1): copy to host, host collective over all ranks, copy back"
-	case !l.IsHomogeneous() && opts.ShmWindow > 0:
-		how = fmt.Sprintf("schedules: c2c-shm (zero-copy in the host's shared windows, %s each) for allreduce, reduce, broadcast, allgather, reducescatter; direct p2p across clusters for alltoall(v), gather, scatter, sendrecv", bytesize.Compact(int64(opts.ShmWindow)))
-		if sched.DeviceReduces(l, opts) {
+	case !l.IsHomogeneous() && l.ShmWindow > 0:
+		how = fmt.Sprintf("schedules: c2c-shm (zero-copy in the host's shared windows, %s each) for allreduce, reduce, broadcast, allgather, reducescatter; direct p2p across clusters for alltoall(v), gather, scatter, sendrecv", bytesize.Compact(int64(l.ShmWindow)))
+		if l.DeviceReduce {
 			how += "; allreduces beyond the one-step size fold on the devices (reduceLocal)"
 		}
 	case !l.IsHomogeneous():
-		how = fmt.Sprintf("schedules: c2c for allreduce, reduce, broadcast, allgather, reducescatter (pipeline chunk %s); direct p2p across clusters for alltoall(v), gather, scatter, sendrecv", bytesize.Compact(int64(opts.Chunk)))
+		how = fmt.Sprintf("schedules: c2c for allreduce, reduce, broadcast, allgather, reducescatter (pipeline chunk %s); direct p2p across clusters for alltoall(v), gather, scatter, sendrecv", bytesize.Compact(int64(l.Chunk)))
 	}
 	lines := []string{fmt.Sprintf("Communicator: %s, %d cluster(s); %s", kind, len(l.Clusters), how)}
 	for _, c := range l.Clusters {
 		what := "host (cpu)"
 		if c.OnDevice() {
 			what = fmt.Sprintf("%s (%s plugin", c.Vendor, c.Plugin)
-			if l.Members[c.Leader].Emulated {
+			if c.Emulated {
 				what += ", EMULATED"
 			}
 			what += ")"
@@ -167,13 +164,11 @@ func (h *heteroBackend) printPlans(w io.Writer, o *opSpec, dt sdk.DataType, op s
 		c.Root = root
 	}
 	for r := 0; r < n; r++ {
-		p, err := coreview.Of(h.comm).Plan(r, sched.CallOf(c.Call(r)))
+		p, err := h.comm.Plan(r, c.Call(r))
 		if err != nil {
 			return err
 		}
-		var b strings.Builder
-		p.Format(&b, 3)
-		for _, line := range strings.Split(strings.TrimRight(b.String(), "\n"), "\n") {
+		for _, line := range strings.Split(strings.TrimRight(p.Text, "\n"), "\n") {
 			fmt.Fprintf(w, "#   %s\n", line)
 		}
 	}

@@ -1,20 +1,23 @@
 package bench
 
 import (
-	"github.com/flagcx/flagcx-go/internal/coreview"
+	"github.com/flagcx/flagcx-go/core"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
-// Comm is what the benchmark needs of a communicator over host buffers;
-// a core.Comm's host communicator (coreview.View.Host) is one.
+// Comm is what the benchmark needs of a communicator beside the
+// collectives it times: the rank, the size, and an exchange of host bytes
+// for what the ranks agree on (timings, error counts, digests, devices),
+// which with an empty send is the barrier before each timing. core.Comm
+// is one (its HostAllGather touches no device and no stream, on device
+// ranks too).
 type Comm interface {
-	coreview.HostCalls
 	Rank() int
 	Count() int
-	Barrier() error
+	HostAllGather(send, recv []byte) error
 }
 
-var _ Comm = coreview.HostComm(nil)
+var _ Comm = (*core.Comm)(nil)
 
 // region is a byte range of a benchmark buffer.
 type region struct {

@@ -16,7 +16,6 @@ import (
 
 	"github.com/flagcx/flagcx-go/conformance/reference"
 	"github.com/flagcx/flagcx-go/core"
-	"github.com/flagcx/flagcx-go/internal/coreview"
 	"github.com/flagcx/flagcx-go/internal/env"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/internal/launch"
@@ -241,8 +240,8 @@ func checkSplitList(lookup func(string) (string, bool), placement Placement, np 
 	return nil
 }
 
-// communicator is what Run tears down at the end: the host communicator,
-// or a device communicator together with its host one. guard, when set,
+// communicator is the rank's core.Comm as the run uses it beside the
+// backend, and what Run tears down at the end. guard, when set,
 // runs the benchmark so that a plugin call stuck for good strands only the
 // benchmark's goroutine (core.Comm.Guard).
 type communicator struct {
@@ -301,16 +300,15 @@ func joinBackend(cfg *Config, job launch.Job, launched bool, id core.UniqueID, n
 	}
 	if !be.OnDevice() && !cfg.Hetero && hc.IsHomogeneous() {
 		// The host placement with no cluster settings: the benchmark
-		// drives the host engine itself, as the communicator does.
-		h := coreview.Of(hc).Host
-		return communicator{h, hc.Destroy, hc.Abort, nil}, newHostBackend(h), nil
+		// times the communicator's calls on host memory from MemAlloc.
+		return communicator{hc, hc.Destroy, hc.Abort, nil}, newHostBackend(hc), nil
 	}
 	hb, err := newHeteroBackend(hc)
 	if err != nil {
 		_ = hc.Abort()
 		return communicator{}, nil, err
 	}
-	return communicator{coreview.Of(hc).Host, hc.Destroy, hc.Abort, hc.Guard}, hb, nil
+	return communicator{hc, hc.Destroy, hc.Abort, hc.Guard}, hb, nil
 }
 
 // printPlans writes, on rank 0 with --print-plan, every rank's plan of
@@ -565,7 +563,7 @@ func (r *rankRun) timeHalf(op *opSpec, c reference.Case, x *call, inPlace bool) 
 	if err := r.be.sync(); err != nil {
 		return 0, r.collError(op, c, inPlace, err)
 	}
-	if err := r.comm.Barrier(); err != nil {
+	if err := r.comm.HostAllGather(nil, nil); err != nil {
 		return 0, fmt.Errorf("barrier before timing: %w", err)
 	}
 	stop, err := r.be.startTimer()
@@ -608,11 +606,7 @@ func (r *rankRun) checkHalf(op *opSpec, c reference.Case, x *call, inPlace bool,
 // rank's time, every rank's wrong elements) and adds them to the run's
 // totals.
 func (r *rankRun) agree(op *opSpec, res *Result, times [2]float64, wrong [2]int64) error {
-	t, err := r.allReduceFloat64(times[:], sdk.Max)
-	if err != nil {
-		return err
-	}
-	w, err := r.allReduceInt64(wrong[:], sdk.Sum)
+	t, w, err := r.agreeOn(times, wrong)
 	if err != nil {
 		return err
 	}
@@ -713,36 +707,30 @@ func (r *rankRun) collError(op *opSpec, c reference.Case, inPlace bool, err erro
 	return fmt.Errorf("rank %d: %s %s with count %d failed: %w", r.rank, what, where, c.Count, err)
 }
 
-func (r *rankRun) allReduceFloat64(v []float64, op sdk.RedOp) ([]float64, error) {
-	send := make([]byte, 8*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint64(send[8*i:], math.Float64bits(x))
+// agreeOn exchanges every rank's timings and wrong-element counts of both
+// halves in one exchange of host bytes, and returns the slowest rank's
+// times and the counts summed over the ranks.
+func (r *rankRun) agreeOn(times [2]float64, wrong [2]int64) ([2]float64, [2]int64, error) {
+	const rec = 4 * 8
+	send := make([]byte, 0, rec)
+	for i := range times {
+		send = binary.LittleEndian.AppendUint64(send, math.Float64bits(times[i]))
+		send = binary.LittleEndian.AppendUint64(send, uint64(wrong[i]))
 	}
-	recv := make([]byte, len(send))
-	if err := r.comm.AllReduce(send, recv, len(v), sdk.Float64, op); err != nil {
-		return nil, fmt.Errorf("rank %d: agreeing on the timings: %w", r.rank, err)
+	all := make([]byte, rec*r.n)
+	if err := r.comm.HostAllGather(send, all); err != nil {
+		return times, wrong, fmt.Errorf("rank %d: agreeing on the timings and error counts: %w", r.rank, err)
 	}
-	out := make([]float64, len(v))
-	for i := range out {
-		out[i] = math.Float64frombits(binary.LittleEndian.Uint64(recv[8*i:]))
+	var t [2]float64
+	var w [2]int64
+	for k := 0; k < r.n; k++ {
+		b := all[k*rec:]
+		for i := range t {
+			t[i] = max(t[i], math.Float64frombits(binary.LittleEndian.Uint64(b[16*i:])))
+			w[i] += int64(binary.LittleEndian.Uint64(b[16*i+8:]))
+		}
 	}
-	return out, nil
-}
-
-func (r *rankRun) allReduceInt64(v []int64, op sdk.RedOp) ([]int64, error) {
-	send := make([]byte, 8*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint64(send[8*i:], uint64(x))
-	}
-	recv := make([]byte, len(send))
-	if err := r.comm.AllReduce(send, recv, len(v), sdk.Int64, op); err != nil {
-		return nil, fmt.Errorf("rank %d: agreeing on the error counts: %w", r.rank, err)
-	}
-	out := make([]int64, len(v))
-	for i := range out {
-		out[i] = int64(binary.LittleEndian.Uint64(recv[8*i:]))
-	}
-	return out, nil
+	return t, w, nil
 }
 
 // device is one rank's line of the "# Using devices" block.
@@ -769,7 +757,7 @@ func (r *rankRun) gatherDevices() ([]device, error) {
 	copy(rec[8:8+hostField-1], host)
 	copy(rec[8+hostField:8+hostField+nameField-1], r.be.Name())
 	all := make([]byte, deviceRecord*r.n)
-	if err := r.comm.AllGather(rec, all, deviceRecord, sdk.Uint8); err != nil {
+	if err := r.comm.HostAllGather(rec, all); err != nil {
 		return nil, fmt.Errorf("rank %d: gathering the ranks' devices: %w", r.rank, err)
 	}
 	devs := make([]device, r.n)

@@ -1,4 +1,4 @@
-package hostnet
+package topo
 
 import (
 	"os"
@@ -28,20 +28,20 @@ const (
 func TestPCIPathDistance(t *testing.T) {
 	cases := []struct {
 		name string
-		a, b pciLoc
-		want pciDistance
+		a, b Loc
+		want Distance
 	}{
-		{"one switch", pciLoc{gpu0, 0}, pciLoc{nic0, 0}, pciDistance{pciSwitch, 4}},
-		{"one switch, deeper", pciLoc{gpu0, 0}, pciLoc{nicDeep, 0}, pciDistance{pciSwitch, 6}},
-		{"root complex", pciLoc{gpu0, 0}, pciLoc{nic1, 0}, pciDistance{pciRoot, 8}},
-		{"root complex, root port", pciLoc{gpu0, 0}, pciLoc{nicRP, 0}, pciDistance{pciRoot, 6}},
-		{"NUMA node", pciLoc{gpu0, 0}, pciLoc{nicRC2, 0}, pciDistance{Level: pciNUMA}},
-		{"other NUMA node", pciLoc{gpu0, 0}, pciLoc{nicNUMA, 1}, pciDistance{Level: pciSystem}},
-		{"NUMA unknown", pciLoc{gpu0, -1}, pciLoc{nicRC2, -1}, pciDistance{Level: pciSystem}},
-		{"itself", pciLoc{gpu0, 0}, pciLoc{gpu0, 0}, pciDistance{pciSwitch, 0}},
-		{"no path", pciLoc{"", -1}, pciLoc{nic0, 0}, unknownDistance},
-		{"not below /sys/devices", pciLoc{"/dev/null", -1}, pciLoc{nic0, 0}, unknownDistance},
-		{"trailing slash", pciLoc{gpu0 + "/", 0}, pciLoc{nic0, 0}, pciDistance{pciSwitch, 4}},
+		{"one switch", Loc{gpu0, 0}, Loc{nic0, 0}, Distance{pciSwitch, 4}},
+		{"one switch, deeper", Loc{gpu0, 0}, Loc{nicDeep, 0}, Distance{pciSwitch, 6}},
+		{"root complex", Loc{gpu0, 0}, Loc{nic1, 0}, Distance{pciRoot, 8}},
+		{"root complex, root port", Loc{gpu0, 0}, Loc{nicRP, 0}, Distance{pciRoot, 6}},
+		{"NUMA node", Loc{gpu0, 0}, Loc{nicRC2, 0}, Distance{Level: pciNUMA}},
+		{"other NUMA node", Loc{gpu0, 0}, Loc{nicNUMA, 1}, Distance{Level: pciSystem}},
+		{"NUMA unknown", Loc{gpu0, -1}, Loc{nicRC2, -1}, Distance{Level: pciSystem}},
+		{"itself", Loc{gpu0, 0}, Loc{gpu0, 0}, Distance{pciSwitch, 0}},
+		{"no path", Loc{"", -1}, Loc{nic0, 0}, unknownDistance},
+		{"not below /sys/devices", Loc{"/dev/null", -1}, Loc{nic0, 0}, unknownDistance},
+		{"trailing slash", Loc{gpu0 + "/", 0}, Loc{nic0, 0}, Distance{pciSwitch, 4}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -52,65 +52,65 @@ func TestPCIPathDistance(t *testing.T) {
 }
 
 func TestPCIDistanceOrder(t *testing.T) {
-	ordered := []pciDistance{{pciSwitch, 2}, {pciSwitch, 6}, {pciRoot, 4}, {pciNUMA, 0}, {pciSystem, 0}, unknownDistance}
+	ordered := []Distance{{pciSwitch, 2}, {pciSwitch, 6}, {pciRoot, 4}, {pciNUMA, 0}, {pciSystem, 0}, unknownDistance}
 	for i := range ordered {
 		for j := range ordered {
 			require.Equal(t, i < j, ordered[i].less(ordered[j]), "%v < %v", ordered[i], ordered[j])
 		}
 	}
-	require.True(t, pciDistance{pciSystem, 99}.less(unknownDistance))
-	require.False(t, unknownDistance.less(pciDistance{pciSystem, 99}))
-	require.Equal(t, "same PCIe switch, 4 hops", pciDistance{pciSwitch, 4}.String())
-	require.Equal(t, "same NUMA node", pciDistance{Level: pciNUMA}.String())
+	require.True(t, Distance{pciSystem, 99}.less(unknownDistance))
+	require.False(t, unknownDistance.less(Distance{pciSystem, 99}))
+	require.Equal(t, "same PCIe switch, 4 hops", Distance{pciSwitch, 4}.String())
+	require.Equal(t, "same NUMA node", Distance{Level: pciNUMA}.String())
 	require.Equal(t, "PCI location not known", unknownDistance.String())
 }
 
 func TestNearestNet(t *testing.T) {
-	mlx := func(name, path string, numa, speed int) netCandidate {
-		return netCandidate{Name: name, SpeedMbps: speed, Loc: pciLoc{path, numa}}
+	mlx := func(name, path string, numa, speed int) Candidate {
+		return Candidate{Name: name, SpeedMbps: speed, Loc: Loc{path, numa}}
 	}
-	host := []netCandidate{
+	host := []Candidate{
 		mlx("mlx5_0", nic0, 0, 400000), mlx("mlx5_1", nic1, 0, 400000), mlx("mlx5_2", nicNUMA, 1, 400000),
 	}
 	cases := []struct {
 		name     string
-		cands    []netCandidate
-		near     pciLoc
+		cands    []Candidate
+		near     Loc
 		want     int
-		wantDist pciDistance
+		wantDist Distance
 	}{
-		{"GPU 0 takes the NIC of its switch", host, pciLoc{gpu0, 0}, 0, pciDistance{pciSwitch, 4}},
-		{"GPU 1 takes the NIC of its switch", host, pciLoc{gpu1, 0}, 1, pciDistance{pciSwitch, 4}},
-		{"a GPU of the other socket takes its NIC", host, pciLoc{gpuNUMA, 1}, 2, pciDistance{pciSwitch, 4}},
+		{"GPU 0 takes the NIC of its switch", host, Loc{gpu0, 0}, 0, Distance{pciSwitch, 4}},
+		{"GPU 1 takes the NIC of its switch", host, Loc{gpu1, 0}, 1, Distance{pciSwitch, 4}},
+		{"a GPU of the other socket takes its NIC", host, Loc{gpuNUMA, 1}, 2, Distance{pciSwitch, 4}},
 		{"the order of the list does not matter",
-			[]netCandidate{host[2], host[1], host[0]}, pciLoc{gpu0, 0}, 2, pciDistance{pciSwitch, 4}},
-		{"host rank: the first device", host, pciLoc{"", -1}, 0, unknownDistance},
-		{"accelerator sysfs does not know: the first device", []netCandidate{host[1], host[0]}, pciLoc{"", -1}, 0, unknownDistance},
+			[]Candidate{host[2], host[1], host[0]}, Loc{gpu0, 0}, 2, Distance{pciSwitch, 4}},
+		{"host rank: the first device", host, Loc{"", -1}, 0, unknownDistance},
+		{"accelerator sysfs does not know: the first device", []Candidate{host[1], host[0]}, Loc{"", -1}, 0, unknownDistance},
 		{"only one device (FLAGCX_IB_HCA named it), however far",
-			[]netCandidate{host[2]}, pciLoc{gpu0, 0}, 0, pciDistance{Level: pciSystem}},
+			[]Candidate{host[2]}, Loc{gpu0, 0}, 0, Distance{Level: pciSystem}},
 		{"FLAGCX_IB_HCA left the far ones: nearest of those",
-			[]netCandidate{host[2], host[1]}, pciLoc{gpu0, 0}, 1, pciDistance{pciRoot, 8}},
+			[]Candidate{host[2], host[1]}, Loc{gpu0, 0}, 1, Distance{pciRoot, 8}},
 		{"same distance: the faster",
-			[]netCandidate{mlx("mlx5_0", nic0, 0, 200000), mlx("mlx5_1", nic0, 0, 400000)}, pciLoc{gpu0, 0}, 1, pciDistance{pciSwitch, 4}},
+			[]Candidate{mlx("mlx5_0", nic0, 0, 200000), mlx("mlx5_1", nic0, 0, 400000)}, Loc{gpu0, 0}, 1, Distance{pciSwitch, 4}},
 		{"same level, fewer hops beats speed",
-			[]netCandidate{mlx("mlx5_0", nic1, 0, 400000), mlx("mlx5_1", nicRP, 0, 100000)}, pciLoc{gpu0, 0}, 1, pciDistance{pciRoot, 6}},
+			[]Candidate{mlx("mlx5_0", nic1, 0, 400000), mlx("mlx5_1", nicRP, 0, 100000)}, Loc{gpu0, 0}, 1, Distance{pciRoot, 6}},
 		{"same distance and speed: the first name",
-			[]netCandidate{mlx("mlx5_3", nic0, 0, 400000), mlx("mlx5_10", nic0, 0, 400000)}, pciLoc{gpu0, 0}, 1, pciDistance{pciSwitch, 4}},
+			[]Candidate{mlx("mlx5_3", nic0, 0, 400000), mlx("mlx5_10", nic0, 0, 400000)}, Loc{gpu0, 0}, 1, Distance{pciSwitch, 4}},
 		{"a NIC without a path loses to any known one",
-			[]netCandidate{mlx("mlx5_0", "", -1, 400000), mlx("mlx5_1", nicNUMA, 1, 100000)}, pciLoc{gpu0, 0}, 1, pciDistance{Level: pciSystem}},
+			[]Candidate{mlx("mlx5_0", "", -1, 400000), mlx("mlx5_1", nicNUMA, 1, 100000)}, Loc{gpu0, 0}, 1, Distance{Level: pciSystem}},
 		{"no NIC has a path: the fastest, then the first name",
-			[]netCandidate{mlx("b", "", -1, 100000), mlx("c", "", -1, 400000), mlx("a", "", -1, 400000)}, pciLoc{gpu0, 0}, 2, unknownDistance},
+			[]Candidate{mlx("b", "", -1, 100000), mlx("c", "", -1, 400000), mlx("a", "", -1, 400000)}, Loc{gpu0, 0}, 2, unknownDistance},
 		{"NUMA node beats system",
-			[]netCandidate{mlx("mlx5_0", nicNUMA, 1, 400000), mlx("mlx5_1", nicRC2, 0, 100000)}, pciLoc{gpu0, 0}, 1, pciDistance{Level: pciNUMA}},
+			[]Candidate{mlx("mlx5_0", nicNUMA, 1, 400000), mlx("mlx5_1", nicRC2, 0, 100000)}, Loc{gpu0, 0}, 1, Distance{Level: pciNUMA}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, d := nearestNet(tc.cands, tc.near)
+			got, d := Nearest(tc.cands, tc.near)
 			require.Equal(t, tc.want, got, "chose %s", tc.cands[got].Name)
 			require.Equal(t, tc.wantDist, d)
 		})
 	}
-	got, _ := nearestNet(nil, pciLoc{gpu0, 0})
+	got, _ := Nearest(nil, Loc{gpu0, 0})
 	require.Equal(t, -1, got)
 }
 
@@ -120,7 +120,7 @@ func TestEmulatedPCIPath(t *testing.T) {
 	ib0 := emulatedRoot + "/pci0000:00/0000:00:01.0/0000:40:00.0/0000:40:82.0/0000:60:00.0"
 	ib1 := emulatedRoot + "/pci0000:00/0000:00:02.0/0000:41:00.0/0000:41:82.0/0000:61:00.0"
 	roce := emulatedRoot + "/pci0000:c0/0000:c0:01.0/0000:c1:00.0"
-	cands := []netCandidate{{"vsim_ib0", 200000, pciLoc{ib0, -1}}, {"vsim_roce0", 200000, pciLoc{roce, -1}}, {"vsim_ib1", 200000, pciLoc{ib1, -1}}}
+	cands := []Candidate{{"vsim_ib0", 200000, Loc{ib0, -1}}, {"vsim_roce0", 200000, Loc{roce, -1}}, {"vsim_ib1", 200000, Loc{ib1, -1}}}
 	cases := []struct {
 		bus  string
 		path string
@@ -138,9 +138,9 @@ func TestEmulatedPCIPath(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.bus, func(t *testing.T) {
-			loc := pciLocOfBusID(tc.bus, true)
+			loc := LocOfBusID(tc.bus, true)
 			require.Equal(t, tc.path, loc.Path)
-			i, _ := nearestNet(cands, loc)
+			i, _ := Nearest(cands, loc)
 			require.Equal(t, tc.want, cands[i].Name)
 		})
 	}
@@ -157,9 +157,9 @@ func TestCanonicalBusID(t *testing.T) {
 }
 
 func TestPCILocOfBusID(t *testing.T) {
-	require.Equal(t, pciLoc{NUMA: -1}, pciLocOfBusID("", false))
-	require.Equal(t, pciLoc{NUMA: -1}, pciLocOfBusID("ffff:ff:1f.7", false), "a bus id sysfs does not have")
-	require.Equal(t, pciLoc{NUMA: -1}, pciLocOfPath(""))
+	require.Equal(t, Loc{NUMA: -1}, LocOfBusID("", false))
+	require.Equal(t, Loc{NUMA: -1}, LocOfBusID("ffff:ff:1f.7", false), "a bus id sysfs does not have")
+	require.Equal(t, Loc{NUMA: -1}, LocOfPath(""))
 }
 
 // TestPCILocOfBusIDInSysfs resolves every PCI function of this machine
@@ -171,13 +171,13 @@ func TestPCILocOfBusIDInSysfs(t *testing.T) {
 		t.Skip("no PCI functions in sysfs here")
 	}
 	for _, e := range entries {
-		loc := pciLocOfBusID("0000"+strings.ToUpper(e.Name()), false) // as nvidia-smi writes it
+		loc := LocOfBusID("0000"+strings.ToUpper(e.Name()), false) // as nvidia-smi writes it
 		el := pciElements(loc.Path)
 		require.NotEmpty(t, el, "%s resolves to %q", e.Name(), loc.Path)
 		require.Equal(t, e.Name(), el[len(el)-1])
 		require.True(t, strings.HasPrefix(el[0], "pci"), "%s: %v", e.Name(), el)
 		require.GreaterOrEqual(t, loc.NUMA, -1)
-		require.Equal(t, pciDistance{pciSwitch, 0}, pciPathDistance(loc, loc))
+		require.Equal(t, Distance{pciSwitch, 0}, pciPathDistance(loc, loc))
 		t.Logf("%s: %s (NUMA %d)", e.Name(), loc.Path, loc.NUMA)
 	}
 }

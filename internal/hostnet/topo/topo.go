@@ -1,4 +1,8 @@
-package hostnet
+// Package topo is the PCI topology of a host as the host network sees it:
+// how far an accelerator is from each RDMA device, so that every rank
+// takes the device nearest to its accelerator. It reads sysfs and nothing
+// else of this module.
+package topo
 
 import (
 	"fmt"
@@ -47,29 +51,29 @@ func (l pciLevel) String() string {
 	return "PCI location not known"
 }
 
-// pciLoc is one PCI function: its sysfs path ("" when unknown) and NUMA
+// Loc is one PCI function: its sysfs path ("" when unknown) and NUMA
 // node (-1 when unknown).
-type pciLoc struct {
+type Loc struct {
 	Path string
 	NUMA int
 }
 
-// pciDistance orders pairs of functions: by level, then by the bridges
+// Distance orders pairs of functions: by level, then by the bridges
 // between them. Bridges count only within one root complex: across root
 // complexes the way goes through the CPUs, whatever the depth (Hops 0).
-type pciDistance struct {
+type Distance struct {
 	Level pciLevel
 	Hops  int
 }
 
-func (d pciDistance) less(o pciDistance) bool {
+func (d Distance) less(o Distance) bool {
 	if d.Level != o.Level {
 		return d.Level < o.Level
 	}
 	return d.Hops < o.Hops
 }
 
-func (d pciDistance) String() string {
+func (d Distance) String() string {
 	if d.Level >= pciNUMA {
 		return d.Level.String()
 	}
@@ -77,7 +81,7 @@ func (d pciDistance) String() string {
 }
 
 // unknownDistance is the distance to or from a function without a path.
-var unknownDistance = pciDistance{Level: pciUnknown}
+var unknownDistance = Distance{Level: pciUnknown}
 
 // pciElements are the elements of a sysfs path below its "devices"
 // directory ("pci0000:00", "0000:00:01.0", ...); nil when it has none.
@@ -93,7 +97,7 @@ func pciElements(path string) []string {
 
 // pciPathDistance is how far apart a and b are. Functions in different
 // root complexes are one NUMA node's when both nodes are known and equal.
-func pciPathDistance(a, b pciLoc) pciDistance {
+func pciPathDistance(a, b Loc) Distance {
 	ea, eb := pciElements(a.Path), pciElements(b.Path)
 	if len(ea) == 0 || len(eb) == 0 {
 		return unknownDistance
@@ -105,27 +109,27 @@ func pciPathDistance(a, b pciLoc) pciDistance {
 	hops := len(ea) - common + len(eb) - common
 	switch {
 	case common >= 2:
-		return pciDistance{pciSwitch, hops}
+		return Distance{pciSwitch, hops}
 	case common == 1:
-		return pciDistance{pciRoot, hops}
+		return Distance{pciRoot, hops}
 	case a.NUMA >= 0 && a.NUMA == b.NUMA:
-		return pciDistance{Level: pciNUMA}
+		return Distance{Level: pciNUMA}
 	}
-	return pciDistance{Level: pciSystem}
+	return Distance{Level: pciSystem}
 }
 
-// netCandidate is one device of the network plugin, as the choice sees it.
-type netCandidate struct {
+// Candidate is one device of the network plugin, as the choice sees it.
+type Candidate struct {
 	Name      string
 	SpeedMbps int
-	Loc       pciLoc
+	Loc       Loc
 }
 
-// nearestNet is the index of the candidate closest to near; ties go to
+// Nearest is the index of the candidate closest to near; ties go to
 // the faster device, then to the first name in byte order. Without a
 // location for near (a host rank, or an accelerator sysfs does not know)
 // it is the first candidate. It also returns that candidate's distance.
-func nearestNet(cands []netCandidate, near pciLoc) (int, pciDistance) {
+func Nearest(cands []Candidate, near Loc) (int, Distance) {
 	if len(cands) == 0 {
 		return -1, unknownDistance
 	}
@@ -157,29 +161,29 @@ func nearestNet(cands []netCandidate, near pciLoc) (int, pciDistance) {
 // sysfsRoot is where the kernel's sysfs is mounted.
 const sysfsRoot = "/sys"
 
-// pciLocOfPath is the location of a NIC's sysfs path as the plugin gives
+// LocOfPath is the location of a NIC's sysfs path as the plugin gives
 // it; the NUMA node comes from the function's numa_node file.
-func pciLocOfPath(path string) pciLoc {
-	return pciLoc{Path: path, NUMA: readNUMA(path)}
+func LocOfPath(path string) Loc {
+	return Loc{Path: path, NUMA: readNUMA(path)}
 }
 
-// pciLocOfBusID is the location of an accelerator from its PCI bus id
+// LocOfBusID is the location of an accelerator from its PCI bus id
 // ("0000:1b:00.0"): the real path of /sys/bus/pci/devices/<id>. With the
 // emulated fabric the emulated board's tree is used instead (the emulated
 // accelerators are not in sysfs).
-func pciLocOfBusID(busID string, emulated bool) pciLoc {
+func LocOfBusID(busID string, emulated bool) Loc {
 	busID = canonicalBusID(busID)
 	if busID == "" {
-		return pciLoc{NUMA: -1}
+		return Loc{NUMA: -1}
 	}
 	if emulated {
-		return pciLoc{Path: emulatedPCIPath(busID), NUMA: -1}
+		return Loc{Path: emulatedPCIPath(busID), NUMA: -1}
 	}
 	p, err := filepath.EvalSymlinks(filepath.Join(sysfsRoot, "bus", "pci", "devices", busID))
 	if err != nil {
-		return pciLoc{NUMA: -1}
+		return Loc{NUMA: -1}
 	}
-	return pciLocOfPath(p)
+	return LocOfPath(p)
 }
 
 // canonicalBusID writes a PCI bus id as sysfs names it, "0000:1b:00.0",

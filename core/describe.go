@@ -1,0 +1,131 @@
+package core
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/flagcx/flagcx-go/internal/sched"
+	"github.com/flagcx/flagcx-go/sdk"
+)
+
+// Layout is what a communicator's ranks agreed on at init: its clusters
+// and how its collectives run. It is the same on every rank: a benchmark
+// or a log prints it to say what was measured.
+type Layout struct {
+	// Clusters in cluster order (by their first rank).
+	Clusters []Cluster
+	// HostPath: every collective runs on the host (WithHostPath,
+	// FLAGCX_USE_HOST_COMM).
+	HostPath bool
+	// Chunk is the pipeline chunk of heterogeneous schedules in bytes
+	// (WithChunk, FLAGCX_NET_CHUNK_SIZE).
+	Chunk int
+	// ShmWindow is the size in bytes of each rank's shared window when
+	// heterogeneous collectives run zero-copy in the host's shared memory
+	// (every rank on one host); 0 when they do not.
+	ShmWindow int
+	// DeviceReduce: those zero-copy allreduces beyond the one-step size
+	// reduce on the devices rather than on the host.
+	DeviceReduce bool
+	text         string
+}
+
+// Cluster is one cluster of a Layout: the ranks of one vendor (or the host
+// ranks), whose collectives inside the cluster run on that vendor's
+// library (or the host engine).
+type Cluster struct {
+	Index  int
+	Vendor string // the plugin's vendor, or "host"
+	Plugin string // the plugin's name; "" on the host
+	// Emulated: the plugin runs on an emulated vendor runtime.
+	Emulated bool
+	Ranks    []int // in increasing order, not necessarily contiguous
+	Leader   int   // the rank that carries the cluster's data between clusters
+}
+
+// OnDevice reports whether the cluster runs on a plugin's devices.
+func (c Cluster) OnDevice() bool { return c.Plugin != "" }
+
+// IsHomogeneous reports whether the layout has one cluster
+// (Comm.IsHomogeneous).
+func (l Layout) IsHomogeneous() bool { return len(l.Clusters) == 1 }
+
+// String is the layout in one line, as FLAGCX_DEBUG=INFO logs it at init
+// ("4 ranks, heterogeneous, 2 cluster(s): cluster 0: ...").
+func (l Layout) String() string { return l.text }
+
+// Layout is the communicator's layout.
+func (c *Comm) Layout() Layout {
+	l := c.layout
+	out := Layout{HostPath: c.opts.HostPath, Chunk: c.opts.Chunk, ShmWindow: c.opts.ShmWindow, text: l.String()}
+	out.DeviceReduce = out.ShmWindow > 0 && sched.DeviceReduces(l, c.opts)
+	for _, cl := range l.Clusters {
+		out.Clusters = append(out.Clusters, Cluster{Index: cl.Index, Vendor: cl.Vendor, Plugin: cl.Plugin,
+			Emulated: l.Members[cl.Leader].Emulated, Ranks: append([]int(nil), cl.Ranks...), Leader: cl.Leader})
+	}
+	return out
+}
+
+// Plan is how a communicator runs one call on one rank.
+type Plan struct {
+	// Path is the kind of schedule: "vendor" (the vendor library's own
+	// call), "host-comm" (the host engine's), "c2c" (staged between
+	// clusters), "c2c-shm" (zero-copy in shared memory), "p2p" (direct
+	// transfers) or "host" (the host path).
+	Path string
+	// DeviceReduce: a c2c-shm plan that reduces on the devices.
+	DeviceReduce bool
+	// Text is the plan's steps as FLAGCX_DEBUG=COLL logs them (long
+	// pipelines shortened), ending in a newline.
+	Text string
+}
+
+// Plan is rank's plan for call on this communicator (any rank's: every
+// rank knows the layout): what a collective of these arguments would do,
+// for `flagcx bench --print-plan` and for tests. It runs nothing. Errors
+// match sdk.ErrInvalidArgument for a call no rank could make.
+func (c *Comm) Plan(rank int, call sdk.Call) (Plan, error) {
+	if rank < 0 || rank >= c.n {
+		return Plan{}, fmt.Errorf("%w: Plan of rank %d on a communicator of %d ranks: pass a rank in 0..%d", sdk.ErrInvalidArgument, rank, c.n, c.n-1)
+	}
+	p, err := sched.Build(c.layout, rank, sched.CallOf(call), c.opts)
+	if err != nil {
+		return Plan{}, err
+	}
+	var b strings.Builder
+	p.Format(&b, 3)
+	return Plan{Path: p.Path.String(), DeviceReduce: p.Shm != nil && p.Shm.DeviceReduce, Text: b.String()}, nil
+}
+
+// LinkTable is which link (shared memory, TCP, RDMA) each pair of ranks
+// uses and why, as lines for a report's header ("Links (pairs of ranks):",
+// then "  shm (same host): 0-1 2-3" and so on).
+func (c *Comm) LinkTable() []string { return c.world.LinkTable() }
+
+// HostAllGather gathers len(send) bytes of host memory from every rank
+// into recv (Count() blocks of len(send) bytes, in rank order), over the
+// host network between the ranks, on host and device ranks alike. It is
+// for what ranks tell each other beside their collectives (timings,
+// per-rank records, a check's digests): a device rank's AllGather takes
+// device memory, and this call touches no device and no stream. It is
+// collective: every rank calls it with the same length, outside a group.
+// With an empty send it is a barrier of the host network.
+func (c *Comm) HostAllGather(send, recv []byte) error {
+	if err := c.usable("HostAllGather"); err != nil {
+		return err
+	}
+	if c.group > 0 {
+		return fmt.Errorf("%w: HostAllGather on rank %d inside a group: call GroupEnd first", sdk.ErrInvalidUsage, c.rank)
+	}
+	if len(recv) < c.n*len(send) {
+		return fmt.Errorf("%w: HostAllGather on rank %d: recv holds %d bytes but %d ranks of %d need %d: pass a larger recv", sdk.ErrInvalidArgument, c.rank, len(recv), c.n, len(send), c.n*len(send))
+	}
+	call := sdk.Call{Coll: sdk.AllGather, Count: len(send), DType: sdk.Uint8}
+	if len(send) == 0 {
+		call = sdk.Call{Coll: sdk.Barrier}
+	}
+	if err := c.world.run(&call, send, recv); err != nil {
+		return c.callError("HostAllGather", err)
+	}
+	return nil
+}
