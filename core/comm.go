@@ -394,6 +394,24 @@ func (m meshPeers) SendBuffered(peer, n int) bool {
 	return n <= hostnet.BufferedSend && m.c.mesh.Links[peer].Transport() == "tcp"
 }
 
+// Streams, SendStream and RecvStream give the engine a TCP link's sockets
+// one by one (host.Streams).
+func (m meshPeers) Streams(peer int) int { return hostnet.Streams(m.c.mesh.Links[peer]) }
+
+func (m meshPeers) SendStream(peer, i int, buf []byte) error {
+	if err := hostnet.SendStream(m.c.mesh.Links[peer], i, buf, uint32(m.c.cur.digest)); err != nil {
+		return m.c.linkError(err, fmt.Sprintf("sending %d bytes to rank %d on stream %d", len(buf), peer, i), peer)
+	}
+	return nil
+}
+
+func (m meshPeers) RecvStream(peer, i int, buf []byte) error {
+	if err := hostnet.RecvStream(m.c.mesh.Links[peer], i, buf, uint32(m.c.cur.digest)); err != nil {
+		return m.c.linkError(err, fmt.Sprintf("waiting for %d bytes from rank %d on stream %d", len(buf), peer, i), peer)
+	}
+	return nil
+}
+
 func (m meshPeers) Recv(peer int, buf []byte) error {
 	if err := hostnet.RecvTagged(m.c.mesh.Links[peer], buf, uint32(m.c.cur.digest)); err != nil {
 		return m.c.linkError(err, fmt.Sprintf("waiting for %d bytes from rank %d", len(buf), peer), peer)

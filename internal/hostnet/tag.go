@@ -148,3 +148,67 @@ func (c *Conn) checkTag(n int) error {
 	}
 	return nil
 }
+
+// streamLink is a Link of several independent streams (TCPLink's sockets).
+type streamLink interface {
+	streams() int
+	sendStream(i int, p []byte, tag uint32) error
+	recvStream(i int, p []byte, tag uint32) error
+}
+
+// Streams is how many independent streams l carries: the sockets of a
+// TCP link, 1 for every other transport.
+func Streams(l Link) int {
+	if s, ok := l.(streamLink); ok {
+		return s.streams()
+	}
+	return 1
+}
+
+// SendStream sends p, labelled tag, as one message on stream i of l alone
+// (0 <= i < Streams(l)); the peer receives it with RecvStream on the same
+// stream. Messages of one stream keep their order; different streams do
+// not wait for each other, so that the caller can run one per goroutine
+// and work on what each brings as it comes. A failure breaks every
+// stream of l, as a failed Send does.
+func SendStream(l Link, i int, p []byte, tag uint32) error {
+	if s, ok := l.(streamLink); ok {
+		return s.sendStream(i, p, tag)
+	}
+	return SendTagged(l, p, tag)
+}
+
+// RecvStream receives exactly len(p) bytes, labelled tag, from stream i
+// of l (see SendStream).
+func RecvStream(l Link, i int, p []byte, tag uint32) error {
+	if s, ok := l.(streamLink); ok {
+		return s.recvStream(i, p, tag)
+	}
+	return RecvTagged(l, p, tag)
+}
+
+func (l *TCPLink) streams() int { return len(l.conns) }
+
+func (l *TCPLink) sendStream(i int, p []byte, tag uint32) error {
+	c := l.conns[i]
+	c.wtag = tag
+	return l.brokenBy(c.sendFrame(p, len(p)))
+}
+
+func (l *TCPLink) recvStream(i int, p []byte, tag uint32) error {
+	c := l.conns[i]
+	c.rtag = tag
+	return l.brokenBy(c.recvFrame(p, len(p)))
+}
+
+// brokenBy breaks every stream of l after one failed (the others are out
+// of step with the peer now, and a goroutine waiting on one of them would
+// otherwise wait for its deadline) and returns err.
+func (l *TCPLink) brokenBy(err error) error {
+	if err != nil {
+		for _, c := range l.conns {
+			c.abort(err)
+		}
+	}
+	return err
+}

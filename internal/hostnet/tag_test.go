@@ -1,8 +1,10 @@
 package hostnet
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -77,4 +79,54 @@ func TestNoticeAfterData(t *testing.T) {
 	require.True(t, errors.As(RecvTagged(b, buf, 1), &pf))
 	require.ErrorIs(t, SendTagged(a, buf, 1), ErrClosed)
 	require.Equal(t, "failed", fmt.Sprint(pf.What))
+}
+
+// TestLinkStreams: each stream of a TCP link carries its own messages,
+// in order, while the others carry theirs at the same time; a tag that
+// differs is refused as on whole-link messages; one stream failing breaks
+// them all, so that nobody waits on another stream for its deadline.
+func TestLinkStreams(t *testing.T) {
+	const k = 3
+	a, b := linkPair(t, testConfig(10*time.Second), k)
+	require.Equal(t, k, Streams(a))
+	msg := func(i, j int) []byte { return bytes.Repeat([]byte{byte(i*16 + j)}, 40<<10+i) }
+	var wg sync.WaitGroup
+	errs := make([]error, 2*k)
+	for i := 0; i < k; i++ {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 5 && errs[2*i] == nil; j++ {
+				errs[2*i] = SendStream(a, i, msg(i, j), 7)
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 5 && errs[2*i+1] == nil; j++ {
+				got := make([]byte, len(msg(i, j)))
+				if errs[2*i+1] = RecvStream(b, i, got, 7); errs[2*i+1] == nil && !bytes.Equal(msg(i, j), got) {
+					errs[2*i+1] = fmt.Errorf("stream %d message %d arrived changed", i, j)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	// The whole link still works after per-stream traffic.
+	require.NoError(t, SendTagged(a, []byte("whole"), 8))
+	got := make([]byte, 5)
+	require.NoError(t, RecvTagged(b, got, 8))
+	require.Equal(t, "whole", string(got))
+
+	require.NoError(t, SendStream(a, 1, []byte("tagged"), 9))
+	err := RecvStream(b, 1, make([]byte, 6), 10)
+	var mm *MismatchError
+	require.ErrorAs(t, err, &mm, "a frame of another call is refused")
+	start := time.Now()
+	err = RecvStream(b, 2, make([]byte, 6), 9)
+	require.Error(t, err, "the other streams are broken with the first")
+	require.Less(t, time.Since(start), 5*time.Second)
+	require.Equal(t, 1, Streams(&ShmLink{}), "other transports are one stream")
 }

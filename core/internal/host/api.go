@@ -41,6 +41,20 @@ type Buffered interface {
 	SendBuffered(peer, n int) bool
 }
 
+// Streams is implemented by Peers whose link to a peer is several
+// independent streams (a TCP link's sockets). The two-rank AllReduce then
+// cuts its exchange into one piece per stream and moves and reduces each
+// piece on its own, all at once (allReduceStriped).
+type Streams interface {
+	// Streams is the number of streams to peer (1: no striping).
+	Streams(peer int) int
+	// SendStream and RecvStream are Send and Recv on stream i of the link
+	// to peer alone: messages of one stream keep their order, streams do
+	// not wait for each other.
+	SendStream(peer, i int, buf []byte) error
+	RecvStream(peer, i int, buf []byte) error
+}
+
 // Run runs call (any collective but SendRecv, whose transfers Group runs)
 // on send and recv, checking it first with sdk's one checker as every
 // collective of the engine does. The table below, not sdk.Dispatch, turns
