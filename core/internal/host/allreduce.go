@@ -20,7 +20,53 @@ func (e *Engine) AllReduce(send, recv []byte, count int, dt sdk.DataType, op sdk
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	send, recv = send[:bytes], recv[:bytes]
+	return e.allReduce(name, send[:bytes], recv[:bytes], count, dt, op)
+}
+
+// Stager feeds an in-place AllReduce piece by piece: the staged
+// heterogeneous path, where a device copy fills the host buffer and
+// another empties it, lets the network start on the first piece copied
+// and the copy back start on the first piece reduced.
+type Stager interface {
+	// Ready blocks until buf[lo:hi] holds this rank's input, or returns
+	// why it never will.
+	Ready(lo, hi int) error
+	// Done says that buf[lo:hi] holds the result and the engine is done
+	// with it. It must not block; each byte is done once, or not at all
+	// when the call fails.
+	Done(lo, hi int)
+}
+
+// AllReduceStaged is AllReduce in place on buf, whose input arrives and
+// whose result leaves as st says. The striped exchange (allReduceStriped)
+// sends each piece when it is ready and hands each piece of the result on
+// when it is final; every other algorithm waits for all of buf first and
+// hands all of it on at the end.
+func (e *Engine) AllReduceStaged(buf []byte, count int, dt sdk.DataType, op sdk.RedOp, st Stager) error {
+	const name = "AllReduce"
+	bytes, _, err := e.check(sdk.Call{Coll: sdk.AllReduce, Count: count, DType: dt, Op: op}, buf, buf)
+	if err != nil || count == 0 {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	buf = buf[:bytes]
+	if k := e.stripes(bytes); k > 1 {
+		return e.allReduceStriped(name, e.p.(Streams), k, buf, buf, count, dt, op, st)
+	}
+	if err := st.Ready(0, bytes); err != nil {
+		return err
+	}
+	if err := e.allReduce(name, buf, buf, count, dt, op); err != nil {
+		return err
+	}
+	st.Done(0, bytes)
+	return nil
+}
+
+// allReduce picks the algorithm.
+func (e *Engine) allReduce(name string, send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp) error {
+	bytes := len(recv)
 	switch {
 	case e.n == 1:
 		copyIn(recv, send) // the reduction of one; Avg divides by 1
@@ -30,6 +76,9 @@ func (e *Engine) AllReduce(send, recv []byte, count int, dt sdk.DataType, op sdk
 	case e.hier() != nil:
 		return e.allReduceHier(name, e.hier(), send, recv, count, dt, op)
 	case e.n == 2 && bytes > e.smallLimit && bytes <= maxExchange:
+		if k := e.stripes(bytes); k > 1 {
+			return e.allReduceStriped(name, e.p.(Streams), k, send, recv, count, dt, op, nil)
+		}
 		return e.allReduceExchange(name, send, recv, count, dt, op)
 	case bytes <= e.smallLimit:
 		return e.allReduceDoubling(name, send, recv, dt, op)
@@ -177,11 +226,6 @@ const minExchangeChunk = 128 << 10
 // is this exchange in one round trip, unpipelined. In place, a
 // chunk is reduced (and so overwritten) only after it was sent.
 func (e *Engine) allReduceExchange(name string, send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp) error {
-	if st, ok := e.p.(Streams); ok {
-		if k := min(st.Streams(1-e.rank), count*dt.Size()/minStripe); k > 1 {
-			return e.allReduceStriped(name, st, k, send, recv, count, dt, op)
-		}
-	}
 	size, peer := dt.Size(), 1-e.rank
 	bytes := count * size
 	C := max((bytes+e.chunk-1)/e.chunk, min(4, bytes/minExchangeChunk), 1)
@@ -224,6 +268,17 @@ func (e *Engine) allReduceExchange(name string, send, recv []byte, count int, dt
 // minStripe is the smallest piece allReduceStriped gives a stream.
 const minStripe = 16 << 10
 
+// stripes is how many streams the two-rank exchange of bytes runs on: the
+// link's streams, each with at least minStripe bytes, or 1 (no striping)
+// where the ranks are not two exchanging over a link of several streams.
+func (e *Engine) stripes(bytes int) int {
+	st, ok := e.p.(Streams)
+	if !ok || e.n != 2 || bytes <= e.smallLimit || bytes > maxExchange || e.shared() || e.hier() != nil {
+		return 1
+	}
+	return max(1, min(st.Streams(1-e.rank), bytes/minStripe))
+}
+
 // allReduceStriped is allReduceExchange over k streams of the link at
 // once: piece i of the buffer goes out on stream i while piece i of the
 // peer's comes in on it, and each received piece is reduced by the
@@ -234,7 +289,10 @@ const minStripe = 16 << 10
 // piece before the next goes out, and a single receiver reduces: on 2 x
 // H200 over loopback TCP (4 sockets, docs/performance.md) 256 KiB took
 // 126-137 us striped against 182-225, 1 MiB 276-296 against 413-463.
-func (e *Engine) allReduceStriped(name string, st Streams, k int, send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp) error {
+//
+// With a Stager (AllReduceStaged), a piece goes out once st says it is
+// ready and is handed on once reduced.
+func (e *Engine) allReduceStriped(name string, st Streams, k int, send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp, stager Stager) error {
 	size, peer := dt.Size(), 1-e.rank
 	tmp := e.buf(scratchA, count*size)
 	inPlace := same(send, recv)
@@ -248,6 +306,11 @@ func (e *Engine) allReduceStriped(name string, st Streams, k int, send, recv []b
 		go func() {
 			defer wg.Done()
 			defer close(sent)
+			if stager != nil {
+				if errs[2*i] = stager.Ready(lo, hi); errs[2*i] != nil {
+					return
+				}
+			}
 			if err := st.SendStream(peer, i, send[lo:hi]); err != nil {
 				errs[2*i] = fmt.Errorf("host %s: rank %d sending %d bytes to rank %d: %w", name, e.rank, hi-lo, peer, err)
 			}
@@ -269,6 +332,9 @@ func (e *Engine) allReduceStriped(name string, st Streams, k int, send, recv []b
 			}
 			if op == sdk.Avg {
 				reduce.Scale(recv[lo:hi], dt, e.n)
+			}
+			if stager != nil {
+				stager.Done(lo, hi)
 			}
 		}()
 	}
