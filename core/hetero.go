@@ -233,6 +233,7 @@ type Comm struct {
 	// ShmDeviceReduce is what the ranks agreed).
 	wantDeviceReduce bool
 	events           []loader.Event // ordering the steps of staged plans (device ranks; see chain)
+	pieceEvents      []loader.Event // the staged AllReduce's pieces (hetero_staged.go)
 
 	stagePtr   uintptr // pinned staging (device ranks)
 	stage      []byte  // staging (host memory on host ranks)
@@ -727,10 +728,10 @@ func (c *Comm) stop(abort bool) error {
 					errs = append(errs, p.StreamDestroy(s))
 				}
 			}
-			for _, e := range c.events {
+			for _, e := range append(c.events, c.pieceEvents...) {
 				errs = append(errs, p.EventDestroy(e))
 			}
-			c.events = nil
+			c.events, c.pieceEvents = nil, nil
 			if c.stagePtr != 0 {
 				errs = append(errs, p.HostFree(c.stagePtr))
 				c.stagePtr, c.stage = 0, nil

@@ -336,7 +336,14 @@ func (c *Comm) execute(p *sched.Plan, b *callBufs, s loader.Stream) error {
 // the steps it depends on (one lane's stream orders its steps itself).
 func (c *Comm) runInOrder(p *sched.Plan, b *callBufs, s loader.Stream, ch *chain, lanes bool) error {
 	defer c.bindDevice()()
-	for i := range p.Steps {
+	for i := 0; i < len(p.Steps); i++ {
+		if c.stagedSteps(p, i, ch) {
+			if err := c.runStaged(p, i, b, s, ch); err != nil {
+				return err
+			}
+			i += 2
+			continue
+		}
 		var err error
 		if lanes {
 			err = ch.await(i)
@@ -577,7 +584,7 @@ func (c *Comm) step(p *sched.Plan, i int, b *callBufs, s loader.Stream) error {
 		if c.inter == nil {
 			return fmt.Errorf("%w: inter-cluster step on rank %d, which leads no cluster", sdk.ErrInternalError, c.rank)
 		}
-		return c.hostStep(c.inter, "the cluster leaders' communicator (its rank c is cluster c's leader: ranks "+c.leaders()+")", st, b)
+		return c.hostStep(c.inter, c.interWhat(), st, b)
 	case sched.KindWorld:
 		return c.hostStep(c.world, "", st, b)
 	}
@@ -726,6 +733,11 @@ func (c *Comm) hostStep(cm *hostComm, what string, st *sched.Step, b *callBufs) 
 		return fmt.Errorf("in %s: %w", what, err)
 	}
 	return err
+}
+
+// interWhat names the cluster leaders' communicator in errors.
+func (c *Comm) interWhat() string {
+	return "the cluster leaders' communicator (its rank c is cluster c's leader: ranks " + c.leaders() + ")"
 }
 
 // leaders lists the cluster leaders in inter-rank order.

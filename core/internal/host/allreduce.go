@@ -51,7 +51,7 @@ func (e *Engine) AllReduceStaged(buf []byte, count int, dt sdk.DataType, op sdk.
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	buf = buf[:bytes]
-	if k := e.stripes(bytes); k > 1 {
+	if k := e.Stripes(bytes); k > 1 {
 		return e.allReduceStriped(name, e.p.(Streams), k, buf, buf, count, dt, op, st)
 	}
 	if err := st.Ready(0, bytes); err != nil {
@@ -76,7 +76,7 @@ func (e *Engine) allReduce(name string, send, recv []byte, count int, dt sdk.Dat
 	case e.hier() != nil:
 		return e.allReduceHier(name, e.hier(), send, recv, count, dt, op)
 	case e.n == 2 && bytes > e.smallLimit && bytes <= maxExchange:
-		if k := e.stripes(bytes); k > 1 {
+		if k := e.Stripes(bytes); k > 1 {
 			return e.allReduceStriped(name, e.p.(Streams), k, send, recv, count, dt, op, nil)
 		}
 		return e.allReduceExchange(name, send, recv, count, dt, op)
@@ -268,10 +268,11 @@ func (e *Engine) allReduceExchange(name string, send, recv []byte, count int, dt
 // minStripe is the smallest piece allReduceStriped gives a stream.
 const minStripe = 16 << 10
 
-// stripes is how many streams the two-rank exchange of bytes runs on: the
-// link's streams, each with at least minStripe bytes, or 1 (no striping)
-// where the ranks are not two exchanging over a link of several streams.
-func (e *Engine) stripes(bytes int) int {
+// Stripes is how many streams the two-rank AllReduce of bytes runs on
+// (allReduceStriped, AllReduceStaged's pieces): the link's streams, each
+// with at least minStripe bytes, or 1 (no striping) where the ranks are
+// not two exchanging over a link of several streams.
+func (e *Engine) Stripes(bytes int) int {
 	st, ok := e.p.(Streams)
 	if !ok || e.n != 2 || bytes <= e.smallLimit || bytes > maxExchange || e.shared() || e.hier() != nil {
 		return 1

@@ -1,0 +1,188 @@
+package core
+
+import (
+	"fmt"
+
+	"github.com/flagcx/flagcx-go/internal/sched"
+	"github.com/flagcx/flagcx-go/sdk"
+	"github.com/flagcx/flagcx-go/sdk/loader"
+)
+
+// The staged AllReduce in pieces. A device cluster's leader that
+// AllReduces with one other leader over a TCP link of several sockets runs
+// the plan's three steps "copy the buffer to staging, AllReduce staging
+// with the other leader, copy staging back" as one: the copy to the host
+// goes in pieces, one per socket of the link, each followed by an event;
+// the host engine sends a piece as soon as its copy is done, and the copy
+// back of a piece is enqueued as soon as the piece is reduced
+// (host.Engine.AllReduceStaged). The device copies then overlap the
+// network instead of adding to it: the copy in of all but the first piece
+// and the copy back of all but the last. The plan is unchanged and prints
+// as it runs: the same three steps, on the same buffers, in pieces.
+
+// stagedSteps reports whether steps i, i+1 and i+2 of p are that triple on
+// one staging range, and the leaders' engine would cut it into pieces.
+func (c *Comm) stagedSteps(p *sched.Plan, i int, ch *chain) bool {
+	if ch.ev == nil || c.inter == nil || i+2 >= len(p.Steps) {
+		return false
+	}
+	in, net, out := &p.Steps[i], &p.Steps[i+1], &p.Steps[i+2]
+	if in.Kind != sched.KindCopy || len(in.Copies) != 1 || net.Kind != sched.KindInter ||
+		out.Kind != sched.KindCopy || len(out.Copies) != 1 || net.Coll != sdk.AllReduce {
+		return false
+	}
+	stage := in.Copies[0].Dst
+	if stage.Buf != sched.BufStage || net.Src != stage || net.Dst != stage || out.Copies[0].Src != stage {
+		return false
+	}
+	return c.inter.engine.Stripes(stage.Len) > 1
+}
+
+// runStaged runs steps i..i+2 (stagedSteps) in pieces.
+func (c *Comm) runStaged(p *sched.Plan, i int, b *callBufs, s loader.Stream, ch *chain) error {
+	in, net, out := &p.Steps[i], &p.Steps[i+1], &p.Steps[i+2]
+	src, err := c.resolve(b, in.Copies[0].Src)
+	if err != nil {
+		return err
+	}
+	dst, err := c.resolve(b, out.Copies[0].Dst)
+	if err != nil {
+		return err
+	}
+	stage, err := c.resolve(b, net.Dst)
+	if err != nil {
+		return err
+	}
+	if !src.dev || !dst.dev || stage.dev {
+		return fmt.Errorf("%w: staged AllReduce in pieces from %s to %s", sdk.ErrInternalError, in.Copies[0].Src, out.Copies[0].Dst)
+	}
+	if err := ch.await(i); err != nil {
+		return err
+	}
+	pieces, err := c.copyInPieces(src.ptr, stage.host, net.Count, net.DType)
+	if err != nil {
+		return err
+	}
+	if err := ch.record(i); err != nil {
+		return err
+	}
+	st := &stager{ready: make([]chan struct{}, len(pieces)), pieces: pieces, done: make(chan [2]int, len(pieces)+1)}
+	for j := range st.ready {
+		st.ready[j] = make(chan struct{})
+	}
+	cm := c.inter
+	cm.begin(sdk.AllReduce, net.Count, net.DType, net.Op, 0)
+	errc := make(chan error, 1)
+	go func() { errc <- cm.engine.AllReduceStaged(stage.host, net.Count, net.DType, net.Op, st) }()
+	st.fail = c.awaitPieces(pieces)
+	for _, r := range st.ready {
+		close(r)
+	}
+	var netErr, copyErr error
+	for running := true; running; {
+		select {
+		case d := <-st.done:
+			copyErr = c.copyBack(copyErr, dst.ptr, stage.host, d)
+		case netErr = <-errc:
+			running = false
+		}
+	}
+	for len(st.done) > 0 {
+		copyErr = c.copyBack(copyErr, dst.ptr, stage.host, <-st.done)
+	}
+	if netErr = cm.opError("AllReduce", netErr); netErr != nil {
+		if !c.layout.IsHomogeneous() {
+			netErr = fmt.Errorf("in %s: %w", c.interWhat(), netErr)
+		}
+		return netErr
+	}
+	if st.fail != nil {
+		return st.fail
+	}
+	if copyErr != nil {
+		return copyErr
+	}
+	return ch.record(i + 2)
+}
+
+// piece is one part of the copy to the host and its event.
+type piece struct {
+	lo, hi int
+	ev     loader.Event
+}
+
+// copyInPieces enqueues the copy of count elements from the device at src
+// to stage, in as many pieces as the leaders' engine has stripes (the same
+// cut, so that each stripe waits for one piece), each followed by its
+// event.
+func (c *Comm) copyInPieces(src uintptr, stage []byte, count int, dt sdk.DataType) ([]piece, error) {
+	pl, size := c.dev, dt.Size()
+	k := c.inter.engine.Stripes(count * size)
+	for len(c.pieceEvents) < k {
+		e, err := pl.EventCreate(c.be.Device)
+		if err != nil {
+			return nil, fmt.Errorf("creating an event on %s device %d: %w", pl.Name, c.be.Device, err)
+		}
+		c.pieceEvents = append(c.pieceEvents, e)
+	}
+	pieces := make([]piece, k)
+	for j := range pieces {
+		first, n := count/k*j+min(j, count%k), count/k
+		if j < count%k {
+			n++
+		}
+		pc := piece{lo: first * size, hi: (first + n) * size, ev: c.pieceEvents[j]}
+		if err := pl.Memcpy(hostAddr(stage[pc.lo:pc.hi]), src+uintptr(pc.lo), pc.hi-pc.lo, loader.DeviceToHost, c.d2h); err != nil {
+			return nil, fmt.Errorf("copying piece %d of the staged AllReduce to the host: %w", j, err)
+		}
+		if err := pl.EventRecord(pc.ev, c.d2h); err != nil {
+			return nil, err
+		}
+		pieces[j] = pc
+	}
+	return pieces, nil
+}
+
+// awaitPieces waits for each piece's copy in order (the caller's thread
+// has the device bound; the engine's goroutines need not) and returns the
+// first failure.
+func (c *Comm) awaitPieces(pieces []piece) error {
+	for j := range pieces {
+		if err := c.dev.EventSynchronize(pieces[j].ev); err != nil {
+			return fmt.Errorf("waiting for piece %d of the staged AllReduce's copy to the host: %w", j, err)
+		}
+	}
+	return nil
+}
+
+// copyBack enqueues the copy of stage[d[0]:d[1]] back to the device at
+// dst on the h2d stream, unless an earlier one failed (prev).
+func (c *Comm) copyBack(prev error, dst uintptr, stage []byte, d [2]int) error {
+	if prev != nil {
+		return prev
+	}
+	if err := c.dev.Memcpy(dst+uintptr(d[0]), hostAddr(stage[d[0]:d[1]]), d[1]-d[0], loader.HostToDevice, c.h2d); err != nil {
+		return fmt.Errorf("copying bytes %d..%d of the staged AllReduce back to the device: %w", d[0], d[1], err)
+	}
+	return nil
+}
+
+// stager is the staged AllReduce's host.Stager: Ready waits for the
+// pieces a range needs, Done queues a reduced range for copyBack.
+type stager struct {
+	pieces []piece
+	ready  []chan struct{} // closed once the piece's copy is done (or failed)
+	fail   error           // set before ready closes: the copy in failed
+	done   chan [2]int
+}
+
+func (s *stager) Ready(lo, hi int) error {
+	for j, pc := range s.pieces {
+		if pc.lo < hi && lo < pc.hi {
+			<-s.ready[j]
+		}
+	}
+	return s.fail
+}
+
+func (s *stager) Done(lo, hi int) { s.done <- [2]int{lo, hi} }
