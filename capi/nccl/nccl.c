@@ -454,6 +454,9 @@ ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle) {
 ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size,
                                     ncclWindow_t *win, int winFlags) {
   (void)size, (void)winFlags;
+  if (comm == NULL)
+    return refuse(NULL, "ncclCommWindowRegister", ncclInvalidArgument,
+                  "comm is NULL");
   int n = 0;
   flagcxResult_t r = flagcxCommCount(COMM(comm), &n);
   if (r != flagcxSuccess)
@@ -467,6 +470,9 @@ ncclResult_t ncclCommWindowRegister(ncclComm_t comm, void *buff, size_t size,
 
 ncclResult_t ncclCommWindowDeregister(ncclComm_t comm, ncclWindow_t win) {
   (void)win;
+  if (comm == NULL)
+    return refuse(NULL, "ncclCommWindowDeregister", ncclInvalidArgument,
+                  "comm is NULL");
   int n = 0;
   return res(flagcxCommCount(COMM(comm), &n));
 }

@@ -410,6 +410,14 @@ static void testErrors(void) {
   ncclComm_t c = NULL;
   EXPECT(NULL, ncclCommSplit(comm, 0, 0, &c, &bad), ncclInvalidArgument,
          "ncclCommSplit", "NCCL_CONFIG_INITIALIZER");
+  ncclUniqueId zeros;
+  memset(&zeros, 0, sizeof zeros);
+  EXPECT(NULL, ncclCommInitRank(&c, nranks, zeros, rank), ncclInvalidArgument,
+         "flagcxCommInitRank", "not one flagcxGetUniqueId made");
+  if (c != NULL)
+    fail("a refused ncclCommInitRank left *comm set");
+  EXPECT(NULL, ncclCommWindowRegister(NULL, &x, 4, NULL, 0), ncclInvalidArgument,
+         "ncclCommWindowRegister", "comm is NULL");
   ncclSimInfo_t sim; // not initialized
   memset(&sim, 0, sizeof sim);
   EXPECT(NULL, ncclGroupSimulateEnd(&sim), ncclInvalidArgument,
