@@ -2,7 +2,8 @@
  * cudart.c: emulated CUDA runtime (libcudart.so.13, and libcudart.so.12
  * built from the same file with VSIM_CUDART_MAJOR=12).
  *
- * Exactly the CUDA runtime entry points that the nvidia plugin calls, with
+ * The CUDA runtime entry points that the nvidia plugin calls (and the plain
+ * cudaStreamCreate and cudaEventCreate NCCL programs call), with
  * CUDA's names, argument orders and enum values
  * (docs/vendor-facts.md#nvidia-cuda-runtime); "device" memory is host
  * memory recorded in the core's registry.
