@@ -61,6 +61,16 @@ func initComm(id []byte, nranks, rank int, be *backend, dev int) (*comm, error) 
 	return &comm{hc: hc, be: be, dev: dev}, nil
 }
 
+// split is core's Split of c: nil (no error) for a rank that passed
+// core.SplitNoColor. The new communicator keeps c's backend and device.
+func (c *comm) split(color, key int) (*comm, error) {
+	hc, err := c.hc.Split(color, key)
+	if err != nil || hc == nil {
+		return nil, err
+	}
+	return &comm{hc: hc, be: c.be, dev: c.dev}, nil
+}
+
 func (c *comm) count() int          { return c.hc.Count() }
 func (c *comm) rank() int           { return c.hc.Rank() }
 func (c *comm) isHomogeneous() bool { return c.hc.IsHomogeneous() }

@@ -32,3 +32,5 @@ $(CAPI_HEADER): capi/include/flagcx.h
 lint: capi-vet
 capi-vet:
 	CGO_ENABLED=1 CC=$(CC) $(GO) vet ./capi
+
+-include capi/nccl/nccl.mk

@@ -353,7 +353,7 @@ func TestCAPIMisuse(t *testing.T) {
 	}
 }
 
-// TestCAPIEntriesRefuseForkedChild: every entry of shim.c and shim_comm.c
+// TestCAPIEntriesRefuseForkedChild: every entry of shim.c, shim_comm.c and shim_ext.c
 // that returns a flagcxResult_t checks, first thing and in C, that the
 // process is not a child forked after the library loaded (USABLE): one
 // that entered Go there would block for ever. misuse.c calls a sample of
@@ -363,7 +363,7 @@ func TestCAPIEntriesRefuseForkedChild(t *testing.T) {
 		"query": true, "coll": true, "freeComm": true}
 	def := regexp.MustCompile(`(?m)^(?:static )?flagcxResult_t\s+(\w+)\([^)]*\)\s*\{\n(.*)`)
 	n := 0
-	for _, file := range []string{"shim.c", "shim_comm.c"} {
+	for _, file := range []string{"shim.c", "shim_comm.c", "shim_ext.c"} {
 		src, err := os.ReadFile(file)
 		require.NoError(t, err)
 		for _, m := range def.FindAllStringSubmatch(string(src), -1) {

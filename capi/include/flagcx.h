@@ -425,6 +425,28 @@ flagcxResult_t flagcxWaitCounter(flagcxComm_t comm, uint64_t target);
 flagcxResult_t flagcxGroupStart(flagcxComm_t comm);
 flagcxResult_t flagcxGroupEnd(flagcxComm_t comm);
 
+/* ---- flagcx-go extensions -------------------------------------------------
+ * Not in FlagCX's API: entries flagcx-go's libflagcx.so adds for its NCCL
+ * drop-in (build/lib/libnccl.so.2, docs/nccl.md). FlagCX's library does not
+ * have them; a program that must also run on FlagCX does not call them. */
+
+/* flagcxCommSplit makes a communicator of the ranks of comm that pass the
+ * same color (>= 0), numbered by key, then by their rank in comm, as
+ * ncclCommSplit. It is collective: every rank of comm calls it. A rank
+ * passing FLAGCX_SPLIT_NOCOLOR takes part and gets *newcomm NULL. Each rank
+ * keeps its backend and device; the new communicator's clusters are its
+ * ranks' vendors (FLAGCX_CLUSTER_SPLIT_LIST does not split it further). */
+#define FLAGCX_SPLIT_NOCOLOR (-1)
+flagcxResult_t flagcxCommSplit(flagcxComm_t comm, int color, int key,
+                               flagcxComm_t *newcomm);
+
+/* flagcxSetLastError records a failure of entry (a library built on this
+ * one, e.g. "ncclCommShrink") as flagcxGetLastError(comm) and
+ * flagcxGetLastError(NULL) report it: "<entry>: <description of code>:
+ * <msg>". It returns code. */
+flagcxResult_t flagcxSetLastError(flagcxComm_t comm, const char *entry,
+                                  flagcxResult_t code, const char *msg);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -18,7 +18,7 @@ import (
 // (testkit.Vendors) carries the vendor's soname, says that it is one
 // (flagcxVendorsimEmulated = 1 and a flagcxVendorsimDescription naming
 // what it emulates) and exports exactly the subset of the vendor's API
-// that the vendor's plugin calls, nothing more.
+// that the vendor's plugin calls (testkit's lists), nothing more.
 func TestEmulatorLibraries(t *testing.T) {
 	for _, v := range testkit.Vendors {
 		t.Run(v.Name, func(t *testing.T) {

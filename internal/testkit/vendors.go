@@ -85,13 +85,15 @@ func Lookup(t testing.TB, name string) Vendor {
 	return Vendor{}
 }
 
+// cudartExports are the plugin's subset, plus cudaEventCreate and
+// cudaStreamCreate, which NCCL programs on the drop-in call (capi/nccl/test).
 var cudartExports = []string{"cudaDeviceGetAttribute", "cudaDeviceGetPCIBusId", "cudaDeviceSynchronize", "cudaDriverGetVersion",
-	"cudaEventCreateWithFlags", "cudaEventDestroy", "cudaEventElapsedTime", "cudaEventQuery", "cudaEventRecord",
+	"cudaEventCreate", "cudaEventCreateWithFlags", "cudaEventDestroy", "cudaEventElapsedTime", "cudaEventQuery", "cudaEventRecord",
 	"cudaEventSynchronize", "cudaFree", "cudaFreeHost", "cudaGetDevice", "cudaGetDeviceCount", "cudaGetErrorString",
 	"cudaGetLastError", "cudaHostAlloc", "cudaHostRegister", "cudaHostUnregister", "cudaLaunchKernel", "cudaLibraryGetKernel",
 	"cudaLibraryLoadData", "cudaLibraryUnload", "cudaMalloc", "cudaMallocHost", "cudaMemGetInfo",
 	"cudaMemcpy", "cudaMemcpyAsync", "cudaMemsetAsync", "cudaPointerGetAttributes", "cudaRuntimeGetVersion",
-	"cudaSetDevice", "cudaStreamCreateWithFlags", "cudaStreamDestroy", "cudaStreamQuery", "cudaStreamSynchronize",
+	"cudaSetDevice", "cudaStreamCreate", "cudaStreamCreateWithFlags", "cudaStreamDestroy", "cudaStreamQuery", "cudaStreamSynchronize",
 	"cudaStreamWaitEvent"}
 
 // Vendors are the four vendors with plugins and emulators.

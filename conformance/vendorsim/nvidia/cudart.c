@@ -2,7 +2,8 @@
  * cudart.c: emulated CUDA runtime (libcudart.so.13, and libcudart.so.12
  * built from the same file with VSIM_CUDART_MAJOR=12).
  *
- * Exactly the CUDA runtime entry points that the nvidia plugin calls, with
+ * The CUDA runtime entry points that the nvidia plugin calls (and the plain
+ * cudaStreamCreate and cudaEventCreate NCCL programs call), with
  * CUDA's names, argument orders and enum values
  * (docs/vendor-facts.md#nvidia-cuda-runtime); "device" memory is host
  * memory recorded in the core's registry.
@@ -355,6 +356,10 @@ EXPORT cudaError_t cudaStreamCreateWithFlags(cudaStream_t* pStream, unsigned int
   return cudaSuccess;
 }
 
+/* NCCL applications (nccl-tests, capi/nccl/test) make their streams and
+ * events with the plain forms: flags 0. */
+EXPORT cudaError_t cudaStreamCreate(cudaStream_t* pStream) { return cudaStreamCreateWithFlags(pStream, 0); }
+
 EXPORT cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   if (!stream_ok(stream)) return fail(cudaErrorInvalidResourceHandle, __func__, "stream %p", (void*)stream);
   return waited(vsim_stream_sync(stream_of(stream)), __func__);
@@ -397,6 +402,8 @@ EXPORT cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int fla
   *event = (cudaEvent_t)e;
   return cudaSuccess;
 }
+
+EXPORT cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, 0); }
 
 EXPORT cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   vsim_event* e = vsim_event_lookup(event);

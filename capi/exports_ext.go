@@ -1,0 +1,30 @@
+package main
+
+// exports_ext.go: the cgo side of the flagcx-go extensions (shim_ext.c).
+
+/*
+#include <stdint.h>
+*/
+import "C"
+
+// capiCommSplit splits communicator id (core's Split): *got is 0 for a
+// rank that passed FLAGCX_SPLIT_NOCOLOR, else 1 with the new communicator's
+// handle number, device and placement in *out, *outDev and *onDev.
+//
+//export capiCommSplit
+func capiCommSplit(id C.uint64_t, color, key C.int, got *C.int, out *C.uint64_t, outDev, onDev *C.int) C.int {
+	return withComm(id, "flagcxCommSplit", func(c *comm) error {
+		nc, err := c.split(int(color), int(key))
+		if err != nil || nc == nil {
+			return err
+		}
+		*got = 1
+		*out = C.uint64_t(register(nc))
+		*outDev = C.int(nc.dev)
+		*onDev = 0
+		if nc.onDevice() {
+			*onDev = 1
+		}
+		return nil
+	})
+}

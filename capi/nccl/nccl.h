@@ -1,0 +1,301 @@
+/*
+ * nccl.h: NCCL's C API (NCCL 2.28.9) as flagcx-go's libnccl.so.2 serves it
+ * (docs/nccl.md). flagcx-go's own text of the API: the names, enum values,
+ * struct layouts and prototypes are NCCL's, so a program built against
+ * NCCL's nccl.h runs on this library and one built against this header runs
+ * on NCCL's. capi/nccl/test/abi.c checks both headers agree.
+ *
+ * With the CUDA toolkit's headers on the include path this header includes
+ * them, as NCCL's does (cudaStream_t, half, bfloat16). Without them it
+ * declares cudaStream_t alone, CUDA's opaque stream pointer.
+ */
+#ifndef NCCL_H_
+#define NCCL_H_
+
+#if !defined(FLAGCX_NCCL_NO_CUDA) && defined(__has_include)
+#if __has_include(<cuda_runtime.h>)
+#define FLAGCX_NCCL_HAVE_CUDA 1
+#endif
+#endif
+
+#ifdef FLAGCX_NCCL_HAVE_CUDA
+#include <cuda_runtime.h>
+#include <cuda_fp16.h>
+#if CUDART_VERSION >= 11000
+#include <cuda_bf16.h>
+#endif
+#if __cplusplus && CUDART_VERSION >= 11080
+#include <cuda_fp8.h>
+#endif
+#else
+typedef struct CUstream_st *cudaStream_t;
+#endif
+
+#include <limits.h>
+#include <stddef.h>
+
+#define NCCL_MAJOR 2
+#define NCCL_MINOR 28
+#define NCCL_PATCH 9
+#define NCCL_SUFFIX ""
+#define NCCL_VERSION_CODE 22809
+#define NCCL_VERSION(X, Y, Z)                                                  \
+  (((X) <= 2 && (Y) <= 8) ? (X) * 1000 + (Y) * 100 + (Z)                       \
+                          : (X) * 10000 + (Y) * 100 + (Z))
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ncclComm *ncclComm_t;
+typedef struct ncclWindow_vidmem *ncclWindow_t;
+#define NCCL_COMM_NULL NULL
+
+#define NCCL_UNIQUE_ID_BYTES 128
+typedef struct {
+  char internal[NCCL_UNIQUE_ID_BYTES];
+} ncclUniqueId;
+
+typedef enum {
+  ncclSuccess = 0,
+  ncclUnhandledCudaError = 1,
+  ncclSystemError = 2,
+  ncclInternalError = 3,
+  ncclInvalidArgument = 4,
+  ncclInvalidUsage = 5,
+  ncclRemoteError = 6,
+  ncclInProgress = 7,
+  ncclNumResults = 8
+} ncclResult_t;
+
+#define NCCL_CONFIG_UNDEF_INT INT_MIN
+#define NCCL_CONFIG_UNDEF_PTR NULL
+#define NCCL_SPLIT_NOCOLOR -1
+#define NCCL_UNDEF_FLOAT -1.0f
+
+/* ncclCommWindowRegister's flags. */
+#define NCCL_WIN_DEFAULT 0x00
+#define NCCL_WIN_COLL_SYMMETRIC 0x01
+#define NCCL_WIN_REQUIRED_ALIGNMENT 4096
+
+/* ncclConfig_t's CTAPolicy. */
+#define NCCL_CTA_POLICY_DEFAULT 0x00
+#define NCCL_CTA_POLICY_EFFICIENCY 0x01
+#define NCCL_CTA_POLICY_ZERO 0x02
+
+/* ncclCommShrink's flags. */
+#define NCCL_SHRINK_DEFAULT 0x00
+#define NCCL_SHRINK_ABORT 0x01
+
+/* ncclCommRevoke's flags. */
+#define NCCL_REVOKE_DEFAULT 0x00
+
+/* A communicator's settings. Initialize it with NCCL_CONFIG_INITIALIZER:
+ * size and version tell the library which fields the caller's NCCL had. */
+typedef struct ncclConfig_v22800 {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  int blocking;
+  int cgaClusterSize;
+  int minCTAs;
+  int maxCTAs;
+  const char *netName;
+  int splitShare;
+  int trafficClass;
+  const char *commName;
+  int collnetEnable;
+  int CTAPolicy;
+  int shrinkShare;
+  int nvlsCTAs;
+  int nChannelsPerNetPeer;
+  int nvlinkCentricSched;
+} ncclConfig_t;
+
+#define NCCL_CONFIG_INITIALIZER                                                \
+  {                                                                            \
+    sizeof(ncclConfig_t), 0xcafebeef,                                          \
+        NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH),                      \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,   \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT,   \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_PTR, NCCL_CONFIG_UNDEF_INT,   \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,   \
+        NCCL_CONFIG_UNDEF_INT, NCCL_CONFIG_UNDEF_INT,                          \
+  }
+
+/* What ncclGroupSimulateEnd reports. */
+typedef struct ncclSimInfo_v22200 {
+  size_t size;
+  unsigned int magic;
+  unsigned int version;
+  float estimatedTime;
+} ncclSimInfo_t;
+
+#define NCCL_SIM_INFO_INITIALIZER                                              \
+  {                                                                            \
+    sizeof(ncclSimInfo_t), 0x74685283,                                         \
+        NCCL_VERSION(NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH), NCCL_UNDEF_FLOAT     \
+  }
+
+/* Reductions. Values from ncclNumOps up are operators made by
+ * ncclRedOpCreatePreMulSum; ncclMaxRedOp keeps the enum an int. */
+typedef enum { ncclNumOps_dummy = 5 } ncclRedOp_dummy_t;
+typedef enum {
+  ncclSum = 0,
+  ncclProd = 1,
+  ncclMax = 2,
+  ncclMin = 3,
+  ncclAvg = 4,
+  ncclNumOps = 5,
+  ncclMaxRedOp = 0x7fffffff >> (32 - 8 * sizeof(ncclRedOp_dummy_t))
+} ncclRedOp_t;
+
+typedef enum {
+  ncclInt8 = 0,
+  ncclChar = 0,
+  ncclUint8 = 1,
+  ncclInt32 = 2,
+  ncclInt = 2,
+  ncclUint32 = 3,
+  ncclInt64 = 4,
+  ncclUint64 = 5,
+  ncclFloat16 = 6,
+  ncclHalf = 6,
+  ncclFloat32 = 7,
+  ncclFloat = 7,
+  ncclFloat64 = 8,
+  ncclDouble = 8,
+  ncclBfloat16 = 9,
+  ncclFloat8e4m3 = 10,
+  ncclFloat8e5m2 = 11,
+  ncclNumTypes = 12
+} ncclDataType_t;
+
+/* Where the scalar of ncclRedOpCreatePreMulSum lives. */
+typedef enum {
+  ncclScalarDevice = 0,
+  ncclScalarHostImmediate = 1
+} ncclScalarResidence_t;
+
+/* Each entry below also exists as pnccl<Name> (NCCL's profiling names). */
+#define FLAGCX_NCCL_API(ret, name, args) ret name args; ret p##name args
+
+/* Memory, version, ids. */
+FLAGCX_NCCL_API(ncclResult_t, ncclMemAlloc, (void **ptr, size_t size));
+FLAGCX_NCCL_API(ncclResult_t, ncclMemFree, (void *ptr));
+FLAGCX_NCCL_API(ncclResult_t, ncclGetVersion, (int *version));
+FLAGCX_NCCL_API(ncclResult_t, ncclGetUniqueId, (ncclUniqueId * uniqueId));
+
+/* Communicators. */
+FLAGCX_NCCL_API(ncclResult_t, ncclCommInitRankConfig,
+                (ncclComm_t * comm, int nranks, ncclUniqueId commId, int rank,
+                 ncclConfig_t *config));
+FLAGCX_NCCL_API(ncclResult_t, ncclCommInitRank,
+                (ncclComm_t * comm, int nranks, ncclUniqueId commId, int rank));
+FLAGCX_NCCL_API(ncclResult_t, ncclCommInitAll,
+                (ncclComm_t * comm, int ndev, const int *devlist));
+FLAGCX_NCCL_API(ncclResult_t, ncclCommFinalize, (ncclComm_t comm));
+FLAGCX_NCCL_API(ncclResult_t, ncclCommDestroy, (ncclComm_t comm));
+FLAGCX_NCCL_API(ncclResult_t, ncclCommAbort, (ncclComm_t comm));
+FLAGCX_NCCL_API(ncclResult_t, ncclCommRevoke,
+                (ncclComm_t comm, int revokeFlags));
+FLAGCX_NCCL_API(ncclResult_t, ncclCommSplit,
+                (ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
+                 ncclConfig_t *config));
+FLAGCX_NCCL_API(ncclResult_t, ncclCommShrink,
+                (ncclComm_t comm, int *excludeRanksList, int excludeRanksCount,
+                 ncclComm_t *newcomm, ncclConfig_t *config, int shrinkFlags));
+FLAGCX_NCCL_API(ncclResult_t, ncclCommInitRankScalable,
+                (ncclComm_t * newcomm, int nranks, int myrank, int nId,
+                 ncclUniqueId *commIds, ncclConfig_t *config));
+
+/* Errors. */
+FLAGCX_NCCL_API(const char *, ncclGetErrorString, (ncclResult_t result));
+FLAGCX_NCCL_API(const char *, ncclGetLastError, (ncclComm_t comm));
+__attribute__((deprecated("ncclResetDebugInit is not part of NCCL's API"))) void
+ncclResetDebugInit();
+__attribute__((deprecated("pncclResetDebugInit is not part of NCCL's API"))) void
+pncclResetDebugInit();
+FLAGCX_NCCL_API(ncclResult_t, ncclCommGetAsyncError,
+                (ncclComm_t comm, ncclResult_t *asyncError));
+
+/* Queries. */
+FLAGCX_NCCL_API(ncclResult_t, ncclCommCount, (const ncclComm_t comm, int *count));
+FLAGCX_NCCL_API(ncclResult_t, ncclCommCuDevice,
+                (const ncclComm_t comm, int *device));
+FLAGCX_NCCL_API(ncclResult_t, ncclCommUserRank,
+                (const ncclComm_t comm, int *rank));
+
+/* Registration. */
+FLAGCX_NCCL_API(ncclResult_t, ncclCommRegister,
+                (const ncclComm_t comm, void *buff, size_t size, void **handle));
+FLAGCX_NCCL_API(ncclResult_t, ncclCommDeregister,
+                (const ncclComm_t comm, void *handle));
+FLAGCX_NCCL_API(ncclResult_t, ncclCommWindowRegister,
+                (ncclComm_t comm, void *buff, size_t size, ncclWindow_t *win,
+                 int winFlags));
+FLAGCX_NCCL_API(ncclResult_t, ncclCommWindowDeregister,
+                (ncclComm_t comm, ncclWindow_t win));
+
+/* Reduction operators. */
+FLAGCX_NCCL_API(ncclResult_t, ncclRedOpCreatePreMulSum,
+                (ncclRedOp_t * op, void *scalar, ncclDataType_t datatype,
+                 ncclScalarResidence_t residence, ncclComm_t comm));
+FLAGCX_NCCL_API(ncclResult_t, ncclRedOpDestroy, (ncclRedOp_t op, ncclComm_t comm));
+
+/* Collectives: enqueued on stream (or done) when they return. In place when
+ * the buffers coincide as NCCL's documentation says. */
+FLAGCX_NCCL_API(ncclResult_t, ncclReduce,
+                (const void *sendbuff, void *recvbuff, size_t count,
+                 ncclDataType_t datatype, ncclRedOp_t op, int root,
+                 ncclComm_t comm, cudaStream_t stream));
+FLAGCX_NCCL_API(ncclResult_t, ncclBcast,
+                (void *buff, size_t count, ncclDataType_t datatype, int root,
+                 ncclComm_t comm, cudaStream_t stream));
+FLAGCX_NCCL_API(ncclResult_t, ncclBroadcast,
+                (const void *sendbuff, void *recvbuff, size_t count,
+                 ncclDataType_t datatype, int root, ncclComm_t comm,
+                 cudaStream_t stream));
+FLAGCX_NCCL_API(ncclResult_t, ncclAllReduce,
+                (const void *sendbuff, void *recvbuff, size_t count,
+                 ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                 cudaStream_t stream));
+FLAGCX_NCCL_API(ncclResult_t, ncclReduceScatter,
+                (const void *sendbuff, void *recvbuff, size_t recvcount,
+                 ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
+                 cudaStream_t stream));
+FLAGCX_NCCL_API(ncclResult_t, ncclAllGather,
+                (const void *sendbuff, void *recvbuff, size_t sendcount,
+                 ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream));
+FLAGCX_NCCL_API(ncclResult_t, ncclAlltoAll,
+                (const void *sendbuff, void *recvbuff, size_t count,
+                 ncclDataType_t datatype, ncclComm_t comm, cudaStream_t stream));
+FLAGCX_NCCL_API(ncclResult_t, ncclGather,
+                (const void *sendbuff, void *recvbuff, size_t count,
+                 ncclDataType_t datatype, int root, ncclComm_t comm,
+                 cudaStream_t stream));
+FLAGCX_NCCL_API(ncclResult_t, ncclScatter,
+                (const void *sendbuff, void *recvbuff, size_t count,
+                 ncclDataType_t datatype, int root, ncclComm_t comm,
+                 cudaStream_t stream));
+
+/* Point to point: pair them in a group so that any pattern completes. */
+FLAGCX_NCCL_API(ncclResult_t, ncclSend,
+                (const void *sendbuff, size_t count, ncclDataType_t datatype,
+                 int peer, ncclComm_t comm, cudaStream_t stream));
+FLAGCX_NCCL_API(ncclResult_t, ncclRecv,
+                (void *recvbuff, size_t count, ncclDataType_t datatype, int peer,
+                 ncclComm_t comm, cudaStream_t stream));
+
+/* Groups: per calling thread, nesting. */
+FLAGCX_NCCL_API(ncclResult_t, ncclGroupStart, ());
+FLAGCX_NCCL_API(ncclResult_t, ncclGroupEnd, ());
+FLAGCX_NCCL_API(ncclResult_t, ncclGroupSimulateEnd, (ncclSimInfo_t * simInfo));
+
+#undef FLAGCX_NCCL_API
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* NCCL_H_ */

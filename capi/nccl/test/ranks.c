@@ -1,0 +1,599 @@
+// ranks.c: one rank of the NCCL drop-in's test (capi/nccl_test.go starts the
+// ranks, one process each). Written against NCCL's own nccl.h
+// (capi/nccl/test/nccl-2.28.9), linked against flagcx-go's
+// build/lib/libnccl.so.2 and the emulated CUDA runtime.
+//
+//   ranks <rank> <nranks> [unique id in hex]   every entry on nranks ranks
+//   ranks initall <ndev>                        ncclCommInitAll in one process
+//
+// Rank 0 without an id makes one and prints "ID <hex>" first. Every result
+// is checked bit for bit; any mismatch prints "FAIL ..." and exits 1; the
+// end prints "PASS rank <r>: <n> checks". NCCL_TEST_SKIP_GROUPED=1 leaves
+// out the collectives inside groups.
+
+#include <nccl.h>
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int rank, nranks, checks;
+static ncclComm_t comm;
+static cudaStream_t stream;
+
+static void fail(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stdout, "FAIL rank %d: ", rank);
+  vfprintf(stdout, fmt, ap);
+  fprintf(stdout, "\n");
+  va_end(ap);
+  fflush(stdout);
+  exit(1);
+}
+
+#define OK(call)                                                               \
+  do {                                                                         \
+    ncclResult_t r_ = (call);                                                  \
+    if (r_ != ncclSuccess)                                                     \
+      fail("%s returned %d (%s): %s", #call, r_, ncclGetErrorString(r_),       \
+           ncclGetLastError(NULL));                                            \
+    checks++;                                                                  \
+  } while (0)
+
+#define CUDA(call)                                                             \
+  do {                                                                         \
+    cudaError_t e_ = (call);                                                   \
+    if (e_ != cudaSuccess)                                                     \
+      fail("%s returned %d: %s", #call, e_, cudaGetErrorString(e_));           \
+  } while (0)
+
+// expect checks a call failed with want and that ncclGetLastError(c) names
+// entry and says text.
+static void expectFailOf(ncclComm_t c, const char *what, ncclResult_t got,
+                         ncclResult_t want, const char *entry,
+                         const char *text) {
+  if (got != want)
+    fail("%s returned %d, want %d", what, got, want);
+  const char *msg = ncclGetLastError(c);
+  if (msg == NULL || strstr(msg, entry) == NULL || strstr(msg, text) == NULL)
+    fail("%s: last error \"%s\" does not name %s and say \"%s\"", what,
+         msg ? msg : "(null)", entry, text);
+  checks++;
+}
+#define EXPECT(c, call, want, entry, text)                                     \
+  expectFailOf(c, #call, (call), want, entry, text)
+
+/* ---- Device memory ------------------------------------------------------ */
+
+static void *dalloc(size_t bytes) {
+  void *p = NULL;
+  CUDA(cudaMalloc(&p, bytes));
+  return p;
+}
+
+static void put(void *dev, const void *host, size_t bytes) {
+  CUDA(cudaMemcpy(dev, host, bytes, cudaMemcpyHostToDevice));
+}
+
+// expectBits compares n 4-byte elements of device memory with want, bit for
+// bit, once the stream is done.
+static void expectBits(const char *what, void *dev, const void *want, int n) {
+  CUDA(cudaStreamSynchronize(stream));
+  uint32_t *got = calloc(n, 4);
+  const uint32_t *w = want;
+  CUDA(cudaMemcpy(got, dev, (size_t)n * 4, cudaMemcpyDeviceToHost));
+  for (int i = 0; i < n; i++)
+    if (got[i] != w[i])
+      fail("%s: element %d is 0x%08x, want 0x%08x", what, i, got[i], w[i]);
+  free(got);
+  checks++;
+}
+
+// value is rank r's element i: small integers, so every sum, product, max,
+// min and average below is exact in float32 and int32.
+static int value(int r, int i) { return (r + 1) * 1000 + i % 97; }
+
+enum { COUNT = 1031 };
+
+/* ---- Collectives -------------------------------------------------------- */
+
+static void testAllReduce(void) {
+  float *in = malloc(COUNT * 4), *want = malloc(COUNT * 4);
+  int *iin = malloc(COUNT * 4), *imax = malloc(COUNT * 4),
+      *imin = malloc(COUNT * 4);
+  for (int i = 0; i < COUNT; i++) {
+    in[i] = (float)(nranks * value(rank, i)); // avg of multiples of n: exact
+    iin[i] = value(rank, i);
+    want[i] = 0;
+    for (int r = 0; r < nranks; r++)
+      want[i] += (float)(nranks * value(r, i));
+    imax[i] = value(nranks - 1, i);
+    imin[i] = value(0, i);
+  }
+  void *send = dalloc(COUNT * 4), *recv = dalloc(COUNT * 4);
+  put(send, in, COUNT * 4);
+  OK(ncclAllReduce(send, recv, COUNT, ncclFloat32, ncclSum, comm, stream));
+  expectBits("AllReduce float sum", recv, want, COUNT);
+  for (int i = 0; i < COUNT; i++)
+    want[i] /= (float)nranks;
+  OK(ncclAllReduce(send, recv, COUNT, ncclFloat, ncclAvg, comm, stream));
+  expectBits("AllReduce float avg", recv, want, COUNT);
+  put(send, iin, COUNT * 4);
+  OK(ncclAllReduce(send, recv, COUNT, ncclInt32, ncclMax, comm, stream));
+  expectBits("AllReduce int max", recv, imax, COUNT);
+  OK(ncclAllReduce(send, send, COUNT, ncclInt, ncclMin, comm, stream));
+  expectBits("AllReduce int min in place", send, imin, COUNT);
+  CUDA(cudaFree(send));
+  CUDA(cudaFree(recv));
+  free(in), free(want), free(iin), free(imax), free(imin);
+}
+
+static void testRooted(void) {
+  int *in = malloc(COUNT * 4), *want = malloc(COUNT * 4);
+  int root = 1 % nranks;
+  for (int i = 0; i < COUNT; i++) {
+    in[i] = value(rank, i);
+    want[i] = 0;
+    for (int r = 0; r < nranks; r++)
+      want[i] += value(r, i);
+  }
+  void *send = dalloc(COUNT * 4), *recv = dalloc(COUNT * 4);
+  put(send, in, COUNT * 4);
+  OK(ncclReduce(send, rank == root ? recv : NULL, COUNT, ncclInt32, ncclSum,
+                root, comm, stream));
+  if (rank == root)
+    expectBits("Reduce int sum", recv, want, COUNT);
+  for (int i = 0; i < COUNT; i++)
+    want[i] = value(nranks - 1, i);
+  OK(ncclBroadcast(send, recv, COUNT, ncclInt32, nranks - 1, comm, stream));
+  expectBits("Broadcast", recv, want, COUNT);
+  for (int i = 0; i < COUNT; i++)
+    want[i] = value(0, i);
+  OK(ncclBcast(send, COUNT, ncclInt32, 0, comm, stream));
+  expectBits("Bcast in place", send, want, COUNT);
+  CUDA(cudaFree(send));
+  CUDA(cudaFree(recv));
+  free(in), free(want);
+}
+
+// testGathers: AllGather (out of place and in place), ReduceScatter,
+// AlltoAll, Gather and Scatter; element i of block b names its origin.
+static void testGathers(void) {
+  int n = nranks, c = COUNT;
+  int *in = malloc((size_t)n * c * 4), *want = malloc((size_t)n * c * 4);
+  void *send = dalloc((size_t)n * c * 4), *recv = dalloc((size_t)n * c * 4);
+  for (int i = 0; i < n * c; i++)
+    in[i] = value(rank, i);
+  put(send, in, (size_t)n * c * 4);
+  for (int b = 0; b < n; b++)
+    for (int i = 0; i < c; i++)
+      want[b * c + i] = value(b, i);
+  OK(ncclAllGather(send, recv, c, ncclInt32, comm, stream));
+  expectBits("AllGather", recv, want, n * c);
+  put((int *)recv + rank * c, in, (size_t)c * 4);
+  OK(ncclAllGather((int *)recv + rank * c, recv, c, ncclInt32, comm, stream));
+  expectBits("AllGather in place", recv, want, n * c);
+  OK(ncclGather(send, rank == 0 ? recv : NULL, c, ncclInt32, 0, comm, stream));
+  if (rank == 0)
+    expectBits("Gather", recv, want, n * c);
+  for (int i = 0; i < c; i++) {
+    want[i] = 0;
+    for (int r = 0; r < n; r++)
+      want[i] += value(r, rank * c + i);
+  }
+  OK(ncclReduceScatter(send, recv, c, ncclInt32, ncclSum, comm, stream));
+  expectBits("ReduceScatter", recv, want, c);
+  for (int i = 0; i < c; i++)
+    want[i] = value(n - 1, rank * c + i);
+  OK(ncclScatter(rank == n - 1 ? send : NULL, recv, c, ncclInt32, n - 1, comm,
+                 stream));
+  expectBits("Scatter", recv, want, c);
+  for (int b = 0; b < n; b++)
+    for (int i = 0; i < c; i++)
+      want[b * c + i] = value(b, rank * c + i);
+  OK(ncclAlltoAll(send, recv, c, ncclInt32, comm, stream));
+  expectBits("AlltoAll", recv, want, n * c);
+  // fp8 moves as bytes: 4 fp8 elements are one 32-bit word here.
+  for (int b = 0; b < n; b++)
+    for (int i = 0; i < c; i++)
+      want[b * c + i] = value(b, i);
+  OK(ncclAllGather(send, recv, 4 * c, ncclFloat8e4m3, comm, stream));
+  expectBits("AllGather fp8", recv, want, n * c);
+  CUDA(cudaFree(send));
+  CUDA(cudaFree(recv));
+  free(in), free(want);
+}
+
+/* ---- Send, receive and groups ------------------------------------------ */
+
+// testSendRecv: a ring and an exchange with every peer, each in one group,
+// and a group that ncclGroupSimulateEnd refuses because it holds operations.
+static void testSendRecv(void) {
+  int n = nranks, next = (rank + 1) % n, prev = (rank + n - 1) % n;
+  int *in = malloc((size_t)n * COUNT * 4), *want = malloc((size_t)n * COUNT * 4);
+  void *send = dalloc((size_t)n * COUNT * 4), *recv = dalloc((size_t)n * COUNT * 4);
+  for (int i = 0; i < n * COUNT; i++)
+    in[i] = value(rank, i);
+  put(send, in, (size_t)n * COUNT * 4);
+  for (int i = 0; i < COUNT; i++)
+    want[i] = value(prev, i);
+  OK(ncclGroupStart());
+  OK(ncclSend(send, COUNT, ncclInt32, next, comm, stream));
+  OK(ncclRecv(recv, COUNT, ncclInt32, prev, comm, stream));
+  OK(ncclGroupEnd());
+  expectBits("send/recv ring", recv, want, COUNT);
+
+  OK(ncclGroupStart());
+  for (int p = 0; p < n; p++) {
+    OK(ncclSend((int *)send + p * COUNT, COUNT, ncclInt32, p, comm, stream));
+    OK(ncclRecv((int *)recv + p * COUNT, COUNT, ncclInt32, p, comm, stream));
+  }
+  OK(ncclGroupEnd());
+  for (int p = 0; p < n; p++)
+    for (int i = 0; i < COUNT; i++)
+      want[p * COUNT + i] = value(p, rank * COUNT + i);
+  expectBits("send/recv with every peer", recv, want, n * COUNT);
+
+  ncclSimInfo_t sim = NCCL_SIM_INFO_INITIALIZER;
+  OK(ncclGroupStart());
+  OK(ncclGroupSimulateEnd(&sim));
+  if (sim.estimatedTime != 0.0f)
+    fail("ncclGroupSimulateEnd of an empty group: estimatedTime %g", sim.estimatedTime);
+  OK(ncclGroupStart());
+  OK(ncclSend(send, COUNT, ncclInt32, next, comm, stream));
+  OK(ncclRecv(recv, COUNT, ncclInt32, prev, comm, stream));
+  EXPECT(NULL, ncclGroupSimulateEnd(&sim), ncclInvalidUsage,
+         "ncclGroupSimulateEnd", "end it with ncclGroupEnd");
+  OK(ncclGroupEnd());
+  for (int i = 0; i < COUNT; i++)
+    want[i] = value(prev, i);
+  expectBits("send/recv after a refused simulation", recv, want, COUNT);
+  CUDA(cudaFree(send));
+  CUDA(cudaFree(recv));
+  free(in), free(want);
+}
+
+// testGroupedCollectives: collectives inside a group (torch's coalescing
+// manager), alone and with sends and receives.
+static void testGroupedCollectives(void) {
+  int n = nranks, next = (rank + 1) % n, prev = (rank + n - 1) % n;
+  int *in = malloc(COUNT * 4), *want = malloc(COUNT * 4), *ring = malloc(COUNT * 4);
+  void *a = dalloc(COUNT * 4), *b = dalloc(COUNT * 4), *c = dalloc(COUNT * 4);
+  for (int i = 0; i < COUNT; i++) {
+    in[i] = value(rank, i);
+    want[i] = 0;
+    for (int r = 0; r < n; r++)
+      want[i] += value(r, i);
+    ring[i] = value(prev, i);
+  }
+  put(a, in, COUNT * 4);
+  put(b, in, COUNT * 4);
+  OK(ncclGroupStart());
+  OK(ncclAllReduce(a, a, COUNT, ncclInt32, ncclSum, comm, stream));
+  OK(ncclAllReduce(b, b, COUNT, ncclInt32, ncclSum, comm, stream));
+  OK(ncclGroupEnd());
+  expectBits("grouped AllReduce 1", a, want, COUNT);
+  expectBits("grouped AllReduce 2", b, want, COUNT);
+  put(a, in, COUNT * 4);
+  OK(ncclGroupStart());
+  OK(ncclSend(a, COUNT, ncclInt32, next, comm, stream));
+  OK(ncclRecv(c, COUNT, ncclInt32, prev, comm, stream));
+  OK(ncclAllReduce(b, b, COUNT, ncclInt32, ncclMin, comm, stream));
+  OK(ncclGroupEnd());
+  expectBits("grouped recv beside an AllReduce", c, ring, COUNT);
+  expectBits("grouped AllReduce beside send/recv", b, want, COUNT);
+  CUDA(cudaFree(a));
+  CUDA(cudaFree(b));
+  CUDA(cudaFree(c));
+  free(in), free(want), free(ring);
+}
+
+/* ---- Communicators ------------------------------------------------------ */
+
+// shareID makes a new id on rank 0 and hands it to every rank through a
+// Broadcast on comm.
+static ncclUniqueId shareID(void) {
+  ncclUniqueId id;
+  memset(&id, 0, sizeof id);
+  if (rank == 0)
+    OK(ncclGetUniqueId(&id));
+  void *d = dalloc(sizeof id);
+  put(d, &id, sizeof id);
+  OK(ncclBroadcast(d, d, sizeof id, ncclUint8, 0, comm, stream));
+  CUDA(cudaStreamSynchronize(stream));
+  CUDA(cudaMemcpy(&id, d, sizeof id, cudaMemcpyDeviceToHost));
+  CUDA(cudaFree(d));
+  return id;
+}
+
+static void expectShape(ncclComm_t c, const char *what, int n, int r) {
+  int got = -1;
+  OK(ncclCommCount(c, &got));
+  if (got != n)
+    fail("%s: ncclCommCount %d, want %d", what, got, n);
+  OK(ncclCommUserRank(c, &got));
+  if (got != r)
+    fail("%s: ncclCommUserRank %d, want %d", what, got, r);
+}
+
+// sumOfRanks runs an AllReduce of (rank in c + 1) * 7 on c and checks it.
+static void sumOfRanks(ncclComm_t c, const char *what, int n, int r) {
+  int v[4] = {(r + 1) * 7, (r + 1) * 7, (r + 1) * 7, (r + 1) * 7};
+  int s = 7 * n * (n + 1) / 2, want[4] = {s, s, s, s};
+  void *d = dalloc(sizeof v);
+  put(d, v, sizeof v);
+  OK(ncclAllReduce(d, d, 4, ncclInt32, ncclSum, c, stream));
+  expectBits(what, d, want, 4);
+  CUDA(cudaFree(d));
+}
+
+// testInits: ncclCommInitRank and ncclCommInitRankScalable (whose second id
+// is zeros: only the first names the communicator), each checked by shape
+// and an AllReduce.
+static void testInits(void) {
+  ncclUniqueId id = shareID();
+  ncclComm_t c = NULL;
+  OK(ncclCommInitRank(&c, nranks, id, rank));
+  expectShape(c, "ncclCommInitRank", nranks, rank);
+  sumOfRanks(c, "AllReduce on ncclCommInitRank's", nranks, rank);
+  OK(ncclCommDestroy(c));
+  ncclUniqueId ids[2];
+  ids[0] = shareID();
+  memset(&ids[1], 0, sizeof ids[1]);
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.commName = "scalable";
+  OK(ncclCommInitRankScalable(&c, nranks, nranks - 1 - rank, 2, ids, &cfg));
+  expectShape(c, "ncclCommInitRankScalable", nranks, nranks - 1 - rank);
+  sumOfRanks(c, "AllReduce on ncclCommInitRankScalable's", nranks, nranks - 1 - rank);
+  OK(ncclCommFinalize(c));
+  OK(ncclCommDestroy(c));
+  int n = 0;
+  EXPECT(NULL, ncclCommCount(c, &n), ncclInvalidUsage, "flagcxCommCount",
+         "already destroyed");
+}
+
+// testSplit: colors rank % 2 with keys reversing the order; with 3 ranks or
+// more the last rank passes NCCL_SPLIT_NOCOLOR and gets NULL.
+static void testSplit(void) {
+  int none = nranks >= 3 && rank == nranks - 1;
+  int color = none ? NCCL_SPLIT_NOCOLOR : rank % 2;
+  ncclComm_t sub = (ncclComm_t)&sub;
+  OK(ncclCommSplit(comm, color, -rank, &sub, NULL));
+  if (none) {
+    if (sub != NULL)
+      fail("ncclCommSplit with NCCL_SPLIT_NOCOLOR gave a communicator");
+    return;
+  }
+  int members = 0, below = 0; // ranks of my color; those after me in c
+  for (int r = 0; r < nranks; r++) {
+    int rnone = nranks >= 3 && r == nranks - 1;
+    if (rnone || r % 2 != color)
+      continue;
+    members++;
+    below += r > rank;
+  }
+  expectShape(sub, "ncclCommSplit", members, below);
+  sumOfRanks(sub, "AllReduce on a split communicator", members, below);
+  OK(ncclCommDestroy(sub));
+}
+
+// testErrors: bad communicators and arguments, and what flagcx-go does not
+// serve, each refused with its code and a last error that names it.
+static void testErrors(void) {
+  int x = 0;
+  void *d = dalloc(16);
+  EXPECT(NULL, ncclAllReduce(d, d, 4, ncclInt32, ncclSum, NULL, stream),
+         ncclInvalidArgument, "flagcxAllReduce", "comm is NULL");
+  EXPECT(comm, ncclAllReduce(d, d, 4, ncclNumTypes, ncclSum, comm, stream),
+         ncclInvalidArgument, "flagcxAllReduce", "data type 12");
+  EXPECT(comm, ncclAllReduce(d, d, 4, ncclFloat8e5m2, ncclSum, comm, stream),
+         ncclInvalidUsage, "ncclAllReduce", "fp8");
+  ncclComm_t shrunk = comm;
+  EXPECT(comm, ncclCommShrink(comm, &x, 1, &shrunk, NULL, NCCL_SHRINK_DEFAULT),
+         ncclInvalidUsage, "ncclCommShrink", "not supported by flagcx-go");
+  if (shrunk != NULL)
+    fail("ncclCommShrink left *newcomm set");
+  ncclRedOp_t op = ncclSum;
+  float scalar = 2;
+  EXPECT(comm, ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat32, ncclScalarHostImmediate, comm),
+         ncclInvalidUsage, "ncclRedOpCreatePreMulSum", "cannot pre-multiply");
+  EXPECT(comm, ncclRedOpDestroy(ncclNumOps, comm), ncclInvalidArgument,
+         "ncclRedOpDestroy", "not made by ncclRedOpCreatePreMulSum");
+  EXPECT(comm, ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT), ncclInvalidUsage,
+         "ncclCommRevoke", "not supported by flagcx-go");
+  ncclConfig_t bad = NCCL_CONFIG_INITIALIZER;
+  bad.magic = 0;
+  ncclComm_t c = NULL;
+  EXPECT(NULL, ncclCommSplit(comm, 0, 0, &c, &bad), ncclInvalidArgument,
+         "ncclCommSplit", "NCCL_CONFIG_INITIALIZER");
+  ncclUniqueId zeros;
+  memset(&zeros, 0, sizeof zeros);
+  EXPECT(NULL, ncclCommInitRank(&c, nranks, zeros, rank), ncclInvalidArgument,
+         "flagcxCommInitRank", "not one flagcxGetUniqueId made");
+  if (c != NULL)
+    fail("a refused ncclCommInitRank left *comm set");
+  EXPECT(NULL, ncclCommWindowRegister(NULL, &x, 4, NULL, 0), ncclInvalidArgument,
+         "ncclCommWindowRegister", "comm is NULL");
+  ncclSimInfo_t sim; // not initialized
+  memset(&sim, 0, sizeof sim);
+  EXPECT(NULL, ncclGroupSimulateEnd(&sim), ncclInvalidArgument,
+         "ncclGroupSimulateEnd", "NCCL_SIM_INFO_INITIALIZER");
+  EXPECT(NULL, ncclGroupEnd(), ncclInvalidUsage, "flagcxGroupEnd",
+         "without flagcxGroupStart");
+  if (strcmp(ncclGetErrorString(ncclSuccess), "no error") != 0 ||
+      strstr(ncclGetErrorString(ncclInvalidUsage), "invalid usage") == NULL)
+    fail("ncclGetErrorString");
+  CUDA(cudaFree(d));
+}
+
+// testMemory: ncclMemAlloc'd buffers, registered and in a window, carry an
+// AllReduce; events time it.
+static void testMemory(void) {
+  int v[8], want[8];
+  for (int i = 0; i < 8; i++) {
+    v[i] = value(rank, i);
+    want[i] = 0;
+    for (int r = 0; r < nranks; r++)
+      want[i] += value(r, i);
+  }
+  void *d = NULL, *h = NULL;
+  ncclWindow_t win = NULL;
+  OK(ncclMemAlloc(&d, sizeof v));
+  OK(ncclCommRegister(comm, d, sizeof v, &h));
+  OK(ncclCommWindowRegister(comm, d, sizeof v, &win, NCCL_WIN_COLL_SYMMETRIC));
+  put(d, v, sizeof v);
+  cudaEvent_t t0, t1;
+  CUDA(cudaEventCreate(&t0));
+  CUDA(cudaEventCreate(&t1));
+  CUDA(cudaEventRecord(t0, stream));
+  OK(ncclAllReduce(d, d, 8, ncclInt32, ncclSum, comm, stream));
+  CUDA(cudaEventRecord(t1, stream));
+  CUDA(cudaEventSynchronize(t1));
+  float ms = -1;
+  CUDA(cudaEventElapsedTime(&ms, t0, t1));
+  if (ms < 0)
+    fail("cudaEventElapsedTime %g", ms);
+  expectBits("AllReduce on ncclMemAlloc'd memory", d, want, 8);
+  OK(ncclCommWindowDeregister(comm, win));
+  OK(ncclCommDeregister(comm, h));
+  OK(ncclMemFree(d));
+  CUDA(cudaEventDestroy(t0));
+  CUDA(cudaEventDestroy(t1));
+}
+
+/* ---- main --------------------------------------------------------------- */
+
+static void idFromHex(const char *hex, ncclUniqueId *id) {
+  if (strlen(hex) != 2 * sizeof id->internal)
+    fail("the id is %zu hex digits, want %zu", strlen(hex), 2 * sizeof id->internal);
+  for (size_t i = 0; i < sizeof id->internal; i++) {
+    unsigned v;
+    sscanf(hex + 2 * i, "%2x", &v);
+    id->internal[i] = (char)v;
+  }
+}
+
+static void runRank(const char *hex) {
+  int v = 0, ndev = 0, dev = -1;
+  OK(ncclGetVersion(&v));
+  if (v != 22809 || v != NCCL_VERSION_CODE)
+    fail("ncclGetVersion %d, want 22809", v);
+  ncclUniqueId id;
+  if (hex == NULL) {
+    OK(ncclGetUniqueId(&id));
+    printf("ID ");
+    for (size_t i = 0; i < sizeof id.internal; i++)
+      printf("%02x", (unsigned char)id.internal[i]);
+    printf("\n");
+    fflush(stdout);
+  } else {
+    idFromHex(hex, &id);
+  }
+  CUDA(cudaGetDeviceCount(&ndev));
+  CUDA(cudaSetDevice(rank % ndev));
+  CUDA(cudaStreamCreate(&stream));
+  ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
+  cfg.blocking = 0; // completes at once all the same
+  OK(ncclCommInitRankConfig(&comm, nranks, id, rank, &cfg));
+  ncclResult_t async = ncclInternalError;
+  OK(ncclCommGetAsyncError(comm, &async));
+  if (async != ncclSuccess)
+    fail("ncclCommGetAsyncError %d", async);
+  expectShape(comm, "ncclCommInitRankConfig", nranks, rank);
+  OK(ncclCommCuDevice(comm, &dev));
+  if (dev != rank % ndev)
+    fail("ncclCommCuDevice %d, want %d", dev, rank % ndev);
+  testAllReduce();
+  testRooted();
+  testGathers();
+  testSendRecv();
+  const char *skip = getenv("NCCL_TEST_SKIP_GROUPED");
+  if (skip == NULL || strcmp(skip, "1") != 0)
+    testGroupedCollectives();
+  testInits();
+  testSplit();
+  testErrors();
+  testMemory();
+  OK(ncclCommFinalize(comm));
+  OK(ncclCommDestroy(comm));
+  CUDA(cudaStreamDestroy(stream));
+  printf("PASS rank %d: %d checks\n", rank, checks);
+}
+
+/* ---- ncclCommInitAll ---------------------------------------------------- */
+
+struct allRank {
+  ncclComm_t c;
+  int r, n;
+};
+
+// allRankRun runs rank a->r's AllReduce on its own thread (collectives of
+// several ranks need a thread each: docs/nccl.md).
+static void *allRankRun(void *arg) {
+  struct allRank *a = arg;
+  int dev = -1;
+  OK(ncclCommCuDevice(a->c, &dev));
+  CUDA(cudaSetDevice(dev));
+  cudaStream_t s;
+  CUDA(cudaStreamCreate(&s));
+  int v[4] = {a->r + 1, a->r + 1, a->r + 1, a->r + 1}, got[4];
+  void *d = dalloc(sizeof v);
+  put(d, v, sizeof v);
+  OK(ncclAllReduce(d, d, 4, ncclInt32, ncclSum, a->c, s));
+  CUDA(cudaStreamSynchronize(s));
+  CUDA(cudaMemcpy(got, d, sizeof got, cudaMemcpyDeviceToHost));
+  for (int i = 0; i < 4; i++)
+    if (got[i] != a->n * (a->n + 1) / 2)
+      fail("ncclCommInitAll rank %d: AllReduce element %d is %d", a->r, i, got[i]);
+  CUDA(cudaFree(d));
+  CUDA(cudaStreamDestroy(s));
+  return NULL;
+}
+
+static void runInitAll(int n) {
+  ncclComm_t comms[8];
+  int devs[8];
+  if (n < 1 || n > 8)
+    fail("initall takes 1 to 8 devices");
+  for (int i = 0; i < n; i++)
+    devs[i] = n - 1 - i;
+  OK(ncclCommInitAll(comms, n, devs));
+  pthread_t th[8];
+  struct allRank a[8];
+  for (int i = 0; i < n; i++) {
+    int dev = -1;
+    expectShape(comms[i], "ncclCommInitAll", n, i);
+    OK(ncclCommCuDevice(comms[i], &dev));
+    if (dev != devs[i])
+      fail("ncclCommInitAll rank %d: device %d, want %d", i, dev, devs[i]);
+    a[i] = (struct allRank){comms[i], i, n};
+    pthread_create(&th[i], NULL, allRankRun, &a[i]);
+  }
+  for (int i = 0; i < n; i++)
+    pthread_join(th[i], NULL);
+  for (int i = 0; i < n; i++)
+    OK(ncclCommDestroy(comms[i]));
+  devs[n - 1] = devs[0];
+  if (n > 1)
+    EXPECT(NULL, ncclCommInitAll(comms, n, devs), ncclInvalidUsage,
+           "ncclCommInitAll", "names a device twice");
+  printf("PASS initall: %d ranks, %d checks\n", n, checks);
+}
+
+int main(int argc, char **argv) {
+  setvbuf(stdout, NULL, _IOLBF, 0);
+  if (argc == 3 && strcmp(argv[1], "initall") == 0) {
+    runInitAll(atoi(argv[2]));
+    return 0;
+  }
+  if (argc < 3)
+    fail("usage: ranks <rank> <nranks> [id] | ranks initall <ndev>");
+  rank = atoi(argv[1]);
+  nranks = atoi(argv[2]);
+  runRank(argc > 3 ? argv[3] : NULL);
+  return 0;
+}

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"debug/elf"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flagcx/flagcx-go/internal/testkit"
+)
+
+// ncclHeaders is NCCL's own nccl.h (v2.28.9) with stub CUDA headers
+// (capi/nccl/test/nccl-2.28.9/README.md).
+const ncclHeaders = "capi/nccl/test/nccl-2.28.9"
+
+// ncclProgram builds capi/nccl/test/<name>.c with $CC against the headers
+// of include (a directory of the repository), linked against the
+// make-built build/lib/libnccl.so.2 and the emulated CUDA runtime
+// (cudaMalloc, streams, events), both found through rpaths.
+func ncclProgram(t *testing.T, name, include string) string {
+	t.Helper()
+	lib := testkit.BuiltFile(t, "lib", "libnccl.so.2")
+	cudart := testkit.BuiltFile(t, "vendorsim", "nvidia", "libcudart.so.13")
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "gcc"
+	}
+	if _, err := exec.LookPath(cc); err != nil {
+		testkit.Skip(t, testkit.Compiler, "%s not found", cc)
+	}
+	root := testkit.RepoRoot(t)
+	out := filepath.Join(t.TempDir(), name)
+	libDir, rtDir := filepath.Dir(lib), filepath.Dir(cudart)
+	cmd := exec.Command(cc, "-O1", "-Wall", "-Werror", "-std=gnu11", "-I"+filepath.Join(root, include),
+		"-o", out, filepath.Join(root, "capi", "nccl", "test", name+".c"),
+		"-L"+libDir, "-l:libnccl.so.2", "-Wl,-rpath,"+libDir,
+		"-L"+rtDir, "-l:libcudart.so.13", "-Wl,-rpath,"+rtDir, "-pthread")
+	b, err := cmd.CombinedOutput()
+	require.NoError(t, err, "building %s.c against %s and build/lib/libnccl.so.2:\n%s", name, include, b)
+	return out
+}
+
+// TestNCCLDropIn runs capi/nccl/test/ranks.c, written against NCCL's own
+// nccl.h, as 2, 3 and 5 processes through build/lib/libnccl.so.2 on the
+// emulated NVIDIA runtime, homogeneous and split into clusters
+// (FLAGCX_CLUSTER_SPLIT_LIST): every collective bit for bit, in place and
+// out of place, send/recv in groups, the three inits, split (with
+// NCCL_SPLIT_NOCOLOR), NCCL's memory and registration calls, and bad or
+// unserved calls refused with their code and ncclGetLastError's text.
+func TestNCCLDropIn(t *testing.T) {
+	prog := ncclProgram(t, "ranks", ncclHeaders)
+	testkit.BuiltFile(t, "plugins", "libflagcx-nvidia.so")
+	nv := []string{"FLAGCX_EMULATED=1", "FLAGCX_BACKEND=nvidia", "NCCL_TEST_SKIP_GROUPED=1", "FLAGCX_DEBUG=INFO"}
+	ranks := func(n int, extra ...string) [][]string {
+		envs := make([][]string, n)
+		for r := range envs {
+			envs[r] = append(append([]string{}, nv...), extra...)
+		}
+		return envs
+	}
+	cases := []struct {
+		name   string
+		ranks  [][]string
+		layout string // core's INIT line of the communicators of n ranks
+	}{
+		{"2 ranks", ranks(2), "2 ranks, homogeneous, 1 cluster(s)"},
+		{"3 ranks", ranks(3), "3 ranks, homogeneous, 1 cluster(s)"},
+		{"5 ranks", ranks(5), "5 ranks, homogeneous, 1 cluster(s)"},
+		{"2 ranks split 1,1", ranks(2, "FLAGCX_CLUSTER_SPLIT_LIST=1,1"), "2 ranks, heterogeneous, 2 cluster(s)"},
+		{"3 ranks split 1,2", ranks(3, "FLAGCX_CLUSTER_SPLIT_LIST=1,2"), "3 ranks, heterogeneous, 2 cluster(s)"},
+		{"5 ranks split 2,3", ranks(5, "FLAGCX_CLUSTER_SPLIT_LIST=2,3"), "5 ranks, heterogeneous, 2 cluster(s)"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			outs := runRanks(t, prog, tc.ranks)
+			requireRanksPass(t, outs)
+			for r, o := range outs {
+				require.Contains(t, o.String(), tc.layout, "rank %d", r)
+			}
+			// The plugin's NCCL is the emulated one, never this library.
+			require.Contains(t, outs[0].String(), "loaded ccl 2.28.9 from "+filepath.Join(filepath.Dir(
+				testkit.BuiltFile(t, "vendorsim", "nvidia", "libnccl.so.2")), "libnccl.so.2")+" (EMULATED)")
+		})
+	}
+	t.Run("collectives inside groups", func(t *testing.T) {
+		t.Skip("needs grouped collectives (issue 22): main refuses a collective inside ncclGroupStart/End " +
+			"(\"only Send and Recv can ...\"); delete this line once they are merged")
+		for _, envs := range [][][]string{ranks(2), ranks(3, "FLAGCX_CLUSTER_SPLIT_LIST=1,2")} {
+			for r := range envs {
+				envs[r] = append(envs[r], "NCCL_TEST_SKIP_GROUPED=0")
+			}
+			requireRanksPass(t, runRanks(t, prog, envs))
+		}
+	})
+}
+
+func requireRanksPass(t *testing.T, outs []*rankOut) {
+	t.Helper()
+	for r, o := range outs {
+		text := o.String()
+		require.NoError(t, o.err, "rank %d:\n%s", r, text)
+		require.Contains(t, text, fmt.Sprintf("PASS rank %d:", r))
+		require.Contains(t, text, "EMULATED vendor runtimes", "rank %d does not say it runs on emulated runtimes", r)
+		require.NotContains(t, text, "goroutine ", "rank %d printed a Go stack", r)
+	}
+}
+
+// TestNCCLInitAll: ncclCommInitAll makes 3 ranks in one process on devices
+// 2, 1, 0 (a thread per device, each setting its device), each rank then
+// runs an exact AllReduce on a thread of its own; a device named twice is
+// refused.
+func TestNCCLInitAll(t *testing.T) {
+	prog := ncclProgram(t, "ranks", ncclHeaders)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, prog, "initall", "3")
+	cmd.Env = append(cleanEnv(), "FLAGCX_EMULATED=1", "FLAGCX_BACKEND=nvidia")
+	b, err := cmd.CombinedOutput()
+	require.NoError(t, err, string(b))
+	require.Contains(t, string(b), "PASS initall: 3 ranks")
+}
+
+// TestNCCLHeaderABI: abi.c prints the same sizes, offsets, values and
+// initializers built against NCCL's own nccl.h and against flagcx-go's
+// build/include/nccl.h (there without CUDA's headers, as the library
+// itself builds).
+func TestNCCLHeaderABI(t *testing.T) {
+	testkit.BuiltFile(t, "include", "nccl.h")
+	var outs []string
+	for _, include := range []string{ncclHeaders, "build/include"} {
+		prog := ncclProgram(t, "abi", include)
+		b, err := exec.Command(prog).CombinedOutput()
+		require.NoError(t, err, string(b))
+		outs = append(outs, string(b))
+	}
+	require.Contains(t, outs[0], "NCCL_VERSION_CODE 22809\n")
+	require.Contains(t, outs[0], "sizeof(ncclConfig_t) ")
+	require.Equal(t, outs[0], outs[1], "abi.c against NCCL's nccl.h (first) and flagcx-go's (second)")
+}
+
+// TestNCCLExportsTheHeader: every function NCCL 2.28.9's nccl.h declares,
+// and its pnccl profiling name, is a symbol of libnccl.so.2, which exports
+// no other nccl name but the two entries of NCCL's device API it refuses.
+func TestNCCLExportsTheHeader(t *testing.T) {
+	lib := testkit.BuiltFile(t, "lib", "libnccl.so.2")
+	header, err := os.ReadFile(filepath.Join(testkit.RepoRoot(t), ncclHeaders, "nccl.h"))
+	require.NoError(t, err)
+	declared := map[string]bool{"ncclDevCommCreate": true, "ncclDevCommDestroy": true}
+	for _, m := range regexp.MustCompile(`(?m)^(?:ncclResult_t|const char\*|void)\s+(p?nccl\w+)\(`).FindAllSubmatch(header, -1) {
+		declared[string(m[1])] = true
+	}
+	require.GreaterOrEqual(t, len(declared), 80, "the header's entries were not found")
+	f, err := elf.Open(lib)
+	require.NoError(t, err)
+	defer f.Close()
+	syms, err := f.DynamicSymbols()
+	require.NoError(t, err)
+	exported := map[string]bool{}
+	for _, s := range syms {
+		if s.Section != elf.SHN_UNDEF && elf.ST_TYPE(s.Info) == elf.STT_FUNC && strings.Contains(s.Name, "nccl") {
+			exported[s.Name] = true
+		}
+	}
+	for name := range declared {
+		require.True(t, exported[name], "nccl.h declares %s, libnccl.so.2 does not export it", name)
+	}
+	for name := range exported {
+		require.True(t, declared[name], "libnccl.so.2 exports %s, which NCCL's nccl.h does not declare", name)
+	}
+	soname, err := f.DynString(elf.DT_SONAME)
+	require.NoError(t, err)
+	require.Equal(t, []string{"libnccl.so.2"}, soname)
+	needed, err := f.DynString(elf.DT_NEEDED)
+	require.NoError(t, err)
+	require.Contains(t, needed, "libflagcx.so", "libnccl.so.2 runs on libflagcx.so (one Go runtime per process)")
+	require.False(t, strings.Contains(strings.Join(needed, " "), "libcudart"), "libnccl.so.2 links no CUDA runtime")
+}

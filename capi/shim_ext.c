@@ -1,0 +1,41 @@
+// shim_ext.c: the flagcx-go extensions of flagcx.h (its "flagcx-go
+// extensions" section), which FlagCX's API lacks and the NCCL drop-in
+// (capi/nccl/nccl.c) needs.
+
+#include <stdlib.h>
+
+#include "shim.h"
+
+flagcxResult_t flagcxCommSplit(flagcxComm_t comm, int color, int key,
+                               flagcxComm_t *newcomm) {
+  USABLE("flagcxCommSplit");
+  NEED(newcomm, "flagcxCommSplit", "newcomm");
+  *newcomm = NULL;
+  NEEDCOMM(comm, "flagcxCommSplit");
+  CHECK(shimBind(comm));
+  shimSyncEnv();
+  flagcxComm_t c = calloc(1, sizeof *c);
+  if (c == NULL)
+    return FAIL(comm, "flagcxCommSplit", flagcxSystemError,
+                "out of host memory");
+  int got = 0;
+  flagcxResult_t r = capiCommSplit(comm->id, color, key, &got, &c->id, &c->dev,
+                                   &c->onDevice);
+  if (r != flagcxSuccess || !got) { // !got: FLAGCX_SPLIT_NOCOLOR
+    free(c);
+    return r;
+  }
+  *newcomm = c;
+  return flagcxSuccess;
+}
+
+flagcxResult_t flagcxSetLastError(flagcxComm_t comm, const char *entry,
+                                  flagcxResult_t code, const char *msg) {
+  USABLE("flagcxSetLastError");
+  if (code == flagcxSuccess)
+    return flagcxSuccess;
+  if (code < 0 || code >= flagcxNumResults)
+    return FAIL(comm, "flagcxSetLastError", flagcxInvalidArgument,
+                "code is not a flagcxResult_t");
+  return FAIL(comm, entry ? entry : "(no entry)", code, msg ? msg : "");
+}
