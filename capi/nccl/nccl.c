@@ -32,6 +32,12 @@ ncclResult_t ncclDevCommDestroy(ncclComm_t comm,
                                 const struct ncclDevComm *devComm);
 #pragma GCC visibility pop
 
+// The nvidia plugin refuses a libnccl.so.2 that exports this marker, and
+// opens NVIDIA's NCCL with RTLD_DEEPBIND while it is in the process
+// (plugins/nvidia/nvidia.c, refuseSelf): through this library it would
+// call back into flagcx-go.
+__attribute__((visibility("default"))) const int flagcxgoNcclApi = 1;
+
 /* ---- NCCL's enums are FlagCX's ------------------------------------------ */
 
 #define SAME(n, f) _Static_assert((int)(n) == (int)(f), #n " must equal " #f)
