@@ -170,7 +170,7 @@ func (e *Engine) AlltoAll(send, recv []byte, count int, dt sdk.DataType) error {
 	if e.shared() {
 		return e.alltoAllShm(name, send, recv, bytes)
 	}
-	if overlap(send, recv) {
+	if Overlap(send, recv) {
 		tmp := e.buf(scratchA, total)
 		copy(tmp, send)
 		send = tmp
@@ -229,7 +229,7 @@ func (e *Engine) AlltoAllv(send []byte, sendcounts, sdispls []int, recv []byte, 
 			lo, hi = min(lo, s[0]), max(hi, s[1])
 		}
 	}
-	if lo < hi && overlap(send[lo:hi], recv) {
+	if lo < hi && Overlap(send[lo:hi], recv) {
 		tmp := e.buf(scratchA, hi-lo)
 		copy(tmp, send[lo:hi])
 		send, sends = tmp, shift(sends, lo)

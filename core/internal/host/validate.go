@@ -46,8 +46,9 @@ func same(a, b []byte) bool {
 	return len(a) > 0 && len(b) > 0 && &a[0] == &b[0]
 }
 
-// overlap reports whether a and b share a byte.
-func overlap(a, b []byte) bool {
+// Overlap reports whether a and b share a byte (core checks grouped
+// AllReduces with it before it fuses them).
+func Overlap(a, b []byte) bool {
 	if len(a) == 0 || len(b) == 0 {
 		return false
 	}
