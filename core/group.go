@@ -54,16 +54,16 @@ func (c *Comm) queue(t *task) error {
 	return nil
 }
 
-// checkGrouped checks, on the host placement, what the host engine would
-// check when the task runs (the layout of send and recv: sdk's
-// CheckPlace), and that a task fused with the AllReduces before it
-// (fuseRun) does not read what they write: fused, every input is read
+// checkGrouped checks, on the host placement, what the host engine will
+// check when the task runs (Engine.Check: the layout of send and recv,
+// AlltoAllv's regions), and that a task fused with the AllReduces before
+// it (fuseRun) does not read what they write: fused, every input is read
 // before any result is written.
 func (c *Comm) checkGrouped(t *task) error {
-	sendB, recvB, _ := t.args.Check(c.rank, c.n)
-	if err := t.args.CheckPlace(c.rank, hostAddr(t.send.host), sendB, hostAddr(t.recv.host), recvB); err != nil {
+	if err := c.host.engine.Check(&t.args, t.send.host, t.recv.host); err != nil {
 		return fmt.Errorf("%s on rank %d: %w", t.name, c.rank, err)
 	}
+	sendB, _, _ := t.args.Check(c.rank, c.n)
 	q := append(c.groupTasks, *t) // the queue as it would be
 	defer func() { q[len(q)-1] = task{} }()
 	for i := len(q) - fuseRun(q); i < len(q)-1; i++ {

@@ -73,12 +73,7 @@ func TestGroupedCollectivesMisuse(t *testing.T) {
 	for _, split := range [][]int{nil, {1, 1}} {
 		t.Run(fmt.Sprint("split ", split), func(t *testing.T) {
 			comms := startHetero(t, 2, core.WithSplitList(split))
-			cases := []struct {
-				name string
-				bad  func(c *core.Comm, a, b core.Buffer) error
-				is   error
-				want string
-			}{
+			cases := []groupMisuse{
 				{"bad root", func(c *core.Comm, a, b core.Buffer) error { return c.Broadcast(a, b, 4, sdk.Float32, 5, 0) },
 					sdk.ErrInvalidArgument, "root 5 is out of range"},
 				{"short buffer", func(c *core.Comm, a, b core.Buffer) error { return c.AllGather(a, b, 4, sdk.Float32, 0) },
@@ -86,15 +81,13 @@ func TestGroupedCollectivesMisuse(t *testing.T) {
 				{"barrier", func(c *core.Comm, _, _ core.Buffer) error { return c.Barrier() },
 					sdk.ErrInvalidUsage, "a barrier cannot be grouped"},
 			}
-			if split == nil {
-				cases = append(cases, struct {
-					name string
-					bad  func(c *core.Comm, a, b core.Buffer) error
-					is   error
-					want string
-				}{"reads an earlier allreduce's result", func(c *core.Comm, _, b core.Buffer) error {
+			if split == nil { // what the host engine checks beyond sdk's checker
+				cases = append(cases, groupMisuse{"reads an earlier allreduce's result", func(c *core.Comm, _, b core.Buffer) error {
 					return c.AllReduce(b, b, 4, sdk.Float32, sdk.Sum, 0)
-				}, sdk.ErrInvalidUsage, "reads the recv buffer of the group's collective 1"})
+				}, sdk.ErrInvalidUsage, "reads the recv buffer of the group's collective 1"},
+					groupMisuse{"alltoallv receive regions overlap", func(c *core.Comm, a, b core.Buffer) error {
+						return c.AlltoAllv(a, []int{1, 1}, []int{0, 1}, b, []int{1, 1}, []int{0, 0}, sdk.Int32, 0)
+					}, sdk.ErrInvalidArgument, "receive regions of ranks 0 and 1 overlap"})
 			}
 			for _, tc := range cases {
 				t.Run(tc.name, func(t *testing.T) {
@@ -123,6 +116,14 @@ func TestGroupedCollectivesMisuse(t *testing.T) {
 			}
 		})
 	}
+}
+
+// groupMisuse is a bad call made in a group after a good AllReduce.
+type groupMisuse struct {
+	name string
+	bad  func(c *core.Comm, a, b core.Buffer) error
+	is   error
+	want string
 }
 
 // allReduceWorks: an AllReduce on every rank gives the exact sum.

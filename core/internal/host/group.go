@@ -195,32 +195,13 @@ func (e *Engine) AlltoAll(send, recv []byte, count int, dt sdk.DataType) error {
 // waited on. The receive regions must not overlap each other; send may
 // overlap recv (it is copied aside first).
 func (e *Engine) AlltoAllv(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt sdk.DataType) error {
-	const name = "AlltoAllv"
 	call := sdk.Call{Coll: sdk.AlltoAllv, DType: dt, SendCounts: sendcounts, SDispls: sdispls, RecvCounts: recvcounts, RDispls: rdispls}
-	if _, _, err := e.check(call, send, recv); err != nil {
+	if err := e.Check(&call, send, recv); err != nil {
 		return err
 	}
 	size := dt.Size()
 	sends, recvs := regions(sendcounts, sdispls, size), regions(recvcounts, rdispls, size)
 	r := e.rank
-	if sendcounts[r] != recvcounts[r] {
-		return argErr(name, "rank %d sends %d elements to itself but expects %d: make sendcounts[%d] and recvcounts[%d] agree",
-			r, sendcounts[r], recvcounts[r], r, r)
-	}
-	order := make([]int, 0, e.n)
-	for p := range recvs {
-		if recvs[p][1] > recvs[p][0] {
-			order = append(order, p)
-		}
-	}
-	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(recvs[a][0], recvs[b][0]) })
-	for i := 1; i < len(order); i++ {
-		a, b := order[i-1], order[i]
-		if recvs[a][1] > recvs[b][0] {
-			return argErr(name, "receive regions of ranks %d and %d overlap (bytes %d..%d and %d..%d): give every rank its own part of recv",
-				a, b, recvs[a][0], recvs[a][1], recvs[b][0], recvs[b][1])
-		}
-	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	lo, hi := len(send), 0 // the part of send in use
@@ -242,7 +223,35 @@ func (e *Engine) AlltoAllv(send []byte, sendcounts, sdispls []int, recv []byte, 
 		}
 	}
 	copy(recv[recvs[r][0]:recvs[r][1]], send[sends[r][0]:sends[r][1]])
-	return e.run(name, ops)
+	return e.run("AlltoAllv", ops)
+}
+
+// checkVector is what the engine's AlltoAllv needs beyond sdk's checker:
+// as many elements to itself as from itself, and receive regions that do
+// not overlap (every pair's message lands in its own place).
+func (e *Engine) checkVector(call *sdk.Call) error {
+	const name = "AlltoAllv"
+	r, size := e.rank, call.DType.Size()
+	if call.SendCounts[r] != call.RecvCounts[r] {
+		return argErr(name, "rank %d sends %d elements to itself but expects %d: make sendcounts[%d] and recvcounts[%d] agree",
+			r, call.SendCounts[r], call.RecvCounts[r], r, r)
+	}
+	recvs := regions(call.RecvCounts, call.RDispls, size)
+	order := make([]int, 0, e.n)
+	for p := range recvs {
+		if recvs[p][1] > recvs[p][0] {
+			order = append(order, p)
+		}
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(recvs[a][0], recvs[b][0]) })
+	for i := 1; i < len(order); i++ {
+		a, b := order[i-1], order[i]
+		if recvs[a][1] > recvs[b][0] {
+			return argErr(name, "receive regions of ranks %d and %d overlap (bytes %d..%d and %d..%d): give every rank its own part of recv",
+				a, b, recvs[a][0], recvs[a][1], recvs[b][0], recvs[b][1])
+		}
+	}
+	return nil
 }
 
 // regions is each peer's byte range of a buffer, from counts and

@@ -28,6 +28,19 @@ func (e *Engine) check(call sdk.Call, send, recv []byte) (sendN, recvN int, err 
 	return sendN, recvN, nil
 }
 
+// Check checks call on send and recv as the engine does before it runs
+// it (check, and AlltoAllv's own rules), without running it: for callers
+// that defer a call (core's groups) and report a bad one when it is made.
+func (e *Engine) Check(call *sdk.Call, send, recv []byte) error {
+	if _, _, err := e.check(*call, send, recv); err != nil {
+		return err
+	}
+	if call.Coll == sdk.AlltoAllv {
+		return e.checkVector(call)
+	}
+	return nil
+}
+
 func argErr(name, format string, args ...any) error {
 	return fmt.Errorf("host %s: %w: %s", name, sdk.ErrInvalidArgument, fmt.Sprintf(format, args...))
 }
