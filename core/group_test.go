@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -186,6 +187,54 @@ func TestNestedGroups(t *testing.T) {
 			})
 			for r, err := range errs {
 				require.NoError(t, err, "rank %d", r)
+			}
+		})
+	}
+}
+
+// BenchmarkGroupedAllReduces: 8 AllReduces of 1 KiB on 2 host ranks, one
+// after the other or in one group (where the host engine runs them as one
+// packed call): the cost of NCCL's coalesced small allreduces (per group
+// of 8).
+func BenchmarkGroupedAllReduces(b *testing.B) {
+	const n, k, size = 2, 8, 1024
+	for _, grouped := range []bool{false, true} {
+		b.Run(fmt.Sprint("grouped=", grouped), func(b *testing.B) {
+			comms := startComms(b, n, loopback(20*time.Second))
+			defer func() {
+				for _, c := range comms {
+					c.Destroy()
+				}
+			}()
+			iters := b.N
+			b.ResetTimer()
+			errs := onRanks(comms, func(c *core.Comm) error {
+				bufs := make([]core.Buffer, 2*k)
+				for i := range bufs {
+					bufs[i] = core.HostBuffer(make([]byte, size))
+				}
+				for range iters {
+					if grouped {
+						c.GroupStart()
+					}
+					for j := range k {
+						if err := c.AllReduce(bufs[2*j], bufs[2*j+1], size/4, sdk.Float32, sdk.Sum, 0); err != nil {
+							return err
+						}
+					}
+					if grouped {
+						if err := c.GroupEnd(); err != nil {
+							return err
+						}
+					}
+				}
+				return nil
+			})
+			b.StopTimer()
+			for _, err := range errs {
+				if err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
 	}
