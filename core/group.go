@@ -18,15 +18,15 @@ import (
 // deadlock. How a run of tasks goes depends on the placement:
 //
 //   - host engine: consecutive small AllReduces of one type and op are
-//     one AllReduce over a packed buffer (fuse), the others one by one;
+//     one AllReduce over a packed buffer (runFused), the others one by one;
 //   - vendor direct: consecutive direct tasks inside one group of the
 //     vendor library (its GroupStart/GroupEnd), enqueued on their streams;
 //   - shared-memory plane and plan executor: one by one, in call order.
 
 // fuseLimit is the most bytes a fused AllReduce packs: the host engine's
-// small-message limit (host.DefaultSmallLimit), under which a call's cost
-// is its latency, so that packing saves calls and costs a copy of little.
-const fuseLimit = 64 << 10
+// small-message limit, under which a call's cost is its latency, so that
+// packing saves calls and costs a copy of little.
+const fuseLimit = host.DefaultSmallLimit
 
 // queue checks the task the caller wrote into c.task inside a group and
 // appends it to the group's queue. A bad call spoils the group: it is
