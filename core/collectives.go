@@ -106,11 +106,18 @@ func (c *Comm) Recv(buf Buffer, count int, dt sdk.DataType, peer int, s Stream) 
 	return c.p2p("Recv", buf, count, dt, peer, true, s)
 }
 
-// GroupStart defers Send and Recv until the matching GroupEnd, which runs
-// them together, so that any pattern of sends and receives (a ring, an
-// exchange with every peer) completes without deadlock. Groups nest; the
-// outermost GroupEnd runs them. Only Send and Recv may be grouped. It is
-// local to this rank.
+// GroupStart opens a group: until the matching GroupEnd, the collectives
+// (all but Barrier), Send and Recv of this rank are checked when they are
+// called and deferred; GroupEnd runs them together, so that any pattern of
+// sends and receives (a ring, an exchange with every peer) completes
+// without deadlock, and many small collectives cost about one (NCCL's
+// coalesced collectives). Groups nest; the outermost GroupEnd runs them.
+// It is local to this rank.
+//
+// The buffers of a deferred call must stay untouched until GroupEnd
+// returns (on a homogeneous device communicator: until the work it
+// enqueued is done), and a grouped collective must not read what an
+// earlier one of the group writes: small AllReduces of a group run as one.
 func (c *Comm) GroupStart() {
 	c.group++
 	if c.host != nil {
@@ -119,32 +126,55 @@ func (c *Comm) GroupStart() {
 }
 
 // GroupEnd closes the group GroupStart opened and, at the outermost one,
-// runs its sends and receives; the stream is the last one they named. A
-// group in which an operation was invalid is not run at all
-// (sdk.ErrInvalidUsage, naming that operation's error).
+// runs it: the collectives first, in the order they were called, then the
+// sends and receives as one batch (the stream of the batch is the last
+// one they named). Every rank calls the group's collectives in the same
+// order (as outside a group), which makes that order deadlock-free. A
+// group in which a call was invalid is not run at all
+// (sdk.ErrInvalidUsage, naming that call's error). The communicator keeps
+// none of the group's buffers once GroupEnd returns.
 func (c *Comm) GroupEnd() error {
 	if c.group == 0 {
 		return fmt.Errorf("%w: GroupEnd without GroupStart on rank %d", sdk.ErrInvalidUsage, c.rank)
 	}
-	if c.host != nil {
-		c.group--
-		return c.host.groupEnd()
-	}
-	return c.groupEnd()
-}
-
-// groupEnd is GroupEnd on the general path.
-func (c *Comm) groupEnd() error {
 	c.group--
 	if c.group > 0 {
+		if c.host != nil {
+			return c.host.groupEnd() // closes a level: runs nothing
+		}
 		return nil
 	}
-	ops, gerr, s := c.groupOps, c.groupErr, c.groupStrm
-	c.groupOps, c.groupErr, c.groupStrm = nil, nil, 0
+	q, gerr := c.groupTasks, c.groupErr
+	c.groupTasks, c.groupErr = q[:0], nil
+	if c.host != nil && gerr == nil {
+		gerr = c.host.groupErr
+	}
 	if gerr != nil {
+		clear(q)
+		c.dropP2P()
 		return fmt.Errorf("%w: the group was not run because an operation in it was invalid: %w", sdk.ErrInvalidUsage, gerr)
 	}
+	if err := c.runQueue(q); err != nil {
+		c.dropP2P()
+		return err
+	}
+	if c.host != nil {
+		return c.host.groupEnd()
+	}
+	ops, s := c.groupOps, c.groupStrm
+	c.groupOps, c.groupStrm = nil, 0
+	if len(ops) == 0 && len(q) > 0 {
+		return nil // collectives only
+	}
 	return c.runGroup("GroupEnd", ops, s)
+}
+
+// dropP2P forgets the sends and receives of a group that is not run.
+func (c *Comm) dropP2P() {
+	c.groupOps, c.groupStrm = nil, 0
+	if c.host != nil {
+		c.host.dropGroup()
+	}
 }
 
 // hostP2P is Send or Recv on the host placement, where groups are the host

@@ -374,6 +374,13 @@ func (c *hostComm) groupEnd() error {
 	return c.opError("GroupEnd", c.engine.Group(ops))
 }
 
+// dropGroup closes the outermost group without running its sends and
+// receives (Comm.GroupEnd, when a collective of the group failed).
+func (c *hostComm) dropGroup() {
+	c.group = 0
+	c.groupOps, c.groupErr = nil, nil
+}
+
 // meshPeers gives the host engine this communicator's links, with errors
 // that name the peer and what was being waited for.
 type meshPeers struct{ c *hostComm }

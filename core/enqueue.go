@@ -51,8 +51,16 @@ var runners = [...]runner{
 // to the runners by pointer, a task of the caller's frame would escape to
 // the heap, an allocation on every call of the host placement's latency
 // path; and written there at once, it is not copied on the way.
+//
+// Inside a group a collective is checked and queued instead (queue,
+// group.go), and GroupEnd runs the queue.
 func (c *Comm) enqueue() error {
-	err := c.runTask(&c.task)
+	var err error
+	if c.group > 0 {
+		err = c.queue(&c.task)
+	} else {
+		err = c.runTask(&c.task)
+	}
 	c.task.send, c.task.recv, c.task.user, c.task.plan = Buffer{}, Buffer{}, nil, nil // keep no caller memory
 	return err
 }
@@ -79,17 +87,14 @@ func (c *Comm) runTask(t *task) error {
 	return fmt.Errorf("%w: %s on rank %d: no runner takes it", sdk.ErrInternalError, t.name, c.rank)
 }
 
-// check validates t on this rank: a communicator still usable, no
-// collective inside a group, the arguments (sdk's checker) and the
-// buffers (this rank's kind of memory, large enough).
+// check validates t on this rank: a communicator still usable, the
+// arguments (sdk's checker) and the buffers (this rank's kind of memory,
+// large enough).
 func (c *Comm) check(t *task) error {
 	if err := c.usable(t.name); err != nil {
 		return err
 	}
 	call := &t.args
-	if c.group > 0 && call.Coll != sdk.SendRecv {
-		return fmt.Errorf("%w: %s on rank %d inside a group: only Send and Recv can be grouped; call GroupEnd first", sdk.ErrInvalidUsage, t.name, c.rank)
-	}
 	var err error
 	if call.Coll == sdk.SendRecv {
 		err = sched.Validate(sched.Call{Coll: sdk.SendRecv, Ops: t.ops}, c.n)
@@ -109,10 +114,10 @@ func (c *Comm) check(t *task) error {
 	return nil
 }
 
-// takesHost: the host placement, outside a group, on host memory, on a
+// takesHost: the host placement, on host memory, on a
 // communicator still open; otherwise the later runners say what is wrong.
 func (c *Comm) takesHost(t *task) (bool, error) {
-	return c.host != nil && c.group == 0 && !t.send.dev && !t.recv.dev && !c.down.Load() && t.args.Coll != sdk.SendRecv, nil
+	return c.host != nil && !t.send.dev && !t.recv.dev && !c.down.Load() && t.args.Coll != sdk.SendRecv, nil
 }
 
 func (c *Comm) runHost(t *task) error { return c.host.run(&t.args, t.send.host, t.recv.host) }

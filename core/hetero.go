@@ -248,10 +248,15 @@ type Comm struct {
 
 	task task // the call in the funnel (enqueue)
 
-	group     int
-	groupOps  []groupOp
-	groupErr  error
-	groupStrm loader.Stream
+	// The open group (GroupStart): its depth, its queued collectives
+	// (group.go), its sends and receives (on the host placement, the host
+	// communicator's), their last stream, and its first bad call.
+	group      int
+	groupTasks []task
+	groupOps   []groupOp
+	groupErr   error
+	groupStrm  loader.Stream
+	fused      []byte // the packed buffer of fused AllReduces (runFused)
 
 	wd         *Watchdog      // bounds this rank's plugin calls (device ranks)
 	dev        *watchedPlugin // the plugin's calls that can block, under wd (device ranks)

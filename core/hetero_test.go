@@ -229,11 +229,11 @@ func checkMisuse(t *testing.T, comms []*core.Comm) {
 			return c.AlltoAllv(buf, []int{1}, []int{0}, buf, []int{1}, []int{0}, sdk.Int8, 0)
 		}, "there are 2 ranks: pass one count and one displacement per rank"},
 		{"GroupEnd alone", c.GroupEnd, "GroupEnd without GroupStart"},
-		{"collective in a group", func() error {
+		{"barrier in a group", func() error {
 			c.GroupStart()
 			defer c.GroupEnd()
 			return c.Barrier()
-		}, "only Send and Recv can be grouped"},
+		}, "a barrier cannot be grouped"},
 		{"bad slice", func() error { _, err := buf.Slice(8, 9); return err }, "keep it inside the buffer"},
 	}
 	for _, tc := range cases {

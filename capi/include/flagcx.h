@@ -419,7 +419,9 @@ flagcxResult_t flagcxWaitCounter(flagcxComm_t comm, uint64_t target);
 
 /* Groups: sends and receives between flagcxGroupStart(comm) and
  * flagcxGroupEnd(comm) run together at GroupEnd, so any pattern completes.
- * Groups nest. Collectives in a group run when called. With comm NULL
+ * Groups nest. Collectives in a group are checked when called and run at
+ * GroupEnd, in call order, before the sends and receives; their buffers
+ * must stay untouched until then. With comm NULL
  * the group is the calling thread's and covers every communicator the
  * thread uses until its matching flagcxGroupEnd(NULL). */
 flagcxResult_t flagcxGroupStart(flagcxComm_t comm);

@@ -414,6 +414,97 @@ static void testSendRecv(void) {
   OK(dh->deviceFree(recv, flagcxMemDevice, NULL));
 }
 
+// testGrouped: collectives inside groups (NCCL's coalesced collectives):
+// on the communicator, four small AllReduces (one packed call on the host
+// backend), a Broadcast, an AllGather and a send/recv ring; then on NULL,
+// two AllReduces and a ReduceScatter. Nothing runs before the group ends.
+static void testGrouped(void) {
+  enum { K = 4, BC = 37, AG = 19, RS = 23 };
+  int n = nranks, next = (rank + 1) % n, prev = (rank + n - 1) % n;
+  size_t counts[K] = {1, 7, 250, 1000};
+  int *in = malloc(COUNT * 4 * n), *want = malloc(COUNT * 4 * n);
+  void *send[K], *recv[K];
+  for (int k = 0; k < K; k++) {
+    send[k] = dalloc(counts[k] * 4), recv[k] = dalloc(counts[k] * 4);
+    for (size_t i = 0; i < counts[k]; i++)
+      in[i] = value(rank, (int)i) + k;
+    put(send[k], in, counts[k] * 4);
+  }
+  void *bc = dalloc(BC * 4), *ags = dalloc(AG * 4), *agr = dalloc(AG * 4 * n);
+  void *rs = dalloc(COUNT * 4), *rr = dalloc(COUNT * 4);
+  for (int i = 0; i < BC; i++)
+    in[i] = rank == n - 1 ? value(rank, i) : -1;
+  put(bc, in, BC * 4);
+  for (int i = 0; i < AG; i++)
+    in[i] = value(rank, i) + 7;
+  put(ags, in, AG * 4);
+  for (int i = 0; i < COUNT; i++)
+    in[i] = value(rank, i) + 9;
+  put(rs, in, COUNT * 4);
+
+  OK(flagcxGroupStart(comm));
+  for (int k = 0; k < K; k++)
+    OK(flagcxAllReduce(send[k], recv[k], counts[k], flagcxInt32, flagcxSum,
+                       comm, stream));
+  OK(flagcxBroadcast(bc, bc, BC, flagcxInt32, n - 1, comm, stream));
+  OK(flagcxAllGather(ags, agr, AG, flagcxInt32, comm, stream));
+  OK(flagcxSend(rs, COUNT, flagcxInt32, next, comm, stream));
+  OK(flagcxRecv(rr, COUNT, flagcxInt32, prev, comm, stream));
+  OK(flagcxGroupEnd(comm));
+  sync();
+  for (int k = 0; k < K; k++) {
+    for (size_t i = 0; i < counts[k]; i++) {
+      want[i] = 0;
+      for (int r = 0; r < n; r++)
+        want[i] += value(r, (int)i) + k;
+    }
+    expectInts("grouped allreduce (group on comm)", recv[k], want,
+               (int)counts[k]);
+  }
+  for (int i = 0; i < BC; i++)
+    want[i] = value(n - 1, i);
+  expectInts("grouped broadcast", bc, want, BC);
+  for (int r = 0; r < n; r++)
+    for (int i = 0; i < AG; i++)
+      want[r * AG + i] = value(r, i) + 7;
+  expectInts("grouped allgather", agr, want, AG * n);
+  for (int i = 0; i < COUNT; i++)
+    want[i] = value(prev, i) + 9;
+  expectInts("grouped send/recv ring", rr, want, COUNT);
+
+  // On NULL: the thread's group, with a ReduceScatter of the ring's input
+  // (n blocks of RS elements at the start of rs).
+  OK(flagcxGroupStart(NULL));
+  OK(flagcxAllReduce(send[0], recv[0], counts[0], flagcxInt32, flagcxMax, comm,
+                     stream));
+  OK(flagcxAllReduce(send[1], recv[1], counts[1], flagcxInt32, flagcxMax, comm,
+                     stream));
+  OK(flagcxReduceScatter(rs, rr, RS, flagcxInt32, flagcxSum, comm, stream));
+  OK(flagcxGroupEnd(NULL));
+  sync();
+  for (int k = 0; k < 2; k++) {
+    for (size_t i = 0; i < counts[k]; i++)
+      want[i] = value(n - 1, (int)i) + k;
+    expectInts("grouped allreduce max (group on NULL)", recv[k], want,
+               (int)counts[k]);
+  }
+  for (int i = 0; i < RS; i++) {
+    want[i] = 0;
+    for (int r = 0; r < n; r++)
+      want[i] += value(r, rank * RS + i) + 9;
+  }
+  expectInts("grouped reducescatter (group on NULL)", rr, want, RS);
+
+  for (int k = 0; k < K; k++) {
+    OK(dh->deviceFree(send[k], flagcxMemDevice, NULL));
+    OK(dh->deviceFree(recv[k], flagcxMemDevice, NULL));
+  }
+  void *more[] = {bc, ags, agr, rs, rr};
+  for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)
+    OK(dh->deviceFree(more[i], flagcxMemDevice, NULL));
+  free(in), free(want);
+}
+
 /* ---- Queries, handles, and what is not supported ------------------------ */
 
 static void testQueries(void) {
@@ -589,6 +680,7 @@ int main(int argc, char **argv) {
   testGathers();
   testAlltoAllv();
   testSendRecv();
+  testGrouped();
   testHandle();
   testRefusals();
 

@@ -164,6 +164,109 @@ func Run(comm *core.Comm, m Mem, c reference.Case, inPlace bool, s loader.Stream
 	return reference.Compare(c.Type, got, exp), nil
 }
 
+// RunGroup runs cases as one group on this rank: GroupStart, each case's
+// call out of place on buffers of its own (a SendRecv case is its ring of
+// a Send and a Recv, a group nested in this one), GroupEnd. It returns
+// how many elements of each case's receive buffer differ from the
+// reference. Every rank of comm must call it with the same cases.
+func RunGroup(comm *core.Comm, m Mem, cases []reference.Case, s loader.Stream) (wrong []int, err error) {
+	rank := comm.Rank()
+	sends, recvs := make([]core.Buffer, len(cases)), make([]core.Buffer, len(cases))
+	var held []core.Buffer
+	defer func() {
+		for _, b := range held {
+			_ = m.Free(b)
+		}
+	}()
+	for i, c := range cases {
+		ts := c.Type.Size()
+		if sends[i], err = m.Alloc(c.SendCount() * ts); err != nil {
+			return nil, err
+		}
+		held = append(held, sends[i])
+		if recvs[i], err = m.Alloc(c.RecvCount() * ts); err != nil {
+			return nil, err
+		}
+		held = append(held, recvs[i])
+		input := make([]byte, c.SendCount()*ts)
+		reference.FillInput(c, rank, input)
+		if err = m.Write(sends[i], 0, input); err != nil {
+			return nil, err
+		}
+	}
+	strm := s
+	be := comm.Backend()
+	if be.OnDevice() && strm == 0 {
+		if strm, err = be.Plugin.StreamCreate(be.Device); err != nil {
+			return nil, err
+		}
+		defer be.Plugin.StreamDestroy(strm)
+	}
+	comm.GroupStart()
+	for i, c := range cases {
+		if err = sdk.Dispatch(comm, c.Call(rank), sends[i], recvs[i], strm); err != nil {
+			break
+		}
+	}
+	if gerr := comm.GroupEnd(); err == nil {
+		err = gerr
+	}
+	if err == nil && be.OnDevice() {
+		err = be.Plugin.StreamSynchronize(strm)
+	}
+	if err != nil {
+		return nil, err
+	}
+	wrong = make([]int, len(cases))
+	for i, c := range cases {
+		got := make([]byte, c.RecvCount()*c.Type.Size())
+		if err := m.Read(recvs[i], 0, got); err != nil {
+			return nil, err
+		}
+		wrong[i] = reference.Compare(c.Type, got, reference.Expected(c, rank))
+	}
+	return wrong, nil
+}
+
+// GroupSet is a group of calls that RunGroup runs together.
+type GroupSet struct {
+	Name  string
+	Cases []reference.Case
+}
+
+// GroupSets are the groups a check of grouped collectives on n ranks runs:
+// 2 to 8 calls each, of mixed kinds, types and sizes, with runs of small
+// AllReduces that the host engine fuses (and sizes that end a run), a
+// ring of sends and receives among them, and types and ops that some
+// vendor libraries lack (those calls leave the vendor's group).
+func GroupSets(n int) []GroupSet {
+	seed := uint64(100)
+	c := func(coll sdk.Collective, dt sdk.DataType, op sdk.RedOp, root, count int) reference.Case {
+		seed++
+		if !coll.Reduces() {
+			op = reference.NoOp
+		}
+		return reference.Case{Coll: coll, Type: dt, Op: op, NRanks: n, Root: root, Count: count, Seed: seed}
+	}
+	f32, i32 := sdk.Float32, sdk.Int32
+	return []GroupSet{
+		{"coalesced allreduces", []reference.Case{
+			c(sdk.AllReduce, f32, sdk.Sum, 0, 1), c(sdk.AllReduce, f32, sdk.Sum, 0, 7), c(sdk.AllReduce, f32, sdk.Sum, 0, 250),
+			c(sdk.AllReduce, f32, sdk.Sum, 0, 1000), c(sdk.AllReduce, f32, sdk.Sum, 0, 0), c(sdk.AllReduce, i32, sdk.Max, 0, 37),
+			c(sdk.AllReduce, i32, sdk.Max, 0, 5), c(sdk.AllReduce, sdk.Float64, sdk.Avg, 0, 9)}},
+		{"every kind", []reference.Case{
+			c(sdk.AllReduce, i32, sdk.Sum, 0, 11), c(sdk.Reduce, f32, sdk.Min, n-1, 13), c(sdk.Broadcast, sdk.Int8, 0, 0, 17),
+			c(sdk.AllGather, sdk.Bfloat16, 0, 0, 19), c(sdk.ReduceScatter, f32, sdk.Prod, 0, 23), c(sdk.AlltoAll, sdk.Uint8, 0, 0, 29),
+			c(sdk.AlltoAllv, i32, 0, 0, 31), c(sdk.Gather, sdk.Float16, 0, n/2, 37)}},
+		{"scatter and sends between allreduces", []reference.Case{
+			c(sdk.AllReduce, sdk.Bfloat16, sdk.Sum, 0, 64), c(sdk.SendRecv, i32, 0, 0, 33),
+			c(sdk.Scatter, sdk.Uint8, 0, n-1, 10), c(sdk.AllReduce, sdk.Bfloat16, sdk.Sum, 0, 64)}},
+		{"a large allreduce between small ones", []reference.Case{
+			c(sdk.AllReduce, f32, sdk.Sum, 0, 3), c(sdk.AllReduce, f32, sdk.Sum, 0, 20000),
+			c(sdk.AllReduce, f32, sdk.Sum, 0, 5), c(sdk.AllReduce, f32, sdk.Sum, 0, 16000)}},
+	}
+}
+
 // Matrix lists the cases of a full check on n ranks: every collective,
 // data type and (for reducing ones) op, every root for rooted ones, at the
 // given counts.

@@ -30,7 +30,7 @@ import (
 const envWorker = "FLAGCX_HETEROTEST_WORKER"
 
 type workerJob struct {
-	Scenario  string   `json:"scenario"` // "matrix" or "die"
+	Scenario  string   `json:"scenario"` // "matrix", "group" (group_test.go) or "die"
 	Placement []string `json:"placement"`
 	Rank      int      `json:"rank"`
 	ID        string   `json:"id"`
@@ -127,6 +127,8 @@ func work(job *workerJob, out *workerOut) error {
 	switch job.Scenario {
 	case "die":
 		return die(job, comm, m, out)
+	case "group":
+		return groups(comm, m, out)
 	case "matrix":
 	default:
 		return fmt.Errorf("unknown scenario %q", job.Scenario)

@@ -170,7 +170,7 @@ func (e *Engine) AlltoAll(send, recv []byte, count int, dt sdk.DataType) error {
 	if e.shared() {
 		return e.alltoAllShm(name, send, recv, bytes)
 	}
-	if overlap(send, recv) {
+	if Overlap(send, recv) {
 		tmp := e.buf(scratchA, total)
 		copy(tmp, send)
 		send = tmp
@@ -195,18 +195,48 @@ func (e *Engine) AlltoAll(send, recv []byte, count int, dt sdk.DataType) error {
 // waited on. The receive regions must not overlap each other; send may
 // overlap recv (it is copied aside first).
 func (e *Engine) AlltoAllv(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt sdk.DataType) error {
-	const name = "AlltoAllv"
 	call := sdk.Call{Coll: sdk.AlltoAllv, DType: dt, SendCounts: sendcounts, SDispls: sdispls, RecvCounts: recvcounts, RDispls: rdispls}
-	if _, _, err := e.check(call, send, recv); err != nil {
+	if err := e.Check(&call, send, recv); err != nil {
 		return err
 	}
 	size := dt.Size()
 	sends, recvs := regions(sendcounts, sdispls, size), regions(recvcounts, rdispls, size)
 	r := e.rank
-	if sendcounts[r] != recvcounts[r] {
-		return argErr(name, "rank %d sends %d elements to itself but expects %d: make sendcounts[%d] and recvcounts[%d] agree",
-			r, sendcounts[r], recvcounts[r], r, r)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	lo, hi := len(send), 0 // the part of send in use
+	for _, s := range sends {
+		if s[1] > s[0] {
+			lo, hi = min(lo, s[0]), max(hi, s[1])
+		}
 	}
+	if lo < hi && Overlap(send[lo:hi], recv) {
+		tmp := e.buf(scratchA, hi-lo)
+		copy(tmp, send[lo:hi])
+		send, sends = tmp, shift(sends, lo)
+	}
+	ops := make([]P2P, 0, 2*(e.n-1))
+	for p := 0; p < e.n; p++ {
+		if p != r {
+			ops = append(ops, P2P{Peer: p, Buf: send[sends[p][0]:sends[p][1]]},
+				P2P{Peer: p, Buf: recv[recvs[p][0]:recvs[p][1]], Recv: true})
+		}
+	}
+	copy(recv[recvs[r][0]:recvs[r][1]], send[sends[r][0]:sends[r][1]])
+	return e.run("AlltoAllv", ops)
+}
+
+// checkVector is what the engine's AlltoAllv needs beyond sdk's checker:
+// as many elements to itself as from itself, and receive regions that do
+// not overlap (every pair's message lands in its own place).
+func (e *Engine) checkVector(call *sdk.Call) error {
+	const name = "AlltoAllv"
+	r, size := e.rank, call.DType.Size()
+	if call.SendCounts[r] != call.RecvCounts[r] {
+		return argErr(name, "rank %d sends %d elements to itself but expects %d: make sendcounts[%d] and recvcounts[%d] agree",
+			r, call.SendCounts[r], call.RecvCounts[r], r, r)
+	}
+	recvs := regions(call.RecvCounts, call.RDispls, size)
 	order := make([]int, 0, e.n)
 	for p := range recvs {
 		if recvs[p][1] > recvs[p][0] {
@@ -221,28 +251,7 @@ func (e *Engine) AlltoAllv(send []byte, sendcounts, sdispls []int, recv []byte, 
 				a, b, recvs[a][0], recvs[a][1], recvs[b][0], recvs[b][1])
 		}
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	lo, hi := len(send), 0 // the part of send in use
-	for _, s := range sends {
-		if s[1] > s[0] {
-			lo, hi = min(lo, s[0]), max(hi, s[1])
-		}
-	}
-	if lo < hi && overlap(send[lo:hi], recv) {
-		tmp := e.buf(scratchA, hi-lo)
-		copy(tmp, send[lo:hi])
-		send, sends = tmp, shift(sends, lo)
-	}
-	ops := make([]P2P, 0, 2*(e.n-1))
-	for p := 0; p < e.n; p++ {
-		if p != r {
-			ops = append(ops, P2P{Peer: p, Buf: send[sends[p][0]:sends[p][1]]},
-				P2P{Peer: p, Buf: recv[recvs[p][0]:recvs[p][1]], Recv: true})
-		}
-	}
-	copy(recv[recvs[r][0]:recvs[r][1]], send[sends[r][0]:sends[r][1]])
-	return e.run(name, ops)
+	return nil
 }
 
 // regions is each peer's byte range of a buffer, from counts and

@@ -28,6 +28,19 @@ func (e *Engine) check(call sdk.Call, send, recv []byte) (sendN, recvN int, err 
 	return sendN, recvN, nil
 }
 
+// Check checks call on send and recv as the engine does before it runs
+// it (check, and AlltoAllv's own rules), without running it: for callers
+// that defer a call (core's groups) and report a bad one when it is made.
+func (e *Engine) Check(call *sdk.Call, send, recv []byte) error {
+	if _, _, err := e.check(*call, send, recv); err != nil {
+		return err
+	}
+	if call.Coll == sdk.AlltoAllv {
+		return e.checkVector(call)
+	}
+	return nil
+}
+
 func argErr(name, format string, args ...any) error {
 	return fmt.Errorf("host %s: %w: %s", name, sdk.ErrInvalidArgument, fmt.Sprintf(format, args...))
 }
@@ -46,8 +59,9 @@ func same(a, b []byte) bool {
 	return len(a) > 0 && len(b) > 0 && &a[0] == &b[0]
 }
 
-// overlap reports whether a and b share a byte.
-func overlap(a, b []byte) bool {
+// Overlap reports whether a and b share a byte (core checks grouped
+// AllReduces with it before it fuses them).
+func Overlap(a, b []byte) bool {
 	if len(a) == 0 || len(b) == 0 {
 		return false
 	}
