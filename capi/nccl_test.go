@@ -58,7 +58,7 @@ func ncclProgram(t *testing.T, name, include string) string {
 func TestNCCLDropIn(t *testing.T) {
 	prog := ncclProgram(t, "ranks", ncclHeaders)
 	testkit.BuiltFile(t, "plugins", "libflagcx-nvidia.so")
-	nv := []string{"FLAGCX_EMULATED=1", "FLAGCX_BACKEND=nvidia", "NCCL_TEST_SKIP_GROUPED=1", "FLAGCX_DEBUG=INFO"}
+	nv := []string{"FLAGCX_EMULATED=1", "FLAGCX_BACKEND=nvidia", "FLAGCX_DEBUG=INFO"}
 	ranks := func(n int, extra ...string) [][]string {
 		envs := make([][]string, n)
 		for r := range envs {
@@ -90,16 +90,6 @@ func TestNCCLDropIn(t *testing.T) {
 				testkit.BuiltFile(t, "vendorsim", "nvidia", "libnccl.so.2")), "libnccl.so.2")+" (EMULATED)")
 		})
 	}
-	t.Run("collectives inside groups", func(t *testing.T) {
-		t.Skip("needs grouped collectives (issue 22): main refuses a collective inside ncclGroupStart/End " +
-			"(\"only Send and Recv can ...\"); delete this line once they are merged")
-		for _, envs := range [][][]string{ranks(2), ranks(3, "FLAGCX_CLUSTER_SPLIT_LIST=1,2")} {
-			for r := range envs {
-				envs[r] = append(envs[r], "NCCL_TEST_SKIP_GROUPED=0")
-			}
-			requireRanksPass(t, runRanks(t, prog, envs))
-		}
-	})
 }
 
 func requireRanksPass(t *testing.T, outs []*rankOut) {

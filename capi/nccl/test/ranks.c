@@ -8,8 +8,7 @@
 //
 // Rank 0 without an id makes one and prints "ID <hex>" first. Every result
 // is checked bit for bit; any mismatch prints "FAIL ..." and exits 1; the
-// end prints "PASS rank <r>: <n> checks". NCCL_TEST_SKIP_GROUPED=1 leaves
-// out the collectives inside groups.
+// end prints "PASS rank <r>: <n> checks".
 
 #include <nccl.h>
 
@@ -511,9 +510,7 @@ static void runRank(const char *hex) {
   testRooted();
   testGathers();
   testSendRecv();
-  const char *skip = getenv("NCCL_TEST_SKIP_GROUPED");
-  if (skip == NULL || strcmp(skip, "1") != 0)
-    testGroupedCollectives();
+  testGroupedCollectives();
   testInits();
   testSplit();
   testErrors();
