@@ -137,7 +137,7 @@ func (p *ShmPlan) Holders(chunkLen, size int, r Range) []Held {
 // Steps is how many steps a chunk takes: the host reductions publish their
 // pieces in a second step.
 func (p *ShmPlan) Steps() int {
-	if !p.DeviceReduce && shmColls[p.Coll].pieces {
+	if !p.DeviceReduce && schedOf(p.Coll).shm.pieces {
 		return 2
 	}
 	return 1
@@ -166,9 +166,9 @@ const shmAlign = 4096 // slot areas start on pages (and on any element)
 
 func alignUp(n, a int) int { return (n + a - 1) / a * a }
 
-// ShmColl reports whether coll runs on PathShm (it has an entry in
-// shmColls, shm_colls.go).
-func ShmColl(coll sdk.Collective) bool { return coll.Valid() && shmColls[coll] != nil }
+// ShmColl reports whether coll runs on PathShm (its entry in schedules,
+// colls.go, says how).
+func ShmColl(coll sdk.Collective) bool { return schedOf(coll).shm != nil }
 
 // NewShmPlan is the geometry of coll over n ranks whose smallest window is
 // window bytes: bytes (elements of size) is the message (AllReduce,
@@ -180,7 +180,7 @@ func NewShmPlan(coll sdk.Collective, bytes, size, n int, reducers []int, window,
 	if !ShmColl(coll) {
 		return nil, fmt.Errorf("%w: %s does not run in the shared windows", sdk.ErrInternalError, coll.Title())
 	}
-	sc := shmColls[coll]
+	sc := schedOf(coll).shm
 	if reducers == nil {
 		for r := 0; r < n; r++ {
 			reducers = append(reducers, r)

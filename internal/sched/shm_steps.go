@@ -40,7 +40,7 @@ type shmBuilder struct {
 
 // shmSteps adds this rank's steps of g to the plan.
 func (b *builder) shmSteps(g *ShmPlan) {
-	s := &shmBuilder{builder: b, g: g, sc: shmColls[b.call.Coll], block: b.call.Count * b.size, got: make([]bool, g.Chunks())}
+	s := &shmBuilder{builder: b, g: g, sc: schedOf(b.call.Coll).shm, block: b.call.Count * b.size, got: make([]bool, g.Chunks())}
 	if g.OneShot {
 		s.oneShot()
 		return

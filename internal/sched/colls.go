@@ -2,10 +2,52 @@ package sched
 
 import "github.com/flagcx/flagcx-go/sdk"
 
+// How sched builds each collective's plans: one entry per collective,
+// read where the builders would otherwise switch on the collective. What
+// a collective is (its buffers, reduces, rooted) stays in sdk's table
+// (sdk/colltable.go); this table holds only how its schedules go.
+
+// collSched is how sched builds one collective's plans.
+type collSched struct {
+	// c2c builds the staged cluster-to-cluster schedule (c2c.go), for the
+	// collectives that take it across clusters; nil: they move data as
+	// direct transfers (p2p).
+	c2c func(b *builder)
+	// transfers lists this rank's sends and receives of a data-movement
+	// call that runs as direct transfers (p2p.go).
+	transfers func(b *builder, add func(peer int, recv bool, r Ref))
+	// shm is how the collective runs in the shared windows (PathShm),
+	// nil for one that does not.
+	shm *shmColl
+}
+
+// schedules is the table, indexed by collective.
+var schedules = [sdk.NumCollectives]collSched{
+	sdk.AllReduce: {c2c: (*builder).allReduce, shm: &shmColl{pieces: true, intra: true, oneShot: true, deviceReduce: true,
+		sources: Sources, get: (*shmBuilder).getAllReduce}},
+	sdk.Reduce:        {c2c: (*builder).reduce, shm: &shmColl{pieces: true, sources: everyRank, get: (*shmBuilder).getAtRoot}},
+	sdk.Broadcast:     {c2c: (*builder).broadcast, shm: &shmColl{rootOnly: true, get: (*shmBuilder).getFromRoot}},
+	sdk.AllGather:     {c2c: (*builder).allGather, shm: &shmColl{get: (*shmBuilder).getEvery}},
+	sdk.ReduceScatter: {c2c: (*builder).reduceScatter, shm: &shmColl{blockPerRank: true, get: (*shmBuilder).getOwnBlock}},
+	sdk.AlltoAll:      {transfers: alltoallTransfers},
+	sdk.AlltoAllv:     {transfers: alltoallvTransfers},
+	sdk.Gather:        {transfers: gatherTransfers},
+	sdk.Scatter:       {transfers: scatterTransfers},
+	sdk.SendRecv:      {transfers: sendRecvTransfers},
+}
+
+// schedOf is coll's entry (the zero entry for a value that is not a
+// collective).
+func schedOf(coll sdk.Collective) collSched {
+	if !coll.Valid() {
+		return collSched{}
+	}
+	return schedules[coll]
+}
+
 // shmColl is how one collective runs on PathShm: what its geometry needs
 // (NewShmPlan) and how a rank's steps put its input in and take the
-// result out (shm_steps.go). One entry per collective that takes PathShm;
-// what a collective is (reduces, rooted) stays in sdk's table.
+// result out (shm_steps.go).
 type shmColl struct {
 	// pieces: the reducers reduce every chunk piece by piece on the host,
 	// in a second step of the chunk (AllReduce, Reduce).
@@ -28,15 +70,6 @@ type shmColl struct {
 	sources func(l *Layout, chunkLen, size int, r Range) []Source
 	// get adds the steps that take chunk k's result out of the windows.
 	get func(s *shmBuilder, k int)
-}
-
-// shmColls is the table, indexed by collective (nil: not on PathShm).
-var shmColls = [sdk.NumCollectives]*shmColl{
-	sdk.AllReduce:     {pieces: true, intra: true, oneShot: true, deviceReduce: true, sources: Sources, get: (*shmBuilder).getAllReduce},
-	sdk.Reduce:        {pieces: true, sources: everyRank, get: (*shmBuilder).getAtRoot},
-	sdk.Broadcast:     {rootOnly: true, get: (*shmBuilder).getFromRoot},
-	sdk.AllGather:     {get: (*shmBuilder).getEvery},
-	sdk.ReduceScatter: {blockPerRank: true, get: (*shmBuilder).getOwnBlock},
 }
 
 // everyRank: every rank's input area holds a contribution to every byte
