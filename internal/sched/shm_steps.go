@@ -41,10 +41,15 @@ type shmBuilder struct {
 // shmSteps adds this rank's steps of g to the plan.
 func (b *builder) shmSteps(g *ShmPlan) {
 	s := &shmBuilder{builder: b, g: g, sc: schedOf(b.call.Coll).shm, block: b.call.Count * b.size, got: make([]bool, g.Chunks())}
+	// Room for the steps up front: a Step is a few hundred bytes, and
+	// growing the list by doubling would copy them several times (on the
+	// small calls' latency path among others).
 	if g.OneShot {
+		b.p.Steps = make([]Step, 0, 6)
 		s.oneShot()
 		return
 	}
+	b.p.Steps = make([]Step, 0, 8+g.Chunks()*(10+2*b.m))
 	s.partMax = s.part(0).Len
 	s.pipeline()
 }
