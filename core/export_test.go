@@ -2,8 +2,15 @@ package core
 
 import "github.com/flagcx/flagcx-go/internal/sched"
 
-// SchedPlan is rank's plan for call as the schedules build it, for the
-// external tests that check a plan's fields beside its results.
+// SchedPlan is rank's plan for call as the schedules build it (afresh,
+// from the communicator's layout and options, as bench --print-plan
+// does), for the external tests that check a plan's fields beside its
+// results.
 func SchedPlan(c *Comm, rank int, call sched.Call) (*sched.Plan, error) {
 	return sched.Build(c.layout, rank, call, c.opts)
 }
+
+// SetStepRan tells f of every step an executor runs (nil: nobody); the
+// tests of core_test see through it that the plans that print are the
+// plans that run.
+func SetStepRan(f func(p *sched.Plan, i int)) { stepRan = f }

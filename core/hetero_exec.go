@@ -548,6 +548,9 @@ func (c *Comm) laneStream(l sched.Lane, s loader.Stream) loader.Stream {
 
 // step runs step i.
 func (c *Comm) step(p *sched.Plan, i int, b *callBufs, s loader.Stream) error {
+	if stepRan != nil {
+		stepRan(p, i)
+	}
 	st := &p.Steps[i]
 	strm := c.laneStream(st.Lane, s)
 	switch st.Kind {

@@ -56,6 +56,11 @@ func (c *Comm) runStaged(p *sched.Plan, i int, b *callBufs, s loader.Stream, ch 
 	if !src.dev || !dst.dev || stage.dev {
 		return fmt.Errorf("%w: staged AllReduce in pieces from %s to %s", sdk.ErrInternalError, in.Copies[0].Src, out.Copies[0].Dst)
 	}
+	if stepRan != nil {
+		for k := i; k <= i+2; k++ {
+			stepRan(p, k) // all three run, in pieces, from here on
+		}
+	}
 	if err := ch.await(i); err != nil {
 		return err
 	}

@@ -79,15 +79,9 @@ func InPlaceChecked(c sdk.Collective) bool {
 }
 
 // offsets are the element offsets of send and recv inside an in-place
-// buffer (nccl-tests' layouts).
+// buffer (nccl-tests' layouts, sdk's table of collectives).
 func offsets(coll sdk.Collective, rank, count int) (send, recv int) {
-	switch coll {
-	case sdk.AllGather, sdk.Gather:
-		return rank * count, 0
-	case sdk.ReduceScatter, sdk.Scatter:
-		return 0, rank * count
-	}
-	return 0, 0
+	return coll.Info().InPlace.Offsets(rank, count)
 }
 
 // Run runs case c on this rank (out of place, or in place) and returns how

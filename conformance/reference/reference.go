@@ -187,51 +187,60 @@ type delivery struct {
 	value func(k int) int64
 }
 
-// deliveries lists what the call of c delivers to rank.
+// deliveries lists what the call of c delivers to rank (nothing to a
+// rank whose receive buffer gets no data).
 func deliveries(c Case, g *gen, rank int) []delivery {
-	n, C := c.NRanks, c.Count
-	whole := func(f func(k int) int64) []delivery { return []delivery{{0, C, f}} }
-	perPeer := func(f func(p, k int) int64) []delivery {
-		d := make([]delivery, n)
-		for p := range d {
-			d[p] = delivery{p * C, C, func(k int) int64 { return f(p, k) }}
-		}
-		return d
+	if !c.Coll.Valid() || !c.Receives(rank) || delivered[c.Coll] == nil {
+		return nil
 	}
-	switch c.Coll {
-	case sdk.AllReduce:
-		return whole(g.reduced)
-	case sdk.Reduce:
-		if rank == c.Root {
-			return whole(g.reduced)
-		}
-	case sdk.Broadcast:
-		return whole(func(k int) int64 { return g.value(c.Root, k) })
-	case sdk.AllGather:
-		return perPeer(g.value)
-	case sdk.ReduceScatter:
-		return whole(func(k int) int64 { return g.reduced(rank*C + k) })
-	case sdk.AlltoAll:
-		return perPeer(func(p, k int) int64 { return g.value(p, rank*C+k) })
-	case sdk.AlltoAllv:
-		_, _, recvcounts, rdispls := AlltoAllvCounts(n, C, rank)
+	return delivered[c.Coll](c, g, rank)
+}
+
+// delivered is what each collective delivers to a rank that receives,
+// indexed by collective.
+var delivered = [sdk.NumCollectives]func(c Case, g *gen, rank int) []delivery{
+	sdk.AllReduce: func(c Case, g *gen, _ int) []delivery { return whole(c, g.reduced) },
+	sdk.Reduce:    func(c Case, g *gen, _ int) []delivery { return whole(c, g.reduced) },
+	sdk.Broadcast: func(c Case, g *gen, _ int) []delivery {
+		return whole(c, func(k int) int64 { return g.value(c.Root, k) })
+	},
+	sdk.AllGather: func(c Case, g *gen, _ int) []delivery { return perPeer(c, g.value) },
+	sdk.ReduceScatter: func(c Case, g *gen, rank int) []delivery {
+		return whole(c, func(k int) int64 { return g.reduced(rank*c.Count + k) })
+	},
+	sdk.AlltoAll: func(c Case, g *gen, rank int) []delivery {
+		return perPeer(c, func(p, k int) int64 { return g.value(p, rank*c.Count+k) })
+	},
+	sdk.AlltoAllv: func(c Case, g *gen, rank int) []delivery {
+		n := c.NRanks
+		_, _, recvcounts, rdispls := AlltoAllvCounts(n, c.Count, rank)
 		d := make([]delivery, n)
 		for p := range d {
-			_, sdispls, _, _ := AlltoAllvCounts(n, C, p)
+			_, sdispls, _, _ := AlltoAllvCounts(n, c.Count, p)
 			d[p] = delivery{rdispls[p], recvcounts[p], func(k int) int64 { return g.value(p, sdispls[rank]+k) }}
 		}
 		return d
-	case sdk.Gather:
-		if rank == c.Root {
-			return perPeer(g.value)
-		}
-	case sdk.Scatter:
-		return whole(func(k int) int64 { return g.value(c.Root, rank*C+k) })
-	case sdk.SendRecv:
-		from := (rank - 1 + n) % n
-		return whole(func(k int) int64 { return g.value(from, k) })
+	},
+	sdk.Gather: func(c Case, g *gen, _ int) []delivery { return perPeer(c, g.value) },
+	sdk.Scatter: func(c Case, g *gen, rank int) []delivery {
+		return whole(c, func(k int) int64 { return g.value(c.Root, rank*c.Count+k) })
+	},
+	sdk.SendRecv: func(c Case, g *gen, rank int) []delivery {
+		from := (rank - 1 + c.NRanks) % c.NRanks
+		return whole(c, func(k int) int64 { return g.value(from, k) })
+	},
+}
+
+// whole: the receive buffer's count elements get f(0..count-1).
+func whole(c Case, f func(k int) int64) []delivery { return []delivery{{0, c.Count, f}} }
+
+// perPeer: block p of the receive buffer gets f(p, 0..count-1).
+func perPeer(c Case, f func(p, k int) int64) []delivery {
+	d := make([]delivery, c.NRanks)
+	for p := range d {
+		d[p] = delivery{p * c.Count, c.Count, func(k int) int64 { return f(p, k) }}
 	}
-	return nil
+	return d
 }
 
 // parallelMin is the fewest elements worth a goroutine of their own: below

@@ -157,13 +157,17 @@ func largeCombos(quick bool) map[sdk.Collective][][2]int {
 
 // collLevel is the level of each collective (see README: why).
 func collLevel(c sdk.Collective) Level {
-	switch c {
-	case sdk.AllReduce, sdk.Reduce, sdk.Broadcast, sdk.AllGather, sdk.ReduceScatter, sdk.SendRecv:
-		return MUST
-	case sdk.AlltoAll, sdk.Gather, sdk.Scatter:
-		return SHOULD
+	if !c.Valid() {
+		return MAY
 	}
-	return MAY // alltoallv
+	return collLevels[c]
+}
+
+// collLevels lists every collective, MUST being the zero Level.
+var collLevels = [sdk.NumCollectives]Level{
+	sdk.AllReduce: MUST, sdk.Reduce: MUST, sdk.Broadcast: MUST, sdk.AllGather: MUST, sdk.ReduceScatter: MUST, sdk.SendRecv: MUST,
+	sdk.AlltoAll: SHOULD, sdk.Gather: SHOULD, sdk.Scatter: SHOULD,
+	sdk.AlltoAllv: MAY, sdk.Barrier: MAY,
 }
 
 // opLevel is the level of each reduction op.

@@ -211,19 +211,11 @@ func (b *builder) choose() {
 	b.p2p()
 }
 
-// c2c builds the staged cluster-to-cluster schedule of call (c2c.go).
+// c2c builds the staged cluster-to-cluster schedule of call (c2c.go; the
+// collective's entry in schedules, colls.go).
 func (b *builder) c2c() {
-	switch b.call.Coll {
-	case sdk.AllReduce:
-		b.allReduce()
-	case sdk.Reduce:
-		b.reduce()
-	case sdk.Broadcast:
-		b.broadcast()
-	case sdk.AllGather:
-		b.allGather()
-	case sdk.ReduceScatter:
-		b.reduceScatter()
+	if f := schedOf(b.call.Coll).c2c; f != nil {
+		f(b)
 	}
 }
 
@@ -248,32 +240,31 @@ func (b *builder) direct() {
 	sendB, recvB, _ := Needs(call, b.rank, b.n)
 	s := Step{Lane: LaneIntra, Kind: KindIntra, Coll: call.Coll, Src: ref(BufSend, 0, sendB), Dst: ref(BufRecv, 0, recvB),
 		Count: call.Count, DType: call.DType, Op: call.Op, Root: call.Root, Chunk: -1}
-	switch call.Coll {
-	case sdk.SendRecv:
+	if call.Coll == sdk.SendRecv {
+		// A group of sends and receives, each with its own peer and buffer.
 		for i, x := range call.Ops {
 			if x.Bytes > 0 {
 				s.Xfers = append(s.Xfers, Xfer{Peer: x.Peer, Recv: x.Recv, Ref: Ref{Buf: BufUser, Idx: i, Len: x.Bytes}})
 			}
 		}
-		if len(s.Xfers) == 0 {
-			return
+		if len(s.Xfers) > 0 {
+			s.Src, s.Dst = Ref{}, Ref{}
+			b.add(s)
 		}
-		s.Src, s.Dst = Ref{}, Ref{}
-		b.add(s)
 		return
-	case sdk.AlltoAllv:
+	}
+	vector := call.Coll.Info().Send == sdk.ExtentVector
+	if vector {
 		// Never skipped: a rank with nothing to move still takes part.
 		s.SendCounts, s.SDispls, s.RecvCounts, s.RDispls = call.SendCounts, call.SDispls, call.RecvCounts, call.RDispls
-	default:
-		if call.Count == 0 {
-			return
-		}
+	} else if call.Count == 0 {
+		return
 	}
 	if b.dev && !call.Coll.Reduces() && !b.c.Supports(call.DType, 0, false) {
 		// Data movement never needs the element type: move bytes.
 		b.p.Why = fmt.Sprintf("%s's library has no %s: the data moves as bytes", b.c.Plugin, call.DType)
 		s.Count, s.DType = call.Count*b.size, sdk.Uint8
-		if call.Coll == sdk.AlltoAllv {
+		if vector {
 			scale := func(v []int) []int {
 				out := make([]int, len(v))
 				for i, x := range v {

@@ -14,7 +14,10 @@
 // bench --print-plan` prints them all, FLAGCX_DEBUG_SUBSYS=COLL prints each
 // rank's own), tests check them without running them (ranks of a cluster
 // issue the same vendor operations in the same order, leaders the same
-// hostnet ones, every send has its receive), and the executor runs them.
+// hostnet ones, every send has its receive), and the executors run them,
+// the shared-memory plane's (PathShm, shm_steps.go) too: what prints is
+// what runs (core's TestPlansThatRunArePlansThatPrint). How each
+// collective's plans are built is one table by collective (colls.go).
 //
 // # Clusters
 //

@@ -11,47 +11,60 @@ type xfer struct {
 	ref  Ref
 }
 
-// transfers lists this rank's sends and receives for a data-movement call.
+// transfers lists this rank's sends and receives for a data-movement call
+// (the collective's entry in schedules, colls.go).
 func (b *builder) transfers() []xfer {
-	call := b.call
-	B := call.Count * b.size
 	var xs []xfer
-	add := func(peer int, recv bool, r Ref) {
-		if r.Len > 0 {
-			xs = append(xs, xfer{peer, recv, r})
-		}
-	}
-	switch call.Coll {
-	case sdk.AlltoAll:
-		for p := 0; p < b.n; p++ {
-			add(p, false, ref(BufSend, p*B, B))
-			add(p, true, ref(BufRecv, p*B, B))
-		}
-	case sdk.AlltoAllv:
-		for p := 0; p < b.n; p++ {
-			add(p, false, ref(BufSend, call.SDispls[p]*b.size, call.SendCounts[p]*b.size))
-			add(p, true, ref(BufRecv, call.RDispls[p]*b.size, call.RecvCounts[p]*b.size))
-		}
-	case sdk.Gather:
-		add(call.Root, false, ref(BufSend, 0, B))
-		if b.rank == call.Root {
-			for p := 0; p < b.n; p++ {
-				add(p, true, ref(BufRecv, p*B, B))
+	if f := schedOf(b.call.Coll).transfers; f != nil {
+		f(b, func(peer int, recv bool, r Ref) {
+			if r.Len > 0 {
+				xs = append(xs, xfer{peer, recv, r})
 			}
-		}
-	case sdk.Scatter:
-		if b.rank == call.Root {
-			for p := 0; p < b.n; p++ {
-				add(p, false, ref(BufSend, p*B, B))
-			}
-		}
-		add(call.Root, true, ref(BufRecv, 0, B))
-	case sdk.SendRecv:
-		for i, x := range call.Ops {
-			add(x.Peer, x.Recv, Ref{Buf: BufUser, Idx: i, Len: x.Bytes})
-		}
+		})
 	}
 	return xs
+}
+
+func alltoallTransfers(b *builder, add func(int, bool, Ref)) {
+	B := b.call.Count * b.size
+	for p := 0; p < b.n; p++ {
+		add(p, false, ref(BufSend, p*B, B))
+		add(p, true, ref(BufRecv, p*B, B))
+	}
+}
+
+func alltoallvTransfers(b *builder, add func(int, bool, Ref)) {
+	call := b.call
+	for p := 0; p < b.n; p++ {
+		add(p, false, ref(BufSend, call.SDispls[p]*b.size, call.SendCounts[p]*b.size))
+		add(p, true, ref(BufRecv, call.RDispls[p]*b.size, call.RecvCounts[p]*b.size))
+	}
+}
+
+func gatherTransfers(b *builder, add func(int, bool, Ref)) {
+	B := b.call.Count * b.size
+	add(b.call.Root, false, ref(BufSend, 0, B))
+	if b.rank == b.call.Root {
+		for p := 0; p < b.n; p++ {
+			add(p, true, ref(BufRecv, p*B, B))
+		}
+	}
+}
+
+func scatterTransfers(b *builder, add func(int, bool, Ref)) {
+	B := b.call.Count * b.size
+	if b.rank == b.call.Root {
+		for p := 0; p < b.n; p++ {
+			add(p, false, ref(BufSend, p*B, B))
+		}
+	}
+	add(b.call.Root, true, ref(BufRecv, 0, B))
+}
+
+func sendRecvTransfers(b *builder, add func(int, bool, Ref)) {
+	for i, x := range b.call.Ops {
+		add(x.Peer, x.Recv, Ref{Buf: BufUser, Idx: i, Len: x.Bytes})
+	}
 }
 
 // p2p moves data directly: to itself by a copy, to ranks of its cluster

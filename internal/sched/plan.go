@@ -159,9 +159,41 @@ const (
 	KindScale
 	// KindReduce combines Src into Dst with Op on the host, on every core.
 	KindReduce
+
+	// The shared-memory plane's own kinds (PathShm, shm_steps.go): its
+	// copies are KindCopy and its intra-cluster steps KindIntra, with
+	// BufWindow refs for the windows.
+
+	// KindMark records that the work enqueued on Lane so far (a device
+	// stream) is done for Chunk (-1 on LaneIntra: the caller's earlier
+	// work), for a later KindAwait.
+	KindMark
+	// KindAwait waits for From's mark of Chunk: Lane's stream waits, or on
+	// LaneNet the host.
+	KindAwait
+	// KindDrain: the host waits until Lane's stream has done everything.
+	KindDrain
+	// KindSync publishes step Label in the windows and waits for every
+	// rank's.
+	KindSync
+	// KindPost publishes step Label without waiting (a KindFoldPosted
+	// waits for each rank in turn).
+	KindPost
+	// KindFold folds each of Folds (Srcs in order, with Op, avg dividing
+	// by N) into its Dst, and its Also, on the host's cores.
+	KindFold
+	// KindFoldPosted folds Folds[0] as KindFold does, waiting for each
+	// source's rank to have posted before reading it.
+	KindFoldPosted
+	// KindDevFold folds each of Folds on this rank's device (the
+	// plugin's reduceLocal), on Lane's stream.
+	KindDevFold
 )
 
-var kindNames = []string{"copy", "intra", "inter", "world", "scale", "reduce"}
+var kindNames = []string{"copy", "intra", "inter", "world", "scale", "reduce", "mark", "await", "drain", "step", "post", "fold", "fold-posted", "devfold"}
+
+// collective reports whether a step of kind k runs a collective (Coll).
+func (k Kind) collective() bool { return k == KindIntra || k == KindInter || k == KindWorld }
 
 func (k Kind) String() string {
 	if k < 0 || int(k) >= len(kindNames) {
@@ -184,9 +216,12 @@ const (
 	BufStage
 	// BufUser is buffer Idx of a SendRecv call's operations.
 	BufUser
+	// BufWindow is rank Idx's shared-memory window (PathShm); a one-shot
+	// plan's offsets are in the half of the windows the call uses.
+	BufWindow
 )
 
-var bufNames = []string{"-", "send", "recv", "scratch", "stage", "user"}
+var bufNames = []string{"-", "send", "recv", "scratch", "stage", "user", "win"}
 
 // Ref is a byte range of a buffer.
 type Ref struct {
@@ -201,8 +236,11 @@ func (r Ref) String() string {
 		return "-"
 	}
 	name := bufNames[r.Buf]
-	if r.Buf == BufUser {
+	switch r.Buf {
+	case BufUser:
 		name = fmt.Sprintf("op%d", r.Idx)
+	case BufWindow:
+		name = fmt.Sprintf("win%d", r.Idx)
 	}
 	return fmt.Sprintf("%s[%s:%s]", name, bytesize.Compact(int64(r.Off)), bytesize.Compact(int64(r.Off+r.Len)))
 }
@@ -212,6 +250,13 @@ func (r Ref) Sub(off, n int) Ref { return Ref{Buf: r.Buf, Idx: r.Idx, Off: r.Off
 
 // CopyPair is one copy of a KindCopy step; Src and Dst have the same Len.
 type CopyPair struct{ Src, Dst Ref }
+
+// Fold is one reduction of a KindFold, KindFoldPosted or KindDevFold
+// step: Srcs, in order, into Dst (and into Also where it is not BufNone).
+type Fold struct {
+	Dst, Also Ref
+	Srcs      []Ref
+}
 
 // Step is one operation of a plan.
 type Step struct {
@@ -234,8 +279,15 @@ type Step struct {
 	Xfers []Xfer `json:"xfers,omitempty"`
 	// AlltoAllv's counts and displacements (elements) of a world step.
 	SendCounts, SDispls, RecvCounts, RDispls []int `json:"-"`
-	// N divides a scale step.
+	// N divides a scale step, and the avg of a fold.
 	N int `json:"n,omitempty"`
+	// Folds of a fold step.
+	Folds []Fold `json:"folds,omitempty"`
+	// From is the lane whose mark an await step waits for.
+	From Lane `json:"from,omitempty"`
+	// Label names a sync or post step in the windows (2k+phase for chunk
+	// k's phase; -2 opens a pipelined call, 2*Chunks closes it).
+	Label int `json:"label,omitempty"`
 	// Chunk is the pipeline chunk this step works on (-1: the whole call).
 	Chunk int `json:"chunk"`
 	// Deps are steps of other lanes that must be complete first (a lane's
@@ -266,8 +318,8 @@ type Plan struct {
 	// returns before they complete (the vendor library's own semantics).
 	// Otherwise the call returns when its result is in place.
 	Async bool `json:"async"`
-	// Shm is the geometry of a PathShm plan (whose steps the executor
-	// makes: see ShmPlan).
+	// Shm is the geometry of a PathShm plan (its steps are in Steps, as
+	// every path's: see ShmPlan and shm_steps.go).
 	Shm *ShmPlan `json:"shm,omitempty"`
 }
 
@@ -291,6 +343,12 @@ func (p *Plan) extent(b Buf) int {
 		}
 		for _, x := range s.Xfers {
 			see(x.Ref)
+		}
+		for _, f := range s.Folds {
+			see(f.Dst)
+			for _, r := range f.Srcs {
+				see(r)
+			}
 		}
 	}
 	return n
@@ -316,7 +374,7 @@ func (p *Plan) Lanes() []Lane {
 func (p *Plan) Count(kind Kind, coll sdk.Collective) int {
 	n := 0
 	for _, s := range p.Steps {
-		if s.Kind == kind && (coll < 0 || s.Coll == coll || kind == KindCopy || kind == KindScale || kind == KindReduce) {
+		if s.Kind == kind && (coll < 0 || !kind.collective() || s.Coll == coll) {
 			n++
 		}
 	}
@@ -343,6 +401,8 @@ func (s Step) String() string {
 		fmt.Fprintf(&b, "scale %s %s by 1/%d", s.DType, s.Dst, s.N)
 	case KindReduce:
 		fmt.Fprintf(&b, "reduce %s %s: %s op= %s", s.DType, s.Op, s.Dst, s.Src)
+	case KindMark, KindAwait, KindDrain, KindSync, KindPost, KindFold, KindFoldPosted, KindDevFold:
+		s.shmString(&b)
 	default:
 		fmt.Fprintf(&b, "%s %s", s.Kind, s.Coll.Title())
 		if s.Coll == sdk.SendRecv {
@@ -406,9 +466,12 @@ func (p *Plan) Format(w io.Writer, maxChunks int) {
 		}
 		fmt.Fprintf(w, "  rank %d: %s of cluster %d (%s, ranks %s), %s\n", p.Rank, role, c.Index, c.Vendor, FormatRanks(c.Ranks), mem)
 	}
-	if p.Shm != nil {
-		p.formatShm(w)
-		return
+	if g := p.Shm; g != nil {
+		fmt.Fprintf(w, "  windows: %d slots of %s (input area %s)", g.Slots, bytesize.Compact(int64(g.SlotBytes)), bytesize.Compact(int64(g.In)))
+		if g.OneShot {
+			fmt.Fprint(w, ", in the half of each window the host engine leaves free")
+		}
+		fmt.Fprintln(w)
 	}
 	if len(p.Steps) == 0 {
 		fmt.Fprintln(w, "  (nothing to do on this rank)")
@@ -424,23 +487,30 @@ func (p *Plan) Format(w io.Writer, maxChunks int) {
 			writeSkipped(w, skipped, maxChunks-1, p.Chunks-2)
 			skipped = 0
 		}
-		chunk := "   "
-		if s.Chunk >= 0 {
-			chunk = fmt.Sprintf("c%-2d", s.Chunk)
-		}
-		line := fmt.Sprintf("  %3d %-5s %s %s", i, s.Lane, chunk, s)
-		if len(s.Deps) > 0 {
-			deps := make([]string, len(s.Deps))
-			for j, d := range s.Deps {
-				deps[j] = fmt.Sprint(d)
-			}
-			line += "  (after " + strings.Join(deps, ",") + ")"
-		}
-		fmt.Fprintln(w, line)
+		fmt.Fprintln(w, p.StepLine(i))
 	}
 	if skipped > 0 {
 		writeSkipped(w, skipped, maxChunks-1, p.Chunks-2)
 	}
+}
+
+// StepLine is the line Format prints for step i (core's tests compare
+// these lines with the steps its executors ran).
+func (p *Plan) StepLine(i int) string {
+	s := &p.Steps[i]
+	chunk := "   "
+	if s.Chunk >= 0 {
+		chunk = fmt.Sprintf("c%-2d", s.Chunk)
+	}
+	line := fmt.Sprintf("  %3d %-5s %s %s", i, s.Lane, chunk, s)
+	if len(s.Deps) > 0 {
+		deps := make([]string, len(s.Deps))
+		for j, d := range s.Deps {
+			deps[j] = fmt.Sprint(d)
+		}
+		line += "  (after " + strings.Join(deps, ",") + ")"
+	}
+	return line
 }
 
 func writeSkipped(w io.Writer, steps, from, to int) {

@@ -2,10 +2,7 @@ package sched
 
 import (
 	"fmt"
-	"io"
-	"strings"
 
-	"github.com/flagcx/flagcx-go/internal/bytesize"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -140,7 +137,7 @@ func (p *ShmPlan) Holders(chunkLen, size int, r Range) []Held {
 // Steps is how many steps a chunk takes: the host reductions publish their
 // pieces in a second step.
 func (p *ShmPlan) Steps() int {
-	if !p.DeviceReduce && (p.Coll == sdk.AllReduce || p.Coll == sdk.Reduce) {
+	if !p.DeviceReduce && schedOf(p.Coll).shm.pieces {
 		return 2
 	}
 	return 1
@@ -169,14 +166,9 @@ const shmAlign = 4096 // slot areas start on pages (and on any element)
 
 func alignUp(n, a int) int { return (n + a - 1) / a * a }
 
-// ShmColl reports whether coll runs on PathShm.
-func ShmColl(coll sdk.Collective) bool {
-	switch coll {
-	case sdk.AllReduce, sdk.Reduce, sdk.Broadcast, sdk.AllGather, sdk.ReduceScatter:
-		return true
-	}
-	return false
-}
+// ShmColl reports whether coll runs on PathShm (its entry in schedules,
+// colls.go, says how).
+func ShmColl(coll sdk.Collective) bool { return schedOf(coll).shm != nil }
 
 // NewShmPlan is the geometry of coll over n ranks whose smallest window is
 // window bytes: bytes (elements of size) is the message (AllReduce,
@@ -185,33 +177,37 @@ func ShmColl(coll sdk.Collective) bool {
 // large as the slots allow). reducers are AllReduce's and Reduce's
 // (ShmReducers; nil: every rank).
 func NewShmPlan(coll sdk.Collective, bytes, size, n int, reducers []int, window, chunkMax int, deviceReduce bool) (*ShmPlan, error) {
+	if !ShmColl(coll) {
+		return nil, fmt.Errorf("%w: %s does not run in the shared windows", sdk.ErrInternalError, coll.Title())
+	}
+	sc := schedOf(coll).shm
 	if reducers == nil {
 		for r := 0; r < n; r++ {
 			reducers = append(reducers, r)
 		}
 	}
-	if coll == sdk.AllReduce && bytes*n <= ShmOneShot && 2*alignUp(bytes, 64) <= window/2 {
+	if sc.oneShot && bytes*n <= ShmOneShot && 2*alignUp(bytes, 64) <= window/2 {
 		return &ShmPlan{Coll: coll, OneShot: true, Spans: []Range{{0, bytes}}, Slots: 1, In: alignUp(bytes, 64), Blocks: 1}, nil
 	}
-	deviceReduce = deviceReduce && coll == sdk.AllReduce
+	deviceReduce = deviceReduce && sc.deviceReduce
 	slots, lag := max(ShmSlots, 1), 1
-	switch {
-	case deviceReduce:
+	if deviceReduce {
 		lag = min(max(ShmDeviceLag, 1), max(ShmDeviceSlots, 2)-1)
 		slots = max(ShmDeviceSlots, lag+1)
-	case coll != sdk.AllReduce && coll != sdk.Reduce:
+	} else if !sc.pieces {
 		// One step a chunk: chunk k+1 goes in while chunk k-1 may still
-		// be read, so it takes two slots at least (pipeline in core).
+		// be read, so it takes two slots at least (the pipeline in
+		// shm_steps.go).
 		slots = max(slots, 2)
 	}
 	// A slot holds Blocks chunks in and, for the reductions, a piece of a
 	// chunk (one per reducer; a whole chunk for ReduceScatter's result) out.
+	pieces := sc.pieces && !deviceReduce
 	blocks, outNum, outDen := 1, 0, 1
-	switch {
-	case deviceReduce:
-	case coll == sdk.AllReduce, coll == sdk.Reduce:
+	if pieces {
 		outNum, outDen = 1, len(reducers)
-	case coll == sdk.ReduceScatter:
+	}
+	if sc.blockPerRank {
 		blocks, outNum = n, 1
 	}
 	per := window/slots - 2*shmAlign
@@ -223,7 +219,7 @@ func NewShmPlan(coll sdk.Collective, bytes, size, n int, reducers []int, window,
 		return nil, fmt.Errorf("the shared-memory window (%d bytes) is too small for %d chunks in flight: raise FLAGCX_SHM_WINDOW_SIZE", window, slots)
 	}
 	p := &ShmPlan{Coll: coll, Spans: Spans(bytes, size, chunk, MinPipeChunk), Slots: slots, Blocks: blocks, DeviceReduce: deviceReduce, Lag: lag}
-	if !deviceReduce && (coll == sdk.AllReduce || coll == sdk.Reduce) {
+	if pieces {
 		p.Reducers = reducers
 	}
 	maxLen := 0
@@ -232,11 +228,10 @@ func NewShmPlan(coll sdk.Collective, bytes, size, n int, reducers []int, window,
 	}
 	p.In = blocks * alignUp(maxLen, shmAlign)
 	out := 0
-	switch {
-	case deviceReduce:
-	case coll == sdk.AllReduce, coll == sdk.Reduce:
+	if pieces {
 		out = p.Piece(maxLen, size, 0).Len
-	case coll == sdk.ReduceScatter:
+	}
+	if sc.blockPerRank {
 		out = maxLen
 	}
 	p.SlotBytes = p.In + alignUp(out, shmAlign)
@@ -339,8 +334,8 @@ func sortInts(a []int) {
 	}
 }
 
-// shm makes a plan on PathShm. The steps are the executor's (core); the
-// plan records the geometry.
+// shm makes a plan on PathShm: the geometry and this rank's steps
+// (shm_steps.go), which core's executor runs in order.
 func (b *builder) shm() {
 	b.p.Path = PathShm
 	g, err := NewShmPlan(b.call.Coll, b.call.Count*b.size, b.size, b.n, ShmReducers(b.l), b.o.ShmWindow, b.o.Chunk, DeviceReduces(b.l, b.o))
@@ -353,6 +348,7 @@ func (b *builder) shm() {
 	b.p.Shm = g
 	b.p.Chunks = g.Chunks()
 	b.p.ChunkBytes = g.Spans[0].Len
+	b.shmSteps(g)
 	switch {
 	case g.OneShot:
 		b.p.Why = "every rank on one host: one step in the shared windows"
@@ -377,71 +373,4 @@ func DeviceReduces(l *Layout, o Options) bool {
 		}
 	}
 	return true
-}
-
-// formatShm writes what a PathShm plan does on its rank.
-func (p *Plan) formatShm(w io.Writer) {
-	g := p.Shm
-	c := p.Layout.ClusterOf(p.Rank)
-	m, j := len(c.Ranks), p.Layout.LocalRank(p.Rank)
-	put, get := "d2h", "h2d"
-	if !c.OnDevice() {
-		put, get = "copy", "copy"
-	}
-	reduce := "step"
-	if i := g.ReducerIndex(p.Rank); i >= 0 {
-		reduce = fmt.Sprintf("reduce piece %d of %d of every contribution -> own window", i, len(g.Reducers))
-		if !c.OnDevice() && (g.Coll == sdk.AllReduce || p.Rank == p.Call.Root) {
-			reduce += " and recv"
-		}
-	}
-	put0, get0 := put+" chunk -> own window", get+" every piece -> recv"
-	if !c.OnDevice() && g.ReducerIndex(p.Rank) >= 0 {
-		put0, get0 = "copy chunk but own piece -> own window", "copy every other piece -> recv"
-		if len(g.Reducers) == 1 {
-			put0, get0 = "", ""
-		}
-	}
-	var steps []string
-	switch {
-	case g.Coll == sdk.AllReduce && g.OneShot:
-		steps = []string{put + " send -> own window", "step", "reduce every window in rank order", get + " -> recv"}
-	case g.Coll == sdk.AllReduce && g.DeviceReduce:
-		own, fold := "d2h chunk -> own window", "h2d the other clusters' chunks -> device scratch | reduceLocal every cluster's chunk in rank order -> recv"
-		if m > 1 {
-			own = fmt.Sprintf("intra ReduceScatter (part %d of %d stays here) | d2h part %d -> own window", j, m, j)
-			fold = fmt.Sprintf("h2d the other clusters' part %d -> device scratch | reduceLocal every cluster's part in rank order -> recv | intra AllGather", j)
-		}
-		steps = []string{own, "step", fold}
-	case g.Coll == sdk.AllReduce && c.OnDevice() && m > 1:
-		steps = []string{fmt.Sprintf("intra ReduceScatter (part %d of %d stays here)", j, m), fmt.Sprintf("d2h part %d -> own window", j),
-			"step", reduce, "step", fmt.Sprintf("h2d part %d from the pieces' windows", j), "intra AllGather"}
-	case g.Coll == sdk.AllReduce:
-		steps = []string{put0, "step", reduce, "step", get0}
-	case g.Coll == sdk.Reduce:
-		if p.Rank != p.Call.Root {
-			get0 = ""
-		}
-		steps = []string{put0, "step", reduce, "step", get0}
-	case g.Coll == sdk.Broadcast:
-		if p.Rank == p.Call.Root {
-			steps = []string{put + " chunk -> own window", "step", get + " -> recv"}
-		} else {
-			steps = []string{"step", get + fmt.Sprintf(" rank %d's window -> recv", p.Call.Root)}
-		}
-	case g.Coll == sdk.AllGather:
-		steps = []string{put + " own block's chunk -> own window", "step", get + " every window -> recv"}
-	case g.Coll == sdk.ReduceScatter:
-		steps = []string{put + " every block's chunk -> own window", "step", fmt.Sprintf("reduce block %d of every window", p.Rank)}
-		if c.OnDevice() {
-			steps = append(steps, "h2d -> recv")
-		}
-	}
-	var named []string
-	for _, st := range steps {
-		if st != "" {
-			named = append(named, st)
-		}
-	}
-	fmt.Fprintf(w, "  per chunk (%d slots of %s in each window): %s\n", g.Slots, bytesize.Compact(int64(g.SlotBytes)), strings.Join(named, " | "))
 }

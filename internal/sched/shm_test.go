@@ -183,9 +183,11 @@ func TestShmDeviceReducePlan(t *testing.T) {
 			require.Equal(t, ShmDeviceSlots, g.Slots)
 			require.Equal(t, ShmDeviceLag, g.Lag)
 			require.LessOrEqual(t, g.Slots*g.SlotBytes, 64<<20)
+			require.Equal(t, g.Chunks(), p.Count(KindDevFold, -1), "one device fold a chunk (one carrier each)")
+			require.Zero(t, p.Count(KindFold, -1), "the host folds nothing")
 			var desc strings.Builder
 			p.Format(&desc, 4)
-			require.Contains(t, desc.String(), "reduceLocal every cluster's")
+			require.Contains(t, desc.String(), "devfold float32 sum")
 		})
 	}
 }

@@ -1,0 +1,217 @@
+package core_test
+
+import (
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flagcx/flagcx-go/conformance/heterotest"
+	"github.com/flagcx/flagcx-go/conformance/reference"
+	"github.com/flagcx/flagcx-go/core"
+	"github.com/flagcx/flagcx-go/internal/sched"
+	"github.com/flagcx/flagcx-go/internal/testkit"
+	"github.com/flagcx/flagcx-go/sdk"
+	"github.com/flagcx/flagcx-go/sdk/loader"
+)
+
+// ranSteps records the steps the executors ran, plan by plan.
+type ranSteps struct {
+	mu    sync.Mutex
+	plans []*sched.Plan
+	steps map[*sched.Plan][]int
+}
+
+func recordSteps(t *testing.T) *ranSteps {
+	r := &ranSteps{steps: map[*sched.Plan][]int{}}
+	core.SetStepRan(func(p *sched.Plan, i int) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if _, ok := r.steps[p]; !ok {
+			r.plans = append(r.plans, p)
+		}
+		r.steps[p] = append(r.steps[p], i)
+	})
+	t.Cleanup(func() { core.SetStepRan(nil) })
+	return r
+}
+
+// take returns what was recorded and forgets it.
+func (r *ranSteps) take() ([]*sched.Plan, map[*sched.Plan][]int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	plans, steps := r.plans, r.steps
+	r.plans, r.steps = nil, map[*sched.Plan][]int{}
+	return plans, steps
+}
+
+// runCase runs c on every rank (out of place and in place where it has
+// that form) and requires exact results.
+func runCase(t *testing.T, comms []*core.Comm, mems []heterotest.Mem, streams []loader.Stream, c reference.Case) {
+	t.Helper()
+	for _, inPlace := range []bool{false, true} {
+		if inPlace && !heterotest.InPlaceChecked(c.Coll) {
+			continue
+		}
+		wrong := make([]int, len(comms))
+		errs := make([]error, len(comms))
+		var wg sync.WaitGroup
+		for r := range comms {
+			wg.Add(1)
+			go func(r int) {
+				defer wg.Done()
+				wrong[r], errs[r] = heterotest.Run(comms[r], mems[r], c, inPlace, streams[r])
+			}(r)
+		}
+		wg.Wait()
+		for r := range comms {
+			require.NoError(t, errs[r], "%s, rank %d", heterotest.Name(c, inPlace), r)
+			require.Zero(t, wrong[r], "%s, rank %d", heterotest.Name(c, inPlace), r)
+		}
+	}
+}
+
+// stepLineRE matches the step lines of a printed plan (sched.Plan.StepLine).
+var stepLineRE = regexp.MustCompile(`^ +\d+ (intra|d2h|net|h2d) `)
+
+// requireRanAsPrinted: every plan an executor ran is the plan a printer
+// builds for the same rank and call, and the executor ran exactly its
+// steps, each once (the shared-memory plane: in plan order).
+func requireRanAsPrinted(t *testing.T, comm *core.Comm, ran *ranSteps, wantPath sched.Path, name string) {
+	t.Helper()
+	plans, steps := ran.take()
+	if wantPath != sched.PathHostComm && wantPath != sched.PathVendor {
+		// (A single cluster's library runs its calls itself, the host
+		// engine or the vendor's, but for a group of sends and receives.)
+		require.NotEmpty(t, plans, "%s: an executor ran the call", name)
+	}
+	for _, p := range plans {
+		require.Equal(t, wantPath, p.Path, "%s: %s", name, p)
+		printed, err := core.SchedPlan(comm, p.Rank, p.Call)
+		require.NoError(t, err)
+		require.Equal(t, printed.String(), p.String(), "%s: the printed plan is the plan that ran", name)
+		idx := steps[p]
+		if p.Path == sched.PathShm {
+			require.True(t, sort.IntsAreSorted(idx), "%s, rank %d: the shared-memory plane runs its steps in plan order: %v", name, p.Rank, idx)
+		}
+		sort.Ints(idx)
+		var ranLines, printedLines []string
+		for _, i := range idx {
+			ranLines = append(ranLines, p.StepLine(i))
+		}
+		var full strings.Builder
+		printed.Format(&full, 0)
+		for _, line := range strings.Split(strings.TrimRight(full.String(), "\n"), "\n") {
+			if stepLineRE.MatchString(line) {
+				printedLines = append(printedLines, line)
+			}
+		}
+		require.Len(t, printedLines, len(printed.Steps), "%s: Format(0) lists every step", name)
+		require.Equal(t, printedLines, ranLines, "%s, rank %d: the steps that ran are the steps printed", name, p.Rank)
+	}
+}
+
+// TestPlansThatRunArePlansThatPrint: for host ranks alone, host clusters
+// with and without the shared windows, one emulated vendor, and an
+// emulated vendor beside the host with and without the windows, every
+// collective runs exactly, and the steps the executors run are the steps
+// `flagcx bench --print-plan` prints.
+func TestPlansThatRunArePlansThatPrint(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		ranks string // "h" host, "d" emulated nvidia device, per rank
+		opts  []core.Option
+		noShm bool       // FLAGCX_SHM_DISABLE=1: the staged schedules
+		shm   sched.Path // path of AllReduce, Reduce, Broadcast, AllGather, ReduceScatter
+		other sched.Path // path of the others
+	}{
+		{"host only", "hh", nil, false, sched.PathHostComm, sched.PathHostComm},
+		{"host clusters 2,1, shared windows", "hhh", []core.Option{core.WithSplitList([]int{2, 1}), core.WithChunk(8 << 10)}, false, sched.PathShm, sched.PathP2P},
+		{"host clusters 1,1, staged", "hh", []core.Option{core.WithSplitList([]int{1, 1}), core.WithChunk(8 << 10)}, true, sched.PathC2C, sched.PathP2P},
+		{"one vendor", "dd", nil, false, sched.PathVendor, sched.PathVendor},
+		{"one vendor split 1,1, shared windows", "dd", []core.Option{core.WithSplitList([]int{1, 1}), core.WithChunk(8 << 10)}, false, sched.PathShm, sched.PathP2P},
+		{"vendor 2 and host 1, shared windows", "ddh", []core.Option{core.WithChunk(8 << 10)}, false, sched.PathShm, sched.PathP2P},
+		{"vendor 2 and host 1, staged", "ddh", []core.Option{core.WithChunk(8 << 10)}, true, sched.PathC2C, sched.PathP2P},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.noShm {
+				t.Setenv("FLAGCX_SHM_DISABLE", "1")
+			}
+			comms, mems, streams := startMixed(t, tc.ranks, tc.opts...)
+			ran := recordSteps(t)
+			n := len(comms)
+			for _, c := range heterotest.Matrix(n, []int{37, 70001}, []sdk.DataType{sdk.Float32}, 5) {
+				if c.Op != reference.NoOp && c.Op != sdk.Sum && c.Op != sdk.Avg {
+					continue
+				}
+				name := heterotest.Name(c, false)
+				runCase(t, comms, mems, streams, c)
+				want := tc.other
+				if sched.ShmColl(c.Coll) {
+					want = tc.shm
+				}
+				if c.Coll == sdk.Barrier {
+					continue
+				}
+				requireRanAsPrinted(t, comms[0], ran, want, name)
+			}
+		})
+	}
+}
+
+// startMixed brings up one rank per letter of ranks as goroutines: "h" on
+// the host backend, "d" on an emulated nvidia device of one plugin.
+func startMixed(t *testing.T, ranks string, opts ...core.Option) ([]*core.Comm, []heterotest.Mem, []loader.Stream) {
+	t.Helper()
+	n := len(ranks)
+	var p *loader.Plugin
+	if strings.Contains(ranks, "d") {
+		path := testkit.Plugin(t, "nvidia")
+		var err error
+		p, err = loader.Open(path)
+		require.NoError(t, err)
+		require.NoError(t, p.Init(loader.InitOptions{Emulated: true, VendorsimDir: testkit.BuiltFile(t, "vendorsim"),
+			Log: func(string, loader.LogLevel, string) {}}))
+	}
+	cfg := loopback(20 * time.Second)
+	id, err := core.GetUniqueID(core.WithIDNetConfig(cfg))
+	require.NoError(t, err)
+	comms := make([]*core.Comm, n)
+	mems := make([]heterotest.Mem, n)
+	streams := make([]loader.Stream, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	dev := 0
+	for r := 0; r < n; r++ {
+		be := core.HostBackend()
+		mems[r] = heterotest.HostMem{}
+		if ranks[r] == 'd' {
+			be = core.DeviceBackend(p, dev)
+			mems[r] = heterotest.DeviceMem{P: p, Dev: dev}
+			s, err := p.StreamCreate(dev)
+			require.NoError(t, err)
+			streams[r] = s
+			dev++
+		}
+		wg.Add(1)
+		go func(r int, be core.Backend) {
+			defer wg.Done()
+			all := append([]core.Option{core.WithBackend(be), core.WithEnv(noEnv), core.WithNetConfig(cfg)}, opts...)
+			comms[r], errs[r] = core.InitRank(id, n, r, all...)
+		}(r, be)
+	}
+	wg.Wait()
+	for r, err := range errs {
+		require.NoError(t, err, "rank %d", r)
+	}
+	t.Cleanup(func() {
+		for _, c := range comms {
+			c.Destroy()
+		}
+	})
+	return comms, mems, streams
+}
