@@ -78,7 +78,10 @@ if [[ " $STEPS " == *" 1 "* ]]; then
     [ -f "$SRC/src/Makefile" ] || { echo "no nccl-tests sources in $SRC: run tools/nccl-dropin/prepare.sh" >&2; exit 2; }
     cp -r "$SRC" "$WORK/src"
     mkdir -p "$WORK/ncclhome/lib" "$WORK/ncclhome/include"
+    # -lnccl finds the drop-in; the linker checks it against libflagcx.so,
+    # which it needs, beside it.
     ln -s "$DROPIN" "$WORK/ncclhome/lib/libnccl.so"
+    ln -s "$REPO/build/lib/libflagcx.so" "$WORK/ncclhome/lib/libflagcx.so"
     MPI_HOME=$(dirname "$(mpicc --showme:incdirs | tr ' ' '\n' | head -1)")
     if make -C "$WORK/src/src" -j"$(nproc)" MPI=1 MPI_HOME="$MPI_HOME" NCCL_HOME="$WORK/ncclhome" CUDA_HOME=/usr/local/cuda \
         NVCC_GENCODE="-gencode=arch=compute_90,code=sm_90" BUILDDIR="$WORK/nt" >"$LOGS/nccl-tests-build.log" 2>&1; then
