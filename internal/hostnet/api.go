@@ -28,14 +28,13 @@
 package hostnet
 
 import (
-	"errors"
-	"fmt"
 	"time"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 
-// Secret is the shared key of one communicator; peers prove they hold it
-// without sending it (HMAC challenge-response).
-type Secret [16]byte
+// Secret is the shared key of one communicator (wire.Secret).
+type Secret = wire.Secret
 
 // Config tunes the transport. The zero value is not useful: start from
 // DefaultConfig or ConfigFromEnv.
@@ -77,24 +76,21 @@ type Config struct {
 	NearPCI string
 }
 
-// Errors a caller may test for with errors.Is / errors.As.
+// Errors a caller may test for with errors.Is / errors.As; they live in
+// wire so that every transport returns the same values.
 var (
-	// ErrTimeout: the deadline passed with no progress from the peer.
-	ErrTimeout = errors.New("timed out")
-	// ErrClosed: the peer closed the connection or this side was closed
-	// (by Close or an abort).
-	ErrClosed = errors.New("connection closed")
-	// ErrAuth: the peer could not prove the secret.
-	ErrAuth = errors.New("peer failed authentication")
-	// ErrMismatch: the ranks of a host disagree on the collective step
-	// they are in (another operation, count, type or root).
-	ErrMismatch = errors.New("ranks disagree on the operation")
+	ErrTimeout  = wire.ErrTimeout
+	ErrClosed   = wire.ErrClosed
+	ErrAuth     = wire.ErrAuth
+	ErrMismatch = wire.ErrMismatch
+	ErrProtocol = wire.ErrProtocol
+	ErrConfig   = wire.ErrConfig
 )
 
 // LengthError reports a frame whose length differs from what the receiver
-// expected: the two ranks disagree on a count or data type.
-type LengthError struct{ Got, Want int }
+// expected (wire.LengthError).
+type LengthError = wire.LengthError
 
-func (e *LengthError) Error() string {
-	return fmt.Sprintf("peer sent %d bytes where %d were expected", e.Got, e.Want)
-}
+// MismatchError is a peer's label that differs from this side's
+// (wire.MismatchError).
+type MismatchError = wire.MismatchError

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/flagcx/flagcx-go/internal/env"
+	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 
 // Defaults of Config, also used where a variable is unset.
@@ -30,13 +31,8 @@ var (
 	EnvSocketNThreads  = env.SocketNThreads.Name
 	EnvNSocksPerThread = env.NSocksPerThread.Name
 	EnvNetStripeMin    = env.NetStripeMin.Name
-	EnvTimeout         = env.Timeout.Name
+	EnvTimeout         = wire.EnvTimeout
 )
-
-// ErrConfig: a configuration value (usually an environment variable) is
-// malformed. The wrapping error names the variable, the value and what is
-// allowed.
-var ErrConfig = errors.New("invalid hostnet configuration")
 
 // DefaultConfig is the configuration used when no variable is set:
 // every interface but loopback and docker, either address family, 4 sockets

@@ -19,11 +19,6 @@ import (
 	"unsafe"
 )
 
-// ErrProtocol: the peer sent bytes that are not what the hostnet protocol
-// allows at that point (not a hostnet peer, another protocol version, or a
-// peer that cut its messages differently).
-var ErrProtocol = errors.New("hostnet protocol error")
-
 // Frames. After the handshake a connection carries frames:
 //
 //	[0:4]   magic "FCX1"

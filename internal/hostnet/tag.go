@@ -26,20 +26,6 @@ const (
 	noticeWait = time.Second
 )
 
-// MismatchError is a peer's label (a frame's tag, a step's label) that
-// differs from this side's: the ranks are in different operations.
-type MismatchError struct {
-	Got, Want uint64
-}
-
-func (e *MismatchError) Error() string {
-	return fmt.Sprintf("%v: the peer labelled its data %#x where this side expects %#x (it is running another operation, or the same one with another count, data type, op or root)",
-		ErrMismatch, e.Got, e.Want)
-}
-
-// Unwrap makes a MismatchError match ErrMismatch.
-func (e *MismatchError) Unwrap() error { return ErrMismatch }
-
 // PeerFailure is a failure notice received instead of data: What is the
 // text the failing peer sent (Notify).
 type PeerFailure struct{ What string }
