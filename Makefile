@@ -29,7 +29,7 @@ test: all
 # Every decoder of what a peer sends has a fuzz target (docs/security.md);
 # fuzz-smoke runs each for FUZZTIME on one worker (CI: after make test).
 FUZZ_TARGETS := \
-	./internal/hostnet:FuzzPeerTable ./internal/hostnet:FuzzSegName ./internal/hostnet:FuzzMeshHello \
+	./internal/hostnet:FuzzPeerTable ./internal/hostnet/shm:FuzzSegName ./internal/hostnet:FuzzMeshHello \
 	./internal/hostnet:FuzzNetNegotiation ./internal/hostnet:FuzzNetChunk ./internal/hostnet:FuzzHandshake \
 	./core:FuzzAnnounce ./core:FuzzRendezvousReply ./core:FuzzInitRecord ./core:FuzzUniqueID
 FUZZTIME ?= 3s

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"math"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"unicode"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
+	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 
 // Trusting peers. The handshake (handshake.go) only tells that a peer holds
@@ -25,48 +27,16 @@ const (
 	// MaxRanks bounds the rank count a peer may announce: far above any
 	// real job, low enough that tables sized by it stay small.
 	MaxRanks = 1 << 20
-	// maxPid is PID_MAX_LIMIT on 64-bit Linux.
-	maxPid = 1 << 22
 	// maxPeerField bounds the host name, boot id, pid namespace and address.
 	maxPeerField = 256
 	// maxPeerWhy bounds the free text of a peer (why it has no shared memory).
 	maxPeerWhy = 4096
-	// maxSegName is the longest name segName makes (prefix, 12 + 20 + 7 +
-	// 16 characters and the dashes), with room to spare.
-	maxSegName = 80
 )
-
-// segPrefix opens every file name hostnet makes in the shm directory.
-const segPrefix = "flagcx-"
 
 // PeerName is how errors name a peer: "rank 3 (10.0.0.7:5000)", with what
 // the peer said quoted when it is not plain text.
 func PeerName(rank int, addr string) string {
-	return fmt.Sprintf("rank %d (%s)", rank, quoteIfOdd(addr, 64))
-}
-
-// quoteIfOdd is s when it is short printable text without spaces, else s
-// cut to max bytes and quoted, so a peer cannot forge lines in our errors.
-func quoteIfOdd(s string, max int) string {
-	plain := len(s) > 0 && len(s) <= max
-	for _, r := range s {
-		if r > unicode.MaxASCII || !unicode.IsPrint(r) || r == ' ' {
-			plain = false
-			break
-		}
-	}
-	if plain {
-		return s
-	}
-	return quote(s, max)
-}
-
-// quote is s cut to max bytes, quoted.
-func quote(s string, max int) string {
-	if len(s) > max {
-		return strconv.Quote(s[:max]) + "..."
-	}
-	return strconv.Quote(s)
+	return fmt.Sprintf("rank %d (%s)", rank, wire.QuoteIfOdd(addr, 64))
 }
 
 // printable: at most max bytes of valid printable UTF-8.
@@ -100,7 +70,7 @@ func freeText(s string, max int) bool {
 // 1..65535 and a host of printable text.
 func CheckAddr(addr string) error {
 	if !printable(addr, maxPeerField) {
-		return fmt.Errorf("%s is not host:port (at most %d printable characters)", quoteIfOdd(addr, 64), maxPeerField)
+		return fmt.Errorf("%s is not host:port (at most %d printable characters)", wire.QuoteIfOdd(addr, 64), maxPeerField)
 	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil || host == "" || strings.ContainsAny(host, " /") {
@@ -114,7 +84,7 @@ func CheckAddr(addr string) error {
 
 // Check validates what a peer announced about itself for a communicator
 // of nranks: rank, address, pid and text fields in range, and a segment
-// name that is one hostnet made for that pid (segName), so it can be used
+// name that is one hostnet made for that pid (shm.SegName), so it can be used
 // as a file name in the shm directory. Errors wrap ErrProtocol and name
 // the peer.
 // maxCores bounds a peer's announced core count.
@@ -131,11 +101,11 @@ func (p Peer) Check(nranks int) error {
 		return bad("a rank out of range 0..%d", nranks-1)
 	case CheckAddr(p.Addr) != nil:
 		return bad("a listener address that %v", CheckAddr(p.Addr))
-	case p.Pid <= 0 || p.Pid > maxPid:
-		return bad("pid %d (1..%d)", p.Pid, maxPid)
+	case p.Pid <= 0 || p.Pid > shm.MaxPid:
+		return bad("pid %d (1..%d)", p.Pid, shm.MaxPid)
 	case !printable(p.Host, maxPeerField), !printable(p.BootID, maxPeerField), !printable(p.PidNS, maxPeerField):
 		return bad("a host name, boot id or pid namespace that is not text of at most %d bytes (%s, %s, %s)",
-			maxPeerField, quoteIfOdd(p.Host, 64), quoteIfOdd(p.BootID, 64), quoteIfOdd(p.PidNS, 64))
+			maxPeerField, wire.QuoteIfOdd(p.Host, 64), wire.QuoteIfOdd(p.BootID, 64), wire.QuoteIfOdd(p.PidNS, 64))
 	case p.Cores < 0 || p.Cores > maxCores:
 		return bad("%d cores (0..%d)", p.Cores, maxCores)
 	case !freeText(p.NoShm, maxPeerWhy):
@@ -144,9 +114,9 @@ func (p Peer) Check(nranks int) error {
 	if p.Shm == "" {
 		return nil
 	}
-	_, _, pid, _, ok := parseSegName(p.Shm)
+	_, _, pid, _, ok := shm.ParseSegName(p.Shm)
 	if !ok {
-		return bad("shm name %s, which is not a flagcx segment name (%s<boot>-<pidns>-<pid>-<token>, no separators)", quote(p.Shm, 96), segPrefix)
+		return bad("shm name %s, which is not a flagcx segment name (%s<boot>-<pidns>-<pid>-<token>, no separators)", wire.Quote(p.Shm, 96), shm.SegPrefix)
 	}
 	if pid != p.Pid {
 		return bad("shm name %s, made by pid %d, but it says it is pid %d", p.Shm, pid, p.Pid)
@@ -172,103 +142,6 @@ func CheckPeers(peers []Peer) error {
 	return nil
 }
 
-// ---- segment names ----------------------------------------------------------
-
-// nsID is the number in /proc/self/ns/pid ("pid:[4026531836]"), or "0".
-func nsID(ns string) string {
-	if i, j := strings.IndexByte(ns, '['), strings.IndexByte(ns, ']'); i >= 0 && j > i+1 && allDigits(ns[i+1:j], 20) {
-		return ns[i+1 : j]
-	}
-	return "0"
-}
-
-func bootTag(boot string) string {
-	var b strings.Builder
-	for _, r := range strings.ToLower(boot) {
-		if b.Len() < 12 && (r >= '0' && r <= '9' || r >= 'a' && r <= 'z') {
-			b.WriteRune(r)
-		}
-	}
-	if b.Len() == 0 {
-		return "noboot"
-	}
-	return b.String()
-}
-
-// segName is the file name of a segment made by pid: the boot id and pid
-// namespace let CleanStaleShm tell, without opening it, whether its creator
-// could still be alive. It is the only pattern of names hostnet creates in
-// the shm directory, and parseSegName accepts nothing else.
-func segName(boot, pidns string, pid int, token uint64) string {
-	return fmt.Sprintf("%s%s-%s-%d-%016x", segPrefix, bootTag(boot), nsID(pidns), pid, token)
-}
-
-// parseSegName undoes segName, strictly: flagcx-, 1 to 12 of [0-9a-z] (or
-// "noboot"), 1 to 20 digits, a pid in 1..maxPid, 16 lowercase hex digits.
-// A name it accepts has no separator and no dot, so it can only name a
-// file directly inside the shm directory.
-func parseSegName(name string) (boot, ns string, pid int, token uint64, ok bool) {
-	if len(name) > maxSegName || !strings.HasPrefix(name, segPrefix) {
-		return "", "", 0, 0, false
-	}
-	f := strings.Split(name[len(segPrefix):], "-")
-	if len(f) != 4 || f[0] == "" || len(f[0]) > 12 || bootTag(f[0]) != f[0] || !allDigits(f[1], 20) ||
-		!allDigits(f[2], 7) || f[2][0] == '0' || len(f[3]) != 16 || strings.ToLower(f[3]) != f[3] {
-		return "", "", 0, 0, false
-	}
-	p, err1 := strconv.Atoi(f[2])
-	t, err2 := strconv.ParseUint(f[3], 16, 64)
-	if err1 != nil || err2 != nil || p <= 0 || p > maxPid {
-		return "", "", 0, 0, false
-	}
-	return f[0], f[1], p, t, true
-}
-
-func allDigits(s string, max int) bool {
-	if s == "" || len(s) > max {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
-}
-
-// ---- files in the shm directory ---------------------------------------------
-
-// The shm directory is opened as an os.Root for every file named by a peer
-// (or found in the directory): even a name that passed parseSegName is
-// resolved inside it, never through a path that could leave it.
-
-// openShmFile opens the segment name in dir for reading and writing.
-func openShmFile(dir, name string) (*os.File, error) {
-	if _, _, _, _, ok := parseSegName(name); !ok {
-		return nil, fmt.Errorf("%s is not the name of a flagcx segment: %w", quoteIfOdd(name, 96), ErrProtocol)
-	}
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer root.Close()
-	return root.OpenFile(name, os.O_RDWR, 0)
-}
-
-// removeShmFile removes the segment name from dir; names that are not
-// segment names are refused.
-func removeShmFile(dir, name string) error {
-	if _, _, _, _, ok := parseSegName(name); !ok {
-		return fmt.Errorf("%s is not the name of a flagcx segment: %w", quoteIfOdd(name, 96), ErrProtocol)
-	}
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return err
-	}
-	defer root.Close()
-	return root.Remove(name)
-}
-
 // ---- messages between connected ranks ---------------------------------------
 
 // decodeMeshHello reads the hello of a TCP socket of the mesh (meshHello)
@@ -277,7 +150,7 @@ func removeShmFile(dir, name string) error {
 func decodeMeshHello(b []byte, from string, rank, n, streams int) (meshHello, error) {
 	var h meshHello
 	if err := json.Unmarshal(b, &h); err != nil {
-		return h, fmt.Errorf("hostnet: the mesh hello of the peer at %s is malformed: %w (%v)", quoteIfOdd(from, 64), ErrProtocol, err)
+		return h, fmt.Errorf("hostnet: the mesh hello of the peer at %s is malformed: %w (%v)", wire.QuoteIfOdd(from, 64), ErrProtocol, err)
 	}
 	switch {
 	case h.Rank <= rank || h.Rank >= n:
@@ -302,7 +175,7 @@ func decodeNetOffer(b []byte, peer int, addr string) (netOffer, error) {
 	}
 	switch {
 	case o.Want != "IB" && o.Want != "auto" && o.Want != "no":
-		return bad("wants %s (IB, auto or no)", quoteIfOdd(o.Want, 16))
+		return bad("wants %s (IB, auto or no)", wire.QuoteIfOdd(o.Want, 16))
 	case !freeText(o.Why, negotiationMax):
 		return bad("gives a reason that is not text of at most %d bytes", negotiationMax)
 	case !printable(o.Device, maxOfferName), !printable(o.Fabric, maxOfferName):

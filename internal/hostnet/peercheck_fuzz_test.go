@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 )
 
 // Fuzz targets: one per message a peer can send to hostnet. Each decoder
@@ -41,28 +43,9 @@ func checkAcceptedPeer(t *testing.T, p Peer) {
 	if strings.ContainsAny(p.Shm, `/\`) || strings.Contains(p.Shm, "..") || filepath.Join(DefaultShmDir, p.Shm) != DefaultShmDir+"/"+p.Shm {
 		t.Fatalf("accepted shm name %q leaves the shm directory", p.Shm)
 	}
-	if _, _, pid, _, ok := parseSegName(p.Shm); !ok || pid != p.Pid {
+	if _, _, pid, _, ok := shm.ParseSegName(p.Shm); !ok || pid != p.Pid {
 		t.Fatalf("accepted shm name %q of pid %d", p.Shm, p.Pid)
 	}
-}
-
-// FuzzSegName: what parseSegName accepts is exactly what segName makes.
-func FuzzSegName(f *testing.F) {
-	f.Add(segName("3f2a77b1-0000", "pid:[4026531836]", 4242, 0xabcdef))
-	f.Add("flagcx-noboot-0-1-0000000000000000")
-	f.Add("../../tmp/victim.txt")
-	f.Fuzz(func(t *testing.T, name string) {
-		boot, ns, pid, token, ok := parseSegName(name)
-		if !ok {
-			return
-		}
-		if again := segName(boot, "pid:["+ns+"]", pid, token); again != name {
-			t.Fatalf("parseSegName accepted %q, which segName writes %q", name, again)
-		}
-		if strings.ContainsAny(name, `/\.`) {
-			t.Fatalf("parseSegName accepted %q", name)
-		}
-	})
 }
 
 // FuzzMeshHello: the hello of a TCP socket of the mesh.

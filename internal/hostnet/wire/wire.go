@@ -8,6 +8,8 @@ package wire
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"unicode"
 
 	"github.com/flagcx/flagcx-go/internal/env"
 )
@@ -63,3 +65,27 @@ func (e *MismatchError) Error() string {
 
 // Unwrap makes a MismatchError match ErrMismatch.
 func (e *MismatchError) Unwrap() error { return ErrMismatch }
+
+// QuoteIfOdd is s when it is short printable text without spaces, else s
+// cut to max bytes and quoted, so a peer cannot forge lines in our errors.
+func QuoteIfOdd(s string, max int) string {
+	plain := len(s) > 0 && len(s) <= max
+	for _, r := range s {
+		if r > unicode.MaxASCII || !unicode.IsPrint(r) || r == ' ' {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return s
+	}
+	return Quote(s, max)
+}
+
+// Quote is s cut to max bytes, quoted.
+func Quote(s string, max int) string {
+	if len(s) > max {
+		return strconv.Quote(s[:max]) + "..."
+	}
+	return strconv.Quote(s)
+}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package hostnet
+package shm
 
 import (
 	"bytes"
@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 
 // Waiting on a word another process advances (a ring counter, a step
@@ -192,9 +194,9 @@ func ProcessStalled(pid int) string {
 	return ""
 }
 
-// processEnded reports whether process pid is dead or on its way out: gone,
+// ProcessEnded reports whether process pid is dead or on its way out: gone,
 // a zombie, or still exiting (see exitingFlags).
-func processEnded(pid int) bool {
+func ProcessEnded(pid int) bool {
 	if processGone(pid) != "" {
 		return true
 	}
@@ -235,5 +237,5 @@ func exitingFlags(f []string) bool {
 
 // peerGoneErr is the error of a wait whose peer process died.
 func peerGoneErr(what string, pid int, why string) error {
-	return fmt.Errorf("%s: %w: process %d %s", what, ErrClosed, pid, why)
+	return fmt.Errorf("%s: %w: process %d %s", what, wire.ErrClosed, pid, why)
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package hostnet
+package shm
 
 import (
 	"fmt"
@@ -11,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/flagcx/flagcx-go/internal/bytesize"
+	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 
 // Registered memory: segments that a rank allocates for its own buffers
@@ -80,9 +81,9 @@ func (n *ShmNode) NewMem(size int) ([]byte, string, error) {
 // NewMem (size bytes).
 func (n *ShmNode) MapMem(i int, name string, size int) ([]byte, error) {
 	pid := n.segs[i].pid
-	_, _, npid, token, ok := parseSegName(name)
+	_, _, npid, token, ok := ParseSegName(name)
 	if !ok || npid != pid {
-		return nil, fmt.Errorf("%s is not the name of a flagcx segment of pid %d: %w", quoteIfOdd(name, 96), pid, ErrProtocol)
+		return nil, fmt.Errorf("%s is not the name of a flagcx segment of pid %d: %w", wire.QuoteIfOdd(name, 96), pid, wire.ErrProtocol)
 	}
 	path := filepath.Join(n.segs[n.me].dir, name) // for messages: the file is opened through openShmFile
 	f, err := openShmFile(n.segs[n.me].dir, name)
@@ -92,7 +93,7 @@ func (n *ShmNode) MapMem(i int, name string, size int) ([]byte, error) {
 	defer f.Close()
 	total := shmPage + roundUp(size, shmPage)
 	if st, err := f.Stat(); err != nil || st.Size() != int64(total) {
-		return nil, fmt.Errorf("%s is not a %d-byte memory segment: %w", path, total, ErrProtocol)
+		return nil, fmt.Errorf("%s is not a %d-byte memory segment: %w", path, total, wire.ErrProtocol)
 	}
 	mem, err := mapShm(f, total)
 	if err != nil {
@@ -101,7 +102,7 @@ func (n *ShmNode) MapMem(i int, name string, size int) ([]byte, error) {
 	h := (*[4]uint64)(unsafe.Pointer(&mem[0]))
 	if h[0] != memMagic || h[1] != uint64(size) || h[2] != uint64(pid) || h[3] != token {
 		syscall.Munmap(mem)
-		return nil, fmt.Errorf("%s is not the memory segment pid %d announced: %w", path, pid, ErrProtocol)
+		return nil, fmt.Errorf("%s is not the memory segment pid %d announced: %w", path, pid, wire.ErrProtocol)
 	}
 	data := mem[shmPage : shmPage+size : shmPage+size]
 	n.mem.add(data, mem)
@@ -128,7 +129,7 @@ func (n *ShmNode) FreeMem(data []byte) error {
 	delete(n.mem.maps, unsafe.SliceData(data))
 	n.mem.mu.Unlock()
 	if !ok {
-		return fmt.Errorf("hostnet: FreeMem of memory not from NewMem or MapMem: %w", ErrProtocol)
+		return fmt.Errorf("hostnet: FreeMem of memory not from NewMem or MapMem: %w", wire.ErrProtocol)
 	}
 	return syscall.Munmap(whole)
 }

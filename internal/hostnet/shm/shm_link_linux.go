@@ -1,6 +1,6 @@
 //go:build linux
 
-package hostnet
+package shm
 
 import (
 	"errors"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/flagcx/flagcx-go/internal/bytesize"
 	"github.com/flagcx/flagcx-go/internal/env"
+	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 
 // Point-to-point rings. A rank's p2p area holds one inbound ring per
@@ -189,7 +190,7 @@ func (w *shmLinkWatch) stopped() error {
 
 func (w *shmLinkWatch) timeoutErr(d time.Duration) error {
 	return fmt.Errorf("%s: no progress for %v (is the peer alive and running the same sequence of operations? %s sets the limit): %w",
-		w.l.describe(w.op), d, EnvTimeout, ErrTimeout)
+		w.l.describe(w.op), d, wire.EnvTimeout, wire.ErrTimeout)
 }
 
 // begin enters a Send or Recv.
@@ -203,7 +204,7 @@ func (l *ShmLink) begin(op string) error {
 		l.mu.RUnlock()
 		// %v: the earlier error (a timeout, say) was an earlier call's;
 		// this one matches ErrClosed alone.
-		return fmt.Errorf("%s: %w: unusable after an earlier error (%v); close it and connect again", l.describe(op), ErrClosed, *b)
+		return fmt.Errorf("%s: %w: unusable after an earlier error (%v); close it and connect again", l.describe(op), wire.ErrClosed, *b)
 	}
 	return nil
 }
@@ -218,7 +219,7 @@ func (l *ShmLink) fail(err error) error {
 }
 
 func (l *ShmLink) closedErr(op string) error {
-	return fmt.Errorf("%s: %w (closed by this side)", l.describe(op), ErrClosed)
+	return fmt.Errorf("%s: %w (closed by this side)", l.describe(op), wire.ErrClosed)
 }
 
 func (l *ShmLink) peerClosedErr(op string, how uint32) error {
@@ -226,7 +227,7 @@ func (l *ShmLink) peerClosedErr(op string, how uint32) error {
 	if how == shmClosedByError {
 		why = "closed by the peer after an error on its side (a length mismatch or a broken message)"
 	}
-	return fmt.Errorf("%s: %w (%s)", l.describe(op), ErrClosed, why)
+	return fmt.Errorf("%s: %w (%s)", l.describe(op), wire.ErrClosed, why)
 }
 
 // Send sends p as one message.
@@ -306,7 +307,7 @@ func (l *ShmLink) Recv(p []byte) error {
 			if err != nil {
 				if v := atomic.LoadUint32(r.head); v != r.pos {
 					seen = v // it arrived as the peer closed: take it
-				} else if i == 0 && errors.Is(err, ErrTimeout) {
+				} else if i == 0 && errors.Is(err, wire.ErrTimeout) {
 					return err // nothing consumed: still in step
 				} else {
 					return l.fail(err)
@@ -323,13 +324,13 @@ func (l *ShmLink) Recv(p []byte) error {
 			tp, pp := r.hdr(slot)
 			total, piece := *tp, *pp
 			if total != uint64(n) && piece == 0 && i+j == 0 {
-				le := &LengthError{Got: int(min(total, uint64(maxInt))), Want: n}
+				le := &wire.LengthError{Got: int(min(total, uint64(maxInt))), Want: n}
 				l.fail(le)
 				return le
 			}
 			if total != uint64(n) || piece != uint64(i+j) {
 				return l.fail(fmt.Errorf("%s: slot %d holds piece %d of a %d-byte message where piece %d of %d bytes was due: %w",
-					l.describe(op), slot, piece, total, i+j, n, ErrProtocol))
+					l.describe(op), slot, piece, total, i+j, n, wire.ErrProtocol))
 			}
 			lo := (i + j) * S
 			if m == 1 {

@@ -1,6 +1,6 @@
 //go:build linux
 
-package hostnet
+package shm
 
 import (
 	"fmt"
@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 
 // ShmNode is what the ranks of one host share for collectives: every
@@ -96,7 +98,7 @@ func (n *ShmNode) Post(sig uint64) error {
 	if n.broken != nil {
 		// %v: the earlier Wait's error (a timeout, a mismatch) is not this
 		// call's; it matches ErrClosed alone.
-		return fmt.Errorf("hostnet: shm step: %w: unusable after an earlier error (%v)", ErrClosed, n.broken)
+		return fmt.Errorf("hostnet: shm step: %w: unusable after an earlier error (%v)", wire.ErrClosed, n.broken)
 	}
 	n.step++
 	n.sig = sig
@@ -120,13 +122,13 @@ func (n *ShmNode) Wait(i int) error {
 	}
 	if n.broken != nil {
 		// %v: as in Post, the earlier error is not this call's.
-		return fmt.Errorf("hostnet: shm step: %w: unusable after an earlier error (%v)", ErrClosed, n.broken)
+		return fmt.Errorf("hostnet: shm step: %w: unusable after an earlier error (%v)", wire.ErrClosed, n.broken)
 	}
 	s := n.segs[i]
 	_, err := shmAwait(s.seq, s.sleepers, n.step, n.pol, n.timeout, n.watch[i])
 	if err == nil {
 		if got := atomic.LoadUint64(&s.sig[n.step&1]); got != n.sig {
-			err = fmt.Errorf("%s: %w", n.watch[i].what(), &MismatchError{Got: got, Want: n.sig})
+			err = fmt.Errorf("%s: %w", n.watch[i].what(), &wire.MismatchError{Got: got, Want: n.sig})
 		}
 	}
 	if err != nil {
@@ -155,9 +157,9 @@ func (w *nodeWatch) stopped() error {
 	}
 	switch atomic.LoadUint32(s.closed) {
 	case shmClosedByClose:
-		return fmt.Errorf("%s: %w (it destroyed or aborted its communicator)", w.what(), ErrClosed)
+		return fmt.Errorf("%s: %w (it destroyed or aborted its communicator)", w.what(), wire.ErrClosed)
 	case shmClosedByError:
-		return fmt.Errorf("%s: %w (it failed an earlier step)", w.what(), ErrClosed)
+		return fmt.Errorf("%s: %w (it failed an earlier step)", w.what(), wire.ErrClosed)
 	}
 	if why := processGone(s.pid); why != "" {
 		return peerGoneErr(w.what(), s.pid, why)
@@ -167,16 +169,16 @@ func (w *nodeWatch) stopped() error {
 
 func (w *nodeWatch) timeoutErr(d time.Duration) error {
 	return fmt.Errorf("%s: no progress for %v (is it alive and running the same sequence of operations? %s sets the limit): %w",
-		w.what(), d, EnvTimeout, ErrTimeout)
+		w.what(), d, wire.EnvTimeout, wire.ErrTimeout)
 }
 
 func (n *ShmNode) closedErr() error {
-	return fmt.Errorf("hostnet: shm step: %w (closed by this side)", ErrClosed)
+	return fmt.Errorf("hostnet: shm step: %w (closed by this side)", wire.ErrClosed)
 }
 
 // close tells the host's ranks that this one is gone, wakes every wait
 // (here and theirs) and waits for this rank's use of the windows to Exit.
-func (n *ShmNode) close() {
+func (n *ShmNode) Close() {
 	if n.closed.Swap(true) {
 		return
 	}

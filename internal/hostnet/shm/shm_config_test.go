@@ -1,10 +1,12 @@
-package hostnet
+package shm
 
 import (
 	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 
 func TestShmConfigFromLookup(t *testing.T) {
@@ -69,7 +71,7 @@ func TestShmConfigFromLookup(t *testing.T) {
 				return
 			}
 			require.Error(t, err)
-			require.True(t, errors.Is(err, ErrConfig), "error %v should wrap ErrConfig", err)
+			require.True(t, errors.Is(err, wire.ErrConfig), "error %v should wrap ErrConfig", err)
 			for _, s := range tc.bad {
 				require.Contains(t, err.Error(), s)
 			}
@@ -89,7 +91,7 @@ func TestShmConfigFromEnv(t *testing.T) {
 
 	t.Setenv("FLAGCX_SHM_SLOTS", "8")
 	_, err = ShmConfigFromEnv()
-	require.ErrorIs(t, err, ErrConfig)
+	require.ErrorIs(t, err, wire.ErrConfig)
 	require.Contains(t, err.Error(), `FLAGCX_SHM_SLOTS="8"`)
 	require.Contains(t, err.Error(), EnvShmP2PSize)
 }
@@ -229,37 +231,6 @@ func TestCheckShmFree(t *testing.T) {
 			for _, s := range tc.bad {
 				require.Contains(t, err.Error(), s)
 			}
-		})
-	}
-}
-
-func TestSameHostAndTransportFor(t *testing.T) {
-	base := Peer{Rank: 0, Addr: "10.0.0.1:5000", Host: "node1", Pid: 100, BootID: "boot-a", PidNS: "pid:[4026531836]", Shm: "flagcx-seg-0"}
-	peer := func(f func(*Peer)) Peer { p := base; p.Rank, p.Pid, p.Shm = 1, 200, "flagcx-seg-1"; f(&p); return p }
-	tests := []struct {
-		name      string
-		a, b      Peer
-		same      bool
-		transport string
-	}{
-		{"same host, both with a segment", base, peer(func(*Peer) {}), true, "shm"},
-		{"addresses do not matter", base, peer(func(p *Peer) { p.Addr = "10.9.9.9:1" }), true, "shm"},
-		{"other boot id", base, peer(func(p *Peer) { p.BootID = "boot-b" }), false, "tcp"},
-		{"other host name", base, peer(func(p *Peer) { p.Host = "node2" }), false, "tcp"},
-		{"other pid namespace", base, peer(func(p *Peer) { p.PidNS = "pid:[4026532000]" }), false, "tcp"},
-		{"no boot id on either side", peer(func(p *Peer) { p.BootID = "" }), peer(func(p *Peer) { p.BootID = "" }), false, "tcp"},
-		{"no boot id on one side", base, peer(func(p *Peer) { p.BootID = "" }), false, "tcp"},
-		{"peer without a segment", base, peer(func(p *Peer) { p.Shm, p.NoShm = "", "FLAGCX_SHM_DISABLE=1" }), true, "tcp"},
-		{"this rank without a segment", peer(func(p *Peer) { p.Shm = "" }), base, true, "tcp"},
-		{"neither has a segment", peer(func(p *Peer) { p.Shm = "" }), peer(func(p *Peer) { p.Shm = "" }), true, "tcp"},
-		{"segment but other host", base, peer(func(p *Peer) { p.Host = "node2"; p.BootID = "boot-b" }), false, "tcp"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			require.Equal(t, tc.same, SameHost(tc.a, tc.b))
-			require.Equal(t, tc.same, SameHost(tc.b, tc.a), "symmetric")
-			require.Equal(t, tc.transport, TransportFor(tc.a, tc.b))
-			require.Equal(t, tc.transport, TransportFor(tc.b, tc.a), "both ends choose the same")
 		})
 	}
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package hostnet
+package shm
 
 import (
 	"crypto/rand"
@@ -16,6 +16,7 @@ import (
 	"unsafe"
 
 	"github.com/flagcx/flagcx-go/internal/bytesize"
+	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 
 // Segment header (see shm.go). Offsets in bytes; every word a peer writes
@@ -73,7 +74,7 @@ func (s *ShmSegment) layout() {
 // process of this kernel and pid namespace, no longer runs (a rank killed
 // before its peers mapped its segment). It returns how many it removed.
 func CleanStaleShm(sc ShmConfig) int {
-	dir := sc.dir()
+	dir := sc.Path()
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return 0
@@ -81,11 +82,11 @@ func CleanStaleShm(sc ShmConfig) int {
 	boot, ns := bootTag(BootID()), nsID(PidNamespace())
 	removed := 0
 	for _, e := range ents {
-		b, n, pid, _, ok := parseSegName(e.Name())
+		b, n, pid, _, ok := ParseSegName(e.Name())
 		if !ok || b != boot || n != ns || processGone(pid) == "" {
 			continue
 		}
-		if removeShmFile(dir, e.Name()) == nil {
+		if RemoveShmFile(dir, e.Name()) == nil {
 			removed++
 		}
 	}
@@ -108,7 +109,7 @@ func CreateShmSegment(sc ShmConfig) (*ShmSegment, error) {
 		win = shmWindowMax
 	}
 	size := sc.SegmentBytes()
-	dir := sc.dir()
+	dir := sc.Path()
 	mem, name, token, err := createShmFile(dir, size, "segment",
 		fmt.Sprintf("shrink %s / %s, or set %s=1 to use TCP", EnvShmP2PSize, EnvShmWindowSize, EnvShmDisable))
 	if err != nil {
@@ -136,7 +137,7 @@ func createShmFile(dir string, size int, what, hint string) (mem []byte, name st
 		return nil, "", 0, fmt.Errorf("%w: %w", ErrShmUnavailable, err)
 	}
 	token = binary.LittleEndian.Uint64(tb[:])
-	name = segName(BootID(), PidNamespace(), os.Getpid(), token)
+	name = SegName(BootID(), PidNamespace(), os.Getpid(), token)
 	path := filepath.Join(dir, name)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
@@ -175,9 +176,9 @@ func mapShm(f *os.File, size int) ([]byte, error) {
 
 // openShmSegment maps the segment name in dir that process pid created.
 func openShmSegment(dir, name string, pid int) (*ShmSegment, error) {
-	_, _, npid, token, ok := parseSegName(name)
+	_, _, npid, token, ok := ParseSegName(name)
 	if !ok || npid != pid {
-		return nil, fmt.Errorf("%s is not the name of a flagcx segment of pid %d: %w", quoteIfOdd(name, 96), pid, ErrProtocol)
+		return nil, fmt.Errorf("%s is not the name of a flagcx segment of pid %d: %w", wire.QuoteIfOdd(name, 96), pid, wire.ErrProtocol)
 	}
 	path := filepath.Join(dir, name) // for messages: the file is opened through openShmFile
 	f, err := openShmFile(dir, name)
@@ -191,7 +192,7 @@ func openShmSegment(dir, name string, pid int) (*ShmSegment, error) {
 	}
 	size := st.Size()
 	if size < 3*shmPage || size > 3*MaxShmAreaBytes {
-		return nil, fmt.Errorf("%s is %d bytes, not a flagcx segment: %w", path, size, ErrProtocol)
+		return nil, fmt.Errorf("%s is %d bytes, not a flagcx segment: %w", path, size, wire.ErrProtocol)
 	}
 	mem, err := mapShm(f, int(size))
 	if err != nil {
@@ -212,22 +213,22 @@ func openShmSegment(dir, name string, pid int) (*ShmSegment, error) {
 	}
 	if bad != "" {
 		syscall.Munmap(mem)
-		return nil, fmt.Errorf("%s is not the segment peer pid %d announced (%s): %w", path, pid, bad, ErrProtocol)
+		return nil, fmt.Errorf("%s is not the segment peer pid %d announced (%s): %w", path, pid, bad, wire.ErrProtocol)
 	}
 	s.layout()
 	return s, nil
 }
 
 // unlink removes the segment's file (own segments only); mappings stay.
-func (s *ShmSegment) unlink() {
+func (s *ShmSegment) Unlink() {
 	if s != nil && s.own && !s.unlinked.Swap(true) {
-		removeShmFile(s.dir, s.name)
+		RemoveShmFile(s.dir, s.name)
 	}
 }
 
 // abandon tells the ranks that mapped the segment that its owner gave up
 // (their waits on it fail at once).
-func (s *ShmSegment) abandon() {
+func (s *ShmSegment) Abandon() {
 	if s != nil && s.mem != nil {
 		atomic.CompareAndSwapUint32(s.closed, shmOpen, shmClosedByError)
 		futexWake(s.seq)
@@ -239,7 +240,7 @@ func (s *ShmSegment) Close() error {
 	if s == nil || s.mem == nil {
 		return nil
 	}
-	s.unlink()
+	s.Unlink()
 	err := syscall.Munmap(s.mem)
 	s.mem = nil
 	return err

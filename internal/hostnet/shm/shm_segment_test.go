@@ -1,6 +1,6 @@
 //go:build linux
 
-package hostnet
+package shm
 
 import (
 	"errors"
@@ -34,18 +34,18 @@ func deadPid(t testing.TB) int {
 }
 
 func TestSegNameRoundTrip(t *testing.T) {
-	name := segName("c42f64a0-979f-44ea-a142-703fbfda556f", "pid:[4026531836]", 4242, 0xdeadbeef)
+	name := SegName("c42f64a0-979f-44ea-a142-703fbfda556f", "pid:[4026531836]", 4242, 0xdeadbeef)
 	require.Equal(t, "flagcx-c42f64a0979f-4026531836-4242-00000000deadbeef", name)
-	boot, ns, pid, token, ok := parseSegName(name)
+	boot, ns, pid, token, ok := ParseSegName(name)
 	require.True(t, ok)
 	require.Equal(t, "c42f64a0979f", boot)
 	require.Equal(t, "4026531836", ns)
 	require.Equal(t, 4242, pid)
 	require.Equal(t, uint64(0xdeadbeef), token)
-	require.Equal(t, "flagcx-noboot-0-7-0000000000000001", segName("", "", 7, 1), "unknown boot id and namespace")
+	require.Equal(t, "flagcx-noboot-0-7-0000000000000001", SegName("", "", 7, 1), "unknown boot id and namespace")
 	for _, bad := range []string{"", "flagcx-", "flagcx-a-b-c", "flagcx-a-b-0-1", "flagcx-a-b--1-1", "flagcx-a-b-x-1",
 		"flagcx-a-b-1-zz", "flagcx-a-b-1-1-1", "other-a-b-1-1", "hostnet-test-1234"} {
-		_, _, _, _, ok := parseSegName(bad)
+		_, _, _, _, ok := ParseSegName(bad)
 		require.False(t, ok, bad)
 	}
 }
@@ -62,7 +62,7 @@ func TestCreateShmSegment(t *testing.T) {
 	require.Equal(t, int64(sc.SegmentBytes()), fi.Size())
 	require.Equal(t, int64(shmPage+100<<10+200<<10), fi.Size(), "areas rounded to pages")
 	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
-	_, _, pid, _, ok := parseSegName(seg.Name())
+	_, _, pid, _, ok := ParseSegName(seg.Name())
 	require.True(t, ok)
 	require.Equal(t, os.Getpid(), pid)
 	require.Len(t, seg.p2p, 100<<10)
@@ -130,12 +130,12 @@ func TestCleanStaleShmNames(t *testing.T) {
 		file    string
 		removed bool
 	}{
-		{"dead creator", segName(boot, ns, dead, 1), true},
-		{"this process", segName(boot, ns, os.Getpid(), 2), false},
-		{"init, alive", segName(boot, ns, 1, 3), false},
-		{"parent, alive", segName(boot, ns, os.Getppid(), 4), false},
-		{"dead pid of another boot", segName("0123456789ab-other", ns, dead, 5), false},
-		{"dead pid of another pid namespace", segName(boot, "pid:[1]", dead, 6), false},
+		{"dead creator", SegName(boot, ns, dead, 1), true},
+		{"this process", SegName(boot, ns, os.Getpid(), 2), false},
+		{"init, alive", SegName(boot, ns, 1, 3), false},
+		{"parent, alive", SegName(boot, ns, os.Getppid(), 4), false},
+		{"dead pid of another boot", SegName("0123456789ab-other", ns, dead, 5), false},
+		{"dead pid of another pid namespace", SegName(boot, "pid:[1]", dead, 6), false},
 		{"not a segment", "flagcx-garbage", false},
 		{"bad pid", "flagcx-" + bootTag(boot) + "-" + nsID(ns) + "-x-0000000000000007", false},
 		{"pid 0", "flagcx-" + bootTag(boot) + "-" + nsID(ns) + "-0-0000000000000008", false},
@@ -153,9 +153,9 @@ func TestCleanStaleShmNames(t *testing.T) {
 	require.Equal(t, 0, CleanStaleShm(ShmConfig{Dir: filepath.Join(dir, "missing")}))
 
 	// CreateShmSegment cleans first.
-	stale := segName(boot, ns, dead, 9)
+	stale := SegName(boot, ns, dead, 9)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, stale), nil, 0o600))
-	seg, err := CreateShmSegment(smallShm(dir))
+	seg, err := CreateShmSegment(ShmConfig{P2PBytes: MinShmAreaBytes, WindowBytes: MinShmAreaBytes, Dir: dir})
 	require.NoError(t, err)
 	defer seg.Close()
 	_, err = os.Stat(filepath.Join(dir, stale))
@@ -166,7 +166,7 @@ func TestCleanStaleShmNames(t *testing.T) {
 // file before anything is trusted.
 func TestOpenShmSegmentRejects(t *testing.T) {
 	dir := shmTestDir(t)
-	seg, err := CreateShmSegment(smallShm(dir))
+	seg, err := CreateShmSegment(ShmConfig{P2PBytes: MinShmAreaBytes, WindowBytes: MinShmAreaBytes, Dir: dir})
 	require.NoError(t, err)
 	defer seg.Close()
 	me := os.Getpid()
@@ -181,7 +181,7 @@ func TestOpenShmSegmentRejects(t *testing.T) {
 	}
 	// A copy of seg's header with one field changed.
 	forged := func(token uint64, change func(h []byte)) string {
-		return write(segName(boot, ns, me, token), len(seg.mem), func(b []byte) {
+		return write(SegName(boot, ns, me, token), len(seg.mem), func(b []byte) {
 			copy(b, seg.mem[:shmPage])
 			change(b)
 		})
@@ -200,9 +200,9 @@ func TestOpenShmSegmentRejects(t *testing.T) {
 		{"another pid than announced", seg.Name(), me + 1, []string{"not the name of a flagcx segment of pid"}},
 		{"not a segment name", write("hello", 3*shmPage, nil), me, []string{"not the name of a flagcx segment"}},
 		{"a path", "flagcx-x/../../etc-0-" + strconv.Itoa(me) + "-1", me, []string{"not the name of a flagcx segment"}},
-		{"missing file", segName(boot, ns, me, 0x1234), me, []string{"opening the segment of pid"}},
-		{"too small", write(segName(boot, ns, me, 0x10), shmPage, nil), me, []string{"not a flagcx segment"}},
-		{"no magic", write(segName(boot, ns, me, 0x11), 3*shmPage, nil), me, []string{"bad magic"}},
+		{"missing file", SegName(boot, ns, me, 0x1234), me, []string{"opening the segment of pid"}},
+		{"too small", write(SegName(boot, ns, me, 0x10), shmPage, nil), me, []string{"not a flagcx segment"}},
+		{"no magic", write(SegName(boot, ns, me, 0x11), 3*shmPage, nil), me, []string{"bad magic"}},
 		{"wrong size in header", forged(0x12, func(h []byte) { le(h, offSize, 1); le(h, offToken, 0x12) }), me, []string{"impossible geometry"}},
 		{"areas do not add up", forged(0x13, func(h []byte) { le(h, offP2P, shmPage); le(h, offToken, 0x13) }), me, []string{"impossible geometry"}},
 		{"another token", forged(0x14, func(h []byte) {}), me, []string{"is not the 0000000000000014 in its name"}},
@@ -218,4 +218,29 @@ func TestOpenShmSegmentRejects(t *testing.T) {
 			}
 		})
 	}
+}
+
+// shmTestDir is a fresh directory on the tmpfs of /dev/shm (so that
+// fallocate, sizes and futexes behave as in production), removed after the
+// test; t.TempDir where there is no /dev/shm.
+func shmTestDir(t testing.TB) string {
+	t.Helper()
+	dir, err := os.MkdirTemp(DefaultShmDir, "hostnet-test-")
+	if err != nil {
+		return t.TempDir()
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+// dirEntries lists the names in dir.
+func dirEntries(t testing.TB, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
 }
