@@ -226,8 +226,8 @@ func (m *Mesh) pollSockets(mc MeshConfig) {
 	}
 	for _, l := range m.Links {
 		if tl, ok := l.(*TCPLink); ok {
-			for _, c := range tl.conns {
-				c.setSpin(mc.Net.Spin)
+			for _, c := range tl.Conns() {
+				c.SetSpin(mc.Net.Spin)
 			}
 		}
 	}

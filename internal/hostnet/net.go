@@ -18,6 +18,8 @@ import (
 	"github.com/flagcx/flagcx-go/internal/flog"
 	"github.com/flagcx/flagcx-go/internal/hostnet/topo"
 	"github.com/flagcx/flagcx-go/sdk/netplugin"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 )
 
 // The network plugin transport. A pair of ranks that would talk TCP
@@ -38,9 +40,9 @@ import (
 
 // Values of Config.Net.
 const (
-	NetAuto   = ""
-	NetIB     = "IB"
-	NetSocket = "Socket"
+	NetAuto   = tcp.NetAuto
+	NetIB     = tcp.NetIB
+	NetSocket = tcp.NetSocket
 )
 
 // ErrNoNetDevice: FLAGCX_NET=IB on a rank without a usable RDMA device.
@@ -300,12 +302,12 @@ func sendSmall(tl *TCPLink, b []byte) error {
 	msg := make([]byte, 4+negotiationMax)
 	putU32(msg, uint32(len(b)))
 	copy(msg[4:], b)
-	return tl.conns[0].Send(msg)
+	return tl.Conns()[0].Send(msg)
 }
 
 func recvSmall(tl *TCPLink) ([]byte, error) {
 	msg := make([]byte, 4+negotiationMax)
-	if err := tl.conns[0].Recv(msg); err != nil {
+	if err := tl.Conns()[0].Recv(msg); err != nil {
 		return nil, err
 	}
 	return decodeNegotiation(msg)
@@ -333,7 +335,7 @@ func negotiateNet(tl *TCPLink, offer netOffer, mc MeshConfig, peer int) (*NetLin
 	if err != nil {
 		return nil, err
 	}
-	po, err := decodeNetOffer(pb, peer, tl.conns[0].RemoteAddr())
+	po, err := decodeNetOffer(pb, peer, tl.Conns()[0].RemoteAddr())
 	if err != nil {
 		return nil, err
 	}
@@ -349,7 +351,7 @@ func negotiateNet(tl *TCPLink, offer netOffer, mc MeshConfig, peer int) (*NetLin
 	if err != nil {
 		return nil, err
 	}
-	for _, c := range tl.conns[1:] {
+	for _, c := range tl.Conns()[1:] {
 		c.Close()
 	}
 	return nl, nil
@@ -391,7 +393,7 @@ func connectNet(tl *TCPLink, d *netDevice, cfg Config) (*NetLink, error) {
 	if err != nil {
 		return fail(err, lc.Close, sc.Close)
 	}
-	nl, err := newNetLink(tl.conns[0], sc, rc, d, cfg)
+	nl, err := newNetLink(tl.Conns()[0], sc, rc, d, cfg)
 	if err != nil {
 		return fail(err, sc.Close, rc.Close)
 	}

@@ -78,9 +78,7 @@ func addrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b
 // watch blocks on the TCP connection, which carries nothing after the
 // handshake: it ends when the peer's process is gone (or closed the link).
 func (l *NetLink) watch() {
-	_ = l.ctl.nc.SetReadDeadline(time.Time{})
-	var b [1]byte
-	_, err := l.ctl.nc.Read(b[:])
+	err := l.ctl.AwaitClose()
 	e := fmt.Errorf("hostnet: ib link to %s: %w by the peer (its process is gone or it closed the link: %v)", l.remote, ErrClosed, err)
 	l.gone.CompareAndSwap(nil, &e)
 }

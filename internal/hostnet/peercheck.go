@@ -14,7 +14,7 @@ import (
 	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 
-// Trusting peers. The handshake (handshake.go) only tells that a peer holds
+// Trusting peers. The handshake (tcp/handshake.go) only tells that a peer holds
 // the communicator's secret, which every local user may know (a secret
 // derived on loopback). So nothing a peer sends is used as a path, size,
 // count, rank or offset before it is validated, and every message type has

@@ -89,3 +89,9 @@ func Quote(s string, max int) string {
 	}
 	return strconv.Quote(s)
 }
+
+// PeerFailure is a failure notice received instead of data: What is the
+// text the failing peer sent (Notify).
+type PeerFailure struct{ What string }
+
+func (e *PeerFailure) Error() string { return "the peer reported a failure: " + e.What }

@@ -1,4 +1,4 @@
-package hostnet
+package tcp
 
 import (
 	"errors"
@@ -150,3 +150,8 @@ func (l *TCPLink) Close() error {
 
 // Transport is "tcp".
 func (l *TCPLink) Transport() string { return "tcp" }
+
+// Conns is the link's sockets in stream order: the first carries every
+// message that is not striped (the mesh and the net plugin's negotiation
+// use it directly).
+func (l *TCPLink) Conns() []*Conn { return l.conns }

@@ -1,4 +1,4 @@
-package hostnet
+package tcp
 
 import (
 	"errors"
@@ -8,6 +8,53 @@ import (
 
 	"github.com/flagcx/flagcx-go/internal/env"
 	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
+)
+
+// Config tunes the transport. The zero value is not useful: start from
+// DefaultConfig or ConfigFromEnv.
+type Config struct {
+	// IfName selects interfaces as FLAGCX_SOCKET_IFNAME does: a
+	// comma-separated list of name prefixes ("eth,ib"), "^" before the list
+	// to exclude ("^lo,docker", the default), "=" before it for exact names.
+	IfName string
+	// Rendezvous is the address ("host:port") every rank dials first (the
+	// unique id's): the interface the kernel routes to it is preferred
+	// among those IfName allows ("" keeps the first by index).
+	Rendezvous string
+	// Family restricts addresses: 0 for either, 4 for IPv4, 6 for IPv6
+	// (FLAGCX_SOCKET_FAMILY=AF_INET / AF_INET6).
+	Family int
+	// Streams is the number of sockets per peer link
+	// (FLAGCX_SOCKET_NTHREADS x FLAGCX_NSOCKS_PERTHREAD).
+	Streams int
+	// AutoStreams: neither variable was set, so a mesh may use fewer
+	// sockets where the hosts have few cores per rank (pairStreams, internal/hostnet/mesh.go).
+	AutoStreams bool
+	// StripeMin is the smallest message striped over a link's sockets
+	// (over 2 at StripeMin, one more per StripeMin/2 bytes, up to all of
+	// them: TCPLink); smaller messages travel on one socket.
+	StripeMin int
+	// Timeout bounds every wait without progress (FLAGCX_TIMEOUT).
+	Timeout time.Duration
+	// Spin is how long a socket read (of up to 64 KiB) polls the socket
+	// before it sleeps in the kernel (FLAGCX_SOCKET_SPIN_US). A mesh polls
+	// only where its host's ranks leave a core free (hostnet.Connect).
+	Spin time.Duration
+	// Net chooses the network of the pairs that do not share memory:
+	// NetIB, NetSocket or NetAuto (FLAGCX_NET, FLAGCX_FORCE_NET_SOCKET;
+	// see internal/hostnet/net.go).
+	Net string
+	// NearPCI is the PCI bus id of the accelerator this rank drives
+	// ("0000:1b:00.0"; "" for a host rank): the network plugin's device
+	// nearest to it carries the rank's links (internal/hostnet/topo/topo.go).
+	NearPCI string
+}
+
+// Values of Config.Net (the network plugin's choice, internal/hostnet/net.go).
+const (
+	NetAuto   = ""
+	NetIB     = "IB"
+	NetSocket = "Socket"
 )
 
 // Defaults of Config, also used where a variable is unset.
@@ -73,7 +120,7 @@ func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	cfg := DefaultConfig()
 	l := env.Lookup(lookup)
 	var errs []error
-	bad := func(err error) { errs = append(errs, fmt.Errorf("%w: %w", ErrConfig, err)) }
+	bad := func(err error) { errs = append(errs, fmt.Errorf("%w: %w", wire.ErrConfig, err)) }
 
 	if v, ok := env.SocketIfName.Raw(l); ok {
 		if _, err := parseIfSpec(v); err != nil {

@@ -1,4 +1,4 @@
-package hostnet
+package tcp
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/flagcx/flagcx-go/internal/flog"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 
 // ifSpec is a parsed FLAGCX_SOCKET_IFNAME: "eth,ib" (name prefixes),
@@ -228,7 +230,7 @@ func selectInterface(ifName string, family int, ifs []ifaceInfo, toward string, 
 	}
 	sp, err := parseIfSpec(spec)
 	if err != nil {
-		return ifaceChoice{}, fmt.Errorf("%w: %s=%q: %w", ErrConfig, EnvSocketIfName, ifName, err)
+		return ifaceChoice{}, fmt.Errorf("%w: %s=%q: %w", wire.ErrConfig, EnvSocketIfName, ifName, err)
 	}
 	allowed := func(i ifaceInfo) bool { return sp.match(i.Name) }
 	if src != nil && addrTier(src, family) >= 0 {
@@ -256,7 +258,7 @@ func selectInterface(ifName string, family int, ifs []ifaceInfo, toward string, 
 		}
 	}
 	return ifaceChoice{}, fmt.Errorf("%w: %s=%q matches no up interface with %s; interfaces here: %s; set %s to one of them (e.g. %q)",
-		ErrConfig, EnvSocketIfName, spec, familyWords(family), describeIfs(ifs), EnvSocketIfName, suggestIf(ifs, family))
+		wire.ErrConfig, EnvSocketIfName, spec, familyWords(family), describeIfs(ifs), EnvSocketIfName, suggestIf(ifs, family))
 }
 
 func familyWords(family int) string {
@@ -299,4 +301,26 @@ func suggestIf(ifs []ifaceInfo, family int) string {
 		return "=" + name
 	}
 	return DefaultIfName
+}
+
+// IfaceOf names the interface that holds the IP of addr ("?" when none
+// does, e.g. in another network namespace's view).
+func IfaceOf(addr string) string {
+	host, _, err := net.SplitHostPort(addr)
+	ip := net.ParseIP(host)
+	if err != nil || ip == nil {
+		return "?"
+	}
+	ifs, err := systemInterfaces()
+	if err != nil {
+		return "?"
+	}
+	for _, ifc := range ifs {
+		for _, a := range ifc.Addrs {
+			if a.Equal(ip) {
+				return ifc.Name
+			}
+		}
+	}
+	return "?"
 }

@@ -1,10 +1,12 @@
-package hostnet
+package tcp
 
 import (
 	"net"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 
 func ips(ss ...string) []net.IP {
@@ -96,7 +98,7 @@ func TestSelectInterface(t *testing.T) {
 			ip, name := c.IP, c.Name
 			if tc.wantErr != nil {
 				require.Error(t, err)
-				require.ErrorIs(t, err, ErrConfig)
+				require.ErrorIs(t, err, wire.ErrConfig)
 				for _, s := range tc.wantErr {
 					require.Contains(t, err.Error(), s)
 				}
@@ -179,6 +181,6 @@ func TestLocalAddrOnThisMachine(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.IfName = "=no-such-interface-here"
 	_, _, err = LocalAddr(cfg)
-	require.ErrorIs(t, err, ErrConfig)
+	require.ErrorIs(t, err, wire.ErrConfig)
 	require.Contains(t, err.Error(), "interfaces here:")
 }

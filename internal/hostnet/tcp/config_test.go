@@ -1,4 +1,4 @@
-package hostnet
+package tcp
 
 import (
 	"errors"
@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 
 func TestDefaultConfig(t *testing.T) {
@@ -72,7 +74,7 @@ func TestConfigFromLookup(t *testing.T) {
 				return
 			}
 			require.Error(t, err)
-			require.True(t, errors.Is(err, ErrConfig), "error %v should wrap ErrConfig", err)
+			require.True(t, errors.Is(err, wire.ErrConfig), "error %v should wrap ErrConfig", err)
 			for _, s := range tc.bad {
 				require.Contains(t, err.Error(), s)
 			}
@@ -95,6 +97,6 @@ func TestConfigFromEnv(t *testing.T) {
 
 	t.Setenv(EnvTimeout, "seven")
 	_, err = ConfigFromEnv()
-	require.ErrorIs(t, err, ErrConfig)
+	require.ErrorIs(t, err, wire.ErrConfig)
 	require.Contains(t, err.Error(), `FLAGCX_TIMEOUT="seven"`)
 }

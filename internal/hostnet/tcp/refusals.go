@@ -1,4 +1,4 @@
-package hostnet
+package tcp
 
 import (
 	"errors"
@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/flagcx/flagcx-go/internal/flog"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 
 // refusalLogInterval is the shortest time between two summary lines of one
@@ -66,7 +68,7 @@ func (e *evictedError) Error() string {
 	return fmt.Sprintf("dropped unanswered: more than %d connections were waiting to prove the secret, and this was the oldest", e.bound)
 }
 
-func (e *evictedError) Is(target error) bool { return target == ErrTimeout }
+func (e *evictedError) Is(target error) bool { return target == wire.ErrTimeout }
 
 func classifyRefusal(err error) refusalKind {
 	var se *silentError
@@ -76,13 +78,13 @@ func classifyRefusal(err error) refusalKind {
 		return refusedEvicted
 	case errors.As(err, &se):
 		return refusedSilent
-	case errors.Is(err, ErrAuth):
+	case errors.Is(err, wire.ErrAuth):
 		return refusedAuth
-	case errors.Is(err, ErrProtocol):
+	case errors.Is(err, wire.ErrProtocol):
 		return refusedProtocol
-	case errors.Is(err, ErrTimeout):
+	case errors.Is(err, wire.ErrTimeout):
 		return refusedSlow
-	case errors.Is(err, ErrClosed):
+	case errors.Is(err, wire.ErrClosed):
 		return refusedHungUp
 	}
 	return refusedOther
@@ -262,4 +264,19 @@ func (r *refusalLog) strangerNote() string {
 	t.kinds[refusedAccept] = 0
 	return fmt.Sprintf("meanwhile %s refused (%s). Is another job, or a port scanner, connecting to this port?",
 		what, t.breakdown(r.firstByte))
+}
+
+// SetRefusalLog sends l's refusal lines to w instead of stderr (tests
+// that count what a flood of strangers costs: tcp's and the mesh's).
+func (l *Listener) SetRefusalLog(w io.Writer) {
+	l.log.mu.Lock()
+	defer l.log.mu.Unlock()
+	l.log.out = w
+}
+
+// Refused is how many connections l has refused so far.
+func (l *Listener) Refused() int {
+	l.log.mu.Lock()
+	defer l.log.mu.Unlock()
+	return l.log.total.n
 }

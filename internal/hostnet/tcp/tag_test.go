@@ -1,4 +1,4 @@
-package hostnet
+package tcp
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 
 // TestTaggedLink: a message labelled otherwise than the receiver expects
@@ -37,23 +39,23 @@ func TestTaggedLink(t *testing.T) {
 			errc := make(chan error, 1)
 			go func() {
 				if tc.notice != "" {
-					Notify(a, tc.notice)
+					a.Notify(tc.notice)
 					errc <- nil
 					return
 				}
-				errc <- SendTagged(a, msg, tc.sendTag)
+				errc <- a.SendTagged(msg, tc.sendTag)
 			}()
-			err := RecvTagged(b, make([]byte, tc.size), tc.wantTag)
-			var me *MismatchError
-			var pf *PeerFailure
+			err := b.RecvTagged(make([]byte, tc.size), tc.wantTag)
+			var me *wire.MismatchError
+			var pf *wire.PeerFailure
 			switch {
 			case tc.notice != "":
 				require.True(t, errors.As(err, &pf), "got %v", err)
 				require.Equal(t, tc.notice, pf.What)
 			case tc.mismatch:
 				require.True(t, errors.As(err, &me), "got %v", err)
-				require.ErrorIs(t, err, ErrMismatch)
-				require.Equal(t, MismatchError{Got: uint64(tc.sendTag), Want: uint64(tc.wantTag)}, *me)
+				require.ErrorIs(t, err, wire.ErrMismatch)
+				require.Equal(t, wire.MismatchError{Got: uint64(tc.sendTag), Want: uint64(tc.wantTag)}, *me)
 			default:
 				require.NoError(t, err)
 			}
@@ -68,13 +70,13 @@ func TestTaggedLink(t *testing.T) {
 // a sender that sent a notice sends no data after it.
 func TestNoticeAfterData(t *testing.T) {
 	a, b := linkPair(t, testConfig(10*time.Second), 1)
-	require.NoError(t, SendTagged(a, []byte("data"), 1))
-	Notify(a, "failed")
+	require.NoError(t, a.SendTagged([]byte("data"), 1))
+	a.Notify("failed")
 	buf := make([]byte, 4)
-	require.NoError(t, RecvTagged(b, buf, 1))
+	require.NoError(t, b.RecvTagged(buf, 1))
 	require.Equal(t, "data", string(buf))
-	var pf *PeerFailure
-	require.True(t, errors.As(RecvTagged(b, buf, 1), &pf))
-	require.ErrorIs(t, SendTagged(a, buf, 1), ErrClosed)
+	var pf *wire.PeerFailure
+	require.True(t, errors.As(b.RecvTagged(buf, 1), &pf))
+	require.ErrorIs(t, a.SendTagged(buf, 1), wire.ErrClosed)
 	require.Equal(t, "failed", fmt.Sprint(pf.What))
 }

@@ -1,4 +1,4 @@
-package hostnet
+package tcp
 
 import (
 	"bytes"
@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 
 // logBuffer collects log lines written from the listener's goroutines.
@@ -35,25 +37,17 @@ func (s *logBuffer) lines() []string {
 // captureRefusals sends l's refusal log to a buffer instead of stderr.
 func captureRefusals(l *Listener) *logBuffer {
 	buf := &logBuffer{}
-	l.log.mu.Lock()
-	l.log.out = buf
-	l.log.mu.Unlock()
+	l.SetRefusalLog(buf)
 	return buf
-}
-
-func refusedSoFar(l *Listener) int {
-	l.log.mu.Lock()
-	defer l.log.mu.Unlock()
-	return l.log.total.n
 }
 
 // waitRefused waits (at most 15 s) until l has refused n connections.
 func waitRefused(t *testing.T, l *Listener, n int) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
-	for refusedSoFar(l) < n {
+	for l.Refused() < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("the listener refused %d connections, want %d", refusedSoFar(l), n)
+			t.Fatalf("the listener refused %d connections, want %d", l.Refused(), n)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -180,7 +174,7 @@ func TestAcceptTimeoutNamesRefusedStrangers(t *testing.T) {
 			openIdle(t, l.Addr(), tc.idle)
 			for i := 0; i < tc.wrong; i++ {
 				_, err := Dial(l.Addr(), cfg, other, nil)
-				require.ErrorIs(t, err, ErrAuth)
+				require.ErrorIs(t, err, wire.ErrAuth)
 			}
 			for i := 0; i < tc.garbage; i++ {
 				c, err := net.Dial("tcp", l.Addr())
@@ -192,8 +186,8 @@ func TestAcceptTimeoutNamesRefusedStrangers(t *testing.T) {
 				c.Close()
 			}
 			_, _, err = l.Accept()
-			require.ErrorIs(t, err, ErrTimeout)
-			require.Equal(t, tc.wantCount, refusedSoFar(l))
+			require.ErrorIs(t, err, wire.ErrTimeout)
+			require.Equal(t, tc.wantCount, l.Refused())
 			for _, s := range tc.want {
 				require.ErrorContains(t, err, s)
 			}
@@ -261,40 +255,8 @@ func TestDialGivesUpWhenAlwaysBusy(t *testing.T) {
 	}()
 	start := time.Now()
 	_, err = Dial(ln.Addr().String(), cfg, testSecret, nil)
-	require.ErrorIs(t, err, ErrTimeout)
+	require.ErrorIs(t, err, wire.ErrTimeout)
 	require.ErrorContains(t, err, "as busy")
 	require.ErrorContains(t, err, ln.Addr().String())
 	require.Less(t, time.Since(start), 10*time.Second)
-}
-
-// A mesh whose ranks' listeners are flooded with idle connections before
-// Connect still connects, and the flood costs each listener a line or two.
-func TestMeshConnectsThroughIdleFlood(t *testing.T) {
-	const n, idle = 3, 200
-	cfg := meshCfg(10 * time.Second)
-	dir := shmTestDir(t)
-	mcs := prepareMesh(t, n, cfg, func(int) ShmConfig {
-		sc := smallShm(dir)
-		sc.Disable = true // every link over TCP, through the flooded listeners
-		return sc
-	}, nil)
-	logs := make([]*logBuffer, n)
-	for r, mc := range mcs {
-		logs[r] = captureRefusals(mc.Listener)
-		openIdle(t, mc.Listener.Addr(), idle)
-	}
-	start := time.Now()
-	ms, errs := connectAll(t, mcs)
-	for r, err := range errs {
-		require.NoError(t, err, "rank %d", r)
-	}
-	require.Less(t, time.Since(start), cfg.Timeout/2, "the ranks waited behind the idle connections")
-	exchange(t, ms[0].Links[2], ms[2].Links[0], 0, 2, []int{1, 100 << 10})
-	for r, mc := range mcs {
-		waitRefused(t, mc.Listener, idle)
-		require.NoError(t, mc.Listener.Close())
-		lines := logs[r].lines()
-		require.LessOrEqual(t, len(lines), 4, "rank %d:\n%s", r, strings.Join(lines, "\n"))
-		require.Equal(t, idle, loggedRefusals(t, lines), "rank %d:\n%s", r, strings.Join(lines, "\n"))
-	}
 }

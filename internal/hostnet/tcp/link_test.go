@@ -1,4 +1,4 @@
-package hostnet
+package tcp
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 
 // linkPair connects two Links of the given number of streams over loopback.
@@ -193,13 +195,13 @@ func TestLinkLengthMismatch(t *testing.T) {
 			start := time.Now()
 			err := b.Recv(buf[:tc.exp])
 			require.Less(t, time.Since(start), 5*time.Second)
-			var le *LengthError
+			var le *wire.LengthError
 			require.ErrorAs(t, err, &le)
-			require.Equal(t, LengthError{Got: tc.sent, Want: tc.exp}, *le)
+			require.Equal(t, wire.LengthError{Got: tc.sent, Want: tc.exp}, *le)
 			require.Equal(t, bytes.Repeat([]byte{0xAA}, 32), buf[tc.exp:], "nothing past p")
 			// The link is unusable now and says so at once.
 			start = time.Now()
-			require.ErrorIs(t, b.Recv(make([]byte, tc.sent)), ErrClosed)
+			require.ErrorIs(t, b.Recv(make([]byte, tc.sent)), wire.ErrClosed)
 			require.Less(t, time.Since(start), time.Second)
 		})
 	}
@@ -213,7 +215,7 @@ func TestLinkStripeMinMismatch(t *testing.T) {
 	go func() { _ = a.Send(make([]byte, 1<<20)) }()
 	start := time.Now()
 	err := b.Recv(make([]byte, 1<<20))
-	require.ErrorIs(t, err, ErrProtocol)
+	require.ErrorIs(t, err, wire.ErrProtocol)
 	require.Contains(t, err.Error(), "StripeMin")
 	require.Less(t, time.Since(start), 5*time.Second)
 }
@@ -229,11 +231,11 @@ func TestLinkCloseUnblocksRecv(t *testing.T) {
 			require.NoError(t, b.Close())
 			select {
 			case err := <-errc:
-				require.ErrorIs(t, err, ErrClosed)
+				require.ErrorIs(t, err, wire.ErrClosed)
 			case <-time.After(2 * time.Second):
 				t.Fatal("Close did not unblock Recv")
 			}
-			require.ErrorIs(t, b.Send([]byte("x")), ErrClosed)
+			require.ErrorIs(t, b.Send([]byte("x")), wire.ErrClosed)
 		})
 	}
 }
@@ -246,7 +248,7 @@ func TestLinkPeerDiesMidMessage(t *testing.T) {
 	require.NoError(t, a.conns[2].Close())
 	start := time.Now()
 	err := b.Recv(make([]byte, 1<<20))
-	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, err, wire.ErrClosed)
 	require.Less(t, time.Since(start), 5*time.Second)
 }
 

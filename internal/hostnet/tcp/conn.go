@@ -1,4 +1,10 @@
-package hostnet
+// Package tcp is the host transport over TCP sockets: interface choice
+// (FLAGCX_SOCKET_IFNAME), a listener that admits only peers proving the
+// communicator's secret (HMAC handshake) and sheds idle strangers,
+// framed and tagged connections with deadlines, and TCPLink, which stripes
+// large messages over a pair's sockets. It knows nothing of the mesh
+// (internal/hostnet) that picks it or of the other transports.
+package tcp
 
 import (
 	"encoding/binary"
@@ -17,6 +23,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 
 // Frames. After the handshake a connection carries frames:
@@ -177,10 +185,10 @@ func (c *Conn) RecvMsg(limit int) ([]byte, error) {
 		return nil, err
 	}
 	if n != total {
-		return nil, c.fail(fmt.Errorf("hostnet: recv from %s: got one %d-byte piece of a %d-byte striped message on a plain connection: %w", c.remote, n, total, ErrProtocol))
+		return nil, c.fail(fmt.Errorf("hostnet: recv from %s: got one %d-byte piece of a %d-byte striped message on a plain connection: %w", c.remote, n, total, wire.ErrProtocol))
 	}
 	if n > limit {
-		return nil, c.fail(fmt.Errorf("hostnet: recv from %s: peer sent a %d-byte message, above the limit of %d bytes: %w", c.remote, n, limit, &LengthError{Got: n, Want: limit}))
+		return nil, c.fail(fmt.Errorf("hostnet: recv from %s: peer sent a %d-byte message, above the limit of %d bytes: %w", c.remote, n, limit, &wire.LengthError{Got: n, Want: limit}))
 	}
 	buf := make([]byte, n)
 	if err := c.readPayload(buf); err != nil {
@@ -236,13 +244,13 @@ func (c *Conn) recvFrame(p []byte, total int) error {
 		return err
 	}
 	if got != total {
-		le := &LengthError{Got: got, Want: total}
+		le := &wire.LengthError{Got: got, Want: total}
 		c.fail(le)
 		return le
 	}
 	if n != len(p) {
 		return c.fail(fmt.Errorf("hostnet: recv from %s: peer cut a %d-byte message into a %d-byte piece where this side expects %d bytes; both sides of a link need the same Streams (%s x %s) and StripeMin (%s): %w",
-			c.remote, total, n, len(p), EnvSocketNThreads, EnvNSocksPerThread, EnvNetStripeMin, ErrProtocol))
+			c.remote, total, n, len(p), EnvSocketNThreads, EnvNSocksPerThread, EnvNetStripeMin, wire.ErrProtocol))
 	}
 	return c.readPayload(p)
 }
@@ -256,12 +264,12 @@ func (c *Conn) readHeader() (n, total int, err error) {
 		return 0, 0, c.fail(c.ioErr("recv from", err))
 	}
 	if string(c.rhdr[0:4]) != frameMagic {
-		return 0, 0, c.fail(fmt.Errorf("hostnet: recv from %s: received bytes that are not a hostnet frame (header % x): %w", c.remote, c.rhdr[:8], ErrProtocol))
+		return 0, 0, c.fail(fmt.Errorf("hostnet: recv from %s: received bytes that are not a hostnet frame (header % x): %w", c.remote, c.rhdr[:8], wire.ErrProtocol))
 	}
 	n64 := binary.LittleEndian.Uint64(c.rhdr[8:16])
 	t64 := binary.LittleEndian.Uint64(c.rhdr[16:24])
 	if n64 > math.MaxInt || t64 > math.MaxInt || n64 > t64 {
-		return 0, 0, c.fail(fmt.Errorf("hostnet: recv from %s: frame header with impossible lengths %d/%d: %w", c.remote, n64, t64, ErrProtocol))
+		return 0, 0, c.fail(fmt.Errorf("hostnet: recv from %s: frame header with impossible lengths %d/%d: %w", c.remote, n64, t64, wire.ErrProtocol))
 	}
 	return int(n64), int(t64), nil
 }
@@ -320,9 +328,9 @@ func (c *Conn) readFull(p []byte) (int, error) {
 	return off, nil
 }
 
-// setSpin makes reads of up to maxPolledRead bytes poll the socket for d
+// SetSpin makes reads of up to maxPolledRead bytes poll the socket for d
 // before they sleep (0: never poll); set before the Conn carries messages.
-func (c *Conn) setSpin(d time.Duration) {
+func (c *Conn) SetSpin(d time.Duration) {
 	if d > 0 && c.raw == nil {
 		raw, err := c.nc.SyscallConn()
 		if err != nil {
@@ -485,12 +493,12 @@ func (c *Conn) fail(err error) error {
 
 func (c *Conn) usable(op string) error {
 	if c.closed.Load() {
-		return fmt.Errorf("hostnet: %s %s: %w (closed by this side)", op, c.remote, ErrClosed)
+		return fmt.Errorf("hostnet: %s %s: %w (closed by this side)", op, c.remote, wire.ErrClosed)
 	}
 	if b := c.broken.Load(); b != nil {
 		// %v: this call failed because the Conn is broken (ErrClosed); the
 		// earlier error (a timeout, say) was that call's, not this one's.
-		return fmt.Errorf("hostnet: %s %s: %w: unusable after an earlier error (%v); close it and connect again", op, c.remote, ErrClosed, *b)
+		return fmt.Errorf("hostnet: %s %s: %w: unusable after an earlier error (%v); close it and connect again", op, c.remote, wire.ErrClosed, *b)
 	}
 	return nil
 }
@@ -500,21 +508,32 @@ func (c *Conn) usable(op string) error {
 func (c *Conn) ioErr(op string, err error) error {
 	switch {
 	case c.closed.Load():
-		return fmt.Errorf("hostnet: %s %s: %w (closed by this side)", op, c.remote, ErrClosed)
+		return fmt.Errorf("hostnet: %s %s: %w (closed by this side)", op, c.remote, wire.ErrClosed)
 	case c.aborted.Load() || errors.Is(err, errAborted):
 		cause := "aborted"
 		if b := c.broken.Load(); b != nil {
 			cause = (*b).Error()
 		}
-		return fmt.Errorf("hostnet: %s %s: %w (%s)", op, c.remote, ErrClosed, cause)
+		return fmt.Errorf("hostnet: %s %s: %w (%s)", op, c.remote, wire.ErrClosed, cause)
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		return fmt.Errorf("hostnet: %s %s: no progress for %v (is the peer alive and running the same sequence of operations? %s sets the limit): %w",
-			op, c.remote, c.timeout, EnvTimeout, ErrTimeout)
+			op, c.remote, c.timeout, EnvTimeout, wire.ErrTimeout)
 	case errors.Is(err, syscall.ETIMEDOUT):
-		return fmt.Errorf("hostnet: %s %s: the network gave up on the peer (%w): %w", op, c.remote, err, ErrTimeout)
+		return fmt.Errorf("hostnet: %s %s: the network gave up on the peer (%w): %w", op, c.remote, err, wire.ErrTimeout)
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
 		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, syscall.ECONNABORTED):
-		return fmt.Errorf("hostnet: %s %s: %w by the peer (%w)", op, c.remote, ErrClosed, err)
+		return fmt.Errorf("hostnet: %s %s: %w by the peer (%w)", op, c.remote, wire.ErrClosed, err)
 	}
 	return fmt.Errorf("hostnet: %s %s: %w", op, c.remote, err)
+}
+
+// AwaitClose blocks without a deadline on a connection that carries
+// nothing more (the net plugin's watch of its peer, internal/hostnet/netlink.go)
+// and returns when the peer's process is gone or it closed the connection,
+// with the read's error.
+func (c *Conn) AwaitClose() error {
+	_ = c.nc.SetReadDeadline(time.Time{})
+	var b [1]byte
+	_, err := c.nc.Read(b[:])
+	return err
 }

@@ -1,4 +1,4 @@
-package hostnet
+package tcp
 
 import (
 	"container/list"
@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 
 // How a Listener keeps strangers from starving its peers.
@@ -52,7 +54,7 @@ const (
 type Listener struct {
 	ln     net.Listener
 	cfg    Config
-	secret Secret
+	secret wire.Secret
 	addr   string
 
 	onRefused atomic.Pointer[func(remote string, err error)]
@@ -84,7 +86,7 @@ type accepted struct {
 }
 
 // Listen listens on a free port of the address LocalAddr(cfg) picks.
-func Listen(cfg Config, secret Secret) (*Listener, error) {
+func Listen(cfg Config, secret wire.Secret) (*Listener, error) {
 	ip, ifname, err := LocalAddr(cfg)
 	if err != nil {
 		return nil, err
@@ -108,7 +110,7 @@ func Listen(cfg Config, secret Secret) (*Listener, error) {
 // "[::1]:29500", "node3:0", ":0". Addr reports an address peers can dial:
 // an unspecified host (":0", "0.0.0.0", "[::]") is replaced by
 // LocalAddr(cfg). cfg.Family restricts how a host name resolves.
-func ListenAddr(addr string, cfg Config, secret Secret) (*Listener, error) {
+func ListenAddr(addr string, cfg Config, secret wire.Secret) (*Listener, error) {
 	ln, err := net.Listen(tcpNetwork(cfg.Family), addr)
 	if err != nil {
 		return nil, fmt.Errorf("hostnet: listen on %s: %w", addr, err)
@@ -126,7 +128,7 @@ func tcpNetwork(family int) string {
 	return "tcp"
 }
 
-func newListener(ln net.Listener, cfg Config, secret Secret) *Listener {
+func newListener(ln net.Listener, cfg Config, secret wire.Secret) *Listener {
 	l := &Listener{
 		ln:       ln,
 		cfg:      cfg,
@@ -212,7 +214,7 @@ func (l *Listener) refused(remote string, err error) {
 func (l *Listener) Accept() (*Conn, []byte, error) {
 	select {
 	case <-l.closed:
-		return nil, nil, fmt.Errorf("hostnet: accept on %s: %w (listener closed)", l.addr, ErrClosed)
+		return nil, nil, fmt.Errorf("hostnet: accept on %s: %w (listener closed)", l.addr, wire.ErrClosed)
 	default:
 	}
 	var timeout <-chan time.Time
@@ -225,17 +227,17 @@ func (l *Listener) Accept() (*Conn, []byte, error) {
 	case a := <-l.ready:
 		return a.conn, a.hello, nil
 	case <-l.closed:
-		return nil, nil, fmt.Errorf("hostnet: accept on %s: %w (listener closed)", l.addr, ErrClosed)
+		return nil, nil, fmt.Errorf("hostnet: accept on %s: %w (listener closed)", l.addr, wire.ErrClosed)
 	case <-timeout:
 		if note := l.log.strangerNote(); note != "" {
 			// Strangers cannot fill the listener (see above), so they are
 			// not why the peers are missing; but they hint at a port shared
 			// with another job, which the user should hear about first.
 			return nil, nil, fmt.Errorf("hostnet: accept on %s: no flagcx peer completed the handshake within %v; %s They did not keep the ranks out: check that the other ranks are running with the same unique id, and give each job a port of its own (%s sets the limit); %s: %w",
-				l.addr, l.cfg.Timeout, note, EnvTimeout, ifaceNote(l.cfg), ErrTimeout)
+				l.addr, l.cfg.Timeout, note, EnvTimeout, ifaceNote(l.cfg), wire.ErrTimeout)
 		}
 		return nil, nil, fmt.Errorf("hostnet: accept on %s: no peer completed the handshake within %v (are the other ranks running, with the same unique id, and can they reach this address? %s sets the limit); %s: %w",
-			l.addr, l.cfg.Timeout, EnvTimeout, ifaceNote(l.cfg), ErrTimeout)
+			l.addr, l.cfg.Timeout, EnvTimeout, ifaceNote(l.cfg), wire.ErrTimeout)
 	}
 }
 
@@ -404,7 +406,7 @@ func (l *Listener) maxUnauthBound() int {
 // backoff until cfg.Timeout; then Dial fails with an error naming addr and
 // wrapping ErrTimeout. A listener holding another secret gives an error
 // wrapping ErrAuth.
-func Dial(addr string, cfg Config, secret Secret, hello []byte) (*Conn, error) {
+func Dial(addr string, cfg Config, secret wire.Secret, hello []byte) (*Conn, error) {
 	if len(hello) > MaxHello {
 		return nil, fmt.Errorf("hostnet: dial %s: hello of %d bytes is above the %d-byte limit", addr, len(hello), MaxHello)
 	}
@@ -437,11 +439,11 @@ func Dial(addr string, cfg Config, secret Secret, hello []byte) (*Conn, error) {
 			}
 			if busy > 0 {
 				return nil, fmt.Errorf("hostnet: dial %s: the listener dropped this peer's connection %d times as busy, and no attempt got through within %v (last error: %w): is something flooding that port with connections? %s sets the limit: %w",
-					addr, busy, cfg.Timeout, err, EnvTimeout, ErrTimeout)
+					addr, busy, cfg.Timeout, err, EnvTimeout, wire.ErrTimeout)
 			}
 			if refused || timedOut {
 				return nil, fmt.Errorf("hostnet: dial %s: no listener accepted the connection within %v (last error: %w); check that the peer is running and that %s picks an interface both hosts can reach; %s: %w",
-					addr, cfg.Timeout, err, EnvSocketIfName, ifaceNote(cfg), ErrTimeout)
+					addr, cfg.Timeout, err, EnvSocketIfName, ifaceNote(cfg), wire.ErrTimeout)
 			}
 			return nil, fmt.Errorf("hostnet: dial %s: %w; %s", addr, err, ifaceNote(cfg))
 		}
@@ -457,7 +459,7 @@ func Dial(addr string, cfg Config, secret Secret, hello []byte) (*Conn, error) {
 		busy++
 		if !deadline.IsZero() && time.Until(deadline) <= 0 {
 			return nil, fmt.Errorf("hostnet: dial %s: the listener dropped this peer's connection %d times as busy within %v: is something flooding that port with connections? %s sets the limit: %w",
-				addr, busy, cfg.Timeout, EnvTimeout, ErrTimeout)
+				addr, busy, cfg.Timeout, EnvTimeout, wire.ErrTimeout)
 		}
 		sleep()
 	}

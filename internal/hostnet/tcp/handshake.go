@@ -1,4 +1,4 @@
-package hostnet
+package tcp
 
 import (
 	"crypto/hmac"
@@ -11,6 +11,8 @@ import (
 	"net"
 	"syscall"
 	"time"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 
 // The handshake. Every new connection starts with it; only a peer that
@@ -78,7 +80,7 @@ func (e *silentError) Error() string {
 	return fmt.Sprintf("sent nothing within %v of the challenge (not a flagcx peer, or far too slow)", e.after)
 }
 
-func (e *silentError) Is(target error) bool { return target == ErrTimeout }
+func (e *silentError) Is(target error) bool { return target == wire.ErrTimeout }
 
 func firstByteTimeout(cfg Config) time.Duration {
 	return min(FirstByteTimeout, hsTimeout(cfg))
@@ -91,7 +93,7 @@ func hsTimeout(cfg Config) time.Duration {
 	return DefaultTimeout
 }
 
-func dialMAC(secret Secret, a, d []byte, hello []byte) []byte {
+func dialMAC(secret wire.Secret, a, d []byte, hello []byte) []byte {
 	m := hmac.New(sha256.New, secret[:])
 	m.Write([]byte(hsDialLabel))
 	m.Write(a)
@@ -103,7 +105,7 @@ func dialMAC(secret Secret, a, d []byte, hello []byte) []byte {
 	return m.Sum(nil)
 }
 
-func acceptMAC(secret Secret, a, d, answerMAC []byte) []byte {
+func acceptMAC(secret wire.Secret, a, d, answerMAC []byte) []byte {
 	m := hmac.New(sha256.New, secret[:])
 	m.Write([]byte(hsAcceptLabel))
 	m.Write(a)
@@ -130,7 +132,7 @@ type pendingAccept struct {
 // tries to tell the dialer why (status byte) before the caller closes.
 // arm sets the deadline of the next step (the Listener's also honours an
 // eviction: a dropped connection's reads fail at once).
-func acceptHandshake(nc net.Conn, cfg Config, secret Secret, arm func(time.Duration)) (*pendingAccept, error) {
+func acceptHandshake(nc net.Conn, cfg Config, secret wire.Secret, arm func(time.Duration)) (*pendingAccept, error) {
 	timeout := hsTimeout(cfg)
 	step := func(d time.Duration, f func() error) error { arm(d); return f() }
 	chall := make([]byte, hsChallLen)
@@ -164,7 +166,7 @@ func acceptHandshake(nc net.Conn, cfg Config, secret Secret, arm func(time.Durat
 		verdict[0] = verdictProtocol
 		binary.LittleEndian.PutUint16(verdict[1:], hsVersion)
 		_ = step(timeout, func() error { _, err := nc.Write(verdict); return err })
-		return nil, fmt.Errorf("peer speaks hostnet protocol version %d, this side %d (run the same flagcx version on every rank): %w", v, hsVersion, ErrProtocol)
+		return nil, fmt.Errorf("peer speaks hostnet protocol version %d, this side %d (run the same flagcx version on every rank): %w", v, hsVersion, wire.ErrProtocol)
 	}
 	if err := step(timeout, func() error { _, err := io.ReadFull(nc, ans[12:]); return err }); err != nil {
 		return nil, hsErr("waiting for the answer", timeout, err)
@@ -182,7 +184,7 @@ func acceptHandshake(nc net.Conn, cfg Config, secret Secret, arm func(time.Durat
 		verdict := make([]byte, hsVerdictLen)
 		verdict[0] = verdictBadAuth
 		_ = step(timeout, func() error { _, err := nc.Write(verdict); return err })
-		return nil, fmt.Errorf("peer does not hold this communicator's secret (another job, or a stale unique id?): %w", ErrAuth)
+		return nil, fmt.Errorf("peer does not hold this communicator's secret (another job, or a stale unique id?): %w", wire.ErrAuth)
 	}
 	return &pendingAccept{hello: hello, answer: ans[32:64], a: chall[12:28], d: ans[16:32]}, nil
 }
@@ -198,7 +200,7 @@ func sendBusy(nc net.Conn) {
 }
 
 // acceptVerdict runs step 3 for a verified peer.
-func acceptVerdict(nc net.Conn, cfg Config, secret Secret, p *pendingAccept) error {
+func acceptVerdict(nc net.Conn, cfg Config, secret wire.Secret, p *pendingAccept) error {
 	timeout := hsTimeout(cfg)
 	verdict := make([]byte, 1, hsVerdictLen)
 	verdict[0] = verdictOK
@@ -210,7 +212,7 @@ func acceptVerdict(nc net.Conn, cfg Config, secret Secret, p *pendingAccept) err
 }
 
 // dialHandshake runs the dialer's side of all three steps.
-func dialHandshake(nc net.Conn, addr string, cfg Config, secret Secret, hello []byte) error {
+func dialHandshake(nc net.Conn, addr string, cfg Config, secret wire.Secret, hello []byte) error {
 	timeout := hsTimeout(cfg)
 	wrap := func(err error) error { return fmt.Errorf("hostnet: dial %s: handshake: %w", addr, err) }
 	chall := make([]byte, hsChallLen)
@@ -220,7 +222,7 @@ func dialHandshake(nc net.Conn, addr string, cfg Config, secret Secret, hello []
 	if v, err := hsHead(chall); err != nil {
 		return wrap(fmt.Errorf("%s is not a flagcx hostnet listener (%w)", addr, err))
 	} else if v != hsVersion {
-		return wrap(fmt.Errorf("listener speaks hostnet protocol version %d, this side %d (run the same flagcx version on every rank): %w", v, hsVersion, ErrProtocol))
+		return wrap(fmt.Errorf("listener speaks hostnet protocol version %d, this side %d (run the same flagcx version on every rank): %w", v, hsVersion, wire.ErrProtocol))
 	}
 	ans := make([]byte, hsAnswerLen, hsAnswerLen+len(hello))
 	copy(ans, hsMagic)
@@ -250,7 +252,7 @@ func dialHandshake(nc net.Conn, addr string, cfg Config, secret Secret, hello []
 // 2) and returns the protocol version they announce.
 func hsHead(b []byte) (uint16, error) {
 	if len(b) < 12 || string(b[:8]) != hsMagic {
-		return 0, fmt.Errorf("first bytes % x: %w", b[:min(len(b), 8)], ErrProtocol)
+		return 0, fmt.Errorf("first bytes % x: %w", b[:min(len(b), 8)], wire.ErrProtocol)
 	}
 	return binary.LittleEndian.Uint16(b[8:10]), nil
 }
@@ -259,11 +261,11 @@ func hsHead(b []byte) (uint16, error) {
 // MaxHello.
 func hsHelloLen(ans []byte) (int, error) {
 	if len(ans) != hsAnswerLen {
-		return 0, fmt.Errorf("an answer of %d bytes (always %d): %w", len(ans), hsAnswerLen, ErrProtocol)
+		return 0, fmt.Errorf("an answer of %d bytes (always %d): %w", len(ans), hsAnswerLen, wire.ErrProtocol)
 	}
 	n := binary.LittleEndian.Uint32(ans[12:16])
 	if n > MaxHello {
-		return 0, fmt.Errorf("peer announced a %d-byte hello, above the %d-byte limit: %w", n, MaxHello, ErrProtocol)
+		return 0, fmt.Errorf("peer announced a %d-byte hello, above the %d-byte limit: %w", n, MaxHello, wire.ErrProtocol)
 	}
 	return int(n), nil
 }
@@ -272,22 +274,22 @@ func hsHelloLen(ans []byte) (int, error) {
 // accepted this dialer and proved the secret with wantMAC.
 func decodeVerdict(verdict, wantMAC []byte, addr string) error {
 	if len(verdict) != hsVerdictLen {
-		return fmt.Errorf("a verdict of %d bytes from %s (always %d): %w", len(verdict), addr, hsVerdictLen, ErrProtocol)
+		return fmt.Errorf("a verdict of %d bytes from %s (always %d): %w", len(verdict), addr, hsVerdictLen, wire.ErrProtocol)
 	}
 	switch verdict[0] {
 	case verdictOK:
 	case verdictBadAuth:
-		return fmt.Errorf("the listener refused this peer: it holds another secret (is every rank using the same unique id?): %w", ErrAuth)
+		return fmt.Errorf("the listener refused this peer: it holds another secret (is every rank using the same unique id?): %w", wire.ErrAuth)
 	case verdictBusy:
 		return errBusy
 	case verdictProtocol:
 		return fmt.Errorf("the listener speaks hostnet protocol version %d, this side %d (run the same flagcx version on every rank): %w",
-			binary.LittleEndian.Uint16(verdict[1:3]), hsVersion, ErrProtocol)
+			binary.LittleEndian.Uint16(verdict[1:3]), hsVersion, wire.ErrProtocol)
 	default:
-		return fmt.Errorf("unknown verdict %d from the listener: %w", verdict[0], ErrProtocol)
+		return fmt.Errorf("unknown verdict %d from the listener: %w", verdict[0], wire.ErrProtocol)
 	}
 	if !hmac.Equal(verdict[1:33], wantMAC) {
-		return fmt.Errorf("the listener at %s could not prove the communicator's secret: %w", addr, ErrAuth)
+		return fmt.Errorf("the listener at %s could not prove the communicator's secret: %w", addr, wire.ErrAuth)
 	}
 	return nil
 }
@@ -297,10 +299,10 @@ func hsErr(step string, timeout time.Duration, err error) error {
 	var ne net.Error
 	switch {
 	case errors.As(err, &ne) && ne.Timeout():
-		return fmt.Errorf("%s: nothing for %v: %w", step, timeout, ErrTimeout)
+		return fmt.Errorf("%s: nothing for %v: %w", step, timeout, wire.ErrTimeout)
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
 		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
-		return fmt.Errorf("%s: %w (%w)", step, ErrClosed, err)
+		return fmt.Errorf("%s: %w (%w)", step, wire.ErrClosed, err)
 	}
 	return fmt.Errorf("%s: %w", step, err)
 }

@@ -1,4 +1,4 @@
-package hostnet
+package tcp
 
 import (
 	"bytes"
@@ -11,9 +11,11 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 
-var testSecret = Secret{0: 0xf1, 1: 0xa6, 7: 0xcc, 15: 0x42}
+var testSecret = wire.Secret{0: 0xf1, 1: 0xa6, 7: 0xcc, 15: 0x42}
 
 func testConfig(timeout time.Duration) Config {
 	cfg := DefaultConfig()
@@ -28,7 +30,7 @@ type refusal struct {
 
 // newTestListener listens on addr and collects refusals instead of
 // printing them.
-func newTestListener(t testing.TB, addr string, cfg Config, secret Secret) (*Listener, chan refusal) {
+func newTestListener(t testing.TB, addr string, cfg Config, secret wire.Secret) (*Listener, chan refusal) {
 	t.Helper()
 	l, err := ListenAddr(addr, cfg, secret)
 	require.NoError(t, err)
@@ -213,10 +215,10 @@ func TestWrongSecretRefusedThenGoodPeerAccepted(t *testing.T) {
 	other := testSecret
 	other[3] ^= 1
 	_, err := Dial(l.Addr(), cfg, other, []byte("intruder"))
-	require.ErrorIs(t, err, ErrAuth)
+	require.ErrorIs(t, err, wire.ErrAuth)
 	require.Contains(t, err.Error(), l.Addr())
 	r := <-refused
-	require.ErrorIs(t, r.err, ErrAuth)
+	require.ErrorIs(t, r.err, wire.ErrAuth)
 	require.True(t, strings.HasPrefix(r.remote, "127.0.0.1:"), r.remote)
 	select {
 	case got := <-done:
@@ -252,12 +254,12 @@ func TestBadPeersRefused(t *testing.T) {
 		wantErr error
 		verdict int // status byte the raw peer should read; -1: none (closed)
 	}{
-		{"garbage", []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), ErrProtocol, -1},
-		{"wrong version", answer(hsVersion+1, 0)[:12], ErrProtocol, verdictProtocol},
-		{"hello too large", answer(hsVersion, MaxHello+1), ErrProtocol, -1},
-		{"forged MAC", answer(hsVersion, 0), ErrAuth, verdictBadAuth},
-		{"silent", nil, ErrTimeout, verdictBusy},
-		{"too slow", []byte(hsMagic), ErrTimeout, -1},
+		{"garbage", []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"), wire.ErrProtocol, -1},
+		{"wrong version", answer(hsVersion+1, 0)[:12], wire.ErrProtocol, verdictProtocol},
+		{"hello too large", answer(hsVersion, MaxHello+1), wire.ErrProtocol, -1},
+		{"forged MAC", answer(hsVersion, 0), wire.ErrAuth, verdictBadAuth},
+		{"silent", nil, wire.ErrTimeout, verdictBusy},
+		{"too slow", []byte(hsMagic), wire.ErrTimeout, -1},
 	}
 	l, refused := newTestListener(t, "127.0.0.1:0", cfg, testSecret)
 	for _, tc := range tests {
@@ -321,7 +323,7 @@ func TestImpostorListener(t *testing.T) {
 		_, _ = io.Copy(io.Discard, c)
 	}()
 	_, err = Dial(ln.Addr().String(), testConfig(2*time.Second), testSecret, nil)
-	require.ErrorIs(t, err, ErrAuth)
+	require.ErrorIs(t, err, wire.ErrAuth)
 	require.Contains(t, err.Error(), "could not prove")
 }
 
@@ -339,7 +341,7 @@ func TestDialNotAListener(t *testing.T) {
 		c.Close()
 	}()
 	_, err = Dial(ln.Addr().String(), testConfig(2*time.Second), testSecret, nil)
-	require.ErrorIs(t, err, ErrProtocol)
+	require.ErrorIs(t, err, wire.ErrProtocol)
 	require.Contains(t, err.Error(), ln.Addr().String())
 }
 
@@ -348,7 +350,7 @@ func TestDialTimesOut(t *testing.T) {
 	start := time.Now()
 	_, err := Dial(addr, testConfig(300*time.Millisecond), testSecret, nil)
 	took := time.Since(start)
-	require.ErrorIs(t, err, ErrTimeout)
+	require.ErrorIs(t, err, wire.ErrTimeout)
 	require.Contains(t, err.Error(), addr)
 	require.GreaterOrEqual(t, took, 250*time.Millisecond)
 	require.Less(t, took, 2*time.Second)
@@ -378,7 +380,7 @@ func TestAcceptTimeoutAndClose(t *testing.T) {
 	l, _ := newTestListener(t, "127.0.0.1:0", testConfig(200*time.Millisecond), testSecret)
 	start := time.Now()
 	_, _, err := l.Accept()
-	require.ErrorIs(t, err, ErrTimeout)
+	require.ErrorIs(t, err, wire.ErrTimeout)
 	require.GreaterOrEqual(t, time.Since(start), 150*time.Millisecond)
 
 	l2, _ := newTestListener(t, "127.0.0.1:0", testConfig(time.Minute), testSecret)
@@ -388,14 +390,14 @@ func TestAcceptTimeoutAndClose(t *testing.T) {
 	require.NoError(t, l2.Close())
 	select {
 	case err := <-errc:
-		require.ErrorIs(t, err, ErrClosed)
+		require.ErrorIs(t, err, wire.ErrClosed)
 	case <-time.After(2 * time.Second):
 		t.Fatal("Close did not unblock Accept")
 	}
 	_, _, err = l2.Accept()
-	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, err, wire.ErrClosed)
 	_, err = Dial(l2.Addr(), testConfig(200*time.Millisecond), testSecret, nil)
-	require.ErrorIs(t, err, ErrTimeout)
+	require.ErrorIs(t, err, wire.ErrTimeout)
 }
 
 // Connections dialed one after another are accepted in that order.
@@ -421,7 +423,7 @@ func TestRecvTimeoutWhenPeerSilent(t *testing.T) {
 	start := time.Now()
 	err := a.Recv(make([]byte, 8))
 	took := time.Since(start)
-	require.ErrorIs(t, err, ErrTimeout)
+	require.ErrorIs(t, err, wire.ErrTimeout)
 	require.Contains(t, err.Error(), a.RemoteAddr())
 	require.GreaterOrEqual(t, took, 250*time.Millisecond)
 	require.Less(t, took, 2*time.Second)
@@ -437,22 +439,22 @@ func TestSendTimeoutWhenPeerDoesNotRead(t *testing.T) {
 	d, _ := connPair(t, testConfig(300*time.Millisecond))
 	start := time.Now()
 	err := d.Send(make([]byte, 256<<20)) // far beyond the socket buffers
-	require.ErrorIs(t, err, ErrTimeout)
+	require.ErrorIs(t, err, wire.ErrTimeout)
 	require.Less(t, time.Since(start), 5*time.Second)
-	require.ErrorIs(t, d.Send([]byte("x")), ErrClosed) // broken now
+	require.ErrorIs(t, d.Send([]byte("x")), wire.ErrClosed) // broken now
 }
 
 func TestPeerCloseGivesErrClosed(t *testing.T) {
 	d, a := connPair(t, testConfig(5*time.Second))
 	require.NoError(t, d.Close())
 	err := a.Recv(make([]byte, 4))
-	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, err, wire.ErrClosed)
 	require.Contains(t, err.Error(), "by the peer")
 	// The connection is finished in both directions.
-	require.ErrorIs(t, a.Send([]byte("x")), ErrClosed)
+	require.ErrorIs(t, a.Send([]byte("x")), wire.ErrClosed)
 	// Our own closed side.
-	require.ErrorIs(t, d.Send([]byte("x")), ErrClosed)
-	require.ErrorIs(t, d.Recv(make([]byte, 1)), ErrClosed)
+	require.ErrorIs(t, d.Send([]byte("x")), wire.ErrClosed)
+	require.ErrorIs(t, d.Recv(make([]byte, 1)), wire.ErrClosed)
 	require.NoError(t, d.Close()) // twice is fine
 }
 
@@ -473,7 +475,7 @@ func TestPeerClosesMidFrame(t *testing.T) {
 	require.NoError(t, err)
 	d.Close()
 	err = a.Recv(make([]byte, 1000))
-	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, err, wire.ErrClosed)
 	require.ErrorIs(t, err, io.ErrUnexpectedEOF)
 }
 
@@ -486,7 +488,7 @@ func TestCloseUnblocksRecv(t *testing.T) {
 	require.NoError(t, a.Close())
 	select {
 	case err := <-errc:
-		require.ErrorIs(t, err, ErrClosed)
+		require.ErrorIs(t, err, wire.ErrClosed)
 		require.Contains(t, err.Error(), "this side")
 		require.Less(t, time.Since(start), time.Second)
 	case <-time.After(2 * time.Second):
@@ -511,16 +513,16 @@ func TestLengthMismatch(t *testing.T) {
 			go func() { _ = d.Send(randomBytes(1, tc.sent)) }()
 			buf := bytes.Repeat([]byte{0xAA}, tc.exp+64)
 			err := a.Recv(buf[:tc.exp])
-			var le *LengthError
+			var le *wire.LengthError
 			require.ErrorAs(t, err, &le)
-			require.Equal(t, LengthError{Got: tc.sent, Want: tc.exp}, *le)
+			require.Equal(t, wire.LengthError{Got: tc.sent, Want: tc.exp}, *le)
 			require.Equal(t, bytes.Repeat([]byte{0xAA}, tc.exp+64), buf, "Recv must not write into p on a mismatch")
 			// The stream is out of step now: later calls fail fast.
 			start := time.Now()
 			err = a.Recv(make([]byte, tc.sent))
-			require.ErrorIs(t, err, ErrClosed)
+			require.ErrorIs(t, err, wire.ErrClosed)
 			require.Contains(t, err.Error(), "where")
-			require.ErrorIs(t, a.Send(nil), ErrClosed)
+			require.ErrorIs(t, a.Send(nil), wire.ErrClosed)
 			require.Less(t, time.Since(start), time.Second)
 		})
 	}
@@ -539,12 +541,12 @@ func TestRecvMsg(t *testing.T) {
 	}
 	require.NoError(t, d.Send(make([]byte, 100)))
 	_, err := a.RecvMsg(64)
-	var le *LengthError
+	var le *wire.LengthError
 	require.ErrorAs(t, err, &le)
-	require.Equal(t, LengthError{Got: 100, Want: 64}, *le)
+	require.Equal(t, wire.LengthError{Got: 100, Want: 64}, *le)
 	require.Contains(t, err.Error(), "limit")
 	_, err = a.RecvMsg(1000)
-	require.ErrorIs(t, err, ErrClosed)
+	require.ErrorIs(t, err, wire.ErrClosed)
 }
 
 func TestGarbageFrame(t *testing.T) {
@@ -553,7 +555,7 @@ func TestGarbageFrame(t *testing.T) {
 	require.NoError(t, err)
 	buf := make([]byte, 8)
 	err = a.Recv(buf)
-	require.ErrorIs(t, err, ErrProtocol)
+	require.ErrorIs(t, err, wire.ErrProtocol)
 	require.Equal(t, make([]byte, 8), buf)
 }
 
@@ -632,7 +634,7 @@ func TestPolledReads(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			d, a := connPair(t, testConfig(2*time.Second))
-			a.setSpin(tc.spin)
+			a.SetSpin(tc.spin)
 			msg := randomBytes(7, 100)
 			go func() {
 				time.Sleep(max(tc.delay, 0))
@@ -645,7 +647,7 @@ func TestPolledReads(t *testing.T) {
 			got := make([]byte, len(msg))
 			err := a.Recv(got)
 			if tc.delay < 0 {
-				require.ErrorIs(t, err, ErrClosed)
+				require.ErrorIs(t, err, wire.ErrClosed)
 				return
 			}
 			require.NoError(t, err)
@@ -655,8 +657,8 @@ func TestPolledReads(t *testing.T) {
 
 	t.Run("deadline, then polling stops and resumes", func(t *testing.T) {
 		d, a := connPair(t, testConfig(300*time.Millisecond))
-		a.setSpin(time.Millisecond)
-		require.ErrorIs(t, a.Recv(make([]byte, 8)), ErrTimeout)
+		a.SetSpin(time.Millisecond)
+		require.ErrorIs(t, a.Recv(make([]byte, 8)), wire.ErrTimeout)
 		for range maxPollMisses {
 			sent := make(chan error, 1)
 			go func() { time.Sleep(5 * time.Millisecond); sent <- d.Send([]byte("late....")) }()
