@@ -1,6 +1,6 @@
 // Package hostnet is the host network between ranks: TCP, shared memory
 // between ranks of one host, and a network plugin (InfiniBand / RoCE verbs,
-// plugins/net-ib; net.go says which pairs use it). It knows
+// plugins/net-ib; netplugin/net.go says which pairs use it). It knows
 // nothing of vendors or collectives: it moves framed, length-checked
 // messages between authenticated peers, and gives the ranks of one host
 // the shared windows their collectives read directly. A caller may label
@@ -9,7 +9,7 @@
 //
 // hostnet is the mesh; the transports are subpackages that import none of
 // it nor each other: shm (same host), tcp (sockets), and the network
-// plugin (net.go, netlink.go); wire holds what they share. hostnet
+// plugin (netplugin); wire holds what they share. hostnet
 // re-exports their names, so callers need only this package.
 //
 // hostnet owns the transports. Each rank announces a Peer at bootstrap;

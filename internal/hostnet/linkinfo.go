@@ -18,7 +18,7 @@ func DescribeLink(l Link) string {
 		n := len(l.Conns())
 		return fmt.Sprintf("tcp via %s %s -> %s, %d socket%s", tcp.IfaceOf(c.LocalAddr()), c.LocalAddr(), c.RemoteAddr(), n, plural(n))
 	case *NetLink:
-		return fmt.Sprintf("ib on %s (peer watched over tcp via %s %s -> %s)", l.dev.describe(), tcp.IfaceOf(l.ctl.LocalAddr()), l.ctl.LocalAddr(), l.remote)
+		return l.Describe()
 	case nil:
 		return "self"
 	}

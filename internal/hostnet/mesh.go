@@ -21,7 +21,7 @@ type Link interface {
 	Recv(p []byte) error
 	Close() error
 	// Transport names what carries the link: "shm", "tcp" or "ib" (a
-	// network plugin, net.go).
+	// network plugin, netplugin/net.go).
 	Transport() string
 }
 

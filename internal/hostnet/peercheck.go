@@ -1,14 +1,11 @@
 package hostnet
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"math"
 	"net"
 	"strconv"
 	"strings"
-	"unicode"
 
 	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
@@ -33,43 +30,13 @@ const (
 	maxPeerWhy = 4096
 )
 
-// PeerName is how errors name a peer: "rank 3 (10.0.0.7:5000)", with what
-// the peer said quoted when it is not plain text.
-func PeerName(rank int, addr string) string {
-	return fmt.Sprintf("rank %d (%s)", rank, wire.QuoteIfOdd(addr, 64))
-}
-
-// printable: at most max bytes of valid printable UTF-8.
-func printable(s string, max int) bool {
-	if len(s) > max {
-		return false
-	}
-	for _, r := range s {
-		if r == unicode.ReplacementChar || !unicode.IsPrint(r) {
-			return false
-		}
-	}
-	return true
-}
-
-// freeText: at most max bytes without control characters other than
-// newlines and tabs (a peer's explanation, often an error's text).
-func freeText(s string, max int) bool {
-	if len(s) > max {
-		return false
-	}
-	for _, r := range s {
-		if unicode.IsControl(r) && r != '\n' && r != '\t' {
-			return false
-		}
-	}
-	return true
-}
+// PeerName is how errors name a peer (wire.PeerName).
+var PeerName = wire.PeerName
 
 // CheckAddr says whether addr is "host:port" with a numeric port in
 // 1..65535 and a host of printable text.
 func CheckAddr(addr string) error {
-	if !printable(addr, maxPeerField) {
+	if !wire.Printable(addr, maxPeerField) {
 		return fmt.Errorf("%s is not host:port (at most %d printable characters)", wire.QuoteIfOdd(addr, 64), maxPeerField)
 	}
 	host, port, err := net.SplitHostPort(addr)
@@ -103,12 +70,12 @@ func (p Peer) Check(nranks int) error {
 		return bad("a listener address that %v", CheckAddr(p.Addr))
 	case p.Pid <= 0 || p.Pid > shm.MaxPid:
 		return bad("pid %d (1..%d)", p.Pid, shm.MaxPid)
-	case !printable(p.Host, maxPeerField), !printable(p.BootID, maxPeerField), !printable(p.PidNS, maxPeerField):
+	case !wire.Printable(p.Host, maxPeerField), !wire.Printable(p.BootID, maxPeerField), !wire.Printable(p.PidNS, maxPeerField):
 		return bad("a host name, boot id or pid namespace that is not text of at most %d bytes (%s, %s, %s)",
 			maxPeerField, wire.QuoteIfOdd(p.Host, 64), wire.QuoteIfOdd(p.BootID, 64), wire.QuoteIfOdd(p.PidNS, 64))
 	case p.Cores < 0 || p.Cores > maxCores:
 		return bad("%d cores (0..%d)", p.Cores, maxCores)
-	case !freeText(p.NoShm, maxPeerWhy):
+	case !wire.FreeText(p.NoShm, maxPeerWhy):
 		return bad("a reason for having no shared memory that is not text of at most %d bytes", maxPeerWhy)
 	}
 	if p.Shm == "" {
@@ -159,65 +126,4 @@ func decodeMeshHello(b []byte, from string, rank, n, streams int) (meshHello, er
 		return h, fmt.Errorf("hostnet: peer %s opened stream %d of %d: %w", PeerName(h.Rank, from), h.Stream, streams, ErrProtocol)
 	}
 	return h, nil
-}
-
-// Bounds of a network offer's text (netOffer).
-const maxOfferName = 128
-
-// decodeNetOffer reads the network offer of rank peer (at addr).
-func decodeNetOffer(b []byte, peer int, addr string) (netOffer, error) {
-	var o netOffer
-	bad := func(format string, args ...any) (netOffer, error) {
-		return netOffer{}, fmt.Errorf("hostnet: %s's network offer %s: %w", PeerName(peer, addr), fmt.Sprintf(format, args...), ErrProtocol)
-	}
-	if err := json.Unmarshal(b, &o); err != nil {
-		return bad("is malformed (%v)", err)
-	}
-	switch {
-	case o.Want != "IB" && o.Want != "auto" && o.Want != "no":
-		return bad("wants %s (IB, auto or no)", wire.QuoteIfOdd(o.Want, 16))
-	case !freeText(o.Why, negotiationMax):
-		return bad("gives a reason that is not text of at most %d bytes", negotiationMax)
-	case !printable(o.Device, maxOfferName), !printable(o.Fabric, maxOfferName):
-		return bad("names a device or fabric that is not text of at most %d bytes", maxOfferName)
-	}
-	return o, nil
-}
-
-// decodeNegotiation reads one negotiation message (sendSmall's framing: a
-// 4-byte length, then negotiationMax bytes).
-func decodeNegotiation(msg []byte) ([]byte, error) {
-	if len(msg) != 4+negotiationMax {
-		return nil, fmt.Errorf("hostnet: a %d-byte negotiation message (always %d): %w", len(msg), 4+negotiationMax, ErrProtocol)
-	}
-	n := int(getU32(msg))
-	if n > negotiationMax {
-		return nil, fmt.Errorf("hostnet: negotiation message says %d bytes (at most %d): %w", n, negotiationMax, ErrProtocol)
-	}
-	return msg[4 : 4+n], nil
-}
-
-// decodeChunk checks chunk i of n of a NetLink message of want bytes, of
-// which off are in place: the plugin says got bytes of slot arrived. It
-// returns the chunk's payload. A first chunk announcing another length is
-// a *LengthError (the ranks disagree on a count); anything else that does
-// not fit is a protocol error naming the peer at remote.
-func decodeChunk(slot []byte, got, i, n, off, want int, remote string) ([]byte, error) {
-	if got < 0 || got > len(slot) {
-		return nil, fmt.Errorf("hostnet: ib recv from %s: chunk %d of %d bytes in a %d-byte slot: %w", remote, i, got, len(slot), ErrProtocol)
-	}
-	buf := slot[:got]
-	if i == 0 {
-		if got < netHeader {
-			return nil, fmt.Errorf("hostnet: ib recv from %s: a %d-byte first chunk: %w", remote, got, ErrProtocol)
-		}
-		if total := binary.LittleEndian.Uint64(buf); total != uint64(want) {
-			return nil, &LengthError{Got: int(min(total, uint64(math.MaxInt))), Want: want}
-		}
-		buf = buf[netHeader:]
-	}
-	if off < 0 || off > want || len(buf) > want-off || (i < n-1 && len(buf) == 0) {
-		return nil, fmt.Errorf("hostnet: ib recv from %s: chunk %d of %d bytes does not fit the message: %w", remote, i, len(buf), ErrProtocol)
-	}
-	return buf, nil
 }

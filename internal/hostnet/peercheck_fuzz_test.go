@@ -1,7 +1,6 @@
 package hostnet
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"path/filepath"
@@ -59,44 +58,6 @@ func FuzzMeshHello(f *testing.F) {
 		}
 		if err != nil && !errors.Is(err, ErrProtocol) {
 			t.Fatalf("error %v does not wrap ErrProtocol", err)
-		}
-	})
-}
-
-// FuzzNetNegotiation: a negotiation message (sendSmall's framing) holding
-// a network offer.
-func FuzzNetNegotiation(f *testing.F) {
-	offer, _ := json.Marshal(netOffer{Want: "IB", Have: true, Device: "mlx5_0", Fabric: "InfiniBand"})
-	msg := make([]byte, 4+negotiationMax)
-	putU32(msg, uint32(len(offer)))
-	copy(msg[4:], offer)
-	f.Add(msg)
-	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
-	f.Fuzz(func(t *testing.T, msg []byte) {
-		b, err := decodeNegotiation(msg)
-		if err != nil {
-			return
-		}
-		if len(b) > negotiationMax {
-			t.Fatalf("a %d-byte negotiation payload", len(b))
-		}
-		o, err := decodeNetOffer(b, 1, "127.0.0.1:1")
-		if err == nil && (o.Want != "IB" && o.Want != "auto" && o.Want != "no" || len(o.Device) > maxOfferName) {
-			t.Fatalf("accepted offer %+v", o)
-		}
-	})
-}
-
-// FuzzNetChunk: a chunk of a NetLink message as the plugin delivers it.
-func FuzzNetChunk(f *testing.F) {
-	first := make([]byte, 64)
-	binary.LittleEndian.PutUint64(first, 20)
-	f.Add(first, 28, 0, 1, 0, 20)
-	f.Add(first, 64, 1, 3, 40, 100)
-	f.Fuzz(func(t *testing.T, slot []byte, got, i, n, off, want int) {
-		buf, err := decodeChunk(slot, got, i, n, off, want, "127.0.0.1:1")
-		if err == nil && (off < 0 || len(buf) > want-off || len(buf) > len(slot)) {
-			t.Fatalf("accepted a %d-byte chunk at %d of %d", len(buf), off, want)
 		}
 	})
 }

@@ -1,9 +1,6 @@
 package hostnet
 
 import (
-	"encoding/binary"
-	"encoding/json"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -117,72 +114,6 @@ func TestDecodeMeshHello(t *testing.T) {
 		require.ErrorContains(t, err, tc.want)
 		require.ErrorContains(t, err, "127.0.0.1:9")
 	}
-}
-
-func TestDecodeNetOffer(t *testing.T) {
-	good := netOffer{Want: "auto", Have: true, Device: "mlx5_0", Fabric: "InfiniBand"}
-	for _, tc := range []struct {
-		name string
-		edit func(o *netOffer)
-		want string
-	}{
-		{"valid", func(o *netOffer) {}, ""},
-		{"unknown want", func(o *netOffer) { o.Want = "maybe" }, "wants maybe (IB, auto or no)"},
-		{"long device", func(o *netOffer) { o.Device = strings.Repeat("d", maxOfferName+1) }, "device or fabric"},
-		{"control in why", func(o *netOffer) { o.Why = "a\x00b" }, "reason"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			o := good
-			tc.edit(&o)
-			b, err := json.Marshal(o)
-			require.NoError(t, err)
-			got, err := decodeNetOffer(b, 3, "10.0.0.3:77")
-			if tc.want == "" {
-				require.NoError(t, err)
-				require.Equal(t, o, got)
-				return
-			}
-			require.ErrorIs(t, err, ErrProtocol)
-			require.ErrorContains(t, err, "rank 3 (10.0.0.3:77)'s network offer")
-			require.ErrorContains(t, err, tc.want)
-		})
-	}
-}
-
-func TestDecodeNegotiation(t *testing.T) {
-	msg := make([]byte, 4+negotiationMax)
-	putU32(msg, 3)
-	copy(msg[4:], "abc")
-	got, err := decodeNegotiation(msg)
-	require.NoError(t, err)
-	require.Equal(t, "abc", string(got))
-	putU32(msg, negotiationMax+1)
-	_, err = decodeNegotiation(msg)
-	require.ErrorContains(t, err, "says 1025 bytes (at most 1024)")
-	_, err = decodeNegotiation(msg[:10])
-	require.ErrorContains(t, err, "a 10-byte negotiation message")
-}
-
-func TestDecodeChunk(t *testing.T) {
-	slot := make([]byte, 64)
-	binary.LittleEndian.PutUint64(slot, 20)
-	buf, err := decodeChunk(slot, 28, 0, 1, 0, 20, "peer:1")
-	require.NoError(t, err)
-	require.Len(t, buf, 20)
-	_, err = decodeChunk(slot, 28, 0, 1, 0, 16, "peer:1")
-	var le *LengthError
-	require.True(t, errors.As(err, &le))
-	require.Equal(t, LengthError{Got: 20, Want: 16}, *le)
-	_, err = decodeChunk(slot, 65, 0, 1, 0, 20, "peer:1")
-	require.ErrorContains(t, err, "chunk 0 of 65 bytes in a 64-byte slot")
-	_, err = decodeChunk(slot, 4, 0, 1, 0, 20, "peer:1")
-	require.ErrorContains(t, err, "a 4-byte first chunk")
-	_, err = decodeChunk(slot, 30, 1, 2, 0, 20, "peer:1")
-	require.ErrorContains(t, err, "does not fit the message")
-	binary.LittleEndian.PutUint64(slot, ^uint64(0))
-	_, err = decodeChunk(slot, 28, 0, 1, 0, 20, "peer:1")
-	require.True(t, errors.As(err, &le))
-	require.Positive(t, le.Got)
 }
 
 func TestSameHostAndTransportFor(t *testing.T) {

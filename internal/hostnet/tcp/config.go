@@ -42,7 +42,7 @@ type Config struct {
 	Spin time.Duration
 	// Net chooses the network of the pairs that do not share memory:
 	// NetIB, NetSocket or NetAuto (FLAGCX_NET, FLAGCX_FORCE_NET_SOCKET;
-	// see internal/hostnet/net.go).
+	// see internal/hostnet/netplugin/net.go).
 	Net string
 	// NearPCI is the PCI bus id of the accelerator this rank drives
 	// ("0000:1b:00.0"; "" for a host rank): the network plugin's device
@@ -50,7 +50,7 @@ type Config struct {
 	NearPCI string
 }
 
-// Values of Config.Net (the network plugin's choice, internal/hostnet/net.go).
+// Values of Config.Net (the network plugin's choice, internal/hostnet/netplugin/net.go).
 const (
 	NetAuto   = ""
 	NetIB     = "IB"

@@ -528,7 +528,7 @@ func (c *Conn) ioErr(op string, err error) error {
 }
 
 // AwaitClose blocks without a deadline on a connection that carries
-// nothing more (the net plugin's watch of its peer, internal/hostnet/netlink.go)
+// nothing more (the net plugin's watch of its peer, internal/hostnet/netplugin/netlink.go)
 // and returns when the peer's process is gone or it closed the connection,
 // with the read's error.
 func (c *Conn) AwaitClose() error {

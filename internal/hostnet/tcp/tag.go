@@ -1,13 +1,11 @@
 package tcp
 
 import (
-	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
-
 	"encoding/binary"
-
 	"fmt"
-
 	"time"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 
 // noticeTag marks a failure notice instead of data (internal/hostnet/tag.go).

@@ -95,3 +95,36 @@ func Quote(s string, max int) string {
 type PeerFailure struct{ What string }
 
 func (e *PeerFailure) Error() string { return "the peer reported a failure: " + e.What }
+
+// PeerName is how errors name a peer: "rank 3 (10.0.0.7:5000)", with what
+// the peer said quoted when it is not plain text.
+func PeerName(rank int, addr string) string {
+	return fmt.Sprintf("rank %d (%s)", rank, QuoteIfOdd(addr, 64))
+}
+
+// Printable: at most max bytes of valid printable UTF-8.
+func Printable(s string, max int) bool {
+	if len(s) > max {
+		return false
+	}
+	for _, r := range s {
+		if r == unicode.ReplacementChar || !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// FreeText: at most max bytes without control characters other than
+// newlines and tabs (a peer's explanation, often an error's text).
+func FreeText(s string, max int) bool {
+	if len(s) > max {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) && r != '\n' && r != '\t' {
+			return false
+		}
+	}
+	return true
+}

@@ -1,4 +1,4 @@
-package hostnet
+package netplugin
 
 import (
 	"encoding/binary"
@@ -12,7 +12,11 @@ import (
 	"unsafe"
 
 	"github.com/flagcx/flagcx-go/sdk"
-	"github.com/flagcx/flagcx-go/sdk/netplugin"
+	sdknet "github.com/flagcx/flagcx-go/sdk/netplugin"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 )
 
 // Staging of a NetLink: each direction has netSlots registered slots of
@@ -32,13 +36,13 @@ const (
 // like the other Links: one Send and one Recv may run at once.
 type NetLink struct {
 	dev     *netDevice
-	sc      *netplugin.SendComm
-	rc      *netplugin.RecvComm
+	sc      *sdknet.SendComm
+	rc      *sdknet.RecvComm
 	sst     []byte // send staging (mmap'ed: Go never moves it)
 	rst     []byte
-	smr     *netplugin.MR
-	rmr     *netplugin.MR
-	ctl     *Conn // the pair's TCP connection: tells when the peer is gone
+	smr     *sdknet.MR
+	rmr     *sdknet.MR
+	ctl     *tcp.Conn // the pair's TCP connection: tells when the peer is gone
 	remote  string
 	timeout time.Duration
 
@@ -48,7 +52,7 @@ type NetLink struct {
 	broken atomic.Pointer[error] // a failed transfer left the link out of step
 }
 
-func newNetLink(ctl *Conn, sc *netplugin.SendComm, rc *netplugin.RecvComm, d *netDevice, cfg Config) (*NetLink, error) {
+func newNetLink(ctl *tcp.Conn, sc *sdknet.SendComm, rc *sdknet.RecvComm, d *netDevice, cfg tcp.Config) (*NetLink, error) {
 	l := &NetLink{dev: d, sc: sc, rc: rc, ctl: ctl, remote: ctl.RemoteAddr(), timeout: cfg.Timeout}
 	var err error
 	if l.sst, err = syscall.Mmap(-1, 0, netSlots*netSlotBytes, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE); err != nil {
@@ -58,8 +62,8 @@ func newNetLink(ctl *Conn, sc *netplugin.SendComm, rc *netplugin.RecvComm, d *ne
 		syscall.Munmap(l.sst)
 		return nil, fmt.Errorf("hostnet: staging for %s: %w", l.remote, err)
 	}
-	if l.smr, err = sc.RegMr(addrOf(l.sst), len(l.sst), netplugin.PtrHost); err == nil {
-		l.rmr, err = rc.RegMr(addrOf(l.rst), len(l.rst), netplugin.PtrHost)
+	if l.smr, err = sc.RegMr(addrOf(l.sst), len(l.sst), sdknet.PtrHost); err == nil {
+		l.rmr, err = rc.RegMr(addrOf(l.rst), len(l.rst), sdknet.PtrHost)
 	}
 	if err != nil {
 		if l.smr != nil {
@@ -79,7 +83,7 @@ func addrOf(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b
 // handshake: it ends when the peer's process is gone (or closed the link).
 func (l *NetLink) watch() {
 	err := l.ctl.AwaitClose()
-	e := fmt.Errorf("hostnet: ib link to %s: %w by the peer (its process is gone or it closed the link: %v)", l.remote, ErrClosed, err)
+	e := fmt.Errorf("hostnet: ib link to %s: %w by the peer (its process is gone or it closed the link: %v)", l.remote, wire.ErrClosed, err)
 	l.gone.CompareAndSwap(nil, &e)
 }
 
@@ -91,7 +95,7 @@ func (l *NetLink) RemoteAddr() string { return l.remote }
 
 func (l *NetLink) usable() error {
 	if b := l.broken.Load(); b != nil {
-		return fmt.Errorf("hostnet: ib link to %s: %w: unusable after an earlier error (%v)", l.remote, ErrClosed, *b)
+		return fmt.Errorf("hostnet: ib link to %s: %w: unusable after an earlier error (%v)", l.remote, wire.ErrClosed, *b)
 	}
 	return nil
 }
@@ -106,17 +110,17 @@ func (l *NetLink) call(f func() error) error {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if l.closed {
-		return fmt.Errorf("hostnet: ib link to %s: %w (closed by this side)", l.remote, ErrClosed)
+		return fmt.Errorf("hostnet: ib link to %s: %w (closed by this side)", l.remote, wire.ErrClosed)
 	}
 	return f()
 }
 
 func (l *NetLink) plugErr(op string, err error) error {
-	if errors.Is(err, ErrClosed) {
+	if errors.Is(err, wire.ErrClosed) {
 		return err
 	}
 	if errors.Is(err, sdk.ErrRemoteError) {
-		return fmt.Errorf("hostnet: ib %s %s: %w (%w)", op, l.remote, ErrClosed, err)
+		return fmt.Errorf("hostnet: ib %s %s: %w (%w)", op, l.remote, wire.ErrClosed, err)
 	}
 	return fmt.Errorf("hostnet: ib %s %s: %w", op, l.remote, err)
 }
@@ -124,7 +128,7 @@ func (l *NetLink) plugErr(op string, err error) error {
 // wait polls q until it is done: a short spin, then sleeps growing to
 // 50 us. It gives up after the link's timeout, or at once when the peer is
 // gone.
-func (l *NetLink) wait(op string, q netplugin.Request) (int, error) {
+func (l *NetLink) wait(op string, q sdknet.Request) (int, error) {
 	start := time.Now()
 	var goneAt time.Time
 	for i := 0; ; i++ {
@@ -160,7 +164,7 @@ func (l *NetLink) wait(op string, q netplugin.Request) (int, error) {
 		}
 		if l.timeout > 0 && i%256 == 0 && time.Since(start) > l.timeout {
 			return 0, l.fail(fmt.Errorf("hostnet: ib %s %s: no progress for %v (is the peer alive and running the same sequence of operations? %s sets the limit): %w",
-				op, l.remote, l.timeout, EnvTimeout, ErrTimeout))
+				op, l.remote, l.timeout, wire.EnvTimeout, wire.ErrTimeout))
 		}
 	}
 }
@@ -177,7 +181,7 @@ func (l *NetLink) Send(p []byte) error {
 	if err := l.usable(); err != nil {
 		return err
 	}
-	var reqs [netSlots]netplugin.Request
+	var reqs [netSlots]sdknet.Request
 	var inflight [netSlots]bool
 	off := 0
 	for i := 0; ; i++ {
@@ -232,7 +236,7 @@ func (l *NetLink) Recv(p []byte) error {
 		return err
 	}
 	n := chunksFor(len(p))
-	var reqs [netSlots]netplugin.Request
+	var reqs [netSlots]sdknet.Request
 	post := func(i int) error {
 		s, tag := i%netSlots, tagMore
 		if i == 0 {
@@ -286,3 +290,27 @@ func (l *NetLink) Close() error {
 	syscall.Munmap(l.rst)
 	return errors.Join(errs...)
 }
+
+// Device names the plugin's device that carries the link (for the
+// process's network summary, hostnet.NetworkSummary).
+func (l *NetLink) Device() string { return l.dev.describe() }
+
+// Describe says what carries the link, for the per-link INFO line
+// (hostnet.DescribeLink): the device and the TCP connection that watches
+// the peer.
+func (l *NetLink) Describe() string {
+	return fmt.Sprintf("ib on %s (peer watched over tcp via %s %s -> %s)", l.dev.describe(), tcp.IfaceOf(l.ctl.LocalAddr()), l.ctl.LocalAddr(), l.remote)
+}
+
+// The staging's geometry, for tests that cross its chunk boundaries
+// (internal/hostnet/net_test.go): slots of SlotBytes, Slots of them in
+// flight, the first chunk of a message starting with a ChunkHeader.
+const (
+	SlotBytes   = netSlotBytes
+	Slots       = netSlots
+	ChunkHeader = netHeader
+)
+
+// DeviceName is the plugin's name of the device that carries the link
+// ("mlx5_0").
+func (l *NetLink) DeviceName() string { return l.dev.props.Name }
