@@ -9,7 +9,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/flagcx/flagcx-go/internal/hostnet/netplugin"
-
 	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 )
 

@@ -8,9 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/flagcx/flagcx-go/internal/testkit"
-
 	"github.com/flagcx/flagcx-go/internal/hostnet/netplugin"
+	"github.com/flagcx/flagcx-go/internal/testkit"
 )
 
 // useEmulatedIB points this process at the make-built net-ib plugin on the

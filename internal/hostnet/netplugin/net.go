@@ -23,7 +23,6 @@ import (
 	sdknet "github.com/flagcx/flagcx-go/sdk/netplugin"
 
 	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
-
 	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 

@@ -14,9 +14,8 @@ import (
 	"github.com/flagcx/flagcx-go/sdk"
 	sdknet "github.com/flagcx/flagcx-go/sdk/netplugin"
 
-	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
-
 	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
+	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 
 // Staging of a NetLink: each direction has netSlots registered slots of

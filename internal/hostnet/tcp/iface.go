@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/flagcx/flagcx-go/internal/flog"
-
 	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/flagcx/flagcx-go/internal/flog"
-
 	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 
