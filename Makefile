@@ -29,8 +29,8 @@ test: all
 # Every decoder of what a peer sends has a fuzz target (docs/security.md);
 # fuzz-smoke runs each for FUZZTIME on one worker (CI: after make test).
 FUZZ_TARGETS := \
-	./internal/hostnet:FuzzPeerTable ./internal/hostnet:FuzzSegName ./internal/hostnet:FuzzMeshHello \
-	./internal/hostnet:FuzzNetNegotiation ./internal/hostnet:FuzzNetChunk ./internal/hostnet:FuzzHandshake \
+	./internal/hostnet:FuzzPeerTable ./internal/hostnet/shm:FuzzSegName ./internal/hostnet:FuzzMeshHello \
+	./internal/hostnet/netplugin:FuzzNetNegotiation ./internal/hostnet/netplugin:FuzzNetChunk ./internal/hostnet/tcp:FuzzHandshake \
 	./core:FuzzAnnounce ./core:FuzzRendezvousReply ./core:FuzzInitRecord ./core:FuzzUniqueID
 FUZZTIME ?= 3s
 fuzz-smoke:

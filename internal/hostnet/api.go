@@ -1,11 +1,16 @@
 // Package hostnet is the host network between ranks: TCP, shared memory
 // between ranks of one host, and a network plugin (InfiniBand / RoCE verbs,
-// plugins/net-ib; net.go says which pairs use it). It knows
+// plugins/net-ib; netplugin/net.go says which pairs use it). It knows
 // nothing of vendors or collectives: it moves framed, length-checked
 // messages between authenticated peers, and gives the ranks of one host
 // the shared windows their collectives read directly. A caller may label
 // messages and shared-memory steps with an opaque tag that the receiver
 // checks, and send failure notices (tag.go).
+//
+// hostnet is the mesh; the transports are subpackages that import none of
+// it nor each other: shm (same host), tcp (sockets), and the network
+// plugin (netplugin); wire holds what they share. hostnet
+// re-exports their names, so callers need only this package.
 //
 // hostnet owns the transports. Each rank announces a Peer at bootstrap;
 // a table of transports (shm when two ranks share a host, boot id and pid
@@ -28,73 +33,31 @@
 package hostnet
 
 import (
-	"errors"
-	"fmt"
-	"time"
+	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
+	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 
-// Secret is the shared key of one communicator; peers prove they hold it
-// without sending it (HMAC challenge-response).
-type Secret [16]byte
+// Secret is the shared key of one communicator (wire.Secret).
+type Secret = wire.Secret
 
-// Config tunes the transport. The zero value is not useful: start from
-// DefaultConfig or ConfigFromEnv.
-type Config struct {
-	// IfName selects interfaces as FLAGCX_SOCKET_IFNAME does: a
-	// comma-separated list of name prefixes ("eth,ib"), "^" before the list
-	// to exclude ("^lo,docker", the default), "=" before it for exact names.
-	IfName string
-	// Rendezvous is the address ("host:port") every rank dials first (the
-	// unique id's): the interface the kernel routes to it is preferred
-	// among those IfName allows ("" keeps the first by index).
-	Rendezvous string
-	// Family restricts addresses: 0 for either, 4 for IPv4, 6 for IPv6
-	// (FLAGCX_SOCKET_FAMILY=AF_INET / AF_INET6).
-	Family int
-	// Streams is the number of sockets per peer link
-	// (FLAGCX_SOCKET_NTHREADS x FLAGCX_NSOCKS_PERTHREAD).
-	Streams int
-	// AutoStreams: neither variable was set, so a mesh may use fewer
-	// sockets where the hosts have few cores per rank (pairStreams).
-	AutoStreams bool
-	// StripeMin is the smallest message striped over a link's sockets
-	// (over 2 at StripeMin, one more per StripeMin/2 bytes, up to all of
-	// them: TCPLink); smaller messages travel on one socket.
-	StripeMin int
-	// Timeout bounds every wait without progress (FLAGCX_TIMEOUT).
-	Timeout time.Duration
-	// Spin is how long a socket read (of up to 64 KiB) polls the socket
-	// before it sleeps in the kernel (FLAGCX_SOCKET_SPIN_US). A mesh polls
-	// only where its host's ranks leave a core free (Connect).
-	Spin time.Duration
-	// Net chooses the network of the pairs that do not share memory:
-	// NetIB, NetSocket or NetAuto (FLAGCX_NET, FLAGCX_FORCE_NET_SOCKET;
-	// see net.go).
-	Net string
-	// NearPCI is the PCI bus id of the accelerator this rank drives
-	// ("0000:1b:00.0"; "" for a host rank): the network plugin's device
-	// nearest to it carries the rank's links (topo/topo.go).
-	NearPCI string
-}
+// Config tunes the TCP transport and the network (tcp.Config).
+type Config = tcp.Config
 
-// Errors a caller may test for with errors.Is / errors.As.
+// Errors a caller may test for with errors.Is / errors.As; they live in
+// wire so that every transport returns the same values.
 var (
-	// ErrTimeout: the deadline passed with no progress from the peer.
-	ErrTimeout = errors.New("timed out")
-	// ErrClosed: the peer closed the connection or this side was closed
-	// (by Close or an abort).
-	ErrClosed = errors.New("connection closed")
-	// ErrAuth: the peer could not prove the secret.
-	ErrAuth = errors.New("peer failed authentication")
-	// ErrMismatch: the ranks of a host disagree on the collective step
-	// they are in (another operation, count, type or root).
-	ErrMismatch = errors.New("ranks disagree on the operation")
+	ErrTimeout  = wire.ErrTimeout
+	ErrClosed   = wire.ErrClosed
+	ErrAuth     = wire.ErrAuth
+	ErrMismatch = wire.ErrMismatch
+	ErrProtocol = wire.ErrProtocol
+	ErrConfig   = wire.ErrConfig
 )
 
 // LengthError reports a frame whose length differs from what the receiver
-// expected: the two ranks disagree on a count or data type.
-type LengthError struct{ Got, Want int }
+// expected (wire.LengthError).
+type LengthError = wire.LengthError
 
-func (e *LengthError) Error() string {
-	return fmt.Sprintf("peer sent %d bytes where %d were expected", e.Got, e.Want)
-}
+// MismatchError is a peer's label that differs from this side's
+// (wire.MismatchError).
+type MismatchError = wire.MismatchError

@@ -2,7 +2,8 @@ package hostnet
 
 import (
 	"fmt"
-	"net"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 )
 
 // DescribeLink says what carries l, for the per-link INFO line: the
@@ -13,11 +14,11 @@ import (
 func DescribeLink(l Link) string {
 	switch l := l.(type) {
 	case *TCPLink:
-		c := l.conns[0]
-		n := len(l.conns)
-		return fmt.Sprintf("tcp via %s %s -> %s, %d socket%s", ifaceOf(c.LocalAddr()), c.LocalAddr(), c.RemoteAddr(), n, plural(n))
+		c := l.Conns()[0]
+		n := len(l.Conns())
+		return fmt.Sprintf("tcp via %s %s -> %s, %d socket%s", tcp.IfaceOf(c.LocalAddr()), c.LocalAddr(), c.RemoteAddr(), n, plural(n))
 	case *NetLink:
-		return fmt.Sprintf("ib on %s (peer watched over tcp via %s %s -> %s)", l.dev.describe(), ifaceOf(l.ctl.LocalAddr()), l.ctl.LocalAddr(), l.remote)
+		return l.Describe()
 	case nil:
 		return "self"
 	}
@@ -29,26 +30,4 @@ func plural(n int) string {
 		return ""
 	}
 	return "s"
-}
-
-// ifaceOf names the interface that holds the IP of addr ("?" when none
-// does, e.g. in another network namespace's view).
-func ifaceOf(addr string) string {
-	host, _, err := net.SplitHostPort(addr)
-	ip := net.ParseIP(host)
-	if err != nil || ip == nil {
-		return "?"
-	}
-	ifs, err := systemInterfaces()
-	if err != nil {
-		return "?"
-	}
-	for _, ifc := range ifs {
-		for _, a := range ifc.Addrs {
-			if a.Equal(ip) {
-				return ifc.Name
-			}
-		}
-	}
-	return "?"
 }

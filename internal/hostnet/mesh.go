@@ -9,6 +9,8 @@ import (
 	"sync"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 )
 
 // Link is how a rank reaches one peer: whole, ordered, length-checked
@@ -19,7 +21,7 @@ type Link interface {
 	Recv(p []byte) error
 	Close() error
 	// Transport names what carries the link: "shm", "tcp" or "ib" (a
-	// network plugin, net.go).
+	// network plugin, netplugin/net.go).
 	Transport() string
 }
 
@@ -133,7 +135,7 @@ func Connect(mc MeshConfig) (_ *Mesh, err error) {
 	defer func() {
 		if err != nil {
 			// Peers that mapped this rank's segment stop waiting for it.
-			mc.Segment.abandon()
+			mc.Segment.Abandon()
 			m.removeDeadPeers(mc)
 			m.Close()
 		}
@@ -157,7 +159,7 @@ func Connect(mc MeshConfig) (_ *Mesh, err error) {
 			return nil, fmt.Errorf("rank %d: %w", mc.Rank, err)
 		}
 	} else if mc.Segment != nil {
-		mc.Segment.unlink() // nobody will map it
+		mc.Segment.Unlink() // nobody will map it
 	}
 	if err := m.connectTCP(mc); err != nil {
 		return nil, err
@@ -178,7 +180,7 @@ func Connect(mc MeshConfig) (_ *Mesh, err error) {
 		if err != nil {
 			return nil, fmt.Errorf("rank %d waiting for the ranks of its host to map shared memory: %w", mc.Rank, err)
 		}
-		mc.Segment.unlink()
+		mc.Segment.Unlink()
 	}
 	return m, nil
 }
@@ -200,8 +202,8 @@ func noShmReason(self, p Peer) string {
 func (m *Mesh) removeDeadPeers(mc MeshConfig) {
 	self := mc.Peers[mc.Rank]
 	for _, p := range mc.Peers {
-		if p.Rank != mc.Rank && p.Shm != "" && SameHost(self, p) && processEnded(p.Pid) {
-			removeShmFile(mc.Shm.dir(), p.Shm)
+		if p.Rank != mc.Rank && p.Shm != "" && SameHost(self, p) && shm.ProcessEnded(p.Pid) {
+			shm.RemoveShmFile(mc.Shm.Path(), p.Shm)
 		}
 	}
 }
@@ -224,8 +226,8 @@ func (m *Mesh) pollSockets(mc MeshConfig) {
 	}
 	for _, l := range m.Links {
 		if tl, ok := l.(*TCPLink); ok {
-			for _, c := range tl.conns {
-				c.setSpin(mc.Net.Spin)
+			for _, c := range tl.Conns() {
+				c.SetSpin(mc.Net.Spin)
 			}
 		}
 	}
@@ -369,7 +371,7 @@ func (m *Mesh) Close() error {
 			}
 		}
 		if m.Node != nil {
-			m.Node.close()
+			m.Node.Close()
 		}
 		for _, s := range m.segs {
 			errs = append(errs, s.Close())

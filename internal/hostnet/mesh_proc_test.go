@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 )
 
 // Ranks in other processes: the test binary re-executed with envMeshChild
@@ -224,8 +226,12 @@ func (c *child) die(t testing.TB, zombie bool) {
 	t.Helper()
 	c.kill(t)
 	if zombie {
-		require.Eventually(t, func() bool { return processGone(c.pid()) != "" }, 5*time.Second, time.Millisecond)
-		require.Contains(t, processGone(c.pid()), "zombie")
+		// A zombie keeps its /proc entry, in state Z.
+		require.Eventually(t, func() bool {
+			stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.pid()))
+			return err == nil && strings.Contains(string(stat), ") Z ")
+		}, 5*time.Second, time.Millisecond, "a zombie")
+		require.True(t, shm.ProcessEnded(c.pid()))
 		return
 	}
 	require.Equal(t, -1, c.reap(t))
@@ -236,7 +242,7 @@ func segmentsOf(t testing.TB, dir string, pid int) []string {
 	t.Helper()
 	var names []string
 	for _, name := range dirEntries(t, dir) {
-		if _, _, p, _, ok := parseSegName(name); ok && p == pid {
+		if _, _, p, _, ok := shm.ParseSegName(name); ok && p == pid {
 			names = append(names, name)
 		}
 	}
@@ -339,10 +345,10 @@ func TestMeshPeerProcessDiesInSetup(t *testing.T) {
 				res = p.connect(t, tc.n)
 				// Watch rank 0 go to sleep on the victim's step counter.
 				vp := p.mc.Peers[1]
-				watch, err := openShmSegment(p.dir, vp.Shm, vp.Pid)
+				watch, sleepers, err := shm.WatchSegment(p.dir, vp.Shm, vp.Pid)
 				require.NoError(t, err)
 				defer watch.Close()
-				asleep(t, watch.sleepers)
+				asleep(t, sleepers)
 				victim.die(t, tc.zombie)
 				died = time.Now()
 			} else {
@@ -390,19 +396,19 @@ func TestMeshPeerProcessDies(t *testing.T) {
 			op: func(m *Mesh) error { return m.Links[1].Recv(make([]byte, 8)) }},
 		{name: "killed, rank 0 in Recv", mode: "wait",
 			op:       func(m *Mesh) error { return m.Links[1].Recv(make([]byte, 8)) },
-			sleepers: func(m *Mesh) *uint32 { return m.Links[1].(*ShmLink).rx.recvSleepers }},
+			sleepers: func(m *Mesh) *uint32 { return m.Links[1].(*shm.ShmLink).Probe().RecvSleepers() }},
 		{name: "killed, zombie, rank 0 in Recv", mode: "wait", zombie: true,
 			op:       func(m *Mesh) error { return m.Links[1].Recv(make([]byte, 8)) },
-			sleepers: func(m *Mesh) *uint32 { return m.Links[1].(*ShmLink).rx.recvSleepers }},
+			sleepers: func(m *Mesh) *uint32 { return m.Links[1].(*shm.ShmLink).Probe().RecvSleepers() }},
 		{name: "killed, rank 0 in Send on a full ring", mode: "wait",
 			op:       func(m *Mesh) error { return m.Links[1].Send(make([]byte, 1<<20)) },
-			sleepers: func(m *Mesh) *uint32 { return m.Links[1].(*ShmLink).tx.sendSleepers }},
+			sleepers: func(m *Mesh) *uint32 { return m.Links[1].(*shm.ShmLink).Probe().SendSleepers() }},
 		{name: "killed, rank 0 in ShmNode.Sync", mode: "wait",
 			op:       func(m *Mesh) error { return nodeSync(m.Node, 42) },
-			sleepers: func(m *Mesh) *uint32 { return m.Node.segs[1].sleepers }},
+			sleepers: func(m *Mesh) *uint32 { return m.Node.Probe().Sleepers(1) }},
 		{name: "killed, zombie, rank 0 in ShmNode.Sync", mode: "wait", zombie: true,
 			op:       func(m *Mesh) error { return nodeSync(m.Node, 42) },
-			sleepers: func(m *Mesh) *uint32 { return m.Node.segs[1].sleepers }},
+			sleepers: func(m *Mesh) *uint32 { return m.Node.Probe().Sleepers(1) }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -418,7 +424,7 @@ func TestMeshPeerProcessDies(t *testing.T) {
 			m := r.m
 			defer m.Close()
 			require.Equal(t, "shm", m.Links[1].Transport())
-			require.Equal(t, c.pid(), m.Links[1].(*ShmLink).PeerPid())
+			require.Equal(t, c.pid(), m.Links[1].(*shm.ShmLink).PeerPid())
 			hello := make([]byte, 5)
 			require.NoError(t, m.Links[1].Recv(hello))
 			require.Equal(t, "hello", string(hello))
@@ -464,7 +470,7 @@ func TestCleanStaleShmDeadProcess(t *testing.T) {
 			line, err := c.stdout.ReadString('\n')
 			require.NoError(t, err, "the child did not make its segment: %s", c.stderr.String())
 			name := strings.TrimSpace(line)
-			_, _, pid, _, ok := parseSegName(name)
+			_, _, pid, _, ok := shm.ParseSegName(name)
 			require.True(t, ok, name)
 			require.Equal(t, c.pid(), pid)
 			path := filepath.Join(dir, name)

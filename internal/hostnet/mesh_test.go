@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 )
 
 // shmTestDir is a fresh directory on the tmpfs of /dev/shm (so that
@@ -151,10 +153,10 @@ func newMesh(t testing.TB, n int, cfg Config, sc ShmConfig) []*Mesh {
 	return ms
 }
 
-func shmLink(t testing.TB, l Link) *ShmLink {
+func shmLink(t testing.TB, l Link) *shm.ShmLink {
 	t.Helper()
-	s, ok := l.(*ShmLink)
-	require.True(t, ok, "%T is not a *ShmLink", l)
+	s, ok := l.(*shm.ShmLink)
+	require.True(t, ok, "%T is not a *shm.ShmLink", l)
 	return s
 }
 
@@ -292,10 +294,10 @@ func TestMeshSegmentSize(t *testing.T) {
 		require.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "only this user may map it")
 		st := fi.Sys().(*syscall.Stat_t)
 		total += st.Blocks * 512
-		_, _, pid, _, ok := parseSegName(name)
+		_, _, pid, token, ok := shm.ParseSegName(name)
 		require.True(t, ok, name)
 		require.Equal(t, os.Getpid(), pid)
-		require.True(t, strings.HasPrefix(name, "flagcx-"+bootTag(BootID())+"-"+nsID(PidNamespace())+"-"), name)
+		require.Equal(t, shm.SegName(BootID(), PidNamespace(), pid, token), name)
 	}
 	require.Equal(t, int64(n*sc.SegmentBytes()), total, "/dev/shm grows by SegmentBytes per rank, reserved at creation")
 	ms, errs := connectAll(t, mcs)
@@ -325,10 +327,10 @@ func TestMeshLinkMessages(t *testing.T) {
 			sc.P2PBytes = tc.p2p
 			ms := newMesh(t, 2, meshCfg(10*time.Second), sc)
 			a, b := shmLink(t, ms[0].Links[1]), shmLink(t, ms[1].Links[0])
-			S := a.tx.slotSize
-			require.Equal(t, 8, a.tx.slots)
-			require.Equal(t, (tc.p2p-shmPage)/8&^63, S)
-			require.Equal(t, S, b.tx.slotSize)
+			S := a.Probe().SlotSize()
+			require.Equal(t, 8, a.Probe().Slots())
+			require.Equal(t, (tc.p2p-shm.RingHeader)/8&^63, S)
+			require.Equal(t, S, b.Probe().SlotSize())
 			exchange(t, a, b, 0, 1, tc.sizes(S))
 		})
 	}
@@ -336,7 +338,7 @@ func TestMeshLinkMessages(t *testing.T) {
 
 func TestMeshLinkManyMessagesInOrder(t *testing.T) {
 	ms := newMesh(t, 2, meshCfg(10*time.Second), smallShm(shmTestDir(t)))
-	S := shmLink(t, ms[0].Links[1]).tx.slotSize
+	S := shmLink(t, ms[0].Links[1]).Probe().SlotSize()
 	sizes := make([]int, 1500)
 	for i := range sizes {
 		sizes[i] = (i * 977) % (3*S + 5)
@@ -350,16 +352,12 @@ func TestMeshLinkCountersWrap(t *testing.T) {
 	ms := newMesh(t, 2, meshCfg(10*time.Second), smallShm(shmTestDir(t)))
 	a, b := shmLink(t, ms[0].Links[1]), shmLink(t, ms[1].Links[0])
 	const start = ^uint32(0) - 20 // 21 slots before the wrap
-	for _, pair := range [][2]*ShmLink{{a, b}, {b, a}} {
-		tx, rx := &pair[0].tx, &pair[1].rx
-		tx.pos, rx.pos = start, start
-		atomic.StoreUint32(tx.head, start)
-		atomic.StoreUint32(tx.tail, start)
-	}
-	S := a.tx.slotSize
+	a.Probe().StartCountersAt(start)
+	b.Probe().StartCountersAt(start)
+	S := a.Probe().SlotSize()
 	exchange(t, a, b, 0, 1, append(slotSizes(S), slotSizes(S)...))
-	require.Less(t, a.tx.pos, start, "the counters wrapped")
-	require.Less(t, b.rx.pos, start)
+	require.Less(t, a.Probe().SendPos(), start, "the counters wrapped")
+	require.Less(t, b.Probe().RecvPos(), start)
 }
 
 // TestMeshHeterogeneousConfigs: ranks sized differently still talk; each
@@ -374,13 +372,13 @@ func TestMeshHeterogeneousConfigs(t *testing.T) {
 	require.NoError(t, errs[0])
 	require.NoError(t, errs[1])
 	a, b := shmLink(t, ms[0].Links[1]), shmLink(t, ms[1].Links[0])
-	require.Equal(t, ((1<<20)-shmPage)/8&^63, a.tx.slotSize, "rank 0 sends into rank 1's rings")
-	require.Equal(t, ((64<<10)-shmPage)/8&^63, b.tx.slotSize, "rank 1 sends into rank 0's rings")
+	require.Equal(t, ((1<<20)-shm.RingHeader)/8&^63, a.Probe().SlotSize(), "rank 0 sends into rank 1's rings")
+	require.Equal(t, ((64<<10)-shm.RingHeader)/8&^63, b.Probe().SlotSize(), "rank 1 sends into rank 0's rings")
 	for _, m := range ms {
 		require.Len(t, m.Node.Window(0), 64<<10)
 		require.Len(t, m.Node.Window(1), 128<<10)
 	}
-	exchange(t, a, b, 0, 1, append(slotSizes(a.tx.slotSize), slotSizes(b.tx.slotSize)...))
+	exchange(t, a, b, 0, 1, append(slotSizes(a.Probe().SlotSize()), slotSizes(b.Probe().SlotSize())...))
 }
 
 // TestMeshNineRanks: one segment holds the rings of 8 peers, none
@@ -391,15 +389,15 @@ func TestMeshNineRanks(t *testing.T) {
 	ms := newMesh(t, n, meshCfg(20*time.Second), smallShm(dir))
 	require.Empty(t, dirEntries(t, dir))
 	const ring = 8 << 10 // 64 KiB / 8 peers
-	S := (ring - shmPage) / 8
+	S := (ring - shm.RingHeader) / 8
 	for r, m := range ms {
 		for p, l := range m.Links {
 			if p == r {
 				continue
 			}
 			sl := shmLink(t, l)
-			require.Equal(t, 8, sl.tx.slots)
-			require.Equal(t, S, sl.tx.slotSize, "rank %d to %d", r, p)
+			require.Equal(t, 8, sl.Probe().Slots())
+			require.Equal(t, S, sl.Probe().SlotSize(), "rank %d to %d", r, p)
 			require.Equal(t, fmt.Sprintf("shm to rank %d (pid %d, 8 x 512 B)", p, os.Getpid()), sl.String())
 		}
 	}
@@ -582,16 +580,6 @@ func nodeSync(n *ShmNode, sig uint64) error {
 	return n.Sync(sig)
 }
 
-// publishPiece makes l's outbound ring hold piece `piece` of a message of
-// total bytes, as a sender that stalls after it would.
-func publishPiece(l *ShmLink, total, piece int) {
-	r := &l.tx
-	tp, pp := r.hdr(int(r.pos % uint32(r.slots)))
-	*tp, *pp = uint64(total), uint64(piece)
-	r.pos++
-	shmPost(r.head, r.recvSleepers, r.pos)
-}
-
 // asleep waits until a goroutine sleeps on the futex counted by word.
 func asleep(t testing.TB, word *uint32) {
 	t.Helper()
@@ -599,7 +587,7 @@ func asleep(t testing.TB, word *uint32) {
 }
 
 func TestMeshLinkLengthMismatch(t *testing.T) {
-	const S = (MinShmAreaBytes - shmPage) / 8 &^ 63
+	const S = (MinShmAreaBytes - shm.RingHeader) / 8 &^ 63
 	tests := []struct {
 		name      string
 		sent, exp int
@@ -618,7 +606,7 @@ func TestMeshLinkLengthMismatch(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ms := newMesh(t, 2, meshCfg(20*time.Second), smallShm(shmTestDir(t)))
 			a, b := shmLink(t, ms[0].Links[1]), shmLink(t, ms[1].Links[0])
-			require.Equal(t, S, a.tx.slotSize)
+			require.Equal(t, S, a.Probe().SlotSize())
 			errc := make(chan error, 1)
 			go func() { errc <- a.Send(randomBytes(3, tc.sent)) }()
 			buf := bytes.Repeat([]byte{0xAA}, tc.exp+64)
@@ -650,24 +638,24 @@ func TestMeshLinkLengthMismatch(t *testing.T) {
 }
 
 func TestMeshLinkCloseUnblocks(t *testing.T) {
-	const S = (MinShmAreaBytes - shmPage) / 8 &^ 63
+	const S = (MinShmAreaBytes - shm.RingHeader) / 8 &^ 63
 	tests := []struct {
 		name  string
-		op    func(a, b *ShmLink) error // blocks on b
-		sleep func(b *ShmLink) *uint32  // the sleeper count it waits on
+		op    func(a, b *shm.ShmLink) error // blocks on b
+		sleep func(b *shm.ShmLink) *uint32  // the sleeper count it waits on
 	}{
 		{"recv",
-			func(a, b *ShmLink) error { return b.Recv(make([]byte, 10)) },
-			func(b *ShmLink) *uint32 { return b.rx.recvSleepers }},
+			func(a, b *shm.ShmLink) error { return b.Recv(make([]byte, 10)) },
+			func(b *shm.ShmLink) *uint32 { return b.Probe().RecvSleepers() }},
 		{"recv mid-message",
-			func(a, b *ShmLink) error {
-				publishPiece(a, 3*S, 0) // the first piece of three arrives
+			func(a, b *shm.ShmLink) error {
+				a.Probe().PublishPiece(3*S, 0) // the first piece of three arrives
 				return b.Recv(make([]byte, 3*S))
 			},
-			func(b *ShmLink) *uint32 { return b.rx.recvSleepers }},
+			func(b *shm.ShmLink) *uint32 { return b.Probe().RecvSleepers() }},
 		{"send on a full ring",
-			func(a, b *ShmLink) error { return b.Send(make([]byte, 10*8*S)) },
-			func(b *ShmLink) *uint32 { return b.tx.sendSleepers }},
+			func(a, b *shm.ShmLink) error { return b.Send(make([]byte, 10*8*S)) },
+			func(b *shm.ShmLink) *uint32 { return b.Probe().SendSleepers() }},
 	}
 	for _, tc := range tests {
 		for _, who := range []string{"this side", "this side's mesh", "the peer", "the peer's mesh"} {
@@ -712,7 +700,7 @@ func TestMeshLinkCloseUnblocks(t *testing.T) {
 func TestMeshLinkDataSentBeforeCloseIsDelivered(t *testing.T) {
 	ms := newMesh(t, 2, meshCfg(5*time.Second), smallShm(shmTestDir(t)))
 	a, b := ms[0].Links[1], ms[1].Links[0]
-	S := shmLink(t, a).tx.slotSize
+	S := shmLink(t, a).Probe().SlotSize()
 	msg := randomBytes(9, 2*S+3) // fits the ring: Send returns at once
 	require.NoError(t, a.Send(msg))
 	require.NoError(t, a.Close())
@@ -728,12 +716,12 @@ func TestMeshLinkSilentPeerTimesOut(t *testing.T) {
 	const timeout = 400 * time.Millisecond
 	tests := []struct {
 		name   string
-		op     func(a, b *ShmLink) error
+		op     func(a, b *shm.ShmLink) error
 		usable bool // the link still works afterwards
 	}{
-		{"recv, nothing arrived", func(a, b *ShmLink) error { return b.Recv(make([]byte, 8)) }, true},
-		{"empty recv, nothing arrived", func(a, b *ShmLink) error { return b.Recv(nil) }, true},
-		{"send on a full ring", func(a, b *ShmLink) error { return a.Send(make([]byte, 9*a.tx.slotSize*a.tx.slots)) }, false},
+		{"recv, nothing arrived", func(a, b *shm.ShmLink) error { return b.Recv(make([]byte, 8)) }, true},
+		{"empty recv, nothing arrived", func(a, b *shm.ShmLink) error { return b.Recv(nil) }, true},
+		{"send on a full ring", func(a, b *shm.ShmLink) error { return a.Send(make([]byte, 9*a.Probe().SlotSize()*a.Probe().Slots())) }, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -752,7 +740,7 @@ func TestMeshLinkSilentPeerTimesOut(t *testing.T) {
 				return
 			}
 			// Nothing was consumed: both sides are still in step, both ways.
-			exchange(t, a, b, 0, 1, []int{0, 8, 3 * 8 * a.tx.slotSize})
+			exchange(t, a, b, 0, 1, []int{0, 8, 3 * 8 * a.Probe().SlotSize()})
 		})
 	}
 }
@@ -771,11 +759,8 @@ func TestShmNodeSyncSteps(t *testing.T) {
 func testShmNodeSyncSteps(t *testing.T, first uint32) {
 	const n, steps = 3, 300
 	ms := newMesh(t, n, meshCfg(10*time.Second), smallShm(shmTestDir(t)))
-	for r, m := range ms {
-		m.Node.step = first
-		own := m.Node.segs[r]
-		atomic.StoreUint64(&own.sig[first&1], m.Node.sig)
-		atomic.StoreUint32(own.seq, first)
+	for _, m := range ms {
+		m.Node.Probe().StartStepsAt(first)
 	}
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -877,7 +862,7 @@ func TestShmNodeOwnMeshClosedWhileWaiting(t *testing.T) {
 		node.Exit()
 		errc <- err
 	}()
-	asleep(t, node.segs[1].sleepers)
+	asleep(t, node.Probe().Sleepers(1))
 	require.NoError(t, ms[0].Close())
 	require.True(t, exited.Load(), "Close returned before the collective's Exit")
 	err := awaitErr(t, errc)
@@ -910,7 +895,7 @@ func TestShmNodePeerClosed(t *testing.T) {
 			errc := make(chan error, 1)
 			go func() { errc <- nodeSync(ms[0].Node, 1) }()
 			if !tc.before {
-				asleep(t, ms[0].Node.segs[2].sleepers)
+				asleep(t, ms[0].Node.Probe().Sleepers(2))
 				start = time.Now()
 				require.NoError(t, ms[2].Close())
 			}
@@ -984,7 +969,7 @@ func TestMeshMapFailureReleasesPeers(t *testing.T) {
 		m, err := safeConnect(mcs[0])
 		res <- connResult{m, err}
 	}()
-	asleep(t, mcs[1].Segment.sleepers) // rank 0 mapped rank 1's segment and waits for its step
+	asleep(t, mcs[1].Segment.Sleepers()) // rank 0 mapped rank 1's segment and waits for its step
 	m1, err1 := safeConnect(mcs[1])
 	require.Nil(t, m1)
 	require.NotErrorIs(t, err1, errConnectPanicked)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flagcx/flagcx-go/internal/hostnet/netplugin"
 	"github.com/flagcx/flagcx-go/internal/testkit"
 )
 
@@ -81,10 +82,10 @@ func TestNetLinkChoice(t *testing.T) {
 	})
 }
 
-// netSizes cross the chunk boundaries of the staging (netSlotBytes, with
-// the first chunk's 8-byte header) and the pipeline's depth (netSlots).
-var netSizes = []int{0, 1, 7, netSlotBytes - netHeader - 1, netSlotBytes - netHeader, netSlotBytes - netHeader + 1,
-	netSlotBytes, 2*netSlotBytes - netHeader, netSlots*netSlotBytes + 3, 3*netSlots*netSlotBytes + 12345, 0, 5}
+// netSizes cross the chunk boundaries of the staging (netplugin.SlotBytes, with
+// the first chunk's 8-byte header) and the pipeline's depth (netplugin.Slots).
+var netSizes = []int{0, 1, 7, netplugin.SlotBytes - netplugin.ChunkHeader - 1, netplugin.SlotBytes - netplugin.ChunkHeader, netplugin.SlotBytes - netplugin.ChunkHeader + 1,
+	netplugin.SlotBytes, 2*netplugin.SlotBytes - netplugin.ChunkHeader, netplugin.Slots*netplugin.SlotBytes + 3, 3*netplugin.Slots*netplugin.SlotBytes + 12345, 0, 5}
 
 func TestNetLinkMessages(t *testing.T) {
 	testkit.InFreshProcess(t, func(t *testing.T) {
@@ -143,35 +144,18 @@ func TestNetLinkPeerClosed(t *testing.T) {
 	})
 }
 
-func TestNetNoDevice(t *testing.T) {
-	for _, tc := range []struct {
-		name, path string
-		want       string
-	}{
-		{"no plugin file", "/nonexistent/libflagcx-net-ib.so", "the network plugin does not load"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := loadNet(tc.path, false)
-			require.ErrorIs(t, err, ErrNoNetDevice)
-			require.ErrorContains(t, err, tc.want)
-		})
-	}
-}
-
 func TestNetRealVerbsWithoutDevice(t *testing.T) {
 	testkit.InFreshProcess(t, func(t *testing.T) {
 		plugin := testkit.BuiltFile(t, "net", "libflagcx-net-ib.so")
 		t.Setenv("FLAGCX_IBVERBS", "")
-		_, err := loadNet(plugin, false)
+		t.Setenv("FLAGCX_NET_PLUGIN", plugin)
+		cfg := meshCfg(10 * time.Second)
+		cfg.Net = NetIB
+		err := CheckNet(cfg)
 		if err == nil {
 			t.Skip("this machine has an RDMA device")
 		}
 		require.ErrorIs(t, err, ErrNoNetDevice)
-		require.ErrorContains(t, err, "no RDMA device")
-		t.Setenv("FLAGCX_NET_PLUGIN", plugin)
-		cfg := meshCfg(10 * time.Second)
-		cfg.Net = NetIB
-		err = CheckNet(cfg)
 		require.ErrorIs(t, err, ErrConfig)
 		require.ErrorContains(t, err, "FLAGCX_NET=IB: no RDMA device")
 
@@ -182,47 +166,6 @@ func TestNetRealVerbsWithoutDevice(t *testing.T) {
 		require.Equal(t, []string{"self", "tcp"}, linkTransports(ms[0]))
 		exchange(t, ms[0].Links[1], ms[1].Links[0], 0, 1, []int{0, 3, 70000})
 	})
-}
-
-func TestChooseNet(t *testing.T) {
-	ib := netOffer{Want: "IB", Have: true, Device: "mlx5_0", Fabric: "InfiniBand"}
-	auto := netOffer{Want: "auto", Have: true, Device: "mlx5_1", Fabric: "InfiniBand"}
-	roce := netOffer{Want: "IB", Have: true, Device: "mlx5_2", Fabric: "RoCE"}
-	autoRoce := netOffer{Want: "auto", Have: true, Device: "mlx5_2", Fabric: "RoCE"}
-	autoNone := netOffer{Want: "auto", Why: "no RDMA device: none here"}
-	no := netOffer{Want: "no", Why: "it uses TCP sockets"}
-	emu := netOffer{Want: "auto", Have: true, Emulated: true}
-	for _, tc := range []struct {
-		name       string
-		self, peer netOffer
-		use        bool
-		err        string
-	}{
-		{"both auto with devices", auto, auto, true, ""},
-		{"auto without a device on one side", auto, autoNone, false, ""},
-		{"socket on one side", auto, no, false, ""},
-		{"IB and auto", ib, auto, true, ""},
-		{"IB against socket", ib, no, false, "rank 1 cannot: it uses TCP sockets"},
-		{"IB against no device", ib, autoNone, false, "rank 1 cannot: no RDMA device: none here"},
-		{"emulated against real", emu, ib, false, "emulated fabric"},
-		{"IB on InfiniBand and RoCE NICs", ib, roce, false, "rank 0's device mlx5_0 is InfiniBand and rank 1's mlx5_2 is RoCE, which cannot reach each other (set FLAGCX_IB_HCA"},
-		{"auto on InfiniBand and RoCE NICs keeps TCP", auto, autoRoce, false, ""},
-		{"RoCE on both", roce, autoRoce, true, ""},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			use, err := chooseNet(tc.self, tc.peer, 0, 1)
-			require.Equal(t, tc.use, use)
-			if tc.err == "" {
-				require.NoError(t, err)
-				return
-			}
-			require.ErrorIs(t, err, ErrNoNetDevice)
-			require.ErrorContains(t, err, tc.err)
-			use2, err2 := chooseNet(tc.peer, tc.self, 1, 0)
-			require.Equal(t, use, use2)
-			require.Error(t, err2, "both sides see the same verdict")
-		})
-	}
 }
 
 func TestNetConfigFromEnv(t *testing.T) {
@@ -294,9 +237,9 @@ func TestNetNearDevice(t *testing.T) {
 						}
 						nl, ok := ms[r].Links[p].(*NetLink)
 						require.True(t, ok, "rank %d -> %d is %T", r, p, ms[r].Links[p])
-						require.Equal(t, tc.want[r], nl.dev.props.Name, "rank %d near %q", r, tc.near[r])
+						require.Equal(t, tc.want[r], nl.DeviceName(), "rank %d near %q", r, tc.near[r])
 						if p > r {
-							exchange(t, ms[r].Links[p], ms[p].Links[r], r, p, []int{0, 1, netSlotBytes + 5})
+							exchange(t, ms[r].Links[p], ms[p].Links[r], r, p, []int{0, 1, netplugin.SlotBytes + 5})
 						}
 					}
 				}

@@ -1,18 +1,17 @@
 package hostnet
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"math"
 	"net"
-	"os"
 	"strconv"
 	"strings"
-	"unicode"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
+	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 
-// Trusting peers. The handshake (handshake.go) only tells that a peer holds
+// Trusting peers. The handshake (tcp/handshake.go) only tells that a peer holds
 // the communicator's secret, which every local user may know (a secret
 // derived on loopback). So nothing a peer sends is used as a path, size,
 // count, rank or offset before it is validated, and every message type has
@@ -25,82 +24,20 @@ const (
 	// MaxRanks bounds the rank count a peer may announce: far above any
 	// real job, low enough that tables sized by it stay small.
 	MaxRanks = 1 << 20
-	// maxPid is PID_MAX_LIMIT on 64-bit Linux.
-	maxPid = 1 << 22
 	// maxPeerField bounds the host name, boot id, pid namespace and address.
 	maxPeerField = 256
 	// maxPeerWhy bounds the free text of a peer (why it has no shared memory).
 	maxPeerWhy = 4096
-	// maxSegName is the longest name segName makes (prefix, 12 + 20 + 7 +
-	// 16 characters and the dashes), with room to spare.
-	maxSegName = 80
 )
 
-// segPrefix opens every file name hostnet makes in the shm directory.
-const segPrefix = "flagcx-"
-
-// PeerName is how errors name a peer: "rank 3 (10.0.0.7:5000)", with what
-// the peer said quoted when it is not plain text.
-func PeerName(rank int, addr string) string {
-	return fmt.Sprintf("rank %d (%s)", rank, quoteIfOdd(addr, 64))
-}
-
-// quoteIfOdd is s when it is short printable text without spaces, else s
-// cut to max bytes and quoted, so a peer cannot forge lines in our errors.
-func quoteIfOdd(s string, max int) string {
-	plain := len(s) > 0 && len(s) <= max
-	for _, r := range s {
-		if r > unicode.MaxASCII || !unicode.IsPrint(r) || r == ' ' {
-			plain = false
-			break
-		}
-	}
-	if plain {
-		return s
-	}
-	return quote(s, max)
-}
-
-// quote is s cut to max bytes, quoted.
-func quote(s string, max int) string {
-	if len(s) > max {
-		return strconv.Quote(s[:max]) + "..."
-	}
-	return strconv.Quote(s)
-}
-
-// printable: at most max bytes of valid printable UTF-8.
-func printable(s string, max int) bool {
-	if len(s) > max {
-		return false
-	}
-	for _, r := range s {
-		if r == unicode.ReplacementChar || !unicode.IsPrint(r) {
-			return false
-		}
-	}
-	return true
-}
-
-// freeText: at most max bytes without control characters other than
-// newlines and tabs (a peer's explanation, often an error's text).
-func freeText(s string, max int) bool {
-	if len(s) > max {
-		return false
-	}
-	for _, r := range s {
-		if unicode.IsControl(r) && r != '\n' && r != '\t' {
-			return false
-		}
-	}
-	return true
-}
+// PeerName is how errors name a peer (wire.PeerName).
+var PeerName = wire.PeerName
 
 // CheckAddr says whether addr is "host:port" with a numeric port in
 // 1..65535 and a host of printable text.
 func CheckAddr(addr string) error {
-	if !printable(addr, maxPeerField) {
-		return fmt.Errorf("%s is not host:port (at most %d printable characters)", quoteIfOdd(addr, 64), maxPeerField)
+	if !wire.Printable(addr, maxPeerField) {
+		return fmt.Errorf("%s is not host:port (at most %d printable characters)", wire.QuoteIfOdd(addr, 64), maxPeerField)
 	}
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil || host == "" || strings.ContainsAny(host, " /") {
@@ -114,7 +51,7 @@ func CheckAddr(addr string) error {
 
 // Check validates what a peer announced about itself for a communicator
 // of nranks: rank, address, pid and text fields in range, and a segment
-// name that is one hostnet made for that pid (segName), so it can be used
+// name that is one hostnet made for that pid (shm.SegName), so it can be used
 // as a file name in the shm directory. Errors wrap ErrProtocol and name
 // the peer.
 // maxCores bounds a peer's announced core count.
@@ -131,22 +68,22 @@ func (p Peer) Check(nranks int) error {
 		return bad("a rank out of range 0..%d", nranks-1)
 	case CheckAddr(p.Addr) != nil:
 		return bad("a listener address that %v", CheckAddr(p.Addr))
-	case p.Pid <= 0 || p.Pid > maxPid:
-		return bad("pid %d (1..%d)", p.Pid, maxPid)
-	case !printable(p.Host, maxPeerField), !printable(p.BootID, maxPeerField), !printable(p.PidNS, maxPeerField):
+	case p.Pid <= 0 || p.Pid > shm.MaxPid:
+		return bad("pid %d (1..%d)", p.Pid, shm.MaxPid)
+	case !wire.Printable(p.Host, maxPeerField), !wire.Printable(p.BootID, maxPeerField), !wire.Printable(p.PidNS, maxPeerField):
 		return bad("a host name, boot id or pid namespace that is not text of at most %d bytes (%s, %s, %s)",
-			maxPeerField, quoteIfOdd(p.Host, 64), quoteIfOdd(p.BootID, 64), quoteIfOdd(p.PidNS, 64))
+			maxPeerField, wire.QuoteIfOdd(p.Host, 64), wire.QuoteIfOdd(p.BootID, 64), wire.QuoteIfOdd(p.PidNS, 64))
 	case p.Cores < 0 || p.Cores > maxCores:
 		return bad("%d cores (0..%d)", p.Cores, maxCores)
-	case !freeText(p.NoShm, maxPeerWhy):
+	case !wire.FreeText(p.NoShm, maxPeerWhy):
 		return bad("a reason for having no shared memory that is not text of at most %d bytes", maxPeerWhy)
 	}
 	if p.Shm == "" {
 		return nil
 	}
-	_, _, pid, _, ok := parseSegName(p.Shm)
+	_, _, pid, _, ok := shm.ParseSegName(p.Shm)
 	if !ok {
-		return bad("shm name %s, which is not a flagcx segment name (%s<boot>-<pidns>-<pid>-<token>, no separators)", quote(p.Shm, 96), segPrefix)
+		return bad("shm name %s, which is not a flagcx segment name (%s<boot>-<pidns>-<pid>-<token>, no separators)", wire.Quote(p.Shm, 96), shm.SegPrefix)
 	}
 	if pid != p.Pid {
 		return bad("shm name %s, made by pid %d, but it says it is pid %d", p.Shm, pid, p.Pid)
@@ -172,103 +109,6 @@ func CheckPeers(peers []Peer) error {
 	return nil
 }
 
-// ---- segment names ----------------------------------------------------------
-
-// nsID is the number in /proc/self/ns/pid ("pid:[4026531836]"), or "0".
-func nsID(ns string) string {
-	if i, j := strings.IndexByte(ns, '['), strings.IndexByte(ns, ']'); i >= 0 && j > i+1 && allDigits(ns[i+1:j], 20) {
-		return ns[i+1 : j]
-	}
-	return "0"
-}
-
-func bootTag(boot string) string {
-	var b strings.Builder
-	for _, r := range strings.ToLower(boot) {
-		if b.Len() < 12 && (r >= '0' && r <= '9' || r >= 'a' && r <= 'z') {
-			b.WriteRune(r)
-		}
-	}
-	if b.Len() == 0 {
-		return "noboot"
-	}
-	return b.String()
-}
-
-// segName is the file name of a segment made by pid: the boot id and pid
-// namespace let CleanStaleShm tell, without opening it, whether its creator
-// could still be alive. It is the only pattern of names hostnet creates in
-// the shm directory, and parseSegName accepts nothing else.
-func segName(boot, pidns string, pid int, token uint64) string {
-	return fmt.Sprintf("%s%s-%s-%d-%016x", segPrefix, bootTag(boot), nsID(pidns), pid, token)
-}
-
-// parseSegName undoes segName, strictly: flagcx-, 1 to 12 of [0-9a-z] (or
-// "noboot"), 1 to 20 digits, a pid in 1..maxPid, 16 lowercase hex digits.
-// A name it accepts has no separator and no dot, so it can only name a
-// file directly inside the shm directory.
-func parseSegName(name string) (boot, ns string, pid int, token uint64, ok bool) {
-	if len(name) > maxSegName || !strings.HasPrefix(name, segPrefix) {
-		return "", "", 0, 0, false
-	}
-	f := strings.Split(name[len(segPrefix):], "-")
-	if len(f) != 4 || f[0] == "" || len(f[0]) > 12 || bootTag(f[0]) != f[0] || !allDigits(f[1], 20) ||
-		!allDigits(f[2], 7) || f[2][0] == '0' || len(f[3]) != 16 || strings.ToLower(f[3]) != f[3] {
-		return "", "", 0, 0, false
-	}
-	p, err1 := strconv.Atoi(f[2])
-	t, err2 := strconv.ParseUint(f[3], 16, 64)
-	if err1 != nil || err2 != nil || p <= 0 || p > maxPid {
-		return "", "", 0, 0, false
-	}
-	return f[0], f[1], p, t, true
-}
-
-func allDigits(s string, max int) bool {
-	if s == "" || len(s) > max {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
-}
-
-// ---- files in the shm directory ---------------------------------------------
-
-// The shm directory is opened as an os.Root for every file named by a peer
-// (or found in the directory): even a name that passed parseSegName is
-// resolved inside it, never through a path that could leave it.
-
-// openShmFile opens the segment name in dir for reading and writing.
-func openShmFile(dir, name string) (*os.File, error) {
-	if _, _, _, _, ok := parseSegName(name); !ok {
-		return nil, fmt.Errorf("%s is not the name of a flagcx segment: %w", quoteIfOdd(name, 96), ErrProtocol)
-	}
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer root.Close()
-	return root.OpenFile(name, os.O_RDWR, 0)
-}
-
-// removeShmFile removes the segment name from dir; names that are not
-// segment names are refused.
-func removeShmFile(dir, name string) error {
-	if _, _, _, _, ok := parseSegName(name); !ok {
-		return fmt.Errorf("%s is not the name of a flagcx segment: %w", quoteIfOdd(name, 96), ErrProtocol)
-	}
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return err
-	}
-	defer root.Close()
-	return root.Remove(name)
-}
-
 // ---- messages between connected ranks ---------------------------------------
 
 // decodeMeshHello reads the hello of a TCP socket of the mesh (meshHello)
@@ -277,7 +117,7 @@ func removeShmFile(dir, name string) error {
 func decodeMeshHello(b []byte, from string, rank, n, streams int) (meshHello, error) {
 	var h meshHello
 	if err := json.Unmarshal(b, &h); err != nil {
-		return h, fmt.Errorf("hostnet: the mesh hello of the peer at %s is malformed: %w (%v)", quoteIfOdd(from, 64), ErrProtocol, err)
+		return h, fmt.Errorf("hostnet: the mesh hello of the peer at %s is malformed: %w (%v)", wire.QuoteIfOdd(from, 64), ErrProtocol, err)
 	}
 	switch {
 	case h.Rank <= rank || h.Rank >= n:
@@ -286,65 +126,4 @@ func decodeMeshHello(b []byte, from string, rank, n, streams int) (meshHello, er
 		return h, fmt.Errorf("hostnet: peer %s opened stream %d of %d: %w", PeerName(h.Rank, from), h.Stream, streams, ErrProtocol)
 	}
 	return h, nil
-}
-
-// Bounds of a network offer's text (netOffer).
-const maxOfferName = 128
-
-// decodeNetOffer reads the network offer of rank peer (at addr).
-func decodeNetOffer(b []byte, peer int, addr string) (netOffer, error) {
-	var o netOffer
-	bad := func(format string, args ...any) (netOffer, error) {
-		return netOffer{}, fmt.Errorf("hostnet: %s's network offer %s: %w", PeerName(peer, addr), fmt.Sprintf(format, args...), ErrProtocol)
-	}
-	if err := json.Unmarshal(b, &o); err != nil {
-		return bad("is malformed (%v)", err)
-	}
-	switch {
-	case o.Want != "IB" && o.Want != "auto" && o.Want != "no":
-		return bad("wants %s (IB, auto or no)", quoteIfOdd(o.Want, 16))
-	case !freeText(o.Why, negotiationMax):
-		return bad("gives a reason that is not text of at most %d bytes", negotiationMax)
-	case !printable(o.Device, maxOfferName), !printable(o.Fabric, maxOfferName):
-		return bad("names a device or fabric that is not text of at most %d bytes", maxOfferName)
-	}
-	return o, nil
-}
-
-// decodeNegotiation reads one negotiation message (sendSmall's framing: a
-// 4-byte length, then negotiationMax bytes).
-func decodeNegotiation(msg []byte) ([]byte, error) {
-	if len(msg) != 4+negotiationMax {
-		return nil, fmt.Errorf("hostnet: a %d-byte negotiation message (always %d): %w", len(msg), 4+negotiationMax, ErrProtocol)
-	}
-	n := int(getU32(msg))
-	if n > negotiationMax {
-		return nil, fmt.Errorf("hostnet: negotiation message says %d bytes (at most %d): %w", n, negotiationMax, ErrProtocol)
-	}
-	return msg[4 : 4+n], nil
-}
-
-// decodeChunk checks chunk i of n of a NetLink message of want bytes, of
-// which off are in place: the plugin says got bytes of slot arrived. It
-// returns the chunk's payload. A first chunk announcing another length is
-// a *LengthError (the ranks disagree on a count); anything else that does
-// not fit is a protocol error naming the peer at remote.
-func decodeChunk(slot []byte, got, i, n, off, want int, remote string) ([]byte, error) {
-	if got < 0 || got > len(slot) {
-		return nil, fmt.Errorf("hostnet: ib recv from %s: chunk %d of %d bytes in a %d-byte slot: %w", remote, i, got, len(slot), ErrProtocol)
-	}
-	buf := slot[:got]
-	if i == 0 {
-		if got < netHeader {
-			return nil, fmt.Errorf("hostnet: ib recv from %s: a %d-byte first chunk: %w", remote, got, ErrProtocol)
-		}
-		if total := binary.LittleEndian.Uint64(buf); total != uint64(want) {
-			return nil, &LengthError{Got: int(min(total, uint64(math.MaxInt))), Want: want}
-		}
-		buf = buf[netHeader:]
-	}
-	if off < 0 || off > want || len(buf) > want-off || (i < n-1 && len(buf) == 0) {
-		return nil, fmt.Errorf("hostnet: ib recv from %s: chunk %d of %d bytes does not fit the message: %w", remote, i, len(buf), ErrProtocol)
-	}
-	return buf, nil
 }

@@ -1,12 +1,13 @@
 package hostnet
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 )
 
 // Fuzz targets: one per message a peer can send to hostnet. Each decoder
@@ -41,28 +42,9 @@ func checkAcceptedPeer(t *testing.T, p Peer) {
 	if strings.ContainsAny(p.Shm, `/\`) || strings.Contains(p.Shm, "..") || filepath.Join(DefaultShmDir, p.Shm) != DefaultShmDir+"/"+p.Shm {
 		t.Fatalf("accepted shm name %q leaves the shm directory", p.Shm)
 	}
-	if _, _, pid, _, ok := parseSegName(p.Shm); !ok || pid != p.Pid {
+	if _, _, pid, _, ok := shm.ParseSegName(p.Shm); !ok || pid != p.Pid {
 		t.Fatalf("accepted shm name %q of pid %d", p.Shm, p.Pid)
 	}
-}
-
-// FuzzSegName: what parseSegName accepts is exactly what segName makes.
-func FuzzSegName(f *testing.F) {
-	f.Add(segName("3f2a77b1-0000", "pid:[4026531836]", 4242, 0xabcdef))
-	f.Add("flagcx-noboot-0-1-0000000000000000")
-	f.Add("../../tmp/victim.txt")
-	f.Fuzz(func(t *testing.T, name string) {
-		boot, ns, pid, token, ok := parseSegName(name)
-		if !ok {
-			return
-		}
-		if again := segName(boot, "pid:["+ns+"]", pid, token); again != name {
-			t.Fatalf("parseSegName accepted %q, which segName writes %q", name, again)
-		}
-		if strings.ContainsAny(name, `/\.`) {
-			t.Fatalf("parseSegName accepted %q", name)
-		}
-	})
 }
 
 // FuzzMeshHello: the hello of a TCP socket of the mesh.
@@ -76,71 +58,6 @@ func FuzzMeshHello(f *testing.F) {
 		}
 		if err != nil && !errors.Is(err, ErrProtocol) {
 			t.Fatalf("error %v does not wrap ErrProtocol", err)
-		}
-	})
-}
-
-// FuzzNetNegotiation: a negotiation message (sendSmall's framing) holding
-// a network offer.
-func FuzzNetNegotiation(f *testing.F) {
-	offer, _ := json.Marshal(netOffer{Want: "IB", Have: true, Device: "mlx5_0", Fabric: "InfiniBand"})
-	msg := make([]byte, 4+negotiationMax)
-	putU32(msg, uint32(len(offer)))
-	copy(msg[4:], offer)
-	f.Add(msg)
-	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
-	f.Fuzz(func(t *testing.T, msg []byte) {
-		b, err := decodeNegotiation(msg)
-		if err != nil {
-			return
-		}
-		if len(b) > negotiationMax {
-			t.Fatalf("a %d-byte negotiation payload", len(b))
-		}
-		o, err := decodeNetOffer(b, 1, "127.0.0.1:1")
-		if err == nil && (o.Want != "IB" && o.Want != "auto" && o.Want != "no" || len(o.Device) > maxOfferName) {
-			t.Fatalf("accepted offer %+v", o)
-		}
-	})
-}
-
-// FuzzNetChunk: a chunk of a NetLink message as the plugin delivers it.
-func FuzzNetChunk(f *testing.F) {
-	first := make([]byte, 64)
-	binary.LittleEndian.PutUint64(first, 20)
-	f.Add(first, 28, 0, 1, 0, 20)
-	f.Add(first, 64, 1, 3, 40, 100)
-	f.Fuzz(func(t *testing.T, slot []byte, got, i, n, off, want int) {
-		buf, err := decodeChunk(slot, got, i, n, off, want, "127.0.0.1:1")
-		if err == nil && (off < 0 || len(buf) > want-off || len(buf) > len(slot)) {
-			t.Fatalf("accepted a %d-byte chunk at %d of %d", len(buf), off, want)
-		}
-	})
-}
-
-// FuzzHandshake: the listener's challenge and verdict (read by a dialer)
-// and the dialer's answer (read by the listener).
-func FuzzHandshake(f *testing.F) {
-	chall := make([]byte, hsChallLen)
-	copy(chall, hsMagic)
-	binary.LittleEndian.PutUint16(chall[8:], hsVersion)
-	ans := make([]byte, hsAnswerLen)
-	copy(ans, hsMagic)
-	binary.LittleEndian.PutUint16(ans[8:], hsVersion)
-	binary.LittleEndian.PutUint32(ans[12:], 17)
-	verdict := make([]byte, hsVerdictLen)
-	f.Add(chall)
-	f.Add(ans)
-	f.Add(verdict)
-	f.Add([]byte{verdictProtocol, 9, 0})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		_, _ = hsHead(b)
-		if n, err := hsHelloLen(b); err == nil && (n < 0 || n > MaxHello) {
-			t.Fatalf("accepted a hello of %d bytes", n)
-		}
-		mac := make([]byte, 32)
-		if err := decodeVerdict(b, mac, "127.0.0.1:1"); err == nil && (len(b) != hsVerdictLen || b[0] != verdictOK) {
-			t.Fatalf("accepted verdict % x", b)
 		}
 	})
 }

@@ -1,9 +1,6 @@
 package hostnet
 
 import (
-	"encoding/binary"
-	"encoding/json"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,12 +9,14 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 )
 
 // goodPeer is a valid announcement of rank 1 with a segment of pid 4242.
 func goodPeer() Peer {
 	return Peer{Rank: 1, Addr: "10.0.0.2:5000", Host: "node2", Pid: 4242, BootID: "3f2a-77", PidNS: "pid:[4026531836]",
-		Shm: segName("3f2a-77", "pid:[4026531836]", 4242, 0xabcdef)}
+		Shm: shm.SegName("3f2a-77", "pid:[4026531836]", 4242, 0xabcdef)}
 }
 
 func TestPeerCheck(t *testing.T) {
@@ -64,37 +63,6 @@ func TestCheckPeersWantsRankOrder(t *testing.T) {
 	require.ErrorIs(t, err, ErrProtocol)
 	require.ErrorContains(t, err, "entry 0 of the peer table is rank 1 (10.0.0.2:5000)")
 	require.ErrorContains(t, CheckPeers(nil), "a peer table of 0 ranks")
-}
-
-func TestSegNameRoundTripAndStrictness(t *testing.T) {
-	name := segName(BootID(), PidNamespace(), os.Getpid(), 0x0123456789abcdef)
-	boot, ns, pid, token, ok := parseSegName(name)
-	require.True(t, ok, name)
-	require.Equal(t, []any{bootTag(BootID()), nsID(PidNamespace()), os.Getpid(), uint64(0x0123456789abcdef)}, []any{boot, ns, pid, token})
-	for _, bad := range []string{"", "flagcx-", "flagcx-a-1-1-0123456789abcdeF", "flagcx-a-1-01-0123456789abcdef", "flagcx-a-1-1-0123456789abcde",
-		"flagcx-a/b-1-1-0123456789abcdef", "flagcx-..-1-1-0123456789abcdef", "flagcx-a-1-9999999-0123456789abcdef", "fxvs-a-1-1-0123456789abcdef"} {
-		_, _, _, _, ok := parseSegName(bad)
-		require.False(t, ok, bad)
-	}
-}
-
-// The shm directory's files are only reached through an os.Root: a name
-// that leaves it is refused even where the check of the name is skipped.
-func TestShmFilesStayInTheirDirectory(t *testing.T) {
-	base := t.TempDir()
-	dir := filepath.Join(base, "a", "b")
-	require.NoError(t, os.MkdirAll(dir, 0o700))
-	victim := filepath.Join(base, "victim.txt")
-	require.NoError(t, os.WriteFile(victim, []byte("keep"), 0o600))
-	require.ErrorIs(t, removeShmFile(dir, "../../victim.txt"), ErrProtocol)
-	_, err := openShmFile(dir, "../../victim.txt")
-	require.ErrorIs(t, err, ErrProtocol)
-	// A segment name that is a symbolic link out of the directory.
-	name := segName("b", "pid:[1]", 4242, 1)
-	require.NoError(t, os.Symlink(victim, filepath.Join(dir, name)))
-	_, err = openShmFile(dir, name)
-	require.Error(t, err)
-	require.FileExists(t, victim)
 }
 
 // The traversal of issue 28 at the mesh: a same-host rank 1 with a dead pid
@@ -148,68 +116,33 @@ func TestDecodeMeshHello(t *testing.T) {
 	}
 }
 
-func TestDecodeNetOffer(t *testing.T) {
-	good := netOffer{Want: "auto", Have: true, Device: "mlx5_0", Fabric: "InfiniBand"}
-	for _, tc := range []struct {
-		name string
-		edit func(o *netOffer)
-		want string
+func TestSameHostAndTransportFor(t *testing.T) {
+	base := Peer{Rank: 0, Addr: "10.0.0.1:5000", Host: "node1", Pid: 100, BootID: "boot-a", PidNS: "pid:[4026531836]", Shm: "flagcx-seg-0"}
+	peer := func(f func(*Peer)) Peer { p := base; p.Rank, p.Pid, p.Shm = 1, 200, "flagcx-seg-1"; f(&p); return p }
+	tests := []struct {
+		name      string
+		a, b      Peer
+		same      bool
+		transport string
 	}{
-		{"valid", func(o *netOffer) {}, ""},
-		{"unknown want", func(o *netOffer) { o.Want = "maybe" }, "wants maybe (IB, auto or no)"},
-		{"long device", func(o *netOffer) { o.Device = strings.Repeat("d", maxOfferName+1) }, "device or fabric"},
-		{"control in why", func(o *netOffer) { o.Why = "a\x00b" }, "reason"},
-	} {
+		{"same host, both with a segment", base, peer(func(*Peer) {}), true, "shm"},
+		{"addresses do not matter", base, peer(func(p *Peer) { p.Addr = "10.9.9.9:1" }), true, "shm"},
+		{"other boot id", base, peer(func(p *Peer) { p.BootID = "boot-b" }), false, "tcp"},
+		{"other host name", base, peer(func(p *Peer) { p.Host = "node2" }), false, "tcp"},
+		{"other pid namespace", base, peer(func(p *Peer) { p.PidNS = "pid:[4026532000]" }), false, "tcp"},
+		{"no boot id on either side", peer(func(p *Peer) { p.BootID = "" }), peer(func(p *Peer) { p.BootID = "" }), false, "tcp"},
+		{"no boot id on one side", base, peer(func(p *Peer) { p.BootID = "" }), false, "tcp"},
+		{"peer without a segment", base, peer(func(p *Peer) { p.Shm, p.NoShm = "", "FLAGCX_SHM_DISABLE=1" }), true, "tcp"},
+		{"this rank without a segment", peer(func(p *Peer) { p.Shm = "" }), base, true, "tcp"},
+		{"neither has a segment", peer(func(p *Peer) { p.Shm = "" }), peer(func(p *Peer) { p.Shm = "" }), true, "tcp"},
+		{"segment but other host", base, peer(func(p *Peer) { p.Host = "node2"; p.BootID = "boot-b" }), false, "tcp"},
+	}
+	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			o := good
-			tc.edit(&o)
-			b, err := json.Marshal(o)
-			require.NoError(t, err)
-			got, err := decodeNetOffer(b, 3, "10.0.0.3:77")
-			if tc.want == "" {
-				require.NoError(t, err)
-				require.Equal(t, o, got)
-				return
-			}
-			require.ErrorIs(t, err, ErrProtocol)
-			require.ErrorContains(t, err, "rank 3 (10.0.0.3:77)'s network offer")
-			require.ErrorContains(t, err, tc.want)
+			require.Equal(t, tc.same, SameHost(tc.a, tc.b))
+			require.Equal(t, tc.same, SameHost(tc.b, tc.a), "symmetric")
+			require.Equal(t, tc.transport, TransportFor(tc.a, tc.b))
+			require.Equal(t, tc.transport, TransportFor(tc.b, tc.a), "both ends choose the same")
 		})
 	}
-}
-
-func TestDecodeNegotiation(t *testing.T) {
-	msg := make([]byte, 4+negotiationMax)
-	putU32(msg, 3)
-	copy(msg[4:], "abc")
-	got, err := decodeNegotiation(msg)
-	require.NoError(t, err)
-	require.Equal(t, "abc", string(got))
-	putU32(msg, negotiationMax+1)
-	_, err = decodeNegotiation(msg)
-	require.ErrorContains(t, err, "says 1025 bytes (at most 1024)")
-	_, err = decodeNegotiation(msg[:10])
-	require.ErrorContains(t, err, "a 10-byte negotiation message")
-}
-
-func TestDecodeChunk(t *testing.T) {
-	slot := make([]byte, 64)
-	binary.LittleEndian.PutUint64(slot, 20)
-	buf, err := decodeChunk(slot, 28, 0, 1, 0, 20, "peer:1")
-	require.NoError(t, err)
-	require.Len(t, buf, 20)
-	_, err = decodeChunk(slot, 28, 0, 1, 0, 16, "peer:1")
-	var le *LengthError
-	require.True(t, errors.As(err, &le))
-	require.Equal(t, LengthError{Got: 20, Want: 16}, *le)
-	_, err = decodeChunk(slot, 65, 0, 1, 0, 20, "peer:1")
-	require.ErrorContains(t, err, "chunk 0 of 65 bytes in a 64-byte slot")
-	_, err = decodeChunk(slot, 4, 0, 1, 0, 20, "peer:1")
-	require.ErrorContains(t, err, "a 4-byte first chunk")
-	_, err = decodeChunk(slot, 30, 1, 2, 0, 20, "peer:1")
-	require.ErrorContains(t, err, "does not fit the message")
-	binary.LittleEndian.PutUint64(slot, ^uint64(0))
-	_, err = decodeChunk(slot, 28, 0, 1, 0, 20, "peer:1")
-	require.True(t, errors.As(err, &le))
-	require.Positive(t, le.Got)
 }
