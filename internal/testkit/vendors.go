@@ -104,7 +104,11 @@ var Vendors = []Vendor{
 			{Role: "runtime", EnvVar: "FLAGCX_NVIDIA_CUDART",
 				Sonames:  []string{"libcudart.so.13", "libcudart.so.12", "/usr/local/cuda/lib64/libcudart.so.13", "/usr/local/cuda/lib64/libcudart.so.12"},
 				Emulator: Emulator{File: "libcudart.so.13", Soname: "libcudart.so.13", Description: "emulated CUDA runtime 13", Exports: cudartExports}},
-			{Role: "ccl", EnvVar: "FLAGCX_NVIDIA_NCCL", Sonames: []string{"libnccl.so.2"},
+			{Role: "ccl", EnvVar: "FLAGCX_NVIDIA_NCCL",
+				// NCCL's usual homes after the name: flagcx-go's own
+				// libnccl.so.2, found first by name, is passed over.
+				Sonames: []string{"libnccl.so.2", "/usr/lib/x86_64-linux-gnu/libnccl.so.2", "/usr/lib/aarch64-linux-gnu/libnccl.so.2",
+					"/usr/lib64/libnccl.so.2", "/usr/local/cuda/lib64/libnccl.so.2", "/usr/local/nccl/lib/libnccl.so.2"},
 				Emulator: Emulator{File: "libnccl.so.2", Soname: "libnccl.so.2", Description: "emulated NCCL 2.28.9",
 					Exports: []string{"ncclAllGather", "ncclAllReduce", "ncclAlltoAll", "ncclBroadcast", "ncclCommAbort",
 						"ncclCommCount", "ncclCommCuDevice", "ncclCommDestroy", "ncclCommFinalize", "ncclCommGetAsyncError",
