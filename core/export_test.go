@@ -14,3 +14,7 @@ func SchedPlan(c *Comm, rank int, call sched.Call) (*sched.Plan, error) {
 // tests of core_test see through it that the plans that print are the
 // plans that run.
 func SetStepRan(f func(p *sched.Plan, i int)) { stepRan = f }
+
+// StagedInPieces is how many staged AllReduces c ran in pieces
+// (hetero_staged.go).
+func StagedInPieces(c *Comm) int { return c.stagedInPieces }

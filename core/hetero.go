@@ -234,6 +234,7 @@ type Comm struct {
 	wantDeviceReduce bool
 	events           []loader.Event // ordering the steps of staged plans (device ranks; see chain)
 	pieceEvents      []loader.Event // the staged AllReduce's pieces (hetero_staged.go)
+	stagedInPieces   int            // staged AllReduces run in pieces (tests read it)
 
 	stagePtr   uintptr // pinned staging (device ranks)
 	stage      []byte  // staging (host memory on host ranks)

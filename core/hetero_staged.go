@@ -47,6 +47,7 @@ const stagedMin = 512 << 10
 // runStaged runs steps i..i+2 (stagedSteps) in pieces.
 func (c *Comm) runStaged(p *sched.Plan, i int, b *callBufs, s loader.Stream, ch *chain) error {
 	in, net, out := &p.Steps[i], &p.Steps[i+1], &p.Steps[i+2]
+	c.stagedInPieces++
 	src, err := c.resolve(b, in.Copies[0].Src)
 	if err != nil {
 		return err

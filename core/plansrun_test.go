@@ -13,6 +13,7 @@ import (
 	"github.com/flagcx/flagcx-go/conformance/heterotest"
 	"github.com/flagcx/flagcx-go/conformance/reference"
 	"github.com/flagcx/flagcx-go/core"
+	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/internal/testkit"
 	"github.com/flagcx/flagcx-go/sdk"
@@ -167,6 +168,12 @@ func TestPlansThatRunArePlansThatPrint(t *testing.T) {
 // the host backend, "d" on an emulated nvidia device of one plugin.
 func startMixed(t *testing.T, ranks string, opts ...core.Option) ([]*core.Comm, []heterotest.Mem, []loader.Stream) {
 	t.Helper()
+	return startMixedNet(t, ranks, loopback(20*time.Second), opts...)
+}
+
+// startMixedNet is startMixed over the network cfg.
+func startMixedNet(t *testing.T, ranks string, cfg hostnet.Config, opts ...core.Option) ([]*core.Comm, []heterotest.Mem, []loader.Stream) {
+	t.Helper()
 	n := len(ranks)
 	var p *loader.Plugin
 	if strings.Contains(ranks, "d") {
@@ -177,7 +184,6 @@ func startMixed(t *testing.T, ranks string, opts ...core.Option) ([]*core.Comm, 
 		require.NoError(t, p.Init(loader.InitOptions{Emulated: true, VendorsimDir: testkit.BuiltFile(t, "vendorsim"),
 			Log: func(string, loader.LogLevel, string) {}}))
 	}
-	cfg := loopback(20 * time.Second)
 	id, err := core.GetUniqueID(core.WithIDNetConfig(cfg))
 	require.NoError(t, err)
 	comms := make([]*core.Comm, n)
@@ -214,4 +220,31 @@ func startMixed(t *testing.T, ranks string, opts ...core.Option) ([]*core.Comm, 
 		}
 	})
 	return comms, mems, streams
+}
+
+// TestStagedAllReduceInPieces: two emulated device leaders over a TCP link
+// of 4 sockets run an AllReduce from stagedMin up in pieces (the copy to
+// the host in parts, each stripe sent when its part is there, copied back
+// when reduced): exact in every op, in place and not, and the executor
+// reports the plan's three steps as run, as printed. (Avg's plan scales
+// between the AllReduce and the copy back: it runs unfused, exact.)
+func TestStagedAllReduceInPieces(t *testing.T) {
+	t.Setenv("FLAGCX_SHM_DISABLE", "1")
+	cfg := loopback(20 * time.Second)
+	cfg.Streams, cfg.AutoStreams = 4, false // as FLAGCX_SOCKET_NTHREADS would set it: not bounded by this machine's cores
+	comms, mems, streams := startMixedNet(t, "dd", cfg, core.WithSplitList([]int{1, 1}))
+	ran := recordSteps(t)
+	for _, count := range []int{128<<10 + 1, 200001} { // 512 KiB + 4, and below the exchange's 1 MiB
+		for _, op := range []sdk.RedOp{sdk.Sum, sdk.Avg, sdk.Max} {
+			c := reference.Case{Coll: sdk.AllReduce, Type: sdk.Float32, Op: op, NRanks: 2, Count: count, Seed: 9}
+			before := core.StagedInPieces(comms[0])
+			runCase(t, comms, mems, streams, c)
+			pieces := 2
+			if op == sdk.Avg {
+				pieces = 0
+			}
+			require.Equal(t, before+pieces, core.StagedInPieces(comms[0]), "%s: out of place and in place ran in pieces", heterotest.Name(c, false))
+			requireRanAsPrinted(t, comms[0], ran, sched.PathC2C, heterotest.Name(c, false))
+		}
+	}
 }
