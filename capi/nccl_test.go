@@ -70,13 +70,14 @@ func TestNCCLDropIn(t *testing.T) {
 		name   string
 		ranks  [][]string
 		layout string // core's INIT line of the communicators of n ranks
+		first  string // what the first collective's INIT line says runs it
 	}{
-		{"2 ranks", ranks(2), "2 ranks, homogeneous, 1 cluster(s)"},
-		{"3 ranks", ranks(3), "3 ranks, homogeneous, 1 cluster(s)"},
-		{"5 ranks", ranks(5), "5 ranks, homogeneous, 1 cluster(s)"},
-		{"2 ranks split 1,1", ranks(2, "FLAGCX_CLUSTER_SPLIT_LIST=1,1"), "2 ranks, heterogeneous, 2 cluster(s)"},
-		{"3 ranks split 1,2", ranks(3, "FLAGCX_CLUSTER_SPLIT_LIST=1,2"), "3 ranks, heterogeneous, 2 cluster(s)"},
-		{"5 ranks split 2,3", ranks(5, "FLAGCX_CLUSTER_SPLIT_LIST=2,3"), "5 ranks, heterogeneous, 2 cluster(s)"},
+		{"2 ranks", ranks(2), "2 ranks, homogeneous, 1 cluster(s)", `runner "vendor direct"`},
+		{"3 ranks", ranks(3), "3 ranks, homogeneous, 1 cluster(s)", `runner "vendor direct"`},
+		{"5 ranks", ranks(5), "5 ranks, homogeneous, 1 cluster(s)", `runner "vendor direct"`},
+		{"2 ranks split 1,1", ranks(2, "FLAGCX_CLUSTER_SPLIT_LIST=1,1"), "2 ranks, heterogeneous, 2 cluster(s)", `runner "shared-memory plane", path c2c-shm`},
+		{"3 ranks split 1,2", ranks(3, "FLAGCX_CLUSTER_SPLIT_LIST=1,2"), "3 ranks, heterogeneous, 2 cluster(s)", `runner "shared-memory plane", path c2c-shm`},
+		{"5 ranks split 2,3", ranks(5, "FLAGCX_CLUSTER_SPLIT_LIST=2,3"), "5 ranks, heterogeneous, 2 cluster(s)", `runner "shared-memory plane", path c2c-shm`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -84,6 +85,7 @@ func TestNCCLDropIn(t *testing.T) {
 			requireRanksPass(t, outs)
 			for r, o := range outs {
 				require.Contains(t, o.String(), tc.layout, "rank %d", r)
+				require.Regexp(t, "INIT first collective [A-Za-z]+: "+regexp.QuoteMeta(tc.first), o.String(), "rank %d", r)
 			}
 			// The plugin's NCCL is the emulated one, never this library.
 			require.Contains(t, outs[0].String(), "loaded ccl 2.28.9 from "+filepath.Join(filepath.Dir(

@@ -81,6 +81,9 @@ func (c *Comm) runTask(t *task) error {
 			return fmt.Errorf("%s on rank %d: %w", t.name, c.rank, err)
 		}
 		if ok {
+			if c.debug.init && !c.pathLogged {
+				c.logFirstPath(r.name, t)
+			}
 			return r.run(c, t)
 		}
 	}

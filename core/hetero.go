@@ -246,6 +246,9 @@ type Comm struct {
 	lookup  func(string) (string, bool) // WithEnv's, for Split
 	debug   collDebug
 	printed map[string]bool
+	// pathLogged: the first collective has said which path runs it
+	// (logFirstPath).
+	pathLogged bool
 
 	task task // the call in the funnel (enqueue)
 

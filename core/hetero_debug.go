@@ -74,3 +74,20 @@ func (c *Comm) tracePlan(p *sched.Plan) {
 	p.Format(&b, 3)
 	c.logf(flog.Coll, "%s", b.String())
 }
+
+// logFirstPath says, once per communicator at INFO (INIT, on by default),
+// which runner and path run its first collective: the one line that tells
+// a user of an unmodified program (NCCL's API, docs/nccl.md) whether its
+// calls run in the vendor's library, on the host engine or in flagcx-go's
+// heterogeneous schedules. FLAGCX_DEBUG_SUBSYS=COLL prints every plan.
+func (c *Comm) logFirstPath(runner string, t *task) {
+	c.pathLogged = true
+	what := fmt.Sprintf("runner %q", runner)
+	if t.plan != nil {
+		what += fmt.Sprintf(", path %s", t.plan.Path)
+		if t.plan.Why != "" {
+			what += " (" + t.plan.Why + ")"
+		}
+	}
+	c.logf(flog.Init, "first collective %s: %s", t.args.Coll.Title(), what)
+}

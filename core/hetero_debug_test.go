@@ -3,6 +3,7 @@ package core
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -54,4 +55,29 @@ func TestTracePlanOncePerCall(t *testing.T) {
 	c.debug.every = true
 	c.tracePlan(p)
 	require.Equal(t, 2, strings.Count(out.String(), "COLL plan rank 0"))
+}
+
+// TestFirstCollectiveSaysItsPath: at INFO (INIT) the first collective of a
+// communicator logs which runner and path run it, once; later ones do not.
+func TestFirstCollectiveSaysItsPath(t *testing.T) {
+	comms := startComms(t, 2, testNet(10*time.Second))
+	outs := make([]*strings.Builder, 2)
+	for r, c := range comms {
+		outs[r] = &strings.Builder{}
+		c.debug = collDebug{init: true, w: outs[r]}
+	}
+	errs := onAll(comms, func(c *Comm) error {
+		b := make([]byte, 64)
+		for i := 0; i < 3; i++ {
+			if err := c.AllReduce(HostBuffer(b), HostBuffer(b), 16, sdk.Float32, sdk.Sum, 0); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for r := range comms {
+		require.NoError(t, errs[r])
+		require.Equal(t, 1, strings.Count(outs[r].String(), "first collective"), outs[r].String())
+		require.Contains(t, outs[r].String(), `INIT first collective AllReduce: runner "host engine"`)
+	}
 }
