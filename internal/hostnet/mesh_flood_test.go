@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet/nettest"
 )
 
 // A mesh whose ranks' listeners are flooded with idle connections before
@@ -21,10 +23,10 @@ func TestMeshConnectsThroughIdleFlood(t *testing.T) {
 		sc.Disable = true // every link over TCP, through the flooded listeners
 		return sc
 	}, nil)
-	logs := make([]*logBuffer, n)
+	logs := make([]*nettest.LogBuffer, n)
 	for r, mc := range mcs {
-		logs[r] = captureRefusals(mc.Listener)
-		openIdle(t, mc.Listener.Addr(), idle)
+		logs[r] = nettest.CaptureRefusals(mc.Listener)
+		nettest.OpenIdle(t, mc.Listener.Addr(), idle)
 	}
 	start := time.Now()
 	ms, errs := connectAll(t, mcs)
@@ -34,10 +36,10 @@ func TestMeshConnectsThroughIdleFlood(t *testing.T) {
 	require.Less(t, time.Since(start), cfg.Timeout/2, "the ranks waited behind the idle connections")
 	exchange(t, ms[0].Links[2], ms[2].Links[0], 0, 2, []int{1, 100 << 10})
 	for r, mc := range mcs {
-		waitRefused(t, mc.Listener, idle)
+		nettest.WaitRefused(t, mc.Listener, idle)
 		require.NoError(t, mc.Listener.Close())
-		lines := logs[r].lines()
+		lines := logs[r].Lines()
 		require.LessOrEqual(t, len(lines), 4, "rank %d:\n%s", r, strings.Join(lines, "\n"))
-		require.Equal(t, idle, loggedRefusals(t, lines), "rank %d:\n%s", r, strings.Join(lines, "\n"))
+		require.Equal(t, idle, nettest.LoggedRefusals(t, lines), "rank %d:\n%s", r, strings.Join(lines, "\n"))
 	}
 }

@@ -19,6 +19,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flagcx/flagcx-go/internal/hostnet/nettest"
+
 	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 )
 
@@ -174,7 +176,7 @@ func dirEntries(t testing.TB, dir string) []string {
 
 // msgFor is the content rank from sends to rank to as its i-th message.
 func msgFor(from, to, i, n int) []byte {
-	return randomBytes(uint64(from)<<40|uint64(to)<<20|uint64(i), n)
+	return nettest.RandomBytes(uint64(from)<<40|uint64(to)<<20|uint64(i), n)
 }
 
 // exchange sends sizes over a->b and b->a at the same time (full duplex)
@@ -608,7 +610,7 @@ func TestMeshLinkLengthMismatch(t *testing.T) {
 			a, b := shmLink(t, ms[0].Links[1]), shmLink(t, ms[1].Links[0])
 			require.Equal(t, S, a.Probe().SlotSize())
 			errc := make(chan error, 1)
-			go func() { errc <- a.Send(randomBytes(3, tc.sent)) }()
+			go func() { errc <- a.Send(nettest.RandomBytes(3, tc.sent)) }()
 			buf := bytes.Repeat([]byte{0xAA}, tc.exp+64)
 			start := time.Now()
 			err := b.Recv(buf[:tc.exp])
@@ -701,7 +703,7 @@ func TestMeshLinkDataSentBeforeCloseIsDelivered(t *testing.T) {
 	ms := newMesh(t, 2, meshCfg(5*time.Second), smallShm(shmTestDir(t)))
 	a, b := ms[0].Links[1], ms[1].Links[0]
 	S := shmLink(t, a).Probe().SlotSize()
-	msg := randomBytes(9, 2*S+3) // fits the ring: Send returns at once
+	msg := nettest.RandomBytes(9, 2*S+3) // fits the ring: Send returns at once
 	require.NoError(t, a.Send(msg))
 	require.NoError(t, a.Close())
 	buf := make([]byte, len(msg))
@@ -1002,10 +1004,10 @@ func BenchmarkShmLink(b *testing.B) {
 	sc, err := ShmConfigFromEnv()
 	require.NoError(b, err)
 	for _, size := range []int{64 << 10, 1 << 20, 16 << 20, 256 << 20} {
-		b.Run("size="+sizeName(size), func(b *testing.B) {
+		b.Run("size="+nettest.SizeName(size), func(b *testing.B) {
 			sc.Dir, sc.WindowBytes = shmTestDir(b), MinShmAreaBytes
 			ms := newMesh(b, 2, testConfig(time.Minute), sc)
-			benchStream(b, ms[0].Links[1], ms[1].Links[0], size)
+			nettest.BenchStream(b, ms[0].Links[1], ms[1].Links[0], size)
 		})
 	}
 }

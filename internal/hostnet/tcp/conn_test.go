@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"encoding/binary"
 	"io"
-	"math/rand/v2"
 	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet/nettest"
 
 	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
@@ -58,14 +59,6 @@ func connPair(t testing.TB, cfg Config) (dialer, acceptor *Conn) {
 	return d, a
 }
 
-func randomBytes(seed uint64, n int) []byte {
-	b := make([]byte, n)
-	var s [32]byte
-	binary.LittleEndian.PutUint64(s[:], seed)
-	_, _ = rand.NewChaCha8(s).Read(b)
-	return b
-}
-
 // freePort returns a loopback address nobody listens on (right now).
 func freePort(t *testing.T) string {
 	t.Helper()
@@ -93,7 +86,7 @@ func TestHandshakeAndFrames(t *testing.T) {
 	require.Equal(t, a.LocalAddr(), d.RemoteAddr())
 
 	for _, n := range []int{0, 1, 100, 70000} {
-		msg := randomBytes(uint64(n), n)
+		msg := nettest.RandomBytes(uint64(n), n)
 		require.NoError(t, d.Send(msg))
 		buf := make([]byte, n)
 		require.NoError(t, a.Recv(buf))
@@ -109,7 +102,7 @@ func TestHandshakeAndFrames(t *testing.T) {
 func TestHelloLimits(t *testing.T) {
 	cfg := testConfig(5 * time.Second)
 	l, _ := newTestListener(t, "127.0.0.1:0", cfg, testSecret)
-	big := randomBytes(9, MaxHello)
+	big := nettest.RandomBytes(9, MaxHello)
 	d, err := Dial(l.Addr(), cfg, testSecret, big)
 	require.NoError(t, err)
 	defer d.Close()
@@ -193,7 +186,7 @@ func TestIPv6Loopback(t *testing.T) {
 	require.NoError(t, err)
 	defer a.Close()
 	require.Equal(t, "v6", string(hello))
-	msg := randomBytes(6, 1<<20)
+	msg := nettest.RandomBytes(6, 1<<20)
 	go func() { _ = d.Send(msg) }()
 	buf := make([]byte, len(msg))
 	require.NoError(t, a.Recv(buf))
@@ -510,7 +503,7 @@ func TestLengthMismatch(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			d, a := connPair(t, testConfig(5*time.Second))
-			go func() { _ = d.Send(randomBytes(1, tc.sent)) }()
+			go func() { _ = d.Send(nettest.RandomBytes(1, tc.sent)) }()
 			buf := bytes.Repeat([]byte{0xAA}, tc.exp+64)
 			err := a.Recv(buf[:tc.exp])
 			var le *wire.LengthError
@@ -531,7 +524,7 @@ func TestLengthMismatch(t *testing.T) {
 func TestRecvMsg(t *testing.T) {
 	d, a := connPair(t, testConfig(5*time.Second))
 	for _, n := range []int{0, 5, 1 << 20} {
-		msg := randomBytes(uint64(n), n)
+		msg := nettest.RandomBytes(uint64(n), n)
 		errc := make(chan error, 1)
 		go func() { errc <- d.Send(msg) }()
 		got, err := a.RecvMsg(1 << 20)
@@ -562,7 +555,7 @@ func TestGarbageFrame(t *testing.T) {
 func TestConnLargeFullDuplex(t *testing.T) {
 	d, a := connPair(t, testConfig(10*time.Second))
 	const n = 9<<20 + 7 // several write chunks
-	m1, m2 := randomBytes(1, n), randomBytes(2, n)
+	m1, m2 := nettest.RandomBytes(1, n), nettest.RandomBytes(2, n)
 	errc := make(chan error, 4)
 	b1, b2 := make([]byte, n), make([]byte, n)
 	go func() { errc <- d.Send(m1) }()
@@ -589,7 +582,7 @@ func TestConnReadAheadKeepsFrames(t *testing.T) {
 	sizes := []int{0, 1, 24, 100, readAhead/2 - 1, readAhead / 2, readAhead - frameHdrLen, readAhead + 7, 5, 3 << 20, 2}
 	msgs := make([][]byte, len(sizes))
 	for i, n := range sizes {
-		msgs[i] = randomBytes(uint64(500+i), n)
+		msgs[i] = nettest.RandomBytes(uint64(500+i), n)
 	}
 	errc := make(chan error, 1)
 	go func() {
@@ -635,7 +628,7 @@ func TestPolledReads(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			d, a := connPair(t, testConfig(2*time.Second))
 			a.SetSpin(tc.spin)
-			msg := randomBytes(7, 100)
+			msg := nettest.RandomBytes(7, 100)
 			go func() {
 				time.Sleep(max(tc.delay, 0))
 				if tc.delay < 0 {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flagcx/flagcx-go/internal/hostnet/nettest"
+
 	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 
@@ -48,7 +50,7 @@ func TestLinkRoundTrip(t *testing.T) {
 		require.Equal(t, streams, a.Streams())
 		for _, n := range sizes {
 			t.Run(fmt.Sprintf("streams=%d/size=%d", streams, n), func(t *testing.T) {
-				msg := randomBytes(uint64(n*streams+1), n)
+				msg := nettest.RandomBytes(uint64(n*streams+1), n)
 				errc := make(chan error, 1)
 				go func() { errc <- a.Send(msg) }()
 				buf := make([]byte, n+16)
@@ -68,7 +70,7 @@ func TestLinkStripesLargeMessagesOnly(t *testing.T) {
 	cfg := testConfig(5 * time.Second)
 	a, b := linkPair(t, cfg, 4)
 	// A message below StripeMin travels whole on stream 0: read it there.
-	small := randomBytes(1, cfg.StripeMin-1)
+	small := nettest.RandomBytes(1, cfg.StripeMin-1)
 	errc := make(chan error, 1)
 	go func() { errc <- a.Send(small) }()
 	got := make([]byte, len(small))
@@ -86,7 +88,7 @@ func TestLinkStripesLargeMessagesOnly(t *testing.T) {
 		{cfg.StripeMin*8 + 5, 4},
 	} {
 		n := tc.n
-		big := randomBytes(uint64(n), n)
+		big := nettest.RandomBytes(uint64(n), n)
 		go func() { errc <- a.Send(big) }()
 		off := 0
 		for i, c := range b.conns[:tc.pieces] {
@@ -111,7 +113,7 @@ func TestLinkMessagesArriveInOrder(t *testing.T) {
 	sizes := []int{3 << 20, 10, 64 << 10, 0, 1 << 20, 64<<10 - 1, 5, 2<<20 + 1, 100, 4 << 20}
 	msgs := make([][]byte, len(sizes))
 	for i, n := range sizes {
-		msgs[i] = randomBytes(uint64(100+i), n)
+		msgs[i] = nettest.RandomBytes(uint64(100+i), n)
 	}
 	errc := make(chan error, 1)
 	go func() {
@@ -135,7 +137,7 @@ func TestLinkFullDuplex(t *testing.T) {
 	cfg := testConfig(10 * time.Second)
 	a, b := linkPair(t, cfg, 4)
 	const rounds, n = 4, 8 << 20
-	ma, mb := randomBytes(11, n), randomBytes(12, n)
+	ma, mb := nettest.RandomBytes(11, n), nettest.RandomBytes(12, n)
 	run := func(l *TCPLink, out, in []byte) <-chan error {
 		errc := make(chan error, 2)
 		go func() {
@@ -190,7 +192,7 @@ func TestLinkLengthMismatch(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := linkPair(t, cfg, 4)
-			go func() { _ = a.Send(randomBytes(3, tc.sent)) }()
+			go func() { _ = a.Send(nettest.RandomBytes(3, tc.sent)) }()
 			buf := bytes.Repeat([]byte{0xAA}, tc.exp+32)
 			start := time.Now()
 			err := b.Recv(buf[:tc.exp])
@@ -257,25 +259,15 @@ func TestNewLinkRejectsEmpty(t *testing.T) {
 	require.Panics(t, func() { NewTCPLink([]*Conn{nil}, DefaultConfig()) })
 }
 
-func sizeName(n int) string {
-	switch {
-	case n >= 1<<20:
-		return fmt.Sprintf("%dMiB", n>>20)
-	case n >= 1<<10:
-		return fmt.Sprintf("%dKiB", n>>10)
-	}
-	return fmt.Sprintf("%dB", n)
-}
-
 // BenchmarkLinkLoopback measures one-way Link throughput over loopback:
 //
 //	go test -run '^$' -bench BenchmarkLinkLoopback ./hostnet/
 func BenchmarkLinkLoopback(b *testing.B) {
 	for _, streams := range []int{1, 4} {
 		for _, size := range []int{64 << 10, 1 << 20, 16 << 20, 256 << 20} {
-			b.Run(fmt.Sprintf("streams=%d/size=%s", streams, sizeName(size)), func(b *testing.B) {
+			b.Run(fmt.Sprintf("streams=%d/size=%s", streams, nettest.SizeName(size)), func(b *testing.B) {
 				tx, rx := linkPair(b, testConfig(time.Minute), streams)
-				benchStream(b, tx, rx, size)
+				nettest.BenchStream(b, tx, rx, size)
 			})
 		}
 	}
@@ -286,7 +278,7 @@ func BenchmarkLinkLoopback(b *testing.B) {
 // no framing, no deadlines.
 func BenchmarkRawTCPLoopback(b *testing.B) {
 	for _, size := range []int{64 << 10, 1 << 20, 16 << 20, 256 << 20} {
-		b.Run("size="+sizeName(size), func(b *testing.B) {
+		b.Run("size="+nettest.SizeName(size), func(b *testing.B) {
 			ln, err := net.Listen("tcp4", "127.0.0.1:0")
 			require.NoError(b, err)
 			defer ln.Close()
@@ -347,39 +339,6 @@ func BenchmarkConnPingPong(b *testing.B) {
 			b.Fatal(err)
 		}
 		if err := d.Recv(buf); err != nil {
-			b.Fatal(err)
-		}
-	}
-	require.NoError(b, <-done)
-}
-
-// messenger is what the streaming benchmarks need of a link (TCP or shm).
-type messenger interface {
-	Send(p []byte) error
-	Recv(p []byte) error
-}
-
-// benchStream sends b.N messages of size bytes from tx to rx, receiving
-// concurrently, and reports the bandwidth.
-func benchStream(b *testing.B, tx, rx messenger, size int) {
-	src, dst := make([]byte, size), make([]byte, size)
-	for i := range src {
-		src[i] = byte(i)
-	}
-	done := make(chan error, 1)
-	b.SetBytes(int64(size))
-	b.ResetTimer()
-	go func() {
-		for i := 0; i < b.N; i++ {
-			if err := rx.Recv(dst); err != nil {
-				done <- err
-				return
-			}
-		}
-		done <- nil
-	}()
-	for i := 0; i < b.N; i++ {
-		if err := tx.Send(src); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -1,94 +1,18 @@
 package tcp
 
 import (
-	"bytes"
 	"io"
 	"net"
-	"regexp"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flagcx/flagcx-go/internal/hostnet/nettest"
+
 	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
-
-// logBuffer collects log lines written from the listener's goroutines.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *logBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *logBuffer) lines() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Split(strings.TrimRight(s.b.String(), "\n"), "\n")
-}
-
-// captureRefusals sends l's refusal log to a buffer instead of stderr.
-func captureRefusals(l *Listener) *logBuffer {
-	buf := &logBuffer{}
-	l.SetRefusalLog(buf)
-	return buf
-}
-
-// waitRefused waits (at most 15 s) until l has refused n connections.
-func waitRefused(t *testing.T, l *Listener, n int) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for l.Refused() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("the listener refused %d connections, want %d", l.Refused(), n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// openIdle opens n connections to addr that never send a byte.
-func openIdle(t *testing.T, addr string, n int) {
-	t.Helper()
-	conns := make([]net.Conn, 0, n)
-	t.Cleanup(func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	for i := 0; i < n; i++ {
-		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
-		require.NoError(t, err, "idle connection %d", i)
-		conns = append(conns, c)
-	}
-}
-
-var moreRefused = regexp.MustCompile(`refused (\d+) more connections?`)
-
-// loggedRefusals adds up the refusals the log lines account for.
-func loggedRefusals(t *testing.T, lines []string) int {
-	t.Helper()
-	n := 0
-	for _, line := range lines {
-		switch m := moreRefused.FindStringSubmatch(line); {
-		case strings.Contains(line, "refused connection from"):
-			n++
-		case m != nil:
-			k, err := strconv.Atoi(m[1])
-			require.NoError(t, err)
-			n += k
-		default:
-			t.Fatalf("unexpected log line %q", line)
-		}
-	}
-	return n
-}
 
 // Idle connections that never send a byte cannot keep a real peer out, and
 // they cost a few log lines, not one each.
@@ -109,13 +33,13 @@ func TestListenerIdleFloodDoesNotStarvePeers(t *testing.T) {
 			l, err := ListenAddr("127.0.0.1:0", cfg, testSecret)
 			require.NoError(t, err)
 			defer l.Close()
-			logged := captureRefusals(l)
+			logged := nettest.CaptureRefusals(l)
 			if tc.bound > 0 {
 				l.mu.Lock()
 				l.maxUnaut = tc.bound
 				l.mu.Unlock()
 			}
-			openIdle(t, l.Addr(), tc.idle)
+			nettest.OpenIdle(t, l.Addr(), tc.idle)
 
 			start := time.Now()
 			d, err := Dial(l.Addr(), cfg, testSecret, []byte("rank 1"))
@@ -127,15 +51,15 @@ func TestListenerIdleFloodDoesNotStarvePeers(t *testing.T) {
 			require.Equal(t, "rank 1", string(hello))
 			require.Less(t, time.Since(start), cfg.Timeout/2, "the peer waited behind the idle connections")
 
-			waitRefused(t, l, tc.idle)
+			nettest.WaitRefused(t, l, tc.idle)
 			require.NoError(t, l.Close())
-			lines := logged.lines()
+			lines := logged.Lines()
 			require.LessOrEqual(t, len(lines), 4, "refusals must be summed up, not logged one by one:\n%s", strings.Join(lines, "\n"))
 			require.GreaterOrEqual(t, len(lines), 2, "the first refusal and a summary:\n%s", strings.Join(lines, "\n"))
 			require.Contains(t, lines[0], tc.wantInFirst)
 			require.Contains(t, strings.Join(lines[1:], "\n"), tc.wantInLog)
 			require.Contains(t, lines[len(lines)-1], "from 1 address ")
-			require.Equal(t, tc.idle, loggedRefusals(t, lines), "every refusal is accounted for:\n%s", strings.Join(lines, "\n"))
+			require.Equal(t, tc.idle, nettest.LoggedRefusals(t, lines), "every refusal is accounted for:\n%s", strings.Join(lines, "\n"))
 		})
 	}
 }
@@ -170,8 +94,8 @@ func TestAcceptTimeoutNamesRefusedStrangers(t *testing.T) {
 			l, err := ListenAddr("127.0.0.1:0", cfg, testSecret)
 			require.NoError(t, err)
 			defer l.Close()
-			captureRefusals(l)
-			openIdle(t, l.Addr(), tc.idle)
+			nettest.CaptureRefusals(l)
+			nettest.OpenIdle(t, l.Addr(), tc.idle)
 			for i := 0; i < tc.wrong; i++ {
 				_, err := Dial(l.Addr(), cfg, other, nil)
 				require.ErrorIs(t, err, wire.ErrAuth)
