@@ -1016,32 +1016,7 @@ func BenchmarkShmLink(b *testing.B) {
 func BenchmarkShmPingPong(b *testing.B) {
 	ms := newMesh(b, 2, testConfig(time.Minute), smallShm(shmTestDir(b)))
 	d, a := ms[0].Links[1], ms[1].Links[0]
-	msg, buf := make([]byte, 8), make([]byte, 8)
-	done := make(chan error, 1)
-	go func() {
-		echo := make([]byte, 8)
-		for i := 0; i < b.N; i++ {
-			if err := a.Recv(echo); err != nil {
-				done <- err
-				return
-			}
-			if err := a.Send(echo); err != nil {
-				done <- err
-				return
-			}
-		}
-		done <- nil
-	}()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if err := d.Send(msg); err != nil {
-			b.Fatal(err)
-		}
-		if err := d.Recv(buf); err != nil {
-			b.Fatal(err)
-		}
-	}
-	require.NoError(b, <-done)
+	nettest.BenchPingPong(b, d, a)
 }
 
 // BenchmarkShmNodeSync measures one collective step of ranks of one

@@ -156,3 +156,34 @@ func BenchStream(b *testing.B, tx, rx Messenger, size int) {
 	}
 	require.NoError(b, <-done)
 }
+
+// BenchPingPong measures the round trip of an 8-byte message from d to a
+// and back, b.N times (latency, not bandwidth).
+func BenchPingPong(b *testing.B, d, a Messenger) {
+	msg, buf := make([]byte, 8), make([]byte, 8)
+	done := make(chan error, 1)
+	go func() {
+		echo := make([]byte, 8)
+		for i := 0; i < b.N; i++ {
+			if err := a.Recv(echo); err != nil {
+				done <- err
+				return
+			}
+			if err := a.Send(echo); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := d.Send(msg); err != nil {
+			b.Fatal(err)
+		}
+		if err := d.Recv(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+	require.NoError(b, <-done)
+}

@@ -317,30 +317,5 @@ func BenchmarkRawTCPLoopback(b *testing.B) {
 // (latency, not bandwidth) over one Conn.
 func BenchmarkConnPingPong(b *testing.B) {
 	d, a := connPair(b, testConfig(time.Minute))
-	msg, buf := make([]byte, 8), make([]byte, 8)
-	done := make(chan error, 1)
-	go func() {
-		echo := make([]byte, 8)
-		for i := 0; i < b.N; i++ {
-			if err := a.Recv(echo); err != nil {
-				done <- err
-				return
-			}
-			if err := a.Send(echo); err != nil {
-				done <- err
-				return
-			}
-		}
-		done <- nil
-	}()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if err := d.Send(msg); err != nil {
-			b.Fatal(err)
-		}
-		if err := d.Recv(buf); err != nil {
-			b.Fatal(err)
-		}
-	}
-	require.NoError(b, <-done)
+	nettest.BenchPingPong(b, d, a)
 }
