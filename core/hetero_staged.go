@@ -132,8 +132,9 @@ type piece struct {
 const copyInParts = 2
 
 // copyInPieces enqueues the copy of count elements from the device at src
-// to stage in copyInParts pieces (cut at elements as the engine cuts its
-// stripes), each followed by its event.
+// to stage in copyInParts pieces cut at element boundaries, each followed
+// by its event; a stripe of the engine waits for every piece under it
+// (stager.Ready).
 func (c *Comm) copyInPieces(src uintptr, stage []byte, count int, dt sdk.DataType) ([]piece, error) {
 	pl, size := c.dev, dt.Size()
 	k := min(copyInParts, count)
