@@ -477,6 +477,7 @@ func (ch *chain) finish() error {
 	if ch.ev == nil {
 		return nil
 	}
+	defer region("sync streams")()
 	for _, l := range ch.p.Lanes() {
 		if l == sched.LaneNet {
 			continue
@@ -552,6 +553,7 @@ func (c *Comm) step(p *sched.Plan, i int, b *callBufs, s loader.Stream) error {
 		stepRan(p, i)
 	}
 	st := &p.Steps[i]
+	defer region(st.Kind.String())()
 	strm := c.laneStream(st.Lane, s)
 	switch st.Kind {
 	case sched.KindCopy:

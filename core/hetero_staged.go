@@ -71,7 +71,9 @@ func (c *Comm) runStaged(p *sched.Plan, i int, b *callBufs, s loader.Stream, ch 
 	if err := ch.await(i); err != nil {
 		return err
 	}
+	endCopyIn := region("staged: copy in")
 	pieces, err := c.copyInPieces(src.ptr, stage.host, net.Count, net.DType)
+	endCopyIn()
 	if err != nil {
 		return err
 	}
@@ -85,8 +87,13 @@ func (c *Comm) runStaged(p *sched.Plan, i int, b *callBufs, s loader.Stream, ch 
 	cm := c.inter
 	cm.begin(sdk.AllReduce, net.Count, net.DType, net.Op, 0)
 	errc := make(chan error, 1)
-	go func() { errc <- cm.engine.AllReduceStaged(stage.host, net.Count, net.DType, net.Op, st) }()
+	go func() {
+		defer region("staged: host AllReduce")()
+		errc <- cm.engine.AllReduceStaged(stage.host, net.Count, net.DType, net.Op, st)
+	}()
+	endAwait := region("staged: await copy in")
 	st.fail = c.awaitPieces(pieces)
+	endAwait()
 	for _, r := range st.ready {
 		close(r)
 	}
@@ -181,6 +188,7 @@ func (c *Comm) copyBack(prev error, dst uintptr, stage []byte, d [2]int) error {
 	if prev != nil {
 		return prev
 	}
+	defer region("staged: copy back")()
 	if err := c.dev.Memcpy(dst+uintptr(d[0]), hostAddr(stage[d[0]:d[1]]), d[1]-d[0], loader.HostToDevice, c.h2d); err != nil {
 		return fmt.Errorf("copying bytes %d..%d of the staged AllReduce back to the device: %w", d[0], d[1], err)
 	}

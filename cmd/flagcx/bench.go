@@ -2,8 +2,10 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"runtime/pprof"
+	"runtime/trace"
 
 	"github.com/flagcx/flagcx-go/cmd/flagcx/internal/bench"
 	"github.com/flagcx/flagcx-go/internal/env"
@@ -25,7 +27,7 @@ func (c *benchCmd) Run(g *Globals) error {
 		return err
 	}
 	e.Probe = probe
-	stop, err := cpuProfile()
+	stop, err := profiles()
 	if err != nil {
 		return err
 	}
@@ -33,22 +35,46 @@ func (c *benchCmd) Run(g *Globals) error {
 	return bench.Run(&c.Flags, e)
 }
 
-// cpuProfile starts the CPU profile FLAGCX_BENCH_CPUPROFILE asks for, in a
-// rank's process (FLAGCX_RANK set: --np's ranks, or a launcher's); the
-// process that only starts ranks has nothing to profile.
-func cpuProfile() (stop func(), err error) {
-	path, _ := env.BenchCPUProfile.Get(nil)
+// profiles starts the CPU profile (FLAGCX_BENCH_CPUPROFILE) and the
+// execution trace (FLAGCX_BENCH_TRACE) asked for, in a rank's process
+// (FLAGCX_RANK set: --np's ranks, or a launcher's); the process that only
+// starts ranks has nothing to profile. The trace shows each goroutine's
+// waits and system calls, and the regions core marks on the staged path
+// (core/hetero_staged.go): where a call's time goes, not only its CPU.
+func profiles() (stop func(), err error) {
 	rank, set := os.LookupEnv(env.Rank.Name)
-	if path == "" || !set {
+	if !set {
 		return func() {}, nil
 	}
-	f, err := os.Create(fmt.Sprintf("%s.rank%s", path, rank))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w: give a path in a writable directory", env.BenchCPUProfile.Name, err)
+	var stops []func()
+	stopAll := func() {
+		for _, s := range stops {
+			s()
+		}
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%s: %w", env.BenchCPUProfile.Name, err)
+	for _, p := range []struct {
+		v     *env.Setting[string]
+		start func(io.Writer) error
+		stop  func()
+	}{
+		{env.BenchCPUProfile, pprof.StartCPUProfile, pprof.StopCPUProfile},
+		{env.BenchTrace, trace.Start, trace.Stop},
+	} {
+		path, _ := p.v.Get(nil)
+		if path == "" {
+			continue
+		}
+		f, err := os.Create(fmt.Sprintf("%s.rank%s", path, rank))
+		if err != nil {
+			stopAll()
+			return nil, fmt.Errorf("%s: %w: give a path in a writable directory", p.v.Name, err)
+		}
+		if err := p.start(f); err != nil {
+			f.Close()
+			stopAll()
+			return nil, fmt.Errorf("%s: %w", p.v.Name, err)
+		}
+		stops = append(stops, func() { p.stop(); f.Close() })
 	}
-	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+	return stopAll, nil
 }

@@ -62,6 +62,9 @@ var (
 	// BenchCPUProfile is FLAGCX_BENCH_CPUPROFILE (read by bench).
 	BenchCPUProfile = String("FLAGCX_BENCH_CPUPROFILE", "",
 		"bench writes each rank's CPU profile (Go pprof) to this path with .rank<N> appended")
+	// BenchTrace is FLAGCX_BENCH_TRACE (read by bench).
+	BenchTrace = String("FLAGCX_BENCH_TRACE", "",
+		"bench writes each rank's execution trace (Go runtime/trace, for go tool trace) to this path with .rank<N> appended")
 	// ShmSlotSize is FLAGCX_SHM_SLOT_SIZE.
 	ShmSlotSize = Gone("FLAGCX_SHM_SLOT_SIZE",
 		"this variable no longer exists: each rank now has one segment; size its inbound rings with FLAGCX_SHM_P2P_SIZE and its collective window with FLAGCX_SHM_WINDOW_SIZE")

@@ -1,8 +1,10 @@
 package host
 
 import (
+	"context"
 	"fmt"
 	"math/bits"
+	"runtime/trace"
 	"sync"
 
 	"github.com/flagcx/flagcx-go/core/internal/host/reduce"
@@ -312,6 +314,7 @@ func (e *Engine) allReduceStriped(name string, st Streams, k int, send, recv []b
 					return
 				}
 			}
+			defer trace.StartRegion(context.Background(), "stripe send").End()
 			if err := st.SendStream(peer, i, send[lo:hi]); err != nil {
 				errs[2*i] = fmt.Errorf("host %s: rank %d sending %d bytes to rank %d: %w", name, e.rank, hi-lo, peer, err)
 			}
@@ -319,13 +322,16 @@ func (e *Engine) allReduceStriped(name string, st Streams, k int, send, recv []b
 		go func() {
 			defer wg.Done()
 			data := tmp[lo:hi]
+			recvd := trace.StartRegion(context.Background(), "stripe recv")
 			if err := st.RecvStream(peer, i, data); err != nil {
 				errs[2*i+1] = fmt.Errorf("host %s: rank %d receiving %d bytes from rank %d: %w", name, e.rank, hi-lo, peer, err)
 				return
 			}
+			recvd.End()
 			if inPlace {
 				<-sent
 			}
+			defer trace.StartRegion(context.Background(), "stripe reduce").End()
 			if e.rank == 0 {
 				reduce.Into(recv[lo:hi], send[lo:hi], data, dt, op)
 			} else {

@@ -1,6 +1,10 @@
 package host
 
-import "sync"
+import (
+	"context"
+	"runtime/trace"
+	"sync"
+)
 
 // A pipe runs one rank's part of a pipelined ring or chain: a sequence of
 // total messages sent to one peer and total messages received from another
@@ -88,7 +92,10 @@ func (e *Engine) runPipe(p *pipe) error {
 					return
 				}
 				if len(buf) > 0 {
-					if err := e.send(p.name, p.to, buf); err != nil {
+					r := trace.StartRegion(context.Background(), "pipe send")
+					err := e.send(p.name, p.to, buf)
+					r.End()
+					if err != nil {
 						f.fail(err)
 						return
 					}
@@ -107,7 +114,10 @@ func (e *Engine) runPipe(p *pipe) error {
 					return
 				}
 				if len(dst) > 0 {
-					if err := e.recv(p.name, p.from, dst); err != nil {
+					r := trace.StartRegion(context.Background(), "pipe recv")
+					err := e.recv(p.name, p.from, dst)
+					r.End()
+					if err != nil {
 						f.fail(err)
 						return
 					}
@@ -121,7 +131,9 @@ func (e *Engine) runPipe(p *pipe) error {
 			}
 			if p.process != nil {
 				data, _, _ := p.recvMsg(j)
+				r := trace.StartRegion(context.Background(), "pipe process")
 				p.process(j, data)
+				r.End()
 			}
 			f.advance(&f.processed)
 		}
