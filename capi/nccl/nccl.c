@@ -66,6 +66,8 @@ SAME(ncclMin, flagcxMin);
 SAME(ncclAvg, flagcxAvg);
 SAME(ncclNumOps, flagcxNumRedOps);
 SAME(NCCL_SPLIT_NOCOLOR, FLAGCX_SPLIT_NOCOLOR);
+SAME(ncclScalarDevice, flagcxScalarDevice);
+SAME(ncclScalarHostImmediate, flagcxScalarHostImmediate);
 _Static_assert(sizeof(ncclRedOp_t) == sizeof(flagcxRedOp_t), "ncclRedOp_t");
 _Static_assert(sizeof(ncclDataType_t) == sizeof(flagcxDataType_t),
                "ncclDataType_t");
@@ -500,23 +502,25 @@ ncclResult_t ncclDevCommDestroy(ncclComm_t comm,
 
 /* ---- Reduction operators ------------------------------------------------ */
 
+// The ops are libflagcx.so's (flagcxRedOpCreatePreMulSum, a flagcx-go
+// extension): it scales each input on the device, then sums.
 ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar,
                                       ncclDataType_t datatype,
                                       ncclScalarResidence_t residence,
                                       ncclComm_t comm) {
-  (void)op, (void)scalar, (void)datatype, (void)residence;
-  return refuse(comm, "ncclRedOpCreatePreMulSum", ncclInvalidUsage,
-                "flagcx-go's collectives cannot pre-multiply on the device, "
-                "so ncclRedOpCreatePreMulSum is not supported: scale the "
-                "input (or the result) yourself and reduce with ncclSum");
+  const char *entry = "ncclRedOpCreatePreMulSum";
+  if (datatype == ncclFloat8e4m3 || datatype == ncclFloat8e5m2)
+    return refuse(comm, entry, ncclInvalidUsage,
+                  "reductions of ncclFloat8e4m3 and ncclFloat8e5m2 are not "
+                  "supported by flagcx-go (FlagCX has no fp8 arithmetic): "
+                  "reduce in ncclHalf, ncclBfloat16 or ncclFloat32");
+  return res(flagcxRedOpCreatePreMulSum(
+      (flagcxRedOp_t *)op, scalar, (flagcxDataType_t)datatype,
+      (flagcxScalarResidence_t)residence, COMM(comm)));
 }
 
 ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
-  (void)op;
-  return refuse(comm, "ncclRedOpDestroy", ncclInvalidArgument,
-                "op was not made by ncclRedOpCreatePreMulSum (which "
-                "flagcx-go does not serve): only such operators are "
-                "destroyed");
+  return res(flagcxRedOpDestroy((flagcxRedOp_t)op, COMM(comm)));
 }
 
 /* ---- Collectives -------------------------------------------------------- */
