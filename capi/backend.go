@@ -7,6 +7,7 @@ package main
 import (
 	"fmt"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/flagcx/flagcx-go/core"
@@ -199,4 +200,24 @@ func extent(counts, displs []int) int {
 // computes on the host itself.
 func hostReduce(dst, a, b []byte, dt sdk.DataType, op sdk.RedOp) error {
 	return core.HostReduce(dst, a, b, dt, op)
+}
+
+// bindDevice makes c's device current on the calling OS thread (a device
+// rank's vendor calls need it; the caller locks the goroutine to it).
+func (c *comm) bindDevice() error {
+	if !c.onDevice() {
+		return nil
+	}
+	return c.be.plugin.SetDevice(c.dev)
+}
+
+// groupWait bounds the wait for the groups of several communicators
+// (endGroups): ten times the deadline of one wait without progress, as
+// the groups' collectives may each take up to that.
+func groupWait() time.Duration {
+	t := 30 * time.Second
+	if cfg, err := core.NetConfigFromEnv(); err == nil && cfg.Timeout > 0 {
+		t = cfg.Timeout
+	}
+	return 10 * t
 }

@@ -120,6 +120,51 @@ func TestNCCLInitAll(t *testing.T) {
 	require.Contains(t, string(b), "PASS initall: 3 ranks")
 }
 
+// TestNCCLOneThreadRanks: one thread drives 2 and 3 ranks (nccl-tests
+// -g n): their ncclCommInitRank calls in one group (run at its end, side by
+// side), then groups of collectives on every communicator (AllReduce; a
+// send/recv ring beside a pre-multiplied AllReduce; AllGather), exact, on
+// the emulated NVIDIA runtime, homogeneous and split into clusters, and on
+// the host backend.
+func TestNCCLOneThreadRanks(t *testing.T) {
+	prog := ncclProgram(t, "ranks", ncclHeaders)
+	testkit.BuiltFile(t, "plugins", "libflagcx-nvidia.so")
+	cases := []struct {
+		name   string
+		n      string
+		env    []string
+		host   bool // libflagcx.so's host backend
+		layout string
+	}{
+		{"2 ranks", "2", nil, false, "2 ranks, homogeneous, 1 cluster(s)"},
+		{"3 ranks", "3", nil, false, "3 ranks, homogeneous, 1 cluster(s)"},
+		{"2 ranks split 1,1", "2", []string{"FLAGCX_CLUSTER_SPLIT_LIST=1,1"}, false, "2 ranks, heterogeneous, 2 cluster(s)"},
+		{"3 ranks split 1,2", "3", []string{"FLAGCX_CLUSTER_SPLIT_LIST=1,2"}, false, "3 ranks, heterogeneous, 2 cluster(s)"},
+		{"3 ranks host backend", "3", []string{"FLAGCX_BACKEND=host"}, true, "3 ranks, homogeneous, 1 cluster(s): cluster 0: host"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			args := []string{"multi", tc.n}
+			env := append(cleanEnv(), "FLAGCX_EMULATED=1", "FLAGCX_BACKEND=nvidia", "FLAGCX_DEBUG=INFO")
+			if tc.host {
+				args = append(args, "host")
+			}
+			cmd := exec.CommandContext(ctx, prog, args...)
+			cmd.Env = append(env, tc.env...)
+			b, err := cmd.CombinedOutput()
+			require.NoError(t, err, string(b))
+			require.Contains(t, string(b), "PASS multi: "+tc.n+" ranks")
+			require.Contains(t, string(b), tc.layout)
+			if !tc.host {
+				require.Contains(t, string(b), "EMULATED vendor runtimes")
+				require.Contains(t, string(b), "scales the inputs of pre-multiplied sums on the device")
+			}
+		})
+	}
+}
+
 // TestNCCLHeaderABI: abi.c prints the same sizes, offsets, values and
 // initializers built against NCCL's own nccl.h and against flagcx-go's
 // build/include/nccl.h (there without CUDA's headers, as the library

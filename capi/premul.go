@@ -81,9 +81,6 @@ type premuls struct {
 	mults map[multKey]*multBuf
 	// free scratches may be taken; held ones are read by the open group.
 	free, held []*scratch
-	// streams are those the scaling ran on, which a freed buffer may still
-	// be read on.
-	streams []loader.Stream
 	// hostOnly: the plugin cannot reduce on the device (asked once).
 	asked, hostOnly bool
 }
@@ -184,9 +181,6 @@ func (c *comm) scale(op *premulOp, sc *scratch, send unsafe.Pointer, n int, s lo
 		mult = m
 	} else if err := c.spread(sc.ptr, uintptr(op.dev), size, n, s); err != nil {
 		return err
-	}
-	if !slices.Contains(c.pm.streams, s) {
-		c.pm.streams = append(c.pm.streams, s)
 	}
 	return p.ReduceLocal(c.dev, sc.ptr, []uintptr{uintptr(send), mult}, n, op.dt, sdk.Prod, 1, s)
 }
@@ -323,12 +317,22 @@ func roundUp(n int) int {
 	return b
 }
 
-// quiesce waits for the streams the scaling ran on: what they enqueued
-// may still read a buffer about to be freed.
+// quiesce waits until nothing reads the buffers of the ops: every read
+// (reduceLocal) precedes, on its stream, the collective that a free
+// scratch's event follows; the calls of an open group have their streams
+// waited for.
 func (c *comm) quiesce() error {
-	for _, s := range c.pm.streams {
-		if err := c.be.plugin.StreamSynchronize(s); err != nil {
+	p := c.be.plugin
+	for _, sc := range c.pm.held {
+		if err := p.StreamSynchronize(sc.stream); err != nil {
 			return err
+		}
+	}
+	for _, sc := range c.pm.free {
+		if sc.recorded {
+			if err := p.EventSynchronize(sc.ev); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

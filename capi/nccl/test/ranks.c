@@ -5,6 +5,7 @@
 //
 //   ranks <rank> <nranks> [unique id in hex]   every entry on nranks ranks
 //   ranks initall <ndev>                        ncclCommInitAll in one process
+//   ranks multi <n> [host]                      one thread drives n ranks
 //
 // Rank 0 without an id makes one and prints "ID <hex>" first. Every result
 // is checked bit for bit; any mismatch prints "FAIL ..." and exits 1; the
@@ -755,10 +756,119 @@ static void runInitAll(int n) {
   printf("PASS initall: %d ranks, %d checks\n", n, checks);
 }
 
+/* ---- One thread, several ranks ----------------------------------------- */
+
+// scaledSum is the sum over n ranks r of value(r, i), each times r + 2
+// when scaled.
+static int scaledSum(int n, int i, int scaled) {
+  int sum = 0;
+  for (int r = 0; r < n; r++)
+    sum += (scaled ? r + 2 : 1) * value(r, i);
+  return sum;
+}
+
+// runMulti: one thread drives n ranks (nccl-tests -g n): their inits in one
+// group, then groups of collectives over all the communicators (each rank
+// on device r % ndev with a stream of its own), every result exact.
+// onHost: libflagcx.so runs on its host backend, whose ranks all say
+// device 0 (their buffers are the emulated runtime's, host memory).
+static void runMulti(int n, int onHost) {
+  ncclComm_t c[8];
+  cudaStream_t s[8];
+  int *send[8], *recv[8], ndev = 0;
+  if (n < 2 || n > 8)
+    fail("multi takes 2 to 8 ranks");
+  nranks = n;
+  CUDA(cudaGetDeviceCount(&ndev));
+  ncclUniqueId id;
+  OK(ncclGetUniqueId(&id));
+  OK(ncclGroupStart());
+  for (int r = 0; r < n; r++) {
+    CUDA(cudaSetDevice(r % ndev));
+    OK(ncclCommInitRank(&c[r], n, id, r));
+  }
+  OK(ncclGroupEnd());
+  for (int r = 0; r < n; r++) {
+    int dev = -1;
+    expectShape(c[r], "grouped ncclCommInitRank", n, r);
+    OK(ncclCommCuDevice(c[r], &dev));
+    if (dev != (onHost ? 0 : r % ndev))
+      fail("grouped ncclCommInitRank rank %d: device %d, want %d", r, dev, r % ndev);
+    CUDA(cudaSetDevice(r % ndev));
+    CUDA(cudaStreamCreate(&s[r]));
+    send[r] = dalloc((size_t)n * COUNT * 4);
+    recv[r] = dalloc((size_t)n * COUNT * 4);
+    int *in = malloc((size_t)n * COUNT * 4);
+    for (int i = 0; i < n * COUNT; i++)
+      in[i] = value(r, i);
+    put(send[r], in, (size_t)n * COUNT * 4);
+    free(in);
+  }
+  int *want = malloc((size_t)n * COUNT * 4), *got = malloc((size_t)n * COUNT * 4);
+#define MULTI_CHECK(what, r, buf, wantfn, elems)                               \
+  do {                                                                         \
+    CUDA(cudaStreamSynchronize(s[r]));                                         \
+    CUDA(cudaMemcpy(got, buf, (size_t)(elems) * 4, cudaMemcpyDeviceToHost));   \
+    for (int i = 0; i < (elems); i++) {                                        \
+      want[i] = (wantfn);                                                      \
+      if (got[i] != want[i])                                                   \
+        fail("%s on rank %d: element %d is %d, want %d", what, r, i, got[i],   \
+             want[i]);                                                         \
+    }                                                                          \
+    checks++;                                                                  \
+  } while (0)
+  // AllReduce on every communicator in one group.
+  OK(ncclGroupStart());
+  for (int r = 0; r < n; r++)
+    OK(ncclAllReduce(send[r], recv[r], COUNT, ncclInt32, ncclSum, c[r], s[r]));
+  OK(ncclGroupEnd());
+  for (int r = 0; r < n; r++)
+    MULTI_CHECK("grouped AllReduce", r, recv[r], scaledSum(n, i, 0), COUNT);
+  // A ring of sends and receives, and a pre-multiplied sum, in one group.
+  ncclRedOp_t op[8];
+  for (int r = 0; r < n; r++) {
+    int scalar = r + 2;
+    OK(ncclRedOpCreatePreMulSum(&op[r], &scalar, ncclInt32, ncclScalarHostImmediate, c[r]));
+  }
+  OK(ncclGroupStart());
+  for (int r = 0; r < n; r++) {
+    OK(ncclSend(send[r], COUNT, ncclInt32, (r + 1) % n, c[r], s[r]));
+    OK(ncclRecv(recv[r], COUNT, ncclInt32, (r + n - 1) % n, c[r], s[r]));
+    OK(ncclAllReduce(send[r], recv[r] + COUNT, COUNT, ncclInt32, op[r], c[r], s[r]));
+  }
+  OK(ncclGroupEnd());
+  for (int r = 0; r < n; r++) {
+    MULTI_CHECK("grouped recv", r, recv[r], value((r + n - 1) % n, i), COUNT);
+    MULTI_CHECK("grouped pre-multiplied AllReduce", r, recv[r] + COUNT,
+                scaledSum(n, i, 1), COUNT);
+    OK(ncclRedOpDestroy(op[r], c[r]));
+  }
+  // AllGather of every rank's first block.
+  OK(ncclGroupStart());
+  for (int r = 0; r < n; r++)
+    OK(ncclAllGather(send[r], recv[r], COUNT, ncclInt32, c[r], s[r]));
+  OK(ncclGroupEnd());
+  for (int r = 0; r < n; r++)
+    MULTI_CHECK("grouped AllGather", r, recv[r], value(i / COUNT, i % COUNT), n * COUNT);
+#undef MULTI_CHECK
+  for (int r = 0; r < n; r++) {
+    CUDA(cudaFree(send[r]));
+    CUDA(cudaFree(recv[r]));
+    CUDA(cudaStreamDestroy(s[r]));
+    OK(ncclCommDestroy(c[r]));
+  }
+  free(want), free(got);
+  printf("PASS multi: %d ranks, %d checks\n", n, checks);
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc == 3 && strcmp(argv[1], "initall") == 0) {
     runInitAll(atoi(argv[2]));
+    return 0;
+  }
+  if (argc >= 3 && strcmp(argv[1], "multi") == 0) {
+    runMulti(atoi(argv[2]), argc > 3 && strcmp(argv[3], "host") == 0);
     return 0;
   }
   if (argc < 3)
