@@ -6,11 +6,15 @@
 #  1. nccl-tests built from its sources (tools/nccl-dropin/prepare.sh)
 #     against NCCL's own headers and linked with -lnccl against
 #     build/lib/libnccl.so.2; every *_perf binary with -g 1 -c 1 on one GPU;
-#     with 2 or more GPUs, each again under mpirun -np 2, then split into
-#     two clusters (FLAGCX_CLUSTER_SPLIT_LIST=1,1);
+#     with 2 or more GPUs, each again with -g 2 (one process, one thread
+#     driving both GPUs: grouped ncclCommInitRank and grouped collectives
+#     over two communicators), under mpirun -np 2, then split into two
+#     clusters (FLAGCX_CLUSTER_SPLIT_LIST=1,1);
 #  2. torch.distributed's "nccl" backend with the drop-in under LD_PRELOAD
 #     (tools/nccl-dropin/torch_nccl.py): one rank, then with 2 or more GPUs
-#     two ranks, exact for every collective and coalesced all_reduces, and
+#     two ranks, exact for every collective, coalesced all_reduces and
+#     ReduceOp.PREMUL_SUM (ncclRedOpCreatePreMulSum, host and device
+#     factors, where torch exposes _make_nccl_premul_sum), and
 #     all_reduce at 64 and 256 MiB timed beside torch on NVIDIA's NCCL in
 #     the same call (separate processes: one process cannot hold both under
 #     the same names); then split 1,1, exact.
@@ -55,14 +59,14 @@ checkLog() {
     grep -m1 "loaded ccl" "$log" | sed 's/^/    /'
 }
 
-ntRun() { # LABEL LAUNCH...: every nccl-tests binary, -g 1 -c 1
-    local label=$1
+ntRun() { # LABEL LAUNCH...: every nccl-tests binary, -g $G (1 by default) -c 1
+    local label=$1 g=${G:-1}
     shift
     for bin in "$WORK"/nt/*_perf; do
         local name log
         name=$(basename "$bin")
         log=$LOGS/$label-$name.log
-        LD_LIBRARY_PATH=$REPO/build/lib "$@" "$bin" -b 8 -e 32M -f 8 -g 1 -c 1 -w 2 -n 5 >"$log" 2>&1
+        LD_LIBRARY_PATH=$REPO/build/lib "$@" "$bin" -b 8 -e 32M -f 8 -g "$g" -c 1 -w 2 -n 5 >"$log" 2>&1
         local rc=$?
         if [ $rc -ne 0 ] || ! grep -q "Out of bounds values : 0 OK" "$log" || grep -q -E "FAILED|\*\*\*" "$log"; then
             failed "$label $name (exit $rc): $(grep -m3 -E 'FAIL|error|Error|\*\*\*' "$log" | tr '\n' ' ')"
@@ -91,6 +95,7 @@ if [[ " $STEPS " == *" 1 "* ]]; then
             failed "nccl-tests do not resolve libnccl.so.2 to the drop-in"
         ntRun g1
         if [ "$NGPU" -ge 2 ]; then
+            G=2 ntRun g2
             MPI=(mpirun -np 2 --bind-to none -x LD_LIBRARY_PATH -x FLAGCX_BACKEND -x FLAGCX_PLUGIN_DIR -x FLAGCX_DEBUG -x FLAGCX_DEBUG_SUBSYS -x NCCL_NVLS_ENABLE)
             ntRun np2 "${MPI[@]}"
             ntRun np2-split11 "${MPI[@]}" -x FLAGCX_CLUSTER_SPLIT_LIST=1,1
@@ -109,6 +114,7 @@ if [[ " $STEPS " == *" 2 "* ]]; then
         failed "torch 1 rank: $(grep -m3 -E 'FAIL|Error' "$LOGS/torch-1rank.log" | tr '\n' ' ')"
     fi
     checkLog "$LOGS/torch-1rank.log" "torch 1 rank"
+    grep -m1 -E "premul_sum|_make_nccl_premul_sum" "$LOGS/torch-1rank.log" | sed 's/^/    /'
     if [ "$NGPU" -ge 2 ]; then
         RUN=("$PY" -m torch.distributed.run --nproc_per_node 2 --master_port 29561 "$T")
         LD_PRELOAD=$DROPIN "${RUN[@]}" --want-lib "$DROPIN" >"$LOGS/torch-2ranks-dropin.log" 2>&1 ||
