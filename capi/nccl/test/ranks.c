@@ -851,6 +851,16 @@ static void runMulti(int n, int onHost) {
   for (int r = 0; r < n; r++)
     MULTI_CHECK("grouped AllGather", r, recv[r], value(i / COUNT, i % COUNT), n * COUNT);
 #undef MULTI_CHECK
+  // A grouped init that fails fails its group's end and leaves *comm NULL.
+  ncclComm_t bad = (ncclComm_t)&bad;
+  ncclUniqueId zeros;
+  memset(&zeros, 0, sizeof zeros);
+  OK(ncclGroupStart());
+  OK(ncclCommInitRank(&bad, n, zeros, 0));
+  EXPECT(NULL, ncclGroupEnd(), ncclInvalidArgument, "flagcxCommInitRank",
+         "not one flagcxGetUniqueId made");
+  if (bad != NULL)
+    fail("a grouped ncclCommInitRank that failed left *comm set");
   for (int r = 0; r < n; r++) {
     CUDA(cudaFree(send[r]));
     CUDA(cudaFree(recv[r]));
