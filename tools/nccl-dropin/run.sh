@@ -5,7 +5,9 @@
 #
 #  1. nccl-tests built from its sources (tools/nccl-dropin/prepare.sh)
 #     against NCCL's own headers and linked with -lnccl against
-#     build/lib/libnccl.so.2; every *_perf binary with -g 1 -c 1 on one GPU;
+#     build/lib/libnccl.so.2; every *_perf binary with -g 1 -c 1 on one GPU,
+#     and the reducing ones with -o mulsum (ncclRedOpCreatePreMulSum) for
+#     every type but fp8;
 #     with 2 or more GPUs, each again with -g 2 (one process, one thread
 #     driving both GPUs: grouped ncclCommInitRank and grouped collectives
 #     over two communicators), under mpirun -np 2, then split into two
@@ -59,14 +61,22 @@ checkLog() {
     grep -m1 "loaded ccl" "$log" | sed 's/^/    /'
 }
 
-ntRun() { # LABEL LAUNCH...: every nccl-tests binary, -g $G (1 by default) -c 1
-    local label=$1 g=${G:-1}
+# ntRun LABEL LAUNCH...: every nccl-tests binary (or those of $BINS), -g $G
+# (1 by default) -c 1, with $EXTRA's arguments.
+ntRun() {
+    local label=$1 g=${G:-1} bins=()
     shift
-    for bin in "$WORK"/nt/*_perf; do
+    if [ -n "${BINS:-}" ]; then
+        for b in $BINS; do bins+=("$WORK/nt/$b"); done
+    else
+        bins=("$WORK"/nt/*_perf)
+    fi
+    for bin in "${bins[@]}"; do
         local name log
         name=$(basename "$bin")
         log=$LOGS/$label-$name.log
-        LD_LIBRARY_PATH=$REPO/build/lib "$@" "$bin" -b 8 -e 32M -f 8 -g "$g" -c 1 -w 2 -n 5 >"$log" 2>&1
+        # shellcheck disable=SC2086 # EXTRA is a list of arguments
+        LD_LIBRARY_PATH=$REPO/build/lib "$@" "$bin" -b 8 -e 32M -f 8 -g "$g" -c 1 -w 2 -n 5 ${EXTRA:-} >"$log" 2>&1
         local rc=$?
         if [ $rc -ne 0 ] || ! grep -q "Out of bounds values : 0 OK" "$log" || grep -q -E "FAILED|\*\*\*" "$log"; then
             failed "$label $name (exit $rc): $(grep -m3 -E 'FAIL|error|Error|\*\*\*' "$log" | tr '\n' ' ')"
@@ -94,8 +104,17 @@ if [[ " $STEPS " == *" 1 "* ]]; then
             LD_LIBRARY_PATH=$REPO/build/lib ldd "$WORK/nt/all_reduce_perf" | grep -q "$REPO/build/lib/libnccl.so.2" ||
             failed "nccl-tests do not resolve libnccl.so.2 to the drop-in"
         ntRun g1
+        # ncclRedOpCreatePreMulSum: nccl-tests' "mulsum" op (a host scalar per
+        # rank, made and destroyed around each call) on the reducing binaries.
+        REDUCING="all_reduce_perf reduce_perf reduce_scatter_perf"
+        for d in int8 uint8 int32 int64 uint64 half float double bfloat16; do
+            BINS=$REDUCING EXTRA="-o mulsum -d $d" ntRun "g1-mulsum-$d"
+        done
         if [ "$NGPU" -ge 2 ]; then
             G=2 ntRun g2
+            for d in int32 half float bfloat16; do
+                G=2 BINS=$REDUCING EXTRA="-o mulsum -d $d" ntRun "g2-mulsum-$d"
+            done
             MPI=(mpirun -np 2 --bind-to none -x LD_LIBRARY_PATH -x FLAGCX_BACKEND -x FLAGCX_PLUGIN_DIR -x FLAGCX_DEBUG -x FLAGCX_DEBUG_SUBSYS -x NCCL_NVLS_ENABLE)
             ntRun np2 "${MPI[@]}"
             ntRun np2-split11 "${MPI[@]}" -x FLAGCX_CLUSTER_SPLIT_LIST=1,1
