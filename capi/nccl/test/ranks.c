@@ -824,24 +824,27 @@ static void runMulti(int n, int onHost) {
   OK(ncclGroupEnd());
   for (int r = 0; r < n; r++)
     MULTI_CHECK("grouped AllReduce", r, recv[r], scaledSum(n, i, 0), COUNT);
-  // A ring of sends and receives, and a pre-multiplied sum, in one group.
-  ncclRedOp_t op[8];
-  for (int r = 0; r < n; r++) {
-    int scalar = r + 2;
-    OK(ncclRedOpCreatePreMulSum(&op[r], &scalar, ncclInt32, ncclScalarHostImmediate, c[r]));
-  }
+  // A ring of sends and receives, and a pre-multiplied sum whose op is
+  // made and destroyed around the call inside the group (as nccl-tests'
+  // mulsum does), in one group; buffers registered inside a group too.
+  void *reg[8];
   OK(ncclGroupStart());
   for (int r = 0; r < n; r++) {
+    int scalar = r + 2;
+    ncclRedOp_t op;
+    OK(ncclCommRegister(c[r], send[r], (size_t)n * COUNT * 4, &reg[r]));
     OK(ncclSend(send[r], COUNT, ncclInt32, (r + 1) % n, c[r], s[r]));
     OK(ncclRecv(recv[r], COUNT, ncclInt32, (r + n - 1) % n, c[r], s[r]));
-    OK(ncclAllReduce(send[r], recv[r] + COUNT, COUNT, ncclInt32, op[r], c[r], s[r]));
+    OK(ncclRedOpCreatePreMulSum(&op, &scalar, ncclInt32, ncclScalarHostImmediate, c[r]));
+    OK(ncclAllReduce(send[r], recv[r] + COUNT, COUNT, ncclInt32, op, c[r], s[r]));
+    OK(ncclRedOpDestroy(op, c[r]));
   }
   OK(ncclGroupEnd());
   for (int r = 0; r < n; r++) {
     MULTI_CHECK("grouped recv", r, recv[r], value((r + n - 1) % n, i), COUNT);
     MULTI_CHECK("grouped pre-multiplied AllReduce", r, recv[r] + COUNT,
                 scaledSum(n, i, 1), COUNT);
-    OK(ncclRedOpDestroy(op[r], c[r]));
+    OK(ncclCommDeregister(c[r], reg[r]));
   }
   // AllGather of every rank's first block.
   OK(ncclGroupStart());
