@@ -139,6 +139,9 @@ func (c *comm) preMulSum(a collArgs) error {
 		return fmt.Errorf("%w: reduction op %d was made for %v; the call passes %v", sdk.ErrInvalidArgument, a.op, op.dt, a.dt)
 	}
 	sendN, _ := a.coll.BufElems(a.count, c.count())
+	if a.send == nil && sendN > 0 {
+		return fmt.Errorf("%w: sendbuff is NULL with count %d", sdk.ErrInvalidArgument, a.count)
+	}
 	bytes := sendN * a.dt.Size()
 	s := loader.Stream(a.stream)
 	sc, err := c.takeScratch(bytes, s)

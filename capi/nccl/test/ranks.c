@@ -463,6 +463,8 @@ static void testPreMulSum(void) {
   void *d = dalloc(16);
   EXPECT(comm, ncclAllReduce(d, d, 4, ncclInt32, op, comm, stream),
          ncclInvalidArgument, "flagcxAllReduce", "was made for float32");
+  EXPECT(comm, ncclAllReduce(NULL, d, 4, ncclFloat32, op, comm, stream),
+         ncclInvalidArgument, "flagcxAllReduce", "sendbuff is NULL");
   OK(ncclRedOpDestroy(op, comm));
   EXPECT(comm, ncclRedOpDestroy(ncclNumOps + 1000, comm), ncclInvalidArgument,
          "flagcxRedOpDestroy", "reduction op 1005");
