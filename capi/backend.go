@@ -7,6 +7,7 @@ package main
 import (
 	"fmt"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/flagcx/flagcx-go/core"
@@ -36,6 +37,10 @@ type comm struct {
 	// mu keeps the calls of C threads that share the communicator one at a
 	// time, as core requires (Abort alone does not take it).
 	mu sync.Mutex
+	// groups counts the open groups of the communicator (GroupStart's);
+	// pm holds its pre-multiplying ops (premul.go).
+	groups int
+	pm     premuls
 	// lastErr is the message of this communicator's last failed call
 	// (guarded by registry.mu: flagcxGetLastError may come from any thread).
 	lastErr string
@@ -76,9 +81,25 @@ func (c *comm) rank() int           { return c.hc.Rank() }
 func (c *comm) isHomogeneous() bool { return c.hc.IsHomogeneous() }
 func (c *comm) destroy() error      { return c.hc.Destroy() }
 func (c *comm) abort() error        { return c.hc.Abort() }
-func (c *comm) groupStart()         { c.hc.GroupStart() }
-func (c *comm) groupEnd() error     { return c.hc.GroupEnd() }
 func (c *comm) onDevice() bool      { return c.hc.Backend().OnDevice() }
+
+func (c *comm) groupStart() {
+	c.groups++
+	c.hc.GroupStart()
+}
+
+// groupEnd closes a group; the outermost hands back the scratch buffers
+// of the pre-multiplied calls in it, which the group has now read.
+func (c *comm) groupEnd() error {
+	err := c.hc.GroupEnd()
+	if c.groups > 0 {
+		c.groups--
+		if c.groups == 0 {
+			c.releaseScratch()
+		}
+	}
+	return err
+}
 
 // asyncError is the error that ended the communicator in the background:
 // the watchdog's missed deadline, or nil.
@@ -128,11 +149,24 @@ type collArgs struct {
 // collective runs a.coll (every collective but AlltoAllv).
 func (c *comm) collective(a collArgs) error {
 	// FlagCX's flagcx.h sizes roots' and non-roots' buffers alike.
-	sendN, recvN := a.coll.BufElems(a.count, c.count())
-	es := a.dt.Size()
-	send, recv := c.buffer(a.send, sendN*es), c.buffer(a.recv, recvN*es)
+	sendN, _ := a.coll.BufElems(a.count, c.count())
+	return c.collectiveOn(a, c.buffer(a.send, sendN*a.dt.Size()))
+}
+
+// collectiveOn runs a with send in place of a.send.
+func (c *comm) collectiveOn(a collArgs, send core.Buffer) error {
+	_, recvN := a.coll.BufElems(a.count, c.count())
+	recv := c.buffer(a.recv, recvN*a.dt.Size())
 	call := sdk.Call{Coll: a.coll, Count: a.count, DType: a.dt, Op: a.op, Root: a.root}
 	return sdk.Dispatch[core.Buffer, core.Stream](c.hc, call, send, recv, loader.Stream(a.stream))
+}
+
+// scratchBuffer is the first bytes of sc as core takes them.
+func (c *comm) scratchBuffer(sc *scratch, bytes int) core.Buffer {
+	if c.onDevice() {
+		return core.DeviceBuffer(sc.ptr, bytes)
+	}
+	return core.HostBuffer(sc.host[:bytes])
 }
 
 // alltoallv runs AlltoAllv; counts and displacements are in elements.
@@ -160,4 +194,30 @@ func extent(counts, displs []int) int {
 		end = max(end, displs[i]+counts[i])
 	}
 	return end
+}
+
+// hostReduce is core's host reduction (dst = a op b), for what capi
+// computes on the host itself.
+func hostReduce(dst, a, b []byte, dt sdk.DataType, op sdk.RedOp) error {
+	return core.HostReduce(dst, a, b, dt, op)
+}
+
+// bindDevice makes c's device current on the calling OS thread (a device
+// rank's vendor calls need it; the caller locks the goroutine to it).
+func (c *comm) bindDevice() error {
+	if !c.onDevice() {
+		return nil
+	}
+	return c.be.plugin.SetDevice(c.dev)
+}
+
+// groupWait bounds the wait for the groups of several communicators
+// (endGroups): ten times the deadline of one wait without progress, as
+// the groups' collectives may each take up to that.
+func groupWait() time.Duration {
+	t := 30 * time.Second
+	if cfg, err := core.NetConfigFromEnv(); err == nil && cfg.Timeout > 0 {
+		t = cfg.Timeout
+	}
+	return 10 * t
 }

@@ -10,6 +10,7 @@ package main
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"unsafe"
 
@@ -85,7 +86,8 @@ func capiCommFree(id C.uint64_t, abort C.int) (r C.int) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return res(fail(nil, entry, c.destroy()))
+	perr := c.closePremul()
+	return res(fail(nil, entry, errors.Join(c.destroy(), perr)))
 }
 
 // What capiCommQuery answers.
@@ -150,12 +152,22 @@ func capiColl(id C.uint64_t, entry *C.char, kind C.int, send, recv unsafe.Pointe
 		if !ok {
 			return fmt.Errorf("%w: operation %d", sdk.ErrInternalError, kind)
 		}
-		if err := checkType(count, dt, op, coll.Reduces()); err != nil {
+		// Ops past the built-in ones are flagcxRedOpCreatePreMulSum's.
+		premul := coll.Reduces() && sdk.RedOp(op) >= sdk.NumRedOps
+		checkOp := op
+		if premul {
+			checkOp = C.int(sdk.Sum)
+		}
+		if err := checkType(count, dt, checkOp, coll.Reduces()); err != nil {
 			return err
 		}
 		joinGlobalGroup(c, uintptr(group))
-		return c.collective(collArgs{coll: coll, send: send, recv: recv, count: int(count),
-			dt: sdk.DataType(dt), op: sdk.RedOp(op), root: int(root), stream: uintptr(stream)})
+		a := collArgs{coll: coll, send: send, recv: recv, count: int(count),
+			dt: sdk.DataType(dt), op: sdk.RedOp(op), root: int(root), stream: uintptr(stream)}
+		if premul {
+			return c.preMulSum(a)
+		}
+		return c.collective(a)
 	})
 }
 

@@ -7,6 +7,12 @@ package main
 */
 import "C"
 
+import (
+	"unsafe"
+
+	"github.com/flagcx/flagcx-go/sdk"
+)
+
 // capiCommSplit splits communicator id (core's Split): *got is 0 for a
 // rank that passed FLAGCX_SPLIT_NOCOLOR, else 1 with the new communicator's
 // handle number, device and placement in *out, *outDev and *onDev.
@@ -27,4 +33,21 @@ func capiCommSplit(id C.uint64_t, color, key C.int, got *C.int, out *C.uint64_t,
 		}
 		return nil
 	})
+}
+
+// capiRedOpCreate makes a pre-multiplying sum op of communicator id
+// (premul.go): *out is its number, above the built-in ops.
+//
+//export capiRedOpCreate
+func capiRedOpCreate(id C.uint64_t, out *C.int, scalar unsafe.Pointer, dt, residence C.int) C.int {
+	return withComm(id, "flagcxRedOpCreatePreMulSum", func(c *comm) error {
+		op, err := c.createPreMulSum(scalar, sdk.DataType(dt), int(residence))
+		*out = C.int(op)
+		return err
+	})
+}
+
+//export capiRedOpDestroy
+func capiRedOpDestroy(id C.uint64_t, op C.int) C.int {
+	return withComm(id, "flagcxRedOpDestroy", func(c *comm) error { return c.destroyRedOp(sdk.RedOp(op)) })
 }

@@ -51,14 +51,17 @@ func ncclProgram(t *testing.T, name, include string) string {
 // TestNCCLDropIn runs capi/nccl/test/ranks.c, written against NCCL's own
 // nccl.h, as 2, 3 and 5 processes through build/lib/libnccl.so.2 on the
 // emulated NVIDIA runtime, homogeneous and split into clusters
-// (FLAGCX_CLUSTER_SPLIT_LIST): every collective bit for bit, in place and
-// out of place, send/recv in groups, the three inits, split (with
+// (FLAGCX_CLUSTER_SPLIT_LIST), and on the emulated MetaX runtime (whose
+// plugin cannot reduce on the device): every collective bit for bit, in
+// place and out of place, pre-multiplied sums, send/recv in groups, the three inits, split (with
 // NCCL_SPLIT_NOCOLOR), NCCL's memory and registration calls, and bad or
 // unserved calls refused with their code and ncclGetLastError's text.
 func TestNCCLDropIn(t *testing.T) {
 	prog := ncclProgram(t, "ranks", ncclHeaders)
 	testkit.BuiltFile(t, "plugins", "libflagcx-nvidia.so")
+	testkit.BuiltFile(t, "plugins", "libflagcx-metax.so")
 	nv := []string{"FLAGCX_EMULATED=1", "FLAGCX_BACKEND=nvidia", "FLAGCX_DEBUG=INFO"}
+	const onDevice = "on the device (nvidia's reduceLocal)"
 	ranks := func(n int, extra ...string) [][]string {
 		envs := make([][]string, n)
 		for r := range envs {
@@ -71,13 +74,18 @@ func TestNCCLDropIn(t *testing.T) {
 		ranks  [][]string
 		layout string // core's INIT line of the communicators of n ranks
 		first  string // what the first collective's INIT line says runs it
+		scales string // where pre-multiplied sums scale their inputs
 	}{
-		{"2 ranks", ranks(2), "2 ranks, homogeneous, 1 cluster(s)", `runner "vendor direct"`},
-		{"3 ranks", ranks(3), "3 ranks, homogeneous, 1 cluster(s)", `runner "vendor direct"`},
-		{"5 ranks", ranks(5), "5 ranks, homogeneous, 1 cluster(s)", `runner "vendor direct"`},
-		{"2 ranks split 1,1", ranks(2, "FLAGCX_CLUSTER_SPLIT_LIST=1,1"), "2 ranks, heterogeneous, 2 cluster(s)", `runner "shared-memory plane", path c2c-shm`},
-		{"3 ranks split 1,2", ranks(3, "FLAGCX_CLUSTER_SPLIT_LIST=1,2"), "3 ranks, heterogeneous, 2 cluster(s)", `runner "shared-memory plane", path c2c-shm`},
-		{"5 ranks split 2,3", ranks(5, "FLAGCX_CLUSTER_SPLIT_LIST=2,3"), "5 ranks, heterogeneous, 2 cluster(s)", `runner "shared-memory plane", path c2c-shm`},
+		{"2 ranks", ranks(2), "2 ranks, homogeneous, 1 cluster(s)", `runner "vendor direct"`, onDevice},
+		{"3 ranks", ranks(3), "3 ranks, homogeneous, 1 cluster(s)", `runner "vendor direct"`, onDevice},
+		{"5 ranks", ranks(5), "5 ranks, homogeneous, 1 cluster(s)", `runner "vendor direct"`, onDevice},
+		{"2 ranks split 1,1", ranks(2, "FLAGCX_CLUSTER_SPLIT_LIST=1,1"), "2 ranks, heterogeneous, 2 cluster(s)", `runner "shared-memory plane", path c2c-shm`, onDevice},
+		{"3 ranks split 1,2", ranks(3, "FLAGCX_CLUSTER_SPLIT_LIST=1,2"), "3 ranks, heterogeneous, 2 cluster(s)", `runner "shared-memory plane", path c2c-shm`, onDevice},
+		{"5 ranks split 2,3", ranks(5, "FLAGCX_CLUSTER_SPLIT_LIST=2,3"), "5 ranks, heterogeneous, 2 cluster(s)", `runner "shared-memory plane", path c2c-shm`, onDevice},
+		// MetaX's plugin has no reduceLocal: pre-multiplied sums scale on
+		// the host (the ranks' buffers are the emulated CUDA runtime's,
+		// which every emulated runtime shares).
+		{"2 ranks metax", ranks(2, "FLAGCX_BACKEND=metax"), "2 ranks, homogeneous, 1 cluster(s)", `runner "vendor direct"`, "on the host (metax cannot"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -86,6 +94,10 @@ func TestNCCLDropIn(t *testing.T) {
 			for r, o := range outs {
 				require.Contains(t, o.String(), tc.layout, "rank %d", r)
 				require.Regexp(t, "INIT first collective [A-Za-z]+: "+regexp.QuoteMeta(tc.first), o.String(), "rank %d", r)
+			}
+			require.Contains(t, outs[0].String(), "scales the inputs of pre-multiplied sums "+tc.scales)
+			if tc.scales != onDevice {
+				return // not the nvidia plugin
 			}
 			// The plugin's NCCL is the emulated one, never this library.
 			require.Contains(t, outs[0].String(), "loaded ccl 2.28.9 from "+filepath.Join(filepath.Dir(
@@ -118,6 +130,58 @@ func TestNCCLInitAll(t *testing.T) {
 	b, err := cmd.CombinedOutput()
 	require.NoError(t, err, string(b))
 	require.Contains(t, string(b), "PASS initall: 3 ranks")
+}
+
+// TestNCCLOneThreadRanks: one thread drives 2 and 3 ranks (nccl-tests
+// -g n): their ncclCommInitRank calls in one group (run at its end, side by
+// side), then groups of collectives on every communicator (AllReduce; a
+// send/recv ring beside a pre-multiplied AllReduce; AllGather), exact, on
+// the emulated NVIDIA runtime, homogeneous and split into clusters, on the
+// emulated MetaX runtime (whose plugin has no reduceLocal: the inputs are
+// scaled on the host) and on the host backend.
+func TestNCCLOneThreadRanks(t *testing.T) {
+	prog := ncclProgram(t, "ranks", ncclHeaders)
+	testkit.BuiltFile(t, "plugins", "libflagcx-nvidia.so")
+	testkit.BuiltFile(t, "plugins", "libflagcx-metax.so")
+	const onDevice, onHost = "on the device (nvidia's reduceLocal)", "on the host (metax cannot reduce on the device"
+	cases := []struct {
+		name    string
+		n       string
+		backend string
+		split   string
+		layout  string
+		scales  string // where the pre-multiplied sums scale ("": host backend, not logged)
+	}{
+		{"2 ranks", "2", "nvidia", "", "2 ranks, homogeneous, 1 cluster(s)", onDevice},
+		{"3 ranks", "3", "nvidia", "", "3 ranks, homogeneous, 1 cluster(s)", onDevice},
+		{"2 ranks split 1,1", "2", "nvidia", "1,1", "2 ranks, heterogeneous, 2 cluster(s)", onDevice},
+		{"3 ranks split 1,2", "3", "nvidia", "1,2", "3 ranks, heterogeneous, 2 cluster(s)", onDevice},
+		{"2 ranks metax", "2", "metax", "", "2 ranks, homogeneous, 1 cluster(s)", onHost},
+		{"3 ranks host backend", "3", "host", "", "3 ranks, homogeneous, 1 cluster(s): cluster 0: host", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			args := []string{"multi", tc.n}
+			if tc.backend == "host" {
+				args = append(args, "host")
+			}
+			cmd := exec.CommandContext(ctx, prog, args...)
+			cmd.Env = append(cleanEnv(), "FLAGCX_EMULATED=1", "FLAGCX_BACKEND="+tc.backend, "FLAGCX_DEBUG=INFO")
+			if tc.split != "" {
+				cmd.Env = append(cmd.Env, "FLAGCX_CLUSTER_SPLIT_LIST="+tc.split)
+			}
+			b, err := cmd.CombinedOutput()
+			require.NoError(t, err, string(b))
+			require.Contains(t, string(b), "PASS multi: "+tc.n+" ranks")
+			require.Contains(t, string(b), tc.layout)
+			if tc.scales != "" {
+				require.Contains(t, string(b), "EMULATED vendor runtimes")
+				require.Contains(t, string(b), "scales the inputs of pre-multiplied sums "+tc.scales)
+			}
+		})
+	}
 }
 
 // TestNCCLHeaderABI: abi.c prints the same sizes, offsets, values and

@@ -3,7 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
+	"runtime"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
@@ -145,11 +148,62 @@ func globalGroup(key uintptr, start bool) error {
 		delete(registry.nullGroups, key)
 	}
 	registry.mu.Unlock()
-	var errs []error
-	for _, c := range run {
+	if len(run) == 1 {
+		c := run[0]
 		c.mu.Lock()
-		errs = append(errs, c.groupEnd())
-		c.mu.Unlock()
+		defer c.mu.Unlock()
+		return c.groupEnd()
+	}
+	return endGroups(run)
+}
+
+// endGroups runs the groups of several communicators at once, each on a
+// goroutine of its own bound to its device: the ranks of one communicator
+// that one process drives (nccl-tests -g 2: an AllReduce on comm0 and on
+// comm1 in one group) wait for each other inside their groups, so one
+// after the other would deadlock. Every wait inside has core's deadline
+// (FLAGCX_TIMEOUT); this one, for the lot, is groupWait.
+func endGroups(run []*comm) error {
+	errs := make([]error, len(run))
+	left := make(chan int, len(run))
+	for i, c := range run {
+		go func() {
+			defer func() { left <- i }()
+			defer func() {
+				if p := recover(); p != nil {
+					errs[i] = fmt.Errorf("%w: a bug of flagcx-go's libflagcx.so (please report it): %v", sdk.ErrInternalError, p)
+				}
+			}()
+			// The device set stays with the goroutine while it runs.
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			if err := c.bindDevice(); err != nil {
+				errs[i] = err
+				return
+			}
+			errs[i] = c.groupEnd()
+		}()
+	}
+	wait := groupWait()
+	deadline := time.NewTimer(wait)
+	defer deadline.Stop()
+	done := make([]bool, len(run))
+	for range run {
+		select {
+		case i := <-left:
+			done[i] = true
+		case <-deadline.C:
+			var late []string
+			for i, c := range run {
+				if !done[i] {
+					late = append(late, fmt.Sprintf("rank %d", c.rank()))
+				}
+			}
+			return fmt.Errorf("%w: the groups of %s of this thread's group did not end within %v (10 x FLAGCX_TIMEOUT): abort those communicators",
+				sdk.ErrRemoteError, strings.Join(late, ", "), wait)
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -39,3 +39,22 @@ flagcxResult_t flagcxSetLastError(flagcxComm_t comm, const char *entry,
                 "code is not a flagcxResult_t");
   return FAIL(comm, entry ? entry : "(no entry)", code, msg ? msg : "");
 }
+
+flagcxResult_t flagcxRedOpCreatePreMulSum(flagcxRedOp_t *op, void *scalar,
+                                          flagcxDataType_t datatype,
+                                          flagcxScalarResidence_t residence,
+                                          flagcxComm_t comm) {
+  USABLE("flagcxRedOpCreatePreMulSum");
+  NEED(op, "flagcxRedOpCreatePreMulSum", "op");
+  NEEDCOMM(comm, "flagcxRedOpCreatePreMulSum");
+  int id = 0;
+  CHECK(capiRedOpCreate(comm->id, &id, scalar, datatype, residence));
+  *op = (flagcxRedOp_t)id;
+  return flagcxSuccess;
+}
+
+flagcxResult_t flagcxRedOpDestroy(flagcxRedOp_t op, flagcxComm_t comm) {
+  USABLE("flagcxRedOpDestroy");
+  NEEDCOMM(comm, "flagcxRedOpDestroy");
+  return capiRedOpDestroy(comm->id, op);
+}

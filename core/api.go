@@ -31,6 +31,7 @@ package core
 import (
 	"fmt"
 
+	"github.com/flagcx/flagcx-go/core/internal/host/reduce"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/sdk"
 )
@@ -57,3 +58,16 @@ func NetConfigFromEnv() (NetConfig, error) {
 // Secret is the 16 bytes a communicator's ranks prove to each other (part
 // of the UniqueID).
 type Secret = hostnet.Secret
+
+// HostReduce sets dst = a op b element by element over len(dst) bytes of
+// dt, by the host engine's rules (those of the plugins' reduceLocal, so a
+// host result has a device's bits). dst may be exactly a or b. It fails
+// with sdk.ErrInvalidArgument on an invalid type or op, or on a dst that
+// is not whole elements or longer than a or b.
+func HostReduce(dst, a, b []byte, dt sdk.DataType, op sdk.RedOp) error {
+	if !dt.Valid() || !op.Valid() || len(dst)%dt.Size() != 0 || len(a) < len(dst) || len(b) < len(dst) {
+		return fmt.Errorf("%w: HostReduce of %d bytes of %v with %v from %d and %d bytes", sdk.ErrInvalidArgument, len(dst), dt, op, len(a), len(b))
+	}
+	reduce.Into(dst, a, b, dt, op)
+	return nil
+}

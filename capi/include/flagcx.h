@@ -449,6 +449,25 @@ flagcxResult_t flagcxCommSplit(flagcxComm_t comm, int color, int key,
 flagcxResult_t flagcxSetLastError(flagcxComm_t comm, const char *entry,
                                   flagcxResult_t code, const char *msg);
 
+/* flagcxRedOpCreatePreMulSum makes a reduction op of comm, as NCCL's
+ * ncclRedOpCreatePreMulSum: a reduction with it (AllReduce, Reduce,
+ * ReduceScatter, of datatype only) multiplies each rank's input by that
+ * rank's scalar, one element of datatype, then sums. With
+ * flagcxScalarHostImmediate the scalar is host memory, read now; with
+ * flagcxScalarDevice it is device memory (host memory on a host rank),
+ * read on the stream at each collective. *op is above the built-in ops and
+ * names the op on comm only. flagcxRedOpDestroy forgets it; collectives
+ * already issued with it are not affected. */
+typedef enum {
+  flagcxScalarDevice = 0,
+  flagcxScalarHostImmediate = 1
+} flagcxScalarResidence_t;
+flagcxResult_t flagcxRedOpCreatePreMulSum(flagcxRedOp_t *op, void *scalar,
+                                          flagcxDataType_t datatype,
+                                          flagcxScalarResidence_t residence,
+                                          flagcxComm_t comm);
+flagcxResult_t flagcxRedOpDestroy(flagcxRedOp_t op, flagcxComm_t comm);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -66,6 +66,8 @@ SAME(ncclMin, flagcxMin);
 SAME(ncclAvg, flagcxAvg);
 SAME(ncclNumOps, flagcxNumRedOps);
 SAME(NCCL_SPLIT_NOCOLOR, FLAGCX_SPLIT_NOCOLOR);
+SAME(ncclScalarDevice, flagcxScalarDevice);
+SAME(ncclScalarHostImmediate, flagcxScalarHostImmediate);
 _Static_assert(sizeof(ncclRedOp_t) == sizeof(flagcxRedOp_t), "ncclRedOp_t");
 _Static_assert(sizeof(ncclDataType_t) == sizeof(flagcxDataType_t),
                "ncclDataType_t");
@@ -116,13 +118,23 @@ struct flagcxStream {
 // its depth and whether an operation was queued in it. Behind a pthread key
 // rather than __thread, as libflagcx.so does (capi/shim.c), so that the
 // library also loads with dlopen (vLLM's ctypes) wherever TLS space is tight.
+// inits are the ncclCommInitRank calls made inside the group, which its
+// end runs (deferredInits).
+struct deferredInit;
 struct groupState {
   int depth;
   int ops;
+  struct deferredInit *inits;
+  int ninits, capInits;
 };
 static pthread_key_t groupKey;
 static pthread_once_t groupOnce = PTHREAD_ONCE_INIT;
-static void groupKeyInit(void) { pthread_key_create(&groupKey, free); }
+static void groupFree(void *p) {
+  struct groupState *g = p;
+  free(g->inits);
+  free(g);
+}
+static void groupKeyInit(void) { pthread_key_create(&groupKey, groupFree); }
 
 static struct groupState *group(void) {
   pthread_once(&groupOnce, groupKeyInit);
@@ -244,11 +256,17 @@ static ncclResult_t checkConfig(const char *entry, const ncclConfig_t *config) {
   return ncclSuccess;
 }
 
+static ncclResult_t deferInit(const char *entry, ncclComm_t *comm, int nranks,
+                              const ncclUniqueId *id, int rank);
+
 static ncclResult_t initRank(const char *entry, ncclComm_t *comm, int nranks,
                              const ncclUniqueId *id, int rank) {
   if (comm == NULL)
     return refuse(NULL, entry, ncclInvalidArgument, "comm is NULL");
   *comm = NULL;
+  struct groupState *g = group();
+  if (g != NULL && g->depth > 0)
+    return deferInit(entry, comm, nranks, id, rank);
   flagcxUniqueId full;
   fullID(id, &full);
   flagcxComm_t c = NULL;
@@ -337,6 +355,79 @@ static flagcxResult_t runInitAll(struct initAllRank *ranks, int ndev) {
   for (int i = 0; i < started && r == flagcxSuccess; i++)
     r = ranks[i].r;
   return r;
+}
+
+/* ---- ncclCommInitRank inside a group ----------------------------------- */
+
+// An init inside a group runs at the group's end, beside the others of the
+// group (NCCL's rule): one thread driving several ranks (nccl-tests -g 2)
+// calls ncclCommInitRank for each inside one group, and each would wait
+// for the others if it ran when called. *comm is set at the group's end.
+struct deferredInit {
+  ncclComm_t *comm;
+  flagcxUniqueId id;
+  int nranks, rank, dev;
+};
+
+static ncclResult_t deferInit(const char *entry, ncclComm_t *comm, int nranks,
+                              const ncclUniqueId *id, int rank) {
+  struct groupState *g = group();
+  flagcxDeviceHandle_t h = NULL;
+  int dev = 0;
+  flagcxResult_t r = flagcxDeviceHandleInit(&h);
+  if (r == flagcxSuccess) // the device current now is the rank's
+    r = h->getDevice(&dev);
+  if (h != NULL)
+    flagcxDeviceHandleFree(h);
+  if (r != flagcxSuccess)
+    return res(r);
+  if (g->ninits == g->capInits) {
+    int n = g->capInits ? 2 * g->capInits : 4;
+    struct deferredInit *m = realloc(g->inits, (size_t)n * sizeof *m);
+    if (m == NULL)
+      return refuse(NULL, entry, ncclSystemError, "out of host memory");
+    g->inits = m;
+    g->capInits = n;
+  }
+  struct deferredInit *d = &g->inits[g->ninits++];
+  d->comm = comm;
+  d->nranks = nranks;
+  d->rank = rank;
+  d->dev = dev;
+  fullID(id, &d->id);
+  g->ops++;
+  return ncclSuccess;
+}
+
+// deferredInits runs the group's inits at once, a thread each (its device
+// set there), and sets their communicators; on a failure none is kept.
+// Each init is bounded by flagcx-go's rendezvous deadlines, so the joins
+// end.
+static ncclResult_t deferredInits(struct groupState *g) {
+  int n = g->ninits;
+  g->ninits = 0;
+  if (n == 0)
+    return ncclSuccess;
+  flagcxDeviceHandle_t h = NULL;
+  flagcxResult_t r = flagcxDeviceHandleInit(&h);
+  struct initAllRank *ranks = calloc((size_t)n, sizeof *ranks);
+  if (r == flagcxSuccess && ranks == NULL)
+    r = flagcxSystemError;
+  for (int i = 0; r == flagcxSuccess && i < n; i++)
+    ranks[i] = (struct initAllRank){h, &g->inits[i].id, g->inits[i].nranks,
+                                    g->inits[i].rank, g->inits[i].dev, NULL,
+                                    flagcxSuccess};
+  if (r == flagcxSuccess)
+    r = runInitAll(ranks, n);
+  for (int i = 0; ranks != NULL && i < n; i++) {
+    if (r != flagcxSuccess && ranks[i].comm != NULL)
+      flagcxCommAbort(ranks[i].comm);
+    *g->inits[i].comm = r == flagcxSuccess ? (ncclComm_t)ranks[i].comm : NULL;
+  }
+  free(ranks);
+  if (h != NULL)
+    flagcxDeviceHandleFree(h);
+  return res(r);
 }
 
 ncclResult_t ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist) {
@@ -500,23 +591,25 @@ ncclResult_t ncclDevCommDestroy(ncclComm_t comm,
 
 /* ---- Reduction operators ------------------------------------------------ */
 
+// The ops are libflagcx.so's (flagcxRedOpCreatePreMulSum, a flagcx-go
+// extension): it scales each input on the device, then sums.
 ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar,
                                       ncclDataType_t datatype,
                                       ncclScalarResidence_t residence,
                                       ncclComm_t comm) {
-  (void)op, (void)scalar, (void)datatype, (void)residence;
-  return refuse(comm, "ncclRedOpCreatePreMulSum", ncclInvalidUsage,
-                "flagcx-go's collectives cannot pre-multiply on the device, "
-                "so ncclRedOpCreatePreMulSum is not supported: scale the "
-                "input (or the result) yourself and reduce with ncclSum");
+  const char *entry = "ncclRedOpCreatePreMulSum";
+  if (datatype == ncclFloat8e4m3 || datatype == ncclFloat8e5m2)
+    return refuse(comm, entry, ncclInvalidUsage,
+                  "reductions of ncclFloat8e4m3 and ncclFloat8e5m2 are not "
+                  "supported by flagcx-go (FlagCX has no fp8 arithmetic): "
+                  "reduce in ncclHalf, ncclBfloat16 or ncclFloat32");
+  return res(flagcxRedOpCreatePreMulSum(
+      (flagcxRedOp_t *)op, scalar, (flagcxDataType_t)datatype,
+      (flagcxScalarResidence_t)residence, COMM(comm)));
 }
 
 ncclResult_t ncclRedOpDestroy(ncclRedOp_t op, ncclComm_t comm) {
-  (void)op;
-  return refuse(comm, "ncclRedOpDestroy", ncclInvalidArgument,
-                "op was not made by ncclRedOpCreatePreMulSum (which "
-                "flagcx-go does not serve): only such operators are "
-                "destroyed");
+  return res(flagcxRedOpDestroy((flagcxRedOp_t)op, COMM(comm)));
 }
 
 /* ---- Collectives -------------------------------------------------------- */
@@ -650,11 +743,17 @@ ncclResult_t ncclGroupStart(void) {
   return res(r);
 }
 
+// The outermost end runs the group's inits first: its collectives may use
+// the communicators made before it, never those (*comm is set here).
 ncclResult_t ncclGroupEnd(void) {
   struct groupState *g = group();
-  if (g != NULL && g->depth > 0 && --g->depth == 0)
+  ncclResult_t ir = ncclSuccess;
+  if (g != NULL && g->depth > 0 && --g->depth == 0) {
     g->ops = 0;
-  return res(flagcxGroupEnd(NULL));
+    ir = deferredInits(g);
+  }
+  ncclResult_t r = res(flagcxGroupEnd(NULL));
+  return ir != ncclSuccess ? ir : r;
 }
 
 // flagcx-go cannot simulate a group: it reports no time for a group with

@@ -5,12 +5,18 @@
 #
 #  1. nccl-tests built from its sources (tools/nccl-dropin/prepare.sh)
 #     against NCCL's own headers and linked with -lnccl against
-#     build/lib/libnccl.so.2; every *_perf binary with -g 1 -c 1 on one GPU;
-#     with 2 or more GPUs, each again under mpirun -np 2, then split into
-#     two clusters (FLAGCX_CLUSTER_SPLIT_LIST=1,1);
+#     build/lib/libnccl.so.2; every *_perf binary with -g 1 -c 1 on one GPU,
+#     and the reducing ones with -o mulsum (ncclRedOpCreatePreMulSum) for
+#     every type but fp8;
+#     with 2 or more GPUs, each again with -g 2 (one process, one thread
+#     driving both GPUs: grouped ncclCommInitRank and grouped collectives
+#     over two communicators), under mpirun -np 2, then split into two
+#     clusters (FLAGCX_CLUSTER_SPLIT_LIST=1,1);
 #  2. torch.distributed's "nccl" backend with the drop-in under LD_PRELOAD
 #     (tools/nccl-dropin/torch_nccl.py): one rank, then with 2 or more GPUs
-#     two ranks, exact for every collective and coalesced all_reduces, and
+#     two ranks, exact for every collective, coalesced all_reduces and
+#     ReduceOp.PREMUL_SUM (ncclRedOpCreatePreMulSum, host and device
+#     factors, where torch exposes _make_nccl_premul_sum), and
 #     all_reduce at 64 and 256 MiB timed beside torch on NVIDIA's NCCL in
 #     the same call (separate processes: one process cannot hold both under
 #     the same names); then split 1,1, exact.
@@ -55,14 +61,22 @@ checkLog() {
     grep -m1 "loaded ccl" "$log" | sed 's/^/    /'
 }
 
-ntRun() { # LABEL LAUNCH...: every nccl-tests binary, -g 1 -c 1
-    local label=$1
+# ntRun LABEL LAUNCH...: every nccl-tests binary (or those of $BINS), -g $G
+# (1 by default) -c 1, with $EXTRA's arguments.
+ntRun() {
+    local label=$1 g=${G:-1} bins=()
     shift
-    for bin in "$WORK"/nt/*_perf; do
+    if [ -n "${BINS:-}" ]; then
+        for b in $BINS; do bins+=("$WORK/nt/$b"); done
+    else
+        bins=("$WORK"/nt/*_perf)
+    fi
+    for bin in "${bins[@]}"; do
         local name log
         name=$(basename "$bin")
         log=$LOGS/$label-$name.log
-        LD_LIBRARY_PATH=$REPO/build/lib "$@" "$bin" -b 8 -e 32M -f 8 -g 1 -c 1 -w 2 -n 5 >"$log" 2>&1
+        # shellcheck disable=SC2086 # EXTRA is a list of arguments
+        LD_LIBRARY_PATH=$REPO/build/lib "$@" "$bin" -b 8 -e 32M -f 8 -g "$g" -c 1 -w 2 -n 5 ${EXTRA:-} >"$log" 2>&1
         local rc=$?
         if [ $rc -ne 0 ] || ! grep -q "Out of bounds values : 0 OK" "$log" || grep -q -E "FAILED|\*\*\*" "$log"; then
             failed "$label $name (exit $rc): $(grep -m3 -E 'FAIL|error|Error|\*\*\*' "$log" | tr '\n' ' ')"
@@ -90,7 +104,17 @@ if [[ " $STEPS " == *" 1 "* ]]; then
             LD_LIBRARY_PATH=$REPO/build/lib ldd "$WORK/nt/all_reduce_perf" | grep -q "$REPO/build/lib/libnccl.so.2" ||
             failed "nccl-tests do not resolve libnccl.so.2 to the drop-in"
         ntRun g1
+        # ncclRedOpCreatePreMulSum: nccl-tests' "mulsum" op (a host scalar per
+        # rank, made and destroyed around each call) on the reducing binaries.
+        REDUCING="all_reduce_perf reduce_perf reduce_scatter_perf"
+        for d in int8 uint8 int32 int64 uint64 half float double bfloat16; do
+            BINS=$REDUCING EXTRA="-o mulsum -d $d" ntRun "g1-mulsum-$d"
+        done
         if [ "$NGPU" -ge 2 ]; then
+            G=2 ntRun g2
+            for d in int32 half float bfloat16; do
+                G=2 BINS=$REDUCING EXTRA="-o mulsum -d $d" ntRun "g2-mulsum-$d"
+            done
             MPI=(mpirun -np 2 --bind-to none -x LD_LIBRARY_PATH -x FLAGCX_BACKEND -x FLAGCX_PLUGIN_DIR -x FLAGCX_DEBUG -x FLAGCX_DEBUG_SUBSYS -x NCCL_NVLS_ENABLE)
             ntRun np2 "${MPI[@]}"
             ntRun np2-split11 "${MPI[@]}" -x FLAGCX_CLUSTER_SPLIT_LIST=1,1
@@ -109,6 +133,7 @@ if [[ " $STEPS " == *" 2 "* ]]; then
         failed "torch 1 rank: $(grep -m3 -E 'FAIL|Error' "$LOGS/torch-1rank.log" | tr '\n' ' ')"
     fi
     checkLog "$LOGS/torch-1rank.log" "torch 1 rank"
+    grep -m1 -E "premul_sum|_make_nccl_premul_sum" "$LOGS/torch-1rank.log" | sed 's/^/    /'
     if [ "$NGPU" -ge 2 ]; then
         RUN=("$PY" -m torch.distributed.run --nproc_per_node 2 --master_port 29561 "$T")
         LD_PRELOAD=$DROPIN "${RUN[@]}" --want-lib "$DROPIN" >"$LOGS/torch-2ranks-dropin.log" 2>&1 ||

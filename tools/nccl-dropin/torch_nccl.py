@@ -7,7 +7,10 @@ Prints which libnccl.so.2 file the process mapped (from /proc/self/maps) and
 torch.cuda.nccl.version(); checks every collective element by element
 against values computed on the host (integers in float32, so every sum is
 exact): all_reduce, all_gather, reduce_scatter, broadcast, all_to_all,
-send/recv and coalesced all_reduces; then, unless --no-timing, times
+send/recv, coalesced all_reduces and, where torch exposes it
+(torch.distributed._make_nccl_premul_sum), ReduceOp.PREMUL_SUM with a host
+factor and a device factor (ncclRedOpCreatePreMulSum's host and device
+scalars); then, unless --no-timing, times
 all_reduce and rank 0 prints one line per size:
 
     allreduce <bytes> busbw <GB/s>
@@ -93,7 +96,30 @@ def exactness(dev, n):
     cm.wait()
     for k, x in enumerate(xs):
         check(f"coalesced all_reduce {k}", x, sum(value(r, n + k, dev) + k for r in ranks))
+    premul_sum(dev, n)
     torch.cuda.synchronize()
+
+
+def premul_sum(dev, n):
+    """ReduceOp.PREMUL_SUM: torch passes a float factor to NCCL as a host
+    scalar and a tensor factor as a device scalar; powers of two keep every
+    sum exact."""
+    make = getattr(dist, "_make_nccl_premul_sum", None)
+    if make is None:
+        print(f"skip rank {RANK}: torch {torch.__version__} has no _make_nccl_premul_sum", flush=True)
+        return
+    ranks = range(WORLD)
+    x = value(RANK, n, dev)
+    dist.all_reduce(x, op=make(0.5))
+    check("all_reduce premul_sum host factor 0.5", x, sum(value(r, n, dev) for r in ranks) * 0.5)
+
+    x = value(RANK, n, dev)
+    dist.all_reduce(x, op=make(torch.tensor([4.0], device=dev)))
+    check("all_reduce premul_sum device factor 4", x, sum(value(r, n, dev) for r in ranks) * 4)
+
+    out = torch.empty(n, device=dev)
+    dist.reduce_scatter_tensor(out, torch.cat([value(RANK, n, dev) + b for b in ranks]), op=make(2.0))
+    check("reduce_scatter premul_sum host factor 2", out, sum(value(r, n, dev) + RANK for r in ranks) * 2)
 
 
 def bus_bw(nbytes, seconds):

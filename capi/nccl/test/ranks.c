@@ -5,6 +5,7 @@
 //
 //   ranks <rank> <nranks> [unique id in hex]   every entry on nranks ranks
 //   ranks initall <ndev>                        ncclCommInitAll in one process
+//   ranks multi <n> [host]                      one thread drives n ranks
 //
 // Rank 0 without an id makes one and prints "ID <hex>" first. Every result
 // is checked bit for bit; any mismatch prints "FAIL ..." and exits 1; the
@@ -291,6 +292,187 @@ static void testGroupedCollectives(void) {
   free(in), free(want), free(ring);
 }
 
+/* ---- Pre-multiplied sums ------------------------------------------------ */
+
+// expectBytes compares bytes of device memory with want once the stream is
+// done.
+static void expectBytes(const char *what, const void *dev, const void *want,
+                        size_t bytes) {
+  CUDA(cudaStreamSynchronize(stream));
+  unsigned char *got = malloc(bytes);
+  const unsigned char *w = want;
+  CUDA(cudaMemcpy(got, dev, bytes, cudaMemcpyDeviceToHost));
+  for (size_t i = 0; i < bytes; i++)
+    if (got[i] != w[i])
+      fail("%s: byte %zu is 0x%02x, want 0x%02x", what, i, got[i], w[i]);
+  free(got);
+  checks++;
+}
+
+static const ncclDataType_t premulTypes[] = {
+    ncclInt8,  ncclUint8,   ncclInt32,   ncclUint32,  ncclInt64,
+    ncclUint64, ncclFloat16, ncclFloat32, ncclFloat64, ncclBfloat16};
+
+static size_t typeSize(ncclDataType_t t) {
+  switch (t) {
+  case ncclInt8: case ncclUint8: return 1;
+  case ncclFloat16: case ncclBfloat16: return 2;
+  case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+  default: return 8;
+  }
+}
+
+static int isFloat(ncclDataType_t t) {
+  return t == ncclFloat16 || t == ncclFloat32 || t == ncclFloat64 ||
+         t == ncclBfloat16;
+}
+
+// store writes v as element i of type t; v is exact in t (floats: small
+// multiples of 1/2; integers wrap as the device's do).
+static void store(ncclDataType_t t, void *buf, size_t i, double v) {
+  float f = (float)v;
+  uint32_t fb;
+  memcpy(&fb, &f, 4);
+  uint16_t h = 0;
+  switch (t) {
+  case ncclInt8: ((int8_t *)buf)[i] = (int8_t)(int64_t)v; break;
+  case ncclUint8: ((uint8_t *)buf)[i] = (uint8_t)(int64_t)v; break;
+  case ncclInt32: ((int32_t *)buf)[i] = (int32_t)(int64_t)v; break;
+  case ncclUint32: ((uint32_t *)buf)[i] = (uint32_t)(int64_t)v; break;
+  case ncclInt64: ((int64_t *)buf)[i] = (int64_t)v; break;
+  case ncclUint64: ((uint64_t *)buf)[i] = (uint64_t)(int64_t)v; break;
+  case ncclFloat32: ((float *)buf)[i] = f; break;
+  case ncclFloat64: ((double *)buf)[i] = v; break;
+  case ncclBfloat16: ((uint16_t *)buf)[i] = (uint16_t)(fb >> 16); break;
+  case ncclFloat16:
+    if (fb << 1 != 0) // normal values only: exact ones need no rounding
+      h = (uint16_t)((fb >> 16 & 0x8000) |
+                     ((((fb >> 23) & 0xff) - 127 + 15) << 10) |
+                     ((fb >> 13) & 0x3ff));
+    ((uint16_t *)buf)[i] = h;
+    break;
+  default: fail("store: type %d", t);
+  }
+}
+
+// premulScalar is rank r's scalar: integers any, floats powers of two.
+static double premulScalar(ncclDataType_t t, int r, int round) {
+  static const double fs[] = {1, 2, 0.5};
+  return isFloat(t) ? fs[(r + round) % 3] : (double)(r + 2 + round);
+}
+
+static double premulInput(int r, size_t i) { return (double)(r + 1 + i % 5); }
+
+// A pre-multiplied reduction issued, to be checked once it ran.
+struct premulCall {
+  void *send, *recv, *want;
+  size_t bytes;
+  int mine; // this rank gets a result
+  char label[160];
+};
+
+// premulIssue issues coll ("allreduce", "reduce", "reducescatter") of type
+// t with op, whose scalar on rank r is premulScalar(t, r, round).
+static struct premulCall premulIssue(const char *what, const char *coll,
+                                     ncclDataType_t t, ncclRedOp_t op,
+                                     int round) {
+  size_t es = typeSize(t), c = 257, n = (size_t)nranks;
+  int rs = strcmp(coll, "reducescatter") == 0, root = 1 % nranks;
+  int reduce = strcmp(coll, "reduce") == 0;
+  size_t sendN = rs ? c * n : c;
+  struct premulCall pc = {dalloc(sendN * es), dalloc(c * es), malloc(c * es),
+                          c * es, !reduce || rank == root, ""};
+  void *in = malloc(sendN * es);
+  for (size_t i = 0; i < sendN; i++)
+    store(t, in, i, premulInput(rank, i));
+  for (size_t i = 0; i < c; i++) {
+    double sum = 0;
+    size_t at = rs ? (size_t)rank * c + i : i;
+    for (int r = 0; r < nranks; r++)
+      sum += premulScalar(t, r, round) * premulInput(r, at);
+    store(t, pc.want, i, sum);
+  }
+  put(pc.send, in, sendN * es);
+  free(in);
+  snprintf(pc.label, sizeof pc.label, "%s: %s of type %d", what, coll, t);
+  if (rs)
+    OK(ncclReduceScatter(pc.send, pc.recv, c, t, op, comm, stream));
+  else if (reduce)
+    OK(ncclReduce(pc.send, pc.recv, c, t, op, root, comm, stream));
+  else
+    OK(ncclAllReduce(pc.send, pc.recv, c, t, op, comm, stream));
+  return pc;
+}
+
+static void premulVerify(struct premulCall pc) {
+  if (pc.mine)
+    expectBytes(pc.label, pc.recv, pc.want, pc.bytes);
+  CUDA(cudaFree(pc.send));
+  CUDA(cudaFree(pc.recv));
+  free(pc.want);
+}
+
+static void premulCheck(const char *what, const char *coll, ncclDataType_t t,
+                        ncclRedOp_t op, int round) {
+  premulVerify(premulIssue(what, coll, t, op, round));
+}
+
+// testPreMulSum: ncclRedOpCreatePreMulSum with host scalars (read at
+// creation) and device scalars (read at each collective) of every type,
+// with AllReduce, Reduce and ReduceScatter, in a group, and the errors of
+// destroyed, unknown and mismatched ops.
+static void testPreMulSum(void) {
+  for (size_t k = 0; k < sizeof premulTypes / sizeof premulTypes[0]; k++) {
+    ncclDataType_t t = premulTypes[k];
+    unsigned char host[8], *dev = dalloc(8);
+    ncclRedOp_t hop, dop;
+    store(t, host, 0, premulScalar(t, rank, 0));
+    OK(ncclRedOpCreatePreMulSum(&hop, host, t, ncclScalarHostImmediate, comm));
+    store(t, host, 0, 7); // read at creation: this value is never used
+    if (hop < ncclNumOps)
+      fail("ncclRedOpCreatePreMulSum gave op %d, one of the built-in ops", hop);
+    store(t, host, 0, premulScalar(t, rank, 1));
+    put(dev, host, typeSize(t));
+    OK(ncclRedOpCreatePreMulSum(&dop, dev, t, ncclScalarDevice, comm));
+    if (dop == hop)
+      fail("two ops of ncclRedOpCreatePreMulSum are both %d", dop);
+    premulCheck("host scalar", "allreduce", t, hop, 0);
+    premulCheck("device scalar", "allreduce", t, dop, 1);
+    store(t, host, 0, premulScalar(t, rank, 2));
+    put(dev, host, typeSize(t)); // read at the collective: the new value
+    premulCheck("device scalar, changed", "allreduce", t, dop, 2);
+    premulCheck("host scalar", "reduce", t, hop, 0);
+    premulCheck("device scalar", "reducescatter", t, dop, 2);
+    OK(ncclGroupStart());
+    struct premulCall g1 = premulIssue("grouped host scalar", "allreduce", t, hop, 0);
+    struct premulCall g2 = premulIssue("grouped device scalar", "reducescatter", t, dop, 2);
+    OK(ncclGroupEnd());
+    premulVerify(g1);
+    premulVerify(g2);
+    OK(ncclRedOpDestroy(hop, comm));
+    OK(ncclRedOpDestroy(dop, comm));
+    EXPECT(comm, ncclAllReduce(dev, dev, 1, t, hop, comm, stream),
+           ncclInvalidArgument, "flagcxAllReduce", "was destroyed");
+    EXPECT(comm, ncclRedOpDestroy(dop, comm), ncclInvalidArgument,
+           "flagcxRedOpDestroy", "not one of this communicator");
+    CUDA(cudaFree(dev));
+  }
+  float one = 1;
+  ncclRedOp_t op;
+  OK(ncclRedOpCreatePreMulSum(&op, &one, ncclFloat32, ncclScalarHostImmediate, comm));
+  void *d = dalloc(16);
+  EXPECT(comm, ncclAllReduce(d, d, 4, ncclInt32, op, comm, stream),
+         ncclInvalidArgument, "flagcxAllReduce", "was made for float32");
+  EXPECT(comm, ncclAllReduce(NULL, d, 4, ncclFloat32, op, comm, stream),
+         ncclInvalidArgument, "flagcxAllReduce", "sendbuff is NULL");
+  OK(ncclRedOpDestroy(op, comm));
+  EXPECT(comm, ncclRedOpDestroy(ncclNumOps + 1000, comm), ncclInvalidArgument,
+         "flagcxRedOpDestroy", "reduction op 1005");
+  EXPECT(comm, ncclRedOpCreatePreMulSum(&op, &one, ncclFloat8e4m3, ncclScalarHostImmediate, comm),
+         ncclInvalidUsage, "ncclRedOpCreatePreMulSum", "fp8");
+  CUDA(cudaFree(d));
+}
+
 /* ---- Communicators ------------------------------------------------------ */
 
 // shareID makes a new id on rank 0 and hands it to every rank through a
@@ -396,12 +578,6 @@ static void testErrors(void) {
          ncclInvalidUsage, "ncclCommShrink", "not supported by flagcx-go");
   if (shrunk != NULL)
     fail("ncclCommShrink left *newcomm set");
-  ncclRedOp_t op = ncclSum;
-  float scalar = 2;
-  EXPECT(comm, ncclRedOpCreatePreMulSum(&op, &scalar, ncclFloat32, ncclScalarHostImmediate, comm),
-         ncclInvalidUsage, "ncclRedOpCreatePreMulSum", "cannot pre-multiply");
-  EXPECT(comm, ncclRedOpDestroy(ncclNumOps, comm), ncclInvalidArgument,
-         "ncclRedOpDestroy", "not made by ncclRedOpCreatePreMulSum");
   EXPECT(comm, ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT), ncclInvalidUsage,
          "ncclCommRevoke", "not supported by flagcx-go");
   ncclConfig_t bad = NCCL_CONFIG_INITIALIZER;
@@ -511,6 +687,7 @@ static void runRank(const char *hex) {
   testGathers();
   testSendRecv();
   testGroupedCollectives();
+  testPreMulSum();
   testInits();
   testSplit();
   testErrors();
@@ -581,10 +758,132 @@ static void runInitAll(int n) {
   printf("PASS initall: %d ranks, %d checks\n", n, checks);
 }
 
+/* ---- One thread, several ranks ----------------------------------------- */
+
+// scaledSum is the sum over n ranks r of value(r, i), each times r + 2
+// when scaled.
+static int scaledSum(int n, int i, int scaled) {
+  int sum = 0;
+  for (int r = 0; r < n; r++)
+    sum += (scaled ? r + 2 : 1) * value(r, i);
+  return sum;
+}
+
+// runMulti: one thread drives n ranks (nccl-tests -g n): their inits in one
+// group, then groups of collectives over all the communicators (each rank
+// on device r % ndev with a stream of its own), every result exact.
+// onHost: libflagcx.so runs on its host backend, whose ranks all say
+// device 0 (their buffers are the emulated runtime's, host memory).
+static void runMulti(int n, int onHost) {
+  ncclComm_t c[8];
+  cudaStream_t s[8];
+  int *send[8], *recv[8], ndev = 0;
+  if (n < 2 || n > 8)
+    fail("multi takes 2 to 8 ranks");
+  nranks = n;
+  CUDA(cudaGetDeviceCount(&ndev));
+  ncclUniqueId id;
+  OK(ncclGetUniqueId(&id));
+  OK(ncclGroupStart());
+  for (int r = 0; r < n; r++) {
+    CUDA(cudaSetDevice(r % ndev));
+    OK(ncclCommInitRank(&c[r], n, id, r));
+  }
+  OK(ncclGroupEnd());
+  for (int r = 0; r < n; r++) {
+    int dev = -1;
+    expectShape(c[r], "grouped ncclCommInitRank", n, r);
+    OK(ncclCommCuDevice(c[r], &dev));
+    if (dev != (onHost ? 0 : r % ndev))
+      fail("grouped ncclCommInitRank rank %d: device %d, want %d", r, dev, r % ndev);
+    CUDA(cudaSetDevice(r % ndev));
+    CUDA(cudaStreamCreate(&s[r]));
+    send[r] = dalloc((size_t)n * COUNT * 4);
+    recv[r] = dalloc((size_t)n * COUNT * 4);
+    int *in = malloc((size_t)n * COUNT * 4);
+    for (int i = 0; i < n * COUNT; i++)
+      in[i] = value(r, i);
+    put(send[r], in, (size_t)n * COUNT * 4);
+    free(in);
+  }
+  int *want = malloc((size_t)n * COUNT * 4), *got = malloc((size_t)n * COUNT * 4);
+#define MULTI_CHECK(what, r, buf, wantfn, elems)                               \
+  do {                                                                         \
+    CUDA(cudaStreamSynchronize(s[r]));                                         \
+    CUDA(cudaMemcpy(got, buf, (size_t)(elems) * 4, cudaMemcpyDeviceToHost));   \
+    for (int i = 0; i < (elems); i++) {                                        \
+      want[i] = (wantfn);                                                      \
+      if (got[i] != want[i])                                                   \
+        fail("%s on rank %d: element %d is %d, want %d", what, r, i, got[i],   \
+             want[i]);                                                         \
+    }                                                                          \
+    checks++;                                                                  \
+  } while (0)
+  // AllReduce on every communicator in one group.
+  OK(ncclGroupStart());
+  for (int r = 0; r < n; r++)
+    OK(ncclAllReduce(send[r], recv[r], COUNT, ncclInt32, ncclSum, c[r], s[r]));
+  OK(ncclGroupEnd());
+  for (int r = 0; r < n; r++)
+    MULTI_CHECK("grouped AllReduce", r, recv[r], scaledSum(n, i, 0), COUNT);
+  // A ring of sends and receives, and a pre-multiplied sum whose op is
+  // made and destroyed around the call inside the group (as nccl-tests'
+  // mulsum does), in one group; buffers registered inside a group too.
+  void *reg[8];
+  OK(ncclGroupStart());
+  for (int r = 0; r < n; r++) {
+    int scalar = r + 2;
+    ncclRedOp_t op;
+    OK(ncclCommRegister(c[r], send[r], (size_t)n * COUNT * 4, &reg[r]));
+    OK(ncclSend(send[r], COUNT, ncclInt32, (r + 1) % n, c[r], s[r]));
+    OK(ncclRecv(recv[r], COUNT, ncclInt32, (r + n - 1) % n, c[r], s[r]));
+    OK(ncclRedOpCreatePreMulSum(&op, &scalar, ncclInt32, ncclScalarHostImmediate, c[r]));
+    OK(ncclAllReduce(send[r], recv[r] + COUNT, COUNT, ncclInt32, op, c[r], s[r]));
+    OK(ncclRedOpDestroy(op, c[r]));
+  }
+  OK(ncclGroupEnd());
+  for (int r = 0; r < n; r++) {
+    MULTI_CHECK("grouped recv", r, recv[r], value((r + n - 1) % n, i), COUNT);
+    MULTI_CHECK("grouped pre-multiplied AllReduce", r, recv[r] + COUNT,
+                scaledSum(n, i, 1), COUNT);
+    OK(ncclCommDeregister(c[r], reg[r]));
+  }
+  // AllGather of every rank's first block.
+  OK(ncclGroupStart());
+  for (int r = 0; r < n; r++)
+    OK(ncclAllGather(send[r], recv[r], COUNT, ncclInt32, c[r], s[r]));
+  OK(ncclGroupEnd());
+  for (int r = 0; r < n; r++)
+    MULTI_CHECK("grouped AllGather", r, recv[r], value(i / COUNT, i % COUNT), n * COUNT);
+#undef MULTI_CHECK
+  // A grouped init that fails fails its group's end and leaves *comm NULL.
+  ncclComm_t bad = (ncclComm_t)&bad;
+  ncclUniqueId zeros;
+  memset(&zeros, 0, sizeof zeros);
+  OK(ncclGroupStart());
+  OK(ncclCommInitRank(&bad, n, zeros, 0));
+  EXPECT(NULL, ncclGroupEnd(), ncclInvalidArgument, "flagcxCommInitRank",
+         "not one flagcxGetUniqueId made");
+  if (bad != NULL)
+    fail("a grouped ncclCommInitRank that failed left *comm set");
+  for (int r = 0; r < n; r++) {
+    CUDA(cudaFree(send[r]));
+    CUDA(cudaFree(recv[r]));
+    CUDA(cudaStreamDestroy(s[r]));
+    OK(ncclCommDestroy(c[r]));
+  }
+  free(want), free(got);
+  printf("PASS multi: %d ranks, %d checks\n", n, checks);
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc == 3 && strcmp(argv[1], "initall") == 0) {
     runInitAll(atoi(argv[2]));
+    return 0;
+  }
+  if (argc >= 3 && strcmp(argv[1], "multi") == 0) {
+    runMulti(atoi(argv[2]), argc > 3 && strcmp(argv[3], "host") == 0);
     return 0;
   }
   if (argc < 3)
