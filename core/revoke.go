@@ -1,0 +1,341 @@
+package core
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet"
+	"github.com/flagcx/flagcx-go/sdk"
+)
+
+// Revoke. When a call of a rank fails because a peer is lost (a link
+// closed, a deadline passed, a plugin call the watchdog gave up on), that
+// rank finds out which ranks are gone and tells every other rank, so that
+// no survivor waits out its own deadline: every survivor's calls on the
+// communicator, those in flight and the later ones, end with one
+// *RevokedError naming the lost ranks and their hosts.
+//
+// The news travels on a control plane beside the data links: every rank
+// listens on a socket of its own (its address travels in the init
+// exchange, agree), which a revoke does not close, and which answers while
+// its rank is busy in a call. The rank that detects a failure asks every
+// peer there (probe): a peer that does not answer within probeWait, or
+// whose process on this host is gone or stopped, is lost; a peer that
+// answers that the communicator was revoked already hands over that
+// verdict, so that every survivor ends with the same one. The detecting
+// rank then sends its verdict to every survivor, and a rank that receives
+// one revokes its own communicator (adopt): its host links and vendor
+// communicator are aborted, which ends a call in flight at once. Shrink
+// uses the same plane to hand the survivors the new communicator's id.
+
+// probeWait bounds the wait for one peer's answer on the control plane: a
+// rank that has not answered by then is taken for lost. It is short, so
+// that every survivor hears of a failure well within 2 s of its
+// detection; the control plane answers on a goroutine of its own, so a
+// rank busy in a call still answers at once.
+const probeWait = time.Second
+
+// RevokedError ends every call of a survivor on a communicator that one
+// of its ranks revoked after a failure. errors.Is matches
+// sdk.ErrRemoteError, and, on the rank that detected the failure, what
+// its own call failed with (a *TimeoutError, say). Shrink(Failed) makes a
+// communicator of the survivors.
+type RevokedError struct {
+	Rank   int      // the rank whose call this ended
+	Op     string   // the call ("AllReduce"), or "" for a Guard
+	Failed []int    // the lost ranks, ascending; empty when every rank answered
+	Hosts  []string // the hosts of Failed, in its order
+	By     int      // the rank that detected the failure
+	Cause  string   // what failed on rank By
+	err    error    // rank By's own error, on rank By
+}
+
+// Error names the lost ranks, their hosts, the rank that found out and
+// what it saw, and what to do.
+func (e *RevokedError) Error() string {
+	lost := "no rank was lost (every rank answered)"
+	if len(e.Failed) > 0 {
+		parts := make([]string, len(e.Failed))
+		for i, r := range e.Failed {
+			parts[i] = fmt.Sprintf("rank %d (host %s)", r, e.Hosts[i])
+		}
+		lost = strings.Join(parts, ", ") + " failed"
+	}
+	op := "a call"
+	if e.Op != "" {
+		op = e.Op
+	}
+	return fmt.Sprintf("%s on rank %d: the communicator was revoked: %s; found by rank %d: %s (make a communicator of the survivors with Shrink, or destroy it)",
+		op, e.Rank, lost, e.By, e.Cause)
+}
+
+// Unwrap makes errors.Is see sdk.ErrRemoteError and, on the detecting
+// rank, its own error.
+func (e *RevokedError) Unwrap() []error {
+	if e.err != nil {
+		return []error{sdk.ErrRemoteError, e.err}
+	}
+	return []error{sdk.ErrRemoteError}
+}
+
+// The control plane's messages: a hello, answered by a ctlReply.
+const (
+	ctlProbe  = "probe"  // are you there?
+	ctlRevoke = "revoke" // the communicator is revoked: adopt this verdict
+	ctlShrink = "shrink" // the survivors' new communicator (Shrink)
+)
+
+type ctlMsg struct {
+	Kind    string   `json:"kind"`
+	From    int      `json:"from"`
+	Failed  []int    `json:"failed,omitempty"`
+	Hosts   []string `json:"hosts,omitempty"`
+	By      int      `json:"by"`
+	Cause   string   `json:"cause,omitempty"`
+	ID      string   `json:"id,omitempty"`      // shrink: the new unique id
+	Exclude []int    `json:"exclude,omitempty"` // shrink: the ranks left out
+}
+
+type ctlReply struct {
+	Revoked *ctlMsg `json:"revoked,omitempty"` // the verdict this rank adopted
+}
+
+// ctlPlane is one rank's side of the control plane.
+type ctlPlane struct {
+	l       *hostnet.Listener
+	cfg     hostnet.Config
+	secret  hostnet.Secret
+	addrs   []string    // every rank's control address (agree)
+	shrinks chan ctlMsg // shrink messages from the survivors' leader
+	detect  sync.Mutex  // one detection at a time
+	revoked chan struct{}
+}
+
+// listenCtl opens this rank's control plane on the interface of its data
+// links.
+func listenCtl(cfg hostnet.Config, secret hostnet.Secret) (*ctlPlane, error) {
+	l, err := hostnet.Listen(cfg, secret)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the control plane: %w", sdk.ErrSystemError, err)
+	}
+	return &ctlPlane{l: l, cfg: cfg, secret: secret, shrinks: make(chan ctlMsg, 8), revoked: make(chan struct{})}, nil
+}
+
+func (p *ctlPlane) close() {
+	if p != nil {
+		p.l.Close()
+	}
+}
+
+// serveCtl answers the control plane until it is closed (stop).
+func (c *Comm) serveCtl() {
+	for {
+		conn, hello, err := c.ctl.l.Accept()
+		if errors.Is(err, hostnet.ErrClosed) {
+			return
+		}
+		if err != nil {
+			continue // nobody came within the deadline: keep listening
+		}
+		go c.answerCtl(conn, hello)
+	}
+}
+
+func (c *Comm) answerCtl(conn *hostnet.Conn, hello []byte) {
+	defer conn.Close()
+	var m ctlMsg
+	if json.Unmarshal(hello, &m) != nil {
+		return
+	}
+	switch m.Kind {
+	case ctlRevoke:
+		c.adopt(&RevokedError{Failed: m.Failed, Hosts: m.Hosts, By: m.By, Cause: m.Cause})
+	case ctlShrink:
+		select {
+		case c.ctl.shrinks <- m:
+		default: // a Shrink nobody waits for: the oldest are enough
+		}
+	}
+	var rep ctlReply
+	if re := c.revocation(); re != nil {
+		rep.Revoked = &ctlMsg{Kind: ctlRevoke, Failed: re.Failed, Hosts: re.Hosts, By: re.By, Cause: re.Cause}
+	}
+	b, _ := json.Marshal(rep)
+	_ = conn.Send(b)
+}
+
+// ask sends m to rank r's control plane and returns its answer, within
+// wait.
+func (c *Comm) ask(r int, m ctlMsg, wait time.Duration) (ctlReply, error) {
+	var rep ctlReply
+	cfg := c.ctl.cfg
+	cfg.Timeout = wait
+	hello, err := json.Marshal(m)
+	if err != nil {
+		return rep, err
+	}
+	conn, err := hostnet.Dial(c.ctl.addrs[r], cfg, c.ctl.secret, hello)
+	if err != nil {
+		return rep, err
+	}
+	defer conn.Close()
+	b, err := conn.RecvMsg(hostnet.MaxHello)
+	if err != nil {
+		return rep, err
+	}
+	return rep, json.Unmarshal(b, &rep)
+}
+
+// revocation is the verdict this rank adopted, or nil.
+func (c *Comm) revocation() *RevokedError {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.revoked
+}
+
+// revokedFor is the verdict as the error of this rank's call op, or nil.
+func (c *Comm) revokedFor(op string) *RevokedError {
+	re := c.revocation()
+	if re == nil {
+		return nil
+	}
+	e := *re
+	e.Rank, e.Op = c.rank, op
+	return &e
+}
+
+// adopt revokes this rank's communicator with verdict re (the first one
+// wins): later calls fail with it, and the host links and the vendor
+// communicator are aborted so that a call in flight ends now.
+func (c *Comm) adopt(re *RevokedError) {
+	c.mu.Lock()
+	if c.revoked != nil || c.closed {
+		c.mu.Unlock()
+		return
+	}
+	c.revoked = re
+	c.down.Store(true)
+	close(c.ctl.revoked)
+	c.mu.Unlock()
+	c.abortHost()
+	_ = c.abortVendor()
+}
+
+// Revoked is closed once the communicator is revoked (a *RevokedError
+// then ends every call); nil on a communicator of one rank.
+func (c *Comm) Revoked() <-chan struct{} {
+	if c.ctl == nil {
+		return nil
+	}
+	return c.ctl.revoked
+}
+
+// settle is the error of call op: nil stays nil; on a revoked
+// communicator the verdict; after a failure that may be a lost peer, the
+// verdict of a detection (detect); else err.
+func (c *Comm) settle(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if re := c.revokedFor(op); re != nil {
+		return re
+	}
+	if c.ctl == nil || !lostPeer(err) {
+		return err
+	}
+	if re := c.detect(err); re != nil {
+		e := *re
+		e.Rank, e.Op, e.err = c.rank, op, err
+		return &e
+	}
+	return err
+}
+
+// lostPeer reports whether err may come from a lost peer: a remote error,
+// a missed deadline or a system error (a vendor library's, say). Argument
+// and usage errors are this rank's own.
+func lostPeer(err error) bool {
+	return errors.Is(err, sdk.ErrRemoteError) || errors.Is(err, ErrTimeout) || errors.Is(err, sdk.ErrSystemError)
+}
+
+// detect finds the lost ranks (probe), revokes this rank's communicator
+// and tells every survivor. It returns the verdict, which may be another
+// rank's that arrived meanwhile, or nil when the user closed the
+// communicator.
+func (c *Comm) detect(cause error) *RevokedError {
+	c.ctl.detect.Lock()
+	defer c.ctl.detect.Unlock()
+	if re := c.revocation(); re != nil {
+		return re
+	}
+	failed, theirs := c.probe()
+	if theirs != nil {
+		c.adopt(theirs)
+		return c.revocation()
+	}
+	re := &RevokedError{Failed: failed, By: c.rank, Cause: cause.Error()}
+	for _, r := range failed {
+		re.Hosts = append(re.Hosts, c.world.peers[r].Host)
+	}
+	c.adopt(re)
+	msg := ctlMsg{Kind: ctlRevoke, From: c.rank, Failed: re.Failed, Hosts: re.Hosts, By: re.By, Cause: re.Cause}
+	lost := map[int]bool{}
+	for _, r := range failed {
+		lost[r] = true
+	}
+	var wg sync.WaitGroup
+	for r := range c.n {
+		if r != c.rank && !lost[r] {
+			wg.Add(1)
+			go func() { defer wg.Done(); _, _ = c.ask(r, msg, probeWait) }()
+		}
+	}
+	wg.Wait()
+	return c.revocation()
+}
+
+// probe asks every peer whether it is there: it returns the ranks that
+// are not (ascending), or the verdict of a peer that revoked already.
+func (c *Comm) probe() ([]int, *RevokedError) {
+	type answer struct {
+		r    int
+		rep  ctlReply
+		lost bool
+	}
+	self := c.world.peers[c.rank]
+	answers := make(chan answer, c.n)
+	for r := range c.n {
+		if r == c.rank {
+			continue
+		}
+		go func() {
+			// A process of this host that is gone or stopped is lost
+			// without waiting for its answer.
+			if p := c.world.peers[r]; hostnet.SameHost(self, p) && hostnet.ProcessStalled(p.Pid) != "" {
+				answers <- answer{r: r, lost: true}
+				return
+			}
+			rep, err := c.ask(r, ctlMsg{Kind: ctlProbe, From: c.rank}, probeWait)
+			answers <- answer{r: r, rep: rep, lost: err != nil}
+		}()
+	}
+	var failed []int
+	var theirs *RevokedError
+	for range c.n - 1 {
+		a := <-answers
+		switch {
+		case a.lost:
+			failed = append(failed, a.r)
+		case a.rep.Revoked != nil && theirs == nil:
+			m := a.rep.Revoked
+			theirs = &RevokedError{Failed: m.Failed, Hosts: m.Hosts, By: m.By, Cause: m.Cause}
+		}
+	}
+	sort.Ints(failed)
+	return failed, theirs
+}
