@@ -256,11 +256,12 @@ func (c *Comm) settle(op string, err error) error {
 	return err
 }
 
-// lostPeer reports whether err may come from a lost peer: a remote error,
-// a missed deadline or a system error (a vendor library's, say). Argument
-// and usage errors are this rank's own.
+// lostPeer reports whether err may come from a lost peer: any error but
+// this rank's own mistakes (bad arguments, misuse), since a peer's failure
+// shows in many ways (a closed link, a missed deadline, a vendor library
+// whose kernel failed when a peer aborted).
 func lostPeer(err error) bool {
-	return errors.Is(err, sdk.ErrRemoteError) || errors.Is(err, ErrTimeout) || errors.Is(err, sdk.ErrSystemError)
+	return !errors.Is(err, sdk.ErrInvalidArgument) && !errors.Is(err, sdk.ErrInvalidUsage)
 }
 
 // detect finds the lost ranks (probe), revokes this rank's communicator
@@ -275,7 +276,7 @@ func (c *Comm) detect(cause error) *RevokedError {
 	}
 	failed, theirs := c.probe()
 	if theirs != nil {
-		c.adopt(theirs)
+		c.adopt(theirs) // nothing when it is the verdict this rank adopted
 		return c.revocation()
 	}
 	re := &RevokedError{Failed: failed, By: c.rank, Cause: cause.Error()}
@@ -327,7 +328,12 @@ func (c *Comm) probe() ([]int, *RevokedError) {
 	var failed []int
 	var theirs *RevokedError
 	for range c.n - 1 {
-		a := <-answers
+		var a answer
+		select {
+		case a = <-answers:
+		case <-c.ctl.revoked:
+			return nil, c.revocation() // another rank's verdict came first
+		}
 		switch {
 		case a.lost:
 			failed = append(failed, a.r)

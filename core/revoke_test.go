@@ -130,27 +130,36 @@ func shrinkAll(t *testing.T, comms []*core.Comm, victims []int) []*core.Comm {
 // communicator, whose clusters lost the victims (a cluster that lost its
 // leader is led by its next rank; one that lost every rank is gone).
 func TestRevokeAndShrink(t *testing.T) {
-	t.Setenv("FLAGCX_SHM_DISABLE", "1")
 	cases := []struct {
 		name     string
+		shm      bool
 		n        int
 		split    []int
 		victims  []int
 		clusters [][]int // the new communicator's clusters
 	}{
-		{"homogeneous, a middle rank", 4, nil, []int{2}, [][]int{{0, 1, 2}}},
-		{"homogeneous, rank 0", 3, nil, []int{0}, [][]int{{0, 1}}},
-		{"3 clusters, one loses its leader", 6, []int{2, 2, 2}, []int{2}, [][]int{{0, 1}, {2}, {3, 4}}},
-		{"3 clusters, one loses every rank", 6, []int{2, 2, 2}, []int{2, 3}, [][]int{{0, 1}, {2, 3}}},
+		{"homogeneous, a middle rank", false, 4, nil, []int{2}, [][]int{{0, 1, 2}}},
+		{"homogeneous, rank 0", false, 3, nil, []int{0}, [][]int{{0, 1}}},
+		{"shared memory, homogeneous", true, 3, nil, []int{1}, [][]int{{0, 1}}},
+		{"3 clusters, one loses its leader", false, 6, []int{2, 2, 2}, []int{2}, [][]int{{0, 1}, {2}, {3, 4}}},
+		{"3 clusters, one loses every rank", false, 6, []int{2, 2, 2}, []int{2, 3}, [][]int{{0, 1}, {2, 3}}},
+		{"shared memory, 3 clusters", true, 5, []int{2, 1, 2}, []int{2}, [][]int{{0, 1}, {2, 3}}},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			if !tc.shm {
+				t.Setenv("FLAGCX_SHM_DISABLE", "1")
+			}
 			comms := startRevocable(t, tc.n, core.WithSplitList(tc.split))
 			res := runUntilFailure(t, comms, tc.victims, uint64(time.Now().UnixNano())+uint64(i))
 			requireRevoked(t, res, tc.victims)
 			survivors := shrinkAll(t, comms, tc.victims)
 			requireClusters(t, survivors[0], tc.clusters)
 			checkAll(t, survivors, heterotest.Matrix(len(survivors), []int{1, 37}, []sdk.DataType{sdk.Float32, sdk.Int64}, 5))
+			for _, c := range append(comms, survivors...) {
+				_ = c.Abort()
+			}
+			require.Empty(t, core.FlagcxFiles(t), "nothing left in /dev/shm")
 		})
 	}
 }
@@ -208,5 +217,3 @@ func requireClusters(t *testing.T, c *core.Comm, want [][]int) {
 		require.Equal(t, cl.Ranks[0], cl.Leader)
 	}
 }
-
-

@@ -30,7 +30,7 @@ import (
 const envWorker = "FLAGCX_HETEROTEST_WORKER"
 
 type workerJob struct {
-	Scenario  string   `json:"scenario"` // "matrix", "group" (group_test.go) or "die"
+	Scenario  string   `json:"scenario"` // "matrix", "group" (group_test.go), "die" or "revoke" (revoke_test.go)
 	Placement []string `json:"placement"`
 	Rank      int      `json:"rank"`
 	ID        string   `json:"id"`
@@ -40,6 +40,7 @@ type workerJob struct {
 	Types     []int    `json:"types"`  // nil: every data type
 	Victim    int      `json:"victim"` // "die": the rank that exits mid-collective
 	Inside    bool     `json:"inside"` // "die": the victim has started the collective
+	Seed      uint64   `json:"seed"`   // "revoke": when the victim is killed
 }
 
 type workerOut struct {
@@ -51,6 +52,7 @@ type workerOut struct {
 	Failures    []string `json:"failures"`
 	Error       string   `json:"error"`
 	ErrAfter    float64  `json:"err_after"` // "die": seconds until the error
+	Revoked     revoked  `json:"revoked"`   // "revoke"
 }
 
 func TestMain(m *testing.M) {
@@ -127,6 +129,8 @@ func work(job *workerJob, out *workerOut) error {
 	switch job.Scenario {
 	case "die":
 		return die(job, comm, m, out)
+	case "revoke":
+		return revokeShrink(job, comm, m, out)
 	case "group":
 		return groups(comm, m, out)
 	case "matrix":
@@ -258,6 +262,13 @@ func expand(spec string) []string {
 // outputs; the ranks share env (on top of this process's environment).
 func runRanks(t *testing.T, placement []string, job workerJob, env []string, limit time.Duration) []workerOut {
 	t.Helper()
+	outs, _ := runRanksPids(t, placement, job, env, limit)
+	return outs
+}
+
+// runRanksPids is runRanks that also returns the ranks' process ids.
+func runRanksPids(t *testing.T, placement []string, job workerJob, env []string, limit time.Duration) ([]workerOut, []int) {
+	t.Helper()
 	cfg := hostnet.DefaultConfig()
 	cfg.IfName = "lo"
 	id, err := core.GetUniqueID(core.WithIDNetConfig(cfg))
@@ -268,6 +279,7 @@ func runRanks(t *testing.T, placement []string, job workerJob, env []string, lim
 	n := len(placement)
 	outs := make([]workerOut, n)
 	codes := make([]int, n)
+	pids := make([]int, n)
 	logs := make([]string, n)
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
@@ -281,11 +293,15 @@ func runRanks(t *testing.T, placement []string, job workerJob, env []string, lim
 		cmd := exec.CommandContext(ctx, exe, "-test.run=^$")
 		cmd.Env = append(os.Environ(), envWorker+"="+string(spec), "FLAGCX_SOCKET_IFNAME=lo")
 		cmd.Env = append(cmd.Env, env...)
+		var buf strings.Builder
+		cmd.Stdout, cmd.Stderr = &buf, &buf
+		require.NoError(t, cmd.Start())
+		pids[r] = cmd.Process.Pid
 		wg.Add(1)
 		go func(r int) {
 			defer wg.Done()
-			b, err := cmd.CombinedOutput()
-			logs[r] = string(b)
+			err := cmd.Wait()
+			logs[r] = buf.String()
 			if ee, ok := err.(*exec.ExitError); ok {
 				codes[r] = ee.ExitCode()
 			} else if err != nil {
@@ -301,12 +317,16 @@ func runRanks(t *testing.T, placement []string, job workerJob, env []string, lim
 			require.Equal(t, 3, codes[r], "the victim exits with 3: %s", logs[r])
 			continue
 		}
+		if job.Scenario == "revoke" && r == job.Victim {
+			require.Equal(t, -1, codes[r], "the victim is killed: %s", logs[r])
+			continue
+		}
 		require.Zero(t, codes[r], "rank %d: %s", r, logs[r])
 		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("rank%d.json", r)))
 		require.NoError(t, err, "rank %d wrote no result: %s", r, logs[r])
 		require.NoError(t, json.Unmarshal(b, &outs[r]))
 	}
-	return outs
+	return outs, pids
 }
 
 // TestHeteroPlacements checks every collective, type, op and root exactly
