@@ -39,7 +39,7 @@ func (c *Comm) Guard(fn func() error) error {
 	case <-c.wd.Fired():
 		return c.settle("", c.wd.Err())
 	case <-c.Revoked():
-		return c.revokedFor("")
+		return c.revokedWith("", c.wd.Err())
 	}
 }
 

@@ -43,7 +43,8 @@ const probeWait = time.Second
 // RevokedError ends every call of a survivor on a communicator that one
 // of its ranks revoked after a failure. errors.Is matches
 // sdk.ErrRemoteError, and, on the rank that detected the failure, what
-// its own call failed with (a *TimeoutError, say). Shrink(Failed) makes a
+// its own call failed with (a *TimeoutError, say; errors.As finds it on
+// every rank whose own deadline passed too). Shrink(Failed) makes a
 // communicator of the survivors.
 type RevokedError struct {
 	Rank   int      // the rank whose call this ended
@@ -209,6 +210,17 @@ func (c *Comm) revokedFor(op string) *RevokedError {
 	return &e
 }
 
+// revokedWith is revokedFor with err, this rank's own error, kept where
+// it is a *TimeoutError: this rank's deadline passed too.
+func (c *Comm) revokedWith(op string, err error) *RevokedError {
+	re := c.revokedFor(op)
+	var te *TimeoutError
+	if re != nil && errors.As(err, &te) {
+		re.err = te
+	}
+	return re
+}
+
 // adopt revokes this rank's communicator with verdict re (the first one
 // wins): later calls fail with it, and the host links and the vendor
 // communicator are aborted so that a call in flight ends now.
@@ -242,7 +254,7 @@ func (c *Comm) settle(op string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if re := c.revokedFor(op); re != nil {
+	if re := c.revokedWith(op, err); re != nil {
 		return re
 	}
 	if c.ctl == nil || !lostPeer(err) {
