@@ -1,9 +1,11 @@
 package core
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -40,6 +42,11 @@ import (
 // rank busy in a call still answers at once.
 const probeWait = time.Second
 
+// lossGrace is how long a rank that detected a failure waits before it
+// probes: ranks lost together (a host's, a cluster's) die within a few
+// milliseconds of each other, and one verdict should name them all.
+const lossGrace = 100 * time.Millisecond
+
 // RevokedError ends every call of a survivor on a communicator that one
 // of its ranks revoked after a failure. errors.Is matches
 // sdk.ErrRemoteError, and, on the rank that detected the failure, what
@@ -66,6 +73,10 @@ func (e *RevokedError) Error() string {
 			parts[i] = fmt.Sprintf("rank %d (host %s)", r, e.Hosts[i])
 		}
 		lost = strings.Join(parts, ", ") + " failed"
+	}
+	if e.err != nil {
+		// This rank's own failure comes first: it is the cause here.
+		return fmt.Sprintf("%v; the communicator is revoked on every rank: %s (make a communicator of the survivors with Shrink, or destroy it)", e.err, lost)
 	}
 	op := "a call"
 	if e.Op != "" {
@@ -286,6 +297,10 @@ func (c *Comm) detect(cause error) *RevokedError {
 	if re := c.revocation(); re != nil {
 		return re
 	}
+	select {
+	case <-time.After(lossGrace):
+	case <-c.ctl.revoked:
+	}
 	failed, theirs := c.probe()
 	if theirs != nil {
 		c.adopt(theirs) // nothing when it is the verdict this rank adopted
@@ -295,20 +310,7 @@ func (c *Comm) detect(cause error) *RevokedError {
 	for _, r := range failed {
 		re.Hosts = append(re.Hosts, c.world.peers[r].Host)
 	}
-	c.adopt(re)
-	msg := ctlMsg{Kind: ctlRevoke, From: c.rank, Failed: re.Failed, Hosts: re.Hosts, By: re.By, Cause: re.Cause}
-	lost := map[int]bool{}
-	for _, r := range failed {
-		lost[r] = true
-	}
-	var wg sync.WaitGroup
-	for r := range c.n {
-		if r != c.rank && !lost[r] {
-			wg.Add(1)
-			go func() { defer wg.Done(); _, _ = c.ask(r, msg, probeWait) }()
-		}
-	}
-	wg.Wait()
+	c.tell(re)
 	return c.revocation()
 }
 
@@ -356,4 +358,61 @@ func (c *Comm) probe() ([]int, *RevokedError) {
 	}
 	sort.Ints(failed)
 	return failed, theirs
+}
+
+// Revoke revokes the communicator on every rank at once, as a detected
+// failure does, naming no lost rank: every rank's calls on it, those in
+// flight and the later ones, end with a *RevokedError whose Cause is
+// reason. Every rank may then Shrink (with no exclusions: a fresh
+// communicator of them all). It does nothing on a communicator revoked,
+// destroyed or aborted already, and on one of a single rank.
+func (c *Comm) Revoke(reason string) {
+	if c.ctl == nil {
+		return
+	}
+	c.ctl.detect.Lock()
+	defer c.ctl.detect.Unlock()
+	if c.revocation() != nil {
+		return
+	}
+	c.tell(&RevokedError{By: c.rank, Cause: reason})
+}
+
+// tell adopts verdict re and sends it to every rank it does not name
+// lost, within probeWait.
+func (c *Comm) tell(re *RevokedError) {
+	c.adopt(re)
+	msg := ctlMsg{Kind: ctlRevoke, From: c.rank, Failed: re.Failed, Hosts: re.Hosts, By: re.By, Cause: re.Cause}
+	var wg sync.WaitGroup
+	for r := range c.n {
+		if r != c.rank && !slices.Contains(re.Failed, r) {
+			wg.Add(1)
+			go func() { defer wg.Done(); _, _ = c.ask(r, msg, probeWait) }()
+		}
+	}
+	wg.Wait()
+}
+
+// Do runs fn, this rank's calls on c, and gives up on them when ctx is
+// done first: the communicator is then revoked on every rank (Revoke),
+// which ends the call in flight here and the peers' calls with it, and Do
+// returns fn's *RevokedError, which errors.Is matches to ctx's error
+// (context.DeadlineExceeded, say). A collective given up on one rank
+// cannot complete on the others, so giving up on one call gives up on the
+// communicator, not on the process: Shrink makes a fresh one.
+func (c *Comm) Do(ctx context.Context, fn func() error) error {
+	stop := context.AfterFunc(ctx, func() {
+		c.Revoke(fmt.Sprintf("rank %d gave up on its call: %v", c.rank, context.Cause(ctx)))
+	})
+	err := fn()
+	if stop() {
+		return err // ctx was not done while fn ran
+	}
+	var re *RevokedError
+	if errors.As(err, &re) && re.By == c.rank && re.err == nil {
+		e := *re
+		e.err = context.Cause(ctx)
+		return &e
+	}
+	return err
 }

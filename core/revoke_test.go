@@ -1,6 +1,7 @@
 package core_test
 
 import (
+	"context"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -34,6 +35,9 @@ func runUntilFailure(t *testing.T, comms []*core.Comm, victims []int, seed uint6
 	t.Helper()
 	rng := rand.New(rand.NewPCG(seed, 7))
 	dieAfter := rng.IntN(5)
+	// The victims go together (a host lost at once): whoever comes to
+	// the round first aborts them all.
+	var dieOnce sync.Once
 	delay := time.Duration(rng.IntN(2000)) * time.Microsecond
 	t.Logf("seed %d: victims %v abort after %d rounds and %v", seed, victims, dieAfter, delay)
 	res := make([]survivorResult, len(comms))
@@ -45,7 +49,14 @@ func runUntilFailure(t *testing.T, comms []*core.Comm, victims []int, seed uint6
 			send, recv := make([]byte, 4<<16), make([]byte, 4<<16)
 			for round := 0; round < 10000; round++ {
 				if slices.Contains(victims, r) && round == dieAfter {
-					go func() { time.Sleep(delay); _ = c.Abort() }()
+					dieOnce.Do(func() {
+						go func() {
+							time.Sleep(delay)
+							for _, v := range victims {
+								_ = comms[v].Abort()
+							}
+						}()
+					})
 				}
 				err := c.AllReduce(core.HostBuffer(send), core.HostBuffer(recv), 1<<16, sdk.Float32, sdk.Sum, 0)
 				if err != nil {
@@ -216,4 +227,44 @@ func requireClusters(t *testing.T, c *core.Comm, want [][]int) {
 	for _, cl := range c.Layout().Clusters {
 		require.Equal(t, cl.Ranks[0], cl.Leader)
 	}
+}
+
+// TestDoGivesUp: a rank that gives up on its call (its context's deadline
+// passes while a peer has not joined) revokes the communicator: its call
+// ends with ctx's error, the peer waiting in the same call ends with the
+// verdict at once, the late rank's next call too; all of them shrink with
+// no exclusion to a fresh communicator that is exact.
+func TestDoGivesUp(t *testing.T) {
+	t.Setenv("FLAGCX_SHM_DISABLE", "1")
+	comms := startRevocable(t, 3)
+	errs := make([]error, 3)
+	buf := func() core.Buffer { return core.HostBuffer(make([]byte, 4096)) }
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		errs[0] = comms[0].Do(ctx, func() error {
+			return comms[0].AllReduce(buf(), buf(), 1024, sdk.Float32, sdk.Sum, 0)
+		})
+	}()
+	go func() {
+		defer wg.Done()
+		errs[1] = comms[1].AllReduce(buf(), buf(), 1024, sdk.Float32, sdk.Sum, 0)
+	}()
+	wg.Wait()
+	<-comms[2].Revoked()
+	errs[2] = comms[2].AllReduce(buf(), buf(), 1024, sdk.Float32, sdk.Sum, 0)
+	require.ErrorIs(t, errs[0], context.DeadlineExceeded)
+	for r, err := range errs {
+		var re *core.RevokedError
+		require.ErrorAs(t, err, &re, "rank %d", r)
+		require.Empty(t, re.Failed)
+		require.Equal(t, 0, re.By)
+		require.Equal(t, "rank 0 gave up on its call: context deadline exceeded", re.Cause)
+	}
+	require.NotErrorIs(t, errs[1], context.DeadlineExceeded, "only the rank that gave up")
+	fresh := shrinkAll(t, comms, nil)
+	checkAll(t, fresh, heterotest.Matrix(3, []int{7}, []sdk.DataType{sdk.Float32}, 2))
 }
