@@ -7,6 +7,8 @@ package main
 */
 import "C"
 
+import "unsafe"
+
 // capiCommSplit splits communicator id (core's Split): *got is 0 for a
 // rank that passed FLAGCX_SPLIT_NOCOLOR, else 1 with the new communicator's
 // handle number, device and placement in *out, *outDev and *onDev.
@@ -15,6 +17,34 @@ import "C"
 func capiCommSplit(id C.uint64_t, color, key C.int, got *C.int, out *C.uint64_t, outDev, onDev *C.int) C.int {
 	return withComm(id, "flagcxCommSplit", func(c *comm) error {
 		nc, err := c.split(int(color), int(key))
+		if err != nil || nc == nil {
+			return err
+		}
+		*got = 1
+		*out = C.uint64_t(register(nc))
+		*outDev = C.int(nc.dev)
+		*onDev = 0
+		if nc.onDevice() {
+			*onDev = 1
+		}
+		return nil
+	})
+}
+
+// capiCommShrink shrinks communicator id by the n ranks at exclude (core's
+// Shrink): *got is 0 for an excluded rank, else 1 with the new
+// communicator as capiCommSplit gives it.
+//
+//export capiCommShrink
+func capiCommShrink(id C.uint64_t, exclude *C.int, n C.int, got *C.int, out *C.uint64_t, outDev, onDev *C.int) C.int {
+	return withComm(id, "flagcxCommShrink", func(c *comm) error {
+		ex := make([]int, n)
+		if n > 0 {
+			for i, r := range unsafe.Slice(exclude, int(n)) {
+				ex[i] = int(r)
+			}
+		}
+		nc, err := c.shrink(ex)
 		if err != nil || nc == nil {
 			return err
 		}
