@@ -113,8 +113,10 @@ type ctlMsg struct {
 	Exclude []int    `json:"exclude,omitempty"` // shrink: the ranks left out
 }
 
+// ctlReply answers every hello: the verdict the rank adopted, if any (a
+// ctlMsg, read by decodeCtl).
 type ctlReply struct {
-	Revoked *ctlMsg `json:"revoked,omitempty"` // the verdict this rank adopted
+	Revoked json.RawMessage `json:"revoked,omitempty"`
 }
 
 // ctlPlane is one rank's side of the control plane.
@@ -160,9 +162,9 @@ func (c *Comm) serveCtl() {
 
 func (c *Comm) answerCtl(conn *hostnet.Conn, hello []byte) {
 	defer conn.Close()
-	var m ctlMsg
-	if json.Unmarshal(hello, &m) != nil {
-		return
+	m, err := decodeCtl(hello, c.n)
+	if err != nil {
+		return // a stranger's or a broken peer's: no answer
 	}
 	switch m.Kind {
 	case ctlRevoke:
@@ -175,32 +177,42 @@ func (c *Comm) answerCtl(conn *hostnet.Conn, hello []byte) {
 	}
 	var rep ctlReply
 	if re := c.revocation(); re != nil {
-		rep.Revoked = &ctlMsg{Kind: ctlRevoke, Failed: re.Failed, Hosts: re.Hosts, By: re.By, Cause: re.Cause}
+		rep.Revoked, _ = json.Marshal(ctlMsg{Kind: ctlRevoke, From: c.rank, Failed: re.Failed, Hosts: re.Hosts, By: re.By, Cause: re.Cause})
 	}
 	b, _ := json.Marshal(rep)
 	_ = conn.Send(b)
 }
 
-// ask sends m to rank r's control plane and returns its answer, within
-// wait.
-func (c *Comm) ask(r int, m ctlMsg, wait time.Duration) (ctlReply, error) {
-	var rep ctlReply
+// ask sends m to rank r's control plane, within wait, and returns the
+// verdict r answers with (nil: r has none).
+func (c *Comm) ask(r int, m ctlMsg, wait time.Duration) (*ctlMsg, error) {
 	cfg := c.ctl.cfg
 	cfg.Timeout = wait
 	hello, err := json.Marshal(m)
 	if err != nil {
-		return rep, err
+		return nil, err
 	}
 	conn, err := hostnet.Dial(c.ctl.addrs[r], cfg, c.ctl.secret, hello)
 	if err != nil {
-		return rep, err
+		return nil, err
 	}
 	defer conn.Close()
 	b, err := conn.RecvMsg(hostnet.MaxHello)
 	if err != nil {
-		return rep, err
+		return nil, err
 	}
-	return rep, json.Unmarshal(b, &rep)
+	var rep ctlReply
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return nil, fmt.Errorf("%w: a malformed control reply from rank %d: %v", sdk.ErrRemoteError, r, err)
+	}
+	if len(rep.Revoked) == 0 {
+		return nil, nil
+	}
+	v, err := decodeCtl(rep.Revoked, c.n)
+	if err != nil {
+		return nil, fmt.Errorf("rank %d's verdict: %w", r, err)
+	}
+	return &v, nil
 }
 
 // revocation is the verdict this rank adopted, or nil.
@@ -318,9 +330,9 @@ func (c *Comm) detect(cause error) *RevokedError {
 // are not (ascending), or the verdict of a peer that revoked already.
 func (c *Comm) probe() ([]int, *RevokedError) {
 	type answer struct {
-		r    int
-		rep  ctlReply
-		lost bool
+		r       int
+		verdict *ctlMsg
+		lost    bool
 	}
 	self := c.world.peers[c.rank]
 	answers := make(chan answer, c.n)
@@ -335,8 +347,8 @@ func (c *Comm) probe() ([]int, *RevokedError) {
 				answers <- answer{r: r, lost: true}
 				return
 			}
-			rep, err := c.ask(r, ctlMsg{Kind: ctlProbe, From: c.rank}, probeWait)
-			answers <- answer{r: r, rep: rep, lost: err != nil}
+			v, err := c.ask(r, ctlMsg{Kind: ctlProbe, From: c.rank}, probeWait)
+			answers <- answer{r: r, verdict: v, lost: err != nil}
 		}()
 	}
 	var failed []int
@@ -351,8 +363,8 @@ func (c *Comm) probe() ([]int, *RevokedError) {
 		switch {
 		case a.lost:
 			failed = append(failed, a.r)
-		case a.rep.Revoked != nil && theirs == nil:
-			m := a.rep.Revoked
+		case a.verdict != nil && theirs == nil:
+			m := a.verdict
 			theirs = &RevokedError{Failed: m.Failed, Hosts: m.Hosts, By: m.By, Cause: m.Cause}
 		}
 	}
