@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -41,6 +42,7 @@ type workerJob struct {
 	Victim    int      `json:"victim"` // "die": the rank that exits mid-collective
 	Inside    bool     `json:"inside"` // "die": the victim has started the collective
 	Seed      uint64   `json:"seed"`   // "revoke": when the victim is killed
+	Stop      bool     `json:"stop"`   // "revoke": the victim stops (SIGSTOP) rather than dies
 }
 
 type workerOut struct {
@@ -283,7 +285,9 @@ func runRanksPids(t *testing.T, placement []string, job workerJob, env []string,
 	logs := make([]string, n)
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	var wg sync.WaitGroup
+	// A stopped victim ("revoke" with Stop) never ends: it is killed once
+	// the others have.
+	var wg, others sync.WaitGroup
 	for r := 0; r < n; r++ {
 		j := job
 		j.Placement, j.Rank, j.ID, j.Root = placement, r, id.String(), repoRoot(t)
@@ -298,8 +302,14 @@ func runRanksPids(t *testing.T, placement []string, job workerJob, env []string,
 		require.NoError(t, cmd.Start())
 		pids[r] = cmd.Process.Pid
 		wg.Add(1)
+		if r != job.Victim {
+			others.Add(1)
+		}
 		go func(r int) {
 			defer wg.Done()
+			if r != job.Victim {
+				defer others.Done()
+			}
 			err := cmd.Wait()
 			logs[r] = buf.String()
 			if ee, ok := err.(*exec.ExitError); ok {
@@ -309,6 +319,10 @@ func runRanksPids(t *testing.T, placement []string, job workerJob, env []string,
 				logs[r] += err.Error()
 			}
 		}(r)
+	}
+	if job.Scenario == "revoke" && job.Stop {
+		others.Wait()
+		_ = syscall.Kill(pids[job.Victim], syscall.SIGKILL)
 	}
 	wg.Wait()
 	require.NoError(t, ctx.Err(), "the ranks did not finish within %v", limit)

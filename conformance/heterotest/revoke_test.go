@@ -30,7 +30,8 @@ type revoked struct {
 }
 
 // revokeShrink: every rank runs AllReduces; the victim kills itself with
-// SIGKILL (kill -9: no cleanup, no goodbye) at a seeded random point,
+// SIGKILL (kill -9: no cleanup, no goodbye), or stops itself with SIGSTOP
+// (Stop; the test kills it at the end), at a seeded random point,
 // from another goroutine, most likely in the middle of a call. The
 // survivors' calls must end with the *RevokedError naming it; they shrink
 // by its Failed ranks and check every collective exactly on the result.
@@ -41,9 +42,13 @@ func revokeShrink(job *workerJob, comm *core.Comm, m Mem, out *workerOut) error 
 	var err error
 	for round := 0; round < 100000 && err == nil; round++ {
 		if job.Rank == job.Victim && round == dieAt {
+			sig := syscall.SIGKILL
+			if job.Stop {
+				sig = syscall.SIGSTOP
+			}
 			go func() {
 				time.Sleep(delay)
-				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				_ = syscall.Kill(os.Getpid(), sig)
 			}()
 		}
 		// The results before the failure are not checked: the emulated
@@ -98,13 +103,16 @@ func TestHeteroRevokeShrink(t *testing.T) {
 		placement string
 		split     string
 		victim    int
+		stop      bool
 		clusters  [][]int
 	}{
-		{"host ranks", "host:4", "", int(seed % 4), [][]int{{0, 1, 2}}},
-		{"nvidia and host, a device rank dies", "nvidia:2,host:2", "", 1, [][]int{{0}, {1, 2}}},
-		{"nvidia and host, a host leader dies", "nvidia:2,host:2", "", 2, [][]int{{0, 1}, {2}}},
-		{"3 clusters, one loses its leader", "nvidia:2,host:1,nvidia:2", "2,1,2", 3, [][]int{{0, 1}, {2}, {3}}},
-		{"3 clusters, one loses every rank", "nvidia:2,host:1,nvidia:2", "2,1,2", 2, [][]int{{0, 1}, {2, 3}}},
+		{"host ranks", "host:4", "", int(seed % 4), false, [][]int{{0, 1, 2}}},
+		{"host ranks, one stopped", "host:3", "", 1 + int(seed%2), true, [][]int{{0, 1}}},
+		{"nvidia and host, a device rank dies", "nvidia:2,host:2", "", 1, false, [][]int{{0}, {1, 2}}},
+		{"nvidia and host, a host leader dies", "nvidia:2,host:2", "", 2, false, [][]int{{0, 1}, {2}}},
+		{"nvidia and host, a device rank stopped", "nvidia:2,host:2", "", 0, true, [][]int{{0}, {1, 2}}},
+		{"3 clusters, one loses its leader", "nvidia:2,host:1,nvidia:2", "2,1,2", 3, false, [][]int{{0, 1}, {2}, {3}}},
+		{"3 clusters, one loses every rank", "nvidia:2,host:1,nvidia:2", "2,1,2", 2, false, [][]int{{0, 1}, {2, 3}}},
 	}
 	host, err := os.Hostname()
 	require.NoError(t, err)
@@ -112,11 +120,17 @@ func TestHeteroRevokeShrink(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			placement := expand(tc.placement)
 			requirePlugins(t, placement)
-			env := []string{"FLAGCX_SHM_DISABLE=1", fmt.Sprintf("FLAGCX_TIMEOUT=%d", deadline), fmt.Sprintf("FLAGCX_VENDORSIM_TIMEOUT=%d", 2*deadline)}
+			// A stopped rank is noticed when a survivor's own deadline
+			// passes: a short one for those cases.
+			d := deadline
+			if tc.stop {
+				d = 5
+			}
+			env := []string{"FLAGCX_SHM_DISABLE=1", fmt.Sprintf("FLAGCX_TIMEOUT=%d", d), fmt.Sprintf("FLAGCX_VENDORSIM_TIMEOUT=%d", 2*d)}
 			if tc.split != "" {
 				env = append(env, "FLAGCX_CLUSTER_SPLIT_LIST="+tc.split)
 			}
-			outs, pids := runRanksPids(t, placement, workerJob{Scenario: "revoke", Victim: tc.victim, Seed: seed + uint64(i)}, env, 3*time.Minute)
+			outs, pids := runRanksPids(t, placement, workerJob{Scenario: "revoke", Victim: tc.victim, Stop: tc.stop, Seed: seed + uint64(i)}, env, 3*time.Minute)
 			var first, last float64
 			for r, o := range outs {
 				if r == tc.victim {
@@ -135,8 +149,8 @@ func TestHeteroRevokeShrink(t *testing.T) {
 				last = max(last, o.Revoked.At)
 			}
 			spread := time.Duration((last - first) * float64(time.Second))
-			t.Logf("victim rank %d: the survivors' calls ended within %v of each other (deadline %ds)", tc.victim, spread, deadline)
-			require.Less(t, spread, deadline*time.Second/2, "a survivor waited out its deadline")
+			t.Logf("victim rank %d: the survivors' calls ended within %v of each other (deadline %ds)", tc.victim, spread, d)
+			require.Less(t, spread, time.Duration(d)*time.Second/2, "a survivor waited out its deadline")
 			requireNoSegments(t, pids)
 		})
 	}
