@@ -54,13 +54,14 @@ const lossGrace = 100 * time.Millisecond
 // every rank whose own deadline passed too). Shrink(Failed) makes a
 // communicator of the survivors.
 type RevokedError struct {
-	Rank   int      // the rank whose call this ended
-	Op     string   // the call ("AllReduce"), or "" for a Guard
-	Failed []int    // the lost ranks, ascending; empty when every rank answered
-	Hosts  []string // the hosts of Failed, in its order
-	By     int      // the rank that detected the failure
-	Cause  string   // what failed on rank By
-	err    error    // rank By's own error, on rank By
+	Rank   int       // the rank whose call this ended
+	Op     string    // the call ("AllReduce"), or "" for a Guard
+	Failed []int     // the lost ranks, ascending; empty when every rank answered
+	Hosts  []string  // the hosts of Failed, in its order
+	By     int       // the rank that detected the failure
+	Cause  string    // what failed on rank By
+	At     time.Time // when rank By revoked the communicator (its clock)
+	err    error     // rank By's own error, on rank By
 }
 
 // Error names the lost ranks, their hosts, the rank that found out and
@@ -109,8 +110,19 @@ type ctlMsg struct {
 	Hosts   []string `json:"hosts,omitempty"`
 	By      int      `json:"by"`
 	Cause   string   `json:"cause,omitempty"`
+	At      int64    `json:"at,omitempty"`      // revoke: RevokedError.At, Unix nanoseconds
 	ID      string   `json:"id,omitempty"`      // shrink: the new unique id
 	Exclude []int    `json:"exclude,omitempty"` // shrink: the ranks left out
+}
+
+// verdict is the RevokedError a revoke message carries.
+func (m *ctlMsg) verdict() *RevokedError {
+	return &RevokedError{Failed: m.Failed, Hosts: m.Hosts, By: m.By, Cause: m.Cause, At: time.Unix(0, m.At)}
+}
+
+// verdictMsg is the revoke message of verdict re, from this rank.
+func (c *Comm) verdictMsg(re *RevokedError) ctlMsg {
+	return ctlMsg{Kind: ctlRevoke, From: c.rank, Failed: re.Failed, Hosts: re.Hosts, By: re.By, Cause: re.Cause, At: re.At.UnixNano()}
 }
 
 // ctlReply answers every hello: the verdict the rank adopted, if any (a
@@ -168,7 +180,7 @@ func (c *Comm) answerCtl(conn *hostnet.Conn, hello []byte) {
 	}
 	switch m.Kind {
 	case ctlRevoke:
-		c.adopt(&RevokedError{Failed: m.Failed, Hosts: m.Hosts, By: m.By, Cause: m.Cause})
+		c.adopt(m.verdict())
 	case ctlShrink:
 		select {
 		case c.ctl.shrinks <- m:
@@ -177,7 +189,7 @@ func (c *Comm) answerCtl(conn *hostnet.Conn, hello []byte) {
 	}
 	var rep ctlReply
 	if re := c.revocation(); re != nil {
-		rep.Revoked, _ = json.Marshal(ctlMsg{Kind: ctlRevoke, From: c.rank, Failed: re.Failed, Hosts: re.Hosts, By: re.By, Cause: re.Cause})
+		rep.Revoked, _ = json.Marshal(c.verdictMsg(re))
 	}
 	b, _ := json.Marshal(rep)
 	_ = conn.Send(b)
@@ -318,7 +330,7 @@ func (c *Comm) detect(cause error) *RevokedError {
 		c.adopt(theirs) // nothing when it is the verdict this rank adopted
 		return c.revocation()
 	}
-	re := &RevokedError{Failed: failed, By: c.rank, Cause: cause.Error()}
+	re := &RevokedError{Failed: failed, By: c.rank, Cause: cause.Error(), At: time.Now()}
 	for _, r := range failed {
 		re.Hosts = append(re.Hosts, c.world.peers[r].Host)
 	}
@@ -364,8 +376,7 @@ func (c *Comm) probe() ([]int, *RevokedError) {
 		case a.lost:
 			failed = append(failed, a.r)
 		case a.verdict != nil && theirs == nil:
-			m := a.verdict
-			theirs = &RevokedError{Failed: m.Failed, Hosts: m.Hosts, By: m.By, Cause: m.Cause}
+			theirs = a.verdict.verdict()
 		}
 	}
 	sort.Ints(failed)
@@ -387,14 +398,14 @@ func (c *Comm) Revoke(reason string) {
 	if c.revocation() != nil {
 		return
 	}
-	c.tell(&RevokedError{By: c.rank, Cause: reason})
+	c.tell(&RevokedError{By: c.rank, Cause: reason, At: time.Now()})
 }
 
 // tell adopts verdict re and sends it to every rank it does not name
 // lost, within probeWait.
 func (c *Comm) tell(re *RevokedError) {
 	c.adopt(re)
-	msg := ctlMsg{Kind: ctlRevoke, From: c.rank, Failed: re.Failed, Hosts: re.Hosts, By: re.By, Cause: re.Cause}
+	msg := c.verdictMsg(re)
 	var wg sync.WaitGroup
 	for r := range c.n {
 		if r != c.rank && !slices.Contains(re.Failed, r) {

@@ -77,6 +77,7 @@ func requireRevoked(t *testing.T, res []survivorResult, victims []int) {
 	host, err := os.Hostname()
 	require.NoError(t, err)
 	var first, last time.Time
+	var late time.Duration // the latest survivor's error after the verdict
 	for r, s := range res {
 		if slices.Contains(victims, r) {
 			continue
@@ -88,6 +89,7 @@ func requireRevoked(t *testing.T, res []survivorResult, victims []int) {
 		require.Equal(t, slices.Repeat([]string{host}, len(victims)), re.Hosts)
 		require.Equal(t, r, re.Rank)
 		require.Equal(t, "AllReduce", re.Op)
+		late = max(late, s.at.Sub(re.At))
 		if first.IsZero() || s.at.Before(first) {
 			first = s.at
 		}
@@ -95,7 +97,8 @@ func requireRevoked(t *testing.T, res []survivorResult, victims []int) {
 			last = s.at
 		}
 	}
-	t.Logf("the survivors' errors came within %v of each other (deadline %v)", last.Sub(first), revokeDeadline)
+	t.Logf("the survivors' errors came within %v of each other, the last %v after the verdict (deadline %v)", last.Sub(first), late, revokeDeadline)
+	require.Less(t, late, revokeDeadline/2, "a survivor heard of the verdict late")
 	require.Less(t, last.Sub(first), revokeDeadline/2, "a survivor waited out its deadline rather than hear of the revoke")
 }
 

@@ -25,6 +25,7 @@ type revoked struct {
 	Failed   []int    `json:"failed"`
 	Hosts    []string `json:"hosts"`
 	At       float64  `json:"at"`       // when its call failed, Unix seconds
+	Verdict  float64  `json:"verdict"`  // RevokedError.At, Unix seconds
 	Size     int      `json:"size"`     // the shrunk communicator's
 	Clusters [][]int  `json:"clusters"` // the shrunk communicator's
 }
@@ -62,6 +63,7 @@ func revokeShrink(job *workerJob, comm *core.Comm, m Mem, out *workerOut) error 
 		return fmt.Errorf("the failure is no *core.RevokedError: %w", err)
 	}
 	out.Revoked.Failed, out.Revoked.Hosts = re.Failed, re.Hosts
+	out.Revoked.Verdict = float64(re.At.UnixNano()) / 1e9
 	shrunk, err := comm.Shrink(re.Failed)
 	if err != nil {
 		return err
@@ -131,7 +133,7 @@ func TestHeteroRevokeShrink(t *testing.T) {
 				env = append(env, "FLAGCX_CLUSTER_SPLIT_LIST="+tc.split)
 			}
 			outs, pids := runRanksPids(t, placement, workerJob{Scenario: "revoke", Victim: tc.victim, Stop: tc.stop, Seed: seed + uint64(i)}, env, 3*time.Minute)
-			var first, last float64
+			var first, last, late float64
 			for r, o := range outs {
 				if r == tc.victim {
 					continue
@@ -147,9 +149,12 @@ func TestHeteroRevokeShrink(t *testing.T) {
 					first = o.Revoked.At
 				}
 				last = max(last, o.Revoked.At)
+				late = max(late, o.Revoked.At-o.Revoked.Verdict)
 			}
 			spread := time.Duration((last - first) * float64(time.Second))
-			t.Logf("victim rank %d: the survivors' calls ended within %v of each other (deadline %ds)", tc.victim, spread, d)
+			after := time.Duration(late * float64(time.Second))
+			t.Logf("victim rank %d: the survivors' calls ended within %v of each other, the last %v after the verdict (deadline %ds)", tc.victim, spread, after, d)
+			require.Less(t, after, time.Duration(d)*time.Second/2, "a survivor heard of the verdict late")
 			require.Less(t, spread, time.Duration(d)*time.Second/2, "a survivor waited out its deadline")
 			requireNoSegments(t, pids)
 		})
