@@ -76,6 +76,16 @@ func (c *comm) split(color, key int) (*comm, error) {
 	return &comm{hc: hc, be: c.be, dev: c.dev}, nil
 }
 
+// shrink is core's Shrink of c: nil (no error) for an excluded rank. The
+// new communicator keeps c's backend and device.
+func (c *comm) shrink(exclude []int) (*comm, error) {
+	hc, err := c.hc.Shrink(exclude)
+	if err != nil || hc == nil {
+		return nil, err
+	}
+	return &comm{hc: hc, be: c.be, dev: c.dev}, nil
+}
+
 func (c *comm) count() int          { return c.hc.Count() }
 func (c *comm) rank() int           { return c.hc.Rank() }
 func (c *comm) isHomogeneous() bool { return c.hc.IsHomogeneous() }

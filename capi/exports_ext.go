@@ -51,3 +51,31 @@ func capiRedOpCreate(id C.uint64_t, out *C.int, scalar unsafe.Pointer, dt, resid
 func capiRedOpDestroy(id C.uint64_t, op C.int) C.int {
 	return withComm(id, "flagcxRedOpDestroy", func(c *comm) error { return c.destroyRedOp(sdk.RedOp(op)) })
 }
+
+// capiCommShrink shrinks communicator id by the n ranks at exclude (core's
+// Shrink): *got is 0 for an excluded rank, else 1 with the new
+// communicator as capiCommSplit gives it.
+//
+//export capiCommShrink
+func capiCommShrink(id C.uint64_t, exclude *C.int, n C.int, got *C.int, out *C.uint64_t, outDev, onDev *C.int) C.int {
+	return withComm(id, "flagcxCommShrink", func(c *comm) error {
+		ex := make([]int, n)
+		if n > 0 {
+			for i, r := range unsafe.Slice(exclude, int(n)) {
+				ex[i] = int(r)
+			}
+		}
+		nc, err := c.shrink(ex)
+		if err != nil || nc == nil {
+			return err
+		}
+		*got = 1
+		*out = C.uint64_t(register(nc))
+		*outDev = C.int(nc.dev)
+		*onDev = 0
+		if nc.onDevice() {
+			*onDev = 1
+		}
+		return nil
+	})
+}

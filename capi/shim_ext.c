@@ -29,6 +29,34 @@ flagcxResult_t flagcxCommSplit(flagcxComm_t comm, int color, int key,
   return flagcxSuccess;
 }
 
+flagcxResult_t flagcxCommShrink(flagcxComm_t comm, const int *exclude,
+                                int nexclude, flagcxComm_t *newcomm) {
+  USABLE("flagcxCommShrink");
+  NEED(newcomm, "flagcxCommShrink", "newcomm");
+  *newcomm = NULL;
+  NEEDCOMM(comm, "flagcxCommShrink");
+  if (nexclude < 0)
+    return FAIL(comm, "flagcxCommShrink", flagcxInvalidArgument,
+                "nexclude is negative: pass how many ranks exclude holds");
+  if (nexclude > 0)
+    NEED(exclude, "flagcxCommShrink", "exclude");
+  CHECK(shimBind(comm));
+  shimSyncEnv();
+  flagcxComm_t c = calloc(1, sizeof *c);
+  if (c == NULL)
+    return FAIL(comm, "flagcxCommShrink", flagcxSystemError,
+                "out of host memory");
+  int got = 0;
+  flagcxResult_t r = capiCommShrink(comm->id, (int *)exclude, nexclude, &got,
+                                    &c->id, &c->dev, &c->onDevice);
+  if (r != flagcxSuccess || !got) { // !got: this rank is excluded
+    free(c);
+    return r;
+  }
+  *newcomm = c;
+  return flagcxSuccess;
+}
+
 flagcxResult_t flagcxSetLastError(flagcxComm_t comm, const char *entry,
                                   flagcxResult_t code, const char *msg) {
   USABLE("flagcxSetLastError");

@@ -92,18 +92,18 @@ func (c *Comm) Barrier() error {
 // GroupEnd, and buf must stay untouched until then.
 func (c *Comm) Send(buf Buffer, count int, dt sdk.DataType, peer int, s Stream) error {
 	if c.host != nil {
-		return c.hostP2P("Send", buf, count, dt, peer, false)
+		return c.settle("Send", c.hostP2P("Send", buf, count, dt, peer, false))
 	}
-	return c.p2p("Send", buf, count, dt, peer, false, s)
+	return c.settle("Send", c.p2p("Send", buf, count, dt, peer, false, s))
 }
 
 // Recv receives count elements from rank peer into buf, matching the
 // peer's Send; deferred inside a group like Send.
 func (c *Comm) Recv(buf Buffer, count int, dt sdk.DataType, peer int, s Stream) error {
 	if c.host != nil {
-		return c.hostP2P("Recv", buf, count, dt, peer, true)
+		return c.settle("Recv", c.hostP2P("Recv", buf, count, dt, peer, true))
 	}
-	return c.p2p("Recv", buf, count, dt, peer, true, s)
+	return c.settle("Recv", c.p2p("Recv", buf, count, dt, peer, true, s))
 }
 
 // GroupStart opens a group: until the matching GroupEnd, the collectives
@@ -133,7 +133,9 @@ func (c *Comm) GroupStart() {
 // group in which a call was invalid is not run at all
 // (sdk.ErrInvalidUsage, naming that call's error). The communicator keeps
 // none of the group's buffers once GroupEnd returns.
-func (c *Comm) GroupEnd() error {
+func (c *Comm) GroupEnd() error { return c.settle("GroupEnd", c.groupEnd()) }
+
+func (c *Comm) groupEnd() error {
 	if c.group == 0 {
 		return fmt.Errorf("%w: GroupEnd without GroupStart on rank %d", sdk.ErrInvalidUsage, c.rank)
 	}

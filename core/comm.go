@@ -26,6 +26,7 @@ type hostComm struct {
 	rank, nranks int
 	peers        []peerInfo
 	cfg          hostnet.Config
+	secret       hostnet.Secret // the id's (the control plane proves it too)
 	listener     *hostnet.Listener
 	mesh         *hostnet.Mesh // links to every peer (mesh.Links[rank] is nil)
 	engine       *host.Engine
@@ -112,7 +113,7 @@ func initHost(id UniqueID, nranks, rank int, cfg hostnet.Config) (*hostComm, err
 	for _, w := range mesh.Warnings {
 		flog.Default().Warn(w)
 	}
-	c := &hostComm{rank: rank, nranks: nranks, peers: peers, cfg: cfg, listener: l, mesh: mesh, aborted: make(chan struct{})}
+	c := &hostComm{rank: rank, nranks: nranks, peers: peers, cfg: cfg, secret: id.Secret, listener: l, mesh: mesh, aborted: make(chan struct{})}
 	var hopts []host.Option
 	if node := mesh.Node; node != nil && node.Size() == nranks {
 		hopts = append(hopts, host.WithShared(sharedNode{node, c}), host.WithWorkers(node.Cores()))

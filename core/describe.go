@@ -125,7 +125,7 @@ func (c *Comm) HostAllGather(send, recv []byte) error {
 		call = sdk.Call{Coll: sdk.Barrier}
 	}
 	if err := c.world.run(&call, send, recv); err != nil {
-		return c.callError("HostAllGather", err)
+		return c.settle("HostAllGather", c.callError("HostAllGather", err))
 	}
 	return nil
 }

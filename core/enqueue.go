@@ -62,7 +62,7 @@ func (c *Comm) enqueue() error {
 		err = c.runTask(&c.task)
 	}
 	c.task.send, c.task.recv, c.task.user, c.task.plan = Buffer{}, Buffer{}, nil, nil // keep no caller memory
-	return err
+	return c.settle(c.task.name, err)
 }
 
 // runTask asks the runners in order.

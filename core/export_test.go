@@ -1,6 +1,10 @@
 package core
 
-import "github.com/flagcx/flagcx-go/internal/sched"
+import (
+	"testing"
+
+	"github.com/flagcx/flagcx-go/internal/sched"
+)
 
 // SchedPlan is rank's plan for call as the schedules build it (afresh,
 // from the communicator's layout and options, as bench --print-plan
@@ -18,3 +22,7 @@ func SetStepRan(f func(p *sched.Plan, i int)) { stepRan = f }
 // StagedInPieces is how many staged AllReduces c ran in pieces
 // (hetero_staged.go).
 func StagedInPieces(c *Comm) int { return c.stagedInPieces }
+
+// FlagcxFiles lists this process's flagcx segments in /dev/shm, for the
+// external tests that require none left behind.
+func FlagcxFiles(t *testing.T) []string { return flagcxFiles(t) }

@@ -266,8 +266,10 @@ type Comm struct {
 	dev        *watchedPlugin // the plugin's calls that can block, under wd (device ranks)
 	vendorGone atomic.Bool    // ccl was aborted or destroyed (see abortVendor)
 
-	mu       sync.Mutex // guards failed and closed against Abort
+	ctl      *ctlPlane  // the control plane (revoke.go); nil with one rank
+	mu       sync.Mutex // guards failed, closed and revoked against Abort
 	failed   error
+	revoked  *RevokedError // the verdict this rank adopted (revoke.go)
 	closed   bool
 	down     atomic.Bool // closed is set: the host placement's calls then ask usable
 	stopOnce sync.Once
@@ -287,6 +289,7 @@ type initRecord struct {
 	Split    string       `json:"split"`
 	HostPath bool         `json:"host_path"`
 	Chunk    int          `json:"chunk"`
+	Ctl      string       `json:"ctl,omitempty"` // the address of the rank's control plane (revoke.go)
 }
 
 const initRecordBytes = 1024
@@ -324,11 +327,20 @@ func InitRank(id UniqueID, nranks, rank int, opts ...Option) (*Comm, error) {
 		return nil, err
 	}
 	c := &Comm{rank: rank, n: nranks, be: be, world: world, workers: runtime.GOMAXPROCS(0), lookup: o.lookup, debug: collDebugFromEnv(o.lookup), printed: map[string]bool{}}
+	if nranks > 1 {
+		if c.ctl, err = listenCtl(world.cfg, world.secret); err != nil {
+			_ = world.Abort()
+			return nil, fmt.Errorf("rank %d: %w", rank, err)
+		}
+		rec.Ctl = c.ctl.l.Addr()
+		go c.serveCtl()
+	}
 	// A value this rank cannot read counts as "off": start turns device
 	// reductions off for everyone when any rank has them off.
 	c.wantDeviceReduce, _ = env.DeviceReduce.Get(env.Lookup(o.lookup))
 	if err := c.agree(rec); err != nil {
 		_ = world.Abort()
+		c.ctl.close()
 		return nil, err
 	}
 	if be.OnDevice() {
@@ -476,6 +488,12 @@ func (c *Comm) agree(rec initRecord) error {
 			return fmt.Errorf("rank %d: %w", c.rank, err)
 		}
 		members[r] = recs[r].Member
+	}
+	if c.ctl != nil {
+		c.ctl.addrs = make([]string, c.n)
+		for r := range recs {
+			c.ctl.addrs[r] = recs[r].Ctl
+		}
 	}
 	for r := 1; r < c.n; r++ {
 		a, b := recs[0], recs[r]
@@ -705,6 +723,7 @@ func (c *Comm) stop(abort bool) error {
 	var errs []error
 	c.stopOnce.Do(func() {
 		defer c.wd.close()
+		defer c.ctl.close()
 		if abort {
 			c.abortHost()
 			if err := c.abortVendor(); err != nil && !errors.Is(err, sdk.ErrNotSupported) {
@@ -781,6 +800,10 @@ func (c *Comm) usable(name string) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	switch {
+	case c.revoked != nil && !c.closed:
+		e := *c.revoked
+		e.Rank, e.Op = c.rank, name
+		return &e
 	case c.failed != nil:
 		// %v: this call is a usage error; the earlier failure (a timeout,
 		// a remote error) was that call's and must not match here.

@@ -289,7 +289,11 @@ func TestHeteroAbort(t *testing.T) {
 	// The peer, waiting on the aborted rank, fails too.
 	err = comms[1].AllReduce(buf, buf, 1<<18, sdk.Float32, sdk.Sum, 0)
 	require.Error(t, err)
-	require.ErrorIs(t, comms[1].Barrier(), sdk.ErrInvalidUsage, "a failed schedule aborts the communicator")
+	// It finds rank 0 gone and revokes the communicator: its later calls
+	// fail with that verdict.
+	var re *core.RevokedError
+	require.ErrorAs(t, comms[1].Barrier(), &re, "a failed schedule revokes the communicator")
+	require.Equal(t, []int{0}, re.Failed)
 }
 
 // TestHeteroShmPlane: clusters of host ranks in one process share the

@@ -23,7 +23,7 @@ func (c *Comm) Watchdog() *Watchdog { return c.wd }
 // On a host rank fn simply runs.
 func (c *Comm) Guard(fn func() error) error {
 	if c.wd == nil {
-		return fn()
+		return c.settle("", fn())
 	}
 	done := make(chan error, 1)
 	go func() {
@@ -33,11 +33,13 @@ func (c *Comm) Guard(fn func() error) error {
 	select {
 	case err := <-done:
 		if werr := c.wd.Err(); werr != nil {
-			return werr // the cause; fn's error follows from the abort
+			err = werr // the cause; fn's error follows from the abort
 		}
-		return err
+		return c.settle("", err)
 	case <-c.wd.Fired():
-		return c.wd.Err()
+		return c.settle("", c.wd.Err())
+	case <-c.Revoked():
+		return c.revokedWith("", c.wd.Err())
 	}
 }
 

@@ -104,7 +104,57 @@ func decodeInitRecord(b []byte, r int, peer string) (initRecord, error) {
 	if _, err := sched.ParseSplitList(rec.Split); err != nil {
 		return bad("has a split list that does not parse: %v", err)
 	}
+	if rec.Ctl != "" {
+		if err := hostnet.CheckAddr(rec.Ctl); err != nil {
+			return bad("names a control address that is not one: %v", err)
+		}
+	}
 	return rec, nil
+}
+
+// decodeCtl reads a message of a peer's control plane (revoke.go) in a
+// communicator of n ranks: a hello, or the verdict of a reply.
+func decodeCtl(b []byte, n int) (ctlMsg, error) {
+	var m ctlMsg
+	bad := func(format string, args ...any) (ctlMsg, error) {
+		return ctlMsg{}, fmt.Errorf("%w: a control message %s", sdk.ErrRemoteError, fmt.Sprintf(format, args...))
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return bad("is malformed: %v", err)
+	}
+	switch {
+	case m.Kind != ctlProbe && m.Kind != ctlRevoke && m.Kind != ctlShrink:
+		return bad("is of kind %q", m.Kind)
+	case m.From < 0 || m.From >= n || m.By < 0 || m.By >= n:
+		return bad("names rank %d or %d of %d", m.From, m.By, n)
+	case !ascendingRanks(m.Failed, n) || !ascendingRanks(m.Exclude, n):
+		return bad("lists ranks out of order or of range (0..%d)", n-1)
+	case len(m.Hosts) != len(m.Failed):
+		return bad("names %d hosts for %d ranks", len(m.Hosts), len(m.Failed))
+	case len(m.ID) > 2*UniqueIDBytes+hostnet.MaxHello/16:
+		return bad("carries an id of %d bytes", len(m.ID))
+	}
+	for i, h := range m.Hosts {
+		if len(h) > maxRecordName {
+			h = h[:maxRecordName]
+		}
+		m.Hosts[i] = strings.ToValidUTF8(h, "?")
+	}
+	if len(m.Cause) > maxReplyError {
+		m.Cause = m.Cause[:maxReplyError] + "..."
+	}
+	m.Cause = strings.ToValidUTF8(m.Cause, "?")
+	return m, nil
+}
+
+// ascendingRanks: rs are ranks of n, each once, ascending.
+func ascendingRanks(rs []int, n int) bool {
+	for i, r := range rs {
+		if r < 0 || r >= n || (i > 0 && rs[i-1] >= r) {
+			return false
+		}
+	}
+	return true
 }
 
 // peerName names rank r of the communicator for errors: "rank 3

@@ -1,6 +1,7 @@
 package core_test
 
 import (
+	"errors"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -82,29 +83,35 @@ func TestWatchdogPluginStuckInAllReduce(t *testing.T) {
 			errs <- c.Guard(func() error { return c.AllReduce(b, b, 16, sdk.Float32, sdk.Sum, 0) })
 		}()
 	}
-	seen := map[int]bool{}
+	// The rank whose watchdog fires first finds every rank there and
+	// revokes the communicator: a rank whose own deadline had not passed
+	// yet gets that verdict instead of waiting it out.
+	timedOut := 0
 	for range comms {
 		select {
 		case err := <-errs:
 			require.Less(t, time.Since(start), 15*time.Second)
+			var re *core.RevokedError
+			require.ErrorAs(t, err, &re)
+			require.Empty(t, re.Failed, "every rank answered")
+			require.Regexp(t, `^rank [01]: example plugin: allReduce did not return within 2s; the communicator was aborted`, re.Cause)
 			var te *core.TimeoutError
-			require.ErrorAs(t, err, &te)
-			require.ErrorIs(t, err, core.ErrTimeout)
-			require.Equal(t, "example", te.Plugin)
-			require.Equal(t, "allReduce", te.Call)
-			require.Regexp(t, `^rank [01]: example plugin: allReduce did not return within 2s; the communicator was aborted`, err.Error())
-			seen[te.Rank] = true
+			if errors.As(err, &te) {
+				timedOut++
+				require.ErrorIs(t, err, core.ErrTimeout)
+				require.Equal(t, "example", te.Plugin)
+				require.Equal(t, "allReduce", te.Call)
+			}
 		case <-time.After(60 * time.Second):
 			t.Fatal("a rank is still waiting for the stuck allReduce after 60s")
 		}
 	}
-	require.Equal(t, map[int]bool{0: true, 1: true}, seen)
+	require.NotZero(t, timedOut, "the detecting rank keeps its own *TimeoutError")
 
 	for r, c := range comms {
-		require.ErrorIs(t, c.Watchdog().Err(), core.ErrTimeout, "rank %d", r)
 		err := c.AllReduce(core.DeviceBuffer(1, 4), core.DeviceBuffer(1, 4), 1, sdk.Float32, sdk.Sum, 0)
-		require.ErrorIs(t, err, sdk.ErrInvalidUsage)
-		require.Contains(t, err.Error(), "failed in an earlier call")
+		var re *core.RevokedError
+		require.ErrorAs(t, err, &re)
 		done := make(chan error, 1)
 		go func() { done <- c.Destroy() }()
 		select {

@@ -442,6 +442,18 @@ flagcxResult_t flagcxGroupEnd(flagcxComm_t comm);
 flagcxResult_t flagcxCommSplit(flagcxComm_t comm, int color, int key,
                                flagcxComm_t *newcomm);
 
+/* flagcxCommShrink makes a communicator of the ranks of comm not among
+ * the nexclude ranks of exclude, as ncclCommShrink (core's Shrink): the way
+ * on after a rank was lost (exclude the ranks a revoked communicator's
+ * error names), or a planned shrink. It is collective over the survivors,
+ * which pass the same list; the excluded ranks, dead or alive, need not
+ * take part (one that calls it gets *newcomm NULL). The survivors keep
+ * their order and their backends and devices; clusters lose the excluded
+ * ranks, and their vendor communicators start anew. comm is left as it
+ * is: destroy or abort it. */
+flagcxResult_t flagcxCommShrink(flagcxComm_t comm, const int *exclude,
+                                int nexclude, flagcxComm_t *newcomm);
+
 /* flagcxSetLastError records a failure of entry (a library built on this
  * one, e.g. "ncclCommShrink") as flagcxGetLastError(comm) and
  * flagcxGetLastError(NULL) report it: "<entry>: <description of code>:

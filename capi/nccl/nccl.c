@@ -475,16 +475,17 @@ ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key,
 ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList,
                             int excludeRanksCount, ncclComm_t *newcomm,
                             ncclConfig_t *config, int shrinkFlags) {
-  (void)excludeRanksList, (void)excludeRanksCount, (void)config,
-      (void)shrinkFlags;
+  // NCCL_SHRINK_ABORT asks to end the parent's operations first: a lost
+  // rank's revoke has ended them already, and a planned shrink needs none
+  // of the parent's links, so both flags shrink alike.
+  (void)shrinkFlags;
   if (newcomm != NULL)
     *newcomm = NULL;
-  return refuse(comm, "ncclCommShrink", ncclInvalidUsage,
-                "ncclCommShrink is not supported by flagcx-go's libnccl.so.2: "
-                "its split needs every rank of the parent communicator to "
-                "call it, and the excluded ranks of a shrink do not; while "
-                "every rank is alive, ncclCommSplit with NCCL_SPLIT_NOCOLOR "
-                "on the excluded ranks makes the same communicator");
+  ncclResult_t r = checkConfig("ncclCommShrink", config);
+  if (r != ncclSuccess)
+    return r;
+  return res(flagcxCommShrink(COMM(comm), excludeRanksList, excludeRanksCount,
+                              (flagcxComm_t *)newcomm));
 }
 
 ncclResult_t ncclCommFinalize(ncclComm_t comm) {

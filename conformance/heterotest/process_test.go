@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -30,7 +31,7 @@ import (
 const envWorker = "FLAGCX_HETEROTEST_WORKER"
 
 type workerJob struct {
-	Scenario  string   `json:"scenario"` // "matrix", "group" (group_test.go) or "die"
+	Scenario  string   `json:"scenario"` // "matrix", "group" (group_test.go), "die" or "revoke" (revoke_test.go)
 	Placement []string `json:"placement"`
 	Rank      int      `json:"rank"`
 	ID        string   `json:"id"`
@@ -40,6 +41,8 @@ type workerJob struct {
 	Types     []int    `json:"types"`  // nil: every data type
 	Victim    int      `json:"victim"` // "die": the rank that exits mid-collective
 	Inside    bool     `json:"inside"` // "die": the victim has started the collective
+	Seed      uint64   `json:"seed"`   // "revoke": when the victim is killed
+	Stop      bool     `json:"stop"`   // "revoke": the victim stops (SIGSTOP) rather than dies
 }
 
 type workerOut struct {
@@ -51,6 +54,7 @@ type workerOut struct {
 	Failures    []string `json:"failures"`
 	Error       string   `json:"error"`
 	ErrAfter    float64  `json:"err_after"` // "die": seconds until the error
+	Revoked     revoked  `json:"revoked"`   // "revoke"
 }
 
 func TestMain(m *testing.M) {
@@ -127,6 +131,8 @@ func work(job *workerJob, out *workerOut) error {
 	switch job.Scenario {
 	case "die":
 		return die(job, comm, m, out)
+	case "revoke":
+		return revokeShrink(job, comm, m, out)
 	case "group":
 		return groups(comm, m, out)
 	case "matrix":
@@ -258,6 +264,13 @@ func expand(spec string) []string {
 // outputs; the ranks share env (on top of this process's environment).
 func runRanks(t *testing.T, placement []string, job workerJob, env []string, limit time.Duration) []workerOut {
 	t.Helper()
+	outs, _ := runRanksPids(t, placement, job, env, limit)
+	return outs
+}
+
+// runRanksPids is runRanks that also returns the ranks' process ids.
+func runRanksPids(t *testing.T, placement []string, job workerJob, env []string, limit time.Duration) ([]workerOut, []int) {
+	t.Helper()
 	cfg := hostnet.DefaultConfig()
 	cfg.IfName = "lo"
 	id, err := core.GetUniqueID(core.WithIDNetConfig(cfg))
@@ -268,10 +281,13 @@ func runRanks(t *testing.T, placement []string, job workerJob, env []string, lim
 	n := len(placement)
 	outs := make([]workerOut, n)
 	codes := make([]int, n)
+	pids := make([]int, n)
 	logs := make([]string, n)
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	var wg sync.WaitGroup
+	// A stopped victim ("revoke" with Stop) never ends: it is killed once
+	// the others have.
+	var wg, others sync.WaitGroup
 	for r := 0; r < n; r++ {
 		j := job
 		j.Placement, j.Rank, j.ID, j.Root = placement, r, id.String(), repoRoot(t)
@@ -281,11 +297,21 @@ func runRanks(t *testing.T, placement []string, job workerJob, env []string, lim
 		cmd := exec.CommandContext(ctx, exe, "-test.run=^$")
 		cmd.Env = append(os.Environ(), envWorker+"="+string(spec), "FLAGCX_SOCKET_IFNAME=lo")
 		cmd.Env = append(cmd.Env, env...)
+		var buf strings.Builder
+		cmd.Stdout, cmd.Stderr = &buf, &buf
+		require.NoError(t, cmd.Start())
+		pids[r] = cmd.Process.Pid
 		wg.Add(1)
+		if r != job.Victim {
+			others.Add(1)
+		}
 		go func(r int) {
 			defer wg.Done()
-			b, err := cmd.CombinedOutput()
-			logs[r] = string(b)
+			if r != job.Victim {
+				defer others.Done()
+			}
+			err := cmd.Wait()
+			logs[r] = buf.String()
 			if ee, ok := err.(*exec.ExitError); ok {
 				codes[r] = ee.ExitCode()
 			} else if err != nil {
@@ -294,6 +320,10 @@ func runRanks(t *testing.T, placement []string, job workerJob, env []string, lim
 			}
 		}(r)
 	}
+	if job.Scenario == "revoke" && job.Stop {
+		others.Wait()
+		_ = syscall.Kill(pids[job.Victim], syscall.SIGKILL)
+	}
 	wg.Wait()
 	require.NoError(t, ctx.Err(), "the ranks did not finish within %v", limit)
 	for r := 0; r < n; r++ {
@@ -301,12 +331,16 @@ func runRanks(t *testing.T, placement []string, job workerJob, env []string, lim
 			require.Equal(t, 3, codes[r], "the victim exits with 3: %s", logs[r])
 			continue
 		}
+		if job.Scenario == "revoke" && r == job.Victim {
+			require.Equal(t, -1, codes[r], "the victim is killed: %s", logs[r])
+			continue
+		}
 		require.Zero(t, codes[r], "rank %d: %s", r, logs[r])
 		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("rank%d.json", r)))
 		require.NoError(t, err, "rank %d wrote no result: %s", r, logs[r])
 		require.NoError(t, json.Unmarshal(b, &outs[r]))
 	}
-	return outs
+	return outs, pids
 }
 
 // TestHeteroPlacements checks every collective, type, op and root exactly

@@ -122,11 +122,11 @@ func Local(np int, argv []string, env []string, stdout, stderr io.Writer, opts .
 	if np < 1 {
 		return fmt.Errorf("%w: --np %d: need at least one rank", sdk.ErrInvalidArgument, np)
 	}
-	c := readHostCapacity()
-	for _, o := range opts {
-		o(&c)
+	o := localOptions{hostCapacity: readHostCapacity()}
+	for _, opt := range opts {
+		opt(&o)
 	}
-	if err := checkCapacity(np, c); err != nil {
+	if err := checkCapacity(np, o.hostCapacity); err != nil {
 		return err
 	}
 	exe, err := executable()
@@ -137,7 +137,7 @@ func Local(np int, argv []string, env []string, stdout, stderr io.Writer, opts .
 	if err != nil {
 		return fmt.Errorf("local launcher: %w", err)
 	}
-	err = runLocal(exe, np, argv, env, id.String(), stdout, stderr)
+	err = runLocal(exe, np, argv, env, id.String(), stdout, stderr, o.keepGoing)
 	if err != nil {
 		// A rank killed before its peers mapped its shared memory (or
 		// killed by us while waiting for such a rank) cannot remove its
@@ -150,20 +150,35 @@ func Local(np int, argv []string, env []string, stdout, stderr io.Writer, opts .
 }
 
 // A LocalOption tells Local more about its ranks.
-type LocalOption func(*hostCapacity)
+type LocalOption func(*localOptions)
+
+type localOptions struct {
+	hostCapacity
+	keepGoing bool // KeepGoing
+}
 
 // RankBytes is the memory each rank's command allocates (a benchmark's
 // buffers, say), which Local adds to what a rank costs anyway when it
 // checks that the ranks fit in this host's memory.
 func RankBytes(n int64) LocalOption {
-	return func(c *hostCapacity) { c.rankBytes = max(n, 0) }
+	return func(o *localOptions) { o.rankBytes = max(n, 0) }
+}
+
+// KeepGoing is for ranks that go on without a rank that failed (they
+// shrink their communicator, core.Comm.Shrink): a failed rank does not
+// make Local stop the others (a fatal report, ReportFatal, and a signal
+// still do), and every rank's stdout goes to stdout, since any survivor
+// may become rank 0. Local still returns the failures once every rank
+// has exited.
+func KeepGoing() LocalOption {
+	return func(o *localOptions) { o.keepGoing = true }
 }
 
 // executable is os.Executable, replaced by tests that must start nothing.
 var executable = os.Executable
 
 // runLocal is Local once the unique id exists.
-func runLocal(exe string, np int, argv, env []string, id string, stdout, stderr io.Writer) error {
+func runLocal(exe string, np int, argv, env []string, id string, stdout, stderr io.Writer, keepGoing bool) error {
 	base := stripLauncherEnv(env)
 	if isTerminal(stderr) {
 		base = append(base, EnvProgress+"=1")
@@ -175,7 +190,7 @@ func runLocal(exe string, np int, argv, env []string, id string, stdout, stderr 
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
 
-	l := &localRun{procs: make([]*exec.Cmd, np), done: make(chan rankExit, np)}
+	l := &localRun{procs: make([]*exec.Cmd, np), done: make(chan rankExit, np), keepGoing: keepGoing}
 	if err := l.startRanks(exe, argv, base, id, stdout, stderr, reports); err != nil {
 		return err
 	}
@@ -199,7 +214,10 @@ func (l *localRun) startRanks(exe string, argv, base []string, id string, stdout
 			EnvLocalRank+"="+strconv.Itoa(r),
 			EnvLocalSize+"="+strconv.Itoa(np),
 		)
-		if r == 0 {
+		switch {
+		case l.keepGoing:
+			cmd.Stdout = &lockedWriter{w: stdout, mu: &mu}
+		case r == 0:
 			cmd.Stdout = stdout
 		}
 		prefixers[r] = &prefixWriter{w: stderr, mu: &mu, prefix: []byte(fmt.Sprintf("rank %d: ", r)), fatal: func(msg string) {
@@ -252,7 +270,7 @@ func (l *localRun) supervise(reports <-chan rankReport, sigs <-chan os.Signal) e
 				re.Killed = killed
 				failures = append(failures, re)
 				failed[x.rank] = re
-				if grace == nil {
+				if grace == nil && !l.keepGoing {
 					grace = time.After(GracePeriod)
 				}
 			}
@@ -311,8 +329,21 @@ type rankReport struct {
 }
 
 type localRun struct {
-	procs []*exec.Cmd
-	done  chan rankExit
+	procs     []*exec.Cmd
+	done      chan rankExit
+	keepGoing bool // KeepGoing
+}
+
+// lockedWriter writes to w under mu: the ranks' stdouts in one.
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
 }
 
 func (l *localRun) killAll() {

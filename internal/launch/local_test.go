@@ -44,6 +44,13 @@ func child(mode string) int {
 		}
 		time.Sleep(200 * time.Millisecond)
 		return 0
+	case "survivors":
+		if rank == 1 {
+			return 7
+		}
+		time.Sleep(time.Second) // past the grace period of TestLocalKeepGoing
+		fmt.Printf("survivor %d\n", rank)
+		return 0
 	case "rank2crashes":
 		if rank == 2 {
 			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
@@ -71,12 +78,17 @@ func child(mode string) int {
 
 func runTestRanks(t *testing.T, mode string, np int) (stdout, stderr string, err error, took time.Duration) {
 	t.Helper()
+	return runTestRanksKeepGoing(t, mode, np, false)
+}
+
+func runTestRanksKeepGoing(t *testing.T, mode string, np int, keepGoing bool) (stdout, stderr string, err error, took time.Duration) {
+	t.Helper()
 	exe, e := os.Executable()
 	require.NoError(t, e)
 	env := append(os.Environ(), envChild+"="+mode, "OMPI_COMM_WORLD_RANK=5", "RANK=5")
 	var out, errb bytes.Buffer
 	start := time.Now()
-	err = runLocal(exe, np, []string{"-test.run=^$"}, env, "127.0.0.1:1#id", &out, &errb)
+	err = runLocal(exe, np, []string{"-test.run=^$"}, env, "127.0.0.1:1#id", &out, &errb, keepGoing)
 	return out.String(), errb.String(), err, time.Since(start)
 }
 
@@ -101,6 +113,19 @@ func TestLocalFailure(t *testing.T) {
 	require.Equal(t, 7, re.ExitCode)
 	require.Equal(t, "rank 1 exited with status 7", err.Error())
 	require.Contains(t, stderr, "rank 1: giving up\n")
+}
+
+// TestLocalKeepGoing: with KeepGoing a failed rank leaves the others
+// running past the grace period, every rank's stdout passes (a survivor
+// may be the new rank 0), and the failure is still reported at the end.
+func TestLocalKeepGoing(t *testing.T) {
+	old := GracePeriod
+	GracePeriod = 100 * time.Millisecond
+	defer func() { GracePeriod = old }()
+	stdout, _, err, _ := runTestRanksKeepGoing(t, "survivors", 3, true)
+	require.EqualError(t, err, "rank 1 exited with status 7")
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	require.ElementsMatch(t, []string{"survivor 0", "survivor 2"}, lines)
 }
 
 func TestLocalSignal(t *testing.T) {
@@ -158,7 +183,7 @@ func TestReportFatalOnlyUnderTheLocalLauncher(t *testing.T) {
 func TestLocalBadArgs(t *testing.T) {
 	err := Local(0, nil, nil, nil, nil)
 	require.ErrorContains(t, err, "--np 0")
-	err = runLocal("/nonexistent/flagcx", 2, nil, nil, "id", &bytes.Buffer{}, &bytes.Buffer{})
+	err = runLocal("/nonexistent/flagcx", 2, nil, nil, "id", &bytes.Buffer{}, &bytes.Buffer{}, false)
 	require.ErrorContains(t, err, "rank 0: could not start /nonexistent/flagcx")
 }
 

@@ -562,6 +562,25 @@ static void testSplit(void) {
   OK(ncclCommDestroy(sub));
 }
 
+// testShrink: a planned shrink without the last rank (every rank alive;
+// the excluded one calls it too and gets NULL), checked by shape and an
+// AllReduce.
+static void testShrink(void) {
+  if (nranks < 2)
+    return;
+  int last = nranks - 1;
+  ncclComm_t sub = (ncclComm_t)&sub;
+  OK(ncclCommShrink(comm, &last, 1, &sub, NULL, NCCL_SHRINK_DEFAULT));
+  if (rank == last) {
+    if (sub != NULL)
+      fail("ncclCommShrink gave the excluded rank a communicator");
+    return;
+  }
+  expectShape(sub, "ncclCommShrink", nranks - 1, rank);
+  sumOfRanks(sub, "AllReduce on a shrunk communicator", nranks - 1, rank);
+  OK(ncclCommDestroy(sub));
+}
+
 // testErrors: bad communicators and arguments, and what flagcx-go does not
 // serve, each refused with its code and a last error that names it.
 static void testErrors(void) {
@@ -574,10 +593,10 @@ static void testErrors(void) {
   EXPECT(comm, ncclAllReduce(d, d, 4, ncclFloat8e5m2, ncclSum, comm, stream),
          ncclInvalidUsage, "ncclAllReduce", "fp8");
   ncclComm_t shrunk = comm;
-  EXPECT(comm, ncclCommShrink(comm, &x, 1, &shrunk, NULL, NCCL_SHRINK_DEFAULT),
-         ncclInvalidUsage, "ncclCommShrink", "not supported by flagcx-go");
+  EXPECT(comm, ncclCommShrink(comm, &x, -1, &shrunk, NULL, NCCL_SHRINK_DEFAULT),
+         ncclInvalidArgument, "flagcxCommShrink", "nexclude is negative");
   if (shrunk != NULL)
-    fail("ncclCommShrink left *newcomm set");
+    fail("a refused ncclCommShrink left *newcomm set");
   EXPECT(comm, ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT), ncclInvalidUsage,
          "ncclCommRevoke", "not supported by flagcx-go");
   ncclConfig_t bad = NCCL_CONFIG_INITIALIZER;
@@ -690,6 +709,7 @@ static void runRank(const char *hex) {
   testPreMulSum();
   testInits();
   testSplit();
+  testShrink();
   testErrors();
   testMemory();
   OK(ncclCommFinalize(comm));

@@ -27,6 +27,7 @@ type Flags struct {
 	Backend    string `name:"backend" default:"host" placeholder:"NAME" help:"Where every rank runs: host (the CPU, built in) or a plugin's name (nvidia, kunlunxin, cambricon, metax) from --plugin-dir."`
 	Ranks      string `name:"ranks" placeholder:"SPEC" help:"Start ranks on this machine placed on backends in order, e.g. nvidia:2 or kunlunxin:2,metax:1,host:2 (implies --np). Ranks of one vendor form a cluster; several clusters make a heterogeneous communicator. A rank's device is its position among this host's ranks of the same backend."`
 	PrintPlan  bool   `name:"print-plan" help:"Print every rank's schedule (plan of steps) of each collective at the largest size before its results."`
+	OnFailure  string `name:"on-failure" default:"abort" enum:"abort,shrink" placeholder:"WHAT" help:"When a rank is lost: abort (every rank fails) or shrink (the survivors make a communicator of themselves, print the failure and the new size, and run the benchmark again on it)."`
 
 	// Set from the global flags.
 	PluginDir string `kong:"-"`
@@ -59,6 +60,8 @@ type Config struct {
 	PluginDir string
 	Emulated  bool
 	PrintPlan bool
+	// Shrink: --on-failure shrink.
+	Shrink bool
 	// Hetero runs the benchmark through core.Comm's own calls (clusters and
 	// their schedules) rather than on its host engine communicator: set by
 	// Run for placements, plugins, and the cluster variables.
@@ -73,7 +76,7 @@ func (f *Flags) Config() (*Config, error) {
 		Warmup: f.Warmup, Iters: f.Iters, Check: f.Check == 1, Root: f.Root,
 		Print: f.Print == 1, Format: f.Format, JSON: f.JSON,
 		Backend: strings.ToLower(strings.TrimSpace(f.Backend)), PluginDir: f.PluginDir, Emulated: f.Emulated,
-		PrintPlan: f.PrintPlan,
+		PrintPlan: f.PrintPlan, Shrink: f.OnFailure == "shrink",
 	}
 	if c.Backend == "" {
 		c.Backend = HostBackendName

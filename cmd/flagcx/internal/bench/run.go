@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -105,15 +106,63 @@ func Run(f *Flags, e Env) error {
 	if err != nil {
 		return err
 	}
-	r := newRankRun(cfg, comm, be, io.Discard)
-	r.launcher = "none"
+	launcher := "none"
 	if launched {
-		r.launcher = job.Launcher
+		launcher = job.Launcher
 	}
-	if rank == 0 {
-		r.showOn(e)
+	for {
+		r := newRankRun(cfg, comm, be, io.Discard)
+		r.launcher = launcher
+		if r.rank == 0 {
+			r.showOn(e)
+		}
+		err := runRank(e, comm, be, r)
+		if !revokedToShrink(cfg, err) {
+			return err
+		}
+		var re *core.RevokedError
+		errors.As(err, &re)
+		if comm, be, err = shrink(cfg, e, comm, be, re); err != nil {
+			return err
+		}
 	}
-	return runRank(e, comm, be, r)
+}
+
+// revokedToShrink: err is a lost rank's revoke, and --on-failure shrink
+// asks to go on without it.
+func revokedToShrink(cfg *Config, err error) bool {
+	var re *core.RevokedError
+	return cfg.Shrink && errors.As(err, &re)
+}
+
+// shrink is --on-failure shrink after a rank was lost: the survivors make
+// a communicator of themselves (core.Comm.Shrink) and the old one goes;
+// the new rank 0 says what failed and how many ranks go on.
+func shrink(cfg *Config, e Env, comm communicator, be backend, re *core.RevokedError) (communicator, backend, error) {
+	old := comm.Comm.(*core.Comm) // runRank returns a *core.RevokedError only from one
+	hc, err := old.Shrink(re.Failed)
+	be.close()
+	_ = comm.abort()
+	if err != nil {
+		return communicator{}, nil, fmt.Errorf("--on-failure shrink: %w (after: %w)", err, re)
+	}
+	if cfg.Placement != nil {
+		var kept Placement
+		for r, p := range cfg.Placement {
+			if !slices.Contains(re.Failed, r) {
+				kept = append(kept, p)
+			}
+		}
+		cfg.Placement = kept
+	}
+	if cfg.Root >= hc.Count() {
+		cfg.Root = 0
+	}
+	if hc.Rank() == 0 {
+		fmt.Fprintf(e.Stdout, "# %v\n# --on-failure shrink: the run goes on with %d of %d ranks, without %s\n",
+			re, hc.Count(), old.Count(), sched.FormatRanks(re.Failed))
+	}
+	return wrapComm(cfg, old.Backend(), hc)
 }
 
 // startRanks is --np without a launcher: it checks what every rank would
@@ -139,8 +188,11 @@ func startRanks(cfg *Config, e Env) error {
 			return err
 		}
 	}
-	return launch.Local(cfg.NP, e.Args, e.Environ, e.Stdout, e.Stderr,
-		launch.RankBytes(hostBytesPerRank(cfg.MaxBytes, cfg.Check)))
+	opts := []launch.LocalOption{launch.RankBytes(hostBytesPerRank(cfg.MaxBytes, cfg.Check))}
+	if cfg.Shrink {
+		opts = append(opts, launch.KeepGoing())
+	}
+	return launch.Local(cfg.NP, e.Args, e.Environ, e.Stdout, e.Stderr, opts...)
 }
 
 // join finds the unique id (the launcher's job's, or a new one for a
@@ -183,6 +235,9 @@ func (r *rankRun) showOn(e Env) {
 // runRank runs the benchmark r on comm and be, then tears them down.
 func runRank(e Env, comm communicator, be backend, r *rankRun) error {
 	runErr := comm.run(r.run)
+	if revokedToShrink(r.cfg, runErr) {
+		return runErr // the caller shrinks before the old communicator goes
+	}
 	if reportStuck(e, runErr) {
 		// The watchdog aborted the communicator, and a plugin call may
 		// still be inside the plugin, holding what the cleanup would call
@@ -298,6 +353,12 @@ func joinBackend(cfg *Config, job launch.Job, launched bool, id core.UniqueID, n
 	if err != nil {
 		return communicator{}, nil, err
 	}
+	return wrapComm(cfg, be, hc)
+}
+
+// wrapComm is hc, this rank's communicator on be, as the run uses it,
+// with the backend that runs the measured collectives.
+func wrapComm(cfg *Config, be core.Backend, hc *core.Comm) (communicator, backend, error) {
 	if !be.OnDevice() && !cfg.Hetero && hc.IsHomogeneous() {
 		// The host placement with no cluster settings: the benchmark
 		// times the communicator's calls on host memory from MemAlloc.
