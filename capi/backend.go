@@ -114,6 +114,9 @@ func (c *comm) groupEnd() error {
 // asyncError is the error that ended the communicator in the background:
 // the watchdog's missed deadline, or nil.
 func (c *comm) asyncError() error {
+	if re := c.hc.Revocation(); re != nil {
+		return re
+	}
 	if wd := c.hc.Watchdog(); wd != nil {
 		return wd.Err()
 	}

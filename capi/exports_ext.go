@@ -8,6 +8,7 @@ package main
 import "C"
 
 import (
+	"fmt"
 	"unsafe"
 
 	"github.com/flagcx/flagcx-go/sdk"
@@ -50,6 +51,16 @@ func capiRedOpCreate(id C.uint64_t, out *C.int, scalar unsafe.Pointer, dt, resid
 //export capiRedOpDestroy
 func capiRedOpDestroy(id C.uint64_t, op C.int) C.int {
 	return withComm(id, "flagcxRedOpDestroy", func(c *comm) error { return c.destroyRedOp(sdk.RedOp(op)) })
+}
+
+// capiCommRevoke revokes communicator id on every rank (core's Revoke).
+//
+//export capiCommRevoke
+func capiCommRevoke(id C.uint64_t) C.int {
+	return withComm(id, "flagcxCommRevoke", func(c *comm) error {
+		c.hc.Revoke(fmt.Sprintf("rank %d called flagcxCommRevoke", c.rank()))
+		return nil
+	})
 }
 
 // capiCommShrink shrinks communicator id by the n ranks at exclude (core's

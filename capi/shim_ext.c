@@ -57,6 +57,12 @@ flagcxResult_t flagcxCommShrink(flagcxComm_t comm, const int *exclude,
   return flagcxSuccess;
 }
 
+flagcxResult_t flagcxCommRevoke(flagcxComm_t comm) {
+  USABLE("flagcxCommRevoke");
+  NEEDCOMM(comm, "flagcxCommRevoke");
+  return capiCommRevoke(comm->id);
+}
+
 flagcxResult_t flagcxSetLastError(flagcxComm_t comm, const char *entry,
                                   flagcxResult_t code, const char *msg) {
   USABLE("flagcxSetLastError");

@@ -282,6 +282,11 @@ func (c *Comm) Revoked() <-chan struct{} {
 	return c.ctl.revoked
 }
 
+// Revocation is the verdict that revoked the communicator, or nil while
+// it is not revoked (what a polling caller, such as the C API's
+// flagcxCommGetAsyncError, reports).
+func (c *Comm) Revocation() *RevokedError { return c.revokedFor("") }
+
 // settle is the error of call op: nil stays nil; on a revoked
 // communicator the verdict; after a failure that may be a lost peer, the
 // verdict of a detection (detect); else err.

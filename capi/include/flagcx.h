@@ -454,6 +454,14 @@ flagcxResult_t flagcxCommSplit(flagcxComm_t comm, int color, int key,
 flagcxResult_t flagcxCommShrink(flagcxComm_t comm, const int *exclude,
                                 int nexclude, flagcxComm_t *newcomm);
 
+/* flagcxCommRevoke revokes comm on every rank, as ncclCommRevoke (core's
+ * Revoke): each rank's operations in flight on it end at once, and every
+ * later one fails, with an error naming the rank that revoked it; what is
+ * left to do with comm is flagcxCommShrink (excluding no rank, or the lost
+ * ones), flagcxCommDestroy or flagcxCommAbort. It does not wait for the
+ * other ranks and may be called from any thread. */
+flagcxResult_t flagcxCommRevoke(flagcxComm_t comm);
+
 /* flagcxSetLastError records a failure of entry (a library built on this
  * one, e.g. "ncclCommShrink") as flagcxGetLastError(comm) and
  * flagcxGetLastError(NULL) report it: "<entry>: <description of code>:

@@ -502,8 +502,10 @@ ncclResult_t ncclCommAbort(ncclComm_t comm) {
 }
 
 ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags) {
-  (void)revokeFlags;
-  return NOT_SERVED(comm, "ncclCommRevoke", "revoking a communicator");
+  if (revokeFlags != NCCL_REVOKE_DEFAULT)
+    return refuse(comm, "ncclCommRevoke", ncclInvalidArgument,
+                "revokeFlags must be NCCL_REVOKE_DEFAULT (0)");
+  return res(flagcxCommRevoke(COMM(comm)));
 }
 
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError) {

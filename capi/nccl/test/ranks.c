@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int rank, nranks, checks;
 static ncclComm_t comm;
@@ -581,6 +582,39 @@ static void testShrink(void) {
   OK(ncclCommDestroy(sub));
 }
 
+// testRevoke: rank 0 revokes a communicator split off comm; every rank
+// sees it in ncclCommGetAsyncError (ncclRemoteError, within 10 s) and its
+// next collective on it fails, and the revoked communicator is destroyed.
+static void testRevoke(void) {
+  ncclComm_t sub = NULL;
+  OK(ncclCommSplit(comm, 0, rank, &sub, NULL));
+  if (rank == 0)
+    OK(ncclCommRevoke(sub, NCCL_REVOKE_DEFAULT));
+  ncclResult_t async = ncclSuccess;
+  for (int i = 0; i < 10000 && async == ncclSuccess; i++) {
+    OK(ncclCommGetAsyncError(sub, &async));
+    if (async == ncclSuccess)
+      usleep(1000);
+  }
+  checks++;
+  if (async != ncclRemoteError)
+    fail("ncclCommGetAsyncError after ncclCommRevoke: %d, want "
+         "ncclRemoteError (%d)",
+         async, ncclRemoteError);
+  void *d = dalloc(16);
+  checks++;
+  if (ncclAllReduce(d, d, 4, ncclInt32, ncclSum, sub, stream) == ncclSuccess &&
+      cudaStreamSynchronize(stream) == cudaSuccess)
+    fail("an AllReduce on a revoked communicator succeeded");
+  const char *why = ncclGetLastError(sub);
+  checks++;
+  if (why == NULL || strstr(why, "revoked") == NULL)
+    fail("ncclGetLastError after a collective on a revoked communicator: %s",
+         why ? why : "(null)");
+  CUDA(cudaFree(d));
+  OK(ncclCommDestroy(sub));
+}
+
 // testErrors: bad communicators and arguments, and what flagcx-go does not
 // serve, each refused with its code and a last error that names it.
 static void testErrors(void) {
@@ -597,8 +631,8 @@ static void testErrors(void) {
          ncclInvalidArgument, "flagcxCommShrink", "nexclude is negative");
   if (shrunk != NULL)
     fail("a refused ncclCommShrink left *newcomm set");
-  EXPECT(comm, ncclCommRevoke(comm, NCCL_REVOKE_DEFAULT), ncclInvalidUsage,
-         "ncclCommRevoke", "not supported by flagcx-go");
+  EXPECT(comm, ncclCommRevoke(comm, 1), ncclInvalidArgument, "ncclCommRevoke",
+         "NCCL_REVOKE_DEFAULT");
   ncclConfig_t bad = NCCL_CONFIG_INITIALIZER;
   bad.magic = 0;
   ncclComm_t c = NULL;
@@ -710,6 +744,7 @@ static void runRank(const char *hex) {
   testInits();
   testSplit();
   testShrink();
+  testRevoke();
   testErrors();
   testMemory();
   OK(ncclCommFinalize(comm));
