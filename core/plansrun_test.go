@@ -129,14 +129,20 @@ func TestPlansThatRunArePlansThatPrint(t *testing.T) {
 		noShm bool       // FLAGCX_SHM_DISABLE=1: the staged schedules
 		shm   sched.Path // path of AllReduce, Reduce, Broadcast, AllGather, ReduceScatter
 		other sched.Path // path of the others
+		// devfold: the pipelined AllReduce, Reduce and ReduceScatter fold
+		// on the devices (reduceLocal), the host folds none of them.
+		devfold bool
 	}{
-		{"host only", "hh", nil, false, sched.PathHostComm, sched.PathHostComm},
-		{"host clusters 2,1, shared windows", "hhh", []core.Option{core.WithSplitList([]int{2, 1}), core.WithChunk(8 << 10)}, false, sched.PathShm, sched.PathP2P},
-		{"host clusters 1,1, staged", "hh", []core.Option{core.WithSplitList([]int{1, 1}), core.WithChunk(8 << 10)}, true, sched.PathC2C, sched.PathP2P},
-		{"one vendor", "dd", nil, false, sched.PathVendor, sched.PathVendor},
-		{"one vendor split 1,1, shared windows", "dd", []core.Option{core.WithSplitList([]int{1, 1}), core.WithChunk(8 << 10)}, false, sched.PathShm, sched.PathP2P},
-		{"vendor 2 and host 1, shared windows", "ddh", []core.Option{core.WithChunk(8 << 10)}, false, sched.PathShm, sched.PathP2P},
-		{"vendor 2 and host 1, staged", "ddh", []core.Option{core.WithChunk(8 << 10)}, true, sched.PathC2C, sched.PathP2P},
+		{"host only", "hh", nil, false, sched.PathHostComm, sched.PathHostComm, false},
+		{"host clusters 2,1, shared windows", "hhh", []core.Option{core.WithSplitList([]int{2, 1}), core.WithChunk(8 << 10)}, false, sched.PathShm, sched.PathP2P, false},
+		{"host clusters 1,1, staged", "hh", []core.Option{core.WithSplitList([]int{1, 1}), core.WithChunk(8 << 10)}, true, sched.PathC2C, sched.PathP2P, false},
+		{"one vendor", "dd", nil, false, sched.PathVendor, sched.PathVendor, false},
+		{"one vendor split 1,1, shared windows", "dd", []core.Option{core.WithSplitList([]int{1, 1}), core.WithChunk(8 << 10)}, false, sched.PathShm, sched.PathP2P, true},
+		{"one vendor split 2,2, shared windows", "dddd", []core.Option{core.WithSplitList([]int{2, 2}), core.WithChunk(8 << 10)}, false, sched.PathShm, sched.PathP2P, true},
+		{"one vendor split 1,1,1, shared windows", "ddd", []core.Option{core.WithSplitList([]int{1, 1, 1}), core.WithChunk(8 << 10)}, false, sched.PathShm, sched.PathP2P, true},
+		{"vendor 1 and host 2, shared windows", "dhh", []core.Option{core.WithChunk(8 << 10)}, false, sched.PathShm, sched.PathP2P, false},
+		{"vendor 2 and host 1, shared windows", "ddh", []core.Option{core.WithChunk(8 << 10)}, false, sched.PathShm, sched.PathP2P, false},
+		{"vendor 2 and host 1, staged", "ddh", []core.Option{core.WithChunk(8 << 10)}, true, sched.PathC2C, sched.PathP2P, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.noShm {
@@ -159,8 +165,34 @@ func TestPlansThatRunArePlansThatPrint(t *testing.T) {
 					continue
 				}
 				requireRanAsPrinted(t, comms[0], ran, want, name)
+				if sched.ShmColl(c.Coll) {
+					requireDevFold(t, comms, c, tc.devfold && want == sched.PathShm)
+				}
 			}
 		})
+	}
+}
+
+// requireDevFold: on every rank, c's plan folds on the devices (and the
+// host folds nothing) where it is a pipelined reduction and want says so,
+// and on the host otherwise.
+func requireDevFold(t *testing.T, comms []*core.Comm, c reference.Case, want bool) {
+	t.Helper()
+	for r, comm := range comms {
+		p, err := core.SchedPlan(comm, r, sched.Call{Coll: c.Coll, Count: c.Count, DType: c.Type, Op: c.Op, Root: c.Root})
+		require.NoError(t, err)
+		reducing := p.Path == sched.PathShm && !p.Shm.OneShot && c.Coll.Reduces()
+		dev := want && reducing
+		require.Equal(t, dev, p.Shm != nil && p.Shm.DeviceReduce, "%s, rank %d: %s", heterotest.Name(c, false), r, p)
+		if dev {
+			require.Zero(t, p.Count(sched.KindFold, -1), "%s, rank %d: the host folds nothing", heterotest.Name(c, false), r)
+			folds := p.Count(sched.KindDevFold, -1)
+			if c.Coll == sdk.Reduce && r != c.Root {
+				require.Zero(t, folds, "%s: only the root folds", heterotest.Name(c, false))
+			} else {
+				require.GreaterOrEqual(t, folds, p.Chunks, "%s, rank %d: a device fold a chunk", heterotest.Name(c, false), r)
+			}
+		}
 	}
 }
 

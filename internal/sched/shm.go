@@ -56,6 +56,16 @@ import (
 // AllGather: every rank puts its block's chunk in and copies every rank's
 // out. ReduceScatter: every rank puts the chunk of each of its n blocks
 // in, and reduces block r's chunk of every window into its own result.
+//
+// Reduce and ReduceScatter with device reductions (as AllReduce's, at
+// most MaxDeviceReduceClusters ranks: they fold one input a rank), one
+// step a chunk: every rank but Reduce's root puts in what the others
+// fold (ReduceScatter: every block but its own); the root (every rank,
+// for its block) copies the others' inputs into device scratch and folds
+// them with its own send in rank order on its device (sched.foldRanks).
+// Its link carries n-1 chunks in where the host fold's carried one out
+// and one in, and the host folds nothing: with two ranks, what split 1,1
+// and two vendors of one are, that is less on the link as well.
 type ShmPlan struct {
 	Coll sdk.Collective
 	// OneShot: the AllReduce latency path (one step, no pipeline).
@@ -72,8 +82,8 @@ type ShmPlan struct {
 	// Reducers reduce the pieces of every chunk (AllReduce, Reduce):
 	// piece i (Piece) is reduced by Reducers[i] into its output area.
 	Reducers []int
-	// DeviceReduce: the AllReduce reduces on the devices (one step a
-	// chunk, no output areas, no reducers).
+	// DeviceReduce: the call folds on the devices (AllReduce, Reduce,
+	// ReduceScatter: one step a chunk, no output areas, no reducers).
 	DeviceReduce bool
 	// Lag is how many chunks a one-step pipeline keeps a rank's copies
 	// out of the windows in flight: it waits for its copies of chunk k-Lag
@@ -159,7 +169,8 @@ var (
 )
 
 // MaxDeviceReduceClusters is the most clusters a device-reduced AllReduce
-// folds (one source each in one reduceLocal call: FLAGCX_REDUCE_MAX_SRCS).
+// folds, and the most ranks a device-reduced Reduce or ReduceScatter does
+// (one source each in one reduceLocal call: FLAGCX_REDUCE_MAX_SRCS).
 const MaxDeviceReduceClusters = 8
 
 const shmAlign = 4096 // slot areas start on pages (and on any element)
@@ -203,12 +214,16 @@ func NewShmPlan(coll sdk.Collective, bytes, size, n int, reducers []int, window,
 	// A slot holds Blocks chunks in and, for the reductions, a piece of a
 	// chunk (one per reducer; a whole chunk for ReduceScatter's result) out.
 	pieces := sc.pieces && !deviceReduce
+	hostOut := sc.blockPerRank && !deviceReduce // ReduceScatter's folded chunk
 	blocks, outNum, outDen := 1, 0, 1
 	if pieces {
 		outNum, outDen = 1, len(reducers)
 	}
 	if sc.blockPerRank {
-		blocks, outNum = n, 1
+		blocks = n
+	}
+	if hostOut {
+		outNum = 1
 	}
 	per := window/slots - 2*shmAlign
 	chunk := (per * outDen / (blocks*outDen + outNum)) / shmAlign * shmAlign
@@ -231,7 +246,7 @@ func NewShmPlan(coll sdk.Collective, bytes, size, n int, reducers []int, window,
 	if pieces {
 		out = p.Piece(maxLen, size, 0).Len
 	}
-	if sc.blockPerRank {
+	if hostOut {
 		out = maxLen
 	}
 	p.SlotBytes = p.In + alignUp(out, shmAlign)
@@ -338,7 +353,7 @@ func sortInts(a []int) {
 // (shm_steps.go), which core's executor runs in order.
 func (b *builder) shm() {
 	b.p.Path = PathShm
-	g, err := NewShmPlan(b.call.Coll, b.call.Count*b.size, b.size, b.n, ShmReducers(b.l), b.o.ShmWindow, b.o.Chunk, DeviceReduces(b.l, b.o))
+	g, err := NewShmPlan(b.call.Coll, b.call.Count*b.size, b.size, b.n, ShmReducers(b.l), b.o.ShmWindow, b.o.Chunk, DeviceFolds(b.l, b.o, b.call.Coll))
 	if err != nil {
 		b.p.Why = err.Error() + "; the staged schedule runs instead"
 		b.p.Path = PathC2C
@@ -352,8 +367,10 @@ func (b *builder) shm() {
 	switch {
 	case g.OneShot:
 		b.p.Why = "every rank on one host: one step in the shared windows"
-	case g.DeviceReduce:
+	case g.DeviceReduce && b.call.Coll == sdk.AllReduce:
 		b.p.Why = "every rank on one host: device copies land in the shared windows, every device folds the other clusters' parts"
+	case g.DeviceReduce:
+		b.p.Why = "every rank on one host: device copies land in the shared windows, the devices fold every rank's input (reduceLocal)"
 	default:
 		b.p.Why = "every rank on one host: device copies land in the shared windows, where the peers read them"
 	}
@@ -373,4 +390,15 @@ func DeviceReduces(l *Layout, o Options) bool {
 		}
 	}
 	return true
+}
+
+// DeviceFolds reports whether coll's pipelined call on PathShm folds on
+// the devices: DeviceReduces, and one fold takes every input (AllReduce:
+// one a cluster; Reduce and ReduceScatter: one a rank, as they reduce
+// nothing inside a cluster first).
+func DeviceFolds(l *Layout, o Options, coll sdk.Collective) bool {
+	if !ShmColl(coll) || !schedOf(coll).shm.deviceReduce || !DeviceReduces(l, o) {
+		return false
+	}
+	return coll == sdk.AllReduce || l.NRanks() <= MaxDeviceReduceClusters
 }

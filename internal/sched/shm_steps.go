@@ -139,8 +139,14 @@ func (s *shmBuilder) oneShot() {
 	}
 }
 
-// puts reports whether this rank puts input in its window.
-func (s *shmBuilder) puts() bool { return !s.sc.rootOnly || s.rank == s.call.Root }
+// puts reports whether this rank puts input in its window: not the root
+// of a device-reduced Reduce, which reads its own input on its device.
+func (s *shmBuilder) puts() bool {
+	if s.sc.rootOnly || (s.g.DeviceReduce && s.call.Coll.Rooted()) {
+		return s.sc.rootOnly == (s.rank == s.call.Root)
+	}
+	return true
+}
 
 // pipeline: the chunks, Slots of them in flight, one or two steps a chunk.
 func (s *shmBuilder) pipeline() {
@@ -148,6 +154,11 @@ func (s *shmBuilder) pipeline() {
 	// The d2h stream reads the input after the caller's earlier work.
 	s.mark(LaneIntra, -1)
 	s.await(LaneD2H, LaneIntra, -1)
+	if !s.puts() {
+		// Nothing of this rank's waits for the d2h stream, so its copies
+		// and folds on the h2d stream wait for the caller's work directly.
+		s.await(LaneH2D, LaneIntra, -1)
+	}
 	s.sync(-1, 0)
 	if s.sc.rootOnly && s.rank == s.call.Root {
 		// The root's own copy.
@@ -216,6 +227,9 @@ func (s *shmBuilder) put(k int) {
 		}
 	default:
 		for bl := 0; bl < g.Blocks; bl++ {
+			if g.DeviceReduce && g.Blocks > 1 && bl == s.rank {
+				continue // ReduceScatter: its own block it folds from send
+			}
 			from := off + bl*s.block // ReduceScatter: block bl's chunk
 			cps = append(cps, CopyPair{Src: ref(BufSend, from, L), Dst: s.win(s.rank, in+g.Block(bl), L)})
 		}
@@ -362,6 +376,35 @@ func (s *shmBuilder) foldOnDevice(k int) {
 		s.fold(KindDevFold, LaneH2D, k, f)
 	}
 	s.landed(k)
+}
+
+// foldRanks takes chunk k of a device-reduced Reduce (at the root) or
+// ReduceScatter: this rank copies every other rank's contribution (at at
+// in its input area) into device scratch (one area per other rank and
+// slot) and folds them with its own (send at own) in rank order into recv
+// on its device, on the h2d stream, as foldOnDevice does.
+func (s *shmBuilder) foldRanks(k int, own Range, at int) {
+	off, L := s.g.Span(k)
+	area := (k % s.g.Slots) * (s.n - 1) * s.partMax
+	in := s.g.InArea(k) + at
+	f := Fold{Dst: ref(BufRecv, off, L)}
+	var cps []CopyPair
+	for q := 0; q < s.n; q++ {
+		if q == s.rank {
+			f.Srcs = append(f.Srcs, ref(BufSend, own.Off, own.Len))
+			continue
+		}
+		i := q
+		if q > s.rank {
+			i--
+		}
+		r := ref(BufScratch, area+i*s.partMax, L)
+		cps = append(cps, CopyPair{Src: s.win(q, in, L), Dst: r})
+		f.Srcs = append(f.Srcs, r)
+	}
+	s.copies(LaneH2D, k, cps)
+	s.fold(KindDevFold, LaneH2D, k, f)
+	s.mark(LaneH2D, k)
 }
 
 // shmString describes a step of the shared-memory plane's own kinds.

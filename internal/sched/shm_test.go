@@ -138,8 +138,9 @@ func TestShmPlanGeometry(t *testing.T) {
 // TestShmDeviceReducePlan: with every plugin able to reduce on its device,
 // an AllReduce over device clusters only takes one step a chunk, without
 // reducers or output areas, and keeps ShmDeviceLag chunks of copies in
-// flight; a layout with host ranks, a Reduce, or more clusters than one
-// fold takes keeps the host reductions.
+// flight, and so do a Reduce and a ReduceScatter where one fold takes
+// every rank's input; a layout with host ranks, a plugin that cannot, or
+// more inputs than one fold takes keeps the host reductions.
 func TestShmDeviceReducePlan(t *testing.T) {
 	dev := func(r int, v string) Member {
 		return Member{Rank: r, Vendor: v, Plugin: strings.ToLower(v), Types: ^uint32(0), Ops: ^uint32(0)}
@@ -161,8 +162,15 @@ func TestShmDeviceReducePlan(t *testing.T) {
 		{"two vendors of two", []Member{dev(0, "A"), dev(1, "A"), dev(2, "B"), dev(3, "B")}, nil, sdk.AllReduce, true, true},
 		{"a plugin without reduceLocal", []Member{dev(0, "A"), dev(1, "A")}, []int{1, 1}, sdk.AllReduce, false, false},
 		{"host ranks reduce", []Member{dev(0, "A"), host(1)}, nil, sdk.AllReduce, true, false},
-		{"Reduce keeps its reducers", []Member{dev(0, "A"), dev(1, "A")}, []int{1, 1}, sdk.Reduce, true, false},
+		{"Reduce, split 1,1", []Member{dev(0, "A"), dev(1, "A")}, []int{1, 1}, sdk.Reduce, true, true},
+		{"ReduceScatter, split 1,1", []Member{dev(0, "A"), dev(1, "A")}, []int{1, 1}, sdk.ReduceScatter, true, true},
+		{"ReduceScatter, two vendors of two", []Member{dev(0, "A"), dev(1, "A"), dev(2, "B"), dev(3, "B")}, nil, sdk.ReduceScatter, true, true},
+		{"Reduce with host ranks keeps its reducers", []Member{dev(0, "A"), host(1)}, nil, sdk.Reduce, true, false},
+		{"ReduceScatter without reduceLocal", []Member{dev(0, "A"), dev(1, "A")}, []int{1, 1}, sdk.ReduceScatter, false, false},
 		{"too many clusters for one fold", many, []int{1, 1, 1, 1, 1, 1, 1, 1, 1}, sdk.AllReduce, true, false},
+		{"3 clusters, AllReduce folds one a cluster", many, []int{3, 3, 3}, sdk.AllReduce, true, true},
+		{"3 clusters, Reduce folds one a rank: too many", many, []int{3, 3, 3}, sdk.Reduce, true, false},
+		{"3 clusters, ReduceScatter folds one a rank: too many", many, []int{3, 3, 3}, sdk.ReduceScatter, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, err := NewLayout(tc.members, tc.split)
@@ -174,7 +182,10 @@ func TestShmDeviceReducePlan(t *testing.T) {
 			g := p.Shm
 			require.Equal(t, tc.want, g.DeviceReduce)
 			if !tc.want {
-				require.NotEmpty(t, g.Reducers)
+				if tc.coll != sdk.ReduceScatter {
+					require.NotEmpty(t, g.Reducers)
+				}
+				require.Zero(t, p.Count(KindDevFold, -1))
 				return
 			}
 			require.Equal(t, 1, g.Steps())
@@ -183,7 +194,7 @@ func TestShmDeviceReducePlan(t *testing.T) {
 			require.Equal(t, ShmDeviceSlots, g.Slots)
 			require.Equal(t, ShmDeviceLag, g.Lag)
 			require.LessOrEqual(t, g.Slots*g.SlotBytes, 64<<20)
-			require.Equal(t, g.Chunks(), p.Count(KindDevFold, -1), "one device fold a chunk (one carrier each)")
+			require.Equal(t, g.Chunks(), p.Count(KindDevFold, -1), "one device fold a chunk (one carrier each; rank 0 is Reduce's root)")
 			require.Zero(t, p.Count(KindFold, -1), "the host folds nothing")
 			var desc strings.Builder
 			p.Format(&desc, 4)
