@@ -230,7 +230,7 @@ type Comm struct {
 	d2h, h2d loader.Stream // staging copies (device ranks)
 	shm      *shmPlane     // the zero-copy plane (every rank on one host), or nil
 	// wantDeviceReduce: FLAGCX_DEVICE_REDUCE on this rank (sched.Options'
-	// ShmDeviceReduce is what the ranks agreed).
+	// ShmDeviceReduce and StagedDeviceReduce are what the ranks agreed).
 	wantDeviceReduce bool
 	events           []loader.Event // ordering the steps of staged plans (device ranks; see chain)
 	pieceEvents      []loader.Event // the staged AllReduce's pieces (hetero_staged.go)
@@ -538,7 +538,7 @@ func (c *Comm) start() error {
 	// devices only if every rank wants it and every device rank can.
 	// Each rank's links (their transports, for the link table) travel in
 	// the same exchange.
-	const failed, noShm, noDeviceReduce = 1, 2, 4
+	const failed, noShm, noDeviceReduce, noStagedFold = 1, 2, 4, 8
 	rec := 1 + c.n
 	flag := append([]byte{0}, c.world.linkCodes()...)
 	if startErr != nil {
@@ -547,8 +547,12 @@ func (c *Comm) start() error {
 	if !shmOK {
 		flag[0] |= noShm
 	}
-	if !shmOK || !c.shm.reducesOnDevice {
+	devFolds := startErr == nil && c.reducesOnDevice()
+	if !shmOK || !devFolds {
 		flag[0] |= noDeviceReduce
+	}
+	if !devFolds {
+		flag[0] |= noStagedFold
 	}
 	flags := make([]byte, c.n*rec)
 	if err := c.world.run(&sdk.Call{Coll: sdk.AllGather, Count: rec, DType: sdk.Uint8}, flag, flags); err != nil {
@@ -567,10 +571,12 @@ func (c *Comm) start() error {
 		}
 		shmOK = shmOK && f&noShm == 0
 		deviceReduce = deviceReduce && f&noDeviceReduce == 0
+		devFolds = devFolds && f&noStagedFold == 0
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("%w: rank %d: ranks %s could not start their cluster's library (see their errors)", sdk.ErrRemoteError, c.rank, sched.FormatRanks(bad))
 	}
+	c.opts.StagedDeviceReduce = devFolds
 	if c.leadersTalkTCP() {
 		c.opts.MinChunk = sched.TCPMinChunk
 	}

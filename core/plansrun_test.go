@@ -129,8 +129,8 @@ func TestPlansThatRunArePlansThatPrint(t *testing.T) {
 		noShm bool       // FLAGCX_SHM_DISABLE=1: the staged schedules
 		shm   sched.Path // path of AllReduce, Reduce, Broadcast, AllGather, ReduceScatter
 		other sched.Path // path of the others
-		// devfold: the pipelined AllReduce, Reduce and ReduceScatter fold
-		// on the devices (reduceLocal), the host folds none of them.
+		// devfold: the reductions fold on the devices (reduceLocal) where
+		// their plans can (requireDevFold).
 		devfold bool
 	}{
 		{"host only", "hh", nil, false, sched.PathHostComm, sched.PathHostComm, false},
@@ -142,7 +142,8 @@ func TestPlansThatRunArePlansThatPrint(t *testing.T) {
 		{"one vendor split 1,1,1, shared windows", "ddd", []core.Option{core.WithSplitList([]int{1, 1, 1}), core.WithChunk(8 << 10)}, false, sched.PathShm, sched.PathP2P, true},
 		{"vendor 1 and host 2, shared windows", "dhh", []core.Option{core.WithChunk(8 << 10)}, false, sched.PathShm, sched.PathP2P, false},
 		{"vendor 2 and host 1, shared windows", "ddh", []core.Option{core.WithChunk(8 << 10)}, false, sched.PathShm, sched.PathP2P, false},
-		{"vendor 2 and host 1, staged", "ddh", []core.Option{core.WithChunk(8 << 10)}, true, sched.PathC2C, sched.PathP2P, false},
+		{"vendor 2 and host 1, staged", "ddh", []core.Option{core.WithChunk(8 << 10)}, true, sched.PathC2C, sched.PathP2P, true},
+		{"one vendor split 1,1, staged", "dd", []core.Option{core.WithSplitList([]int{1, 1}), core.WithChunk(8 << 10)}, true, sched.PathC2C, sched.PathP2P, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.noShm {
@@ -165,33 +166,48 @@ func TestPlansThatRunArePlansThatPrint(t *testing.T) {
 					continue
 				}
 				requireRanAsPrinted(t, comms[0], ran, want, name)
-				if sched.ShmColl(c.Coll) {
-					requireDevFold(t, comms, c, tc.devfold && want == sched.PathShm)
+				if c.Coll.Reduces() {
+					requireDevFold(t, comms, c, tc.devfold)
 				}
 			}
 		})
 	}
 }
 
-// requireDevFold: on every rank, c's plan folds on the devices (and the
-// host folds nothing) where it is a pipelined reduction and want says so,
-// and on the host otherwise.
+// requireDevFold: on every rank, c's plan folds on the devices where
+// want says so and the plan can: on the shared windows a pipelined
+// reduction (the host then folds none of it; only Reduce's root folds), on
+// the staged path a device leader's ReduceScatter (the host then reduces
+// nothing); on the host otherwise.
 func requireDevFold(t *testing.T, comms []*core.Comm, c reference.Case, want bool) {
 	t.Helper()
+	name := heterotest.Name(c, false)
 	for r, comm := range comms {
 		p, err := core.SchedPlan(comm, r, sched.Call{Coll: c.Coll, Count: c.Count, DType: c.Type, Op: c.Op, Root: c.Root})
 		require.NoError(t, err)
-		reducing := p.Path == sched.PathShm && !p.Shm.OneShot && c.Coll.Reduces()
-		dev := want && reducing
-		require.Equal(t, dev, p.Shm != nil && p.Shm.DeviceReduce, "%s, rank %d: %s", heterotest.Name(c, false), r, p)
-		if dev {
-			require.Zero(t, p.Count(sched.KindFold, -1), "%s, rank %d: the host folds nothing", heterotest.Name(c, false), r)
-			folds := p.Count(sched.KindDevFold, -1)
-			if c.Coll == sdk.Reduce && r != c.Root {
-				require.Zero(t, folds, "%s: only the root folds", heterotest.Name(c, false))
-			} else {
-				require.GreaterOrEqual(t, folds, p.Chunks, "%s, rank %d: a device fold a chunk", heterotest.Name(c, false), r)
+		folds := p.Count(sched.KindDevFold, -1)
+		switch p.Path {
+		case sched.PathShm:
+			dev := want && !p.Shm.OneShot && c.Coll.Reduces()
+			require.Equal(t, dev, p.Shm.DeviceReduce, "%s, rank %d: %s", name, r, p)
+			switch {
+			case !dev || (c.Coll == sdk.Reduce && r != c.Root):
+				require.Zero(t, folds, "%s, rank %d: no device fold", name, r)
+			default:
+				require.Zero(t, p.Count(sched.KindFold, -1), "%s, rank %d: the host folds nothing", name, r)
+				require.GreaterOrEqual(t, folds, p.Chunks, "%s, rank %d: a device fold a chunk", name, r)
 			}
+		case sched.PathC2C:
+			dev := want && c.Coll == sdk.ReduceScatter && p.Layout.ClusterOf(r).Leader == r && p.Layout.Members[r].OnDevice()
+			if !dev {
+				require.Zero(t, folds, "%s, rank %d: no device fold", name, r)
+				continue
+			}
+			require.Equal(t, p.Chunks, folds, "%s, rank %d: a device fold a chunk", name, r)
+			require.Zero(t, p.Count(sched.KindReduce, -1), "%s, rank %d: the host reduces nothing", name, r)
+			require.Contains(t, p.Why, "on their devices", "%s, rank %d: the plan says so", name, r)
+		default:
+			require.Zero(t, folds, "%s, rank %d: no device fold", name, r)
 		}
 	}
 }

@@ -278,7 +278,11 @@ func (b *builder) allGather() {
 // reduceScatter: each cluster reduces the whole input at its leader; the
 // leaders send each other the partial blocks the other clusters' ranks
 // own (slice by slice), each leader combines what it receives for its own
-// ranks' blocks, and its cluster library scatters them.
+// ranks' blocks, and its cluster library scatters them. A device leader
+// combines them on the host, or on its device (rsDevFolds): it then
+// copies in only the other clusters' blocks, copies what it received
+// back, and folds it with its own partials there, and the host folds
+// nothing.
 func (b *builder) reduceScatter() {
 	B := b.call.Count * b.size
 	nB := b.n * B
@@ -292,6 +296,9 @@ func (b *builder) reduceScatter() {
 		return
 	}
 	lay := b.rsHostLayout(B, partial, scat)
+	if lay.devFold {
+		b.p.Why = "the leaders fold what the other clusters send on their devices (reduceLocal)"
+	}
 	var fin []int
 	for i, s := range sp {
 		fin = append(fin, b.rsChunk(&lay, i, s, len(sp), red))
@@ -329,6 +336,21 @@ type rsLayout struct {
 	others    []*Cluster
 	part, acc func(g, j int, s span) Ref
 	area      func(t, j int, s span) Ref
+	// devFold: a device leader folds on its device (rsDevFolds); devArea
+	// is area's copy in its device scratch.
+	devFold bool
+	devArea func(t, j int, s span) Ref
+}
+
+// rsDevFolds reports whether this rank, a device leader of a staged
+// ReduceScatter, folds the other clusters' partials on its device. On the
+// host it copies its n partial blocks in, and m reduced blocks out; on
+// the device it copies in only the other clusters' n-m and out the
+// (clusters-1)*m it received, so its link carries no more with up to
+// three clusters, and the host's single fold per block (the slowest step
+// where the host's memory is shared by several leaders) is gone.
+func (b *builder) rsDevFolds() bool {
+	return b.dev && b.o.StagedDeviceReduce && len(b.l.Clusters) <= min(3, MaxDeviceReduceClusters)
 }
 
 // rsHostLayout lays out the host side: this leader's partials of all n
@@ -347,6 +369,13 @@ func (b *builder) rsHostLayout(B int, partial Buf, scat Ref) rsLayout {
 		lay.part = func(g, _ int, s span) Ref { return ref(BufStage, g*B+s.Off, s.Len) }
 		lay.acc = lay.part
 		lay.area = func(t, j int, s span) Ref { return ref(BufStage, nB+(t*b.m+j)*B+s.Off, s.Len) }
+		if lay.devFold = b.rsDevFolds(); lay.devFold {
+			base := 0 // after the partials and the scatter area, if any
+			if b.m > 1 {
+				base = nB + b.m*B
+			}
+			lay.devArea = func(t, j int, s span) Ref { return ref(BufScratch, base+(t*b.m+j)*B+s.Off, s.Len) }
+		}
 		return lay
 	}
 	lay.part = func(g, _ int, s span) Ref { return ref(partial, g*B+s.Off, s.Len) }
@@ -377,6 +406,9 @@ func (b *builder) rsChunk(lay *rsLayout, i int, s span, chunks, after int) int {
 		}
 	}
 	last = b.add(Step{Lane: LaneNet, Kind: KindInter, Coll: sdk.SendRecv, Xfers: xs, Chunk: i, Deps: deps(last)})
+	if lay.devFold {
+		return b.rsDevFold(lay, i, s, last)
+	}
 	opR := reduceOp(b.call.Op)
 	for t := range lay.others {
 		for j, g := range b.c.Ranks {
@@ -402,6 +434,35 @@ func (b *builder) rsChunk(lay *rsLayout, i int, s span, chunks, after int) int {
 	return last
 }
 
+// rsDevFold adds a device leader's fold of slice i (span s of each
+// block) on its device, after the exchange (after): the received partials
+// go to device scratch, and each of its cluster's blocks is folded from
+// every cluster's partial, in cluster order, into its place (the receive
+// buffer, or the area its cluster scatters from). It returns the fold.
+func (b *builder) rsDevFold(lay *rsLayout, i int, s span, after int) int {
+	var cps []CopyPair
+	var folds []Fold
+	for j, g := range b.c.Ranks {
+		f := Fold{Dst: ref(BufRecv, s.Off, s.Len)}
+		if b.m > 1 {
+			f.Dst = lay.scat.Sub(j*lay.B+s.Off, s.Len)
+		}
+		t := 0
+		for _, c := range b.l.Clusters {
+			if c.Index == b.c.Index {
+				f.Srcs = append(f.Srcs, ref(lay.partial, g*lay.B+s.Off, s.Len))
+				continue
+			}
+			cps = append(cps, CopyPair{lay.area(t, j, s), lay.devArea(t, j, s)})
+			f.Srcs = append(f.Srcs, lay.devArea(t, j, s))
+			t++
+		}
+		folds = append(folds, f)
+	}
+	in := b.add(Step{Lane: LaneH2D, Kind: KindCopy, Copies: cps, Chunk: i, Deps: deps(after)})
+	return b.add(Step{Lane: LaneH2D, Kind: KindDevFold, Folds: folds, DType: b.call.DType, Op: b.call.Op, N: b.n, Chunk: i, Deps: deps(in)})
+}
+
 // rsCopyIn is the copies that start slice s (of chunks slices) on the host
 // side: a device leader's partials to staging (the whole buffer at once
 // when there is one slice), a host leader's own partial into each of its
@@ -411,6 +472,15 @@ func (b *builder) rsCopyIn(lay *rsLayout, s span, chunks int) []CopyPair {
 	if !b.dev {
 		for j, g := range b.c.Ranks {
 			cp = append(cp, CopyPair{lay.part(g, j, s), lay.acc(g, j, s)})
+		}
+		return cp
+	}
+	if lay.devFold {
+		// Only what the other clusters fold.
+		for _, o := range lay.others {
+			for _, g := range o.Ranks {
+				cp = append(cp, CopyPair{ref(lay.partial, g*lay.B+s.Off, s.Len), lay.part(g, 0, s)})
+			}
 		}
 		return cp
 	}

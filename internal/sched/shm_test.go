@@ -202,3 +202,65 @@ func TestShmDeviceReducePlan(t *testing.T) {
 		})
 	}
 }
+
+// TestStagedReduceScatterDeviceFold: a device leader of a staged
+// ReduceScatter folds what the other leaders send on its device where
+// every plugin can and there are at most three clusters: it copies in
+// only the other clusters' blocks, the host reduces nothing, and the plan
+// says so; otherwise, and on a host leader, the host reduces.
+func TestStagedReduceScatterDeviceFold(t *testing.T) {
+	dev := func(r int, v string) Member {
+		return Member{Rank: r, Vendor: v, Plugin: strings.ToLower(v), Types: ^uint32(0), Ops: ^uint32(0)}
+	}
+	host := func(r int) Member { return Member{Rank: r, Vendor: HostVendor} }
+	four := []Member{dev(0, "A"), dev(1, "A"), dev(2, "A"), dev(3, "A")}
+	for _, tc := range []struct {
+		name    string
+		members []Member
+		split   []int
+		rank    int
+		on      bool
+		want    bool
+	}{
+		{"split 1,1", []Member{dev(0, "A"), dev(1, "A")}, []int{1, 1}, 0, true, true},
+		{"split 2,1,1, a leader of two", four, []int{2, 1, 1}, 0, true, true},
+		{"split 2,2 beside nothing else", four, []int{2, 2}, 2, true, true},
+		{"a plugin without reduceLocal", []Member{dev(0, "A"), dev(1, "A")}, []int{1, 1}, 0, false, false},
+		{"four clusters: the link would carry more", four, []int{1, 1, 1, 1}, 0, true, false},
+		{"a host leader reduces on the host", []Member{dev(0, "A"), host(1)}, nil, 1, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := NewLayout(tc.members, tc.split)
+			require.NoError(t, err)
+			call := Call{Coll: sdk.ReduceScatter, Count: 1 << 20, DType: sdk.Float32, Op: sdk.Avg}
+			p, err := Build(l, tc.rank, call, Options{Chunk: 1 << 20, StagedDeviceReduce: tc.on})
+			require.NoError(t, err)
+			require.Equal(t, PathC2C, p.Path)
+			if !tc.want {
+				require.Zero(t, p.Count(KindDevFold, -1))
+				require.NotZero(t, p.Count(KindReduce, -1))
+				return
+			}
+			require.Equal(t, p.Chunks, p.Count(KindDevFold, -1), "one device fold a chunk")
+			require.Zero(t, p.Count(KindReduce, -1), "the host reduces nothing")
+			require.Zero(t, p.Count(KindScale, -1), "Avg divides in the fold")
+			require.Contains(t, p.Why, "on their devices")
+			c := l.ClusterOf(tc.rank)
+			in := 0
+			for _, st := range p.Steps {
+				if st.Lane == LaneD2H {
+					for _, cp := range st.Copies {
+						in += cp.Src.Len
+					}
+				}
+				if st.Kind == KindDevFold {
+					require.Len(t, st.Folds, len(c.Ranks), "one fold per block of its cluster")
+					for _, f := range st.Folds {
+						require.Len(t, f.Srcs, len(l.Clusters), "one input per cluster")
+					}
+				}
+			}
+			require.Equal(t, (l.NRanks()-len(c.Ranks))*call.Count*4, in, "only the other clusters' blocks go to the host")
+		})
+	}
+}
