@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/flagcx/flagcx-go/core/internal/host/reduce"
 	"github.com/flagcx/flagcx-go/internal/env"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/internal/sched"
@@ -323,7 +324,7 @@ func InitRank(id UniqueID, nranks, rank int, opts ...Option) (*Comm, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Comm{rank: rank, n: nranks, be: be, world: world, workers: runtime.GOMAXPROCS(0), lookup: o.lookup, debug: collDebugFromEnv(o.lookup), printed: map[string]bool{}}
+	c := &Comm{rank: rank, n: nranks, be: be, world: world, workers: hostWorkers(world), lookup: o.lookup, debug: collDebugFromEnv(o.lookup), printed: map[string]bool{}}
 	// A value this rank cannot read counts as "off": start turns device
 	// reductions off for everyone when any rank has them off.
 	c.wantDeviceReduce, _ = env.DeviceReduce.Get(env.Lookup(o.lookup))
@@ -795,4 +796,14 @@ func (c *Comm) usable(name string) error {
 		return fmt.Errorf("%w: %s on rank %d: the communicator was destroyed or aborted", sdk.ErrInvalidUsage, name, c.rank)
 	}
 	return nil
+}
+
+// hostWorkers is how many goroutines this rank's host folds use: the
+// cores its host leaves each of its ranks (all of them where its ranks
+// share no host's windows), bounded (reduce.Workers).
+func hostWorkers(world *hostComm) int {
+	if node := world.mesh.Node; node != nil {
+		return reduce.Workers(node.Cores())
+	}
+	return reduce.Workers(runtime.GOMAXPROCS(0))
 }

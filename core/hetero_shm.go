@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/flagcx/flagcx-go/core/internal/host/reduce"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
@@ -53,7 +54,7 @@ func (c *Comm) setupShm() bool {
 	if c.layout.IsHomogeneous() || c.opts.HostPath || node == nil || node.Size() != c.n {
 		return false
 	}
-	sp := &shmPlane{node: node, workers: node.Cores(), reducesOnDevice: c.wantDeviceReduce}
+	sp := &shmPlane{node: node, workers: reduce.Workers(node.Cores()), reducesOnDevice: c.wantDeviceReduce}
 	c.shm = sp
 	p := c.be.Plugin
 	if p == nil {

@@ -45,7 +45,7 @@ func (c *Comm) runShm(p *sched.Plan, b *callBufs, s loader.Stream) error {
 	if red := r.g.Reducers; len(red) > 0 && len(red) < c.n && r.dev == nil {
 		// Only the host ranks reduce (sched.ShmReducers): they share the
 		// cores the device ranks leave (one each, to drive their copies).
-		r.workers = max(1, (runtime.NumCPU()-(c.n-len(red)))/len(red))
+		r.workers = reduce.Workers((runtime.NumCPU() - (c.n - len(red))) / len(red))
 	}
 	if err := r.node.Enter(); err != nil {
 		return c.world.stepError(err, -1)
