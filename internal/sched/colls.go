@@ -25,11 +25,11 @@ type collSched struct {
 var schedules = [sdk.NumCollectives]collSched{
 	sdk.AllReduce: {c2c: (*builder).allReduce, shm: &shmColl{pieces: true, intra: true, oneShot: true, deviceReduce: true,
 		sources: Sources, get: (*shmBuilder).getAllReduce}},
-	sdk.Reduce: {c2c: (*builder).reduce, shm: &shmColl{pieces: true, deviceReduce: true, sources: everyRank,
+	sdk.Reduce: {c2c: (*builder).reduce, shm: &shmColl{pieces: true, oneShot: true, deviceReduce: true, sources: everyRank,
 		get: (*shmBuilder).getAtRoot}},
-	sdk.Broadcast:     {c2c: (*builder).broadcast, shm: &shmColl{rootOnly: true, get: (*shmBuilder).getFromRoot}},
-	sdk.AllGather:     {c2c: (*builder).allGather, shm: &shmColl{get: (*shmBuilder).getEvery}},
-	sdk.ReduceScatter: {c2c: (*builder).reduceScatter, shm: &shmColl{blockPerRank: true, deviceReduce: true, get: (*shmBuilder).getOwnBlock}},
+	sdk.Broadcast:     {c2c: (*builder).broadcast, shm: &shmColl{rootOnly: true, oneShot: true, get: (*shmBuilder).getFromRoot}},
+	sdk.AllGather:     {c2c: (*builder).allGather, shm: &shmColl{oneShot: true, get: (*shmBuilder).getEvery}},
+	sdk.ReduceScatter: {c2c: (*builder).reduceScatter, shm: &shmColl{blockPerRank: true, oneShot: true, deviceReduce: true, get: (*shmBuilder).getOwnBlock}},
 	sdk.AlltoAll:      {transfers: alltoallTransfers},
 	sdk.AlltoAllv:     {transfers: alltoallvTransfers},
 	sdk.Gather:        {transfers: gatherTransfers},
@@ -56,9 +56,9 @@ type shmColl struct {
 	// intra: a device cluster of several ranks reduces a chunk inside the
 	// cluster first, each rank carrying a part (AllReduce).
 	intra bool
-	// oneShot: small calls take one step, every rank reducing all inputs
-	// itself (AllReduce); deviceReduce: large ones may fold on the
-	// devices (sched.DeviceReduces; AllReduce, Reduce, ReduceScatter).
+	// oneShot: small calls take one step (shmBuilder.oneShot);
+	// deviceReduce: large ones may fold on the devices
+	// (sched.DeviceFolds; AllReduce, Reduce, ReduceScatter).
 	oneShot, deviceReduce bool
 	// rootOnly: only the root puts its input in, and copies it to its own
 	// recv itself (Broadcast).

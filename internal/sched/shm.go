@@ -36,8 +36,12 @@ import (
 // result where they are; a piece reduced elsewhere costs it a copy in and
 // a copy out, and the host's memory bandwidth, not its cores, is what
 // bounds these calls. A host rank alone reduces the whole chunk and copies
-// nothing. Small AllReduces (OneShot) take one step: every rank puts its
-// whole input in its window and reduces all of them in rank order itself.
+// nothing. Small calls of every collective (OneShot: every rank reads at
+// most ShmOneShot bytes) take one step, one copy in, one fold (or copy)
+// and one copy out: every rank puts its whole input in its window (the
+// root alone for Broadcast), publishes the step, and reads what it needs
+// of every window itself (a reduction folds them in rank order) as each
+// rank has published.
 //
 // AllReduce with device reductions (DeviceReduce: no host ranks, every
 // plugin reduces on its device, at most MaxDeviceReduceClusters clusters),
@@ -68,7 +72,8 @@ import (
 // and two vendors of one are, that is less on the link as well.
 type ShmPlan struct {
 	Coll sdk.Collective
-	// OneShot: the AllReduce latency path (one step, no pipeline).
+	// OneShot: the latency path (one step, no pipeline; shm_steps.go's
+	// oneShot).
 	OneShot bool
 	// Spans are the chunks (offsets and lengths in the call's bytes; of
 	// each block for AllGather and ReduceScatter).
@@ -157,8 +162,9 @@ func (p *ShmPlan) Steps() int {
 var (
 	// ShmSlots is how many chunks are in flight in the windows.
 	ShmSlots = 3
-	// ShmOneShot: calls of at most this many bytes times the rank count
-	// take the one-step path.
+	// ShmOneShot: calls whose input area (the message, or ReduceScatter's
+	// n blocks) times the rank count is at most this many bytes take the
+	// one-step path.
 	ShmOneShot = 256 << 10
 	// ShmDeviceSlots and ShmDeviceLag shape the device-reduced AllReduce:
 	// with a lag of two, a rank's copies into its device for chunk k run
@@ -197,8 +203,8 @@ func NewShmPlan(coll sdk.Collective, bytes, size, n int, reducers []int, window,
 			reducers = append(reducers, r)
 		}
 	}
-	if sc.oneShot && bytes*n <= ShmOneShot && 2*alignUp(bytes, 64) <= window/2 {
-		return &ShmPlan{Coll: coll, OneShot: true, Spans: []Range{{0, bytes}}, Slots: 1, In: alignUp(bytes, 64), Blocks: 1}, nil
+	if blocks, in := oneShotIn(sc, bytes, n); in*n <= ShmOneShot && in+alignUp(bytes, 64) <= window/2 {
+		return &ShmPlan{Coll: coll, OneShot: true, Spans: []Range{{0, bytes}}, Slots: 1, In: in, Blocks: blocks}, nil
 	}
 	deviceReduce = deviceReduce && sc.deviceReduce
 	slots, lag := max(ShmSlots, 1), 1
@@ -251,6 +257,15 @@ func NewShmPlan(coll sdk.Collective, bytes, size, n int, reducers []int, window,
 	}
 	p.SlotBytes = p.In + alignUp(out, shmAlign)
 	return p, nil
+}
+
+// oneShotIn is how many blocks a rank puts in on the one-step path, and
+// the input area they take: ReduceScatter's n blocks, else the message.
+func oneShotIn(sc *shmColl, bytes, n int) (blocks, in int) {
+	if sc.blockPerRank {
+		return n, n * alignUp(bytes, 64)
+	}
+	return 1, alignUp(bytes, 64)
 }
 
 // Block is where block j of chunk k's input starts in an input area.

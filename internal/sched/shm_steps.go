@@ -115,28 +115,69 @@ func (s *shmBuilder) part(k int) Range {
 	return Part(L, s.size, s.m, s.local)
 }
 
-// oneShot: every rank puts its input in its window, publishes the step,
-// and folds every rank's input in rank order as each is posted; a device
-// rank folds into its own window beside its input and copies the result
-// back, synchronously (the caller's stream).
+// oneShot: one copy in, one fold (or none), one copy out. Every rank
+// with input puts it in its window (ReduceScatter: its n blocks) and
+// publishes the step; a rank that reduces folds its part of every rank's
+// input in rank order as each is posted (a device rank into its own
+// window beside its input, then copied back), the others wait for every
+// rank's step and copy out what they take. A device rank's copies are
+// synchronous (the caller's stream). Every rank waits for every rank's
+// step, so that none writes a half of its window (the host engine's rule
+// alternates them) that another still reads.
 func (s *shmBuilder) oneShot() {
-	B := s.block
-	in := s.win(s.rank, 0, B)
-	s.copies(s.copyLane(LaneIntra), -1, []CopyPair{{Src: ref(BufSend, 0, B), Dst: in}})
-	s.drain(LaneIntra)
-	s.add(Step{Lane: LaneNet, Kind: KindPost, Chunk: -1})
-	f := Fold{Dst: ref(BufRecv, 0, B)}
-	if s.dev {
-		f.Dst = s.win(s.rank, s.g.In, B)
-	}
-	for q := 0; q < s.n; q++ {
-		f.Srcs = append(f.Srcs, s.win(q, 0, B))
-	}
-	s.fold(KindFoldPosted, LaneNet, -1, f)
-	if s.dev {
-		s.copies(LaneIntra, -1, []CopyPair{{Src: f.Dst, Dst: ref(BufRecv, 0, B)}})
+	B, coll := s.block, s.call.Coll
+	if s.puts() {
+		var cps []CopyPair
+		for bl := 0; bl < s.g.Blocks; bl++ {
+			cps = append(cps, CopyPair{Src: ref(BufSend, bl*B, B), Dst: s.win(s.rank, s.g.Block(bl), B)})
+		}
+		s.copies(s.copyLane(LaneIntra), -1, cps)
 		s.drain(LaneIntra)
 	}
+	var out []CopyPair
+	if coll.Reduces() && (!coll.Rooted() || s.rank == s.call.Root) {
+		s.add(Step{Lane: LaneNet, Kind: KindPost, Chunk: -1})
+		f := Fold{Dst: ref(BufRecv, 0, B)}
+		if s.dev {
+			f.Dst = s.win(s.rank, s.g.In, B)
+			out = append(out, CopyPair{Src: f.Dst, Dst: ref(BufRecv, 0, B)})
+		}
+		at := 0
+		if s.g.Blocks > 1 {
+			at = s.g.Block(s.rank) // ReduceScatter: its own block
+		}
+		for q := 0; q < s.n; q++ {
+			f.Srcs = append(f.Srcs, s.win(q, at, B))
+		}
+		s.fold(KindFoldPosted, LaneNet, -1, f)
+	} else {
+		s.add(Step{Lane: LaneNet, Kind: KindSync, Chunk: -1})
+		out = s.oneShotOut()
+	}
+	if len(out) > 0 {
+		s.copies(s.copyLane(LaneIntra), -1, out)
+		s.drain(LaneIntra)
+	}
+}
+
+// oneShotOut are the copies out of the windows of a one-step call that
+// folds nothing here: AllGather's every block, Broadcast's root's input
+// (the root's own copy), none for Reduce's other ranks.
+func (s *shmBuilder) oneShotOut() []CopyPair {
+	B, coll := s.block, s.call.Coll
+	switch {
+	case coll.Reduces():
+		return nil
+	case !coll.Rooted():
+		var cps []CopyPair
+		for q := 0; q < s.n; q++ {
+			cps = append(cps, CopyPair{Src: s.win(q, 0, B), Dst: ref(BufRecv, q*B, B)})
+		}
+		return cps
+	case s.rank == s.call.Root:
+		return []CopyPair{{Src: ref(BufSend, 0, B), Dst: ref(BufRecv, 0, B)}}
+	}
+	return []CopyPair{{Src: s.win(s.call.Root, 0, B), Dst: ref(BufRecv, 0, B)}}
 }
 
 // puts reports whether this rank puts input in its window: not the root
