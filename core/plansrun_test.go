@@ -177,8 +177,8 @@ func TestPlansThatRunArePlansThatPrint(t *testing.T) {
 // requireDevFold: on every rank, c's plan folds on the devices where
 // want says so and the plan can: on the shared windows a pipelined
 // reduction (the host then folds none of it; only Reduce's root folds), on
-// the staged path a device leader's ReduceScatter (the host then reduces
-// nothing); on the host otherwise.
+// the staged path a device leader's ReduceScatter and the root's device
+// leader's Reduce (the host then reduces nothing); on the host otherwise.
 func requireDevFold(t *testing.T, comms []*core.Comm, c reference.Case, want bool) {
 	t.Helper()
 	name := heterotest.Name(c, false)
@@ -198,14 +198,19 @@ func requireDevFold(t *testing.T, comms []*core.Comm, c reference.Case, want boo
 				require.GreaterOrEqual(t, folds, p.Chunks, "%s, rank %d: a device fold a chunk", name, r)
 			}
 		case sched.PathC2C:
-			dev := want && c.Coll == sdk.ReduceScatter && p.Layout.ClusterOf(r).Leader == r && p.Layout.Members[r].OnDevice()
+			l := p.Layout
+			folder := l.ClusterOf(r).Leader // ReduceScatter: every leader
+			if c.Coll == sdk.Reduce {
+				folder = l.ClusterOf(c.Root).Leader
+			}
+			dev := want && c.Coll != sdk.AllReduce && r == folder && l.Members[r].OnDevice()
 			if !dev {
 				require.Zero(t, folds, "%s, rank %d: no device fold", name, r)
 				continue
 			}
 			require.Equal(t, p.Chunks, folds, "%s, rank %d: a device fold a chunk", name, r)
 			require.Zero(t, p.Count(sched.KindReduce, -1), "%s, rank %d: the host reduces nothing", name, r)
-			require.Contains(t, p.Why, "on their devices", "%s, rank %d: the plan says so", name, r)
+			require.Contains(t, p.Why, "(reduceLocal)", "%s, rank %d: the plan says so", name, r)
 		default:
 			require.Zero(t, folds, "%s, rank %d: no device fold", name, r)
 		}

@@ -136,8 +136,16 @@ func (b *builder) reduce() {
 		to = BufScratch
 	}
 	fin := make([]int, len(sp))
+	devRoot := b.stagedDevFolds(c0)
+	if devRoot {
+		b.p.Why = "the root's leader folds the other leaders' partials on its device (reduceLocal)"
+	}
 	if b.leader {
 		for i, s := range sp {
+			if devRoot {
+				fin[i] = b.reduceDevChunk(i, s, red[i], c0, ref(acc, s.Off, s.Len), ref(to, s.Off, s.Len))
+				continue
+			}
 			fin[i] = b.leaderChunk(i, s, red[i], ref(acc, s.Off, s.Len), ref(to, s.Off, s.Len),
 				Step{Coll: sdk.Reduce, Count: b.count(s.Len), DType: call.DType, Op: opR, Root: c0.Index}, inC0 && call.Op == sdk.Avg)
 		}
@@ -153,6 +161,57 @@ func (b *builder) reduce() {
 			}
 		}
 	}
+}
+
+// stagedDevFolds reports whether the leader of cluster c folds what the
+// other leaders send on its device (a staged ReduceScatter's leaders, a
+// staged Reduce's root's leader): every plugin can, c's leader is a
+// device rank, and there are at most three clusters. On the host it
+// copies its n partials in and its result out; on the device it copies in
+// only what the others fold and out what it received, (clusters-1) parts:
+// with up to three clusters its link carries no more, and the host folds
+// nothing (its single fold a block is the slowest step where the host's
+// memory is shared by several leaders). Every rank decides the same from
+// the layout, so the leaders agree on the exchange.
+func (b *builder) stagedDevFolds(c *Cluster) bool {
+	return b.o.StagedDeviceReduce && b.l.Members[c.Leader].OnDevice() && len(b.l.Clusters) <= min(3, MaxDeviceReduceClusters)
+}
+
+// reduceDevChunk adds a leader's steps for chunk i (span s) of a staged
+// Reduce whose root's leader, in cluster c0, folds on its device: every
+// other leader sends its partial (acc; through staging from a device),
+// and the root's leader receives them into staging, copies them to device
+// scratch (after its own partial's room) and folds every cluster's
+// partial, in cluster order, into to (Avg divides there). after is the
+// intra Reduce; it returns the chunk's last step.
+func (b *builder) reduceDevChunk(i int, s span, after int, c0 *Cluster, acc, to Ref) int {
+	if b.c.Index != c0.Index {
+		src, last := acc, after
+		if b.dev {
+			src = ref(BufStage, s.Off, s.Len)
+			last = b.add(Step{Lane: LaneD2H, Kind: KindCopy, Copies: []CopyPair{{acc, src}}, Chunk: i, Deps: deps(after)})
+		}
+		return b.add(Step{Lane: LaneNet, Kind: KindInter, Coll: sdk.SendRecv, Xfers: []Xfer{{Peer: c0.Index, Ref: src}}, Chunk: i, Deps: deps(last)})
+	}
+	B := b.call.Count * b.size
+	var xs []Xfer
+	var cps []CopyPair
+	f := Fold{Dst: to}
+	t := 0
+	for _, o := range b.l.Clusters {
+		if o.Index == c0.Index {
+			f.Srcs = append(f.Srcs, acc)
+			continue
+		}
+		stage, dev := ref(BufStage, t*B+s.Off, s.Len), ref(BufScratch, (t+1)*B+s.Off, s.Len)
+		xs = append(xs, Xfer{Peer: o.Index, Recv: true, Ref: stage})
+		cps = append(cps, CopyPair{stage, dev})
+		f.Srcs = append(f.Srcs, dev)
+		t++
+	}
+	got := b.add(Step{Lane: LaneNet, Kind: KindInter, Coll: sdk.SendRecv, Xfers: xs, Chunk: i})
+	in := b.add(Step{Lane: LaneH2D, Kind: KindCopy, Copies: cps, Chunk: i, Deps: deps(got)})
+	return b.add(Step{Lane: LaneH2D, Kind: KindDevFold, Folds: []Fold{f}, DType: b.call.DType, Op: b.call.Op, N: b.n, Chunk: i, Deps: deps(in, after)})
 }
 
 func (b *builder) broadcast() {
@@ -279,7 +338,7 @@ func (b *builder) allGather() {
 // leaders send each other the partial blocks the other clusters' ranks
 // own (slice by slice), each leader combines what it receives for its own
 // ranks' blocks, and its cluster library scatters them. A device leader
-// combines them on the host, or on its device (rsDevFolds): it then
+// combines them on the host, or on its device (stagedDevFolds): it then
 // copies in only the other clusters' blocks, copies what it received
 // back, and folds it with its own partials there, and the host folds
 // nothing.
@@ -336,22 +395,12 @@ type rsLayout struct {
 	others    []*Cluster
 	part, acc func(g, j int, s span) Ref
 	area      func(t, j int, s span) Ref
-	// devFold: a device leader folds on its device (rsDevFolds); devArea
+	// devFold: a device leader folds on its device (stagedDevFolds); devArea
 	// is area's copy in its device scratch.
 	devFold bool
 	devArea func(t, j int, s span) Ref
 }
 
-// rsDevFolds reports whether this rank, a device leader of a staged
-// ReduceScatter, folds the other clusters' partials on its device. On the
-// host it copies its n partial blocks in, and m reduced blocks out; on
-// the device it copies in only the other clusters' n-m and out the
-// (clusters-1)*m it received, so its link carries no more with up to
-// three clusters, and the host's single fold per block (the slowest step
-// where the host's memory is shared by several leaders) is gone.
-func (b *builder) rsDevFolds() bool {
-	return b.dev && b.o.StagedDeviceReduce && len(b.l.Clusters) <= min(3, MaxDeviceReduceClusters)
-}
 
 // rsHostLayout lays out the host side: this leader's partials of all n
 // blocks at [g*B], then one receive area of m blocks per other cluster. On
@@ -369,7 +418,7 @@ func (b *builder) rsHostLayout(B int, partial Buf, scat Ref) rsLayout {
 		lay.part = func(g, _ int, s span) Ref { return ref(BufStage, g*B+s.Off, s.Len) }
 		lay.acc = lay.part
 		lay.area = func(t, j int, s span) Ref { return ref(BufStage, nB+(t*b.m+j)*B+s.Off, s.Len) }
-		if lay.devFold = b.rsDevFolds(); lay.devFold {
+		if lay.devFold = b.stagedDevFolds(b.c); lay.devFold {
 			base := 0 // after the partials and the scatter area, if any
 			if b.m > 1 {
 				base = nB + b.m*B

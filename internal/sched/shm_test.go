@@ -264,3 +264,49 @@ func TestStagedReduceScatterDeviceFold(t *testing.T) {
 		})
 	}
 }
+
+// TestStagedReduceDeviceFold: the device leader of a staged Reduce's
+// root's cluster receives the other leaders' partials and folds them on
+// its device (the host reduces nothing, no inter Reduce runs), the other
+// leaders send theirs; with a host leader at the root, or a plugin that
+// cannot, the leaders' host Reduce runs.
+func TestStagedReduceDeviceFold(t *testing.T) {
+	dev := func(r int, v string) Member {
+		return Member{Rank: r, Vendor: v, Plugin: strings.ToLower(v), Types: ^uint32(0), Ops: ^uint32(0)}
+	}
+	host := func(r int) Member { return Member{Rank: r, Vendor: HostVendor} }
+	mixed := []Member{dev(0, "A"), dev(1, "A"), host(2)}
+	for _, tc := range []struct {
+		name       string
+		members    []Member
+		split      []int
+		root, rank int
+		on         bool
+		folds      bool // rank folds on its device
+		inter      bool // rank runs the leaders' host Reduce
+	}{
+		{"split 1,1, the root", []Member{dev(0, "A"), dev(1, "A")}, []int{1, 1}, 0, 0, true, true, false},
+		{"split 1,1, the other leader sends", []Member{dev(0, "A"), dev(1, "A")}, []int{1, 1}, 0, 1, true, false, false},
+		{"a device cluster's root not its leader: the leader folds", mixed, nil, 1, 0, true, true, false},
+		{"the host leader sends", mixed, nil, 1, 2, true, false, false},
+		{"a host root: the host reduces", mixed, nil, 2, 0, true, false, true},
+		{"a plugin without reduceLocal", []Member{dev(0, "A"), dev(1, "A")}, []int{1, 1}, 0, 0, false, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := NewLayout(tc.members, tc.split)
+			require.NoError(t, err)
+			call := Call{Coll: sdk.Reduce, Count: 1 << 20, DType: sdk.Float32, Op: sdk.Avg, Root: tc.root}
+			p, err := Build(l, tc.rank, call, Options{Chunk: 1 << 20, StagedDeviceReduce: tc.on})
+			require.NoError(t, err)
+			require.Equal(t, PathC2C, p.Path)
+			require.Equal(t, tc.inter, p.Count(KindInter, sdk.Reduce) > 0, "%s", p)
+			if !tc.folds {
+				require.Zero(t, p.Count(KindDevFold, -1))
+				return
+			}
+			require.Equal(t, p.Chunks, p.Count(KindDevFold, -1), "one device fold a chunk")
+			require.Zero(t, p.Count(KindScale, -1), "Avg divides in the fold")
+			require.Contains(t, p.Why, "on its device")
+		})
+	}
+}
