@@ -401,7 +401,6 @@ type rsLayout struct {
 	devArea func(t, j int, s span) Ref
 }
 
-
 // rsHostLayout lays out the host side: this leader's partials of all n
 // blocks at [g*B], then one receive area of m blocks per other cluster. On
 // a host leader the partials stay where they are (send or scratch); the
