@@ -32,7 +32,7 @@ type Layout struct {
 	// device leaders fold the reducescatters' and reduces' exchanged
 	// partials on their devices (up to three clusters).
 	StagedDeviceReduce bool
-	text         string
+	text               string
 }
 
 // Cluster is one cluster of a Layout: the ranks of one vendor (or the host

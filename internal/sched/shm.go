@@ -382,8 +382,8 @@ func (b *builder) shm() {
 	switch {
 	case g.OneShot:
 		b.p.Why = "every rank on one host: one step in the shared windows"
-	case g.DeviceReduce && b.call.Coll == sdk.AllReduce:
-		b.p.Why = "every rank on one host: device copies land in the shared windows, every device folds the other clusters' parts"
+	case g.DeviceReduce && schedOf(b.call.Coll).shm.intra:
+		b.p.Why = "every rank on one host: device copies land in the shared windows, every device folds the other clusters' parts (reduceLocal)"
 	case g.DeviceReduce:
 		b.p.Why = "every rank on one host: device copies land in the shared windows, the devices fold every rank's input (reduceLocal)"
 	default:
@@ -415,5 +415,6 @@ func DeviceFolds(l *Layout, o Options, coll sdk.Collective) bool {
 	if !ShmColl(coll) || !schedOf(coll).shm.deviceReduce || !DeviceReduces(l, o) {
 		return false
 	}
-	return coll == sdk.AllReduce || l.NRanks() <= MaxDeviceReduceClusters
+	// AllReduce reduces inside each cluster first (intra).
+	return schedOf(coll).shm.intra || l.NRanks() <= MaxDeviceReduceClusters
 }
