@@ -105,10 +105,12 @@ func (c *Comm) probeDeviceReduce() bool {
 
 // reducesOnDevice reports whether this rank can take part in device
 // folds: FLAGCX_DEVICE_REDUCE is on, and a device rank's plugin reduces
-// there (probed once, by setupShm where it set up the windows).
+// there (probed once, by setupShm where it set up the windows). A
+// communicator without schedules across clusters has none (and does not
+// probe: a plugin may compile its kernels on the first fold).
 func (c *Comm) reducesOnDevice() bool {
 	switch {
-	case !c.wantDeviceReduce:
+	case !c.wantDeviceReduce || c.layout.IsHomogeneous() || c.opts.HostPath:
 		return false
 	case c.be.Plugin == nil:
 		return true

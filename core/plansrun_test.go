@@ -144,6 +144,8 @@ func TestPlansThatRunArePlansThatPrint(t *testing.T) {
 		{"vendor 2 and host 1, shared windows", "ddh", []core.Option{core.WithChunk(8 << 10)}, false, sched.PathShm, sched.PathP2P, false},
 		{"vendor 2 and host 1, staged", "ddh", []core.Option{core.WithChunk(8 << 10)}, true, sched.PathC2C, sched.PathP2P, true},
 		{"one vendor split 1,1, staged", "dd", []core.Option{core.WithSplitList([]int{1, 1}), core.WithChunk(8 << 10)}, true, sched.PathC2C, sched.PathP2P, true},
+		{"one vendor split 1,1, staged, FLAGCX_DEVICE_REDUCE=0", "dd", []core.Option{core.WithSplitList([]int{1, 1}), core.WithChunk(8 << 10), core.WithEnv(noDeviceReduce)}, true, sched.PathC2C, sched.PathP2P, false},
+		{"one vendor split 1,1, shared windows, FLAGCX_DEVICE_REDUCE=0", "dd", []core.Option{core.WithSplitList([]int{1, 1}), core.WithChunk(8 << 10), core.WithEnv(noDeviceReduce)}, false, sched.PathShm, sched.PathP2P, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.noShm {
@@ -173,6 +175,9 @@ func TestPlansThatRunArePlansThatPrint(t *testing.T) {
 		})
 	}
 }
+
+// noDeviceReduce is an environment of FLAGCX_DEVICE_REDUCE=0 alone.
+func noDeviceReduce(k string) (string, bool) { return "0", k == "FLAGCX_DEVICE_REDUCE" }
 
 // requireDevFold: on every rank, c's plan folds on the devices where
 // want says so and the plan can: on the shared windows a pipelined
