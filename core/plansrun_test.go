@@ -306,3 +306,37 @@ func TestStagedAllReduceInPieces(t *testing.T) {
 		}
 	}
 }
+
+// TestStagedAllReduceFoldsOnDevices: two emulated device leaders on the
+// staged path, with chunks beyond sched.StagedFusedMax, exchange their
+// partials and fold them on their devices: exact in every op, in place
+// and not, the host reduces nothing, and the plan that runs is the plan
+// printed; chunks within it keep the host engine's fused AllReduce.
+func TestStagedAllReduceFoldsOnDevices(t *testing.T) {
+	t.Setenv("FLAGCX_SHM_DISABLE", "1")
+	comms, mems, streams := startMixed(t, "dd", core.WithSplitList([]int{1, 1}), core.WithChunk(2<<20))
+	ran := recordSteps(t)
+	for _, tc := range []struct {
+		count int
+		dt    sdk.DataType
+		dev   bool
+	}{
+		{300001, sdk.Float32, true},  // one chunk of 1.2 MB
+		{1200001, sdk.Float32, true}, // 3 chunks of 1.6 MB
+		{400001, sdk.Int32, true},
+		{200001, sdk.Float32, false}, // 800 KB: the fused exchange
+	} {
+		for _, op := range []sdk.RedOp{sdk.Sum, sdk.Avg, sdk.Max, sdk.Min, sdk.Prod} {
+			c := reference.Case{Coll: sdk.AllReduce, Type: tc.dt, Op: op, NRanks: 2, Count: tc.count, Seed: 3}
+			name := heterotest.Name(c, false)
+			runCase(t, comms, mems, streams, c)
+			requireRanAsPrinted(t, comms[0], ran, sched.PathC2C, name)
+			for r, comm := range comms {
+				p, err := core.SchedPlan(comm, r, sched.Call{Coll: sdk.AllReduce, Count: tc.count, DType: tc.dt, Op: op})
+				require.NoError(t, err)
+				require.Equal(t, tc.dev, p.Count(sched.KindDevFold, -1) == p.Chunks, "%s, rank %d: %s", name, r, p)
+				require.Equal(t, !tc.dev, p.Count(sched.KindInter, sdk.AllReduce) > 0, "%s, rank %d", name, r)
+			}
+		}
+	}
+}

@@ -336,6 +336,7 @@ func TestHeteroPlacements(t *testing.T) {
 		{"forced host path", "nvidia:2,host:2", []string{"FLAGCX_USE_HOST_COMM=1", "FLAGCX_NET_CHUNK_SIZE=64"}, 2, false, "host", nil, nil},
 		{"staged pipeline (no shared memory: TCP)", "nvidia:2,host:1,nvidia:1", []string{"FLAGCX_SHM_DISABLE=1", "FLAGCX_NET_CHUNK_SIZE=32K"}, 2, false, "c2c", []int{70001}, []int{int(sdk.Float32)}},
 		{"staged split 1,1: the leaders fold Reduce and ReduceScatter on their devices (TCP)", "nvidia:2", []string{"FLAGCX_SHM_DISABLE=1", "FLAGCX_CLUSTER_SPLIT_LIST=1,1", "FLAGCX_NET_CHUNK_SIZE=32K"}, 2, false, "c2c", []int{70001}, nil},
+		{"staged split 1,1: chunks beyond the fused exchange fold AllReduce on the devices (TCP)", "nvidia:2", []string{"FLAGCX_SHM_DISABLE=1", "FLAGCX_CLUSTER_SPLIT_LIST=1,1"}, 2, false, "c2c", []int{300001}, nil},
 		{"staged, 3 clusters (no shared memory: TCP)", "nvidia:2,host:1,nvidia:2", []string{"FLAGCX_SHM_DISABLE=1", "FLAGCX_CLUSTER_SPLIT_LIST=2,1,2", "FLAGCX_NET_CHUNK_SIZE=64"}, 3, false, "c2c", nil, nil},
 		{"a v2 plugin registers the windows: zero copy", "example:2,host:1", nil, 2, false, "c2c-shm", nil, nil},
 		{"a v1 plugin cannot: the staged path", "example-v1:2,host:1", nil, 2, false, "c2c", nil, nil},

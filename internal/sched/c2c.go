@@ -67,13 +67,66 @@ func (b *builder) allReduce() {
 		src = BufRecv
 	}
 	fin := make([]int, len(sp))
+	devFold := b.allReduceDevFolds(sp)
+	if devFold {
+		b.p.Why = "the two device leaders exchange their partials and fold them on their devices (reduceLocal)"
+	}
 	if b.leader {
 		for i, s := range sp {
+			if devFold {
+				fin[i] = b.allReduceDevChunk(i, s, red[i], ref(src, s.Off, s.Len))
+				continue
+			}
 			fin[i] = b.leaderChunk(i, s, red[i], ref(src, s.Off, s.Len), ref(BufRecv, s.Off, s.Len),
 				Step{Coll: sdk.AllReduce, Count: b.count(s.Len), DType: call.DType, Op: opR}, call.Op == sdk.Avg)
 		}
 	}
 	b.spreadChunks(sp, fin)
+}
+
+// StagedFusedMax is the largest chunk whose staged AllReduce the two
+// leaders' host engines run fused with the device copies, in pieces over
+// the link's streams (core/hetero_staged.go; the engine's exchange limit,
+// core/internal/host/allreduce.go's maxExchange).
+const StagedFusedMax = 1 << 20
+
+// allReduceDevFolds reports whether a staged AllReduce's leaders exchange
+// their partials and fold them on their devices: every plugin can, there
+// are two clusters, both led by device ranks, and every chunk is beyond
+// StagedFusedMax. Each leader then sends its chunk and receives the
+// other's (the bytes a two-rank ring sends), copies it to its device (the
+// bytes the host fold copied back), and the host folds nothing; smaller
+// chunks keep the fused exchange, which overlaps the copies with the link.
+func (b *builder) allReduceDevFolds(sp []span) bool {
+	if len(sp) == 0 || len(b.l.Clusters) != 2 || !b.o.StagedDeviceReduce {
+		return false
+	}
+	for _, c := range b.l.Clusters {
+		if !b.l.Members[c.Leader].OnDevice() {
+			return false
+		}
+	}
+	return sp[len(sp)-1].Len > StagedFusedMax // the last span is the shortest
+}
+
+// allReduceDevChunk adds a device leader's steps for chunk i (span s) of
+// a staged AllReduce that folds on the devices: its partial (src, after
+// the intra Reduce) to staging, the exchange with the other leader, the
+// other's partial to device scratch, and the fold of both, in cluster
+// order, into recv (Avg divides there). It returns the fold.
+func (b *builder) allReduceDevChunk(i int, s span, after int, src Ref) int {
+	B := b.call.Count * b.size
+	mine, theirs := ref(BufStage, s.Off, s.Len), ref(BufStage, B+s.Off, s.Len)
+	dev := ref(BufScratch, s.Off, s.Len)
+	peer := 1 - b.c.Index
+	last := b.add(Step{Lane: LaneD2H, Kind: KindCopy, Copies: []CopyPair{{src, mine}}, Chunk: i, Deps: deps(after)})
+	last = b.add(Step{Lane: LaneNet, Kind: KindInter, Coll: sdk.SendRecv, Xfers: []Xfer{{Peer: peer, Ref: mine}, {Peer: peer, Recv: true, Ref: theirs}}, Chunk: i, Deps: deps(last)})
+	last = b.add(Step{Lane: LaneH2D, Kind: KindCopy, Copies: []CopyPair{{theirs, dev}}, Chunk: i, Deps: deps(last)})
+	f := Fold{Dst: ref(BufRecv, s.Off, s.Len), Srcs: []Ref{src, dev}}
+	if b.c.Index == 1 {
+		f.Srcs = []Ref{dev, src}
+	}
+	return b.add(Step{Lane: LaneH2D, Kind: KindDevFold, Folds: []Fold{f}, DType: b.call.DType, Op: b.call.Op, N: b.n, Chunk: i, Deps: deps(last, after)})
 }
 
 // spreadChunks adds, in a cluster of several ranks, the intra Broadcast of

@@ -310,3 +310,59 @@ func TestStagedReduceDeviceFold(t *testing.T) {
 		})
 	}
 }
+
+// TestStagedAllReduceDeviceFold: two device leaders of a staged AllReduce
+// whose chunks are beyond StagedFusedMax exchange their partials and fold
+// them on their devices, in cluster order on both (the same bits); within
+// it, with a host leader, more clusters or a plugin that cannot, the
+// leaders' host AllReduce runs.
+func TestStagedAllReduceDeviceFold(t *testing.T) {
+	dev := func(r int, v string) Member {
+		return Member{Rank: r, Vendor: v, Plugin: strings.ToLower(v), Types: ^uint32(0), Ops: ^uint32(0)}
+	}
+	host := func(r int) Member { return Member{Rank: r, Vendor: HostVendor} }
+	two := []Member{dev(0, "A"), dev(1, "A")}
+	for _, tc := range []struct {
+		name    string
+		members []Member
+		split   []int
+		count   int
+		on      bool
+		want    bool
+	}{
+		{"split 1,1, 8 MiB", two, []int{1, 1}, 2 << 20, true, true},
+		{"split 1,1, 1 MiB: the fused exchange", two, []int{1, 1}, 1 << 18, true, false},
+		{"a plugin without reduceLocal", two, []int{1, 1}, 2 << 20, false, false},
+		{"a host leader", []Member{dev(0, "A"), host(1)}, nil, 2 << 20, true, false},
+		{"three clusters", []Member{dev(0, "A"), dev(1, "A"), dev(2, "A")}, []int{1, 1, 1}, 2 << 20, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := NewLayout(tc.members, tc.split)
+			require.NoError(t, err)
+			call := Call{Coll: sdk.AllReduce, Count: tc.count, DType: sdk.Float32, Op: sdk.Avg}
+			var srcs [2][]Ref
+			for r := 0; r < 2; r++ {
+				p, err := Build(l, r, call, Options{Chunk: 4 << 20, StagedDeviceReduce: tc.on})
+				require.NoError(t, err)
+				require.Equal(t, PathC2C, p.Path)
+				if !tc.want {
+					require.Zero(t, p.Count(KindDevFold, -1))
+					require.NotZero(t, p.Count(KindInter, sdk.AllReduce))
+					return
+				}
+				require.Equal(t, p.Chunks, p.Count(KindDevFold, -1))
+				require.Zero(t, p.Count(KindInter, sdk.AllReduce))
+				require.Zero(t, p.Count(KindScale, -1), "Avg divides in the fold")
+				require.Contains(t, p.Why, "(reduceLocal)")
+				for _, st := range p.Steps {
+					if st.Kind == KindDevFold {
+						srcs[r] = st.Folds[0].Srcs
+						break
+					}
+				}
+			}
+			require.Equal(t, BufScratch, srcs[0][1].Buf, "rank 0: its own partial first")
+			require.Equal(t, BufScratch, srcs[1][0].Buf, "rank 1: the other's (cluster 0's) first")
+		})
+	}
+}
