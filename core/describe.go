@@ -30,7 +30,8 @@ type Layout struct {
 	DeviceReduce bool
 	// StagedDeviceReduce: on the staged schedules (no shared windows),
 	// device leaders fold the reducescatters' and reduces' exchanged
-	// partials on their devices (up to three clusters).
+	// partials on their devices (up to three clusters; two leaders'
+	// allreduces too, beyond sched.StagedFusedMax a chunk).
 	StagedDeviceReduce bool
 	text               string
 }

@@ -106,7 +106,7 @@ func (h *heteroBackend) describe() []string {
 	case !l.IsHomogeneous():
 		how = fmt.Sprintf("schedules: c2c for allreduce, reduce, broadcast, allgather, reducescatter (pipeline chunk %s); direct p2p across clusters for alltoall(v), gather, scatter, sendrecv", bytesize.Compact(int64(l.Chunk)))
 		if l.StagedDeviceReduce {
-			how += "; device leaders fold reducescatters and reduces on their devices (reduceLocal)"
+			how += "; device leaders fold reducescatters and reduces (and two leaders allreduce chunks beyond 1 MiB) on their devices (reduceLocal)"
 		}
 	}
 	lines := []string{fmt.Sprintf("Communicator: %s, %d cluster(s); %s", kind, len(l.Clusters), how)}
