@@ -25,9 +25,15 @@ type Layout struct {
 	// (every rank on one host); 0 when they do not.
 	ShmWindow int
 	// DeviceReduce: those zero-copy allreduces beyond the one-step size
-	// reduce on the devices rather than on the host.
+	// reduce on the devices rather than on the host (and reduces and
+	// reducescatters of up to sched.MaxDeviceReduceClusters ranks).
 	DeviceReduce bool
-	text         string
+	// StagedDeviceReduce: on the staged schedules (no shared windows),
+	// device leaders fold the reducescatters' and reduces' exchanged
+	// partials on their devices (up to three clusters; two leaders'
+	// allreduces too, beyond sched.StagedFusedMax a chunk).
+	StagedDeviceReduce bool
+	text               string
 }
 
 // Cluster is one cluster of a Layout: the ranks of one vendor (or the host
@@ -59,6 +65,7 @@ func (c *Comm) Layout() Layout {
 	l := c.layout
 	out := Layout{HostPath: c.opts.HostPath, Chunk: c.opts.Chunk, ShmWindow: c.opts.ShmWindow, text: l.String()}
 	out.DeviceReduce = out.ShmWindow > 0 && sched.DeviceReduces(l, c.opts)
+	out.StagedDeviceReduce = out.ShmWindow == 0 && !l.IsHomogeneous() && !c.opts.HostPath && c.opts.StagedDeviceReduce && len(l.Clusters) <= 3
 	for _, cl := range l.Clusters {
 		out.Clusters = append(out.Clusters, Cluster{Index: cl.Index, Vendor: cl.Vendor, Plugin: cl.Plugin,
 			Emulated: l.Members[cl.Leader].Emulated, Ranks: append([]int(nil), cl.Ranks...), Leader: cl.Leader})

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/flagcx/flagcx-go/core/internal/host/reduce"
 	"github.com/flagcx/flagcx-go/internal/env"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/internal/sched"
@@ -230,7 +231,7 @@ type Comm struct {
 	d2h, h2d loader.Stream // staging copies (device ranks)
 	shm      *shmPlane     // the zero-copy plane (every rank on one host), or nil
 	// wantDeviceReduce: FLAGCX_DEVICE_REDUCE on this rank (sched.Options'
-	// ShmDeviceReduce is what the ranks agreed).
+	// ShmDeviceReduce and StagedDeviceReduce are what the ranks agreed).
 	wantDeviceReduce bool
 	events           []loader.Event // ordering the steps of staged plans (device ranks; see chain)
 	pieceEvents      []loader.Event // the staged AllReduce's pieces (hetero_staged.go)
@@ -326,7 +327,7 @@ func InitRank(id UniqueID, nranks, rank int, opts ...Option) (*Comm, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Comm{rank: rank, n: nranks, be: be, world: world, workers: runtime.GOMAXPROCS(0), lookup: o.lookup, debug: collDebugFromEnv(o.lookup), printed: map[string]bool{}}
+	c := &Comm{rank: rank, n: nranks, be: be, world: world, workers: hostWorkers(world), lookup: o.lookup, debug: collDebugFromEnv(o.lookup), printed: map[string]bool{}}
 	if nranks > 1 {
 		if c.ctl, err = listenCtl(world.cfg, world.secret); err != nil {
 			_ = world.Abort()
@@ -556,7 +557,7 @@ func (c *Comm) start() error {
 	// devices only if every rank wants it and every device rank can.
 	// Each rank's links (their transports, for the link table) travel in
 	// the same exchange.
-	const failed, noShm, noDeviceReduce = 1, 2, 4
+	const failed, noShm, noDeviceReduce, noStagedFold = 1, 2, 4, 8
 	rec := 1 + c.n
 	flag := append([]byte{0}, c.world.linkCodes()...)
 	if startErr != nil {
@@ -565,8 +566,12 @@ func (c *Comm) start() error {
 	if !shmOK {
 		flag[0] |= noShm
 	}
-	if !shmOK || !c.shm.reducesOnDevice {
+	devFolds := startErr == nil && c.reducesOnDevice()
+	if !shmOK || !devFolds {
 		flag[0] |= noDeviceReduce
+	}
+	if !devFolds {
+		flag[0] |= noStagedFold
 	}
 	flags := make([]byte, c.n*rec)
 	if err := c.world.run(&sdk.Call{Coll: sdk.AllGather, Count: rec, DType: sdk.Uint8}, flag, flags); err != nil {
@@ -585,10 +590,12 @@ func (c *Comm) start() error {
 		}
 		shmOK = shmOK && f&noShm == 0
 		deviceReduce = deviceReduce && f&noDeviceReduce == 0
+		devFolds = devFolds && f&noStagedFold == 0
 	}
 	if len(bad) > 0 {
 		return fmt.Errorf("%w: rank %d: ranks %s could not start their cluster's library (see their errors)", sdk.ErrRemoteError, c.rank, sched.FormatRanks(bad))
 	}
+	c.opts.StagedDeviceReduce = devFolds
 	if c.leadersTalkTCP() {
 		c.opts.MinChunk = sched.TCPMinChunk
 	}
@@ -812,4 +819,14 @@ func (c *Comm) usable(name string) error {
 		return fmt.Errorf("%w: %s on rank %d: the communicator was destroyed or aborted", sdk.ErrInvalidUsage, name, c.rank)
 	}
 	return nil
+}
+
+// hostWorkers is how many goroutines this rank's host folds use: the
+// cores its host leaves each of its ranks (all of them where its ranks
+// share no host's windows), bounded (reduce.Workers).
+func hostWorkers(world *hostComm) int {
+	if node := world.mesh.Node; node != nil {
+		return reduce.Workers(node.Cores())
+	}
+	return reduce.Workers(runtime.GOMAXPROCS(0))
 }

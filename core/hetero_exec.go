@@ -398,7 +398,9 @@ type chain struct {
 }
 
 // onDevice reports whether a step's work is enqueued on a stream.
-func onDevice(st *sched.Step) bool { return st.Kind == sched.KindCopy || st.Kind == sched.KindIntra }
+func onDevice(st *sched.Step) bool {
+	return st.Kind == sched.KindCopy || st.Kind == sched.KindIntra || st.Kind == sched.KindDevFold
+}
 
 func (c *Comm) newChain(p *sched.Plan, s loader.Stream) (*chain, error) {
 	ch := &chain{c: c, p: p, s: s}
@@ -592,6 +594,11 @@ func (c *Comm) step(p *sched.Plan, i int, b *callBufs, s loader.Stream) error {
 		return c.hostStep(c.inter, c.interWhat(), st, b)
 	case sched.KindWorld:
 		return c.hostStep(c.world, "", st, b)
+	case sched.KindDevFold:
+		if c.dev == nil {
+			return fmt.Errorf("%w: device fold on host rank %d", sdk.ErrInternalError, c.rank)
+		}
+		return c.devFold(st, func(r sched.Ref) (mem, error) { return c.resolve(b, r) }, strm)
 	}
 	return fmt.Errorf("%w: step kind %v", sdk.ErrInternalError, st.Kind)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/flagcx/flagcx-go/core/internal/host/reduce"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
@@ -53,7 +54,7 @@ func (c *Comm) setupShm() bool {
 	if c.layout.IsHomogeneous() || c.opts.HostPath || node == nil || node.Size() != c.n {
 		return false
 	}
-	sp := &shmPlane{node: node, workers: node.Cores(), reducesOnDevice: c.wantDeviceReduce}
+	sp := &shmPlane{node: node, workers: reduce.Workers(node.Cores()), reducesOnDevice: c.wantDeviceReduce}
 	c.shm = sp
 	p := c.be.Plugin
 	if p == nil {
@@ -80,7 +81,8 @@ func (c *Comm) setupShm() bool {
 }
 
 // probeDeviceReduce reports whether the plugin reduces on this rank's
-// device: a reduceLocal of no elements on a first scratch allocation.
+// device: a reduceLocal of no elements on a first scratch allocation
+// (the shared windows' scratch where they are set up).
 func (c *Comm) probeDeviceReduce() bool {
 	p, sp := c.be.Plugin, c.shm
 	if !p.CanReduceLocal() {
@@ -88,13 +90,34 @@ func (c *Comm) probeDeviceReduce() bool {
 	}
 	buf, err := p.DeviceMalloc(c.be.Device, scratchProbe)
 	if err == nil {
-		sp.scratch, sp.scratchBytes = buf, scratchProbe
+		if sp != nil {
+			sp.scratch, sp.scratchBytes = buf, scratchProbe
+		} else {
+			defer func() { _ = p.DeviceFree(buf) }()
+		}
 		err = p.ReduceLocal(c.be.Device, buf, []uintptr{buf}, 0, sdk.Float32, sdk.Sum, 1, 0)
 	}
 	if err != nil && c.debug.init {
 		c.logf("INIT", "%s does not reduce on device %d (%v): clusters reduce on the host", p.Name, c.be.Device, err)
 	}
 	return err == nil
+}
+
+// reducesOnDevice reports whether this rank can take part in device
+// folds: FLAGCX_DEVICE_REDUCE is on, and a device rank's plugin reduces
+// there (probed once, by setupShm where it set up the windows). A
+// communicator without schedules across clusters has none (and does not
+// probe: a plugin may compile its kernels on the first fold).
+func (c *Comm) reducesOnDevice() bool {
+	switch {
+	case !c.wantDeviceReduce || c.layout.IsHomogeneous() || c.opts.HostPath:
+		return false
+	case c.be.Plugin == nil:
+		return true
+	case c.shm != nil:
+		return c.shm.reducesOnDevice
+	}
+	return c.probeDeviceReduce()
 }
 
 // ensureScratch makes the device scratch at least n bytes. Every copy

@@ -45,7 +45,7 @@ func (c *Comm) runShm(p *sched.Plan, b *callBufs, s loader.Stream) error {
 	if red := r.g.Reducers; len(red) > 0 && len(red) < c.n && r.dev == nil {
 		// Only the host ranks reduce (sched.ShmReducers): they share the
 		// cores the device ranks leave (one each, to drive their copies).
-		r.workers = max(1, (runtime.NumCPU()-(c.n-len(red)))/len(red))
+		r.workers = reduce.Workers((runtime.NumCPU() - (c.n - len(red))) / len(red))
 	}
 	if err := r.node.Enter(); err != nil {
 		return c.world.stepError(err, -1)
@@ -288,9 +288,16 @@ func (r *shmRun) foldPosted(st *sched.Step) error {
 // devFold runs each fold on this rank's device (reduceLocal), on the
 // lane's stream.
 func (r *shmRun) devFold(st *sched.Step) error {
+	return r.c.devFold(st, r.mem, r.c.laneStream(st.Lane, r.s))
+}
+
+// devFold runs each fold of st on this rank's device (reduceLocal) on
+// strm, its memory found by at: the shared windows' executor's and the
+// staged plans' (a leader's fold of what the other leaders sent).
+func (c *Comm) devFold(st *sched.Step, at func(sched.Ref) (mem, error), strm loader.Stream) error {
 	var srcs [sched.MaxDeviceReduceClusters]uintptr
 	for _, f := range st.Folds {
-		dst, err := r.mem(f.Dst)
+		dst, err := at(f.Dst)
 		if err != nil {
 			return err
 		}
@@ -298,15 +305,21 @@ func (r *shmRun) devFold(st *sched.Step) error {
 			return fmt.Errorf("%w: a device fold of %d inputs, more than %d", sdk.ErrInternalError, len(f.Srcs), len(srcs))
 		}
 		for i, s := range f.Srcs {
-			m, err := r.mem(s)
+			m, err := at(s)
 			if err != nil {
 				return err
 			}
+			if !m.dev {
+				return fmt.Errorf("%w: device fold of host memory %s", sdk.ErrInternalError, s)
+			}
 			srcs[i] = m.ptr
 		}
+		if !dst.dev {
+			return fmt.Errorf("%w: device fold into host memory %s", sdk.ErrInternalError, f.Dst)
+		}
 		count := f.Dst.Len / st.DType.Size()
-		if err := r.dev.ReduceLocal(r.c.be.Device, dst.ptr, srcs[:len(f.Srcs)], count, st.DType, st.Op, st.N, r.c.laneStream(st.Lane, r.s)); err != nil {
-			return fmt.Errorf("%s's device reduction: %w", r.dev.Name, err)
+		if err := c.dev.ReduceLocal(c.be.Device, dst.ptr, srcs[:len(f.Srcs)], count, st.DType, st.Op, st.N, strm); err != nil {
+			return fmt.Errorf("%s's device reduction: %w", c.dev.Name, err)
 		}
 	}
 	return nil

@@ -129,14 +129,23 @@ func TestPlansThatRunArePlansThatPrint(t *testing.T) {
 		noShm bool       // FLAGCX_SHM_DISABLE=1: the staged schedules
 		shm   sched.Path // path of AllReduce, Reduce, Broadcast, AllGather, ReduceScatter
 		other sched.Path // path of the others
+		// devfold: the reductions fold on the devices (reduceLocal) where
+		// their plans can (requireDevFold).
+		devfold bool
 	}{
-		{"host only", "hh", nil, false, sched.PathHostComm, sched.PathHostComm},
-		{"host clusters 2,1, shared windows", "hhh", []core.Option{core.WithSplitList([]int{2, 1}), core.WithChunk(8 << 10)}, false, sched.PathShm, sched.PathP2P},
-		{"host clusters 1,1, staged", "hh", []core.Option{core.WithSplitList([]int{1, 1}), core.WithChunk(8 << 10)}, true, sched.PathC2C, sched.PathP2P},
-		{"one vendor", "dd", nil, false, sched.PathVendor, sched.PathVendor},
-		{"one vendor split 1,1, shared windows", "dd", []core.Option{core.WithSplitList([]int{1, 1}), core.WithChunk(8 << 10)}, false, sched.PathShm, sched.PathP2P},
-		{"vendor 2 and host 1, shared windows", "ddh", []core.Option{core.WithChunk(8 << 10)}, false, sched.PathShm, sched.PathP2P},
-		{"vendor 2 and host 1, staged", "ddh", []core.Option{core.WithChunk(8 << 10)}, true, sched.PathC2C, sched.PathP2P},
+		{"host only", "hh", nil, false, sched.PathHostComm, sched.PathHostComm, false},
+		{"host clusters 2,1, shared windows", "hhh", []core.Option{core.WithSplitList([]int{2, 1}), core.WithChunk(8 << 10)}, false, sched.PathShm, sched.PathP2P, false},
+		{"host clusters 1,1, staged", "hh", []core.Option{core.WithSplitList([]int{1, 1}), core.WithChunk(8 << 10)}, true, sched.PathC2C, sched.PathP2P, false},
+		{"one vendor", "dd", nil, false, sched.PathVendor, sched.PathVendor, false},
+		{"one vendor split 1,1, shared windows", "dd", []core.Option{core.WithSplitList([]int{1, 1}), core.WithChunk(8 << 10)}, false, sched.PathShm, sched.PathP2P, true},
+		{"one vendor split 2,2, shared windows", "dddd", []core.Option{core.WithSplitList([]int{2, 2}), core.WithChunk(8 << 10)}, false, sched.PathShm, sched.PathP2P, true},
+		{"one vendor split 1,1,1, shared windows", "ddd", []core.Option{core.WithSplitList([]int{1, 1, 1}), core.WithChunk(8 << 10)}, false, sched.PathShm, sched.PathP2P, true},
+		{"vendor 1 and host 2, shared windows", "dhh", []core.Option{core.WithChunk(8 << 10)}, false, sched.PathShm, sched.PathP2P, false},
+		{"vendor 2 and host 1, shared windows", "ddh", []core.Option{core.WithChunk(8 << 10)}, false, sched.PathShm, sched.PathP2P, false},
+		{"vendor 2 and host 1, staged", "ddh", []core.Option{core.WithChunk(8 << 10)}, true, sched.PathC2C, sched.PathP2P, true},
+		{"one vendor split 1,1, staged", "dd", []core.Option{core.WithSplitList([]int{1, 1}), core.WithChunk(8 << 10)}, true, sched.PathC2C, sched.PathP2P, true},
+		{"one vendor split 1,1, staged, FLAGCX_DEVICE_REDUCE=0", "dd", []core.Option{core.WithSplitList([]int{1, 1}), core.WithChunk(8 << 10), core.WithEnv(noDeviceReduce)}, true, sched.PathC2C, sched.PathP2P, false},
+		{"one vendor split 1,1, shared windows, FLAGCX_DEVICE_REDUCE=0", "dd", []core.Option{core.WithSplitList([]int{1, 1}), core.WithChunk(8 << 10), core.WithEnv(noDeviceReduce)}, false, sched.PathShm, sched.PathP2P, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.noShm {
@@ -159,8 +168,57 @@ func TestPlansThatRunArePlansThatPrint(t *testing.T) {
 					continue
 				}
 				requireRanAsPrinted(t, comms[0], ran, want, name)
+				if c.Coll.Reduces() {
+					requireDevFold(t, comms, c, tc.devfold)
+				}
 			}
 		})
+	}
+}
+
+// noDeviceReduce is an environment of FLAGCX_DEVICE_REDUCE=0 alone.
+func noDeviceReduce(k string) (string, bool) { return "0", k == "FLAGCX_DEVICE_REDUCE" }
+
+// requireDevFold: on every rank, c's plan folds on the devices where
+// want says so and the plan can: on the shared windows a pipelined
+// reduction (the host then folds none of it; only Reduce's root folds), on
+// the staged path a device leader's ReduceScatter and the root's device
+// leader's Reduce (the host then reduces nothing); on the host otherwise.
+func requireDevFold(t *testing.T, comms []*core.Comm, c reference.Case, want bool) {
+	t.Helper()
+	name := heterotest.Name(c, false)
+	for r, comm := range comms {
+		p, err := core.SchedPlan(comm, r, sched.Call{Coll: c.Coll, Count: c.Count, DType: c.Type, Op: c.Op, Root: c.Root})
+		require.NoError(t, err)
+		folds := p.Count(sched.KindDevFold, -1)
+		switch p.Path {
+		case sched.PathShm:
+			dev := want && !p.Shm.OneShot && c.Coll.Reduces()
+			require.Equal(t, dev, p.Shm.DeviceReduce, "%s, rank %d: %s", name, r, p)
+			switch {
+			case !dev || (c.Coll == sdk.Reduce && r != c.Root):
+				require.Zero(t, folds, "%s, rank %d: no device fold", name, r)
+			default:
+				require.Zero(t, p.Count(sched.KindFold, -1), "%s, rank %d: the host folds nothing", name, r)
+				require.GreaterOrEqual(t, folds, p.Chunks, "%s, rank %d: a device fold a chunk", name, r)
+			}
+		case sched.PathC2C:
+			l := p.Layout
+			folder := l.ClusterOf(r).Leader // ReduceScatter: every leader
+			if c.Coll == sdk.Reduce {
+				folder = l.ClusterOf(c.Root).Leader
+			}
+			dev := want && c.Coll != sdk.AllReduce && r == folder && l.Members[r].OnDevice()
+			if !dev {
+				require.Zero(t, folds, "%s, rank %d: no device fold", name, r)
+				continue
+			}
+			require.Equal(t, p.Chunks, folds, "%s, rank %d: a device fold a chunk", name, r)
+			require.Zero(t, p.Count(sched.KindReduce, -1), "%s, rank %d: the host reduces nothing", name, r)
+			require.Contains(t, p.Why, "(reduceLocal)", "%s, rank %d: the plan says so", name, r)
+		default:
+			require.Zero(t, folds, "%s, rank %d: no device fold", name, r)
+		}
 	}
 }
 
@@ -245,6 +303,40 @@ func TestStagedAllReduceInPieces(t *testing.T) {
 			}
 			require.Equal(t, before+pieces, core.StagedInPieces(comms[0]), "%s: out of place and in place ran in pieces", heterotest.Name(c, false))
 			requireRanAsPrinted(t, comms[0], ran, sched.PathC2C, heterotest.Name(c, false))
+		}
+	}
+}
+
+// TestStagedAllReduceFoldsOnDevices: two emulated device leaders on the
+// staged path, with chunks beyond sched.StagedFusedMax, exchange their
+// partials and fold them on their devices: exact in every op, in place
+// and not, the host reduces nothing, and the plan that runs is the plan
+// printed; chunks within it keep the host engine's fused AllReduce.
+func TestStagedAllReduceFoldsOnDevices(t *testing.T) {
+	t.Setenv("FLAGCX_SHM_DISABLE", "1")
+	comms, mems, streams := startMixed(t, "dd", core.WithSplitList([]int{1, 1}), core.WithChunk(2<<20))
+	ran := recordSteps(t)
+	for _, tc := range []struct {
+		count int
+		dt    sdk.DataType
+		dev   bool
+	}{
+		{300001, sdk.Float32, true},  // one chunk of 1.2 MB
+		{1200001, sdk.Float32, true}, // 3 chunks of 1.6 MB
+		{400001, sdk.Int32, true},
+		{200001, sdk.Float32, false}, // 800 KB: the fused exchange
+	} {
+		for _, op := range []sdk.RedOp{sdk.Sum, sdk.Avg, sdk.Max, sdk.Min, sdk.Prod} {
+			c := reference.Case{Coll: sdk.AllReduce, Type: tc.dt, Op: op, NRanks: 2, Count: tc.count, Seed: 3}
+			name := heterotest.Name(c, false)
+			runCase(t, comms, mems, streams, c)
+			requireRanAsPrinted(t, comms[0], ran, sched.PathC2C, name)
+			for r, comm := range comms {
+				p, err := core.SchedPlan(comm, r, sched.Call{Coll: sdk.AllReduce, Count: tc.count, DType: tc.dt, Op: op})
+				require.NoError(t, err)
+				require.Equal(t, tc.dev, p.Count(sched.KindDevFold, -1) == p.Chunks, "%s, rank %d: %s", name, r, p)
+				require.Equal(t, !tc.dev, p.Count(sched.KindInter, sdk.AllReduce) > 0, "%s, rank %d", name, r)
+			}
 		}
 	}
 }

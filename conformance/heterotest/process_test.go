@@ -361,11 +361,16 @@ func TestHeteroPlacements(t *testing.T) {
 		{"3 clusters 2+1+2 by split list", "nvidia:2,host:1,nvidia:2", []string{"FLAGCX_CLUSTER_SPLIT_LIST=2,1,2", "FLAGCX_NET_CHUNK_SIZE=64"}, 3, false, "c2c-shm", nil, nil},
 		{"non-contiguous cluster and a cluster of one", "nvidia:1,host:1,nvidia:1", nil, 2, false, "c2c-shm", nil, nil},
 		{"split list on one vendor 2,2", "nvidia:4", []string{"FLAGCX_CLUSTER_SPLIT_LIST=2,2"}, 2, false, "c2c-shm", nil, nil},
-		{"emulated CUDA reduces on its devices: split 2,2, async streams", "nvidia:4", []string{"FLAGCX_CLUSTER_SPLIT_LIST=2,2", "FLAGCX_NET_CHUNK_SIZE=32K", "FLAGCX_VENDORSIM_STREAM_DELAY_US=200"}, 2, false, "c2c-shm+device", []int{70001}, []int{int(sdk.Float32), int(sdk.Bfloat16), int(sdk.Int64)}},
+		{"emulated CUDA reduces on its devices: split 2,2, async streams", "nvidia:4", []string{"FLAGCX_CLUSTER_SPLIT_LIST=2,2", "FLAGCX_NET_CHUNK_SIZE=32K", "FLAGCX_VENDORSIM_STREAM_DELAY_US=200"}, 2, false, "c2c-shm+device", []int{70001}, nil},
+		{"emulated CUDA folds every reduction on its devices: split 1,1", "nvidia:2", []string{"FLAGCX_CLUSTER_SPLIT_LIST=1,1", "FLAGCX_NET_CHUNK_SIZE=32K"}, 2, false, "c2c-shm+device", []int{70001}, nil},
+		{"emulated CUDA folds every reduction on its devices: split 1,1,1", "nvidia:3", []string{"FLAGCX_CLUSTER_SPLIT_LIST=1,1,1", "FLAGCX_NET_CHUNK_SIZE=32K"}, 3, false, "c2c-shm+device", []int{70001}, nil},
+		{"one device beside host ranks: the host ranks fold", "nvidia:1,host:2", []string{"FLAGCX_NET_CHUNK_SIZE=32K"}, 2, false, "c2c-shm", []int{70001}, nil},
 		{"emulated CUDA reduces on its devices: split 1,1,2", "nvidia:4", []string{"FLAGCX_CLUSTER_SPLIT_LIST=1,1,2", "FLAGCX_NET_CHUNK_SIZE=32K"}, 3, false, "c2c-shm+device", []int{70001}, nil},
 		{"split list on one vendor 1,1", "nvidia:2", []string{"FLAGCX_CLUSTER_SPLIT_LIST=1,1"}, 2, false, "c2c-shm", nil, nil},
 		{"forced host path", "nvidia:2,host:2", []string{"FLAGCX_USE_HOST_COMM=1", "FLAGCX_NET_CHUNK_SIZE=64"}, 2, false, "host", nil, nil},
 		{"staged pipeline (no shared memory: TCP)", "nvidia:2,host:1,nvidia:1", []string{"FLAGCX_SHM_DISABLE=1", "FLAGCX_NET_CHUNK_SIZE=32K"}, 2, false, "c2c", []int{70001}, []int{int(sdk.Float32)}},
+		{"staged split 1,1: the leaders fold Reduce and ReduceScatter on their devices (TCP)", "nvidia:2", []string{"FLAGCX_SHM_DISABLE=1", "FLAGCX_CLUSTER_SPLIT_LIST=1,1", "FLAGCX_NET_CHUNK_SIZE=32K"}, 2, false, "c2c", []int{70001}, nil},
+		{"staged split 1,1: chunks beyond the fused exchange fold AllReduce on the devices (TCP)", "nvidia:2", []string{"FLAGCX_SHM_DISABLE=1", "FLAGCX_CLUSTER_SPLIT_LIST=1,1"}, 2, false, "c2c", []int{300001}, nil},
 		{"staged, 3 clusters (no shared memory: TCP)", "nvidia:2,host:1,nvidia:2", []string{"FLAGCX_SHM_DISABLE=1", "FLAGCX_CLUSTER_SPLIT_LIST=2,1,2", "FLAGCX_NET_CHUNK_SIZE=64"}, 3, false, "c2c", nil, nil},
 		{"a v2 plugin registers the windows: zero copy", "example:2,host:1", nil, 2, false, "c2c-shm", nil, nil},
 		{"a v1 plugin cannot: the staged path", "example-v1:2,host:1", nil, 2, false, "c2c", nil, nil},
@@ -395,6 +400,11 @@ func TestHeteroPlacements(t *testing.T) {
 				require.Equal(t, tc.clusters, o.Clusters, "rank %d: %s", r, o.Layout)
 				require.Equal(t, tc.homo, o.Homogeneous)
 				require.Contains(t, o.Paths, "allreduce: "+tc.path, "rank %d", r)
+				if strings.HasSuffix(tc.path, "+device") {
+					// Every reduction folds on the devices (its pipelined calls).
+					require.Contains(t, o.Paths, "reduce: "+tc.path, "rank %d", r)
+					require.Contains(t, o.Paths, "reducescatter: "+tc.path, "rank %d", r)
+				}
 			}
 			t.Logf("%s: %d ranks, %d checks each, %v: %s", tc.placement, len(placement), outs[0].Cases, time.Since(start).Round(time.Millisecond), outs[0].Layout)
 		})

@@ -55,7 +55,7 @@ var (
 		"goroutines copying a large point-to-point batch through shared memory")
 	// DeviceReduce is FLAGCX_DEVICE_REDUCE.
 	DeviceReduce = BoolOn("FLAGCX_DEVICE_REDUCE",
-		"heterogeneous AllReduces on one host reduce on the devices when every plugin can (ABI v4 reduceLocal); 0 on any rank: on the host")
+		"heterogeneous AllReduces, Reduces and ReduceScatters on one host, and device leaders' staged ReduceScatters, Reduces and AllReduces, reduce on the devices when every plugin can (ABI v4 reduceLocal); 0 on any rank: on the host")
 	// ShmRegister is FLAGCX_SHM_REGISTER (read by bench).
 	ShmRegister = BoolOn("FLAGCX_SHM_REGISTER",
 		"bench allocates its host buffers with the communicator's MemAlloc (registered, zero-copy collectives); 0 for ordinary memory")

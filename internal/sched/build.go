@@ -40,6 +40,10 @@ type Options struct {
 	// (ABI v4's reduceLocal), so an AllReduce over device clusters only
 	// on PathShm reduces there and the host only relays (shm.go).
 	ShmDeviceReduce bool
+	// StagedDeviceReduce: every device rank's plugin reduces on its
+	// device, so a device leader of a staged ReduceScatter folds what the
+	// other leaders send it there (c2c.go, rsDevFolds).
+	StagedDeviceReduce bool
 	// MinChunk is the smallest chunk the staged schedules cut a call into
 	// for the sake of overlap (0 means MinPipeChunk): TCPMinChunk where
 	// cluster leaders talk TCP.

@@ -67,13 +67,66 @@ func (b *builder) allReduce() {
 		src = BufRecv
 	}
 	fin := make([]int, len(sp))
+	devFold := b.allReduceDevFolds(sp)
+	if devFold {
+		b.p.Why = "the two device leaders exchange their partials and fold them on their devices (reduceLocal)"
+	}
 	if b.leader {
 		for i, s := range sp {
+			if devFold {
+				fin[i] = b.allReduceDevChunk(i, s, red[i], ref(src, s.Off, s.Len))
+				continue
+			}
 			fin[i] = b.leaderChunk(i, s, red[i], ref(src, s.Off, s.Len), ref(BufRecv, s.Off, s.Len),
 				Step{Coll: sdk.AllReduce, Count: b.count(s.Len), DType: call.DType, Op: opR}, call.Op == sdk.Avg)
 		}
 	}
 	b.spreadChunks(sp, fin)
+}
+
+// StagedFusedMax is the largest chunk whose staged AllReduce the two
+// leaders' host engines run fused with the device copies, in pieces over
+// the link's streams (core/hetero_staged.go; the engine's exchange limit,
+// core/internal/host/allreduce.go's maxExchange).
+const StagedFusedMax = 1 << 20
+
+// allReduceDevFolds reports whether a staged AllReduce's leaders exchange
+// their partials and fold them on their devices: every plugin can, there
+// are two clusters, both led by device ranks, and every chunk is beyond
+// StagedFusedMax. Each leader then sends its chunk and receives the
+// other's (the bytes a two-rank ring sends), copies it to its device (the
+// bytes the host fold copied back), and the host folds nothing; smaller
+// chunks keep the fused exchange, which overlaps the copies with the link.
+func (b *builder) allReduceDevFolds(sp []span) bool {
+	if len(sp) == 0 || len(b.l.Clusters) != 2 || !b.o.StagedDeviceReduce {
+		return false
+	}
+	for _, c := range b.l.Clusters {
+		if !b.l.Members[c.Leader].OnDevice() {
+			return false
+		}
+	}
+	return sp[len(sp)-1].Len > StagedFusedMax // the last span is the shortest
+}
+
+// allReduceDevChunk adds a device leader's steps for chunk i (span s) of
+// a staged AllReduce that folds on the devices: its partial (src, after
+// the intra Reduce) to staging, the exchange with the other leader, the
+// other's partial to device scratch, and the fold of both, in cluster
+// order, into recv (Avg divides there). It returns the fold.
+func (b *builder) allReduceDevChunk(i int, s span, after int, src Ref) int {
+	B := b.call.Count * b.size
+	mine, theirs := ref(BufStage, s.Off, s.Len), ref(BufStage, B+s.Off, s.Len)
+	dev := ref(BufScratch, s.Off, s.Len)
+	peer := 1 - b.c.Index
+	last := b.add(Step{Lane: LaneD2H, Kind: KindCopy, Copies: []CopyPair{{src, mine}}, Chunk: i, Deps: deps(after)})
+	last = b.add(Step{Lane: LaneNet, Kind: KindInter, Coll: sdk.SendRecv, Xfers: []Xfer{{Peer: peer, Ref: mine}, {Peer: peer, Recv: true, Ref: theirs}}, Chunk: i, Deps: deps(last)})
+	last = b.add(Step{Lane: LaneH2D, Kind: KindCopy, Copies: []CopyPair{{theirs, dev}}, Chunk: i, Deps: deps(last)})
+	f := Fold{Dst: ref(BufRecv, s.Off, s.Len), Srcs: []Ref{src, dev}}
+	if b.c.Index == 1 {
+		f.Srcs = []Ref{dev, src}
+	}
+	return b.add(Step{Lane: LaneH2D, Kind: KindDevFold, Folds: []Fold{f}, DType: b.call.DType, Op: b.call.Op, N: b.n, Chunk: i, Deps: deps(last, after)})
 }
 
 // spreadChunks adds, in a cluster of several ranks, the intra Broadcast of
@@ -136,8 +189,16 @@ func (b *builder) reduce() {
 		to = BufScratch
 	}
 	fin := make([]int, len(sp))
+	devRoot := b.stagedDevFolds(c0)
+	if devRoot {
+		b.p.Why = "the root's leader folds the other leaders' partials on its device (reduceLocal)"
+	}
 	if b.leader {
 		for i, s := range sp {
+			if devRoot {
+				fin[i] = b.reduceDevChunk(i, s, red[i], c0, ref(acc, s.Off, s.Len), ref(to, s.Off, s.Len))
+				continue
+			}
 			fin[i] = b.leaderChunk(i, s, red[i], ref(acc, s.Off, s.Len), ref(to, s.Off, s.Len),
 				Step{Coll: sdk.Reduce, Count: b.count(s.Len), DType: call.DType, Op: opR, Root: c0.Index}, inC0 && call.Op == sdk.Avg)
 		}
@@ -153,6 +214,57 @@ func (b *builder) reduce() {
 			}
 		}
 	}
+}
+
+// stagedDevFolds reports whether the leader of cluster c folds what the
+// other leaders send on its device (a staged ReduceScatter's leaders, a
+// staged Reduce's root's leader): every plugin can, c's leader is a
+// device rank, and there are at most three clusters. On the host it
+// copies its n partials in and its result out; on the device it copies in
+// only what the others fold and out what it received, (clusters-1) parts:
+// with up to three clusters its link carries no more, and the host folds
+// nothing (its single fold a block is the slowest step where the host's
+// memory is shared by several leaders). Every rank decides the same from
+// the layout, so the leaders agree on the exchange.
+func (b *builder) stagedDevFolds(c *Cluster) bool {
+	return b.o.StagedDeviceReduce && b.l.Members[c.Leader].OnDevice() && len(b.l.Clusters) <= min(3, MaxDeviceReduceClusters)
+}
+
+// reduceDevChunk adds a leader's steps for chunk i (span s) of a staged
+// Reduce whose root's leader, in cluster c0, folds on its device: every
+// other leader sends its partial (acc; through staging from a device),
+// and the root's leader receives them into staging, copies them to device
+// scratch (after its own partial's room) and folds every cluster's
+// partial, in cluster order, into to (Avg divides there). after is the
+// intra Reduce; it returns the chunk's last step.
+func (b *builder) reduceDevChunk(i int, s span, after int, c0 *Cluster, acc, to Ref) int {
+	if b.c.Index != c0.Index {
+		src, last := acc, after
+		if b.dev {
+			src = ref(BufStage, s.Off, s.Len)
+			last = b.add(Step{Lane: LaneD2H, Kind: KindCopy, Copies: []CopyPair{{acc, src}}, Chunk: i, Deps: deps(after)})
+		}
+		return b.add(Step{Lane: LaneNet, Kind: KindInter, Coll: sdk.SendRecv, Xfers: []Xfer{{Peer: c0.Index, Ref: src}}, Chunk: i, Deps: deps(last)})
+	}
+	B := b.call.Count * b.size
+	var xs []Xfer
+	var cps []CopyPair
+	f := Fold{Dst: to}
+	t := 0
+	for _, o := range b.l.Clusters {
+		if o.Index == c0.Index {
+			f.Srcs = append(f.Srcs, acc)
+			continue
+		}
+		stage, dev := ref(BufStage, t*B+s.Off, s.Len), ref(BufScratch, (t+1)*B+s.Off, s.Len)
+		xs = append(xs, Xfer{Peer: o.Index, Recv: true, Ref: stage})
+		cps = append(cps, CopyPair{stage, dev})
+		f.Srcs = append(f.Srcs, dev)
+		t++
+	}
+	got := b.add(Step{Lane: LaneNet, Kind: KindInter, Coll: sdk.SendRecv, Xfers: xs, Chunk: i})
+	in := b.add(Step{Lane: LaneH2D, Kind: KindCopy, Copies: cps, Chunk: i, Deps: deps(got)})
+	return b.add(Step{Lane: LaneH2D, Kind: KindDevFold, Folds: []Fold{f}, DType: b.call.DType, Op: b.call.Op, N: b.n, Chunk: i, Deps: deps(in, after)})
 }
 
 func (b *builder) broadcast() {
@@ -278,7 +390,11 @@ func (b *builder) allGather() {
 // reduceScatter: each cluster reduces the whole input at its leader; the
 // leaders send each other the partial blocks the other clusters' ranks
 // own (slice by slice), each leader combines what it receives for its own
-// ranks' blocks, and its cluster library scatters them.
+// ranks' blocks, and its cluster library scatters them. A device leader
+// combines them on the host, or on its device (stagedDevFolds): it then
+// copies in only the other clusters' blocks, copies what it received
+// back, and folds it with its own partials there, and the host folds
+// nothing.
 func (b *builder) reduceScatter() {
 	B := b.call.Count * b.size
 	nB := b.n * B
@@ -292,6 +408,9 @@ func (b *builder) reduceScatter() {
 		return
 	}
 	lay := b.rsHostLayout(B, partial, scat)
+	if lay.devFold {
+		b.p.Why = "the leaders fold what the other clusters send on their devices (reduceLocal)"
+	}
 	var fin []int
 	for i, s := range sp {
 		fin = append(fin, b.rsChunk(&lay, i, s, len(sp), red))
@@ -329,6 +448,10 @@ type rsLayout struct {
 	others    []*Cluster
 	part, acc func(g, j int, s span) Ref
 	area      func(t, j int, s span) Ref
+	// devFold: a device leader folds on its device (stagedDevFolds); devArea
+	// is area's copy in its device scratch.
+	devFold bool
+	devArea func(t, j int, s span) Ref
 }
 
 // rsHostLayout lays out the host side: this leader's partials of all n
@@ -347,6 +470,13 @@ func (b *builder) rsHostLayout(B int, partial Buf, scat Ref) rsLayout {
 		lay.part = func(g, _ int, s span) Ref { return ref(BufStage, g*B+s.Off, s.Len) }
 		lay.acc = lay.part
 		lay.area = func(t, j int, s span) Ref { return ref(BufStage, nB+(t*b.m+j)*B+s.Off, s.Len) }
+		if lay.devFold = b.stagedDevFolds(b.c); lay.devFold {
+			base := 0 // after the partials and the scatter area, if any
+			if b.m > 1 {
+				base = nB + b.m*B
+			}
+			lay.devArea = func(t, j int, s span) Ref { return ref(BufScratch, base+(t*b.m+j)*B+s.Off, s.Len) }
+		}
 		return lay
 	}
 	lay.part = func(g, _ int, s span) Ref { return ref(partial, g*B+s.Off, s.Len) }
@@ -377,6 +507,9 @@ func (b *builder) rsChunk(lay *rsLayout, i int, s span, chunks, after int) int {
 		}
 	}
 	last = b.add(Step{Lane: LaneNet, Kind: KindInter, Coll: sdk.SendRecv, Xfers: xs, Chunk: i, Deps: deps(last)})
+	if lay.devFold {
+		return b.rsDevFold(lay, i, s, last)
+	}
 	opR := reduceOp(b.call.Op)
 	for t := range lay.others {
 		for j, g := range b.c.Ranks {
@@ -402,6 +535,35 @@ func (b *builder) rsChunk(lay *rsLayout, i int, s span, chunks, after int) int {
 	return last
 }
 
+// rsDevFold adds a device leader's fold of slice i (span s of each
+// block) on its device, after the exchange (after): the received partials
+// go to device scratch, and each of its cluster's blocks is folded from
+// every cluster's partial, in cluster order, into its place (the receive
+// buffer, or the area its cluster scatters from). It returns the fold.
+func (b *builder) rsDevFold(lay *rsLayout, i int, s span, after int) int {
+	var cps []CopyPair
+	var folds []Fold
+	for j, g := range b.c.Ranks {
+		f := Fold{Dst: ref(BufRecv, s.Off, s.Len)}
+		if b.m > 1 {
+			f.Dst = lay.scat.Sub(j*lay.B+s.Off, s.Len)
+		}
+		t := 0
+		for _, c := range b.l.Clusters {
+			if c.Index == b.c.Index {
+				f.Srcs = append(f.Srcs, ref(lay.partial, g*lay.B+s.Off, s.Len))
+				continue
+			}
+			cps = append(cps, CopyPair{lay.area(t, j, s), lay.devArea(t, j, s)})
+			f.Srcs = append(f.Srcs, lay.devArea(t, j, s))
+			t++
+		}
+		folds = append(folds, f)
+	}
+	in := b.add(Step{Lane: LaneH2D, Kind: KindCopy, Copies: cps, Chunk: i, Deps: deps(after)})
+	return b.add(Step{Lane: LaneH2D, Kind: KindDevFold, Folds: folds, DType: b.call.DType, Op: b.call.Op, N: b.n, Chunk: i, Deps: deps(in)})
+}
+
 // rsCopyIn is the copies that start slice s (of chunks slices) on the host
 // side: a device leader's partials to staging (the whole buffer at once
 // when there is one slice), a host leader's own partial into each of its
@@ -411,6 +573,15 @@ func (b *builder) rsCopyIn(lay *rsLayout, s span, chunks int) []CopyPair {
 	if !b.dev {
 		for j, g := range b.c.Ranks {
 			cp = append(cp, CopyPair{lay.part(g, j, s), lay.acc(g, j, s)})
+		}
+		return cp
+	}
+	if lay.devFold {
+		// Only what the other clusters fold.
+		for _, o := range lay.others {
+			for _, g := range o.Ranks {
+				cp = append(cp, CopyPair{ref(lay.partial, g*lay.B+s.Off, s.Len), lay.part(g, 0, s)})
+			}
 		}
 		return cp
 	}

@@ -25,10 +25,11 @@ type collSched struct {
 var schedules = [sdk.NumCollectives]collSched{
 	sdk.AllReduce: {c2c: (*builder).allReduce, shm: &shmColl{pieces: true, intra: true, oneShot: true, deviceReduce: true,
 		sources: Sources, get: (*shmBuilder).getAllReduce}},
-	sdk.Reduce:        {c2c: (*builder).reduce, shm: &shmColl{pieces: true, sources: everyRank, get: (*shmBuilder).getAtRoot}},
-	sdk.Broadcast:     {c2c: (*builder).broadcast, shm: &shmColl{rootOnly: true, get: (*shmBuilder).getFromRoot}},
-	sdk.AllGather:     {c2c: (*builder).allGather, shm: &shmColl{get: (*shmBuilder).getEvery}},
-	sdk.ReduceScatter: {c2c: (*builder).reduceScatter, shm: &shmColl{blockPerRank: true, get: (*shmBuilder).getOwnBlock}},
+	sdk.Reduce: {c2c: (*builder).reduce, shm: &shmColl{pieces: true, oneShot: true, deviceReduce: true, sources: everyRank,
+		get: (*shmBuilder).getAtRoot}},
+	sdk.Broadcast:     {c2c: (*builder).broadcast, shm: &shmColl{rootOnly: true, oneShot: true, get: (*shmBuilder).getFromRoot}},
+	sdk.AllGather:     {c2c: (*builder).allGather, shm: &shmColl{oneShot: true, get: (*shmBuilder).getEvery}},
+	sdk.ReduceScatter: {c2c: (*builder).reduceScatter, shm: &shmColl{blockPerRank: true, oneShot: true, deviceReduce: true, get: (*shmBuilder).getOwnBlock}},
 	sdk.AlltoAll:      {transfers: alltoallTransfers},
 	sdk.AlltoAllv:     {transfers: alltoallvTransfers},
 	sdk.Gather:        {transfers: gatherTransfers},
@@ -55,9 +56,9 @@ type shmColl struct {
 	// intra: a device cluster of several ranks reduces a chunk inside the
 	// cluster first, each rank carrying a part (AllReduce).
 	intra bool
-	// oneShot: small calls take one step, every rank reducing all inputs
-	// itself (AllReduce); deviceReduce: large ones may fold on the
-	// devices (sched.DeviceReduces).
+	// oneShot: small calls take one step (shmBuilder.oneShot);
+	// deviceReduce: large ones may fold on the devices
+	// (sched.DeviceFolds; AllReduce, Reduce, ReduceScatter).
 	oneShot, deviceReduce bool
 	// rootOnly: only the root puts its input in, and copies it to its own
 	// recv itself (Broadcast).
@@ -97,9 +98,15 @@ func (s *shmBuilder) getAllReduce(k int) {
 	}
 }
 
-// getAtRoot: the root takes every reduced piece (Reduce).
+// getAtRoot: the root takes every reduced piece, or folds every rank's
+// input on its device (Reduce).
 func (s *shmBuilder) getAtRoot(k int) {
 	if s.rank != s.call.Root {
+		return
+	}
+	if s.g.DeviceReduce {
+		off, L := s.g.Span(k)
+		s.foldRanks(k, Range{Off: off, Len: L}, 0)
 		return
 	}
 	off, L := s.g.Span(k)
@@ -134,9 +141,13 @@ func (s *shmBuilder) getEvery(k int) {
 
 // getOwnBlock: every rank folds its block of every rank's input, into its
 // recv on the host, into its output area (then copied to the device) on a
-// device (ReduceScatter).
+// device, or on its device (DeviceReduce) (ReduceScatter).
 func (s *shmBuilder) getOwnBlock(k int) {
 	off, L := s.g.Span(k)
+	if s.g.DeviceReduce {
+		s.foldRanks(k, Range{Off: s.rank*s.block + off, Len: L}, s.g.Block(s.rank))
+		return
+	}
 	in := s.g.InArea(k) + s.g.Block(s.rank)
 	f := Fold{Dst: ref(BufRecv, off, L)}
 	if s.dev {

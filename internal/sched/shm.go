@@ -36,8 +36,12 @@ import (
 // result where they are; a piece reduced elsewhere costs it a copy in and
 // a copy out, and the host's memory bandwidth, not its cores, is what
 // bounds these calls. A host rank alone reduces the whole chunk and copies
-// nothing. Small AllReduces (OneShot) take one step: every rank puts its
-// whole input in its window and reduces all of them in rank order itself.
+// nothing. Small calls of every collective (OneShot: every rank reads at
+// most ShmOneShot bytes) take one step, one copy in, one fold (or copy)
+// and one copy out: every rank puts its whole input in its window (the
+// root alone for Broadcast), publishes the step, and reads what it needs
+// of every window itself (a reduction folds them in rank order) as each
+// rank has published.
 //
 // AllReduce with device reductions (DeviceReduce: no host ranks, every
 // plugin reduces on its device, at most MaxDeviceReduceClusters clusters),
@@ -56,9 +60,20 @@ import (
 // AllGather: every rank puts its block's chunk in and copies every rank's
 // out. ReduceScatter: every rank puts the chunk of each of its n blocks
 // in, and reduces block r's chunk of every window into its own result.
+//
+// Reduce and ReduceScatter with device reductions (as AllReduce's, at
+// most MaxDeviceReduceClusters ranks: they fold one input a rank), one
+// step a chunk: every rank but Reduce's root puts in what the others
+// fold (ReduceScatter: every block but its own); the root (every rank,
+// for its block) copies the others' inputs into device scratch and folds
+// them with its own send in rank order on its device (sched.foldRanks).
+// Its link carries n-1 chunks in where the host fold's carried one out
+// and one in, and the host folds nothing: with two ranks, what split 1,1
+// and two vendors of one are, that is less on the link as well.
 type ShmPlan struct {
 	Coll sdk.Collective
-	// OneShot: the AllReduce latency path (one step, no pipeline).
+	// OneShot: the latency path (one step, no pipeline; shm_steps.go's
+	// oneShot).
 	OneShot bool
 	// Spans are the chunks (offsets and lengths in the call's bytes; of
 	// each block for AllGather and ReduceScatter).
@@ -72,8 +87,8 @@ type ShmPlan struct {
 	// Reducers reduce the pieces of every chunk (AllReduce, Reduce):
 	// piece i (Piece) is reduced by Reducers[i] into its output area.
 	Reducers []int
-	// DeviceReduce: the AllReduce reduces on the devices (one step a
-	// chunk, no output areas, no reducers).
+	// DeviceReduce: the call folds on the devices (AllReduce, Reduce,
+	// ReduceScatter: one step a chunk, no output areas, no reducers).
 	DeviceReduce bool
 	// Lag is how many chunks a one-step pipeline keeps a rank's copies
 	// out of the windows in flight: it waits for its copies of chunk k-Lag
@@ -147,8 +162,9 @@ func (p *ShmPlan) Steps() int {
 var (
 	// ShmSlots is how many chunks are in flight in the windows.
 	ShmSlots = 3
-	// ShmOneShot: calls of at most this many bytes times the rank count
-	// take the one-step path.
+	// ShmOneShot: calls whose input area (the message, or ReduceScatter's
+	// n blocks) times the rank count is at most this many bytes take the
+	// one-step path.
 	ShmOneShot = 256 << 10
 	// ShmDeviceSlots and ShmDeviceLag shape the device-reduced AllReduce:
 	// with a lag of two, a rank's copies into its device for chunk k run
@@ -159,7 +175,8 @@ var (
 )
 
 // MaxDeviceReduceClusters is the most clusters a device-reduced AllReduce
-// folds (one source each in one reduceLocal call: FLAGCX_REDUCE_MAX_SRCS).
+// folds, and the most ranks a device-reduced Reduce or ReduceScatter does
+// (one source each in one reduceLocal call: FLAGCX_REDUCE_MAX_SRCS).
 const MaxDeviceReduceClusters = 8
 
 const shmAlign = 4096 // slot areas start on pages (and on any element)
@@ -186,8 +203,8 @@ func NewShmPlan(coll sdk.Collective, bytes, size, n int, reducers []int, window,
 			reducers = append(reducers, r)
 		}
 	}
-	if sc.oneShot && bytes*n <= ShmOneShot && 2*alignUp(bytes, 64) <= window/2 {
-		return &ShmPlan{Coll: coll, OneShot: true, Spans: []Range{{0, bytes}}, Slots: 1, In: alignUp(bytes, 64), Blocks: 1}, nil
+	if blocks, in := oneShotIn(sc, bytes, n); in*n <= ShmOneShot && in+alignUp(bytes, 64) <= window/2 {
+		return &ShmPlan{Coll: coll, OneShot: true, Spans: []Range{{0, bytes}}, Slots: 1, In: in, Blocks: blocks}, nil
 	}
 	deviceReduce = deviceReduce && sc.deviceReduce
 	slots, lag := max(ShmSlots, 1), 1
@@ -203,12 +220,16 @@ func NewShmPlan(coll sdk.Collective, bytes, size, n int, reducers []int, window,
 	// A slot holds Blocks chunks in and, for the reductions, a piece of a
 	// chunk (one per reducer; a whole chunk for ReduceScatter's result) out.
 	pieces := sc.pieces && !deviceReduce
+	hostOut := sc.blockPerRank && !deviceReduce // ReduceScatter's folded chunk
 	blocks, outNum, outDen := 1, 0, 1
 	if pieces {
 		outNum, outDen = 1, len(reducers)
 	}
 	if sc.blockPerRank {
-		blocks, outNum = n, 1
+		blocks = n
+	}
+	if hostOut {
+		outNum = 1
 	}
 	per := window/slots - 2*shmAlign
 	chunk := (per * outDen / (blocks*outDen + outNum)) / shmAlign * shmAlign
@@ -231,11 +252,20 @@ func NewShmPlan(coll sdk.Collective, bytes, size, n int, reducers []int, window,
 	if pieces {
 		out = p.Piece(maxLen, size, 0).Len
 	}
-	if sc.blockPerRank {
+	if hostOut {
 		out = maxLen
 	}
 	p.SlotBytes = p.In + alignUp(out, shmAlign)
 	return p, nil
+}
+
+// oneShotIn is how many blocks a rank puts in on the one-step path, and
+// the input area they take: ReduceScatter's n blocks, else the message.
+func oneShotIn(sc *shmColl, bytes, n int) (blocks, in int) {
+	if sc.blockPerRank {
+		return n, n * alignUp(bytes, 64)
+	}
+	return 1, alignUp(bytes, 64)
 }
 
 // Block is where block j of chunk k's input starts in an input area.
@@ -338,7 +368,7 @@ func sortInts(a []int) {
 // (shm_steps.go), which core's executor runs in order.
 func (b *builder) shm() {
 	b.p.Path = PathShm
-	g, err := NewShmPlan(b.call.Coll, b.call.Count*b.size, b.size, b.n, ShmReducers(b.l), b.o.ShmWindow, b.o.Chunk, DeviceReduces(b.l, b.o))
+	g, err := NewShmPlan(b.call.Coll, b.call.Count*b.size, b.size, b.n, ShmReducers(b.l), b.o.ShmWindow, b.o.Chunk, DeviceFolds(b.l, b.o, b.call.Coll))
 	if err != nil {
 		b.p.Why = err.Error() + "; the staged schedule runs instead"
 		b.p.Path = PathC2C
@@ -352,8 +382,10 @@ func (b *builder) shm() {
 	switch {
 	case g.OneShot:
 		b.p.Why = "every rank on one host: one step in the shared windows"
+	case g.DeviceReduce && schedOf(b.call.Coll).shm.intra:
+		b.p.Why = "every rank on one host: device copies land in the shared windows, every device folds the other clusters' parts (reduceLocal)"
 	case g.DeviceReduce:
-		b.p.Why = "every rank on one host: device copies land in the shared windows, every device folds the other clusters' parts"
+		b.p.Why = "every rank on one host: device copies land in the shared windows, the devices fold every rank's input (reduceLocal)"
 	default:
 		b.p.Why = "every rank on one host: device copies land in the shared windows, where the peers read them"
 	}
@@ -373,4 +405,16 @@ func DeviceReduces(l *Layout, o Options) bool {
 		}
 	}
 	return true
+}
+
+// DeviceFolds reports whether coll's pipelined call on PathShm folds on
+// the devices: DeviceReduces, and one fold takes every input (AllReduce:
+// one a cluster; Reduce and ReduceScatter: one a rank, as they reduce
+// nothing inside a cluster first).
+func DeviceFolds(l *Layout, o Options, coll sdk.Collective) bool {
+	if !ShmColl(coll) || !schedOf(coll).shm.deviceReduce || !DeviceReduces(l, o) {
+		return false
+	}
+	// AllReduce reduces inside each cluster first (intra).
+	return schedOf(coll).shm.intra || l.NRanks() <= MaxDeviceReduceClusters
 }

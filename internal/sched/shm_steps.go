@@ -115,32 +115,79 @@ func (s *shmBuilder) part(k int) Range {
 	return Part(L, s.size, s.m, s.local)
 }
 
-// oneShot: every rank puts its input in its window, publishes the step,
-// and folds every rank's input in rank order as each is posted; a device
-// rank folds into its own window beside its input and copies the result
-// back, synchronously (the caller's stream).
+// oneShot: one copy in, one fold (or none), one copy out. Every rank
+// with input puts it in its window (ReduceScatter: its n blocks) and
+// publishes the step; a rank that reduces folds its part of every rank's
+// input in rank order as each is posted (a device rank into its own
+// window beside its input, then copied back), the others wait for every
+// rank's step and copy out what they take. A device rank's copies are
+// synchronous (the caller's stream). Every rank waits for every rank's
+// step, so that none writes a half of its window (the host engine's rule
+// alternates them) that another still reads.
 func (s *shmBuilder) oneShot() {
-	B := s.block
-	in := s.win(s.rank, 0, B)
-	s.copies(s.copyLane(LaneIntra), -1, []CopyPair{{Src: ref(BufSend, 0, B), Dst: in}})
-	s.drain(LaneIntra)
-	s.add(Step{Lane: LaneNet, Kind: KindPost, Chunk: -1})
-	f := Fold{Dst: ref(BufRecv, 0, B)}
-	if s.dev {
-		f.Dst = s.win(s.rank, s.g.In, B)
+	B, coll := s.block, s.call.Coll
+	if s.puts() {
+		var cps []CopyPair
+		for bl := 0; bl < s.g.Blocks; bl++ {
+			cps = append(cps, CopyPair{Src: ref(BufSend, bl*B, B), Dst: s.win(s.rank, s.g.Block(bl), B)})
+		}
+		s.copies(s.copyLane(LaneIntra), -1, cps)
+		s.drain(LaneIntra)
 	}
-	for q := 0; q < s.n; q++ {
-		f.Srcs = append(f.Srcs, s.win(q, 0, B))
+	var out []CopyPair
+	if coll.Reduces() && (!coll.Rooted() || s.rank == s.call.Root) {
+		s.add(Step{Lane: LaneNet, Kind: KindPost, Chunk: -1})
+		f := Fold{Dst: ref(BufRecv, 0, B)}
+		if s.dev {
+			f.Dst = s.win(s.rank, s.g.In, B)
+			out = append(out, CopyPair{Src: f.Dst, Dst: ref(BufRecv, 0, B)})
+		}
+		at := 0
+		if s.g.Blocks > 1 {
+			at = s.g.Block(s.rank) // ReduceScatter: its own block
+		}
+		for q := 0; q < s.n; q++ {
+			f.Srcs = append(f.Srcs, s.win(q, at, B))
+		}
+		s.fold(KindFoldPosted, LaneNet, -1, f)
+	} else {
+		s.add(Step{Lane: LaneNet, Kind: KindSync, Chunk: -1})
+		out = s.oneShotOut()
 	}
-	s.fold(KindFoldPosted, LaneNet, -1, f)
-	if s.dev {
-		s.copies(LaneIntra, -1, []CopyPair{{Src: f.Dst, Dst: ref(BufRecv, 0, B)}})
+	if len(out) > 0 {
+		s.copies(s.copyLane(LaneIntra), -1, out)
 		s.drain(LaneIntra)
 	}
 }
 
-// puts reports whether this rank puts input in its window.
-func (s *shmBuilder) puts() bool { return !s.sc.rootOnly || s.rank == s.call.Root }
+// oneShotOut are the copies out of the windows of a one-step call that
+// folds nothing here: AllGather's every block, Broadcast's root's input
+// (the root's own copy), none for Reduce's other ranks.
+func (s *shmBuilder) oneShotOut() []CopyPair {
+	B, coll := s.block, s.call.Coll
+	switch {
+	case coll.Reduces():
+		return nil
+	case !coll.Rooted():
+		var cps []CopyPair
+		for q := 0; q < s.n; q++ {
+			cps = append(cps, CopyPair{Src: s.win(q, 0, B), Dst: ref(BufRecv, q*B, B)})
+		}
+		return cps
+	case s.rank == s.call.Root:
+		return []CopyPair{{Src: ref(BufSend, 0, B), Dst: ref(BufRecv, 0, B)}}
+	}
+	return []CopyPair{{Src: s.win(s.call.Root, 0, B), Dst: ref(BufRecv, 0, B)}}
+}
+
+// puts reports whether this rank puts input in its window: not the root
+// of a device-reduced Reduce, which reads its own input on its device.
+func (s *shmBuilder) puts() bool {
+	if s.sc.rootOnly || (s.g.DeviceReduce && s.call.Coll.Rooted()) {
+		return s.sc.rootOnly == (s.rank == s.call.Root)
+	}
+	return true
+}
 
 // pipeline: the chunks, Slots of them in flight, one or two steps a chunk.
 func (s *shmBuilder) pipeline() {
@@ -148,6 +195,11 @@ func (s *shmBuilder) pipeline() {
 	// The d2h stream reads the input after the caller's earlier work.
 	s.mark(LaneIntra, -1)
 	s.await(LaneD2H, LaneIntra, -1)
+	if !s.puts() {
+		// Nothing of this rank's waits for the d2h stream, so its copies
+		// and folds on the h2d stream wait for the caller's work directly.
+		s.await(LaneH2D, LaneIntra, -1)
+	}
 	s.sync(-1, 0)
 	if s.sc.rootOnly && s.rank == s.call.Root {
 		// The root's own copy.
@@ -216,6 +268,9 @@ func (s *shmBuilder) put(k int) {
 		}
 	default:
 		for bl := 0; bl < g.Blocks; bl++ {
+			if g.DeviceReduce && g.Blocks > 1 && bl == s.rank {
+				continue // ReduceScatter: its own block it folds from send
+			}
 			from := off + bl*s.block // ReduceScatter: block bl's chunk
 			cps = append(cps, CopyPair{Src: ref(BufSend, from, L), Dst: s.win(s.rank, in+g.Block(bl), L)})
 		}
@@ -362,6 +417,35 @@ func (s *shmBuilder) foldOnDevice(k int) {
 		s.fold(KindDevFold, LaneH2D, k, f)
 	}
 	s.landed(k)
+}
+
+// foldRanks takes chunk k of a device-reduced Reduce (at the root) or
+// ReduceScatter: this rank copies every other rank's contribution (at at
+// in its input area) into device scratch (one area per other rank and
+// slot) and folds them with its own (send at own) in rank order into recv
+// on its device, on the h2d stream, as foldOnDevice does.
+func (s *shmBuilder) foldRanks(k int, own Range, at int) {
+	off, L := s.g.Span(k)
+	area := (k % s.g.Slots) * (s.n - 1) * s.partMax
+	in := s.g.InArea(k) + at
+	f := Fold{Dst: ref(BufRecv, off, L)}
+	var cps []CopyPair
+	for q := 0; q < s.n; q++ {
+		if q == s.rank {
+			f.Srcs = append(f.Srcs, ref(BufSend, own.Off, own.Len))
+			continue
+		}
+		i := q
+		if q > s.rank {
+			i--
+		}
+		r := ref(BufScratch, area+i*s.partMax, L)
+		cps = append(cps, CopyPair{Src: s.win(q, in, L), Dst: r})
+		f.Srcs = append(f.Srcs, r)
+	}
+	s.copies(LaneH2D, k, cps)
+	s.fold(KindDevFold, LaneH2D, k, f)
+	s.mark(LaneH2D, k)
 }
 
 // shmString describes a step of the shared-memory plane's own kinds.

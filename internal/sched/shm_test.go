@@ -138,8 +138,9 @@ func TestShmPlanGeometry(t *testing.T) {
 // TestShmDeviceReducePlan: with every plugin able to reduce on its device,
 // an AllReduce over device clusters only takes one step a chunk, without
 // reducers or output areas, and keeps ShmDeviceLag chunks of copies in
-// flight; a layout with host ranks, a Reduce, or more clusters than one
-// fold takes keeps the host reductions.
+// flight, and so do a Reduce and a ReduceScatter where one fold takes
+// every rank's input; a layout with host ranks, a plugin that cannot, or
+// more inputs than one fold takes keeps the host reductions.
 func TestShmDeviceReducePlan(t *testing.T) {
 	dev := func(r int, v string) Member {
 		return Member{Rank: r, Vendor: v, Plugin: strings.ToLower(v), Types: ^uint32(0), Ops: ^uint32(0)}
@@ -161,8 +162,15 @@ func TestShmDeviceReducePlan(t *testing.T) {
 		{"two vendors of two", []Member{dev(0, "A"), dev(1, "A"), dev(2, "B"), dev(3, "B")}, nil, sdk.AllReduce, true, true},
 		{"a plugin without reduceLocal", []Member{dev(0, "A"), dev(1, "A")}, []int{1, 1}, sdk.AllReduce, false, false},
 		{"host ranks reduce", []Member{dev(0, "A"), host(1)}, nil, sdk.AllReduce, true, false},
-		{"Reduce keeps its reducers", []Member{dev(0, "A"), dev(1, "A")}, []int{1, 1}, sdk.Reduce, true, false},
+		{"Reduce, split 1,1", []Member{dev(0, "A"), dev(1, "A")}, []int{1, 1}, sdk.Reduce, true, true},
+		{"ReduceScatter, split 1,1", []Member{dev(0, "A"), dev(1, "A")}, []int{1, 1}, sdk.ReduceScatter, true, true},
+		{"ReduceScatter, two vendors of two", []Member{dev(0, "A"), dev(1, "A"), dev(2, "B"), dev(3, "B")}, nil, sdk.ReduceScatter, true, true},
+		{"Reduce with host ranks keeps its reducers", []Member{dev(0, "A"), host(1)}, nil, sdk.Reduce, true, false},
+		{"ReduceScatter without reduceLocal", []Member{dev(0, "A"), dev(1, "A")}, []int{1, 1}, sdk.ReduceScatter, false, false},
 		{"too many clusters for one fold", many, []int{1, 1, 1, 1, 1, 1, 1, 1, 1}, sdk.AllReduce, true, false},
+		{"3 clusters, AllReduce folds one a cluster", many, []int{3, 3, 3}, sdk.AllReduce, true, true},
+		{"3 clusters, Reduce folds one a rank: too many", many, []int{3, 3, 3}, sdk.Reduce, true, false},
+		{"3 clusters, ReduceScatter folds one a rank: too many", many, []int{3, 3, 3}, sdk.ReduceScatter, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, err := NewLayout(tc.members, tc.split)
@@ -174,7 +182,10 @@ func TestShmDeviceReducePlan(t *testing.T) {
 			g := p.Shm
 			require.Equal(t, tc.want, g.DeviceReduce)
 			if !tc.want {
-				require.NotEmpty(t, g.Reducers)
+				if tc.coll != sdk.ReduceScatter {
+					require.NotEmpty(t, g.Reducers)
+				}
+				require.Zero(t, p.Count(KindDevFold, -1))
 				return
 			}
 			require.Equal(t, 1, g.Steps())
@@ -183,11 +194,175 @@ func TestShmDeviceReducePlan(t *testing.T) {
 			require.Equal(t, ShmDeviceSlots, g.Slots)
 			require.Equal(t, ShmDeviceLag, g.Lag)
 			require.LessOrEqual(t, g.Slots*g.SlotBytes, 64<<20)
-			require.Equal(t, g.Chunks(), p.Count(KindDevFold, -1), "one device fold a chunk (one carrier each)")
+			require.Equal(t, g.Chunks(), p.Count(KindDevFold, -1), "one device fold a chunk (one carrier each; rank 0 is Reduce's root)")
 			require.Zero(t, p.Count(KindFold, -1), "the host folds nothing")
 			var desc strings.Builder
 			p.Format(&desc, 4)
 			require.Contains(t, desc.String(), "devfold float32 sum")
+		})
+	}
+}
+
+// TestStagedReduceScatterDeviceFold: a device leader of a staged
+// ReduceScatter folds what the other leaders send on its device where
+// every plugin can and there are at most three clusters: it copies in
+// only the other clusters' blocks, the host reduces nothing, and the plan
+// says so; otherwise, and on a host leader, the host reduces.
+func TestStagedReduceScatterDeviceFold(t *testing.T) {
+	dev := func(r int, v string) Member {
+		return Member{Rank: r, Vendor: v, Plugin: strings.ToLower(v), Types: ^uint32(0), Ops: ^uint32(0)}
+	}
+	host := func(r int) Member { return Member{Rank: r, Vendor: HostVendor} }
+	four := []Member{dev(0, "A"), dev(1, "A"), dev(2, "A"), dev(3, "A")}
+	for _, tc := range []struct {
+		name    string
+		members []Member
+		split   []int
+		rank    int
+		on      bool
+		want    bool
+	}{
+		{"split 1,1", []Member{dev(0, "A"), dev(1, "A")}, []int{1, 1}, 0, true, true},
+		{"split 2,1,1, a leader of two", four, []int{2, 1, 1}, 0, true, true},
+		{"split 2,2 beside nothing else", four, []int{2, 2}, 2, true, true},
+		{"a plugin without reduceLocal", []Member{dev(0, "A"), dev(1, "A")}, []int{1, 1}, 0, false, false},
+		{"four clusters: the link would carry more", four, []int{1, 1, 1, 1}, 0, true, false},
+		{"a host leader reduces on the host", []Member{dev(0, "A"), host(1)}, nil, 1, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := NewLayout(tc.members, tc.split)
+			require.NoError(t, err)
+			call := Call{Coll: sdk.ReduceScatter, Count: 1 << 20, DType: sdk.Float32, Op: sdk.Avg}
+			p, err := Build(l, tc.rank, call, Options{Chunk: 1 << 20, StagedDeviceReduce: tc.on})
+			require.NoError(t, err)
+			require.Equal(t, PathC2C, p.Path)
+			if !tc.want {
+				require.Zero(t, p.Count(KindDevFold, -1))
+				require.NotZero(t, p.Count(KindReduce, -1))
+				return
+			}
+			require.Equal(t, p.Chunks, p.Count(KindDevFold, -1), "one device fold a chunk")
+			require.Zero(t, p.Count(KindReduce, -1), "the host reduces nothing")
+			require.Zero(t, p.Count(KindScale, -1), "Avg divides in the fold")
+			require.Contains(t, p.Why, "on their devices")
+			c := l.ClusterOf(tc.rank)
+			in := 0
+			for _, st := range p.Steps {
+				if st.Lane == LaneD2H {
+					for _, cp := range st.Copies {
+						in += cp.Src.Len
+					}
+				}
+				if st.Kind == KindDevFold {
+					require.Len(t, st.Folds, len(c.Ranks), "one fold per block of its cluster")
+					for _, f := range st.Folds {
+						require.Len(t, f.Srcs, len(l.Clusters), "one input per cluster")
+					}
+				}
+			}
+			require.Equal(t, (l.NRanks()-len(c.Ranks))*call.Count*4, in, "only the other clusters' blocks go to the host")
+		})
+	}
+}
+
+// TestStagedReduceDeviceFold: the device leader of a staged Reduce's
+// root's cluster receives the other leaders' partials and folds them on
+// its device (the host reduces nothing, no inter Reduce runs), the other
+// leaders send theirs; with a host leader at the root, or a plugin that
+// cannot, the leaders' host Reduce runs.
+func TestStagedReduceDeviceFold(t *testing.T) {
+	dev := func(r int, v string) Member {
+		return Member{Rank: r, Vendor: v, Plugin: strings.ToLower(v), Types: ^uint32(0), Ops: ^uint32(0)}
+	}
+	host := func(r int) Member { return Member{Rank: r, Vendor: HostVendor} }
+	mixed := []Member{dev(0, "A"), dev(1, "A"), host(2)}
+	for _, tc := range []struct {
+		name       string
+		members    []Member
+		split      []int
+		root, rank int
+		on         bool
+		folds      bool // rank folds on its device
+		inter      bool // rank runs the leaders' host Reduce
+	}{
+		{"split 1,1, the root", []Member{dev(0, "A"), dev(1, "A")}, []int{1, 1}, 0, 0, true, true, false},
+		{"split 1,1, the other leader sends", []Member{dev(0, "A"), dev(1, "A")}, []int{1, 1}, 0, 1, true, false, false},
+		{"a device cluster's root not its leader: the leader folds", mixed, nil, 1, 0, true, true, false},
+		{"the host leader sends", mixed, nil, 1, 2, true, false, false},
+		{"a host root: the host reduces", mixed, nil, 2, 0, true, false, true},
+		{"a plugin without reduceLocal", []Member{dev(0, "A"), dev(1, "A")}, []int{1, 1}, 0, 0, false, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := NewLayout(tc.members, tc.split)
+			require.NoError(t, err)
+			call := Call{Coll: sdk.Reduce, Count: 1 << 20, DType: sdk.Float32, Op: sdk.Avg, Root: tc.root}
+			p, err := Build(l, tc.rank, call, Options{Chunk: 1 << 20, StagedDeviceReduce: tc.on})
+			require.NoError(t, err)
+			require.Equal(t, PathC2C, p.Path)
+			require.Equal(t, tc.inter, p.Count(KindInter, sdk.Reduce) > 0, "%s", p)
+			if !tc.folds {
+				require.Zero(t, p.Count(KindDevFold, -1))
+				return
+			}
+			require.Equal(t, p.Chunks, p.Count(KindDevFold, -1), "one device fold a chunk")
+			require.Zero(t, p.Count(KindScale, -1), "Avg divides in the fold")
+			require.Contains(t, p.Why, "on its device")
+		})
+	}
+}
+
+// TestStagedAllReduceDeviceFold: two device leaders of a staged AllReduce
+// whose chunks are beyond StagedFusedMax exchange their partials and fold
+// them on their devices, in cluster order on both (the same bits); within
+// it, with a host leader, more clusters or a plugin that cannot, the
+// leaders' host AllReduce runs.
+func TestStagedAllReduceDeviceFold(t *testing.T) {
+	dev := func(r int, v string) Member {
+		return Member{Rank: r, Vendor: v, Plugin: strings.ToLower(v), Types: ^uint32(0), Ops: ^uint32(0)}
+	}
+	host := func(r int) Member { return Member{Rank: r, Vendor: HostVendor} }
+	two := []Member{dev(0, "A"), dev(1, "A")}
+	for _, tc := range []struct {
+		name    string
+		members []Member
+		split   []int
+		count   int
+		on      bool
+		want    bool
+	}{
+		{"split 1,1, 8 MiB", two, []int{1, 1}, 2 << 20, true, true},
+		{"split 1,1, 1 MiB: the fused exchange", two, []int{1, 1}, 1 << 18, true, false},
+		{"a plugin without reduceLocal", two, []int{1, 1}, 2 << 20, false, false},
+		{"a host leader", []Member{dev(0, "A"), host(1)}, nil, 2 << 20, true, false},
+		{"three clusters", []Member{dev(0, "A"), dev(1, "A"), dev(2, "A")}, []int{1, 1, 1}, 2 << 20, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := NewLayout(tc.members, tc.split)
+			require.NoError(t, err)
+			call := Call{Coll: sdk.AllReduce, Count: tc.count, DType: sdk.Float32, Op: sdk.Avg}
+			var srcs [2][]Ref
+			for r := 0; r < 2; r++ {
+				p, err := Build(l, r, call, Options{Chunk: 4 << 20, StagedDeviceReduce: tc.on})
+				require.NoError(t, err)
+				require.Equal(t, PathC2C, p.Path)
+				if !tc.want {
+					require.Zero(t, p.Count(KindDevFold, -1))
+					require.NotZero(t, p.Count(KindInter, sdk.AllReduce))
+					return
+				}
+				require.Equal(t, p.Chunks, p.Count(KindDevFold, -1))
+				require.Zero(t, p.Count(KindInter, sdk.AllReduce))
+				require.Zero(t, p.Count(KindScale, -1), "Avg divides in the fold")
+				require.Contains(t, p.Why, "(reduceLocal)")
+				for _, st := range p.Steps {
+					if st.Kind == KindDevFold {
+						srcs[r] = st.Folds[0].Srcs
+						break
+					}
+				}
+			}
+			require.Equal(t, BufScratch, srcs[0][1].Buf, "rank 0: its own partial first")
+			require.Equal(t, BufScratch, srcs[1][0].Buf, "rank 1: the other's (cluster 0's) first")
 		})
 	}
 }

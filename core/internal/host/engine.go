@@ -87,9 +87,9 @@ const (
 type Option func(*Engine)
 
 // WithWorkers sets how many goroutines share a large reduction (default
-// runtime.GOMAXPROCS(0); values below 1 mean 1).
+// runtime.GOMAXPROCS(0); within 1..reduce.MaxWorkers).
 func WithWorkers(n int) Option {
-	return func(e *Engine) { e.workers = max(n, 1) }
+	return func(e *Engine) { e.workers = reduce.Workers(n) }
 }
 
 // WithSmallLimit sets the message size in bytes up to which latency-bound
@@ -117,7 +117,7 @@ func New(p Peers, opts ...Option) *Engine {
 		p:          p,
 		rank:       p.Rank(),
 		n:          p.Size(),
-		workers:    runtime.GOMAXPROCS(0),
+		workers:    reduce.Workers(runtime.GOMAXPROCS(0)),
 		smallLimit: DefaultSmallLimit,
 		chunk:      DefaultChunk,
 	}

@@ -101,10 +101,13 @@ func (h *heteroBackend) describe() []string {
 	case !l.IsHomogeneous() && l.ShmWindow > 0:
 		how = fmt.Sprintf("schedules: c2c-shm (zero-copy in the host's shared windows, %s each) for allreduce, reduce, broadcast, allgather, reducescatter; direct p2p across clusters for alltoall(v), gather, scatter, sendrecv", bytesize.Compact(int64(l.ShmWindow)))
 		if l.DeviceReduce {
-			how += "; allreduces beyond the one-step size fold on the devices (reduceLocal)"
+			how += fmt.Sprintf("; allreduces (and reduces and reducescatters of up to %d ranks) beyond the one-step size fold on the devices (reduceLocal)", sched.MaxDeviceReduceClusters)
 		}
 	case !l.IsHomogeneous():
 		how = fmt.Sprintf("schedules: c2c for allreduce, reduce, broadcast, allgather, reducescatter (pipeline chunk %s); direct p2p across clusters for alltoall(v), gather, scatter, sendrecv", bytesize.Compact(int64(l.Chunk)))
+		if l.StagedDeviceReduce {
+			how += "; device leaders fold reducescatters and reduces (and two leaders allreduce chunks beyond 1 MiB) on their devices (reduceLocal)"
+		}
 	}
 	lines := []string{fmt.Sprintf("Communicator: %s, %d cluster(s); %s", kind, len(l.Clusters), how)}
 	for _, c := range l.Clusters {

@@ -47,6 +47,12 @@ const foldBlock = 64 << 10
 // also may be one of them (an in-place caller's own input): each block is
 // read before it is written.
 func FoldParallel(dst, also []byte, ins [][]byte, dt sdk.DataType, op sdk.RedOp, ranks, workers int) {
+	foldSplit(dst, also, ins, dt, op, ranks, workers, ParallelFrom)
+}
+
+// foldSplit is FoldParallel splitting from buffers of from bytes (the
+// benchmark's knob).
+func foldSplit(dst, also []byte, ins [][]byte, dt sdk.DataType, op sdk.RedOp, ranks, workers, from int) {
 	fop := op
 	if op == sdk.Avg {
 		fop = sdk.Sum
@@ -57,7 +63,7 @@ func FoldParallel(dst, also []byte, ins [][]byte, dt sdk.DataType, op sdk.RedOp,
 	if also != nil && len(also) < len(dst) {
 		panic("reduce: FoldParallel: second destination shorter than the first")
 	}
-	split(len(dst), workers, func(lo, hi int) {
+	splitFrom(len(dst), workers, from, func(lo, hi int) {
 		for a := lo; a < hi; a += foldBlock {
 			b := min(a+foldBlock, hi)
 			switch len(ins) {
@@ -81,10 +87,15 @@ func FoldParallel(dst, also []byte, ins [][]byte, dt sdk.DataType, op sdk.RedOp,
 	})
 }
 
-// split calls fn on pieces of [0, n) in parallel.
-func split(n, workers int, fn func(lo, hi int)) {
+// split calls fn on pieces of [0, n) in parallel, from ParallelFrom
+// bytes.
+func split(n, workers int, fn func(lo, hi int)) { splitFrom(n, workers, ParallelFrom, fn) }
+
+// splitFrom is split from buffers of from bytes (2*ParallelMin at least:
+// no piece is smaller than ParallelMin).
+func splitFrom(n, workers, from int, fn func(lo, hi int)) {
 	pieces := min(workers, n/ParallelMin)
-	if pieces < 2 {
+	if n < from || pieces < 2 {
 		fn(0, n)
 		return
 	}

@@ -33,8 +33,23 @@ import (
 )
 
 // ParallelMin is the smallest piece the parallel variants hand to a
-// goroutine: buffers below 2*ParallelMin stay on the calling goroutine.
-const ParallelMin = 64 << 10
+// goroutine, and ParallelFrom the smallest buffer they split: below it a
+// fold stays on the calling goroutine (BenchmarkFoldParallel: the
+// goroutines' start and wait cost what a split of less saves).
+const (
+	ParallelMin  = 64 << 10
+	ParallelFrom = 256 << 10
+)
+
+// MaxWorkers bounds the goroutines of one rank's fold: beyond it the
+// memory's bandwidth, not the cores, bounds a fold, and more goroutines
+// only take cores from the other ranks of the host.
+const MaxWorkers = 8
+
+// Workers is how many goroutines a rank's folds use given the cores it
+// may keep busy (the host's cores over its local ranks): at least 1, at
+// most MaxWorkers.
+func Workers(cores int) int { return min(MaxWorkers, max(1, cores)) }
 
 type kernel func(d, a, b []byte)
 

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -320,7 +321,7 @@ func TestFoldParallelMatchesSerial(t *testing.T) {
 	rng := rand.New(rand.NewPCG(15, 16))
 	for _, dt := range []sdk.DataType{sdk.Int8, sdk.Float16, sdk.Float32, sdk.Float64} {
 		for _, op := range []sdk.RedOp{sdk.Sum, sdk.Min, sdk.Avg} {
-			for _, size := range []int{64, 3*foldBlock + 192, 2*ParallelMin + 64*5} {
+			for _, size := range []int{64, 3*foldBlock + 192, 2*ParallelMin + 64*5, ParallelFrom + 64*5} {
 				for _, n := range []int{1, 2, 4} {
 					count := size / dt.Size()
 					ins := make([][]byte, n)
@@ -395,5 +396,59 @@ func BenchmarkReduceKernelParallel(b *testing.B) {
 				ReduceParallel(x, y, dt, sdk.Sum, runtime.GOMAXPROCS(0))
 			}
 		})
+	}
+}
+
+// BenchmarkFoldParallel measures a fold of two float32 inputs by size and
+// goroutine count: where splitting starts to pay (ParallelFrom).
+func BenchmarkFoldParallel(b *testing.B) {
+	for _, size := range []int{64 << 10, 128 << 10, 256 << 10, 512 << 10, 1 << 20, 4 << 20} {
+		for _, w := range []int{1, 2, 4} {
+			b.Run(fmt.Sprintf("%dKiB/workers=%d", size>>10, w), func(b *testing.B) {
+				ins := [][]byte{onesBuf(sdk.Float32, size), onesBuf(sdk.Float32, size)}
+				dst := make([]byte, size)
+				b.SetBytes(int64(size))
+				for b.Loop() {
+					foldSplit(dst, nil, ins, sdk.Float32, sdk.Sum, 2, w, ParallelMin)
+				}
+			})
+		}
+	}
+}
+
+// TestFoldSplit: a fold below ParallelFrom stays on one goroutine; above
+// it, it is cut into pieces of ParallelMin at least, one per worker at
+// most, that cover the buffer once; a rank's workers are its cores
+// within 1..MaxWorkers.
+func TestFoldSplit(t *testing.T) {
+	for _, tc := range []struct {
+		n, workers, pieces int
+	}{
+		{ParallelFrom - 64, 8, 1},
+		{ParallelFrom, 1, 1},
+		{ParallelFrom, 8, ParallelFrom / ParallelMin},
+		{ParallelFrom, 2, 2},
+		{1 << 20, 8, 8},
+		{64 << 20, MaxWorkers, MaxWorkers},
+	} {
+		t.Run(fmt.Sprintf("%d/%d", tc.n, tc.workers), func(t *testing.T) {
+			var mu sync.Mutex
+			covered := 0
+			var lens []int
+			split(tc.n, tc.workers, func(lo, hi int) {
+				mu.Lock()
+				defer mu.Unlock()
+				covered += hi - lo
+				lens = append(lens, hi-lo)
+			})
+			require.Len(t, lens, tc.pieces)
+			require.Equal(t, tc.n, covered)
+			for _, l := range lens {
+				require.GreaterOrEqual(t, l, min(tc.n, ParallelMin))
+			}
+		})
+	}
+	for cores, want := range map[int]int{-1: 1, 0: 1, 1: 1, 4: 4, MaxWorkers: MaxWorkers, 64: MaxWorkers} {
+		require.Equal(t, want, Workers(cores), "%d cores", cores)
 	}
 }
