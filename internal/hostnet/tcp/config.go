@@ -63,13 +63,13 @@ const (
 	DefaultStreams   = 4 // FLAGCX_SOCKET_NTHREADS=2 x FLAGCX_NSOCKS_PERTHREAD=2
 	DefaultStripeMin = 256 << 10
 	DefaultTimeout   = 30 * time.Second
-	// DefaultSpin must outlast a round of two ranks whose reads both
-	// sleep (two wake-ups and the network), or polling never comes back
-	// once both sides stopped (Conn.readPolled): on 2 emulated hosts of
-	// 2 cores (ranks under SCHED_FIFO beside other work, two interleaved
-	// rounds), 8 B-4 KiB AllReduces took 35-50 us at 50 us and 19-25 us
-	// from 200 us on, OpenMPI's 19-20 us at 8-512 B and 45 at 4 KiB.
-	DefaultSpin = 250 * time.Microsecond
+	// DefaultSpin: on 2 emulated hosts of 2 cores (quiet, 4 interleaved
+	// rounds of 3000 8-512 B AllReduces) 50 us gave 19-45 us per call and
+	// 250 us 37-50; 10, 25 and 100 us were within the 50 us spread. Under
+	// SCHED_FIFO beside other work it was the other way round (250 us:
+	// 19-25, 50 us: 35-50), so the default stays where the quiet machine
+	// puts it.
+	DefaultSpin = 50 * time.Microsecond
 
 	// MaxStreams caps FLAGCX_SOCKET_NTHREADS x FLAGCX_NSOCKS_PERTHREAD.
 	MaxStreams = 64
@@ -89,7 +89,7 @@ var (
 
 // DefaultConfig is the configuration used when no variable is set:
 // every interface but loopback and docker, either address family, 4 sockets
-// per peer, striping from 256 KiB, 30 s timeout, reads polling 250 us.
+// per peer, striping from 256 KiB, 30 s timeout, reads polling 50 us.
 func DefaultConfig() Config {
 	return Config{
 		IfName:      DefaultIfName,
@@ -121,7 +121,7 @@ func ConfigFromEnv() (Config, error) {
 //	FLAGCX_NSOCKS_PERTHREAD  1..16 (default 2); Streams = NTHREADS x NSOCKS, at most 64
 //	FLAGCX_NET_STRIPE_MIN    bytes, with optional K/M/G suffix (1024-based; 1.5M allowed)
 //	FLAGCX_TIMEOUT           seconds ("30", "2.5") or a Go duration ("45s", "2m")
-//	FLAGCX_SOCKET_SPIN_US    0..100000 microseconds (default 250)
+//	FLAGCX_SOCKET_SPIN_US    0..100000 microseconds (default 50)
 func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	cfg := DefaultConfig()
 	l := env.Lookup(lookup)
