@@ -242,7 +242,9 @@ func (c *comm) scaleStaged(op *premulOp, sc *scratch, send unsafe.Pointer, n int
 	if err != nil {
 		return err
 	}
-	return p.Memcpy(sc.ptr, uintptr(unsafe.Pointer(unsafe.SliceData(sc.host))), bytes, loader.HostToDevice, 0)
+	// On s, which the collective on the product follows: a copy on the
+	// default stream would race with a non-blocking s.
+	return p.Memcpy(sc.ptr, uintptr(unsafe.Pointer(unsafe.SliceData(sc.host))), bytes, loader.HostToDevice, s)
 }
 
 // deviceReduces asks the plugin once whether it reduces on this rank's
@@ -300,7 +302,15 @@ func (c *comm) multFor(op *premulOp, bytes int) (uintptr, error) {
 	for i := 0; i+len(op.host) <= n; i += len(op.host) {
 		copy(host[i:], op.host)
 	}
-	if err = p.Memcpy(ptr, uintptr(unsafe.Pointer(unsafe.SliceData(host))), n, loader.HostToDevice, 0); err != nil {
+	// The copy is waited for: the scalars are read by reduceLocals on any
+	// caller's stream, and a non-blocking stream (torch's) does not wait
+	// for the default one (a 1-rank torch reduce_scatter read a half-filled
+	// buffer on an H200).
+	err = p.Memcpy(ptr, uintptr(unsafe.Pointer(unsafe.SliceData(host))), n, loader.HostToDevice, 0)
+	if err == nil {
+		err = p.StreamSynchronize(0)
+	}
+	if err != nil {
 		_ = p.DeviceFree(ptr)
 		return 0, err
 	}

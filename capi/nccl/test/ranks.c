@@ -443,6 +443,7 @@ static void testPreMulSum(void) {
     put(dev, host, typeSize(t)); // read at the collective: the new value
     premulCheck("device scalar, changed", "allreduce", t, dop, 2);
     premulCheck("host scalar", "reduce", t, hop, 0);
+    premulCheck("host scalar", "reducescatter", t, hop, 0);
     premulCheck("device scalar", "reducescatter", t, dop, 2);
     OK(ncclGroupStart());
     struct premulCall g1 = premulIssue("grouped host scalar", "allreduce", t, hop, 0);
