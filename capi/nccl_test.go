@@ -76,6 +76,7 @@ func TestNCCLDropIn(t *testing.T) {
 		first  string // what the first collective's INIT line says runs it
 		scales string // where pre-multiplied sums scale their inputs
 	}{
+		{"1 rank", ranks(1), "1 ranks, homogeneous, 1 cluster(s)", `runner "vendor direct"`, onDevice},
 		{"2 ranks", ranks(2), "2 ranks, homogeneous, 1 cluster(s)", `runner "vendor direct"`, onDevice},
 		{"3 ranks", ranks(3), "3 ranks, homogeneous, 1 cluster(s)", `runner "vendor direct"`, onDevice},
 		{"5 ranks", ranks(5), "5 ranks, homogeneous, 1 cluster(s)", `runner "vendor direct"`, onDevice},

@@ -267,7 +267,9 @@ func (c *Comm) adopt(re *RevokedError) {
 	}
 	c.revoked = re
 	c.down.Store(true)
-	close(c.ctl.revoked)
+	if c.ctl != nil {
+		close(c.ctl.revoked)
+	}
 	c.mu.Unlock()
 	c.abortHost()
 	_ = c.abortVendor()
@@ -393,9 +395,11 @@ func (c *Comm) probe() ([]int, *RevokedError) {
 // flight and the later ones, end with a *RevokedError whose Cause is
 // reason. Every rank may then Shrink (with no exclusions: a fresh
 // communicator of them all). It does nothing on a communicator revoked,
-// destroyed or aborted already, and on one of a single rank.
+// destroyed or aborted already. A communicator of one rank has no peer to
+// tell: it is revoked where it is.
 func (c *Comm) Revoke(reason string) {
 	if c.ctl == nil {
+		c.adopt(&RevokedError{By: c.rank, Cause: reason, At: time.Now()})
 		return
 	}
 	c.ctl.detect.Lock()
