@@ -2,6 +2,7 @@ package host
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/bits"
 	"runtime/trace"
@@ -299,8 +300,22 @@ func (e *Engine) allReduceStriped(name string, st Streams, k int, send, recv []b
 	size, peer := dt.Size(), 1-e.rank
 	tmp := e.buf(scratchA, count*size)
 	inPlace := same(send, recv)
-	errs := make([]error, 2*k)
-	var wg sync.WaitGroup
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	// fail keeps the error the call returns: the first to happen, unless
+	// a later one is this rank's own diagnosis of a misuse (ErrInvalidUsage,
+	// e.g. a peer running another operation), which says more than the
+	// broken streams it leaves behind on both ranks.
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if first == nil || (errors.Is(err, sdk.ErrInvalidUsage) && !errors.Is(first, sdk.ErrInvalidUsage)) {
+			first = err
+		}
+	}
 	for i := 0; i < k; i++ {
 		s, n := split(count, k, i)
 		lo, hi := s*size, (s+n)*size
@@ -310,13 +325,14 @@ func (e *Engine) allReduceStriped(name string, st Streams, k int, send, recv []b
 			defer wg.Done()
 			defer close(sent)
 			if stager != nil {
-				if errs[2*i] = stager.Ready(lo, hi); errs[2*i] != nil {
+				if err := stager.Ready(lo, hi); err != nil {
+					fail(err)
 					return
 				}
 			}
 			defer trace.StartRegion(context.Background(), "stripe send").End()
 			if err := st.SendStream(peer, i, send[lo:hi]); err != nil {
-				errs[2*i] = fmt.Errorf("host %s: rank %d sending %d bytes to rank %d: %w", name, e.rank, hi-lo, peer, err)
+				fail(fmt.Errorf("host %s: rank %d sending %d bytes to rank %d: %w", name, e.rank, hi-lo, peer, err))
 			}
 		}()
 		go func() {
@@ -324,7 +340,7 @@ func (e *Engine) allReduceStriped(name string, st Streams, k int, send, recv []b
 			data := tmp[lo:hi]
 			recvd := trace.StartRegion(context.Background(), "stripe recv")
 			if err := st.RecvStream(peer, i, data); err != nil {
-				errs[2*i+1] = fmt.Errorf("host %s: rank %d receiving %d bytes from rank %d: %w", name, e.rank, hi-lo, peer, err)
+				fail(fmt.Errorf("host %s: rank %d receiving %d bytes from rank %d: %w", name, e.rank, hi-lo, peer, err))
 				return
 			}
 			recvd.End()
@@ -346,10 +362,5 @@ func (e *Engine) allReduceStriped(name string, st Streams, k int, send, recv []b
 		}()
 	}
 	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return first
 }
