@@ -22,7 +22,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unsafe"
 
 	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
@@ -94,7 +93,7 @@ var sockBufAllowed = sync.OnceValues(func() (rcv, snd bool) {
 // close it and connect again. A Recv that timed out before any byte of the
 // next frame arrived leaves the Conn usable.
 type Conn struct {
-	nc      *net.TCPConn
+	nc      sockConn
 	timeout time.Duration
 	remote  string
 	local   string
@@ -105,9 +104,9 @@ type Conn struct {
 
 	// Reader side, owned by the one goroutine in Recv. rbuf[rpos:rend]
 	// holds bytes read ahead of the frame being read (see readFull);
-	// spin is how long a read polls (readPolled); misses counts
-	// the polls in a row that ran out, reads the reads since (a probe).
-	raw          syscall.RawConn
+	// spin is how long a read polls (readPolled), on nc's socket taken
+	// out of the netpoller (sock.go); misses counts the polls in a row
+	// that ran out, skip the reads since (a probe).
 	spin         time.Duration
 	misses, skip int
 	rhdr         [frameHdrLen]byte
@@ -211,9 +210,15 @@ func (c *Conn) sendFrame(p []byte, total int) error {
 		return c.fail(c.ioErr("send to", err))
 	}
 	c.wvec[0], c.wvec[1] = c.whdr[:], first
-	c.wbuf = c.wvec[:]
-	_, err := c.wbuf.WriteTo(c.nc)
-	c.wvec[1], c.wbuf = nil, nil
+	var err error
+	if s, ok := c.nc.(*sock); ok {
+		_, err = s.writev(c.wvec[:])
+	} else {
+		c.wbuf = c.wvec[:]
+		_, err = c.wbuf.WriteTo(c.nc)
+		c.wbuf = nil
+	}
+	c.wvec[1] = nil
 	if err != nil {
 		return c.fail(c.ioErr("send to", err))
 	}
@@ -329,21 +334,26 @@ func (c *Conn) readFull(p []byte) (int, error) {
 }
 
 // SetSpin makes reads of up to maxPolledRead bytes poll the socket for d
-// before they sleep (0: never poll); set before the Conn carries messages.
+// before they sleep (0: never poll); set it before the Conn carries
+// messages. A polled Conn's socket leaves the Go runtime's netpoller for
+// this package's own system calls (sock.go says why); where that fails,
+// reads keep sleeping in the netpoller and nothing else changes.
 func (c *Conn) SetSpin(d time.Duration) {
-	if d > 0 && c.raw == nil {
-		raw, err := c.nc.SyscallConn()
+	if tc, ok := c.nc.(*net.TCPConn); ok && d > 0 {
+		s, err := newSock(tc)
 		if err != nil {
-			return // reads keep sleeping in the kernel; nothing else changes
+			return
 		}
-		c.raw = raw
+		c.nc = s
 	}
-	c.spin = d
+	if _, ok := c.nc.(*sock); ok {
+		c.spin = d
+	}
 }
 
 // readPolled is nc.Read(b) that first polls the socket for c.spin when
 // nothing is there yet. A read that sleeps costs a wake-up through the
-// netpoller and the scheduler on top of the network's own latency: on 2
+// kernel and the scheduler on top of the network's own latency: on 2
 // emulated hosts (2 cores) a ping-pong of 8 bytes took 45 us sleeping and
 // 17 us polling, and for a small collective the wait is about one network
 // latency. After the poll the read sleeps as nc.Read does, under the same
@@ -360,64 +370,13 @@ func (c *Conn) readPolled(b []byte) (int, error) {
 		}
 		c.skip = 0
 	}
-	var (
-		n     int
-		rerr  error
-		until time.Time
-		slept bool
-	)
-	err := c.raw.Read(func(fd uintptr) bool {
-		for {
-			m, e := pollRead(fd, b)
-			switch {
-			case e == syscall.EINTR:
-				continue
-			case e == syscall.EAGAIN:
-				if slept {
-					return false
-				}
-				now := time.Now()
-				if until.IsZero() {
-					until = now.Add(c.spin)
-				} else if now.After(until) {
-					slept = true
-					c.misses++
-					return false // sleep until readable (or the deadline)
-				} else if until.Sub(now) < c.spin-pollYieldAfter {
-					// A core shared with the peer's sender (ranks of
-					// several hosts on one machine, or a busy host) goes
-					// to it first once the message is late.
-					syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
-				}
-				continue
-			case e != 0:
-				rerr = os.NewSyscallError("read", e)
-			case m == 0:
-				rerr = io.EOF
-			}
-			n = max(m, 0)
-			if !slept {
-				c.misses = 0
-			}
-			return true
-		}
-	})
-	if err != nil {
-		return 0, err
+	n, polled, err := c.nc.(*sock).readSpin(b, c.spin)
+	if polled {
+		c.misses = 0
+	} else {
+		c.misses++
 	}
-	return n, rerr
-}
-
-// pollRead is read(2) on a non-blocking socket as a raw system call: it
-// never blocks, so it need not tell the Go scheduler, whose bookkeeping of
-// a system call (and the wake-up of its monitor thread) cost more than the
-// read itself when a poll repeats it.
-func pollRead(fd uintptr, b []byte) (int, syscall.Errno) {
-	if len(b) == 0 {
-		return 0, 0
-	}
-	n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-	return int(n), e
+	return n, err
 }
 
 // A Conn stops polling after maxPollMisses polls in a row that ran out, and
@@ -483,6 +442,9 @@ func (c *Conn) abort(cause error) {
 	c.fail(fmt.Errorf("aborted because another stream of the link failed: %v", cause))
 	c.aborted.Store(true)
 	_ = c.nc.SetDeadline(time.Unix(1, 0))
+	if s, ok := c.nc.(*sock); ok {
+		s.wakeReaders() // its waits see the deadline only between slices
+	}
 }
 
 // fail records the first error that made the stream unusable and returns err.

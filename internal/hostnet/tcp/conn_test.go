@@ -3,6 +3,7 @@ package tcp
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net"
 	"strings"
@@ -57,6 +58,34 @@ func connPair(t testing.TB, cfg Config) (dialer, acceptor *Conn) {
 	require.Equal(t, "hi", string(hello))
 	t.Cleanup(func() { d.Close(); a.Close() })
 	return d, a
+}
+
+// pairKinds are the two sockets a Conn runs on: in the Go runtime's
+// netpoller, and out of it with reads that poll first (SetSpin, sock.go).
+// The tests of a Conn's contract run on both.
+var pairKinds = []struct {
+	name string
+	pair func(t testing.TB, cfg Config) (dialer, acceptor *Conn)
+}{
+	{"netpoller", connPair},
+	{"polled", func(t testing.TB, cfg Config) (*Conn, *Conn) {
+		d, a := connPair(t, cfg)
+		d.SetSpin(100 * time.Microsecond)
+		a.SetSpin(100 * time.Microsecond)
+		require.IsType(t, &sock{}, d.nc)
+		require.IsType(t, &sock{}, a.nc)
+		return d, a
+	}},
+}
+
+// forPairKinds runs test on a connection pair of each kind.
+func forPairKinds(t *testing.T, cfg Config, test func(t *testing.T, d, a *Conn)) {
+	for _, k := range pairKinds {
+		t.Run(k.name, func(t *testing.T) {
+			d, a := k.pair(t, cfg)
+			test(t, d, a)
+		})
+	}
 }
 
 // freePort returns a loopback address nobody listens on (right now).
@@ -412,43 +441,46 @@ func TestAcceptOrder(t *testing.T) {
 }
 
 func TestRecvTimeoutWhenPeerSilent(t *testing.T) {
-	d, a := connPair(t, testConfig(300*time.Millisecond))
-	start := time.Now()
-	err := a.Recv(make([]byte, 8))
-	took := time.Since(start)
-	require.ErrorIs(t, err, wire.ErrTimeout)
-	require.Contains(t, err.Error(), a.RemoteAddr())
-	require.GreaterOrEqual(t, took, 250*time.Millisecond)
-	require.Less(t, took, 2*time.Second)
+	forPairKinds(t, testConfig(300*time.Millisecond), func(t *testing.T, d, a *Conn) {
+		start := time.Now()
+		err := a.Recv(make([]byte, 8))
+		took := time.Since(start)
+		require.ErrorIs(t, err, wire.ErrTimeout)
+		require.Contains(t, err.Error(), a.RemoteAddr())
+		require.GreaterOrEqual(t, took, 250*time.Millisecond)
+		require.Less(t, took, 2*time.Second)
 
-	// Nothing was consumed, so the connection still works.
-	require.NoError(t, d.Send([]byte("12345678")))
-	buf := make([]byte, 8)
-	require.NoError(t, a.Recv(buf))
-	require.Equal(t, "12345678", string(buf))
+		// Nothing was consumed, so the connection still works.
+		require.NoError(t, d.Send([]byte("12345678")))
+		buf := make([]byte, 8)
+		require.NoError(t, a.Recv(buf))
+		require.Equal(t, "12345678", string(buf))
+	})
 }
 
 func TestSendTimeoutWhenPeerDoesNotRead(t *testing.T) {
-	d, _ := connPair(t, testConfig(300*time.Millisecond))
-	start := time.Now()
-	err := d.Send(make([]byte, 256<<20)) // far beyond the socket buffers
-	require.ErrorIs(t, err, wire.ErrTimeout)
-	require.Less(t, time.Since(start), 5*time.Second)
-	require.ErrorIs(t, d.Send([]byte("x")), wire.ErrClosed) // broken now
+	forPairKinds(t, testConfig(300*time.Millisecond), func(t *testing.T, d, _ *Conn) {
+		start := time.Now()
+		err := d.Send(make([]byte, 256<<20)) // far beyond the socket buffers
+		require.ErrorIs(t, err, wire.ErrTimeout)
+		require.Less(t, time.Since(start), 5*time.Second)
+		require.ErrorIs(t, d.Send([]byte("x")), wire.ErrClosed) // broken now
+	})
 }
 
 func TestPeerCloseGivesErrClosed(t *testing.T) {
-	d, a := connPair(t, testConfig(5*time.Second))
-	require.NoError(t, d.Close())
-	err := a.Recv(make([]byte, 4))
-	require.ErrorIs(t, err, wire.ErrClosed)
-	require.Contains(t, err.Error(), "by the peer")
-	// The connection is finished in both directions.
-	require.ErrorIs(t, a.Send([]byte("x")), wire.ErrClosed)
-	// Our own closed side.
-	require.ErrorIs(t, d.Send([]byte("x")), wire.ErrClosed)
-	require.ErrorIs(t, d.Recv(make([]byte, 1)), wire.ErrClosed)
-	require.NoError(t, d.Close()) // twice is fine
+	forPairKinds(t, testConfig(5*time.Second), func(t *testing.T, d, a *Conn) {
+		require.NoError(t, d.Close())
+		err := a.Recv(make([]byte, 4))
+		require.ErrorIs(t, err, wire.ErrClosed)
+		require.Contains(t, err.Error(), "by the peer")
+		// The connection is finished in both directions.
+		require.ErrorIs(t, a.Send([]byte("x")), wire.ErrClosed)
+		// Our own closed side.
+		require.ErrorIs(t, d.Send([]byte("x")), wire.ErrClosed)
+		require.ErrorIs(t, d.Recv(make([]byte, 1)), wire.ErrClosed)
+		require.NoError(t, d.Close()) // twice is fine
+	})
 }
 
 func TestPeerClosesMidFrame(t *testing.T) {
@@ -472,20 +504,49 @@ func TestPeerClosesMidFrame(t *testing.T) {
 	require.ErrorIs(t, err, io.ErrUnexpectedEOF)
 }
 
-func TestCloseUnblocksRecv(t *testing.T) {
-	_, a := connPair(t, testConfig(time.Minute))
-	errc := make(chan error, 1)
-	go func() { errc <- a.Recv(make([]byte, 10)) }()
-	time.Sleep(50 * time.Millisecond)
-	start := time.Now()
-	require.NoError(t, a.Close())
-	select {
-	case err := <-errc:
-		require.ErrorIs(t, err, wire.ErrClosed)
-		require.Contains(t, err.Error(), "this side")
-		require.Less(t, time.Since(start), time.Second)
-	case <-time.After(2 * time.Second):
-		t.Fatal("Close did not unblock Recv")
+// TestCloseAndAbortUnblock: a Recv waiting for data and a Send waiting for
+// the peer to read both return ErrClosed promptly when this side closes the
+// Conn, or when its link aborts it (another stream failed).
+func TestCloseAndAbortUnblock(t *testing.T) {
+	tests := []struct {
+		name  string
+		send  bool // the blocked call: a Send the peer never reads, else a Recv
+		abort bool // unblock by abort, else by Close
+		says  string
+	}{
+		{"close a recv", false, false, "this side"},
+		{"close a send", true, false, "this side"},
+		{"abort a recv", false, true, "another stream"},
+		{"abort a send", true, true, "another stream"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			forPairKinds(t, testConfig(time.Minute), func(t *testing.T, _, a *Conn) {
+				errc := make(chan error, 1)
+				go func() {
+					if tc.send {
+						errc <- a.Send(make([]byte, 64<<20)) // far beyond the socket buffers
+					} else {
+						errc <- a.Recv(make([]byte, 10))
+					}
+				}()
+				time.Sleep(50 * time.Millisecond)
+				start := time.Now()
+				if tc.abort {
+					a.abort(errors.New("stream 1 failed"))
+				} else {
+					require.NoError(t, a.Close())
+				}
+				select {
+				case err := <-errc:
+					require.ErrorIs(t, err, wire.ErrClosed)
+					require.Contains(t, err.Error(), tc.says)
+					require.Less(t, time.Since(start), time.Second)
+				case <-time.After(2 * time.Second):
+					t.Fatal("the call stayed blocked")
+				}
+			})
+		})
 	}
 }
 
@@ -553,25 +614,26 @@ func TestGarbageFrame(t *testing.T) {
 }
 
 func TestConnLargeFullDuplex(t *testing.T) {
-	d, a := connPair(t, testConfig(10*time.Second))
-	const n = 9<<20 + 7 // several write chunks
-	m1, m2 := nettest.RandomBytes(1, n), nettest.RandomBytes(2, n)
-	errc := make(chan error, 4)
-	b1, b2 := make([]byte, n), make([]byte, n)
-	go func() { errc <- d.Send(m1) }()
-	go func() { errc <- a.Send(m2) }()
-	go func() { errc <- a.Recv(b1) }()
-	go func() { errc <- d.Recv(b2) }()
-	for i := 0; i < 4; i++ {
-		select {
-		case err := <-errc:
-			require.NoError(t, err)
-		case <-time.After(10 * time.Second):
-			t.Fatal("full-duplex exchange hung")
+	forPairKinds(t, testConfig(10*time.Second), func(t *testing.T, d, a *Conn) {
+		const n = 9<<20 + 7 // several write chunks
+		m1, m2 := nettest.RandomBytes(1, n), nettest.RandomBytes(2, n)
+		errc := make(chan error, 4)
+		b1, b2 := make([]byte, n), make([]byte, n)
+		go func() { errc <- d.Send(m1) }()
+		go func() { errc <- a.Send(m2) }()
+		go func() { errc <- a.Recv(b1) }()
+		go func() { errc <- d.Recv(b2) }()
+		for i := 0; i < 4; i++ {
+			select {
+			case err := <-errc:
+				require.NoError(t, err)
+			case <-time.After(10 * time.Second):
+				t.Fatal("full-duplex exchange hung")
+			}
 		}
-	}
-	require.True(t, bytes.Equal(m1, b1))
-	require.True(t, bytes.Equal(m2, b2))
+		require.True(t, bytes.Equal(m1, b1))
+		require.True(t, bytes.Equal(m2, b2))
+	})
 }
 
 // Frames sent back to back are read ahead together (readFull's buffer):

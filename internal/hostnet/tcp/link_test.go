@@ -45,23 +45,30 @@ func TestLinkRoundTrip(t *testing.T) {
 	cfg := testConfig(10 * time.Second)
 	sm := cfg.StripeMin
 	sizes := []int{0, 1, sm - 1, sm, sm + 3, 10 << 20}
-	for _, streams := range []int{1, 3, 4} {
-		a, b := linkPair(t, cfg, streams)
-		require.Equal(t, streams, a.Streams())
-		for _, n := range sizes {
-			t.Run(fmt.Sprintf("streams=%d/size=%d", streams, n), func(t *testing.T) {
-				msg := nettest.RandomBytes(uint64(n*streams+1), n)
-				errc := make(chan error, 1)
-				go func() { errc <- a.Send(msg) }()
-				buf := make([]byte, n+16)
-				for i := n; i < len(buf); i++ {
-					buf[i] = 0x5A
-				}
-				require.NoError(t, b.Recv(buf[:n]))
-				require.NoError(t, <-errc)
-				require.True(t, bytes.Equal(msg, buf[:n]), "payload differs")
-				require.Equal(t, bytes.Repeat([]byte{0x5A}, 16), buf[n:])
-			})
+	// spin > 0: the streams' sockets out of the netpoller (sock.go), as a
+	// mesh polls them (Mesh.pollSockets).
+	for _, spin := range []time.Duration{0, 100 * time.Microsecond} {
+		for _, streams := range []int{1, 3, 4} {
+			a, b := linkPair(t, cfg, streams)
+			for _, c := range append(a.Conns(), b.Conns()...) {
+				c.SetSpin(spin)
+			}
+			require.Equal(t, streams, a.Streams())
+			for _, n := range sizes {
+				t.Run(fmt.Sprintf("spin=%v/streams=%d/size=%d", spin, streams, n), func(t *testing.T) {
+					msg := nettest.RandomBytes(uint64(n*streams+1), n)
+					errc := make(chan error, 1)
+					go func() { errc <- a.Send(msg) }()
+					buf := make([]byte, n+16)
+					for i := n; i < len(buf); i++ {
+						buf[i] = 0x5A
+					}
+					require.NoError(t, b.Recv(buf[:n]))
+					require.NoError(t, <-errc)
+					require.True(t, bytes.Equal(msg, buf[:n]), "payload differs")
+					require.Equal(t, bytes.Repeat([]byte{0x5A}, 16), buf[n:])
+				})
+			}
 		}
 	}
 }
