@@ -90,8 +90,9 @@ func (r *shmRun) prepare() error {
 	return c.ensureScratch(r.p.ScratchBytes())
 }
 
-// step runs one step.
+// step runs one step, a region of the execution trace (region).
 func (r *shmRun) step(st *sched.Step) error {
+	defer region(st.Kind.String())()
 	switch st.Kind {
 	case sched.KindCopy:
 		return r.copies(st)

@@ -1,7 +1,9 @@
 // Command copybw measures what bounds the inter-cluster path of a
 // heterogeneous schedule on one device: pinned host <-> device copy
 // bandwidth each way, through the plugin ABI (the same calls the schedules
-// make), timed with the runtime's events.
+// make), timed with the runtime's events; with -host-workers, also the
+// host memory's copy bandwidth (hostbw.go), which bounds layouts with host
+// ranks.
 //
 //	go build -o bin/copybw ./tools/copybw
 //	bin/copybw -plugin-dir build/plugins -plugin nvidia -device 0 -size 256M
@@ -27,8 +29,16 @@ func main() {
 	sizes := flag.String("size", "64M,256M", "comma-separated copy sizes (K/M/G, 1024-based)")
 	iters := flag.Int("n", 20, "timed copies per size and direction")
 	emulated := flag.Bool("emulated", false, "use the emulated vendor runtime")
+	hostWorkers := flag.String("host-workers", "", "also measure host memory copies of the first size with these goroutine counts (e.g. 8,16,32)")
 	flag.Parse()
-	if err := run(*dir, *name, *dev, *sizes, *iters, *emulated); err != nil {
+	err := run(*dir, *name, *dev, *sizes, *iters, *emulated)
+	if err == nil && *hostWorkers != "" {
+		var n int
+		if n, err = parseSize(strings.TrimSpace(strings.Split(*sizes, ",")[0])); err == nil {
+			err = hostCopyBound(n, *hostWorkers, *iters)
+		}
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "copybw: error:", err)
 		os.Exit(1)
 	}

@@ -17,7 +17,20 @@ echo "== $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | x
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1
 echo "== pinned copies through the plugin ABI"
 first=${bins%% *}; first=${first#*=}
-bin/copybw -plugin-dir "${first#*:}" -size 64M,256M,1G -n 20
+bin/copybw -plugin-dir "${first#*:}" -size 256M,64M,1G -n 20 -host-workers "8,16,$(nproc)"
+ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
+if [ "$ngpu" -ge 2 ]; then
+  # Layouts whose every device copies at once share the host's memory and
+  # root complex: their bound is this, not one device's figure above.
+  echo "== pinned copies on all $ngpu GPUs at once, one table per GPU"
+  cb=$(mktemp -d)
+  for ((d = 0; d < ngpu; d++)); do
+    bin/copybw -plugin-dir "${first#*:}" -device "$d" -size 256M,1G -n 20 > "$cb/$d" &
+  done
+  wait
+  cat "$cb"/*
+  rm -rf "$cb"
+fi
 for spec in $bins; do
   label=${spec%%=*}; rest=${spec#*=}; exe=${rest%%:*}; dir=${rest#*:}
   for on in 1 0; do
