@@ -63,12 +63,12 @@ const (
 	DefaultStreams   = 4 // FLAGCX_SOCKET_NTHREADS=2 x FLAGCX_NSOCKS_PERTHREAD=2
 	DefaultStripeMin = 256 << 10
 	DefaultTimeout   = 30 * time.Second
-	// DefaultSpin: on 2 emulated hosts of 2 cores (quiet, 4 interleaved
-	// rounds of 3000 8-512 B AllReduces) 50 us gave 19-45 us per call and
-	// 250 us 37-50; 10, 25 and 100 us were within the 50 us spread. Under
-	// SCHED_FIFO beside other work it was the other way round (250 us:
-	// 19-25, 50 us: 35-50), so the default stays where the quiet machine
-	// puts it.
+	// DefaultSpin: on 2 emulated hosts of 2 cores, with polled sockets
+	// out of the netpoller (sock.go), an 8-byte AllReduce took 17.4 us
+	// on average at 50 us, 12.7 at 200 and 13.7-13.9 at 1 ms (latprobe,
+	// 5000 calls); on the 32-core H200 host 200 us was no faster than 50
+	// from 64 KiB (nccl-socket.sh), and a longer poll holds a core the
+	// longer where ranks share them: the default stays 50.
 	DefaultSpin = 50 * time.Microsecond
 
 	// MaxStreams caps FLAGCX_SOCKET_NTHREADS x FLAGCX_NSOCKS_PERTHREAD.
