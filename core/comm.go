@@ -420,6 +420,16 @@ func (m meshPeers) RecvStream(peer, i int, buf []byte) error {
 	return nil
 }
 
+// Exchange moves a message each way with peer on the calling goroutine
+// where the link can (host.Duplex, hostnet.Exchange).
+func (m meshPeers) Exchange(peer int, out, in []byte, progress func(got, sent int)) (bool, error) {
+	ok, err := hostnet.Exchange(m.c.mesh.Links[peer], out, in, uint32(m.c.cur.digest), progress)
+	if err != nil {
+		return true, m.c.linkError(err, fmt.Sprintf("exchanging %d bytes with rank %d", len(out), peer), peer)
+	}
+	return ok, nil
+}
+
 func (m meshPeers) Recv(peer int, buf []byte) error {
 	if err := hostnet.RecvTagged(m.c.mesh.Links[peer], buf, uint32(m.c.cur.digest)); err != nil {
 		return m.c.linkError(err, fmt.Sprintf("waiting for %d bytes from rank %d", len(buf), peer), peer)

@@ -89,3 +89,22 @@ func RecvStream(l Link, i int, p []byte, tag uint32) error {
 	}
 	return RecvTagged(l, p, tag)
 }
+
+// exchangeLink is a Link that can move one message each way on the
+// calling goroutine (TCPLink of one polled socket).
+type exchangeLink interface {
+	Exchange(out, in []byte, tag uint32, progress func(got, sent int)) (bool, error)
+}
+
+// Exchange sends out, labelled tag, while it receives exactly len(in)
+// bytes labelled tag into in, both on the calling goroutine, where l's
+// transport can (a TCP link of one polled socket: tcp.TCPLink.Exchange
+// says why); progress, when set, hears how many bytes of each have moved.
+// ok is false, with nothing moved, elsewhere: the caller sends and
+// receives as usual. The peer may use Exchange or Send and Recv.
+func Exchange(l Link, out, in []byte, tag uint32, progress func(got, sent int)) (ok bool, err error) {
+	if x, can := l.(exchangeLink); can {
+		return x.Exchange(out, in, tag, progress)
+	}
+	return false, nil
+}

@@ -229,6 +229,11 @@ const minExchangeChunk = 128 << 10
 // is this exchange in one round trip, unpipelined. In place, a
 // chunk is reduced (and so overwritten) only after it was sent.
 func (e *Engine) allReduceExchange(name string, send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp) error {
+	if d, ok := e.p.(Duplex); ok {
+		if done, err := e.allReduceDuplex(name, d, send, recv, dt, op); done {
+			return err
+		}
+	}
 	size, peer := dt.Size(), 1-e.rank
 	bytes := count * size
 	C := max((bytes+e.chunk-1)/e.chunk, min(4, bytes/minExchangeChunk), 1)
@@ -266,6 +271,54 @@ func (e *Engine) allReduceExchange(name string, send, recv []byte, count int, dt
 			}
 		},
 	})
+}
+
+// duplexGrain is the least allReduceDuplex reduces at once, but for the
+// last bytes: a reduction between socket calls holds up both directions.
+const duplexGrain = 64 << 10
+
+// allReduceDuplex is allReduceExchange on the calling goroutine alone,
+// where the link can (Duplex): the whole input goes out while the peer's
+// comes in, and what has come in is reduced, duplexGrain at a time,
+// between the socket's reads and writes (in place, only what has gone
+// out). done is false, with nothing moved, where the link cannot.
+func (e *Engine) allReduceDuplex(name string, d Duplex, send, recv []byte, dt sdk.DataType, op sdk.RedOp) (done bool, err error) {
+	size, peer, bytes := dt.Size(), 1-e.rank, len(recv)
+	in := e.buf(scratchA, bytes)
+	inPlace := same(send, recv)
+	reduced := 0
+	reduceTo := func(hi int) {
+		if hi <= reduced {
+			return
+		}
+		lo := reduced
+		if e.rank == 0 {
+			e.reduceInto(recv[lo:hi], send[lo:hi], in[lo:hi], dt, op)
+		} else {
+			e.reduceInto(recv[lo:hi], in[lo:hi], send[lo:hi], dt, op)
+		}
+		if op == sdk.Avg {
+			e.scale(recv[lo:hi], dt)
+		}
+		reduced = hi
+	}
+	ok, err := d.Exchange(peer, send, in, func(got, sent int) {
+		hi := got
+		if inPlace {
+			hi = min(hi, sent)
+		}
+		if hi -= hi % size; hi-reduced >= duplexGrain {
+			reduceTo(hi)
+		}
+	})
+	if !ok || err != nil {
+		if err != nil {
+			err = fmt.Errorf("host %s: rank %d: %w", name, e.rank, err)
+		}
+		return ok, err
+	}
+	reduceTo(bytes)
+	return true, nil
 }
 
 // minStripe is the smallest piece allReduceStriped gives a stream.

@@ -55,6 +55,18 @@ type Streams interface {
 	RecvStream(peer, i int, buf []byte) error
 }
 
+// Duplex is implemented by Peers that can move one message each way with a
+// peer on the calling goroutine (a TCP link of one polled socket). The
+// two-rank AllReduce then exchanges on one thread instead of a pipe's
+// sending and receiving goroutines (allReduceDuplex).
+type Duplex interface {
+	// Exchange sends out to peer while it receives exactly len(in) bytes
+	// from it into in, calling progress with how many bytes of each have
+	// moved whenever some did. ok is false, with nothing moved, where the
+	// link to peer cannot.
+	Exchange(peer int, out, in []byte, progress func(got, sent int)) (ok bool, err error)
+}
+
 // Run runs call (any collective but SendRecv, whose transfers Group runs)
 // on send and recv, checking it first with sdk's one checker as every
 // collective of the engine does. The table below, not sdk.Dispatch, turns

@@ -201,10 +201,7 @@ func (c *Conn) sendFrame(p []byte, total int) error {
 		return err
 	}
 	c.wopen.Store(true)
-	copy(c.whdr[0:4], frameMagic)
-	binary.LittleEndian.PutUint32(c.whdr[4:8], c.wtag)
-	binary.LittleEndian.PutUint64(c.whdr[8:16], uint64(len(p)))
-	binary.LittleEndian.PutUint64(c.whdr[16:24], uint64(total))
+	c.putHeader(len(p), total)
 	first := p[:min(len(p), writeChunk)]
 	if err := c.pushWriteDeadline(); err != nil {
 		return c.fail(c.ioErr("send to", err))
@@ -260,6 +257,15 @@ func (c *Conn) recvFrame(p []byte, total int) error {
 	return c.readPayload(p)
 }
 
+// putHeader fills the header of the next frame sent: n payload bytes of a
+// message of total bytes, labelled with the send tag.
+func (c *Conn) putHeader(n, total int) {
+	copy(c.whdr[0:4], frameMagic)
+	binary.LittleEndian.PutUint32(c.whdr[4:8], c.wtag)
+	binary.LittleEndian.PutUint64(c.whdr[8:16], uint64(n))
+	binary.LittleEndian.PutUint64(c.whdr[16:24], uint64(total))
+}
+
 // readHeader reads and checks one frame header.
 func (c *Conn) readHeader() (n, total int, err error) {
 	if got, err := c.readFull(c.rhdr[:]); err != nil {
@@ -268,6 +274,11 @@ func (c *Conn) readHeader() (n, total int, err error) {
 		}
 		return 0, 0, c.fail(c.ioErr("recv from", err))
 	}
+	return c.parseHeader()
+}
+
+// parseHeader checks the frame header in rhdr and returns its lengths.
+func (c *Conn) parseHeader() (n, total int, err error) {
 	if string(c.rhdr[0:4]) != frameMagic {
 		return 0, 0, c.fail(fmt.Errorf("hostnet: recv from %s: received bytes that are not a hostnet frame (header % x): %w", c.remote, c.rhdr[:8], wire.ErrProtocol))
 	}

@@ -224,42 +224,88 @@ func (s *sock) writev(bufs [][]byte) (int, error) {
 		return 0, net.ErrClosed
 	}
 	defer s.release()
-	var iov [4]syscall.Iovec
 	total := 0
 	for {
-		k := 0
-		for _, b := range bufs {
-			if len(b) > 0 && k < len(iov) {
-				iov[k].Base = &b[0]
-				iov[k].SetLen(len(b))
-				k++
-			}
+		n, err := s.writevNow(bufs)
+		if err != nil {
+			return total, err
 		}
-		if k == 0 {
+		total += n
+		if bufs = consumed(bufs, n); len(bufs) == 0 {
 			return total, nil
 		}
-		r, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, uintptr(s.fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(k))
-		switch e {
-		case 0:
-			n := int(r)
-			total += n
-			for n > 0 && len(bufs) > 0 {
-				m := min(n, len(bufs[0]))
-				bufs[0] = bufs[0][m:]
-				n -= m
-				if len(bufs[0]) == 0 {
-					bufs = bufs[1:]
-				}
-			}
-		case syscall.EINTR:
-		case syscall.EAGAIN:
+		if n == 0 {
 			if err := s.wait(pollOut, &s.wdl); err != nil {
 				return total, err
 			}
-		default:
-			return total, os.NewSyscallError("writev", e)
 		}
 	}
+}
+
+// writevNow writes what the socket takes of bufs now, in one writev(2),
+// and returns how much that was (0 when its buffer is full); it never
+// waits. The caller holds a reference (acquire).
+func (s *sock) writevNow(bufs [][]byte) (int, error) {
+	var iov [4]syscall.Iovec
+	k := 0
+	for _, b := range bufs {
+		if len(b) > 0 && k < len(iov) {
+			iov[k].Base = &b[0]
+			iov[k].SetLen(len(b))
+			k++
+		}
+	}
+	if k == 0 {
+		return 0, nil
+	}
+	for {
+		r, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, uintptr(s.fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(k))
+		switch e {
+		case 0:
+			return int(r), nil
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return 0, nil
+		default:
+			return 0, os.NewSyscallError("writev", e)
+		}
+	}
+}
+
+// readNow reads what is there now, up to len(b) bytes (0 when nothing is),
+// without waiting; the peer's close is io.EOF. The caller holds a
+// reference (acquire).
+func (s *sock) readNow(b []byte) (int, error) {
+	for {
+		n, e := rawRead(s.fd, b)
+		switch {
+		case e == syscall.EINTR:
+		case e == syscall.EAGAIN:
+			return 0, nil
+		case e != 0:
+			return 0, os.NewSyscallError("read", e)
+		case n == 0 && len(b) > 0:
+			return 0, io.EOF
+		default:
+			return n, nil
+		}
+	}
+}
+
+// consumed is bufs without their first n bytes, emptied slices dropped.
+func consumed(bufs [][]byte, n int) [][]byte {
+	for n > 0 && len(bufs) > 0 {
+		m := min(n, len(bufs[0]))
+		bufs[0] = bufs[0][m:]
+		n -= m
+		if len(bufs[0]) == 0 {
+			bufs = bufs[1:]
+		}
+	}
+	for len(bufs) > 0 && len(bufs[0]) == 0 {
+		bufs = bufs[1:]
+	}
+	return bufs
 }
 
 const (
