@@ -267,6 +267,12 @@ type Comm struct {
 	dev        *watchedPlugin // the plugin's calls that can block, under wd (device ranks)
 	vendorGone atomic.Bool    // ccl was aborted or destroyed (see abortVendor)
 
+	// os is the one-sided machinery (onesided_state.go), started by the
+	// first window registration; osStaging is RegisterStaging's memory
+	// until then.
+	os        *osState
+	osStaging []byte
+
 	ctl      *ctlPlane  // the control plane (revoke.go); nil with one rank
 	mu       sync.Mutex // guards failed, closed and revoked against Abort
 	failed   error
@@ -731,6 +737,11 @@ func (c *Comm) stop(abort bool) error {
 	c.stopOnce.Do(func() {
 		defer c.wd.close()
 		defer c.ctl.close()
+		// The one-sided goroutines stop first: they may use the plugin
+		// and the windows until then.
+		if err := c.stopOneSided(abort); err != nil && !abort {
+			errs = append(errs, err)
+		}
 		if abort {
 			c.abortHost()
 			if err := c.abortVendor(); err != nil && !errors.Is(err, sdk.ErrNotSupported) {

@@ -1,6 +1,10 @@
 package hostnet
 
-import "github.com/flagcx/flagcx-go/internal/hostnet/wire"
+import (
+	"errors"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
+)
 
 // Tags. The word at [4:8] of a frame header (tcp/conn.go) carries the sender's
 // tag: what the message is part of, in the caller's terms (core puts the
@@ -107,4 +111,31 @@ func Exchange(l Link, out, in []byte, tag uint32, progress func(got, sent int)) 
 		return x.Exchange(out, in, tag, progress)
 	}
 	return false, nil
+}
+
+// idleLink is a Link that can wait for a message without the deadline
+// (NetLink: its receive fails the link when it gives up, so the wait
+// cannot simply be repeated).
+type idleLink interface {
+	RecvIdle(p []byte) error
+}
+
+// RecvIdle is RecvTagged for a link that may be idle for long: the wait
+// for the message to begin has no deadline (a passive peer's link stays
+// quiet until another rank has work for it), the rest of the message has
+// the link's. A closed link, a dead peer and a broken message end it as
+// they end RecvTagged. TCP and shared memory keep a link whose receive
+// timed out before the message began usable, so the wait is repeated.
+func RecvIdle(l Link, p []byte, tag uint32) error {
+	if il, ok := l.(idleLink); ok {
+		return il.RecvIdle(p)
+	}
+	for {
+		err := RecvTagged(l, p, tag)
+		// A timeout in the middle of a message broke the link: the next
+		// receive fails with ErrClosed, which ends the loop.
+		if !errors.Is(err, ErrTimeout) {
+			return err
+		}
+	}
 }

@@ -127,7 +127,11 @@ func (l *NetLink) plugErr(op string, err error) error {
 // wait polls q until it is done: a short spin, then sleeps growing to
 // 50 us. It gives up after the link's timeout, or at once when the peer is
 // gone.
-func (l *NetLink) wait(op string, q sdknet.Request) (int, error) {
+func (l *NetLink) wait(op string, q sdknet.Request) (int, error) { return l.waitFor(op, q, true) }
+
+// waitFor is wait, without the deadline unless deadline (RecvIdle's first
+// chunk: nothing is late while no peer has sent anything).
+func (l *NetLink) waitFor(op string, q sdknet.Request, deadline bool) (int, error) {
 	start := time.Now()
 	var goneAt time.Time
 	for i := 0; ; i++ {
@@ -161,7 +165,7 @@ func (l *NetLink) wait(op string, q sdknet.Request) (int, error) {
 			ts := syscall.NsecToTimespec(int64(min(time.Duration(i-63)*2*time.Microsecond, 50*time.Microsecond)))
 			_ = syscall.Nanosleep(&ts, nil)
 		}
-		if l.timeout > 0 && i%256 == 0 && time.Since(start) > l.timeout {
+		if deadline && l.timeout > 0 && i%256 == 0 && time.Since(start) > l.timeout {
 			return 0, l.fail(fmt.Errorf("hostnet: ib %s %s: no progress for %v (is the peer alive and running the same sequence of operations? %s sets the limit): %w",
 				op, l.remote, l.timeout, wire.EnvTimeout, wire.ErrTimeout))
 		}
@@ -230,7 +234,14 @@ func chunksFor(n int) int {
 
 // Recv receives one message of exactly len(p) bytes into p; another length
 // gives *LengthError with both lengths (and breaks the link).
-func (l *NetLink) Recv(p []byte) error {
+func (l *NetLink) Recv(p []byte) error { return l.recv(p, false) }
+
+// RecvIdle is Recv that waits for the message's first chunk without the
+// deadline (hostnet.RecvIdle): the link of a passive peer is idle until a
+// peer has work for it. The peer's death or Close still end the wait.
+func (l *NetLink) RecvIdle(p []byte) error { return l.recv(p, true) }
+
+func (l *NetLink) recv(p []byte, idle bool) error {
 	if err := l.usable(); err != nil {
 		return err
 	}
@@ -256,7 +267,7 @@ func (l *NetLink) Recv(p []byte) error {
 	off := 0
 	for i := 0; i < n; i++ {
 		s := i % netSlots
-		got, err := l.wait("recv from", reqs[s])
+		got, err := l.waitFor("recv from", reqs[s], !idle || i > 0)
 		if err != nil {
 			return err
 		}
