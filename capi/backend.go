@@ -314,5 +314,5 @@ func (c *comm) waitSignal(peers []int, counts []uint64, s uintptr) error {
 	return c.hc.WaitSignal(waits, loader.Stream(s))
 }
 
-func (c *comm) readCounter() uint64           { return c.hc.ReadCounter() }
+func (c *comm) readCounter() uint64             { return c.hc.ReadCounter() }
 func (c *comm) waitCounter(target uint64) error { return c.hc.WaitCounter(target) }
