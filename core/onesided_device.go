@@ -1,6 +1,7 @@
 package core
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"unsafe"
@@ -100,7 +101,7 @@ func (o *osState) allocDevice(w *osWindow, n int) error {
 	if err != nil {
 		return fmt.Errorf("%w: allocating %d bytes on %s device %d: %w", sdk.ErrSystemError, n, p.Name, dev, err)
 	}
-	if err := p.Memset(ptr, 0, n, 0); err != nil {
+	if err := zeroDevice(p, ptr, n); err != nil {
 		p.DeviceFree(ptr)
 		return fmt.Errorf("%w: zeroing the window on %s device %d: %w", sdk.ErrSystemError, p.Name, dev, err)
 	}
@@ -131,4 +132,20 @@ func (o *osState) userStaging() []byte {
 		o.ownStaging = make([]byte, osChunk)
 	}
 	return o.ownStaging
+}
+
+// zeroDevice zeroes n bytes at ptr: memSet where the plugin has it, else
+// copies of zeros.
+func zeroDevice(p *loader.Plugin, ptr uintptr, n int) error {
+	err := p.Memset(ptr, 0, n, 0)
+	if !errors.Is(err, sdk.ErrNotSupported) {
+		return err
+	}
+	zeros := make([]byte, min(n, osChunk))
+	for off := 0; off < n; off += len(zeros) {
+		if err := p.CopyToDevice(ptr+uintptr(off), zeros[:min(len(zeros), n-off)]); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -360,8 +360,12 @@ func (p *osPeer) servePut(h *osHdr) error {
 	return nil
 }
 
-// answered queues the acknowledgement of h (and its refusal).
+// answered acknowledges h (or refuses it): at once on this goroutine
+// where that cannot wait forever, else through the answering goroutine.
 func (p *osPeer) answered(h *osHdr, st uint8) {
+	if st == osOK && p.ackNow(h.seq) {
+		return
+	}
 	p.qmu.Lock()
 	if st != osOK {
 		nak := *h
@@ -371,6 +375,39 @@ func (p *osPeer) answered(h *osHdr, st uint8) {
 	p.ackTo = h.seq
 	p.qmu.Unlock()
 	p.ring()
+}
+
+// ackNow sends the acknowledgement of seq from the serving goroutine,
+// which saves waking the answering one (a thread wake-up on each side of a
+// Put's round trip), when that is safe: the link is free (nobody holds
+// smu), nothing is queued before it (a refusal must reach the peer before
+// an acknowledgement that covers it), and this rank has no operation in
+// flight to the peer. The last makes the send finish: the peer's serving
+// goroutine has an operation of its own in flight (the one acknowledged
+// here), so it sends nothing itself by this path and keeps reading, and
+// this rank's link to it carries no operation of this rank that it has
+// not read. Two serving goroutines sending to each other over full links
+// would otherwise wait for each other forever.
+func (p *osPeer) ackNow(seq uint64) bool {
+	if p.issued.Load() != p.done.Load() || !p.smu.TryLock() {
+		return false
+	}
+	defer p.smu.Unlock()
+	p.qmu.Lock()
+	idle := len(p.qnak) == 0 && len(p.qget) == 0
+	if idle {
+		p.ackTo = seq
+	}
+	p.qmu.Unlock()
+	if !idle {
+		return false
+	}
+	if err := p.sendHdr(&osHdr{kind: osMsgAck, seq: seq}); err != nil {
+		p.fail(err)
+		return true
+	}
+	p.sentAck = seq
+	return true
 }
 
 func (p *osPeer) ring() {
@@ -468,24 +505,35 @@ func (p *osPeer) answer() {
 			return
 		}
 		for {
-			p.qmu.Lock()
-			naks, gets, ack := p.qnak, p.qget, p.ackTo
-			p.qnak, p.qget = nil, nil
-			p.qmu.Unlock()
-			if len(naks) == 0 && len(gets) == 0 && ack == p.sentAck {
-				break
-			}
-			if err := p.sendAnswers(naks, gets, ack); err != nil {
+			more, err := p.sendAnswers()
+			if err != nil {
 				p.fail(err)
 				return
+			}
+			if !more {
+				break
 			}
 		}
 	}
 }
 
-func (p *osPeer) sendAnswers(naks, gets []osHdr, ack uint64) error {
+// sendAnswers sends what is queued, and says whether there was any. It
+// takes the queue with the link held, so that ackNow cannot send an
+// acknowledgement between a refusal taken here and its sending.
+func (p *osPeer) sendAnswers() (bool, error) {
 	p.smu.Lock()
 	defer p.smu.Unlock()
+	p.qmu.Lock()
+	naks, gets, ack := p.qnak, p.qget, p.ackTo
+	p.qnak, p.qget = nil, nil
+	p.qmu.Unlock()
+	if len(naks) == 0 && len(gets) == 0 && ack <= p.sentAck {
+		return false, nil
+	}
+	return true, p.sendQueued(naks, gets, ack)
+}
+
+func (p *osPeer) sendQueued(naks, gets []osHdr, ack uint64) error {
 	for i := range naks {
 		if err := p.sendHdr(&naks[i]); err != nil {
 			return err

@@ -31,7 +31,7 @@ import (
 const envWorker = "FLAGCX_HETEROTEST_WORKER"
 
 type workerJob struct {
-	Scenario  string   `json:"scenario"` // "matrix", "group" (group_test.go), "die" or "revoke" (revoke_test.go)
+	Scenario  string   `json:"scenario"` // "matrix", "group" (group_test.go), "onesided" (onesided_test.go), "die" or "revoke" (revoke_test.go)
 	Placement []string `json:"placement"`
 	Rank      int      `json:"rank"`
 	ID        string   `json:"id"`
@@ -135,6 +135,11 @@ func work(job *workerJob, out *workerOut) error {
 		return revokeShrink(job, comm, m, out)
 	case "group":
 		return groups(comm, m, out)
+	case "onesided":
+		var err error
+		out.Paths = comm.LinkTable() // the one-sided links are the same pairs' transports
+		out.Cases, out.Failures, err = OneSided(comm, m)
+		return err
 	case "matrix":
 	default:
 		return fmt.Errorf("unknown scenario %q", job.Scenario)

@@ -284,7 +284,16 @@ func (l *ShmLink) Send(p []byte) error {
 
 // Recv receives one message of exactly len(p) bytes into p. A message of
 // another length gives *LengthError (p untouched) and breaks the link.
-func (l *ShmLink) Recv(p []byte) error {
+func (l *ShmLink) Recv(p []byte) error { return l.recv(p, false) }
+
+// RecvIdle is Recv for a link that is idle until a peer has work for it
+// (hostnet.RecvIdle): the wait for the message to begin has no deadline
+// and does not poll (shmPassive), so that a waiting progress goroutine
+// does not keep a core, and the goroutines it hands work to, from
+// running. The rest of the message is received as Recv does.
+func (l *ShmLink) RecvIdle(p []byte) error { return l.recv(p, true) }
+
+func (l *ShmLink) recv(p []byte, idle bool) error {
 	const op = "recv from"
 	if err := l.begin(op); err != nil {
 		return err
@@ -303,7 +312,11 @@ func (l *ShmLink) Recv(p []byte) error {
 					return l.fail(l.peerClosedErr(op, how))
 				}
 			}
-			v, err := shmAwait(r.head, r.recvSleepers, r.pos+1, l.pol, l.timeout, l.recvWatch)
+			pol, timeout := l.pol, l.timeout
+			if idle && i == 0 {
+				pol, timeout = shmPassive, 0
+			}
+			v, err := shmAwait(r.head, r.recvSleepers, r.pos+1, pol, timeout, l.recvWatch)
 			if err != nil {
 				if v := atomic.LoadUint32(r.head); v != r.pos {
 					seen = v // it arrived as the peer closed: take it

@@ -45,6 +45,9 @@ type shmPolicy struct {
 var (
 	shmDedicated      = shmPolicy{spin: 100 * time.Microsecond, yield: 2 * time.Millisecond}
 	shmOversubscribed = shmPolicy{spin: 2 * time.Microsecond, yield: 50 * time.Microsecond}
+	// shmPassive is the wait of a link that is idle until a peer has work
+	// for it (ShmLink.RecvIdle): it sleeps almost at once.
+	shmPassive = shmPolicy{spin: 0, yield: 20 * time.Microsecond}
 )
 
 // policyFor picks the policy for ranks processes of this host.

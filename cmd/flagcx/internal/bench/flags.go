@@ -11,7 +11,7 @@ import (
 // Flags are `flagcx bench`'s arguments, named as nccl-tests and FlagCX's
 // test programs name them.
 type Flags struct {
-	Collective string `arg:"" name:"collective" help:"Collective to run: allreduce, reduce, broadcast, allgather, reducescatter, alltoall, alltoallv, gather, scatter, sendrecv, or all (each in turn)."`
+	Collective string `arg:"" name:"collective" help:"Collective to run: allreduce, reduce, broadcast, allgather, reducescatter, alltoall, alltoallv, gather, scatter, sendrecv, or all (each in turn); or put or get (one-sided, into and from the next rank's window)."`
 
 	MinBytes   Size   `short:"b" name:"minbytes" default:"8" placeholder:"SIZE" help:"Smallest size in bytes; K, M, G suffixes are 1024-based."`
 	MaxBytes   Size   `short:"e" name:"maxbytes" default:"8M" placeholder:"SIZE" help:"Largest size in bytes; K, M, G suffixes are 1024-based."`
@@ -27,6 +27,7 @@ type Flags struct {
 	Backend    string `name:"backend" default:"host" placeholder:"NAME" help:"Where every rank runs: host (the CPU, built in) or a plugin's name (nvidia, kunlunxin, cambricon, metax) from --plugin-dir."`
 	Ranks      string `name:"ranks" placeholder:"SPEC" help:"Start ranks on this machine placed on backends in order, e.g. nvidia:2 or kunlunxin:2,metax:1,host:2 (implies --np). Ranks of one vendor form a cluster; several clusters make a heterogeneous communicator. A rank's device is its position among this host's ranks of the same backend."`
 	PrintPlan  bool   `name:"print-plan" help:"Print every rank's schedule (plan of steps) of each collective at the largest size before its results."`
+	Window     string `name:"window" default:"alloc" enum:"alloc,register" placeholder:"HOW" help:"put and get: the windows' memory: alloc (AllocWindow: shared memory that the ranks of a host copy into directly) or register (RegisterWindow of the rank's buffers: the peers' progress goroutines copy)."`
 	OnFailure  string `name:"on-failure" default:"abort" enum:"abort,shrink" placeholder:"WHAT" help:"When a rank is lost: abort (every rank fails) or shrink (the survivors make a communicator of themselves, print the failure and the new size, and run the benchmark again on it)."`
 
 	// Set from the global flags.
@@ -38,7 +39,11 @@ type Flags struct {
 
 // Config is a validated benchmark plan.
 type Config struct {
-	Ops        []*opSpec
+	Ops []*opSpec
+	// OneSided is put or get instead of collectives (onesided.go), with
+	// the windows of Window ("alloc", "register").
+	OneSided   *oneSidedSpec
+	Window     string
 	Types      []sdk.DataType
 	RedOps     []sdk.RedOp
 	Sizes      []Size
@@ -76,7 +81,7 @@ func (f *Flags) Config() (*Config, error) {
 		Warmup: f.Warmup, Iters: f.Iters, Check: f.Check == 1, Root: f.Root,
 		Print: f.Print == 1, Format: f.Format, JSON: f.JSON,
 		Backend: strings.ToLower(strings.TrimSpace(f.Backend)), PluginDir: f.PluginDir, Emulated: f.Emulated,
-		PrintPlan: f.PrintPlan, Shrink: f.OnFailure == "shrink",
+		PrintPlan: f.PrintPlan, Shrink: f.OnFailure == "shrink", Window: f.Window,
 	}
 	if c.Backend == "" {
 		c.Backend = HostBackendName
@@ -98,14 +103,17 @@ func (f *Flags) Config() (*Config, error) {
 		c.Placement, c.NP, c.Backend = p, len(p), p[0]
 	}
 	name := strings.ToLower(strings.TrimSpace(f.Collective))
-	if name == "all" {
+	if c.OneSided = parseOneSided(name); c.OneSided != nil {
+		// Bytes of int8, as FlagCX's test_put and test_get count them.
+		f.Datatype, f.Op = "int8", "sum"
+	} else if name == "all" {
 		for _, coll := range sdk.AllCollectives() {
 			c.Ops = append(c.Ops, &opTable[coll])
 		}
 	} else {
 		coll, err := sdk.ParseCollective(name)
 		if err != nil {
-			return nil, fmt.Errorf("unknown collective %q: use one of %s, or all", f.Collective, strings.Join(sdk.CollectiveNames(), ", "))
+			return nil, fmt.Errorf("unknown collective %q: use one of %s, or all; or put or get", f.Collective, strings.Join(sdk.CollectiveNames(), ", "))
 		}
 		c.Ops = []*opSpec{&opTable[coll]}
 	}
@@ -185,6 +193,9 @@ func (c *Config) redOpsFor(o *opSpec) []sdk.RedOp {
 // steps is the number of (collective, type, reduction, size) rows.
 func (c *Config) steps() int {
 	n := 0
+	if c.OneSided != nil {
+		n = len(c.Sizes)
+	}
 	for _, o := range c.Ops {
 		n += len(c.Types) * len(c.redOpsFor(o)) * len(c.Sizes)
 	}

@@ -42,7 +42,9 @@ type Half struct {
 // reporter writes rank 0's output in one format.
 type reporter interface {
 	header(cfg *Config, devs []device, backend []string)
-	section(op *opSpec)
+	// section starts the rows of one benchmark: a collective, or a
+	// one-sided transfer (whose halves are one at a time and in flight).
+	section(name string, oneSided bool)
 	row(res *Result)
 	print(elems string)
 	footer(badRows int, avgBusBW float64)
@@ -76,12 +78,16 @@ func writeBackend(w io.Writer, lines []string) {
 	}
 }
 
-func (t *tableReporter) section(op *opSpec) {
+func (t *tableReporter) section(name string, oneSided bool) {
 	fmt.Fprintf(t.w, "#\n")
 	if t.multi {
-		fmt.Fprintf(t.w, "# %s\n#\n", op.name())
+		fmt.Fprintf(t.w, "# %s\n#\n", name)
 	}
-	fmt.Fprintf(t.w, "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "", "", "", "")
+	if oneSided {
+		fmt.Fprintf(t.w, "# %10s  %12s  %8s  %6s  %6s           one at a time                      in flight         \n", "", "", "", "", "")
+	} else {
+		fmt.Fprintf(t.w, "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "", "", "", "")
+	}
 	fmt.Fprintf(t.w, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n",
 		"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong")
 	fmt.Fprintf(t.w, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n",
@@ -100,6 +106,9 @@ func timeString(us float64) string {
 }
 
 func halfString(h Half) string {
+	if h.TimeUS < 0 { // not measured (a Get in flight)
+		return fmt.Sprintf("  %7s  %6s  %6s  %5s", "N/A", "N/A", "N/A", "N/A")
+	}
 	wrong := "N/A"
 	if h.Wrong != nil {
 		wrong = fmt.Sprintf("%d", *h.Wrong)
@@ -134,7 +143,7 @@ type flagcxReporter struct {
 }
 
 func (f *flagcxReporter) header(_ *Config, _ []device, backend []string) { writeBackend(f.w, backend) }
-func (f *flagcxReporter) section(*opSpec)                                {}
+func (f *flagcxReporter) section(string, bool)                           {}
 
 func (f *flagcxReporter) row(res *Result) {
 	if f.multi {
@@ -217,6 +226,9 @@ func (r *rankRun) writeJSON(runErr error) error {
 	}
 	for _, o := range r.cfg.Ops {
 		doc.Params.Collectives = append(doc.Params.Collectives, o.name())
+	}
+	if r.cfg.OneSided != nil {
+		doc.Params.Collectives = append(doc.Params.Collectives, r.cfg.OneSided.name)
 	}
 	for _, t := range r.cfg.Types {
 		doc.Params.Datatypes = append(doc.Params.Datatypes, t.String())

@@ -466,17 +466,19 @@ func (r *rankRun) run() (err error) {
 		return err
 	}
 	bufBytes := int(r.cfg.MaxBytes)
-	if r.send, err = r.be.Alloc(bufBytes); err != nil {
-		return err
-	}
-	defer r.send.Free()
-	if r.recv, err = r.be.Alloc(bufBytes); err != nil {
-		return err
-	}
-	defer r.recv.Free()
-	if r.cfg.Check {
-		r.inputImg = make([]byte, bufBytes)
-		r.expImg = make([]byte, bufBytes)
+	if r.cfg.OneSided == nil { // put and get make windows of their own
+		if r.send, err = r.be.Alloc(bufBytes); err != nil {
+			return err
+		}
+		defer r.send.Free()
+		if r.recv, err = r.be.Alloc(bufBytes); err != nil {
+			return err
+		}
+		defer r.recv.Free()
+		if r.cfg.Check {
+			r.inputImg = make([]byte, bufBytes)
+			r.expImg = make([]byte, bufBytes)
+		}
 	}
 
 	if r.cfg.Format == "flagcx" {
@@ -501,12 +503,17 @@ func (r *rankRun) run() (err error) {
 			}
 		}
 	}()
+	if r.cfg.OneSided != nil {
+		if err := r.runOneSided(); err != nil {
+			return err
+		}
+	}
 	for _, op := range r.cfg.Ops {
 		r.prog.clear()
 		if err := r.printPlans(op); err != nil {
 			return err
 		}
-		r.rep.section(op)
+		r.rep.section(op.name(), false)
 		for _, dt := range r.cfg.Types {
 			for _, redop := range r.cfg.redOpsFor(op) {
 				for i, size := range r.cfg.Sizes {
