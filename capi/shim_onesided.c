@@ -47,8 +47,8 @@ flagcxResult_t flagcxCommWindowRegister(flagcxComm_t comm, void *buff,
                                         size_t size, flagcxWindow_t *win,
                                         int winFlags,
                                         flagcxMemAllocator_t allocator) {
+  USABLE("flagcxCommWindowRegister");
   static const char entry[] = "flagcxCommWindowRegister";
-  USABLE(entry);
   NEEDCOMM(comm, entry);
   if (win == NULL)
     return FAIL(comm, entry, flagcxInvalidArgument, "win is NULL");
@@ -80,8 +80,8 @@ flagcxResult_t flagcxCommWindowRegister(flagcxComm_t comm, void *buff,
 
 flagcxResult_t flagcxCommWindowDeregister(flagcxComm_t comm, flagcxWindow_t win,
                                           flagcxMemAllocator_t allocator) {
+  USABLE("flagcxCommWindowDeregister");
   static const char entry[] = "flagcxCommWindowDeregister";
-  USABLE(entry);
   if (win == NULL)
     return flagcxSuccess; // as FlagCX's
   NEEDCOMM(comm, entry);
@@ -98,8 +98,8 @@ flagcxResult_t flagcxCommWindowDeregister(flagcxComm_t comm, flagcxWindow_t win,
 
 flagcxResult_t flagcxOneSideRegister(flagcxComm_t comm, void *buff,
                                      size_t size) {
+  USABLE("flagcxOneSideRegister");
   static const char entry[] = "flagcxOneSideRegister";
-  USABLE(entry);
   NEEDCOMM(comm, entry);
   CHECK(shimBind(comm));
   int index = -1;
@@ -183,8 +183,8 @@ flagcxResult_t flagcxPutSignal(const void *localbuff, size_t count,
                                flagcxWindow_t peerWin, size_t peerWinOffset,
                                unsigned int flags, flagcxComm_t comm,
                                flagcxStream_t stream) {
+  USABLE("flagcxPutSignal");
   static const char entry[] = "flagcxPutSignal";
-  USABLE(entry);
   NEEDCOMM(comm, entry);
   if (peerWin == NULL)
     return FAIL(comm, entry, flagcxInvalidArgument,
@@ -213,8 +213,8 @@ flagcxResult_t flagcxSignal(int peer, unsigned int flags, flagcxComm_t comm,
 flagcxResult_t flagcxWaitSignal(int nDesc,
                                 const flagcxWaitSignalDesc_t *signalDescs,
                                 flagcxComm_t comm, flagcxStream_t stream) {
+  USABLE("flagcxWaitSignal");
   static const char entry[] = "flagcxWaitSignal";
-  USABLE(entry);
   if (nDesc == 0)
     return flagcxSuccess; // as FlagCX's, whatever the other arguments
   NEEDCOMM(comm, entry);
