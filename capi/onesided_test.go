@@ -87,9 +87,10 @@ var mpi = testkit.Need{
 // TestFlagCXOneSidedPerfTests runs FlagCX's own test_put, test_get and
 // test_one_side_register, unchanged (their git blob ids are checked), built
 // with mpicxx against build/include and run under mpirun on libflagcx.so on
-// the host backend (tools/onesided-cpu/run.sh): every byte they print of
-// what the receiver got is what the sender wrote, for every size and
-// iteration, and each phase of test_one_side_register passes.
+// the host backend and on the emulated NVIDIA runtime
+// (tools/onesided-cpu/run.sh): every byte they print of what the receiver
+// got is what the sender wrote, for every size and iteration, and each
+// phase of test_one_side_register passes.
 func TestFlagCXOneSidedPerfTests(t *testing.T) {
 	root := testkit.RepoRoot(t)
 	for f, want := range flagcxPerfFiles {
@@ -104,20 +105,32 @@ func TestFlagCXOneSidedPerfTests(t *testing.T) {
 			testkit.Skip(t, mpi, "%s not found", tool)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(root, "tools", "onesided-cpu", "run.sh"))
-	cmd.Env = append(cleanEnv(), "OUT="+t.TempDir())
-	b, err := cmd.CombinedOutput()
-	out := string(b)
-	require.NoError(t, err, "tools/onesided-cpu/run.sh:\n%s", out)
-	for _, want := range []string{
-		"put: 130 chunks checked", "get: 130 chunks checked",
-		"[test_multi_comm_put] ALL PHASES PASSED",
-		"onesided-cpu: PASS (test_put, test_get, test_one_side_register on the host backend)",
-	} {
-		require.Contains(t, out, want)
+	testkit.BuiltFile(t, "plugins", "libflagcx-nvidia.so")
+	cases := []struct {
+		name string
+		env  []string
+		on   string
+	}{
+		{"host backend", nil, "the host backend"},
+		{"emulated nvidia", []string{"BACKEND=nvidia", "EMULATED=1"}, "the nvidia backend (EMULATED vendor runtimes)"},
 	}
-	require.Equal(t, 2, strings.Count(out, "[test_multi_comm_put] ALL PHASES PASSED"), "test_one_side_register passes split and homogeneous")
-	require.NotContains(t, out, "FAILED")
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, filepath.Join(root, "tools", "onesided-cpu", "run.sh"))
+			cmd.Env = append(append(cleanEnv(), "OUT="+t.TempDir()), tc.env...)
+			b, err := cmd.CombinedOutput()
+			out := string(b)
+			require.NoError(t, err, "tools/onesided-cpu/run.sh:\n%s", out)
+			for _, want := range []string{
+				"put: 130 chunks checked", "get: 130 chunks checked",
+				"onesided-cpu: PASS (test_put, test_get, test_one_side_register on " + tc.on + ")",
+			} {
+				require.Contains(t, out, want)
+			}
+			require.Equal(t, 2, strings.Count(out, "[test_multi_comm_put] ALL PHASES PASSED"), "test_one_side_register passes split and homogeneous")
+			require.NotContains(t, out, "FAILED")
+		})
+	}
 }

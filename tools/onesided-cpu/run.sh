@@ -21,12 +21,18 @@
 # Needs: make's build/lib and build/include; OpenMPI's mpicxx and mpirun
 # (apt-get install openmpi-bin libopenmpi-dev g++; .ci/run does). Logs go
 # to $OUT or build/onesided-cpu. Exit status 0 when every check passed.
+#
+# BACKEND=nvidia (or another plugin of build/plugins) runs the same on that
+# backend's devices instead of the host (each rank on device rank % count:
+# one GPU takes both ranks); with EMULATED=1 on the emulated runtimes of
+# build/vendorsim, a rehearsal on a machine without them.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 REPO=$PWD
 SRC=$(realpath "${1:-capi/test/flagcx-perf}")
 COMPAT=$REPO/capi/test/flagcx-perf/compat
 LOGS=${OUT:-$REPO/build/onesided-cpu}
+BACKEND=${BACKEND:-host}
 mkdir -p "$LOGS"
 
 for f in build/lib/libflagcx.so build/include/flagcx.h build/include/flagcx_kernel.h; do
@@ -63,12 +69,13 @@ run() {
     local name=$1 split=$2
     shift 2
     rm -f "$LOGS/$name".rank*.log
-    local env=(FLAGCX_BACKEND=host FLAGCX_TIMEOUT=60 ONESIDED_LOG="$LOGS/$name")
+    local env=(FLAGCX_BACKEND="$BACKEND" FLAGCX_PLUGIN_DIR="$REPO/build/plugins" FLAGCX_TIMEOUT=60 ONESIDED_LOG="$LOGS/$name")
+    [ "${EMULATED:-0}" != 1 ] || env+=(FLAGCX_EMULATED=1)
     [ -z "$split" ] || env+=(FLAGCX_CLUSTER_SPLIT_LIST="$split")
     local xs=()
     for kv in "${env[@]}"; do xs+=(-x "${kv%%=*}"); done
     echo
-    echo "=== $name: mpirun -np 2 $(basename "$1") ${*:2}${split:+ (FLAGCX_CLUSTER_SPLIT_LIST=$split)}"
+    echo "=== $name: mpirun -np 2 $(basename "$1") ${*:2} on $BACKEND${split:+ (FLAGCX_CLUSTER_SPLIT_LIST=$split)}"
     env "${env[@]}" timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 "${xs[@]}" \
         sh -c 'exec "$0" "$@" >"$ONESIDED_LOG.rank${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-x}}.log" 2>&1' "$@"
     local rc=$?
@@ -170,7 +177,10 @@ run one_side_register-homogeneous "" "$WORK/perf_one_side_register" "${REG[@]}" 
 
 echo
 if [ ${#FAILURES[@]} -eq 0 ]; then
-    echo "onesided-cpu: PASS (test_put, test_get, test_one_side_register on the host backend)"
+    how="the $BACKEND backend"
+    [ "$BACKEND" != host ] || how="the host backend"
+    [ "${EMULATED:-0}" != 1 ] || how="$how (EMULATED vendor runtimes)"
+    echo "onesided-cpu: PASS (test_put, test_get, test_one_side_register on $how)"
     exit 0
 fi
 echo "onesided-cpu: FAIL"
