@@ -41,6 +41,8 @@ type comm struct {
 	// pm holds its pre-multiplying ops (premul.go).
 	groups int
 	pm     premuls
+	// os is its one-sided registrations and buffers (onesided.go).
+	os osTable
 	// lastErr is the message of this communicator's last failed call
 	// (guarded by registry.mu: flagcxGetLastError may come from any thread).
 	lastErr string
@@ -234,3 +236,83 @@ func groupWait() time.Duration {
 	}
 	return 10 * t
 }
+
+// ---- one-sided calls (onesided.go keeps the C API's tables) ----------------
+
+// registerWindow registers this rank's n bytes at p as a window of c
+// (collective) and returns it with its index.
+func (c *comm) registerWindow(p unsafe.Pointer, n int) (*core.Window, int, error) {
+	w, err := c.hc.RegisterWindow(c.buffer(p, n))
+	if err != nil {
+		return nil, 0, err
+	}
+	return w, w.Index(), nil
+}
+
+// freeWindow unregisters w on this rank.
+func (c *comm) freeWindow(w *core.Window) error { return w.Free() }
+
+// registerSignals makes the n bytes at p c's signal slots (collective);
+// host says p is host memory whatever the rank's backend, nil p returns to
+// the communicator's own slots.
+func (c *comm) registerSignals(p unsafe.Pointer, n int, host bool) error {
+	b := c.buffer(p, n)
+	if host && p != nil {
+		b = core.HostBuffer(unsafe.Slice((*byte)(p), n))
+	}
+	if p == nil {
+		b = core.Buffer{}
+	}
+	return c.hc.RegisterSignals(b)
+}
+
+// registerStaging makes the n bytes of host memory at p c's staging (nil:
+// its own again).
+func (c *comm) registerStaging(p unsafe.Pointer, n int) error {
+	if p == nil {
+		return c.hc.RegisterStaging(nil)
+	}
+	return c.hc.RegisterStaging(unsafe.Slice((*byte)(p), n))
+}
+
+// What an RMA call does, as the C entries name it.
+type rmaKind int
+
+const (
+	rmaPut rmaKind = iota
+	rmaBatchPut
+	rmaGet
+	rmaPutSignal
+	rmaSignal
+)
+
+// rma runs kind's core call: ops[0] for Put, Get and PutSignal, all of
+// them for BatchPut, none for Signal.
+func (c *comm) rma(kind rmaKind, peer int, ops []core.RMA, s uintptr) error {
+	st := loader.Stream(s)
+	switch kind {
+	case rmaPut:
+		return c.hc.Put(peer, ops[0], st)
+	case rmaBatchPut:
+		return c.hc.PutBatch(peer, ops, st)
+	case rmaGet:
+		return c.hc.Get(peer, ops[0], st)
+	case rmaPutSignal:
+		return c.hc.PutSignal(peer, ops[0], st)
+	default:
+		return c.hc.Signal(peer, st)
+	}
+}
+
+// waitSignal waits until this rank's signal slot of each peer holds at
+// least its count.
+func (c *comm) waitSignal(peers []int, counts []uint64, s uintptr) error {
+	waits := make([]core.SignalWait, len(peers))
+	for i := range peers {
+		waits[i] = core.SignalWait{Peer: peers[i], Value: counts[i]}
+	}
+	return c.hc.WaitSignal(waits, loader.Stream(s))
+}
+
+func (c *comm) readCounter() uint64             { return c.hc.ReadCounter() }
+func (c *comm) waitCounter(target uint64) error { return c.hc.WaitCounter(target) }

@@ -23,6 +23,16 @@ struct flagcxComm {
   struct flagcxComm *nextDead;
 };
 
+// A window (flagcxCommWindowRegister): its communicator's number and the
+// index of its registration (onesided.go). Deregistration keeps the struct
+// (deregistered set, on a list) so that a stale handle is refused.
+struct flagcxWindow {
+  uint64_t comm;
+  int index;
+  int deregistered;
+  struct flagcxWindow *nextDead;
+};
+
 // base comes first: FlagCX's adaptors and its torch plugin read a stream
 // as *(cudaStream_t *)stream.
 struct flagcxStream {

@@ -4,10 +4,13 @@
  * Programs written for FlagCX (its torch plugin, its perf tests, Paddle)
  * compile against this header and link -lflagcx unchanged: the names, the
  * enum values, the struct layouts and the meaning of every entry are
- * FlagCX's (flagcx/include/flagcx.h of flagos-ai/FlagCX, API 0.13). What
- * flagcx-go does not serve (one-sided operations, windows, IPC handles)
- * returns flagcxNotSupported, and flagcxGetLastError says why.
- * docs/c-api.md lists what is supported.
+ * FlagCX's (flagcx/include/flagcx.h of flagos-ai/FlagCX, API 0.13; the
+ * one-sided entries and windows as of FlagCX commit
+ * 0c721293a79348323afc874d7067b4fce0b06643, whose test_put, test_get and
+ * test_one_side_register run on this library unchanged). What flagcx-go
+ * does not serve (IPC handles, suspend/resume, NVSHMEM memory) returns
+ * flagcxNotSupported, and flagcxGetLastError says why. docs/c-api.md lists
+ * what is supported.
  *
  * The process picks its backend once, at its first call that needs one:
  * FLAGCX_BACKEND=<plugin>|host, else the first plugin of FLAGCX_PLUGIN_DIR
@@ -253,7 +256,15 @@ flagcxResult_t flagcxCommDeregister(const flagcxComm_t comm, void *handle,
                                     flagcxMemAllocator_t allocator);
 #endif
 
-/* Windows (symmetric memory): flagcxNotSupported in flagcx-go. */
+/* Windows: flagcxCommWindowRegister registers this rank's size bytes at
+ * buff for one-sided calls, collectively (every rank, in the same order as
+ * the other registrations), as flagcxOneSideRegister does, and returns a
+ * handle (*win must be NULL before the call). The registration's index
+ * (flagcxPut's and flagcxGet's srcMrIdx/dstMrIdx) is the next one of the
+ * communicator, or the index already holding buff. Both flags register
+ * alike. flagcxCommWindowDeregister frees the registration on this rank
+ * once no handle (and no flagcxOneSideRegister) holds it: later operations
+ * of peers on it fail, naming it. A NULL win is accepted. */
 #define FLAGCX_WIN_DEFAULT 0x00
 #define FLAGCX_WIN_COLL_SYMMETRIC 0x01
 #ifdef __cplusplus
@@ -273,7 +284,10 @@ flagcxResult_t flagcxCommWindowDeregister(flagcxComm_t comm, flagcxWindow_t win,
                                           flagcxMemAllocator_t allocator);
 #endif
 
-/* One-sided registration: flagcxNotSupported in flagcx-go. */
+/* Registers this rank's size bytes at buff (device memory of the rank's
+ * backend; host memory on the host backend) for one-sided calls: collective,
+ * and the registration lasts as long as the communicator. A buffer already
+ * registered keeps its index and nothing is exchanged. */
 flagcxResult_t flagcxOneSideRegister(flagcxComm_t comm, void *buff,
                                      size_t size);
 
@@ -383,15 +397,39 @@ flagcxResult_t flagcxRecv(void *recvbuff, size_t count,
                           flagcxDataType_t datatype, int peer,
                           flagcxComm_t comm, flagcxStream_t stream);
 
-/* One-sided operations: flagcxNotSupported in flagcx-go. */
+/*
+ * One-sided operations, on any communicator (homogeneous or not), between
+ * registrations named by index. A passive target calls nothing. Operations
+ * of one rank to one peer take effect there in issue order: once a signal
+ * sent after a put is seen, the put's bytes are in place. On the host
+ * backend Put, BatchPut, PutSignal and Signal return once their source may
+ * be reused, Get once its bytes are in place; the counter (ReadCounter)
+ * counts this rank's operations complete at their peer. Every wait has the
+ * communicator's deadline (FLAGCX_TIMEOUT) and then fails with
+ * flagcxRemoteError naming the peers it waited for. They cannot be grouped.
+ */
+
+/* Makes the size bytes at buff (an 8-byte word per rank: word r counts the
+ * signals of rank r) this rank's signal slots, collectively; ptrType is
+ * FLAGCX_PTR_HOST (1), FLAGCX_PTR_CUDA (2) or FLAGCX_PTR_DMABUF (4), as
+ * FlagCX's flagcx_net.h numbers them. Without it a communicator has slots
+ * of its own. flagcxOneSideSignalDeregister (flagcx_kernel.h) gives the
+ * buffer back. */
 flagcxResult_t flagcxOneSideSignalRegister(const flagcxComm_t comm, void *buff,
                                            size_t size, int ptrType);
+/* Host memory (64 KiB or more) through which a device rank's transfers are
+ * staged, instead of the communicator's own; accepted and unused on the
+ * host backend. Not collective in flagcx-go. */
 flagcxResult_t flagcxOneSideStagingRegister(const flagcxComm_t comm, void *buff,
                                             size_t size);
 flagcxResult_t flagcxOneSideStagingDeregister(const flagcxComm_t comm);
+/* Reads size bytes of peer's registration srcMrIdx at srcOffset into this
+ * rank's registration dstMrIdx at dstOffset. */
 flagcxResult_t flagcxGet(flagcxComm_t comm, int peer, size_t srcOffset,
                          size_t dstOffset, size_t size, int srcMrIdx,
                          int dstMrIdx);
+/* Writes size bytes of this rank's registration srcMrIdx at srcOffset into
+ * peer's registration dstMrIdx at dstOffset. */
 flagcxResult_t flagcxPut(flagcxComm_t comm, int peer, size_t srcOffset,
                          size_t dstOffset, size_t size, int srcMrIdx,
                          int dstMrIdx);
@@ -400,20 +438,30 @@ flagcxResult_t flagcxBatchPut(flagcxComm_t comm, int peer,
                               const size_t *dstOffsets, const size_t *sizes,
                               const int *srcMrIdxs, const int *dstMrIdxs,
                               size_t count);
+/* Writes count elements at localbuff (inside a registration of this rank)
+ * into peer's memory of peerWin at peerWinOffset bytes, then adds one to
+ * peer's signal slot of this rank; count 0 signals alone. flags: 0. */
 flagcxResult_t flagcxPutSignal(const void *localbuff, size_t count,
                                flagcxDataType_t datatype, int peer,
                                flagcxWindow_t peerWin, size_t peerWinOffset,
                                unsigned int flags, flagcxComm_t comm,
                                flagcxStream_t stream);
+/* Adds one to peer's signal slot of this rank, after this rank's earlier
+ * operations on peer took effect. flags: 0. */
 flagcxResult_t flagcxSignal(int peer, unsigned int flags, flagcxComm_t comm,
                             flagcxStream_t stream);
 typedef struct {
   uint64_t opCnt; /* operations to wait for from peer */
   int peer;       /* the rank that signals */
 } flagcxWaitSignalDesc_t;
+/* Waits until this rank's slot of each descriptor's peer holds at least its
+ * opCnt (signals since the slot was last zero); nDesc 0 returns at once. */
 flagcxResult_t flagcxWaitSignal(int nDesc,
                                 const flagcxWaitSignalDesc_t *signalDescs,
                                 flagcxComm_t comm, flagcxStream_t stream);
+/* The number of this rank's one-sided operations complete at their peer
+ * (each transfer of a BatchPut counts one); WaitCounter waits until it
+ * reaches target, or fails with the first error a peer reported. */
 flagcxResult_t flagcxReadCounter(flagcxComm_t comm, uint64_t *count);
 flagcxResult_t flagcxWaitCounter(flagcxComm_t comm, uint64_t target);
 

@@ -116,6 +116,9 @@ static void forkedChild(flagcxDeviceHandle_t dh, flagcxComm_t comm) {
   FORKED(flagcxCommGetAsyncError(comm, (flagcxResult_t *)&x));
   FORKED(flagcxMemAlloc(&p, 64, flagcxMemCCL));
   FORKED(flagcxCommWindowRegister(comm, &x, sizeof x, NULL, 0, flagcxMemCCL));
+  FORKED(flagcxPut(comm, 0, 0, 0, 1, 0, 0));
+  flagcxWaitSignalDesc_t wd = {1, 0};
+  FORKED(flagcxWaitSignal(1, &wd, comm, NULL));
   FORKED(flagcxCommDestroy(comm));
   FORKED(flagcxCommAbort(comm));
   FORKED(dh->deviceMalloc(&p, 64, flagcxMemDevice, NULL));
