@@ -34,7 +34,7 @@ var (
 	NetStripeMin = Bytes("FLAGCX_NET_STRIPE_MIN", 256<<10, 0, MaxBytes,
 		"smallest message striped over a peer's sockets (2 from it, one more per half of it)")
 	// SocketSpinUS is FLAGCX_SOCKET_SPIN_US.
-	SocketSpinUS = Int("FLAGCX_SOCKET_SPIN_US", 50, 0, 100000,
+	SocketSpinUS = Int("FLAGCX_SOCKET_SPIN_US", 200, 0, 100000,
 		"microseconds a socket read polls before it sleeps, where this host's ranks leave a core free (0: never poll)")
 )
 

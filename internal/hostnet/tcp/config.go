@@ -66,10 +66,11 @@ const (
 	// DefaultSpin: on 2 emulated hosts of 2 cores, with polled sockets
 	// out of the netpoller (sock.go), an 8-byte AllReduce took 17.4 us
 	// on average at 50 us, 12.7 at 200 and 13.7-13.9 at 1 ms (latprobe,
-	// 5000 calls); on the 32-core H200 host 200 us was no faster than 50
-	// from 64 KiB (nccl-socket.sh), and a longer poll holds a core the
-	// longer where ranks share them: the default stays 50.
-	DefaultSpin = 50 * time.Microsecond
+	// 5000 calls), and in one multihost.sh call of 2000 calls a size
+	// (8 B-4 KiB, two rounds each) 200 us was above OpenMPI's time at 1
+	// size of 20 where 50 us was at 6; on the 32-core H200 host 200 us was
+	// within the spread of 50 from 64 KiB (nccl-socket.sh).
+	DefaultSpin = 200 * time.Microsecond
 
 	// MaxStreams caps FLAGCX_SOCKET_NTHREADS x FLAGCX_NSOCKS_PERTHREAD.
 	MaxStreams = 64
@@ -121,7 +122,7 @@ func ConfigFromEnv() (Config, error) {
 //	FLAGCX_NSOCKS_PERTHREAD  1..16 (default 2); Streams = NTHREADS x NSOCKS, at most 64
 //	FLAGCX_NET_STRIPE_MIN    bytes, with optional K/M/G suffix (1024-based; 1.5M allowed)
 //	FLAGCX_TIMEOUT           seconds ("30", "2.5") or a Go duration ("45s", "2m")
-//	FLAGCX_SOCKET_SPIN_US    0..100000 microseconds (default 50)
+//	FLAGCX_SOCKET_SPIN_US    0..100000 microseconds (default 200)
 func ConfigFromLookup(lookup func(string) (string, bool)) (Config, error) {
 	cfg := DefaultConfig()
 	l := env.Lookup(lookup)

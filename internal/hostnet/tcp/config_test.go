@@ -12,7 +12,7 @@ import (
 
 func TestDefaultConfig(t *testing.T) {
 	cfg := DefaultConfig()
-	require.Equal(t, Config{IfName: "^lo,docker", Family: 0, Streams: 4, StripeMin: 256 << 10, Timeout: 30 * time.Second, Spin: 50 * time.Microsecond, AutoStreams: true}, cfg)
+	require.Equal(t, Config{IfName: "^lo,docker", Family: 0, Streams: 4, StripeMin: 256 << 10, Timeout: 30 * time.Second, Spin: 200 * time.Microsecond, AutoStreams: true}, cfg)
 	got, err := ConfigFromLookup(func(string) (string, bool) { return "", false })
 	require.NoError(t, err)
 	require.Equal(t, cfg, got)
