@@ -130,6 +130,12 @@ func (x *exchangeState) run(progress func(got, sent int)) error {
 		} else {
 			setDeadline(&x.s.rdl, time.Time{})
 		}
+		// An abort (another stream failed) sets a deadline in the past
+		// after it marks the Conn: one that raced with the line above is
+		// seen here, and one after it ends the wait.
+		if c.aborted.Load() {
+			return c.fail(c.ioErr("exchange with", errAborted))
+		}
 		if err := x.s.wait(events, &x.s.rdl); err != nil {
 			return c.fail(c.ioErr("exchange with", err))
 		}

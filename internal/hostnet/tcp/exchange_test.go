@@ -119,6 +119,28 @@ func TestExchangeRefusals(t *testing.T) {
 			require.ErrorIs(t, a.Send([]byte("x")), wire.ErrClosed, "the link is broken")
 		})
 	}
+	for _, how := range []string{"abort", "close"} {
+		t.Run(how+" while the peer is silent", func(t *testing.T) {
+			a, _ := polledLinks(t, testConfig(time.Minute))
+			errc := make(chan error, 1)
+			go func() {
+				_, err := a.Exchange(make([]byte, 10), make([]byte, 10), 0, nil)
+				errc <- err
+			}()
+			time.Sleep(50 * time.Millisecond)
+			if how == "abort" {
+				a.Conns()[0].abort(fmt.Errorf("stream 1 failed"))
+			} else {
+				require.NoError(t, a.Close())
+			}
+			select {
+			case err := <-errc:
+				require.ErrorIs(t, err, wire.ErrClosed)
+			case <-time.After(5 * time.Second):
+				t.Fatal("the exchange stayed blocked")
+			}
+		})
+	}
 	t.Run("peer silent", func(t *testing.T) {
 		a, _ := polledLinks(t, testConfig(300*time.Millisecond))
 		_, err := a.Exchange(make([]byte, 10), make([]byte, 10), 0, nil)
