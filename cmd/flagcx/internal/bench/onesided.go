@@ -193,22 +193,7 @@ func (r *rankRun) benchOneSided(c *core.Comm, w *osWindows, size int) (*Result, 
 			h.TimeUS = -1 // not measured (a Get in flight)
 			continue
 		}
-		h.TimeUS = t[half] * 1e6
-		if t[half] > 0 {
-			h.AlgBW = float64(size) / 1e9 / t[half]
-		}
-		h.BusBW = h.AlgBW
-		if r.cfg.Check {
-			n := wr[half]
-			h.Wrong = &n
-			r.checked++
-			if n != 0 {
-				r.badRows++
-				r.wrongEls += n
-			}
-		}
-		r.busSum += h.BusBW
-		r.busCount++
+		r.tally(h, int64(size), t[half], 1, wr[half], r.cfg.Check)
 	}
 	r.results = append(r.results, *res)
 	return res, nil

@@ -679,24 +679,31 @@ func (r *rankRun) agree(op *opSpec, res *Result, times [2]float64, wrong [2]int6
 		return err
 	}
 	for phase, h := range []*Half{&res.OutOfPlace, &res.InPlace} {
-		h.TimeUS = t[phase] * 1e6
-		if t[phase] > 0 {
-			h.AlgBW = float64(res.Size) / 1e9 / t[phase]
-		}
-		h.BusBW = h.AlgBW * op.coll.BusFactor(r.n)
-		if r.cfg.Check && (phase == 0 || op.inPlaceChecked) {
-			n := w[phase]
-			h.Wrong = &n
-			r.checked++
-			if n != 0 {
-				r.badRows++
-				r.wrongEls += n
-			}
-		}
-		r.busSum += h.BusBW
-		r.busCount++
+		r.tally(h, res.Size, t[phase], op.coll.BusFactor(r.n), w[phase], r.cfg.Check && (phase == 0 || op.inPlaceChecked))
 	}
 	return nil
+}
+
+// tally fills half h of a row of size bytes from the time the ranks agree
+// on (seconds) and, when checked, their wrong elements, and adds it to the
+// run's totals (the summary's average bus bandwidth and verdict).
+func (r *rankRun) tally(h *Half, size int64, secs, busFactor float64, wrong int64, checked bool) {
+	h.TimeUS = secs * 1e6
+	if secs > 0 {
+		h.AlgBW = float64(size) / 1e9 / secs
+	}
+	h.BusBW = h.AlgBW * busFactor
+	if checked {
+		n := wrong
+		h.Wrong = &n
+		r.checked++
+		if n != 0 {
+			r.badRows++
+			r.wrongEls += n
+		}
+	}
+	r.busSum += h.BusBW
+	r.busCount++
 }
 
 // prepare writes the inputs of one call (and, for a check, the image of
