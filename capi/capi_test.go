@@ -86,7 +86,8 @@ func (o *rankOut) String() string {
 
 // runRanks runs prog as len(envs) ranks, one process each, rank r with the
 // extra environment envs[r]: rank 0 first, which prints the unique id, then
-// the others with it.
+// the others with it. It fails the test, showing every failed rank's
+// output, unless every rank exits with status 0.
 func runRanks(t *testing.T, prog string, envs [][]string) []*rankOut {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -131,6 +132,17 @@ func runRanks(t *testing.T, prog string, envs [][]string) []*rankOut {
 		}()
 	}
 	wg.Wait()
+	// A rank that fails makes its peers fail too ("rank 2 is gone"), so
+	// every rank's output is shown: the first error is often not rank 0's.
+	var failed []string
+	for r, o := range outs {
+		if o.err != nil {
+			failed = append(failed, fmt.Sprintf("rank %d: %v:\n%s", r, o.err, o.String()))
+		}
+	}
+	if len(failed) > 0 {
+		t.Fatalf("%d of %d ranks failed:\n%s", len(failed), n, strings.Join(failed, "\n"))
+	}
 	return outs
 }
 
@@ -168,7 +180,6 @@ func TestCAPICollectives(t *testing.T) {
 			outs := runRanks(t, prog, tc.ranks)
 			for r, o := range outs {
 				text := o.String()
-				require.NoError(t, o.err, "rank %d:\n%s", r, text)
 				require.Contains(t, text, fmt.Sprintf("PASS rank %d:", r))
 				require.NotContains(t, text, "goroutine ", "rank %d printed a Go stack", r)
 				announced := strings.Contains(text, "EMULATED vendor runtimes")
@@ -191,7 +202,6 @@ func TestCAPIBackendChoice(t *testing.T) {
 	vendor := testkit.Lookup(t, first).Vendor
 
 	outs := runRanks(t, prog, [][]string{{"FLAGCX_EMULATED=1", "CAPI_TEST_VENDOR=" + vendor}})
-	require.NoError(t, outs[0].err, outs[0].String())
 	require.Contains(t, outs[0].String(), "backend "+first+" runs on EMULATED vendor runtimes")
 	require.Contains(t, outs[0].String(), "PASS rank 0:")
 

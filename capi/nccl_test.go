@@ -111,7 +111,6 @@ func requireRanksPass(t *testing.T, outs []*rankOut) {
 	t.Helper()
 	for r, o := range outs {
 		text := o.String()
-		require.NoError(t, o.err, "rank %d:\n%s", r, text)
 		require.Contains(t, text, fmt.Sprintf("PASS rank %d:", r))
 		require.Contains(t, text, "EMULATED vendor runtimes", "rank %d does not say it runs on emulated runtimes", r)
 		require.NotContains(t, text, "goroutine ", "rank %d printed a Go stack", r)

@@ -119,7 +119,8 @@ func (w *osWindow) releaseShared() error {
 func (o *osState) direct(w *Window, peer int) bool { return w.os.peer[peer] != nil }
 
 // copyDirect runs a Put (put) or Get of op with peer's shared memory of
-// op.Remote.
+// op.Remote. The caller counts the operation complete: a PutSignal's
+// signal still goes over the link, and its acknowledgement counts it.
 func (o *osState) copyDirect(name string, peer int, op RMA, put bool) error {
 	seg := op.Remote.os.peer[peer]
 	state := osShmState(seg)
@@ -144,9 +145,5 @@ func (o *osState) copyDirect(name string, peer int, op RMA, put bool) error {
 	if err != nil {
 		return o.c.callError(name, err)
 	}
-	if err := freed(); err != nil {
-		return err
-	}
-	o.local.Add(1)
-	return nil
+	return freed()
 }

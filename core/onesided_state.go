@@ -406,10 +406,15 @@ func (c *Comm) waitCounter(target uint64) error {
 		return err
 	}
 	ready := func() (bool, error) {
+		// The counter is read before the refusals: a peer sends its
+		// refusal of an operation before the acknowledgement that counts
+		// it, so a count that covers a refused operation is never seen
+		// without its refusal.
+		reached := o.counter() >= target
 		if err := o.takeFailure(); err != nil {
 			return false, err
 		}
-		if o.counter() >= target {
+		if reached {
 			return true, nil
 		}
 		for _, p := range o.peers {
@@ -552,7 +557,11 @@ func (c *Comm) rmaCall(name string, peer int, ops []RMA, k rmaKind, s Stream) er
 		return p.send(osMsgSignal, RMA{})
 	case rmaGet:
 		if o.direct(ops[0].Remote, peer) {
-			return o.copyDirect(name, peer, ops[0], false)
+			if err := o.copyDirect(name, peer, ops[0], false); err != nil {
+				return err
+			}
+			o.local.Add(1)
+			return nil
 		}
 		return p.fetch(name, ops[0])
 	}
@@ -569,6 +578,7 @@ func (c *Comm) rmaCall(name string, peer int, ops []RMA, k rmaKind, s Stream) er
 				return err
 			}
 			if kind == osMsgPut {
+				o.local.Add(1)
 				continue
 			}
 			op, kind = RMA{}, osMsgSignal // the bytes are there: the signal follows them

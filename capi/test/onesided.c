@@ -150,6 +150,20 @@ static uint64_t counter(void) {
   return v;
 }
 
+// issued counts the one-sided operations this rank issued. The counter
+// is global and completions arrive when they arrive, so a count read
+// before an operation may still lack earlier ones: waits name the total.
+static uint64_t issued;
+
+// settle waits until every operation this rank issued is complete, and
+// checks that the counter holds exactly that many.
+static void settle(const char *after) {
+  OK(flagcxWaitCounter(comm, issued));
+  if (counter() != issued)
+    fail("the counter is %llu %s, want %llu", (unsigned long long)counter(),
+         after, (unsigned long long)issued);
+}
+
 /* ---- What must work ------------------------------------------------------ */
 
 // The window size: odd, so that no transfer is aligned by accident.
@@ -184,14 +198,11 @@ static void setup(void) {
 // testTransfers: each rank writes to next and reads from prev, through
 // every transfer entry, and checks what landed in its own windows.
 static void testTransfers(void) {
-  uint64_t c = counter();
   // Put A[3, 1004) into next's B at 5, then a signal.
   OK(flagcxPut(comm, next, 3, 5, 1001, 0, 1));
   OK(flagcxSignal(next, 0, comm, stream));
-  OK(flagcxWaitCounter(comm, c + 2));
-  if (counter() != c + 2)
-    fail("the counter is %llu after a put and a signal, want %llu",
-         (unsigned long long)counter(), (unsigned long long)(c + 2));
+  issued += 2;
+  settle("after a put and a signal");
   arrive(prev);
   land(shadowB, 5, prev, 3, 1001);
   expectWindow("flagcxPut into B", B, shadowB, WIN);
@@ -199,9 +210,9 @@ static void testTransfers(void) {
   barrier();
 
   // Get prev's A[7, 784) into B at 11 (prev's A is not written to).
-  c = counter();
   OK(flagcxGet(comm, prev, 7, 11, 777, 0, 1));
-  OK(flagcxWaitCounter(comm, c + 1));
+  issued += 1;
+  settle("after a get");
   land(shadowB, 11, prev, 7, 777);
   expectWindow("flagcxGet into B", B, shadowB, WIN);
   barrier();
@@ -211,11 +222,11 @@ static void testTransfers(void) {
   size_t so[] = {1, 9, 50, 1000}, dO[] = {0, 17, 1, 999},
          sz[] = {1, 0, 64, 2048};
   int si[] = {0, 0, 0, 0}, di[] = {2, 2, 2, 2};
-  c = counter();
   OK(flagcxBatchPut(comm, next, so, dO, sz, si, di, 4));
   OK(flagcxBatchPut(comm, next, so, dO, sz, si, di, 0)); // nothing
   OK(flagcxSignal(next, 0, comm, stream));
-  OK(flagcxWaitCounter(comm, c + 5));
+  issued += 5; // each transfer of a batch counts, the 0-byte one too
+  settle("after a batch of 4 and a signal");
   arrive(prev);
   for (int k = 0; k < 4; k++)
     land(shadowC, dO[k], prev, so[k], sz[k]);
@@ -226,17 +237,20 @@ static void testTransfers(void) {
   // C's handle), then one of 0 elements: a signal alone.
   OK(flagcxPutSignal((char *)A + 123, 45, flagcxInt32, next, wC, 3100, 0, comm,
                      stream));
+  issued += 1;
   arrive(prev);
   land(shadowC, 3100, prev, 123, 180);
   expectWindow("flagcxPutSignal into C", C, shadowC, WIN);
   OK(flagcxPutSignal((char *)A + 123, 0, flagcxInt32, next, wC, 0, 0, comm,
                      stream));
+  issued += 1;
   arrive(prev);
   expectSignals("after flagcxPutSignal", sig, sigWant);
 
   // To itself: a put from A into C and a signal.
   OK(flagcxPut(comm, rank, 0, 4000, 99, 0, 2));
   OK(flagcxSignal(rank, 0, comm, stream));
+  issued += 2;
   land(shadowC, 4000, rank, 0, 99);
   expectWindow("flagcxPut to itself", C, shadowC, WIN);
   sigWant[rank] += 1;
@@ -258,6 +272,7 @@ static void testSignalReset(void) {
       continue;
     OK(flagcxSignal(r, 0, comm, stream));
     OK(flagcxSignal(r, 0, comm, stream));
+    issued += 2;
     d[n].opCnt = 2, d[n].peer = r, n++;
     sigWant[r] = 2;
   }
@@ -276,15 +291,16 @@ static void testDedupWindow(void) {
   // From A (found by its address) into next's A at 3500 through wA.
   OK(flagcxPutSignal((char *)A + 2, 7, flagcxChar, next, wA, 3500, 0, comm,
                      stream));
+  issued += 1;
   arrive(prev);
   land(shadowA, 3500, prev, 2, 7);
   expectWindow("flagcxPutSignal through a window of a registered buffer", A,
                shadowA, WIN);
   barrier();
   OK(flagcxCommWindowDeregister(comm, wA, flagcxMemCCL));
-  uint64_t c = counter();
   OK(flagcxPut(comm, next, 0, 0, 8, 0, 1));
-  OK(flagcxWaitCounter(comm, c + 1));
+  issued += 1;
+  settle("after a put through a deregistered window's index");
   barrier();
   land(shadowB, 0, prev, 0, 8);
   expectWindow("flagcxPut after a window of index 0 was deregistered", B,
@@ -385,10 +401,11 @@ static void testFreedWindow(void) {
   if (rank == 0) {
     // The put goes out; rank 1's refusal comes back to the next call to
     // rank 1 or to WaitCounter.
-    uint64_t c = counter();
+    settle("before the put into a freed window");
     OK(flagcxPut(comm, 1, 0, 0, 64, 0, iD));
+    issued += 1;
     expectOf(comm, "flagcxWaitCounter(after a put into a freed window)",
-             flagcxWaitCounter(comm, c + 1), flagcxInvalidUsage,
+             flagcxWaitCounter(comm, issued), flagcxInvalidUsage,
              "freed its memory of the window");
     const char *msg = flagcxGetLastError(comm);
     if (strstr(msg, "rank 1") == NULL || strstr(msg, "window 3") == NULL)
@@ -411,6 +428,7 @@ static void testFreedWindow(void) {
   // The communicator goes on: a put and a signal around the ring.
   OK(flagcxPutSignal((char *)A + 10, 3, flagcxChar, next, wB, 3000, 0, comm,
                      stream));
+  issued += 1;
   arrive(prev);
   land(shadowB, 3000, prev, 10, 3);
   expectWindow("flagcxPutSignal after a freed window", B, shadowB, WIN);

@@ -54,6 +54,23 @@ type oneSided struct {
 	checks     int
 	// got counts the signals this rank received from each peer so far.
 	got []uint64
+	// issued counts the one-sided operations this rank issued: the
+	// completion counter is global and completions arrive when they
+	// arrive, so waits name this total, never a count read before a call.
+	issued uint64
+}
+
+// settle waits until every operation this rank issued is complete and
+// checks that the counter holds exactly that many.
+func (s *oneSided) settle(name string) error {
+	if err := s.comm.WaitCounter(s.issued); err != nil {
+		return err
+	}
+	s.checks++
+	if v := s.comm.ReadCounter(); v != s.issued {
+		s.failures = append(s.failures, fmt.Sprintf("%s: the completion counter is %d, want %d", name, v, s.issued))
+	}
+	return nil
 }
 
 // OneSided runs the check on this rank and returns how many results it
@@ -197,15 +214,15 @@ func (s *oneSided) putCase(name string, src, dst *core.Window, tc OneSidedCase, 
 	if err := s.reset(src, dst, seed); err != nil {
 		return err
 	}
-	before := s.comm.ReadCounter()
 	op := core.RMA{Local: src, LocalOff: tc.Local, Remote: dst, RemoteOff: tc.Remote, Bytes: tc.N}
 	if err := s.comm.PutSignal(s.next, op, 0); err != nil {
 		return err
 	}
+	s.issued++
 	if err := s.waitFrom(name, s.prev); err != nil {
 		return err
 	}
-	if err := s.comm.WaitCounter(before + 1); err != nil {
+	if err := s.settle(name + " put"); err != nil {
 		return err
 	}
 	if err := s.expect(name+" put", dst, tc.Remote, osPattern(s.prev, seed, OneSidedWindow)[tc.Local:tc.Local+tc.N]); err != nil {
@@ -219,12 +236,12 @@ func (s *oneSided) getCase(name string, src, dst *core.Window, tc OneSidedCase, 
 	if err := s.reset(src, dst, seed+100); err != nil {
 		return err
 	}
-	before := s.comm.ReadCounter()
 	op := core.RMA{Local: dst, LocalOff: tc.Local, Remote: src, RemoteOff: tc.Remote, Bytes: tc.N}
 	if err := s.comm.Get(s.next, op, 0); err != nil {
 		return err
 	}
-	if err := s.comm.WaitCounter(before + 1); err != nil {
+	s.issued++
+	if err := s.settle(name + " get"); err != nil {
 		return err
 	}
 	if err := s.expect(name+" get", dst, tc.Local, osPattern(s.next, seed+100, OneSidedWindow)[tc.Remote:tc.Remote+tc.N]); err != nil {
@@ -244,17 +261,17 @@ func (s *oneSided) batchCase(kind string, src, dst *core.Window) error {
 		{Local: src, LocalOff: 5000, Remote: dst, RemoteOff: 500, Bytes: 999},
 		{Local: src, LocalOff: 77, Remote: dst, RemoteOff: 4 << 20, Bytes: 4099},
 	}
-	before := s.comm.ReadCounter()
 	if err := s.comm.PutBatch(s.next, ops, 0); err != nil {
 		return err
 	}
 	if err := s.comm.Signal(s.next, 0); err != nil {
 		return err
 	}
+	s.issued += uint64(len(ops)) + 1
 	if err := s.waitFrom(kind+" batch", s.prev); err != nil {
 		return err
 	}
-	if err := s.comm.WaitCounter(before + uint64(len(ops)) + 1); err != nil {
+	if err := s.settle(kind + " batch"); err != nil {
 		return err
 	}
 	want := bytes.Repeat([]byte{osFiller(s.rank)}, OneSidedWindow)
@@ -277,6 +294,7 @@ func (s *oneSided) selfCase(kind string, src, dst *core.Window) error {
 	if err := s.comm.PutSignal(s.rank, op, 0); err != nil {
 		return err
 	}
+	s.issued++
 	if err := s.waitFrom(kind+" self", s.rank); err != nil {
 		return err
 	}
@@ -286,6 +304,10 @@ func (s *oneSided) selfCase(kind string, src, dst *core.Window) error {
 	}
 	// Get back over the bytes just put, further along.
 	if err := s.comm.Get(s.rank, core.RMA{Local: dst, LocalOff: 100001, Remote: src, RemoteOff: 5, Bytes: 333}, 0); err != nil {
+		return err
+	}
+	s.issued++
+	if err := s.settle(kind + " self"); err != nil {
 		return err
 	}
 	want := bytes.Repeat([]byte{osFiller(s.rank)}, OneSidedWindow)
@@ -326,6 +348,7 @@ func (s *oneSided) signals() error {
 		if err := s.comm.Signal(s.prev, 0); err != nil {
 			return err
 		}
+		s.issued += uint64(round) + 2
 		want := make([]uint64, s.n)
 		want[s.prev] += uint64(round + 1)
 		want[s.next]++
@@ -346,6 +369,9 @@ func (s *oneSided) signals() error {
 				s.failures = append(s.failures, fmt.Sprintf("signal buffer round %d: slot %d holds %d, want %d", round, r, got, want[r]))
 			}
 		}
+	}
+	if err := s.settle("signal buffer"); err != nil {
+		return err
 	}
 	// Back to the communicator's own slots.
 	return s.comm.RegisterSignals(core.Buffer{})
