@@ -116,7 +116,9 @@ func (e *Engine) allReduceHier(name string, h *hierarchy, send, recv []byte, cou
 	const within, across = "within its host (ranks numbered from 0 on the host)", "across hosts (ranks numbered by host)"
 	if count%h.perHost == 0 && count*size > e.smallLimit {
 		blk := count / h.perHost
-		shard := e.buf(scratchB, blk*size)
+		// The shard is this rank's block of recv (in-place ReduceScatter
+		// and AllGather): no scratch as large as the buffer per call.
+		shard := recv[h.local*blk*size : (h.local+1)*blk*size]
 		if err := wrap(within, h.intra.ReduceScatter(send, shard, blk, dt, sop)); err != nil {
 			return err
 		}

@@ -134,11 +134,18 @@ func (e *Engine) reduceScatterDirect(name string, send, recv []byte, bytes int, 
 // instead (block r-n = r). A slot is reused only after its chunk has been
 // forwarded, C messages later, so there are C+2 slots (about one block):
 // two spare so that receiving the next chunk overlaps sending the last.
+// Two ranks forward nothing (their one step is the last), so pipeSlots
+// slots serve them: a block's worth would be allocated on every call
+// beyond maxRetained, and its page faults took a 64 MiB ReduceScatter
+// from 33 to 116 ms over loopback TCP (docs/performance.md).
 func (e *Engine) reduceScatterRing(name string, send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp) error {
 	n, r, size := e.n, e.rank, dt.Size()
 	bytes := count * size
 	C := e.nchunks(count, size)
 	K := C + 2
+	if n == 2 {
+		K = min(C, pipeSlots)
+	}
 	slotBytes := ((count + C - 1) / C) * size
 	slots := e.buf(scratchA, K*slotBytes)
 	slot := func(j, length int) []byte { return slots[(j%K)*slotBytes:][:length] }
