@@ -171,33 +171,35 @@ func TestAlltoAll(t *testing.T) {
 	dt := sdk.Bfloat16
 	for _, n := range rankCounts {
 		for _, count := range []int{0, 1, 3, 1000, 16<<10 + 13} {
-			for _, inPlace := range []bool{false, true} {
-				t.Run(fmt.Sprintf("n=%d/count=%d/inplace=%v", n, count, inPlace), func(t *testing.T) {
-					bytes := count * dt.Size()
-					// Block q of rank p's send is pattern(p, 10+q).
-					got := make([][]byte, n)
-					errs := runRanks(t, n, nil, func(e *Engine) error {
-						r := e.Rank()
-						var send []byte
-						for q := 0; q < n; q++ {
-							send = append(send, pattern(r, 10+q, bytes)...)
+			for _, m := range modes[:2] { // in place, "pipelined" cuts blocks into uneven chunks
+				for _, inPlace := range []bool{false, true} {
+					t.Run(fmt.Sprintf("n=%d/count=%d/%s/inplace=%v", n, count, m.name, inPlace), func(t *testing.T) {
+						bytes := count * dt.Size()
+						// Block q of rank p's send is pattern(p, 10+q).
+						got := make([][]byte, n)
+						errs := runRanks(t, n, m.opts, func(e *Engine) error {
+							r := e.Rank()
+							var send []byte
+							for q := 0; q < n; q++ {
+								send = append(send, pattern(r, 10+q, bytes)...)
+							}
+							recv := garbage(n * bytes)
+							if inPlace {
+								recv = send
+							}
+							got[r] = recv
+							return e.AlltoAll(send, recv, count, dt)
+						})
+						requireNoErrors(t, errs)
+						for r := range got {
+							var want []byte
+							for p := 0; p < n; p++ {
+								want = append(want, pattern(p, 10+r, bytes)...)
+							}
+							requireElems(t, dt, want, got[r], "rank %d", r)
 						}
-						recv := garbage(n * bytes)
-						if inPlace {
-							recv = send
-						}
-						got[r] = recv
-						return e.AlltoAll(send, recv, count, dt)
 					})
-					requireNoErrors(t, errs)
-					for r := range got {
-						var want []byte
-						for p := 0; p < n; p++ {
-							want = append(want, pattern(p, 10+r, bytes)...)
-						}
-						requireElems(t, dt, want, got[r], "rank %d", r)
-					}
-				})
+				}
 			}
 		}
 	}

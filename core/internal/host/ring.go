@@ -131,21 +131,30 @@ func (e *Engine) reduceScatterDirect(name string, send, recv []byte, bytes int, 
 // receives block r-s-2 from r-1, in C chunks each. A received chunk lands
 // in a slot, gets this rank's data reduced into it, and is forwarded from
 // the slot in the next step; in the last step it is reduced into recv
-// instead (block r-n = r). A slot is reused only after its chunk has been
-// forwarded, C messages later, so there are C+2 slots (about one block):
-// two spare so that receiving the next chunk overlaps sending the last.
-// Two ranks forward nothing (their one step is the last), so pipeSlots
-// slots serve them: a block's worth would be allocated on every call
-// beyond maxRetained, and its page faults took a 64 MiB ReduceScatter
-// from 33 to 116 ms over loopback TCP (docs/performance.md).
+// instead (block r-n = r).
+//
+// The chunks go in rounds of G (as NCCL's ring loops over slices): a round
+// runs its G chunks through every step before the next round starts, so a
+// slot is forwarded G messages after it was filled and G+2 slots serve any
+// buffer (two spare so that receiving overlaps sending). Ordered step by
+// step over the whole buffer, a slot would wait C messages, about a block
+// of slots would be needed, and beyond maxRetained they were allocated on
+// every call: their page faults took a 64 MiB ReduceScatter of 4 ranks
+// over loopback TCP from 86 to 353 ms (docs/performance.md).
 func (e *Engine) reduceScatterRing(name string, send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp) error {
 	n, r, size := e.n, e.rank, dt.Size()
 	bytes := count * size
 	C := e.nchunks(count, size)
-	K := C + 2
-	if n == 2 {
-		K = min(C, pipeSlots)
+	G := min(C, pipeSlots)
+	// msg is message j's step s and chunk c, and g, the chunks of its
+	// round (the last round may have fewer than G).
+	msg := func(j int) (s, c, g int) {
+		round := j / (G * (n - 1))
+		rel := j - round*G*(n-1)
+		g = min(G, C-round*G)
+		return rel / g, round*G + rel%g, g
 	}
+	K := G + 2
 	slotBytes := ((count + C - 1) / C) * size
 	slots := e.buf(scratchA, K*slotBytes)
 	slot := func(j, length int) []byte { return slots[(j%K)*slotBytes:][:length] }
@@ -159,27 +168,28 @@ func (e *Engine) reduceScatterRing(name string, send, recv []byte, count int, dt
 		to:    (r + 1) % n,
 		from:  mod(r-1, n),
 		sendMsg: func(j int) ([]byte, int) {
-			s, c := j/C, j%C
+			s, c, g := msg(j)
 			lo, hi := span(c)
 			if s == 0 {
 				b := mod(r-1, n) * bytes
 				return send[b+lo : b+hi], -1
 			}
-			return slot(j-C, hi-lo), j - C
+			return slot(j-g, hi-lo), j - g
 		},
 		recvMsg: func(j int) ([]byte, int, int) {
-			lo, hi := span(j % C)
+			_, c, _ := msg(j)
+			lo, hi := span(c)
 			prev := j - K // the slot's previous message
 			if prev < 0 {
 				return slot(j, hi-lo), -1, -1
 			}
-			if prev/C == n-2 { // not forwarded (cannot happen with K > C)
-				return slot(j, hi-lo), prev, -1
+			if ps, _, pg := msg(prev); ps < n-2 {
+				return slot(j, hi-lo), prev, prev + pg // forwarded as prev+pg
 			}
-			return slot(j, hi-lo), prev, prev + C
+			return slot(j, hi-lo), prev, -1
 		},
 		process: func(j int, data []byte) {
-			s, c := j/C, j%C
+			s, c, _ := msg(j)
 			lo, hi := span(c)
 			b := mod(r-s-2, n) * bytes
 			if s < n-2 {
