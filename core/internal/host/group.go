@@ -171,7 +171,11 @@ func (e *Engine) AlltoAll(send, recv []byte, count int, dt sdk.DataType) error {
 		return e.alltoAllShm(name, send, recv, bytes)
 	}
 	if Overlap(send, recv) { // the checker allows only recv == send
-		return e.alltoAllInPlace(name, recv, bytes)
+		blocks := make([][2]int, e.n)
+		for p := range blocks {
+			blocks[p] = [2]int{p * bytes, (p + 1) * bytes}
+		}
+		return e.exchangeInPlace(name, send, recv, blocks, blocks)
 	}
 	ops := make([]P2P, 0, 2*(e.n-1))
 	for p := 0; p < e.n; p++ {
@@ -185,51 +189,43 @@ func (e *Engine) AlltoAll(send, recv []byte, count int, dt sdk.DataType) error {
 	return e.run(name, ops)
 }
 
-// alltoAllInPlace is AlltoAll where recv is send: block p goes to rank p
-// and rank p's block for this rank lands in its place, so each peer's
-// exchange is a pipe of its own, all peers at once. A chunk received lands
-// in one of two slots and is copied into the block once this rank has sent
-// that chunk of it. The slots of all peers stay within maxRetained: a copy
-// of the whole buffer aside, allocated per call beyond it, took a 64 MiB
-// AlltoAll of 4 ranks over loopback TCP from 73 to 669 ms
-// (docs/performance.md).
-func (e *Engine) alltoAllInPlace(name string, buf []byte, bytes int) error {
+// exchangeInPlace is AlltoAll(v) where send and recv start at one address
+// and the data for rank p and the data from it share their place (sends[p]
+// and recvs[p] start at the same offset, and no other peer's region
+// overlaps them): each peer's
+// exchange is a pipe of its own, all peers at once, in chunks both ways.
+// A chunk received lands in one of two slots and is copied into place
+// once this rank has sent that chunk of its own data. The slots of all
+// peers stay within maxRetained: a copy of the whole buffer aside,
+// allocated per call beyond it, took a 64 MiB AlltoAll of 4 ranks over
+// loopback TCP from 76 to 557 ms (docs/performance.md).
+func (e *Engine) exchangeInPlace(name string, send, recv []byte, sends, recvs [][2]int) error {
 	const K = 2
-	peers := e.n - 1
+	r, peers := e.rank, e.n-1
+	copy(recv[recvs[r][0]:recvs[r][1]], send[sends[r][0]:sends[r][1]])
 	if peers == 0 {
-		return nil // its own block is in place
+		return nil
 	}
 	chunk := max(1, min(e.chunk, maxRetained/(K*peers)))
-	C := (bytes + chunk - 1) / chunk
 	slots := e.buf(scratchA, peers*K*chunk)
-	span := func(c int) (lo, hi int) {
-		s, k := split(bytes, C, c)
-		return s, s + k
-	}
 	errs := make([]error, e.n)
 	var wg sync.WaitGroup
 	for i := 1; i <= peers; i++ {
-		p := (e.rank + i) % e.n
-		blk := buf[p*bytes : (p+1)*bytes]
+		p := (r + i) % e.n
+		out, in := send[sends[p][0]:sends[p][1]], recv[recvs[p][0]:recvs[p][1]]
+		piece := func(b []byte, j int) []byte { return b[min(j*chunk, len(b)):min((j+1)*chunk, len(b))] }
 		mine := slots[(i-1)*K*chunk : i*K*chunk]
-		slot := func(j, length int) []byte { return mine[(j%K)*chunk:][:length] }
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			errs[p] = e.runPipe(&pipe{
-				name: name, total: C, to: p, from: p,
-				sendMsg: func(j int) ([]byte, int) {
-					lo, hi := span(j)
-					return blk[lo:hi], -1
-				},
+				name: name, to: p, from: p,
+				total: (max(len(out), len(in)) + chunk - 1) / chunk,
+				sendMsg: func(j int) ([]byte, int) { return piece(out, j), -1 },
 				recvMsg: func(j int) ([]byte, int, int) {
-					lo, hi := span(j)
-					return slot(j, hi-lo), j - K, -1
+					return mine[(j%K)*chunk:][:len(piece(in, j))], j - K, -1
 				},
-				process: func(j int, data []byte) {
-					lo, hi := span(j)
-					copy(blk[lo:hi], data)
-				},
+				process:          func(j int, data []byte) { copy(piece(in, j), data) },
 				processAfterSent: true,
 			})
 		}()
@@ -243,13 +239,32 @@ func (e *Engine) alltoAllInPlace(name string, buf []byte, bytes int) error {
 	return nil
 }
 
+// pairwiseInPlace reports whether exchangeInPlace serves regions of
+// buffers that start at one address: the data for and from each peer start at the same offset, and
+// no region received overlaps another rank's region sent.
+func pairwiseInPlace(sends, recvs [][2]int, self int) bool {
+	nonEmpty := func(a [2]int) bool { return a[1] > a[0] }
+	for x := range recvs {
+		if x != self && nonEmpty(sends[x]) && nonEmpty(recvs[x]) && sends[x][0] != recvs[x][0] {
+			return false
+		}
+		for y := range sends {
+			if x != y && nonEmpty(recvs[x]) && nonEmpty(sends[y]) && recvs[x][0] < sends[y][1] && sends[y][0] < recvs[x][1] {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // AlltoAllv sends sendcounts[p] elements from send at element sdispls[p]
 // to rank p, and receives recvcounts[p] elements from rank p into recv at
 // element rdispls[p]. Counts must agree pairwise across ranks
 // (sendcounts[q] on p == recvcounts[p] on q). Every pair exchanges a
 // message, empty ones included, so a disagreement is reported rather than
 // waited on. The receive regions must not overlap each other; send may
-// overlap recv (it is copied aside first).
+// overlap recv: in place, where each peer's data out and in share their
+// place (exchangeInPlace), else it is copied aside first.
 func (e *Engine) AlltoAllv(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt sdk.DataType) error {
 	call := sdk.Call{Coll: sdk.AlltoAllv, DType: dt, SendCounts: sendcounts, SDispls: sdispls, RecvCounts: recvcounts, RDispls: rdispls}
 	if err := e.Check(&call, send, recv); err != nil {
@@ -267,6 +282,9 @@ func (e *Engine) AlltoAllv(send []byte, sendcounts, sdispls []int, recv []byte, 
 		}
 	}
 	if lo < hi && Overlap(send[lo:hi], recv) {
+		if addr(send) == addr(recv) && pairwiseInPlace(sends, recvs, r) {
+			return e.exchangeInPlace("AlltoAllv", send, recv, sends, recvs)
+		}
 		tmp := e.buf(scratchA, hi-lo)
 		copy(tmp, send[lo:hi])
 		send, sends = tmp, shift(sends, lo)

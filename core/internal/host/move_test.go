@@ -260,6 +260,70 @@ func TestAlltoAllv(t *testing.T) {
 	}
 }
 
+// AlltoAllv in place with each peer's data out and in at one offset of one
+// buffer, of different lengths, zeros and gaps included, in one chunk and
+// in many uneven ones: pairwise through slots (exchangeInPlace), and every
+// element lands.
+func TestAlltoAllvPairwiseInPlace(t *testing.T) {
+	dt := sdk.Int32
+	size := dt.Size()
+	count := func(p, q int) int { return (p*7 + q*3) % 5 * (3 + (p+q)%4) * 5 }
+	for _, n := range []int{1, 2, 3, 5} {
+		for _, m := range modes[:2] {
+			t.Run(fmt.Sprintf("n=%d/%s", n, m.name), func(t *testing.T) {
+				got := make([][]byte, n)
+				displsOf := make([][]int, n)
+				errs := runRanks(t, n, m.opts, func(e *Engine) error {
+					r := e.Rank()
+					sendcounts, recvcounts, displs := make([]int, n), make([]int, n), make([]int, n)
+					off := 1
+					for q := n - 1; q >= 0; q-- { // reversed, a gap after each
+						sendcounts[q], recvcounts[q], displs[q] = count(r, q), count(q, r), off
+						off += max(count(r, q), count(q, r)) + 1
+					}
+					buf := garbage(off * size)
+					for q := 0; q < n; q++ {
+						copy(buf[displs[q]*size:], pattern(r, 40+q, sendcounts[q]*size))
+					}
+					sends, recvs := regions(sendcounts, displs, size), regions(recvcounts, displs, size)
+					if !pairwiseInPlace(sends, recvs, r) {
+						return fmt.Errorf("rank %d: the layout is not pairwise", r)
+					}
+					got[r], displsOf[r] = buf, displs
+					return e.AlltoAllv(buf, sendcounts, displs, buf, recvcounts, displs, dt)
+				})
+				requireNoErrors(t, errs)
+				for r := 0; r < n; r++ {
+					for p := 0; p < n; p++ {
+						c, d := count(p, r), displsOf[r][p]
+						requireElems(t, dt, pattern(p, 40+r, c*size), got[r][d*size:(d+c)*size], "rank %d block from %d", r, p)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestPairwiseInPlace(t *testing.T) {
+	cases := []struct {
+		name         string
+		sends, recvs [][2]int
+		want         bool
+	}{
+		{"blocks", [][2]int{{0, 4}, {4, 8}, {8, 12}}, [][2]int{{0, 4}, {4, 8}, {8, 12}}, true},
+		{"longer in than out, one offset", [][2]int{{0, 2}, {4, 5}}, [][2]int{{0, 3}, {4, 8}}, true},
+		{"empty out anywhere", [][2]int{{0, 0}, {4, 8}}, [][2]int{{4, 4}, {4, 8}}, true},
+		{"peer's in over another peer's out", [][2]int{{0, 4}, {4, 8}, {8, 12}}, [][2]int{{0, 4}, {4, 9}, {9, 12}}, false},
+		{"in and out at different offsets", [][2]int{{0, 4}, {4, 8}}, [][2]int{{0, 4}, {5, 9}}, false},
+		{"own in over a peer's out", [][2]int{{0, 4}, {4, 8}}, [][2]int{{2, 6}, {8, 12}}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, pairwiseInPlace(tc.sends, tc.recvs, 0))
+		})
+	}
+}
+
 func TestGroup(t *testing.T) {
 	t.Run("ring, everyone sends before receiving", func(t *testing.T) {
 		for _, n := range []int{1, 2, 3, 5} {
