@@ -220,7 +220,7 @@ func (e *Engine) exchangeInPlace(name string, send, recv []byte, sends, recvs []
 			defer wg.Done()
 			errs[p] = e.runPipe(&pipe{
 				name: name, to: p, from: p,
-				total: (max(len(out), len(in)) + chunk - 1) / chunk,
+				total:   (max(len(out), len(in)) + chunk - 1) / chunk,
 				sendMsg: func(j int) ([]byte, int) { return piece(out, j), -1 },
 				recvMsg: func(j int) ([]byte, int, int) {
 					return mine[(j%K)*chunk:][:len(piece(in, j))], j - K, -1
