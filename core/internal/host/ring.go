@@ -140,7 +140,7 @@ func (e *Engine) reduceScatterDirect(name string, send, recv []byte, bytes int, 
 // step over the whole buffer, a slot would wait C messages, about a block
 // of slots would be needed, and beyond maxRetained they were allocated on
 // every call: their page faults took a 64 MiB ReduceScatter of 4 ranks
-// over loopback TCP from 86 to 353 ms (docs/performance.md).
+// over loopback TCP from 86 to 346-353 ms (docs/performance.md).
 func (e *Engine) reduceScatterRing(name string, send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp) error {
 	n, r, size := e.n, e.rank, dt.Size()
 	bytes := count * size
