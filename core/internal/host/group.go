@@ -170,64 +170,53 @@ func (e *Engine) AlltoAll(send, recv []byte, count int, dt sdk.DataType) error {
 	if e.shared() {
 		return e.alltoAllShm(name, send, recv, bytes)
 	}
-	if Overlap(send, recv) { // the checker allows only recv == send
-		blocks := make([][2]int, e.n)
-		for p := range blocks {
-			blocks[p] = [2]int{p * bytes, (p + 1) * bytes}
-		}
-		return e.exchangeInPlace(name, send, recv, blocks, blocks)
-	}
-	ops := make([]P2P, 0, 2*(e.n-1))
-	for p := 0; p < e.n; p++ {
-		if p != e.rank {
-			blk := func(b []byte) []byte { return b[p*bytes : (p+1)*bytes] }
-			ops = append(ops, P2P{Peer: p, Buf: blk(send)}, P2P{Peer: p, Buf: blk(recv), Recv: true})
-		}
-	}
-	r := e.rank
-	copy(recv[r*bytes:(r+1)*bytes], send[r*bytes:(r+1)*bytes])
-	return e.run(name, ops)
+	return e.alltoAllPairs(name, send, recv, bytes)
 }
 
-// exchangeInPlace is AlltoAll(v) where send and recv start at one address
-// and the data for rank p and the data from it share their place (sends[p]
-// and recvs[p] start at the same offset, and no other peer's region
-// overlaps them): each peer's
-// exchange is a pipe of its own, all peers at once, in chunks both ways.
-// A chunk received lands in one of two slots and is copied into place
-// once this rank has sent that chunk of its own data. The slots of all
-// peers stay within maxRetained: a copy of the whole buffer aside,
-// allocated per call beyond it, took a 64 MiB AlltoAll of 4 ranks over
-// loopback TCP from 76 to 557 ms (docs/performance.md).
-func (e *Engine) exchangeInPlace(name string, send, recv []byte, sends, recvs [][2]int) error {
+// alltoAllPairs exchanges blocks with every peer at once, each peer's
+// exchange a pipe of its own in chunks of the same size on every rank, so
+// that ranks in place and out of place speak alike. Out of place a chunk
+// lands in recv directly. In place (recv is send) block p goes to rank p
+// and rank p's block for this rank lands in its place: a chunk received
+// lands in one of two slots and is copied into the block once this rank
+// has sent that chunk of it. The slots of all peers stay within
+// maxRetained: a copy of the whole buffer aside, allocated per call beyond
+// it, took a 64 MiB AlltoAll of 4 ranks over loopback TCP from 76 to 557
+// ms (docs/performance.md).
+func (e *Engine) alltoAllPairs(name string, send, recv []byte, bytes int) error {
 	const K = 2
 	r, peers := e.rank, e.n-1
-	copy(recv[recvs[r][0]:recvs[r][1]], send[sends[r][0]:sends[r][1]])
+	inPlace := Overlap(send, recv) // the checker allows only recv == send
+	copy(recv[r*bytes:(r+1)*bytes], send[r*bytes:(r+1)*bytes])
 	if peers == 0 {
 		return nil
 	}
 	chunk := max(1, min(e.chunk, maxRetained/(K*peers)))
-	slots := e.buf(scratchA, peers*K*chunk)
+	var slots []byte
+	if inPlace {
+		slots = e.buf(scratchA, peers*K*chunk)
+	}
+	piece := func(b []byte, j int) []byte { return b[min(j*chunk, len(b)):min((j+1)*chunk, len(b))] }
 	errs := make([]error, e.n)
 	var wg sync.WaitGroup
 	for i := 1; i <= peers; i++ {
 		p := (r + i) % e.n
-		out, in := send[sends[p][0]:sends[p][1]], recv[recvs[p][0]:recvs[p][1]]
-		piece := func(b []byte, j int) []byte { return b[min(j*chunk, len(b)):min((j+1)*chunk, len(b))] }
-		mine := slots[(i-1)*K*chunk : i*K*chunk]
+		out, in := send[p*bytes:(p+1)*bytes], recv[p*bytes:(p+1)*bytes]
+		pp := &pipe{
+			name: name, to: p, from: p, total: (bytes + chunk - 1) / chunk,
+			sendMsg: func(j int) ([]byte, int) { return piece(out, j), -1 },
+			recvMsg: func(j int) ([]byte, int, int) { return piece(in, j), -1, -1 },
+		}
+		if inPlace {
+			mine := slots[(i-1)*K*chunk : i*K*chunk]
+			pp.recvMsg = func(j int) ([]byte, int, int) { return mine[(j%K)*chunk:][:len(piece(in, j))], j - K, -1 }
+			pp.process = func(j int, data []byte) { copy(piece(in, j), data) }
+			pp.processAfterSent = true
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[p] = e.runPipe(&pipe{
-				name: name, to: p, from: p,
-				total:   (max(len(out), len(in)) + chunk - 1) / chunk,
-				sendMsg: func(j int) ([]byte, int) { return piece(out, j), -1 },
-				recvMsg: func(j int) ([]byte, int, int) {
-					return mine[(j%K)*chunk:][:len(piece(in, j))], j - K, -1
-				},
-				process:          func(j int, data []byte) { copy(piece(in, j), data) },
-				processAfterSent: true,
-			})
+			errs[p] = e.runPipe(pp)
 		}()
 	}
 	wg.Wait()
@@ -239,32 +228,13 @@ func (e *Engine) exchangeInPlace(name string, send, recv []byte, sends, recvs []
 	return nil
 }
 
-// pairwiseInPlace reports whether exchangeInPlace serves regions of
-// buffers that start at one address: the data for and from each peer start at the same offset, and
-// no region received overlaps another rank's region sent.
-func pairwiseInPlace(sends, recvs [][2]int, self int) bool {
-	nonEmpty := func(a [2]int) bool { return a[1] > a[0] }
-	for x := range recvs {
-		if x != self && nonEmpty(sends[x]) && nonEmpty(recvs[x]) && sends[x][0] != recvs[x][0] {
-			return false
-		}
-		for y := range sends {
-			if x != y && nonEmpty(recvs[x]) && nonEmpty(sends[y]) && recvs[x][0] < sends[y][1] && sends[y][0] < recvs[x][1] {
-				return false
-			}
-		}
-	}
-	return true
-}
-
 // AlltoAllv sends sendcounts[p] elements from send at element sdispls[p]
 // to rank p, and receives recvcounts[p] elements from rank p into recv at
 // element rdispls[p]. Counts must agree pairwise across ranks
 // (sendcounts[q] on p == recvcounts[p] on q). Every pair exchanges a
 // message, empty ones included, so a disagreement is reported rather than
 // waited on. The receive regions must not overlap each other; send may
-// overlap recv: in place, where each peer's data out and in share their
-// place (exchangeInPlace), else it is copied aside first.
+// overlap recv (it is copied aside first).
 func (e *Engine) AlltoAllv(send []byte, sendcounts, sdispls []int, recv []byte, recvcounts, rdispls []int, dt sdk.DataType) error {
 	call := sdk.Call{Coll: sdk.AlltoAllv, DType: dt, SendCounts: sendcounts, SDispls: sdispls, RecvCounts: recvcounts, RDispls: rdispls}
 	if err := e.Check(&call, send, recv); err != nil {
@@ -282,9 +252,6 @@ func (e *Engine) AlltoAllv(send []byte, sendcounts, sdispls []int, recv []byte, 
 		}
 	}
 	if lo < hi && Overlap(send[lo:hi], recv) {
-		if addr(send) == addr(recv) && pairwiseInPlace(sends, recvs, r) {
-			return e.exchangeInPlace("AlltoAllv", send, recv, sends, recvs)
-		}
 		tmp := e.buf(scratchA, hi-lo)
 		copy(tmp, send[lo:hi])
 		send, sends = tmp, shift(sends, lo)
