@@ -170,60 +170,42 @@ func (e *Engine) AlltoAll(send, recv []byte, count int, dt sdk.DataType) error {
 	if e.shared() {
 		return e.alltoAllShm(name, send, recv, bytes)
 	}
-	return e.alltoAllPairs(name, send, recv, bytes)
+	if Overlap(send, recv) { // the checker allows only recv == send
+		return e.alltoAllInPlace(name, recv, bytes)
+	}
+	ops := make([]P2P, 0, 2*(e.n-1))
+	for p := 0; p < e.n; p++ {
+		if p != e.rank {
+			blk := func(b []byte) []byte { return b[p*bytes : (p+1)*bytes] }
+			ops = append(ops, P2P{Peer: p, Buf: blk(send)}, P2P{Peer: p, Buf: blk(recv), Recv: true})
+		}
+	}
+	r := e.rank
+	copy(recv[r*bytes:(r+1)*bytes], send[r*bytes:(r+1)*bytes])
+	return e.run(name, ops)
 }
 
-// alltoAllPairs exchanges blocks with every peer at once, each peer's
-// exchange a pipe of its own in chunks of the same size on every rank, so
-// that ranks in place and out of place speak alike. Out of place a chunk
-// lands in recv directly. In place (recv is send) block p goes to rank p
-// and rank p's block for this rank lands in its place: a chunk received
-// lands in one of two slots and is copied into the block once this rank
-// has sent that chunk of it. The slots of all peers stay within
-// maxRetained: a copy of the whole buffer aside, allocated per call beyond
-// it, took a 64 MiB AlltoAll of 4 ranks over loopback TCP from 76 to 557
-// ms (docs/performance.md).
-func (e *Engine) alltoAllPairs(name string, send, recv []byte, bytes int) error {
-	const K = 2
-	r, peers := e.rank, e.n-1
-	inPlace := Overlap(send, recv) // the checker allows only recv == send
-	copy(recv[r*bytes:(r+1)*bytes], send[r*bytes:(r+1)*bytes])
-	if peers == 0 {
-		return nil
-	}
-	chunk := max(1, min(e.chunk, maxRetained/(K*peers)))
-	var slots []byte
-	if inPlace {
-		slots = e.buf(scratchA, peers*K*chunk)
-	}
-	piece := func(b []byte, j int) []byte { return b[min(j*chunk, len(b)):min((j+1)*chunk, len(b))] }
-	errs := make([]error, e.n)
-	var wg sync.WaitGroup
-	for i := 1; i <= peers; i++ {
-		p := (r + i) % e.n
-		out, in := send[p*bytes:(p+1)*bytes], recv[p*bytes:(p+1)*bytes]
-		pp := &pipe{
-			name: name, to: p, from: p, total: (bytes + chunk - 1) / chunk,
-			sendMsg: func(j int) ([]byte, int) { return piece(out, j), -1 },
-			recvMsg: func(j int) ([]byte, int, int) { return piece(in, j), -1, -1 },
+// alltoAllInPlace is AlltoAll where recv is send: in round k (0..n-1) this
+// rank swaps blocks with rank q = k-r mod n, whose partner in that round
+// is this rank, so no rank waits on one that is not waiting for it. Each
+// swap is one message each way, as out of place and as a plan's grouped
+// sends (ranks in place, out of place and in plans exchange alike); q's
+// block lands in a one-block scratch and is copied into place once this
+// rank's block for q went out. Copying the whole buffer aside instead,
+// allocated per call beyond maxRetained, took a 64 MiB AlltoAll of 4
+// ranks over loopback TCP from 76 to 557 ms (docs/performance.md).
+func (e *Engine) alltoAllInPlace(name string, buf []byte, bytes int) error {
+	tmp := e.buf(scratchA, bytes)
+	for k := 0; k < e.n; k++ {
+		q := mod(k-e.rank, e.n)
+		if q == e.rank {
+			continue
 		}
-		if inPlace {
-			mine := slots[(i-1)*K*chunk : i*K*chunk]
-			pp.recvMsg = func(j int) ([]byte, int, int) { return mine[(j%K)*chunk:][:len(piece(in, j))], j - K, -1 }
-			pp.process = func(j int, data []byte) { copy(piece(in, j), data) }
-			pp.processAfterSent = true
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			errs[p] = e.runPipe(pp)
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
+		blk := buf[q*bytes : (q+1)*bytes]
+		if err := e.sendrecv(name, q, blk, q, tmp); err != nil {
 			return err
 		}
+		copy(blk, tmp)
 	}
 	return nil
 }
