@@ -21,31 +21,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int rank, nranks, checks;
+#include "report.h"
+
 static flagcxDeviceHandle_t dh;
 static flagcxComm_t comm;
 static flagcxStream_t stream;
 
-static void fail(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stdout, "FAIL rank %d: ", rank);
-  vfprintf(stdout, fmt, ap);
-  fprintf(stdout, "\n");
-  va_end(ap);
-  fflush(stdout);
-  exit(1);
-}
-
 // ok checks a call succeeded.
 #define OK(call)                                                               \
-  do {                                                                         \
-    flagcxResult_t r_ = (call);                                                \
-    if (r_ != flagcxSuccess)                                                   \
-      fail("%s returned %d (%s): %s", #call, r_, flagcxGetErrorString(r_),     \
-           flagcxGetLastError(comm));                                          \
-    checks++;                                                                  \
-  } while (0)
+  CHECK_RESULT(#call, flagcxResult_t, flagcxSuccess, flagcxGetErrorString,     \
+               flagcxGetLastError(comm), call)
 
 // expectResult checks a call fails with want and a last error (of c, or
 // of the process for NULL) naming entry and containing text.

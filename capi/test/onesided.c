@@ -27,34 +27,20 @@
 #include <string.h>
 #include <time.h>
 
+#include "report.h"
+
 // FlagCX's pointer types (its flagcx_net.h).
 #define PTR_HOST 0x1
 #define PTR_CUDA 0x2
 
-static int rank, nranks, next, prev, checks;
+static int next, prev;
 static flagcxDeviceHandle_t dh;
 static flagcxComm_t comm;
 static flagcxStream_t stream;
 
-static void fail(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stdout, "FAIL rank %d: ", rank);
-  vfprintf(stdout, fmt, ap);
-  fprintf(stdout, "\n");
-  va_end(ap);
-  fflush(stdout);
-  exit(1);
-}
-
 #define OK(call)                                                               \
-  do {                                                                         \
-    flagcxResult_t r_ = (call);                                                \
-    if (r_ != flagcxSuccess)                                                   \
-      fail("%s returned %d (%s): %s", #call, r_, flagcxGetErrorString(r_),     \
-           flagcxGetLastError(comm));                                          \
-    checks++;                                                                  \
-  } while (0)
+  CHECK_RESULT(#call, flagcxResult_t, flagcxSuccess, flagcxGetErrorString,     \
+               flagcxGetLastError(comm), call)
 
 // expectOf checks a call (what) failed with want and a last error of c
 // naming the entry (what up to its parenthesis) and containing text.

@@ -21,29 +21,14 @@
 #include <string.h>
 #include <unistd.h>
 
-static int rank, nranks, checks;
+#include "../../test/report.h"
+
 static ncclComm_t comm;
 static cudaStream_t stream;
 
-static void fail(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stdout, "FAIL rank %d: ", rank);
-  vfprintf(stdout, fmt, ap);
-  fprintf(stdout, "\n");
-  va_end(ap);
-  fflush(stdout);
-  exit(1);
-}
-
 #define OK(call)                                                               \
-  do {                                                                         \
-    ncclResult_t r_ = (call);                                                  \
-    if (r_ != ncclSuccess)                                                     \
-      fail("%s returned %d (%s): %s", #call, r_, ncclGetErrorString(r_),       \
-           ncclGetLastError(NULL));                                            \
-    checks++;                                                                  \
-  } while (0)
+  CHECK_RESULT(#call, ncclResult_t, ncclSuccess, ncclGetErrorString,           \
+               ncclGetLastError(NULL), call)
 
 #define CUDA(call)                                                             \
   do {                                                                         \
