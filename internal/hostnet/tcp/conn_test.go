@@ -410,12 +410,7 @@ func TestAcceptTimeoutAndClose(t *testing.T) {
 	go func() { _, _, err := l2.Accept(); errc <- err }()
 	time.Sleep(50 * time.Millisecond)
 	require.NoError(t, l2.Close())
-	select {
-	case err := <-errc:
-		require.ErrorIs(t, err, wire.ErrClosed)
-	case <-time.After(2 * time.Second):
-		t.Fatal("Close did not unblock Accept")
-	}
+	requireEndsClosed(t, errc, 2*time.Second, "Close did not unblock Accept")
 	_, _, err = l2.Accept()
 	require.ErrorIs(t, err, wire.ErrClosed)
 	_, err = Dial(l2.Addr(), testConfig(200*time.Millisecond), testSecret, nil)
@@ -729,4 +724,17 @@ func TestPolledReads(t *testing.T) {
 		}
 		require.Zero(t, a.misses)
 	})
+}
+
+// requireEndsClosed waits for the error of a call that a Close or an abort
+// must end, and requires that it ends within d with wire.ErrClosed; else
+// the test fails with stuck.
+func requireEndsClosed(t *testing.T, errc <-chan error, d time.Duration, stuck string) {
+	t.Helper()
+	select {
+	case err := <-errc:
+		require.ErrorIs(t, err, wire.ErrClosed)
+	case <-time.After(d):
+		t.Fatal(stuck)
+	}
 }

@@ -133,12 +133,7 @@ func TestExchangeRefusals(t *testing.T) {
 			} else {
 				require.NoError(t, a.Close())
 			}
-			select {
-			case err := <-errc:
-				require.ErrorIs(t, err, wire.ErrClosed)
-			case <-time.After(5 * time.Second):
-				t.Fatal("the exchange stayed blocked")
-			}
+			requireEndsClosed(t, errc, 5*time.Second, "the exchange stayed blocked")
 		})
 	}
 	t.Run("peer silent", func(t *testing.T) {

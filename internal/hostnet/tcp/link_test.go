@@ -238,12 +238,7 @@ func TestLinkCloseUnblocksRecv(t *testing.T) {
 			go func() { errc <- b.Recv(make([]byte, n)) }()
 			time.Sleep(50 * time.Millisecond)
 			require.NoError(t, b.Close())
-			select {
-			case err := <-errc:
-				require.ErrorIs(t, err, wire.ErrClosed)
-			case <-time.After(2 * time.Second):
-				t.Fatal("Close did not unblock Recv")
-			}
+			requireEndsClosed(t, errc, 2*time.Second, "Close did not unblock Recv")
 			require.ErrorIs(t, b.Send([]byte("x")), wire.ErrClosed)
 		})
 	}
