@@ -193,7 +193,7 @@ func (e *Engine) AlltoAll(send, recv []byte, count int, dt sdk.DataType) error {
 // block lands in a one-block scratch and is copied into place once this
 // rank's block for q went out. Copying the whole buffer aside instead,
 // allocated per call beyond maxRetained, took a 64 MiB AlltoAll of 4
-// ranks over loopback TCP from 76 to 557 ms (docs/performance.md).
+// ranks over loopback TCP from 81 to 509 ms (docs/performance.md).
 func (e *Engine) alltoAllInPlace(name string, buf []byte, bytes int) error {
 	tmp := e.buf(scratchA, bytes)
 	for k := 0; k < e.n; k++ {

@@ -171,7 +171,7 @@ func TestAlltoAll(t *testing.T) {
 	dt := sdk.Bfloat16
 	for _, n := range rankCounts {
 		for _, count := range []int{0, 1, 3, 1000, 16<<10 + 13} {
-			for _, m := range modes[:2] { // in place, "pipelined" cuts blocks into uneven chunks
+			for _, m := range modes[:2] { // the chunk and small-message options change nothing
 				// in place on every rank, on none, or on the even ranks
 				// only (both kinds must exchange alike)
 				for _, placed := range []string{"none", "all", "even"} {
