@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flagcx/flagcx-go/internal/hostnet"
+	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -42,7 +43,7 @@ func TestErrorsKeepTheirCauses(t *testing.T) {
 			run: func(t *testing.T) error {
 				var secret hostnet.Secret
 				secret[0] = 7
-				l, err := hostnet.Listen(cfg, secret)
+				l, err := tcp.Listen(cfg, secret)
 				require.NoError(t, err)
 				t.Cleanup(func() { l.Close() })
 				go func() {

@@ -1,6 +1,9 @@
 package core
 
-import "github.com/flagcx/flagcx-go/internal/hostnet"
+import (
+	"github.com/flagcx/flagcx-go/internal/hostnet"
+	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
+)
 
 // nearNet tells the host network which accelerator the rank drives (its
 // PCI bus id, from the plugin's device info), so that the network plugin's
@@ -20,7 +23,7 @@ func nearNet(be Backend) Option {
 		var cfg hostnet.Config
 		if o.net != nil {
 			cfg = *o.net
-		} else if cfg, err = hostnet.ConfigFromEnv(); err != nil {
+		} else if cfg, err = tcp.ConfigFromEnv(); err != nil {
 			return // InitRank reads the environment again and reports it
 		}
 		cfg.NearPCI = info.PCIBusID

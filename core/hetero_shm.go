@@ -6,7 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/flagcx/flagcx-go/core/internal/host/reduce"
-	"github.com/flagcx/flagcx-go/internal/hostnet"
+	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
@@ -20,7 +20,7 @@ import (
 
 // shmPlane is what a rank holds for PathShm.
 type shmPlane struct {
-	node *hostnet.ShmNode
+	node *shm.ShmNode
 	// workers is how many goroutines one rank's copies and reductions use:
 	// the host's cores shared by its ranks.
 	workers int

@@ -6,7 +6,7 @@ import (
 
 	"github.com/flagcx/flagcx-go/core/internal/host"
 	"github.com/flagcx/flagcx-go/core/internal/host/reduce"
-	"github.com/flagcx/flagcx-go/internal/hostnet"
+	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
@@ -25,7 +25,7 @@ type shmRun struct {
 	g    *sched.ShmPlan
 	b    *callBufs
 	s    loader.Stream
-	node *hostnet.ShmNode
+	node *shm.ShmNode
 	dev  *watchedPlugin // nil on a host rank
 	// workers is how many goroutines this rank's host copies and folds use.
 	workers int

@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/flagcx/flagcx-go/internal/hostnet"
+	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -32,7 +32,7 @@ const (
 )
 
 // node is this host's shared memory on the one-sided links, or nil.
-func (o *osState) node() *hostnet.ShmNode { return o.rma.mesh.Node }
+func (o *osState) node() *shm.ShmNode { return o.rma.mesh.Node }
 
 // allocate makes AllocWindow's memory of n bytes: device memory on a
 // device rank, shared memory on a host rank with peers on its host, plain

@@ -11,7 +11,7 @@ import (
 
 	"github.com/flagcx/flagcx-go/conformance/heterotest"
 	"github.com/flagcx/flagcx-go/core"
-	"github.com/flagcx/flagcx-go/internal/hostnet"
+	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -26,10 +26,10 @@ var osTransports = []struct {
 }
 
 func shmUsable(t *testing.T) bool {
-	if hostnet.BootID() == "" {
+	if shm.BootID() == "" {
 		return false
 	}
-	_, err := os.Stat(hostnet.DefaultShmDir)
+	_, err := os.Stat(shm.DefaultShmDir)
 	return err == nil
 }
 
@@ -42,7 +42,7 @@ func TestOneSidedExact(t *testing.T) {
 				if tr.shmDisable == "" && !shmUsable(t) {
 					t.Skip("no shared memory here")
 				}
-				t.Setenv(hostnet.EnvShmDisable, tr.shmDisable)
+				t.Setenv(shm.EnvShmDisable, tr.shmDisable)
 				before := core.FlagcxFiles(t)
 				comms := startHetero(t, n)
 				checks := make([]int, n)
@@ -90,7 +90,7 @@ func TestOneSidedPeerNeverSignals(t *testing.T) {
 			if tr.shmDisable == "" && !shmUsable(t) {
 				t.Skip("no shared memory here")
 			}
-			t.Setenv(hostnet.EnvShmDisable, tr.shmDisable)
+			t.Setenv(shm.EnvShmDisable, tr.shmDisable)
 			comms := startHetero(t, 3, core.WithTimeout(time.Second))
 			errs := onEvery(comms, func(c *core.Comm) error {
 				if _, err := c.AllocWindow(64); err != nil {
@@ -126,7 +126,7 @@ func TestOneSidedWindowFreedUnderUse(t *testing.T) {
 				if tr.shmDisable == "" && !shmUsable(t) {
 					t.Skip("no shared memory here")
 				}
-				t.Setenv(hostnet.EnvShmDisable, tr.shmDisable)
+				t.Setenv(shm.EnvShmDisable, tr.shmDisable)
 				comms := startHetero(t, 2, core.WithTimeout(5*time.Second))
 				const size = 1 << 20
 				putErr, getErr := make([]error, 2), make([]error, 2)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flagcx/flagcx-go/internal/hostnet"
+	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/stretchr/testify/require"
@@ -24,7 +25,7 @@ func TestPeerShmNameCannotMakeRankZeroDeleteAFile(t *testing.T) {
 	dir := t.TempDir()
 	victim := filepath.Join(dir, "victim.txt")
 	require.NoError(t, os.WriteFile(victim, []byte("keep me"), 0o600))
-	rel, err := filepath.Rel(hostnet.DefaultShmDir, victim)
+	rel, err := filepath.Rel(shm.DefaultShmDir, victim)
 	require.NoError(t, err)
 	require.Contains(t, rel, "..")
 	dead := exec.Command("true")
@@ -40,7 +41,7 @@ func TestPeerShmNameCannotMakeRankZeroDeleteAFile(t *testing.T) {
 		defer wg.Done()
 		time.Sleep(50 * time.Millisecond) // rank 0 first, as in the report
 		evil := announce{peerInfo: peerInfo{Rank: 1, Addr: "127.0.0.1:1", Host: hostname(), Pid: dead.Process.Pid,
-			BootID: hostnet.BootID(), PidNS: hostnet.PidNamespace(), Shm: rel}, NRanks: 2}
+			BootID: shm.BootID(), PidNS: shm.PidNamespace(), Shm: rel}, NRanks: 2}
 		_, attackErr = joinRendezvous(id, cfg, evil)
 	}()
 	_, err = InitRank(id, 2, 0, WithNetConfig(cfg))

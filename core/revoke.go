@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/flagcx/flagcx-go/internal/hostnet"
+	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
+	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -133,7 +135,7 @@ type ctlReply struct {
 
 // ctlPlane is one rank's side of the control plane.
 type ctlPlane struct {
-	l       *hostnet.Listener
+	l       *tcp.Listener
 	cfg     hostnet.Config
 	secret  hostnet.Secret
 	addrs   []string    // every rank's control address (agree)
@@ -145,7 +147,7 @@ type ctlPlane struct {
 // listenCtl opens this rank's control plane on the interface of its data
 // links.
 func listenCtl(cfg hostnet.Config, secret hostnet.Secret) (*ctlPlane, error) {
-	l, err := hostnet.Listen(cfg, secret)
+	l, err := tcp.Listen(cfg, secret)
 	if err != nil {
 		return nil, fmt.Errorf("%w: the control plane: %w", sdk.ErrSystemError, err)
 	}
@@ -172,7 +174,7 @@ func (c *Comm) serveCtl() {
 	}
 }
 
-func (c *Comm) answerCtl(conn *hostnet.Conn, hello []byte) {
+func (c *Comm) answerCtl(conn *tcp.Conn, hello []byte) {
 	defer conn.Close()
 	m, err := decodeCtl(hello, c.n)
 	if err != nil {
@@ -204,12 +206,12 @@ func (c *Comm) ask(r int, m ctlMsg, wait time.Duration) (*ctlMsg, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn, err := hostnet.Dial(c.ctl.addrs[r], cfg, c.ctl.secret, hello)
+	conn, err := tcp.Dial(c.ctl.addrs[r], cfg, c.ctl.secret, hello)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()
-	b, err := conn.RecvMsg(hostnet.MaxHello)
+	b, err := conn.RecvMsg(tcp.MaxHello)
 	if err != nil {
 		return nil, err
 	}
@@ -362,7 +364,7 @@ func (c *Comm) probe() ([]int, *RevokedError) {
 		go func() {
 			// A process of this host that is gone or stopped is lost
 			// without waiting for its answer.
-			if p := c.world.peers[r]; hostnet.SameHost(self, p) && hostnet.ProcessStalled(p.Pid) != "" {
+			if p := c.world.peers[r]; hostnet.SameHost(self, p) && shm.ProcessStalled(p.Pid) != "" {
 				answers <- answer{r: r, lost: true}
 				return
 			}

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/flagcx/flagcx-go/internal/hostnet"
+	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -87,7 +87,7 @@ func (c *Comm) shrinkID(ex, survivors []int) (UniqueID, error) {
 	}
 	wait := cfg.Timeout
 	if wait <= 0 {
-		wait = hostnet.DefaultTimeout
+		wait = tcp.DefaultTimeout
 	}
 	if c.rank == survivors[0] {
 		id, err := GetUniqueID(WithIDNetConfig(cfg))

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/flagcx/flagcx-go/internal/hostnet"
+	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 )
 
 // When a collective fails because a peer went silent or away, the peer
@@ -54,7 +55,7 @@ func stalledPeers(peers []peerInfo, self int) string {
 		if r == self || !hostnet.SameHost(peers[self], p) {
 			continue
 		}
-		if why := hostnet.ProcessStalled(p.Pid); why != "" {
+		if why := shm.ProcessStalled(p.Pid); why != "" {
 			out = append(out, fmt.Sprintf("rank %d (process %d) %s", r, p.Pid, why))
 		}
 	}

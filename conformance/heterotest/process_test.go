@@ -18,7 +18,7 @@ import (
 
 	"github.com/flagcx/flagcx-go/conformance/reference"
 	"github.com/flagcx/flagcx-go/core"
-	"github.com/flagcx/flagcx-go/internal/hostnet"
+	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
@@ -276,7 +276,7 @@ func runRanks(t *testing.T, placement []string, job workerJob, env []string, lim
 // runRanksPids is runRanks that also returns the ranks' process ids.
 func runRanksPids(t *testing.T, placement []string, job workerJob, env []string, limit time.Duration) ([]workerOut, []int) {
 	t.Helper()
-	cfg := hostnet.DefaultConfig()
+	cfg := tcp.DefaultConfig()
 	cfg.IfName = "lo"
 	id, err := core.GetUniqueID(core.WithIDNetConfig(cfg))
 	require.NoError(t, err)

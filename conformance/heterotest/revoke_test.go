@@ -16,7 +16,7 @@ import (
 
 	"github.com/flagcx/flagcx-go/conformance/reference"
 	"github.com/flagcx/flagcx-go/core"
-	"github.com/flagcx/flagcx-go/internal/hostnet"
+	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -165,7 +165,7 @@ func TestHeteroRevokeShrink(t *testing.T) {
 // (flagcx-<boot>-<pidns>-<pid>-<token>).
 func requireNoSegments(t *testing.T, pids []int) {
 	t.Helper()
-	ents, err := os.ReadDir(hostnet.DefaultShmDir)
+	ents, err := os.ReadDir(shm.DefaultShmDir)
 	if os.IsNotExist(err) {
 		return
 	}
@@ -174,7 +174,7 @@ func requireNoSegments(t *testing.T, pids []int) {
 		f := strings.Split(e.Name(), "-")
 		if len(f) == 5 && f[0] == "flagcx" {
 			pid, _ := strconv.Atoi(f[3])
-			require.False(t, slices.Contains(pids, pid), "%s is left in %s", e.Name(), hostnet.DefaultShmDir)
+			require.False(t, slices.Contains(pids, pid), "%s is left in %s", e.Name(), shm.DefaultShmDir)
 		}
 	}
 }

@@ -9,27 +9,28 @@
 //
 // hostnet is the mesh; the transports are subpackages that import none of
 // it nor each other: shm (same host), tcp (sockets), and the network
-// plugin (netplugin); wire holds what they share. hostnet
-// re-exports their names, so callers need only this package.
+// plugin (netplugin); wire holds what they share. hostnet re-exports the
+// names of wire and netplugin that its callers use, and tcp.Config as
+// Config; callers name shm and tcp themselves (shm.ShmConfig, tcp.Listen).
 //
 // hostnet owns the transports. Each rank announces a Peer at bootstrap;
 // a table of transports (shm when two ranks share a host, boot id and pid
 // namespace and both have a segment; TCP otherwise) picks the transport of
 // every pair, and Connect builds a rank's links to all peers at once.
 //
-//	cfg, err := hostnet.ConfigFromEnv()                // FLAGCX_SOCKET_* and friends
-//	sc, err := hostnet.ShmConfigFromEnv()              // FLAGCX_SHM_*
-//	l, err := hostnet.Listen(cfg, secret)              // on the interface FLAGCX_SOCKET_IFNAME picks
-//	seg, err := hostnet.CreateShmSegment(sc.ForRanks(n)) // before the rendezvous; its Name goes in the Peer
+//	cfg, err := tcp.ConfigFromEnv()                    // FLAGCX_SOCKET_* and friends
+//	sc, err := shm.ShmConfigFromEnv()                  // FLAGCX_SHM_*
+//	l, err := tcp.Listen(cfg, secret)                  // on the interface FLAGCX_SOCKET_IFNAME picks
+//	seg, err := shm.CreateShmSegment(sc.ForRanks(n))   // before the rendezvous; its Name goes in the Peer
 //	// ... exchange Peers (core's rendezvous) ...
 //	m, err := hostnet.Connect(hostnet.MeshConfig{...}) // m.Links[peer], m.Node (same-host windows)
 //	err = m.Links[p].Send(buf); err = m.Links[p].Recv(buf)
 //	defer m.Close()
 //
-// Lower level: Dial/Accept give authenticated Conns, NewTCPLink stripes one
-// peer's sockets. Every blocking call gives up after Config.Timeout without
-// progress, and a shared-memory wait notices within a fraction of a second
-// that the peer process died.
+// Lower level: tcp.Dial/Accept give authenticated tcp.Conns, tcp.NewTCPLink
+// stripes one peer's sockets. Every blocking call gives up after
+// Config.Timeout without progress, and a shared-memory wait notices within
+// a fraction of a second that the peer process died.
 package hostnet
 
 import (

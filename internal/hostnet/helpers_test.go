@@ -1,6 +1,7 @@
 package hostnet
 
 import (
+	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 	"time"
 )
 
@@ -10,7 +11,7 @@ import (
 var testSecret = Secret{0: 0xf1, 1: 0xa6, 7: 0xcc, 15: 0x42}
 
 func testConfig(timeout time.Duration) Config {
-	cfg := DefaultConfig()
+	cfg := tcp.DefaultConfig()
 	cfg.Timeout = timeout
 	return cfg
 }

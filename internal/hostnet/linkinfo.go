@@ -13,7 +13,7 @@ import (
 // watches the peer.
 func DescribeLink(l Link) string {
 	switch l := l.(type) {
-	case *TCPLink:
+	case *tcp.TCPLink:
 		c := l.Conns()[0]
 		n := len(l.Conns())
 		return fmt.Sprintf("tcp via %s %s -> %s, %d socket%s", tcp.IfaceOf(c.LocalAddr()), c.LocalAddr(), c.RemoteAddr(), n, plural(n))

@@ -11,6 +11,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
+	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 )
 
 // Link is how a rank reaches one peer: whole, ordered, length-checked
@@ -32,11 +33,11 @@ type Peer struct {
 	Addr string `json:"addr"` // its listener, for TCP
 	Host string `json:"host"`
 	Pid  int    `json:"pid"`
-	// BootID and PidNS (BootID(), PidNamespace()) with Host tell whether
+	// BootID and PidNS (shm.BootID(), shm.PidNamespace()) with Host tell whether
 	// two ranks can share memory and see each other's processes.
 	BootID string `json:"boot_id,omitempty"`
 	PidNS  string `json:"pidns,omitempty"`
-	// Shm names the rank's segment (CreateShmSegment); NoShm says why it
+	// Shm names the rank's segment (shm.CreateShmSegment); NoShm says why it
 	// has none.
 	Shm   string `json:"shm,omitempty"`
 	NoShm string `json:"no_shm,omitempty"`
@@ -78,11 +79,11 @@ func TransportFor(a, b Peer) string {
 // MeshConfig is what Connect needs.
 type MeshConfig struct {
 	Net      Config
-	Shm      ShmConfig
+	Shm      shm.ShmConfig
 	Secret   Secret
-	Listener *Listener   // this rank's, announced in Peers[Rank].Addr
-	Segment  *ShmSegment // this rank's (nil without shared memory); Connect takes it over
-	Peers    []Peer      // every rank, by rank
+	Listener *tcp.Listener   // this rank's, announced in Peers[Rank].Addr
+	Segment  *shm.ShmSegment // this rank's (nil without shared memory); Connect takes it over
+	Peers    []Peer          // every rank, by rank
 	Rank     int
 }
 
@@ -92,11 +93,11 @@ type Mesh struct {
 	Links []Link
 	// Node is the shared memory of this host's ranks (nil unless at least
 	// two ranks of this host share memory).
-	Node *ShmNode
+	Node *shm.ShmNode
 	// Warnings say which ranks of this host talk TCP and why.
 	Warnings []string
 
-	segs      []*ShmSegment
+	segs      []*shm.ShmSegment
 	closeOnce sync.Once
 }
 
@@ -130,7 +131,7 @@ func Connect(mc MeshConfig) (_ *Mesh, err error) {
 	self := mc.Peers[mc.Rank]
 	m := &Mesh{Links: make([]Link, len(mc.Peers))}
 	if mc.Segment != nil {
-		m.segs = []*ShmSegment{mc.Segment}
+		m.segs = []*shm.ShmSegment{mc.Segment}
 	}
 	defer func() {
 		if err != nil {
@@ -151,7 +152,7 @@ func Connect(mc MeshConfig) (_ *Mesh, err error) {
 			local = append(local, p.Rank)
 		case SameHost(self, p) && !mc.Shm.Disable:
 			m.Warnings = append(m.Warnings, fmt.Sprintf("rank %d talks TCP to rank %d of its own host: %s (set %s=1 to choose TCP quietly)",
-				mc.Rank, p.Rank, noShmReason(self, p), EnvShmDisable))
+				mc.Rank, p.Rank, noShmReason(self, p), shm.EnvShmDisable))
 		}
 	}
 	if len(local) >= 2 {
@@ -211,7 +212,7 @@ func (m *Mesh) removeDeadPeers(mc MeshConfig) {
 // connectTCP dials the lower ranks and accepts the higher ones that use
 // TCP, Streams sockets per pair, all at once.
 // pollSockets lets the TCP links' reads poll for Net.Spin before they sleep
-// (Conn.readPolled), where this host's ranks leave a core free: a polling
+// (tcp.Conn.readPolled), where this host's ranks leave a core free: a polling
 // rank holds a core while it waits, which ranks outnumbering the cores would
 // take from each other (and from the kernel moving their bytes).
 func (m *Mesh) pollSockets(mc MeshConfig) {
@@ -225,7 +226,7 @@ func (m *Mesh) pollSockets(mc MeshConfig) {
 		return
 	}
 	for _, l := range m.Links {
-		if tl, ok := l.(*TCPLink); ok {
+		if tl, ok := l.(*tcp.TCPLink); ok {
 			for _, c := range tl.Conns() {
 				c.SetSpin(mc.Net.Spin)
 			}
@@ -269,11 +270,11 @@ func ranksOnHost(peers []Peer) map[string]int {
 func (m *Mesh) connectTCP(mc MeshConfig) error {
 	n, rank, self := len(mc.Peers), mc.Rank, mc.Peers[mc.Rank]
 	onHost := ranksOnHost(mc.Peers)
-	conns := make([][]*Conn, n)
+	conns := make([][]*tcp.Conn, n)
 	expected := 0
 	for p := range mc.Peers {
 		if p != rank && TransportFor(self, mc.Peers[p]) == "tcp" {
-			conns[p] = make([]*Conn, pairStreams(mc.Net, mc.Peers, onHost, rank, p))
+			conns[p] = make([]*tcp.Conn, pairStreams(mc.Net, mc.Peers, onHost, rank, p))
 			if p > rank {
 				expected += len(conns[p])
 			}
@@ -290,7 +291,7 @@ func (m *Mesh) connectTCP(mc MeshConfig) error {
 				}
 				// A hello that does not check out closes its socket and
 				// the wait goes on: the real rank may still come.
-				h, err := decodeMeshHello(hello, c.RemoteAddr(), rank, n, MaxStreams)
+				h, err := decodeMeshHello(hello, c.RemoteAddr(), rank, n, tcp.MaxStreams)
 				if err != nil || conns[h.Rank] == nil || h.Stream >= len(conns[h.Rank]) {
 					c.Close()
 					continue
@@ -316,7 +317,7 @@ func (m *Mesh) connectTCP(mc MeshConfig) error {
 		for s := range conns[p] {
 			g.Go(func() error {
 				hello, _ := json.Marshal(meshHello{Rank: rank, Stream: s})
-				c, err := Dial(mc.Peers[p].Addr, mc.Net, mc.Secret, hello)
+				c, err := tcp.Dial(mc.Peers[p].Addr, mc.Net, mc.Secret, hello)
 				if err != nil {
 					return fmt.Errorf("rank %d connecting to rank %d at %s: %w", rank, p, mc.Peers[p].Addr, err)
 				}
@@ -339,13 +340,13 @@ func (m *Mesh) connectTCP(mc MeshConfig) error {
 	}
 	for p, cs := range conns {
 		if cs != nil {
-			m.Links[p] = NewTCPLink(cs, mc.Net)
+			m.Links[p] = tcp.NewTCPLink(cs, mc.Net)
 		}
 	}
 	return nil
 }
 
-func missingPeers(conns [][]*Conn, from, to int, mu *sync.Mutex) string {
+func missingPeers(conns [][]*tcp.Conn, from, to int, mu *sync.Mutex) string {
 	mu.Lock()
 	defer mu.Unlock()
 	var missing []string

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flagcx/flagcx-go/internal/hostnet/nettest"
+	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 )
 
 // A mesh whose ranks' listeners are flooded with idle connections before
@@ -18,7 +19,7 @@ func TestMeshConnectsThroughIdleFlood(t *testing.T) {
 	const n, idle = 3, 200
 	cfg := meshCfg(10 * time.Second)
 	dir := shmTestDir(t)
-	mcs := prepareMesh(t, n, cfg, func(int) ShmConfig {
+	mcs := prepareMesh(t, n, cfg, func(int) shm.ShmConfig {
 		sc := smallShm(dir)
 		sc.Disable = true // every link over TCP, through the flooded listeners
 		return sc

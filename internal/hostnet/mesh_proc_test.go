@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
+	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 )
 
 // Ranks in other processes: the test binary re-executed with envMeshChild
@@ -69,7 +70,7 @@ func runMeshChild(spec string) int {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		return childWaited
 	}
-	seg, err := CreateShmSegment(smallShm(cs.Dir))
+	seg, err := shm.CreateShmSegment(smallShm(cs.Dir))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return childSetupFailed
@@ -79,13 +80,13 @@ func runMeshChild(spec string) int {
 		return wait()
 	}
 	cfg := meshCfg(cs.Timeout)
-	l, err := ListenAddr("127.0.0.1:0", cfg, testSecret)
+	l, err := tcp.ListenAddr("127.0.0.1:0", cfg, testSecret)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return childSetupFailed
 	}
 	host, _ := os.Hostname()
-	self := Peer{Rank: cs.Rank, Addr: l.Addr(), Host: host, Pid: os.Getpid(), BootID: BootID(), PidNS: PidNamespace(), Shm: seg.Name()}
+	self := Peer{Rank: cs.Rank, Addr: l.Addr(), Host: host, Pid: os.Getpid(), BootID: shm.BootID(), PidNS: shm.PidNamespace(), Shm: seg.Name()}
 	if err := publishPeer(cs.Rdv, self); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return childSetupFailed
@@ -260,12 +261,12 @@ type procRank0 struct {
 func newProcRank0(t *testing.T, timeout time.Duration) *procRank0 {
 	t.Helper()
 	p := &procRank0{dir: shmTestDir(t), rdv: t.TempDir(), cfg: meshCfg(timeout)}
-	seg, err := CreateShmSegment(smallShm(p.dir))
+	seg, err := shm.CreateShmSegment(smallShm(p.dir))
 	require.NoError(t, err)
-	l, err := ListenAddr("127.0.0.1:0", p.cfg, testSecret)
+	l, err := tcp.ListenAddr("127.0.0.1:0", p.cfg, testSecret)
 	require.NoError(t, err)
 	t.Cleanup(func() { l.Close() })
-	self := Peer{Rank: 0, Addr: l.Addr(), Host: testHost(t), Pid: os.Getpid(), BootID: BootID(), PidNS: PidNamespace(), Shm: seg.Name()}
+	self := Peer{Rank: 0, Addr: l.Addr(), Host: testHost(t), Pid: os.Getpid(), BootID: shm.BootID(), PidNS: shm.PidNamespace(), Shm: seg.Name()}
 	require.NoError(t, publishPeer(p.rdv, self))
 	p.mc = MeshConfig{Net: p.cfg, Shm: smallShm(p.dir), Secret: testSecret, Listener: l, Segment: seg, Rank: 0}
 	return p
@@ -457,13 +458,13 @@ func TestMeshPeerProcessDies(t *testing.T) {
 }
 
 // TestCleanStaleShmDeadProcess: the segment of a rank killed before anybody
-// mapped it is removed by CleanStaleShm; a live rank's segment never is.
+// mapped it is removed by shm.CleanStaleShm; a live rank's segment never is.
 func TestCleanStaleShmDeadProcess(t *testing.T) {
 	for _, zombie := range []bool{false, true} {
 		t.Run("zombie="+strconv.FormatBool(zombie), func(t *testing.T) {
 			dir := shmTestDir(t)
 			sc := smallShm(dir)
-			own, err := CreateShmSegment(sc)
+			own, err := shm.CreateShmSegment(sc)
 			require.NoError(t, err)
 			defer own.Close()
 			c := startChild(t, childSpec{Mode: "segment", Dir: dir, Timeout: 10 * time.Second})
@@ -475,17 +476,17 @@ func TestCleanStaleShmDeadProcess(t *testing.T) {
 			require.Equal(t, c.pid(), pid)
 			path := filepath.Join(dir, name)
 
-			require.Equal(t, 0, CleanStaleShm(sc), "the child is alive")
+			require.Equal(t, 0, shm.CleanStaleShm(sc), "the child is alive")
 			require.FileExists(t, path)
 			fi, err := os.Stat(path)
 			require.NoError(t, err)
 			require.Equal(t, int64(sc.SegmentBytes()), fi.Size())
 
 			c.die(t, zombie)
-			require.Equal(t, 1, CleanStaleShm(sc))
+			require.Equal(t, 1, shm.CleanStaleShm(sc))
 			require.NoFileExists(t, path)
 			require.FileExists(t, filepath.Join(dir, own.Name()), "this live process's segment stays")
-			require.Equal(t, 0, CleanStaleShm(sc))
+			require.Equal(t, 0, shm.CleanStaleShm(sc))
 		})
 	}
 }

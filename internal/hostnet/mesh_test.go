@@ -22,6 +22,7 @@ import (
 	"github.com/flagcx/flagcx-go/internal/hostnet/nettest"
 
 	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
+	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 )
 
 // shmTestDir is a fresh directory on the tmpfs of /dev/shm (so that
@@ -29,7 +30,7 @@ import (
 // test; t.TempDir where there is no /dev/shm.
 func shmTestDir(t testing.TB) string {
 	t.Helper()
-	dir, err := os.MkdirTemp(DefaultShmDir, "hostnet-test-")
+	dir, err := os.MkdirTemp(shm.DefaultShmDir, "hostnet-test-")
 	if err != nil {
 		return t.TempDir()
 	}
@@ -39,8 +40,8 @@ func shmTestDir(t testing.TB) string {
 
 // smallShm is the smallest segment: 64 KiB of rings (one peer: 8 slots of
 // 7.5 KiB) and a 64 KiB window, so that ring wrap-around is cheap to reach.
-func smallShm(dir string) ShmConfig {
-	return ShmConfig{P2PBytes: MinShmAreaBytes, WindowBytes: MinShmAreaBytes, Dir: dir}
+func smallShm(dir string) shm.ShmConfig {
+	return shm.ShmConfig{P2PBytes: shm.MinShmAreaBytes, WindowBytes: shm.MinShmAreaBytes, Dir: dir}
 }
 
 // meshCfg is a loopback configuration with 2 streams per TCP link.
@@ -63,18 +64,18 @@ func testHost(t testing.TB) string {
 // goes into Peer.NoShm as in core), announce a Peer. edit (may be nil)
 // changes what rank r announces. Every rank gets its own copy of the peer
 // table.
-func prepareMesh(t testing.TB, n int, cfg Config, sc func(r int) ShmConfig, edit func(r int, p *Peer)) []MeshConfig {
+func prepareMesh(t testing.TB, n int, cfg Config, sc func(r int) shm.ShmConfig, edit func(r int, p *Peer)) []MeshConfig {
 	t.Helper()
 	host := testHost(t)
 	peers := make([]Peer, n)
 	mcs := make([]MeshConfig, n)
 	for r := range n {
-		l, err := ListenAddr("127.0.0.1:0", cfg, testSecret)
+		l, err := tcp.ListenAddr("127.0.0.1:0", cfg, testSecret)
 		require.NoError(t, err)
 		t.Cleanup(func() { l.Close() })
-		p := Peer{Rank: r, Addr: l.Addr(), Host: host, Pid: os.Getpid(), BootID: BootID(), PidNS: PidNamespace()}
+		p := Peer{Rank: r, Addr: l.Addr(), Host: host, Pid: os.Getpid(), BootID: shm.BootID(), PidNS: shm.PidNamespace()}
 		src := sc(r)
-		seg, err := CreateShmSegment(src)
+		seg, err := shm.CreateShmSegment(src)
 		if err != nil {
 			p.NoShm = err.Error()
 		} else {
@@ -146,9 +147,9 @@ func panicSite() string {
 }
 
 // newMesh connects n in-process ranks that all use sc.
-func newMesh(t testing.TB, n int, cfg Config, sc ShmConfig) []*Mesh {
+func newMesh(t testing.TB, n int, cfg Config, sc shm.ShmConfig) []*Mesh {
 	t.Helper()
-	ms, errs := connectAll(t, prepareMesh(t, n, cfg, func(int) ShmConfig { return sc }, nil))
+	ms, errs := connectAll(t, prepareMesh(t, n, cfg, func(int) shm.ShmConfig { return sc }, nil))
 	for r, err := range errs {
 		require.NoError(t, err, "rank %d", r)
 	}
@@ -234,7 +235,7 @@ func TestMeshConnectShm(t *testing.T) {
 	for _, n := range []int{2, 3, 5} {
 		t.Run(fmt.Sprint(n, " ranks"), func(t *testing.T) {
 			dir := shmTestDir(t)
-			mcs := prepareMesh(t, n, meshCfg(5*time.Second), func(int) ShmConfig { return smallShm(dir) }, nil)
+			mcs := prepareMesh(t, n, meshCfg(5*time.Second), func(int) shm.ShmConfig { return smallShm(dir) }, nil)
 			require.Len(t, dirEntries(t, dir), n, "one segment per rank, not per pair")
 			ms, errs := connectAll(t, mcs)
 			for r := range n {
@@ -257,7 +258,7 @@ func TestMeshConnectShm(t *testing.T) {
 				require.Equal(t, ranksUpTo(n), m.Node.Ranks())
 				require.Equal(t, uint32(1), m.Node.Step(), "the setup's step")
 				for i := range n {
-					require.Len(t, m.Node.Window(i), MinShmAreaBytes)
+					require.Len(t, m.Node.Window(i), shm.MinShmAreaBytes)
 				}
 			}
 			require.Empty(t, dirEntries(t, dir), "every segment is unlinked once all ranks mapped it")
@@ -283,9 +284,9 @@ func ranksUpTo(n int) []int {
 func TestMeshSegmentSize(t *testing.T) {
 	const n = 4
 	dir := shmTestDir(t)
-	sc := ShmConfig{P2PBytes: 256 << 10, Dir: dir}.ForRanks(n)
+	sc := shm.ShmConfig{P2PBytes: 256 << 10, Dir: dir}.ForRanks(n)
 	require.Equal(t, 32<<20, sc.WindowBytes)
-	mcs := prepareMesh(t, n, meshCfg(5*time.Second), func(int) ShmConfig { return sc }, nil)
+	mcs := prepareMesh(t, n, meshCfg(5*time.Second), func(int) shm.ShmConfig { return sc }, nil)
 	names := dirEntries(t, dir)
 	require.Len(t, names, n)
 	var total int64
@@ -299,7 +300,7 @@ func TestMeshSegmentSize(t *testing.T) {
 		_, _, pid, token, ok := shm.ParseSegName(name)
 		require.True(t, ok, name)
 		require.Equal(t, os.Getpid(), pid)
-		require.Equal(t, shm.SegName(BootID(), PidNamespace(), pid, token), name)
+		require.Equal(t, shm.SegName(shm.BootID(), shm.PidNamespace(), pid, token), name)
 	}
 	require.Equal(t, int64(n*sc.SegmentBytes()), total, "/dev/shm grows by SegmentBytes per rank, reserved at creation")
 	ms, errs := connectAll(t, mcs)
@@ -319,9 +320,9 @@ func TestMeshLinkMessages(t *testing.T) {
 		p2p   int
 		sizes func(S int) []int
 	}{
-		{"64K rings", MinShmAreaBytes, slotSizes},
+		{"64K rings", shm.MinShmAreaBytes, slotSizes},
 		// Fewer, but batches of 1 MiB slots, copied by several goroutines.
-		{"default 8M rings", DefaultShmP2PBytes, func(S int) []int { return []int{0, 1, S - 1, S + 1, 8*S + 1, 2*8*S + 3, 7} }},
+		{"default 8M rings", shm.DefaultShmP2PBytes, func(S int) []int { return []int{0, 1, S - 1, S + 1, 8*S + 1, 2*8*S + 3, 7} }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -366,11 +367,11 @@ func TestMeshLinkCountersWrap(t *testing.T) {
 // sends with the geometry of the receiver's segment.
 func TestMeshHeterogeneousConfigs(t *testing.T) {
 	dir := shmTestDir(t)
-	scs := []ShmConfig{
+	scs := []shm.ShmConfig{
 		{P2PBytes: 64 << 10, WindowBytes: 64 << 10, Dir: dir},
 		{P2PBytes: 1 << 20, WindowBytes: 128 << 10, Dir: dir},
 	}
-	ms, errs := connectAll(t, prepareMesh(t, 2, meshCfg(5*time.Second), func(r int) ShmConfig { return scs[r] }, nil))
+	ms, errs := connectAll(t, prepareMesh(t, 2, meshCfg(5*time.Second), func(r int) shm.ShmConfig { return scs[r] }, nil))
 	require.NoError(t, errs[0])
 	require.NoError(t, errs[1])
 	a, b := shmLink(t, ms[0].Links[1]), shmLink(t, ms[1].Links[0])
@@ -429,11 +430,11 @@ func TestMeshP2PTooSmall(t *testing.T) {
 	const n = 10
 	dir := shmTestDir(t)
 	start := time.Now()
-	ms, errs := connectAll(t, prepareMesh(t, n, meshCfg(10*time.Second), func(int) ShmConfig { return smallShm(dir) }, nil))
+	ms, errs := connectAll(t, prepareMesh(t, n, meshCfg(10*time.Second), func(int) shm.ShmConfig { return smallShm(dir) }, nil))
 	for r := range n {
 		require.Nil(t, ms[r])
-		require.ErrorIs(t, errs[r], ErrShmCapacity, "rank %d", r)
-		require.Contains(t, errs[r].Error(), EnvShmP2PSize)
+		require.ErrorIs(t, errs[r], shm.ErrShmCapacity, "rank %d", r)
+		require.Contains(t, errs[r].Error(), shm.EnvShmP2PSize)
 		require.Contains(t, errs[r].Error(), "9 peers")
 	}
 	require.Less(t, time.Since(start), 5*time.Second, "no rank waited for the deadline")
@@ -447,7 +448,7 @@ func TestMeshFallsBackToTCP(t *testing.T) {
 	const n = 3
 	tests := []struct {
 		name string
-		sc   func(dir string, r int) ShmConfig
+		sc   func(dir string, r int) shm.ShmConfig
 		edit func(r int, p *Peer)
 		tcp  [][2]int         // pairs that talk TCP; the others shm
 		warn map[int][]string // rank -> substrings, one warning per string
@@ -455,7 +456,7 @@ func TestMeshFallsBackToTCP(t *testing.T) {
 	}{
 		{
 			name: "rank 1 disabled",
-			sc: func(dir string, r int) ShmConfig {
+			sc: func(dir string, r int) shm.ShmConfig {
 				sc := smallShm(dir)
 				sc.Disable = r == 1
 				return sc
@@ -469,7 +470,7 @@ func TestMeshFallsBackToTCP(t *testing.T) {
 		},
 		{
 			name: "rank 2 could not create its segment",
-			sc: func(dir string, r int) ShmConfig {
+			sc: func(dir string, r int) shm.ShmConfig {
 				sc := smallShm(dir)
 				if r == 2 {
 					sc.Dir = filepath.Join(dir, "no-such-dir")
@@ -486,7 +487,7 @@ func TestMeshFallsBackToTCP(t *testing.T) {
 		},
 		{
 			name: "rank 2 on another host",
-			sc:   func(dir string, r int) ShmConfig { return smallShm(dir) },
+			sc:   func(dir string, r int) shm.ShmConfig { return smallShm(dir) },
 			edit: func(r int, p *Peer) {
 				if r == 2 {
 					p.BootID, p.Host = "0000-other-boot", "elsewhere"
@@ -497,7 +498,7 @@ func TestMeshFallsBackToTCP(t *testing.T) {
 		},
 		{
 			name: "rank 0 in another pid namespace",
-			sc:   func(dir string, r int) ShmConfig { return smallShm(dir) },
+			sc:   func(dir string, r int) shm.ShmConfig { return smallShm(dir) },
 			edit: func(r int, p *Peer) {
 				if r == 0 {
 					p.PidNS = "pid:[1]"
@@ -508,7 +509,7 @@ func TestMeshFallsBackToTCP(t *testing.T) {
 		},
 		{
 			name: "every rank disabled",
-			sc: func(dir string, r int) ShmConfig {
+			sc: func(dir string, r int) shm.ShmConfig {
 				sc := smallShm(dir)
 				sc.Disable = true
 				return sc
@@ -517,7 +518,7 @@ func TestMeshFallsBackToTCP(t *testing.T) {
 		},
 		{
 			name: "three hosts",
-			sc:   func(dir string, r int) ShmConfig { return smallShm(dir) },
+			sc:   func(dir string, r int) shm.ShmConfig { return smallShm(dir) },
 			edit: func(r int, p *Peer) { p.BootID = fmt.Sprint("boot-", r) },
 			tcp:  [][2]int{{0, 1}, {0, 2}, {1, 2}},
 		},
@@ -525,7 +526,7 @@ func TestMeshFallsBackToTCP(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := shmTestDir(t)
-			ms, errs := connectAll(t, prepareMesh(t, n, meshCfg(5*time.Second), func(r int) ShmConfig { return tc.sc(dir, r) }, tc.edit))
+			ms, errs := connectAll(t, prepareMesh(t, n, meshCfg(5*time.Second), func(r int) shm.ShmConfig { return tc.sc(dir, r) }, tc.edit))
 			for r := range n {
 				require.NoError(t, errs[r], "rank %d", r)
 			}
@@ -553,7 +554,7 @@ func TestMeshFallsBackToTCP(t *testing.T) {
 				require.Len(t, ms[r].Warnings, len(tc.warn[r]), "rank %d: %q", r, ms[r].Warnings)
 				for i, s := range tc.warn[r] {
 					require.Contains(t, ms[r].Warnings[i], s)
-					require.Contains(t, ms[r].Warnings[i], EnvShmDisable+"=1 to choose TCP quietly")
+					require.Contains(t, ms[r].Warnings[i], shm.EnvShmDisable+"=1 to choose TCP quietly")
 				}
 				if want, ok := tc.node[r]; ok {
 					require.NotNil(t, ms[r].Node, "rank %d", r)
@@ -574,7 +575,7 @@ func TestMeshFallsBackToTCP(t *testing.T) {
 }
 
 // nodeSync is one step between Enter and Exit.
-func nodeSync(n *ShmNode, sig uint64) error {
+func nodeSync(n *shm.ShmNode, sig uint64) error {
 	if err := n.Enter(); err != nil {
 		return err
 	}
@@ -589,7 +590,7 @@ func asleep(t testing.TB, word *uint32) {
 }
 
 func TestMeshLinkLengthMismatch(t *testing.T) {
-	const S = (MinShmAreaBytes - shm.RingHeader) / 8 &^ 63
+	const S = (shm.MinShmAreaBytes - shm.RingHeader) / 8 &^ 63
 	tests := []struct {
 		name      string
 		sent, exp int
@@ -640,7 +641,7 @@ func TestMeshLinkLengthMismatch(t *testing.T) {
 }
 
 func TestMeshLinkCloseUnblocks(t *testing.T) {
-	const S = (MinShmAreaBytes - shm.RingHeader) / 8 &^ 63
+	const S = (shm.MinShmAreaBytes - shm.RingHeader) / 8 &^ 63
 	tests := []struct {
 		name  string
 		op    func(a, b *shm.ShmLink) error // blocks on b
@@ -733,7 +734,7 @@ func TestMeshLinkSilentPeerTimesOut(t *testing.T) {
 			err := tc.op(a, b)
 			took := time.Since(start)
 			require.ErrorIs(t, err, ErrTimeout)
-			require.Contains(t, err.Error(), EnvTimeout)
+			require.Contains(t, err.Error(), tcp.EnvTimeout)
 			require.Contains(t, err.Error(), "no progress for "+timeout.String())
 			require.GreaterOrEqual(t, took, timeout)
 			require.Less(t, took, 3*time.Second)
@@ -925,7 +926,7 @@ func TestShmNodeSilentPeerTimesOut(t *testing.T) {
 	took := time.Since(start)
 	require.ErrorIs(t, err, ErrTimeout)
 	require.Contains(t, err.Error(), "shm step 2 waiting for rank 1")
-	require.Contains(t, err.Error(), EnvTimeout)
+	require.Contains(t, err.Error(), tcp.EnvTimeout)
 	require.GreaterOrEqual(t, took, timeout)
 	require.Less(t, took, 3*time.Second)
 	// Rank 1, late, is told that rank 0 gave up on the step after it.
@@ -941,7 +942,7 @@ func TestShmNodeSilentPeerTimesOut(t *testing.T) {
 func TestMeshPeerNeverConnects(t *testing.T) {
 	const timeout = 400 * time.Millisecond
 	dir := shmTestDir(t)
-	mcs := prepareMesh(t, 2, meshCfg(timeout), func(int) ShmConfig { return smallShm(dir) }, nil)
+	mcs := prepareMesh(t, 2, meshCfg(timeout), func(int) shm.ShmConfig { return smallShm(dir) }, nil)
 	defer mcs[1].Segment.Close()
 	start := time.Now()
 	m, err := safeConnect(mcs[0])
@@ -964,7 +965,7 @@ func TestMeshPeerNeverConnects(t *testing.T) {
 func TestMeshMapFailureReleasesPeers(t *testing.T) {
 	const timeout = 3 * time.Second
 	dir, elsewhere := shmTestDir(t), shmTestDir(t)
-	mcs := prepareMesh(t, 2, meshCfg(timeout), func(int) ShmConfig { return smallShm(dir) }, nil)
+	mcs := prepareMesh(t, 2, meshCfg(timeout), func(int) shm.ShmConfig { return smallShm(dir) }, nil)
 	mcs[1].Shm.Dir = elsewhere
 	res := make(chan connResult, 1)
 	go func() {
@@ -975,7 +976,7 @@ func TestMeshMapFailureReleasesPeers(t *testing.T) {
 	m1, err1 := safeConnect(mcs[1])
 	require.Nil(t, m1)
 	require.NotErrorIs(t, err1, errConnectPanicked)
-	require.ErrorIs(t, err1, ErrShmUnavailable)
+	require.ErrorIs(t, err1, shm.ErrShmUnavailable)
 	failed := time.Now()
 	var r connResult
 	select {
@@ -1001,11 +1002,11 @@ func TestMeshMapFailureReleasesPeers(t *testing.T) {
 //
 // FLAGCX_SHM_P2P_SIZE applies.
 func BenchmarkShmLink(b *testing.B) {
-	sc, err := ShmConfigFromEnv()
+	sc, err := shm.ShmConfigFromEnv()
 	require.NoError(b, err)
 	for _, size := range []int{64 << 10, 1 << 20, 16 << 20, 256 << 20} {
 		b.Run("size="+nettest.SizeName(size), func(b *testing.B) {
-			sc.Dir, sc.WindowBytes = shmTestDir(b), MinShmAreaBytes
+			sc.Dir, sc.WindowBytes = shmTestDir(b), shm.MinShmAreaBytes
 			ms := newMesh(b, 2, testConfig(time.Minute), sc)
 			nettest.BenchStream(b, ms[0].Links[1], ms[1].Links[0], size)
 		})
@@ -1068,7 +1069,7 @@ func TestPairStreams(t *testing.T) {
 		}
 		return ps
 	}
-	auto, fixed := DefaultConfig(), DefaultConfig()
+	auto, fixed := tcp.DefaultConfig(), tcp.DefaultConfig()
 	fixed.AutoStreams = false
 	tests := []struct {
 		name string
@@ -1080,8 +1081,8 @@ func TestPairStreams(t *testing.T) {
 		{"32 cores, 2 ranks per host", auto, host("a", 32, 2), host("b", 32, 2), 4},
 		{"8 cores, 2 ranks per host", auto, host("a", 8, 2), host("b", 8, 2), 2},
 		{"the crowded host decides", auto, host("a", 64, 2), host("b", 16, 8), 1},
-		{"cores not said", auto, host("a", 0, 1), host("b", 0, 1), DefaultStreams},
-		{"variables set", fixed, host("a", 2, 1), host("b", 2, 1), DefaultStreams},
+		{"cores not said", auto, host("a", 0, 1), host("b", 0, 1), tcp.DefaultStreams},
+		{"variables set", fixed, host("a", 2, 1), host("b", 2, 1), tcp.DefaultStreams},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -41,7 +41,7 @@ func (m *Mesh) upgradeNet(mc MeshConfig) error {
 	self := mc.Peers[mc.Rank]
 	var g errgroup.Group
 	for p, l := range m.Links {
-		tl, ok := l.(*TCPLink)
+		tl, ok := l.(*tcp.TCPLink)
 		if !ok {
 			continue
 		}

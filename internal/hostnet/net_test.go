@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flagcx/flagcx-go/internal/hostnet/netplugin"
+	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
+	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 	"github.com/flagcx/flagcx-go/internal/testkit"
 )
 
@@ -27,7 +29,7 @@ func useEmulatedIB(t *testing.T) {
 // the host rank r announces ("" keeps this one).
 func netMesh(t *testing.T, n int, cfg Config, hosts []string) ([]*Mesh, []error) {
 	t.Helper()
-	mcs := prepareMesh(t, n, cfg, func(int) ShmConfig { return ShmConfig{Disable: true, Dir: shmTestDir(t)} }, func(r int, p *Peer) {
+	mcs := prepareMesh(t, n, cfg, func(int) shm.ShmConfig { return shm.ShmConfig{Disable: true, Dir: shmTestDir(t)} }, func(r int, p *Peer) {
 		p.Shm = ""
 		p.NoShm = "disabled"
 		if hosts != nil && hosts[r] != "" {
@@ -181,7 +183,7 @@ func TestNetConfigFromEnv(t *testing.T) {
 		{map[string]string{"FLAGCX_NET": "verbs"}, "", "FLAGCX_NET"},
 	} {
 		t.Run(fmt.Sprint(tc.env), func(t *testing.T) {
-			cfg, err := ConfigFromLookup(func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok })
+			cfg, err := tcp.ConfigFromLookup(func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok })
 			if tc.err != "" {
 				require.ErrorIs(t, err, ErrConfig)
 				require.ErrorContains(t, err, tc.err)
@@ -221,7 +223,7 @@ func TestNetNearDevice(t *testing.T) {
 				cfg := meshCfg(20 * time.Second)
 				cfg.Net = NetIB
 				n := len(tc.near)
-				mcs := prepareMesh(t, n, cfg, func(int) ShmConfig { return ShmConfig{Disable: true, Dir: shmTestDir(t)} }, func(r int, p *Peer) {
+				mcs := prepareMesh(t, n, cfg, func(int) shm.ShmConfig { return shm.ShmConfig{Disable: true, Dir: shmTestDir(t)} }, func(r int, p *Peer) {
 					p.Shm, p.NoShm = "", "disabled"
 				})
 				for r := range mcs {

@@ -39,7 +39,7 @@ func checkAcceptedPeer(t *testing.T, p Peer) {
 	if p.Shm == "" {
 		return
 	}
-	if strings.ContainsAny(p.Shm, `/\`) || strings.Contains(p.Shm, "..") || filepath.Join(DefaultShmDir, p.Shm) != DefaultShmDir+"/"+p.Shm {
+	if strings.ContainsAny(p.Shm, `/\`) || strings.Contains(p.Shm, "..") || filepath.Join(shm.DefaultShmDir, p.Shm) != shm.DefaultShmDir+"/"+p.Shm {
 		t.Fatalf("accepted shm name %q leaves the shm directory", p.Shm)
 	}
 	if _, _, pid, _, ok := shm.ParseSegName(p.Shm); !ok || pid != p.Pid {

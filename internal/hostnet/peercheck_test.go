@@ -76,7 +76,7 @@ func TestConnectRefusesATraversingSegmentName(t *testing.T) {
 	require.NoError(t, os.WriteFile(victim, []byte("keep"), 0o600))
 	dead := exec.Command("true")
 	require.NoError(t, dead.Run())
-	mcs := prepareMesh(t, 2, meshCfg(2*time.Second), func(int) ShmConfig { return smallShm(dir) }, func(r int, p *Peer) {
+	mcs := prepareMesh(t, 2, meshCfg(2*time.Second), func(int) shm.ShmConfig { return smallShm(dir) }, func(r int, p *Peer) {
 		if r == 1 {
 			p.Pid, p.Shm = dead.Process.Pid, "../../victim.txt"
 		}

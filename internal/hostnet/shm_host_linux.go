@@ -6,7 +6,7 @@ import "github.com/flagcx/flagcx-go/internal/hostnet/shm"
 
 // mapHost maps the segments of the ranks in local (this host's ranks that
 // share memory, ascending, this rank among them) and builds the shm links
-// and the ShmNode between them (shm.MapHost).
+// and the shm.ShmNode between them (shm.MapHost).
 func (m *Mesh) mapHost(mc MeshConfig, local []int) error {
 	ranks := make([]shm.HostRank, len(local))
 	me := 0

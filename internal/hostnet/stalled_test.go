@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 	"github.com/stretchr/testify/require"
 )
 
@@ -26,20 +27,20 @@ func TestProcessStalled(t *testing.T) {
 			_ = cmd.Wait()
 		}
 	})
-	require.Empty(t, ProcessStalled(pid))
-	require.Empty(t, ProcessStalled(os.Getpid()), "this process is never stalled to itself")
+	require.Empty(t, shm.ProcessStalled(pid))
+	require.Empty(t, shm.ProcessStalled(os.Getpid()), "this process is never stalled to itself")
 
 	require.NoError(t, syscall.Kill(pid, syscall.SIGSTOP))
-	require.Eventually(t, func() bool { return ProcessStalled(pid) != "" }, 5*time.Second, time.Millisecond)
-	require.Contains(t, ProcessStalled(pid), "is stopped")
+	require.Eventually(t, func() bool { return shm.ProcessStalled(pid) != "" }, 5*time.Second, time.Millisecond)
+	require.Contains(t, shm.ProcessStalled(pid), "is stopped")
 	require.NoError(t, syscall.Kill(pid, syscall.SIGCONT))
-	require.Eventually(t, func() bool { return ProcessStalled(pid) == "" }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return shm.ProcessStalled(pid) == "" }, 5*time.Second, time.Millisecond)
 
 	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
 	// Unreaped: exiting, then a zombie.
-	require.Eventually(t, func() bool { return ProcessStalled(pid) != "" }, 5*time.Second, time.Millisecond)
-	require.Contains(t, ProcessStalled(pid), "is gone")
+	require.Eventually(t, func() bool { return shm.ProcessStalled(pid) != "" }, 5*time.Second, time.Millisecond)
+	require.Contains(t, shm.ProcessStalled(pid), "is gone")
 	_ = cmd.Wait()
 	reaped = true
-	require.Contains(t, ProcessStalled(pid), "is gone")
+	require.Contains(t, shm.ProcessStalled(pid), "is gone")
 }

@@ -11,7 +11,7 @@ import (
 // digest of the collective call there). A receiver that expects another
 // tag fails with *MismatchError rather than hand over bytes its caller
 // would misread; 0 on either side is untagged and never checked. The same
-// check guards a shared-memory step's label (ShmNode.Wait), so one
+// check guards a shared-memory step's label (shm.ShmNode.Wait), so one
 // caller's digest serves every transport that carries it.
 //
 // A notice (internal/hostnet/tcp/tag.go) is sent instead of data: a rank
@@ -21,7 +21,7 @@ import (
 // PeerFailure is a failure notice received instead of data (wire.PeerFailure).
 type PeerFailure = wire.PeerFailure
 
-// taggedLink is a Link whose messages carry tags and notices (TCPLink).
+// taggedLink is a Link whose messages carry tags and notices (tcp.TCPLink).
 type taggedLink interface {
 	SendTagged(p []byte, tag uint32) error
 	RecvTagged(p []byte, tag uint32) error
@@ -56,7 +56,7 @@ func Notify(l Link, what string) {
 	}
 }
 
-// streamLink is a Link of several independent streams (TCPLink's sockets).
+// streamLink is a Link of several independent streams (tcp.TCPLink's sockets).
 type streamLink interface {
 	Streams() int
 	SendStream(i int, p []byte, tag uint32) error
@@ -95,7 +95,7 @@ func RecvStream(l Link, i int, p []byte, tag uint32) error {
 }
 
 // exchangeLink is a Link that can move one message each way on the
-// calling goroutine (TCPLink of one polled socket).
+// calling goroutine (tcp.TCPLink of one polled socket).
 type exchangeLink interface {
 	Exchange(out, in []byte, tag uint32, progress func(got, sent int)) (bool, error)
 }

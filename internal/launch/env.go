@@ -30,6 +30,7 @@ import (
 	"github.com/flagcx/flagcx-go/internal/env"
 	"github.com/flagcx/flagcx-go/internal/flog"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
+	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -53,7 +54,7 @@ var EnvRequireSecret = env.RequireSecret.Name
 
 // DefaultTimeout bounds the wait for rank 0's id file: FLAGCX_TIMEOUT's
 // default, as every wait's.
-const DefaultTimeout = hostnet.DefaultTimeout
+const DefaultTimeout = tcp.DefaultTimeout
 
 // Job is this process's place in a job, as its launcher described it.
 type Job struct {

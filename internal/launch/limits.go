@@ -9,7 +9,7 @@ import (
 	"strings"
 
 	"github.com/flagcx/flagcx-go/internal/bytesize"
-	"github.com/flagcx/flagcx-go/internal/hostnet"
+	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -46,9 +46,9 @@ type hostCapacity struct {
 	threadsMax   int
 	systemTasks  int // tasks the system runs now
 	tasksPerRank int
-	mem          hostnet.HostMemory
-	shm          hostnet.ShmConfig // from the environment, before ForRanks
-	rankBytes    int64             // what the ranks' command allocates (RankBytes)
+	mem          shm.HostMemory
+	shm          shm.ShmConfig // from the environment, before ForRanks
+	rankBytes    int64         // what the ranks' command allocates (RankBytes)
 }
 
 // readHostCapacity reads this host's limits once, before a launch.
@@ -63,12 +63,12 @@ func readHostCapacity() hostCapacity {
 	if lim, ok := nprocLimit(); ok && lim > 0 && os.Getuid() != 0 {
 		c.nprocLimit, c.userTasks = lim, userTasks(os.Getuid())
 	}
-	sc, err := hostnet.ShmConfigFromEnv()
+	sc, err := shm.ShmConfigFromEnv()
 	if err != nil { // the ranks report malformed settings themselves
-		sc = hostnet.DefaultShmConfig()
+		sc = shm.DefaultShmConfig()
 	}
 	c.shm = sc
-	c.mem = hostnet.ReadHostMemory(sc)
+	c.mem = shm.ReadHostMemory(sc)
 	return c
 }
 
@@ -99,10 +99,10 @@ var capacityChecks = []func(n int, c hostCapacity) error{
 		if n < 2 { // one rank makes no segment
 			return nil
 		}
-		if err := hostnet.CheckShmCapacity(n, c.shm.ForRanks(n), c.mem); err != nil {
+		if err := shm.CheckShmCapacity(n, c.shm.ForRanks(n), c.mem); err != nil {
 			return err
 		}
-		return hostnet.CheckShmFree(n, c.shm.ForRanks(n), c.mem)
+		return shm.CheckShmFree(n, c.shm.ForRanks(n), c.mem)
 	},
 	func(n int, c hostCapacity) error {
 		seg, tables := int64(0), int64(0)
@@ -121,7 +121,7 @@ var capacityChecks = []func(n int, c hostCapacity) error{
 		advice := "run fewer ranks"
 		if seg > 0 {
 			parts = append(parts, "a "+bytesize.Human(seg)+" shared-memory segment", bytesize.Human(tables)+" of page tables mapping the host's segments")
-			advice += ", or set " + hostnet.EnvShmDisable + "=1 (TCP between the ranks, no segments)"
+			advice += ", or set " + shm.EnvShmDisable + "=1 (TCP between the ranks, no segments)"
 		}
 		return fmt.Errorf("each rank needs about %s of memory (%s) and %s is available: %s",
 			bytesize.Human(per), strings.Join(parts, ", "), bytesize.Human(c.mem.AvailBytes), advice)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/flagcx/flagcx-go/internal/hostnet"
+	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -15,8 +15,8 @@ func TestCheckCapacity(t *testing.T) {
 	const gib = 1 << 30
 	roomy := hostCapacity{
 		nprocLimit: 100000, userTasks: 40, pidMax: 4194304, threadsMax: 200000, systemTasks: 100, tasksPerRank: 10,
-		mem: hostnet.HostMemory{ShmDir: "/dev/shm", ShmSizeBytes: 64 * gib, ShmFreeBytes: 64 * gib, RAMBytes: 128 * gib, AvailBytes: 120 * gib},
-		shm: hostnet.DefaultShmConfig(),
+		mem: shm.HostMemory{ShmDir: "/dev/shm", ShmSizeBytes: 64 * gib, ShmFreeBytes: 64 * gib, RAMBytes: 128 * gib, AvailBytes: 120 * gib},
+		shm: shm.DefaultShmConfig(),
 	}
 	with := func(f func(c *hostCapacity)) hostCapacity { c := roomy; f(&c); return c }
 	noShm := func(c *hostCapacity) { c.shm.Disable = true; c.mem.AvailBytes = 1000 * gib }
@@ -37,9 +37,9 @@ func TestCheckCapacity(t *testing.T) {
 		{"pid_max below threads-max", 4000, with(func(c *hostCapacity) { c.nprocLimit, c.pidMax = 0, 32768; noShm(c) }), []string{
 			"(at most 3,266)", "the kernel allows 32,668 more (pid_max 32,768"}},
 		{"shared memory size", 200, with(func(c *hostCapacity) { c.mem.ShmSizeBytes, c.mem.ShmFreeBytes = gib, gib }), []string{
-			"(at most 85)", "not enough shared memory", "/dev/shm holds 1 GiB", hostnet.EnvShmDisable}},
+			"(at most 85)", "not enough shared memory", "/dev/shm holds 1 GiB", shm.EnvShmDisable}},
 		{"shared memory free now", 100, with(func(c *hostCapacity) { c.mem.ShmFreeBytes = 100 << 20 }), []string{
-			"(at most 2)", "/dev/shm has 100 MiB free", hostnet.EnvShmDisable}},
+			"(at most 2)", "/dev/shm has 100 MiB free", shm.EnvShmDisable}},
 		{"memory without shared memory", 1000, with(func(c *hostCapacity) { noShm(c); c.mem.AvailBytes = 10 * gib }), []string{
 			"(at most 640)", "each rank needs about 16 MiB of memory (16 MiB of its own) and 10 GiB is available: run fewer ranks"}},
 		{"memory with the command's buffers", 100, with(func(c *hostCapacity) { noShm(c); c.mem.AvailBytes, c.rankBytes = 10*gib, 240<<20 }), []string{
@@ -47,10 +47,10 @@ func TestCheckCapacity(t *testing.T) {
 		// 12 MiB segments from 64 ranks on; the page tables mapping them
 		// grow with the square of the ranks.
 		{"memory with segments and page tables", 1000, with(func(c *hostCapacity) { c.mem.AvailBytes = 24 * gib }), []string{
-			"(at most 588)", "51.45 MiB of memory (16 MiB of its own, a 12 MiB shared-memory segment, 23.45 MiB of page tables", hostnet.EnvShmDisable}},
+			"(at most 588)", "51.45 MiB of memory (16 MiB of its own, a 12 MiB shared-memory segment, 23.45 MiB of page tables", shm.EnvShmDisable}},
 		{"the tighter limit is named", 100000, with(func(c *hostCapacity) { noShm(c); c.mem.AvailBytes = gib }), []string{
 			"(at most 64)", "each rank needs about 16 MiB"}},
-		{"unknown limits are not checked", 5000, hostCapacity{tasksPerRank: 10, shm: hostnet.DefaultShmConfig()}, nil},
+		{"unknown limits are not checked", 5000, hostCapacity{tasksPerRank: 10, shm: shm.DefaultShmConfig()}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := checkCapacity(tc.np, tc.c)

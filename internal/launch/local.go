@@ -17,7 +17,7 @@ import (
 
 	"github.com/flagcx/flagcx-go/core"
 	"github.com/flagcx/flagcx-go/internal/env"
-	"github.com/flagcx/flagcx-go/internal/hostnet"
+	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -142,8 +142,8 @@ func Local(np int, argv []string, env []string, stdout, stderr io.Writer, opts .
 		// A rank killed before its peers mapped its shared memory (or
 		// killed by us while waiting for such a rank) cannot remove its
 		// segment; once the ranks are gone, nobody else will.
-		if sc, cerr := hostnet.ShmConfigFromEnv(); cerr == nil {
-			hostnet.CleanStaleShm(sc)
+		if sc, cerr := shm.ShmConfigFromEnv(); cerr == nil {
+			shm.CleanStaleShm(sc)
 		}
 	}
 	return err

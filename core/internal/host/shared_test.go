@@ -11,7 +11,7 @@ import (
 )
 
 // localShared is an in-process Shared for tests: windows in Go memory,
-// steps in atomics, the same protocol as hostnet.ShmNode (a label per
+// steps in atomics, the same protocol as shm.ShmNode (a label per
 // step parity, a mismatch is an error).
 type localShared struct {
 	mu    sync.Mutex

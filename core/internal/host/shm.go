@@ -13,7 +13,7 @@ import (
 )
 
 // Shared is memory that every rank of the communicator maps (all of them
-// on one host); hostnet.ShmNode is one. With it the engine runs
+// on one host); shm.ShmNode is one. With it the engine runs
 // AllReduce, ReduceScatter, AllGather, Broadcast, Reduce, AlltoAll and
 // Barrier by reading the peers' windows directly instead of passing
 // messages around a ring.

@@ -32,7 +32,7 @@ import (
 // private scratch block before writing that block anywhere.
 
 // SharedMem is a Shared whose ranks can also allocate memory the others
-// map (hostnet.ShmNode is one).
+// map (shm.ShmNode is one).
 type SharedMem interface {
 	Shared
 	// NewMem makes a zeroed segment of n bytes for this rank: its memory

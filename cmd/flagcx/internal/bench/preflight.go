@@ -6,7 +6,8 @@ import (
 
 	"github.com/flagcx/flagcx-go/core"
 	"github.com/flagcx/flagcx-go/internal/env"
-	"github.com/flagcx/flagcx-go/internal/hostnet"
+	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
+	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
 
@@ -15,10 +16,10 @@ import (
 // refuse them with the same error, printed np times. Checked here, the
 // error is printed once and nothing starts.
 func preflight(cfg *Config, lookup func(string) (string, bool)) error {
-	if _, err := hostnet.ConfigFromLookup(lookup); err != nil {
+	if _, err := tcp.ConfigFromLookup(lookup); err != nil {
 		return err
 	}
-	if _, err := hostnet.ShmConfigFromLookup(lookup); err != nil {
+	if _, err := shm.ShmConfigFromLookup(lookup); err != nil {
 		return err
 	}
 	if cfg.hetero(lookup) {

@@ -8,6 +8,7 @@ import (
 	"github.com/flagcx/flagcx-go/internal/env"
 	"github.com/flagcx/flagcx-go/internal/flog"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
+	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 	"github.com/flagcx/flagcx-go/internal/launch"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
@@ -126,7 +127,7 @@ func launchChecks(cfg *Config, e Env) error {
 	if err := flog.ConfigFrom(e.Lookup).Err; err != nil {
 		return err
 	}
-	net, err := hostnet.ConfigFromLookup(e.Lookup)
+	net, err := tcp.ConfigFromLookup(e.Lookup)
 	if err != nil {
 		return err
 	}
