@@ -180,6 +180,12 @@ func (c *Comm) answerCtl(conn *tcp.Conn, hello []byte) {
 	if err != nil {
 		return // a stranger's or a broken peer's: no answer
 	}
+	if c.isAbortedByUser() {
+		// Destroyed or aborted here: lost to the peers that probe, though
+		// the plane answers until the release is over (stop), which can
+		// outlast lossGrace on a loaded host.
+		return
+	}
 	switch m.Kind {
 	case ctlRevoke:
 		c.adopt(m.verdict())

@@ -52,8 +52,11 @@ func runUntilFailure(t *testing.T, comms []*core.Comm, victims []int, seed uint6
 					dieOnce.Do(func() {
 						go func() {
 							time.Sleep(delay)
+							// All at once: one after the other, a victim
+							// could still answer the survivors' probe while
+							// the first one's release ran.
 							for _, v := range victims {
-								_ = comms[v].Abort()
+								go func() { _ = comms[v].Abort() }()
 							}
 						}()
 					})

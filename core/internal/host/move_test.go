@@ -3,6 +3,7 @@ package host
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 
@@ -259,6 +260,105 @@ func TestAlltoAllv(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// In-place AlltoAllv whose data from each peer lands only over the data
+// for that peer swaps pairwise (alltoAllvSwaps); its ranks must exchange
+// alike with ranks that run the same layout out of place.
+func TestAlltoAllvSwaps(t *testing.T) {
+	dt := sdk.Int32
+	size := dt.Size()
+	// count(p, q): elements rank p sends to rank q.
+	count := func(p, q int) int { return (p + 2*q + 1) % 3 * (7 + p*q) }
+	type layout func(r, n int) (sc, sd, rc, rd []int, elems int)
+	layouts := map[string]layout{
+		// MPI_IN_PLACE's: one layout both ways (count(r,q) = count(q,r)
+		// taken as their sum), regions reversed with gaps.
+		"one layout": func(r, n int) (sc, sd, rc, rd []int, elems int) {
+			c, d := make([]int, n), make([]int, n)
+			off := 1
+			for q := n - 1; q >= 0; q-- {
+				c[q], d[q] = count(r, q)+count(q, r), off
+				off += c[q] + 1
+			}
+			return c, d, slices.Clone(c), slices.Clone(d), off
+		},
+		// FlagCX's tests': a slot per peer holds what goes to it and what
+		// comes from it, each from the slot's start.
+		"slots": func(r, n int) (sc, sd, rc, rd []int, elems int) {
+			const slot = 48
+			sc, sd, rc, rd = make([]int, n), make([]int, n), make([]int, n), make([]int, n)
+			for q := 0; q < n; q++ {
+				sc[q], rc[q], sd[q], rd[q] = count(r, q), count(q, r), q*slot, q*slot
+			}
+			return sc, sd, rc, rd, n * slot
+		},
+		// The same slots with the arriving data one element in: this
+		// rank's own data moves too.
+		"slots, arriving one in": func(r, n int) (sc, sd, rc, rd []int, elems int) {
+			const slot = 48
+			sc, sd, rc, rd = make([]int, n), make([]int, n), make([]int, n), make([]int, n)
+			for q := 0; q < n; q++ {
+				sc[q], rc[q], sd[q], rd[q] = count(r, q), count(q, r), q*slot, q*slot+1
+			}
+			return sc, sd, rc, rd, n * slot
+		},
+	}
+	for lname, lay := range layouts {
+		for _, n := range []int{2, 3, 5} {
+			for _, placed := range []string{"all", "even"} {
+				t.Run(fmt.Sprintf("%s/n=%d/inplace=%s", lname, n, placed), func(t *testing.T) {
+					got := make([][]byte, n)
+					rdispls := make([][]int, n)
+					errs := runRanks(t, n, nil, func(e *Engine) error {
+						r := e.Rank()
+						sc, sd, rc, rd, elems := lay(r, n)
+						send := garbage(elems * size)
+						for q := 0; q < n; q++ {
+							copy(send[sd[q]*size:], pattern(r, 40+q, sc[q]*size))
+						}
+						recv := garbage(elems * size)
+						if placed == "all" || r%2 == 0 {
+							recv = send
+						}
+						got[r], rdispls[r] = recv, rd
+						return e.AlltoAllv(send, sc, sd, recv, rc, rd, dt)
+					})
+					requireNoErrors(t, errs)
+					for r := 0; r < n; r++ {
+						for p := 0; p < n; p++ {
+							sc, _, _, _, _ := lay(p, n)
+							c, d := sc[r], rdispls[r][p]
+							requireElems(t, dt, pattern(p, 40+r, c*size), got[r][d*size:(d+c)*size], "rank %d region from %d", r, p)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// Which in-place AlltoAllv layouts swap pairwise: those where no peer's
+// arriving data meets another peer's outgoing data (byte regions).
+func TestSwappable(t *testing.T) {
+	type regs = [][2]int
+	for _, tc := range []struct {
+		name         string
+		sends, recvs regs
+		want         bool
+	}{
+		{"one layout", regs{{0, 8}, {8, 16}, {16, 24}}, regs{{0, 8}, {8, 16}, {16, 24}}, true},
+		{"slots, uneven", regs{{0, 4}, {10, 18}, {20, 20}}, regs{{0, 9}, {10, 12}, {20, 25}}, true},
+		{"empty regions anywhere", regs{{5, 5}, {0, 8}}, regs{{3, 3}, {0, 8}}, true},
+		{"arriving over another's outgoing", regs{{0, 8}, {8, 16}}, regs{{4, 12}, {12, 16}}, false},
+		{"reversed blocks", regs{{8, 16}, {0, 8}}, regs{{0, 8}, {8, 16}}, false},
+		{"touching, not meeting", regs{{0, 8}, {8, 16}}, regs{{0, 8}, {8, 16}}, true},
+		{"outgoing spans two arrivals", regs{{0, 16}, {16, 16}}, regs{{0, 8}, {8, 16}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, swappable(tc.sends, tc.recvs))
+		})
 	}
 }
 
