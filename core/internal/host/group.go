@@ -258,11 +258,11 @@ func (e *Engine) AlltoAllv(send []byte, sendcounts, sdispls []int, recv []byte, 
 // MPI_IN_PLACE's one layout for both ways, or a slot per peer as FlagCX's
 // tests lay it out). As alltoAllInPlace swaps AlltoAll's blocks, in round
 // k this rank swaps with q = k-r mod n, one message each way, through a
-// scratch as large as q's arriving data where it meets q's outgoing data.
-// Other in-place layouts copy the whole of send aside, which beyond
-// maxRetained is allocated on every call: a 256 MiB AlltoAllv of 4 ranks
-// over loopback took 7.2 s that way against 282 ms out of place
-// (docs/performance.md).
+// scratch (one per call) for q's arriving data where it meets q's
+// outgoing data. Other in-place layouts copy the whole of send aside,
+// which beyond maxRetained is allocated on every call: a 64 MiB
+// AlltoAllv of 4 ranks over loopback took 59-72 ms that way and 21-23 by
+// swaps on 16 cores, 1.3-1.5 s and 79-87 ms on 2 (docs/performance.md).
 func (e *Engine) alltoAllvSwaps(buf []byte, sends, recvs [][2]int) error {
 	part := func(reg [2]int) []byte { return buf[reg[0]:reg[1]] }
 	r := e.rank
