@@ -215,10 +215,16 @@ func scaleHost(out, in []byte, op *premulOp, read func([]byte, unsafe.Pointer) e
 	} else if err := read(mult[:size], op.dev); err != nil {
 		return err
 	}
-	for k := size; k < len(mult); k *= 2 {
-		copy(mult[k:], mult[:k])
-	}
+	fillWith(mult, mult[:size])
 	return hostReduce(out[:len(in)], in, mult, op.dt, sdk.Prod)
+}
+
+// fillWith sets b, a whole number of elements, to elem in every element,
+// by copies that double what is filled (elem may be b's first element).
+func fillWith(b, elem []byte) {
+	for n := copy(b, elem); n < len(b); {
+		n += copy(b[n:], b[:n])
+	}
 }
 
 // scaleStaged scales on the host for a device rank whose plugin cannot
@@ -299,9 +305,7 @@ func (c *comm) multFor(op *premulOp, bytes int) (uintptr, error) {
 		return 0, fmt.Errorf("device buffer of %d bytes for a pre-multiplying op's scalar on %s device %d: %w", n, p.Name, c.dev, err)
 	}
 	host := make([]byte, n)
-	for i := 0; i+len(op.host) <= n; i += len(op.host) {
-		copy(host[i:], op.host)
-	}
+	fillWith(host, op.host)
 	// The copy is waited for: the scalars are read by reduceLocals on any
 	// caller's stream, and a non-blocking stream (torch's) does not wait
 	// for the default one (a 1-rank torch reduce_scatter read a half-filled
