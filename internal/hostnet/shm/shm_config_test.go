@@ -155,13 +155,7 @@ func TestCheckShmCapacity(t *testing.T) {
 	hm := func(f func(*HostMemory)) HostMemory { h := roomy; f(&h); return h }
 	off := sc
 	off.Disable = true
-	tests := []struct {
-		name  string
-		ranks int
-		sc    ShmConfig
-		hm    HostMemory
-		bad   []string // nil: it fits
-	}{
+	checkHostMemory(t, CheckShmCapacity, []hostMemoryCase{
 		{"roomy host, 8 ranks", 8, sc, roomy, nil},
 		{"exactly the size of /dev/shm", 4, sc, hm(func(h *HostMemory) { h.ShmSizeBytes = 4 * seg }), nil},
 		{"one byte short", 4, sc, hm(func(h *HostMemory) { h.ShmSizeBytes = 4*seg - 1 }),
@@ -178,20 +172,7 @@ func TestCheckShmCapacity(t *testing.T) {
 		{"disabled", 8, off, hm(func(h *HostMemory) { h.ShmSizeBytes, h.RAMBytes = 1, 1 }), nil},
 		{"another directory is named", 2, ShmConfig{P2PBytes: 1 << 20, WindowBytes: 1 << 20, Dir: "/run/flagcx"},
 			HostMemory{ShmDir: "/run/flagcx", ShmSizeBytes: 1 << 20, RAMBytes: 1 << 30}, []string{"/run/flagcx holds 1 MiB", "the RAM is 1 GiB"}},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			err := CheckShmCapacity(tc.ranks, tc.sc, tc.hm)
-			if tc.bad == nil {
-				require.NoError(t, err)
-				return
-			}
-			require.ErrorIs(t, err, ErrShmCapacity)
-			for _, s := range tc.bad {
-				require.Contains(t, err.Error(), s)
-			}
-		})
-	}
+	})
 }
 
 func TestCheckShmFree(t *testing.T) {
@@ -201,13 +182,7 @@ func TestCheckShmFree(t *testing.T) {
 	hm := func(f func(*HostMemory)) HostMemory { h := roomy; f(&h); return h }
 	off := sc
 	off.Disable = true
-	tests := []struct {
-		name  string
-		ranks int
-		sc    ShmConfig
-		hm    HostMemory
-		bad   []string
-	}{
+	checkHostMemory(t, CheckShmFree, []hostMemoryCase{
 		{"room for one", 1, sc, roomy, nil},
 		{"exactly the free space", 1, sc, hm(func(h *HostMemory) { h.ShmFreeBytes = seg }), nil},
 		{"one byte short in /dev/shm", 1, sc, hm(func(h *HostMemory) { h.ShmFreeBytes = seg - 1 }),
@@ -219,10 +194,24 @@ func TestCheckShmFree(t *testing.T) {
 		{"sizes unknown", 1, sc, HostMemory{ShmDir: "/dev/shm"}, nil},
 		{"no segment asked for", 0, sc, hm(func(h *HostMemory) { h.ShmFreeBytes = 0 }), nil},
 		{"disabled", 1, off, hm(func(h *HostMemory) { h.ShmFreeBytes, h.AvailBytes = 0, 0 }), nil},
-	}
+	})
+}
+
+// hostMemoryCase is a case of TestCheckShmCapacity or TestCheckShmFree:
+// both checks take the same arguments and fail the same way, so one body
+// runs both tables.
+type hostMemoryCase struct {
+	name  string
+	ranks int
+	sc    ShmConfig
+	hm    HostMemory
+	bad   []string // substrings the error must contain; nil: it fits
+}
+
+func checkHostMemory(t *testing.T, check func(ranks int, sc ShmConfig, hm HostMemory) error, tests []hostMemoryCase) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			err := CheckShmFree(tc.ranks, tc.sc, tc.hm)
+			err := check(tc.ranks, tc.sc, tc.hm)
 			if tc.bad == nil {
 				require.NoError(t, err)
 				return

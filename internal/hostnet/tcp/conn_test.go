@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -96,6 +97,63 @@ func freePort(t *testing.T) string {
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
 	return addr
+}
+
+// fakePeer stands in for a listener that is not a flagcx one (an impostor,
+// another protocol, one always busy) and returns its address. It serves the
+// first n connections dialed to it (n < 0: all until the test ends) one at a
+// time, in dial order, as a real listener's single accept loop would, and
+// closes each once serve returns. Cleanup also closes the connection being
+// served, so that a serve blocked reading a dialer that never hangs up
+// cannot outlive the test; the wait is bounded all the same.
+func fakePeer(t testing.TB, n int, serve func(i int, c net.Conn)) (addr string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var (
+		mu      sync.Mutex
+		serving net.Conn
+		ending  bool
+	)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; n < 0 || i < n; i++ {
+			c, err := ln.Accept()
+			mu.Lock()
+			if err != nil {
+				if !ending {
+					t.Errorf("fake peer: accept: %v", err)
+				}
+				mu.Unlock()
+				return
+			}
+			if ending { // accepted just before cleanup closed the listener
+				mu.Unlock()
+				c.Close()
+				return
+			}
+			serving = c
+			mu.Unlock()
+			serve(i, c)
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() {
+		mu.Lock()
+		ending = true
+		if serving != nil {
+			serving.Close()
+		}
+		mu.Unlock()
+		ln.Close()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Error("fake peer: serve still running 5s after the test ended")
+		}
+	})
+	return ln.Addr().String()
 }
 
 func TestHandshakeAndFrames(t *testing.T) {
@@ -326,15 +384,7 @@ func TestBadPeersRefused(t *testing.T) {
 
 // A dialer does not trust a listener that cannot prove the secret.
 func TestImpostorListener(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
+	addr := fakePeer(t, 1, func(_ int, c net.Conn) {
 		chall := make([]byte, hsChallLen)
 		copy(chall, hsMagic)
 		binary.LittleEndian.PutUint16(chall[8:], hsVersion)
@@ -343,28 +393,20 @@ func TestImpostorListener(t *testing.T) {
 		_, _ = io.ReadFull(c, ans)
 		_, _ = c.Write(make([]byte, hsVerdictLen)) // "accepted", with a zero MAC
 		_, _ = io.Copy(io.Discard, c)
-	}()
-	_, err = Dial(ln.Addr().String(), testConfig(2*time.Second), testSecret, nil)
+	})
+	_, err := Dial(addr, testConfig(2*time.Second), testSecret, nil)
 	require.ErrorIs(t, err, wire.ErrAuth)
 	require.Contains(t, err.Error(), "could not prove")
 }
 
 func TestDialNotAListener(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
+	addr := fakePeer(t, 1, func(_ int, c net.Conn) {
 		_, _ = c.Write([]byte("SSH-2.0-OpenSSH_9.6\r\n.......\n"))
 		time.Sleep(time.Second)
-		c.Close()
-	}()
-	_, err = Dial(ln.Addr().String(), testConfig(2*time.Second), testSecret, nil)
+	})
+	_, err := Dial(addr, testConfig(2*time.Second), testSecret, nil)
 	require.ErrorIs(t, err, wire.ErrProtocol)
-	require.Contains(t, err.Error(), ln.Addr().String())
+	require.Contains(t, err.Error(), addr)
 }
 
 func TestDialTimesOut(t *testing.T) {

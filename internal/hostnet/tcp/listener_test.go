@@ -125,31 +125,20 @@ func TestAcceptTimeoutNamesRefusedStrangers(t *testing.T) {
 // A dialer the listener dropped as busy dials again, within its deadline.
 func TestDialRetriesWhenBusy(t *testing.T) {
 	cfg := testConfig(5 * time.Second)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
 	served := make(chan error, 2)
-	go func() {
-		for i := 0; i < 2; i++ {
-			c, err := ln.Accept()
-			if err != nil {
-				served <- err
-				return
+	addr := fakePeer(t, 2, func(i int, c net.Conn) {
+		arm := func(d time.Duration) { _ = c.SetDeadline(time.Now().Add(d)) }
+		p, err := acceptHandshake(c, cfg, testSecret, arm)
+		if err == nil {
+			if i == 0 {
+				sendBusy(c) // as a flooded listener does
+			} else {
+				err = acceptVerdict(c, cfg, testSecret, p)
 			}
-			arm := func(d time.Duration) { _ = c.SetDeadline(time.Now().Add(d)) }
-			p, err := acceptHandshake(c, cfg, testSecret, arm)
-			if err == nil {
-				if i == 0 {
-					sendBusy(c) // as a flooded listener does
-				} else {
-					err = acceptVerdict(c, cfg, testSecret, p)
-				}
-			}
-			c.Close()
-			served <- err
 		}
-	}()
-	c, err := Dial(ln.Addr().String(), cfg, testSecret, []byte("again"))
+		served <- err
+	})
+	c, err := Dial(addr, cfg, testSecret, []byte("again"))
 	require.NoError(t, err)
 	c.Close()
 	for i := 0; i < 2; i++ {
@@ -161,26 +150,16 @@ func TestDialRetriesWhenBusy(t *testing.T) {
 // says so, once the dialer's deadline has passed.
 func TestDialGivesUpWhenAlwaysBusy(t *testing.T) {
 	cfg := testConfig(700 * time.Millisecond)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			arm := func(d time.Duration) { _ = c.SetDeadline(time.Now().Add(d)) }
-			if _, err := acceptHandshake(c, cfg, testSecret, arm); err == nil {
-				sendBusy(c)
-			}
-			c.Close()
+	addr := fakePeer(t, -1, func(_ int, c net.Conn) {
+		arm := func(d time.Duration) { _ = c.SetDeadline(time.Now().Add(d)) }
+		if _, err := acceptHandshake(c, cfg, testSecret, arm); err == nil {
+			sendBusy(c)
 		}
-	}()
+	})
 	start := time.Now()
-	_, err = Dial(ln.Addr().String(), cfg, testSecret, nil)
+	_, err := Dial(addr, cfg, testSecret, nil)
 	require.ErrorIs(t, err, wire.ErrTimeout)
 	require.ErrorContains(t, err, "as busy")
-	require.ErrorContains(t, err, ln.Addr().String())
+	require.ErrorContains(t, err, addr)
 	require.Less(t, time.Since(start), 10*time.Second)
 }
