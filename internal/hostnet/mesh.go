@@ -212,26 +212,39 @@ func (m *Mesh) removeDeadPeers(mc MeshConfig) {
 // connectTCP dials the lower ranks and accepts the higher ones that use
 // TCP, Streams sockets per pair, all at once.
 // pollSockets lets the TCP links' reads poll for Net.Spin before they sleep
-// (tcp.Conn.readPolled), where this host's ranks leave a core free: a polling
-// rank holds a core while it waits, which ranks outnumbering the cores would
-// take from each other (and from the kernel moving their bytes).
+// (tcp.Conn.readPolled) where pollsLink says.
 func (m *Mesh) pollSockets(mc MeshConfig) {
-	self, here := mc.Peers[mc.Rank], 0
-	for _, p := range mc.Peers {
-		if p.Rank == mc.Rank || SameHost(self, p) {
-			here++
-		}
-	}
-	if mc.Net.Spin <= 0 || here >= runtime.NumCPU() {
+	if mc.Net.Spin <= 0 {
 		return
 	}
-	for _, l := range m.Links {
-		if tl, ok := l.(*tcp.TCPLink); ok {
+	onHost := ranksOnHost(mc.Peers)
+	for p, l := range m.Links {
+		if tl, ok := l.(*tcp.TCPLink); ok && pollsLink(mc.Peers, onHost, mc.Rank, p) {
 			for _, c := range tl.Conns() {
 				c.SetSpin(mc.Net.Spin)
 			}
 		}
 	}
+}
+
+// pollsLink reports whether the link between ranks a and b polls: where
+// both their hosts leave a core free. A polling rank holds a core while it
+// waits, which ranks outnumbering the cores would take from each other
+// (and from the kernel moving their bytes). Both ends decide from the same
+// table (each rank's Cores), so a link polls at both ends or at neither:
+// an exchange on one thread (tcp.TCPLink.Exchange, which the two-rank
+// AllReduce takes where it can) needs its peer to take it too.
+func pollsLink(peers []Peer, onHost map[string]int, a, b int) bool {
+	for _, r := range []int{a, b} {
+		cores := peers[r].Cores
+		if cores <= 0 { // not said (a table made by hand): this host's
+			cores = runtime.NumCPU()
+		}
+		if onHost[hostKey(peers[r])] >= cores {
+			return false
+		}
+	}
+	return true
 }
 
 // pairStreams is the number of sockets of the TCP link between ranks a

@@ -1062,13 +1062,7 @@ func BenchmarkShmNodeSync(b *testing.B) {
 // at most half the cores per rank of the more crowded of its two hosts (at
 // least one socket), and both ends compute the same count.
 func TestPairStreams(t *testing.T) {
-	host := func(name string, cores, ranks int) []Peer {
-		ps := make([]Peer, ranks)
-		for i := range ps {
-			ps[i] = Peer{Host: name, BootID: "boot-" + name, PidNS: "pid:[1]", Cores: cores}
-		}
-		return ps
-	}
+	host := hostPeers
 	auto, fixed := tcp.DefaultConfig(), tcp.DefaultConfig()
 	fixed.AutoStreams = false
 	tests := []struct {
@@ -1093,4 +1087,39 @@ func TestPairStreams(t *testing.T) {
 			require.Equal(t, tc.want, pairStreams(tc.cfg, peers, onHost, b, a), "both ends agree")
 		})
 	}
+}
+
+// TestPollsLink: a link polls where both its hosts leave a core free, and
+// both ends decide alike (a one-core host next to a roomy one made one end
+// exchange on one thread while the other ran the pipe).
+func TestPollsLink(t *testing.T) {
+	host := hostPeers
+	tests := []struct {
+		name string
+		a, b []Peer
+		want bool
+	}{
+		{"2 cores, one rank per host", host("a", 2, 1), host("b", 2, 1), true},
+		{"one core on one side", host("a", 1, 1), host("b", 16, 1), false},
+		{"one host full", host("a", 2, 2), host("b", 2, 1), false},
+		{"both roomy", host("a", 16, 4), host("b", 16, 4), true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			peers := append(append([]Peer(nil), tc.a...), tc.b...)
+			onHost := ranksOnHost(peers)
+			a, b := 0, len(tc.a)
+			require.Equal(t, tc.want, pollsLink(peers, onHost, a, b))
+			require.Equal(t, tc.want, pollsLink(peers, onHost, b, a), "both ends agree")
+		})
+	}
+}
+
+// hostPeers is the table rows of ranks ranks on host name of cores cores.
+func hostPeers(name string, cores, ranks int) []Peer {
+	ps := make([]Peer, ranks)
+	for i := range ps {
+		ps[i] = Peer{Host: name, BootID: "boot-" + name, PidNS: "pid:[1]", Cores: cores}
+	}
+	return ps
 }

@@ -85,9 +85,13 @@ func (e *Engine) allReduce(name string, send, recv []byte, count int, dt sdk.Dat
 		return e.allReduceExchange(name, send, recv, count, dt, op)
 	case bytes <= e.smallLimit:
 		return e.allReduceDoubling(name, send, recv, dt, op)
-	default:
-		return e.allReduceRing(name, send, recv, count, dt, op)
 	}
+	if d, ok := e.p.(Duplex); ok && e.n == 2 && bytes <= maxHalves {
+		if done, err := e.allReduceHalves(name, d, send, recv, count, dt, op); done {
+			return err
+		}
+	}
+	return e.allReduceRing(name, send, recv, count, dt, op)
 }
 
 // allReduceDoubling is recursive doubling: log2(p) rounds in which partners
@@ -319,6 +323,71 @@ func (e *Engine) allReduceDuplex(name string, d Duplex, send, recv []byte, dt sd
 	}
 	reduceTo(bytes)
 	return true, nil
+}
+
+// maxHalves is the largest AllReduce of two ranks that allReduceHalves
+// runs where the link exchanges on one thread; larger ones take the ring.
+// Across 2 emulated hosts of 2 cores (1 rank each, five rounds alternated
+// with the ring, docs/performance.md) halves took 2 MiB from 0.67-0.79 to
+// 0.92-1.15 GB/s busbw and 4 MiB from 0.72-1.17 to 0.94-1.24, were on par
+// at 8 and 16 MiB and behind at 32 MiB, where its half-buffer scratch is
+// no longer kept between calls.
+const maxHalves = 8 << 20
+
+// allReduceHalves is the ring of two ranks on the calling goroutine alone,
+// where the link can (Duplex): the half of the buffer that the peer
+// reduces goes out while the peer's contribution to this rank's half
+// comes in and is reduced, duplexGrain at a time, between the socket's
+// reads and writes; then the reduced halves cross. The bytes on the wire
+// are the whole exchange's (allReduceDuplex), but each rank reduces half
+// and keeps a half-buffer scratch, and no goroutine hands a chunk to
+// another (the pipe's cost where a rank has few cores). Each half is
+// reduced by one rank, so both end with the same bits. done is false,
+// with nothing moved, where the link cannot.
+func (e *Engine) allReduceHalves(name string, d Duplex, send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp) (done bool, err error) {
+	size, peer := dt.Size(), 1-e.rank
+	half := func(r int) (lo, hi int) {
+		s, k := split(count, 2, r)
+		return s * size, (s + k) * size
+	}
+	mlo, mhi := half(e.rank)
+	plo, phi := half(peer)
+	mine, own := recv[mlo:mhi], send[mlo:mhi]
+	in := e.buf(scratchA, mhi-mlo)
+	reduced := 0
+	reduceTo := func(hi int) {
+		lo := reduced
+		if e.rank == 0 {
+			e.reduceInto(mine[lo:hi], own[lo:hi], in[lo:hi], dt, op)
+		} else {
+			e.reduceInto(mine[lo:hi], in[lo:hi], own[lo:hi], dt, op)
+		}
+		if op == sdk.Avg {
+			e.scale(mine[lo:hi], dt)
+		}
+		reduced = hi
+	}
+	// In place, the peer's half goes out of recv while this rank's half
+	// of recv is written: the two do not meet.
+	ok, err := d.Exchange(peer, send[plo:phi], in, func(got, _ int) {
+		if hi := got - got%size; hi-reduced >= duplexGrain {
+			reduceTo(hi)
+		}
+	})
+	if err == nil && ok {
+		if reduced < len(in) {
+			reduceTo(len(in))
+		}
+		ok, err = d.Exchange(peer, mine, recv[plo:phi], nil)
+		if !ok {
+			err = fmt.Errorf("%w: the link to rank %d stopped exchanging on one thread", sdk.ErrInternalError, peer)
+		}
+		ok = true
+	}
+	if err != nil {
+		err = fmt.Errorf("host %s: rank %d: %w", name, e.rank, err)
+	}
+	return ok, err
 }
 
 // minStripe is the smallest piece allReduceStriped gives a stream.

@@ -61,8 +61,8 @@ type Streams interface {
 // sending and receiving goroutines (allReduceDuplex).
 type Duplex interface {
 	// Exchange sends out to peer while it receives exactly len(in) bytes
-	// from it into in, calling progress with how many bytes of each have
-	// moved whenever some did. ok is false, with nothing moved, where the
+	// from it into in, calling progress (unless nil) with how many bytes
+	// of each have moved whenever some did. ok is false, with nothing moved, where the
 	// link to peer cannot.
 	Exchange(peer int, out, in []byte, progress func(got, sent int)) (ok bool, err error)
 }

@@ -50,21 +50,26 @@ func (p *duplexPeers) Exchange(peer int, out, in []byte, progress func(got, sent
 			return true, err
 		}
 		got = end
-		progress(got, int(sent.Load()))
+		if progress != nil {
+			progress(got, int(sent.Load()))
+		}
 	}
 	if err := <-errc; err != nil {
 		return true, err
 	}
-	progress(len(in), len(out))
+	if progress != nil {
+		progress(len(in), len(out))
+	}
 	return true, nil
 }
 
 // TestAllReduceDuplex: two ranks whose link exchanges on one goroutine
 // reduce as the bytes come in, exact in every type and op, in place (where
-// only what went out may be overwritten) and not; a link that declines
-// takes the pipe instead, with the same result.
+// only what went out may be overwritten) and not: up to maxExchange in one
+// exchange of the whole buffers, up to maxHalves in two of halves; a link
+// that declines takes the pipe or the ring instead, with the same result.
 func TestAllReduceDuplex(t *testing.T) {
-	counts := []int{DefaultSmallLimit/4 + 1, 3*duplexGrain/4 + 5, 1<<18 - 3}
+	counts := []int{DefaultSmallLimit/4 + 1, 3*duplexGrain/4 + 5, 1<<18 - 3, 1<<19 + 7}
 	for _, refuse := range []bool{false, true} {
 		for _, dt := range sdk.AllDataTypes() {
 			for _, op := range sdk.AllRedOps() {
@@ -72,7 +77,8 @@ func TestAllReduceDuplex(t *testing.T) {
 					for _, inPlace := range []bool{false, true} {
 						name := fmt.Sprintf("refuse=%v/%v/%v/count=%d/inplace=%v", refuse, dt, op, count, inPlace)
 						t.Run(name, func(t *testing.T) {
-							if count*dt.Size() > maxExchange || count*dt.Size() <= DefaultSmallLimit {
+							bytes := count * dt.Size()
+							if bytes > maxHalves || bytes <= DefaultSmallLimit {
 								t.Skip("not an exchange's size for this type")
 							}
 							want := redExpect(dt, op, 2, 0, count)
@@ -97,8 +103,11 @@ func TestAllReduceDuplex(t *testing.T) {
 							for r := range got {
 								requireElems(t, dt, want, got[r], "rank %d", r)
 								want := int32(1)
-								if refuse {
+								switch {
+								case refuse:
 									want = 0
+								case bytes > maxExchange:
+									want = 2 // the halves out, then the reduced halves back
 								}
 								require.Equal(t, want, peers[r].exchanges.Load(), "rank %d's exchanges", r)
 							}
