@@ -86,7 +86,7 @@ func (e *Engine) allReduce(name string, send, recv []byte, count int, dt sdk.Dat
 	case bytes <= e.smallLimit:
 		return e.allReduceDoubling(name, send, recv, dt, op)
 	}
-	if d, ok := e.p.(Duplex); ok && e.n == 2 && bytes <= maxHalves {
+	if d, ok := e.p.(Duplex); ok && e.n == 2 {
 		if done, err := e.allReduceHalves(name, d, send, recv, count, dt, op); done {
 			return err
 		}
@@ -325,26 +325,46 @@ func (e *Engine) allReduceDuplex(name string, d Duplex, send, recv []byte, dt sd
 	return true, nil
 }
 
-// maxHalves is the largest AllReduce of two ranks that allReduceHalves
-// runs where the link exchanges on one thread; larger ones take the ring.
-// Across 2 emulated hosts of 2 cores (1 rank each, five rounds alternated
-// with the ring, docs/performance.md) halves took 2 MiB from 0.67-0.79 to
-// 0.92-1.15 GB/s busbw and 4 MiB from 0.72-1.17 to 0.94-1.24, were on par
-// at 8 and 16 MiB and behind at 32 MiB, where its half-buffer scratch is
-// no longer kept between calls.
-const maxHalves = 8 << 20
+// halvesChunks is how many chunks (WithChunk, 1 MiB by default)
+// allReduceHalves reduces at a time: its scratch is half of that, kept
+// between calls. Across 2 emulated hosts of 2 cores (1 rank each, rounds
+// alternated with the ring, docs/performance.md) halves took 2 MiB from
+// 0.69-0.86 to 1.01-1.30 GB/s busbw and 4 MiB from 0.90-1.10 to
+// 1.07-1.36; in segments of 8 MiB 64 MiB averaged 1.18 against the ring's
+// 1.11 and 256 MiB 1.07 against 0.97 (2 MiB segments: 1.15 and 1.07).
+const halvesChunks = 8
 
 // allReduceHalves is the ring of two ranks on the calling goroutine alone,
-// where the link can (Duplex): the half of the buffer that the peer
-// reduces goes out while the peer's contribution to this rank's half
-// comes in and is reduced, duplexGrain at a time, between the socket's
-// reads and writes; then the reduced halves cross. The bytes on the wire
-// are the whole exchange's (allReduceDuplex), but each rank reduces half
-// and keeps a half-buffer scratch, and no goroutine hands a chunk to
-// another (the pipe's cost where a rank has few cores). Each half is
-// reduced by one rank, so both end with the same bits. done is false,
-// with nothing moved, where the link cannot.
+// where the link can (Duplex), a segment at a time: the half of the
+// segment that the peer reduces goes out while the peer's contribution to
+// this rank's half comes in and is reduced, duplexGrain at a time, between
+// the socket's reads and writes; then the reduced halves cross. The bytes
+// on the wire are the whole exchange's (allReduceDuplex), but each rank
+// reduces half, and no goroutine hands a chunk to another (the pipe's
+// cost where a rank has few cores). Each half is reduced by one rank, so
+// both end with the same bits. done is false, with nothing moved, where
+// the link cannot.
 func (e *Engine) allReduceHalves(name string, d Duplex, send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp) (done bool, err error) {
+	size := dt.Size()
+	seg := max(halvesChunks*e.chunk/size, 2)
+	for lo := 0; lo < count; lo += seg {
+		hi := min(lo+seg, count)
+		ok, err := e.halves(d, send[lo*size:hi*size], recv[lo*size:hi*size], hi-lo, dt, op)
+		switch {
+		case !ok && lo > 0:
+			err = fmt.Errorf("%w: the link to rank %d stopped exchanging on one thread", sdk.ErrInternalError, 1-e.rank)
+		case !ok:
+			return false, nil
+		}
+		if err != nil {
+			return true, fmt.Errorf("host %s: rank %d: %w", name, e.rank, err)
+		}
+	}
+	return true, nil
+}
+
+// halves is allReduceHalves on one segment.
+func (e *Engine) halves(d Duplex, send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp) (ok bool, err error) {
 	size, peer := dt.Size(), 1-e.rank
 	half := func(r int) (lo, hi int) {
 		s, k := split(count, 2, r)
@@ -369,25 +389,18 @@ func (e *Engine) allReduceHalves(name string, d Duplex, send, recv []byte, count
 	}
 	// In place, the peer's half goes out of recv while this rank's half
 	// of recv is written: the two do not meet.
-	ok, err := d.Exchange(peer, send[plo:phi], in, func(got, _ int) {
+	ok, err = d.Exchange(peer, send[plo:phi], in, func(got, _ int) {
 		if hi := got - got%size; hi-reduced >= duplexGrain {
 			reduceTo(hi)
 		}
 	})
-	if err == nil && ok {
-		if reduced < len(in) {
-			reduceTo(len(in))
-		}
-		ok, err = d.Exchange(peer, mine, recv[plo:phi], nil)
-		if !ok {
-			err = fmt.Errorf("%w: the link to rank %d stopped exchanging on one thread", sdk.ErrInternalError, peer)
-		}
-		ok = true
+	if !ok || err != nil {
+		return ok, err
 	}
-	if err != nil {
-		err = fmt.Errorf("host %s: rank %d: %w", name, e.rank, err)
+	if reduced < len(in) {
+		reduceTo(len(in))
 	}
-	return ok, err
+	return d.Exchange(peer, mine, recv[plo:phi], nil)
 }
 
 // minStripe is the smallest piece allReduceStriped gives a stream.

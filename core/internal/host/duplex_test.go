@@ -66,9 +66,11 @@ func (p *duplexPeers) Exchange(peer int, out, in []byte, progress func(got, sent
 // TestAllReduceDuplex: two ranks whose link exchanges on one goroutine
 // reduce as the bytes come in, exact in every type and op, in place (where
 // only what went out may be overwritten) and not: up to maxExchange in one
-// exchange of the whole buffers, up to maxHalves in two of halves; a link
-// that declines takes the pipe or the ring instead, with the same result.
+// exchange of the whole buffers, beyond it in two of halves a segment (a
+// segment made small here); a link that declines takes the pipe or the
+// ring instead, with the same result.
 func TestAllReduceDuplex(t *testing.T) {
+	const testChunk = 64 << 10 // segments of 512 KiB
 	counts := []int{DefaultSmallLimit/4 + 1, 3*duplexGrain/4 + 5, 1<<18 - 3, 1<<19 + 7}
 	for _, refuse := range []bool{false, true} {
 		for _, dt := range sdk.AllDataTypes() {
@@ -78,7 +80,7 @@ func TestAllReduceDuplex(t *testing.T) {
 						name := fmt.Sprintf("refuse=%v/%v/%v/count=%d/inplace=%v", refuse, dt, op, count, inPlace)
 						t.Run(name, func(t *testing.T) {
 							bytes := count * dt.Size()
-							if bytes > maxHalves || bytes <= DefaultSmallLimit {
+							if bytes <= DefaultSmallLimit {
 								t.Skip("not an exchange's size for this type")
 							}
 							want := redExpect(dt, op, 2, 0, count)
@@ -96,7 +98,10 @@ func TestAllReduceDuplex(t *testing.T) {
 								}
 								got[r] = recv
 								wg.Add(1)
-								go func() { defer wg.Done(); errs[r] = New(peers[r]).AllReduce(send, recv, count, dt, op) }()
+								go func() {
+									defer wg.Done()
+									errs[r] = New(peers[r], WithChunk(testChunk)).AllReduce(send, recv, count, dt, op)
+								}()
 							}
 							wg.Wait()
 							requireNoErrors(t, errs)
@@ -107,7 +112,9 @@ func TestAllReduceDuplex(t *testing.T) {
 								case refuse:
 									want = 0
 								case bytes > maxExchange:
-									want = 2 // the halves out, then the reduced halves back
+									// a segment's halves out, then its reduced halves back
+									seg := halvesChunks * testChunk / dt.Size()
+									want = int32(2 * ((count + seg - 1) / seg))
 								}
 								require.Equal(t, want, peers[r].exchanges.Load(), "rank %d's exchanges", r)
 							}
