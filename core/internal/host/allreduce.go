@@ -265,16 +265,22 @@ func (e *Engine) allReduceExchange(name string, send, recv []byte, count int, dt
 		processAfterSent: same(send, recv),
 		process: func(j int, data []byte) {
 			lo, hi := span(j)
-			if e.rank == 0 {
-				e.reduceInto(recv[lo:hi], send[lo:hi], data, dt, op)
-			} else {
-				e.reduceInto(recv[lo:hi], data, send[lo:hi], dt, op)
-			}
-			if op == sdk.Avg {
-				e.scale(recv[lo:hi], dt)
-			}
+			e.reducePair(recv[lo:hi], send[lo:hi], data, dt, op)
 		},
 	})
+}
+
+// reducePair sets dst to the reduction of a two-rank AllReduce's data,
+// own this rank's and theirs the peer's, as rank 0's op rank 1's on both
+// ranks (so both compute the same bits), Avg's scaling included.
+func (e *Engine) reducePair(dst, own, theirs []byte, dt sdk.DataType, op sdk.RedOp) {
+	if e.rank != 0 {
+		own, theirs = theirs, own
+	}
+	e.reduceInto(dst, own, theirs, dt, op)
+	if op == sdk.Avg {
+		e.scale(dst, dt)
+	}
 }
 
 // duplexGrain is the least allReduceDuplex reduces at once, but for the
@@ -296,14 +302,7 @@ func (e *Engine) allReduceDuplex(name string, d Duplex, send, recv []byte, dt sd
 			return
 		}
 		lo := reduced
-		if e.rank == 0 {
-			e.reduceInto(recv[lo:hi], send[lo:hi], in[lo:hi], dt, op)
-		} else {
-			e.reduceInto(recv[lo:hi], in[lo:hi], send[lo:hi], dt, op)
-		}
-		if op == sdk.Avg {
-			e.scale(recv[lo:hi], dt)
-		}
+		e.reducePair(recv[lo:hi], send[lo:hi], in[lo:hi], dt, op)
 		reduced = hi
 	}
 	ok, err := d.Exchange(peer, send, in, func(got, sent int) {
@@ -377,14 +376,7 @@ func (e *Engine) halves(d Duplex, send, recv []byte, count int, dt sdk.DataType,
 	reduced := 0
 	reduceTo := func(hi int) {
 		lo := reduced
-		if e.rank == 0 {
-			e.reduceInto(mine[lo:hi], own[lo:hi], in[lo:hi], dt, op)
-		} else {
-			e.reduceInto(mine[lo:hi], in[lo:hi], own[lo:hi], dt, op)
-		}
-		if op == sdk.Avg {
-			e.scale(mine[lo:hi], dt)
-		}
+		e.reducePair(mine[lo:hi], own[lo:hi], in[lo:hi], dt, op)
 		reduced = hi
 	}
 	// In place, the peer's half goes out of recv while this rank's half
