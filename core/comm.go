@@ -432,6 +432,9 @@ func (m meshPeers) Exchange(peer int, out, in []byte, progress func(got, sent in
 	return ok, nil
 }
 
+// Lean: the link to peer joins hosts of few cores per rank (host.Duplex).
+func (m meshPeers) Lean(peer int) bool { return hostnet.Lean(m.c.mesh.Links[peer]) }
+
 func (m meshPeers) Recv(peer int, buf []byte) error {
 	if err := hostnet.RecvTagged(m.c.mesh.Links[peer], buf, uint32(m.c.cur.digest)); err != nil {
 		return m.c.linkError(err, fmt.Sprintf("waiting for %d bytes from rank %d", len(buf), peer), peer)

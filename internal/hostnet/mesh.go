@@ -223,8 +223,29 @@ func (m *Mesh) pollSockets(mc MeshConfig) {
 			for _, c := range tl.Conns() {
 				c.SetSpin(mc.Net.Spin)
 			}
+			tl.SetLean(linkIsLean(mc.Peers, onHost, mc.Rank, p))
 		}
 	}
+}
+
+// leanCores is the most cores per rank a host may have for its links to
+// be lean (tcp.TCPLink.SetLean): the two-rank AllReduce then reduces on
+// the thread that moves both directions (host.allReduceHalves). On 2
+// emulated hosts of 2 cores, one rank each, that took 64 MiB from 0.92 to
+// 1.07 GB/s busbw; on a 16-core host over one loopback socket it was
+// 10-17% slower than a thread per direction (docs/performance.md).
+const leanCores = 2
+
+// linkIsLean reports whether the link between ranks a and b is lean: the
+// more crowded of their hosts has at most leanCores cores per rank. Both
+// ends decide from the same table.
+func linkIsLean(peers []Peer, onHost map[string]int, a, b int) bool {
+	for _, r := range []int{a, b} {
+		if c := peers[r].Cores; c > 0 && c <= leanCores*onHost[hostKey(peers[r])] {
+			return true
+		}
+	}
+	return false
 }
 
 // pollsLink reports whether the link between ranks a and b polls: where

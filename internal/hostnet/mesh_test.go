@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -1090,27 +1091,32 @@ func TestPairStreams(t *testing.T) {
 }
 
 // TestPollsLink: a link polls where both its hosts leave a core free, and
-// both ends decide alike (a one-core host next to a roomy one made one end
-// exchange on one thread while the other ran the pipe).
+// is lean where the more crowded host has at most leanCores cores a rank;
+// both ends decide alike (a one-core host next to a roomy one made one
+// end exchange on one thread while the other ran the pipe).
 func TestPollsLink(t *testing.T) {
 	host := hostPeers
 	tests := []struct {
-		name string
-		a, b []Peer
-		want bool
+		name        string
+		a, b        []Peer
+		polls, lean bool
 	}{
-		{"2 cores, one rank per host", host("a", 2, 1), host("b", 2, 1), true},
-		{"one core on one side", host("a", 1, 1), host("b", 16, 1), false},
-		{"one host full", host("a", 2, 2), host("b", 2, 1), false},
-		{"both roomy", host("a", 16, 4), host("b", 16, 4), true},
+		{"2 cores, one rank per host", host("a", 2, 1), host("b", 2, 1), true, true},
+		{"one core on one side", host("a", 1, 1), host("b", 16, 1), false, true},
+		{"one host full", host("a", 2, 2), host("b", 2, 1), false, true},
+		{"both roomy", host("a", 16, 4), host("b", 16, 4), true, false},
+		{"3 cores a rank", host("a", 6, 2), host("b", 16, 1), true, false},
+		{"cores not said", host("a", 0, 1), host("b", 0, 1), runtime.NumCPU() > 1, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			peers := append(append([]Peer(nil), tc.a...), tc.b...)
 			onHost := ranksOnHost(peers)
 			a, b := 0, len(tc.a)
-			require.Equal(t, tc.want, pollsLink(peers, onHost, a, b))
-			require.Equal(t, tc.want, pollsLink(peers, onHost, b, a), "both ends agree")
+			require.Equal(t, tc.polls, pollsLink(peers, onHost, a, b))
+			require.Equal(t, tc.polls, pollsLink(peers, onHost, b, a), "both ends agree")
+			require.Equal(t, tc.lean, linkIsLean(peers, onHost, a, b))
+			require.Equal(t, tc.lean, linkIsLean(peers, onHost, b, a), "both ends agree")
 		})
 	}
 }

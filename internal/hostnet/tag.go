@@ -113,6 +113,20 @@ func Exchange(l Link, out, in []byte, tag uint32, progress func(got, sent int)) 
 	return false, nil
 }
 
+// leanLink is a Link that knows whether its hosts have few cores per
+// rank (tcp.TCPLink.SetLean).
+type leanLink interface {
+	Lean() bool
+}
+
+// Lean reports whether l joins hosts of few cores per rank, where one
+// thread should move both directions and reduce (the mesh says so of TCP
+// links alike at both ends: linkIsLean).
+func Lean(l Link) bool {
+	x, ok := l.(leanLink)
+	return ok && x.Lean()
+}
+
 // idleLink is a Link that can wait for a message without the deadline
 // (NetLink: its receive fails the link when it gives up, so the wait
 // cannot simply be repeated).

@@ -86,7 +86,7 @@ func (e *Engine) allReduce(name string, send, recv []byte, count int, dt sdk.Dat
 	case bytes <= e.smallLimit:
 		return e.allReduceDoubling(name, send, recv, dt, op)
 	}
-	if d, ok := e.p.(Duplex); ok && e.n == 2 {
+	if d, ok := e.p.(Duplex); ok && e.n == 2 && d.Lean(1-e.rank) {
 		if done, err := e.allReduceHalves(name, d, send, recv, count, dt, op); done {
 			return err
 		}
@@ -334,7 +334,9 @@ func (e *Engine) allReduceDuplex(name string, d Duplex, send, recv []byte, dt sd
 const halvesChunks = 8
 
 // allReduceHalves is the ring of two ranks on the calling goroutine alone,
-// where the link can (Duplex), a segment at a time: the half of the
+// where the link can (Duplex) and its hosts have few cores per rank
+// (Duplex.Lean: with cores to spare, a thread per direction was faster),
+// a segment at a time: the half of the
 // segment that the peer reduces goes out while the peer's contribution to
 // this rank's half comes in and is reduced, duplexGrain at a time, between
 // the socket's reads and writes; then the reduced halves cross. The bytes

@@ -65,6 +65,11 @@ type Duplex interface {
 	// of each have moved whenever some did. ok is false, with nothing moved, where the
 	// link to peer cannot.
 	Exchange(peer int, out, in []byte, progress func(got, sent int)) (ok bool, err error)
+	// Lean reports whether the link to peer joins hosts of few cores per
+	// rank, where reducing on the exchanging thread beats a thread per
+	// direction beyond whole-buffer exchanges (allReduceHalves); both
+	// ends of a link answer alike.
+	Lean(peer int) bool
 }
 
 // Run runs call (any collective but SendRecv, whose transfers Group runs)

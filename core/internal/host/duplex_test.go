@@ -17,12 +17,14 @@ import (
 // while the caller receives it in pieces, so that progress reports bytes
 // received ahead of bytes sent and the other way round, with piece
 // boundaries inside elements. refuse makes Exchange decline, as a link
-// that cannot does.
+// that cannot does; lean is what Lean says.
 type duplexPeers struct {
 	Peers
-	refuse    bool
-	exchanges atomic.Int32
+	refuse, lean bool
+	exchanges    atomic.Int32
 }
+
+func (p *duplexPeers) Lean(int) bool { return p.lean }
 
 const duplexTestPiece = 48<<10 + 3
 
@@ -66,18 +68,21 @@ func (p *duplexPeers) Exchange(peer int, out, in []byte, progress func(got, sent
 // TestAllReduceDuplex: two ranks whose link exchanges on one goroutine
 // reduce as the bytes come in, exact in every type and op, in place (where
 // only what went out may be overwritten) and not: up to maxExchange in one
-// exchange of the whole buffers, beyond it in two of halves a segment (a
-// segment made small here); a link that declines takes the pipe or the
-// ring instead, with the same result.
+// exchange of the whole buffers, beyond it over a lean link in two of
+// halves a segment (a segment made small here); a link that declines
+// takes the pipe or the ring instead, and beyond maxExchange so does one
+// that is not lean, with the same result.
 func TestAllReduceDuplex(t *testing.T) {
 	const testChunk = 64 << 10 // segments of 512 KiB
 	counts := []int{DefaultSmallLimit/4 + 1, 3*duplexGrain/4 + 5, 1<<18 - 3, 1<<19 + 7}
-	for _, refuse := range []bool{false, true} {
+	links := []struct{ refuse, lean bool }{{false, true}, {false, false}, {true, true}}
+	for _, link := range links {
+		refuse := link.refuse
 		for _, dt := range sdk.AllDataTypes() {
 			for _, op := range sdk.AllRedOps() {
 				for _, count := range counts {
 					for _, inPlace := range []bool{false, true} {
-						name := fmt.Sprintf("refuse=%v/%v/%v/count=%d/inplace=%v", refuse, dt, op, count, inPlace)
+						name := fmt.Sprintf("refuse=%v/lean=%v/%v/%v/count=%d/inplace=%v", refuse, link.lean, dt, op, count, inPlace)
 						t.Run(name, func(t *testing.T) {
 							bytes := count * dt.Size()
 							if bytes <= DefaultSmallLimit {
@@ -90,7 +95,7 @@ func TestAllReduceDuplex(t *testing.T) {
 							var wg sync.WaitGroup
 							errs := make([]error, 2)
 							for r := range 2 {
-								peers[r] = &duplexPeers{Peers: base[r], refuse: refuse}
+								peers[r] = &duplexPeers{Peers: base[r], refuse: refuse, lean: link.lean}
 								send := redInput(dt, op, r, 0, count)
 								recv := send
 								if !inPlace {
@@ -109,7 +114,7 @@ func TestAllReduceDuplex(t *testing.T) {
 								requireElems(t, dt, want, got[r], "rank %d", r)
 								want := int32(1)
 								switch {
-								case refuse:
+								case refuse, bytes > maxExchange && !link.lean:
 									want = 0
 								case bytes > maxExchange:
 									// a segment's halves out, then its reduced halves back

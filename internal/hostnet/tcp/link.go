@@ -33,7 +33,17 @@ type TCPLink struct {
 	conns     []*Conn
 	stripeMin int
 	closed    atomic.Bool
+	// lean: the hosts at its ends have few cores per rank (SetLean).
+	lean bool
 }
+
+// SetLean says that the link's hosts have few cores per rank, so that a
+// reduction on the thread that moves both directions beats a thread per
+// direction (set before the link carries messages, alike at both ends).
+func (l *TCPLink) SetLean(lean bool) { l.lean = lean }
+
+// Lean is what SetLean said.
+func (l *TCPLink) Lean() bool { return l.lean }
 
 // NewTCPLink bundles conns (at least one, all to the same peer) with
 // cfg.StripeMin. The Link owns the connections from now on.
