@@ -78,6 +78,13 @@ func (e *Engine) allReduce(name string, send, recv []byte, count int, dt sdk.Dat
 		return e.allReduceShm(name, send, recv, count, dt, op)
 	case e.hier() != nil:
 		return e.allReduceHier(name, e.hier(), send, recv, count, dt, op)
+	}
+	if d, ok := e.p.(Duplex); ok && e.n == 2 && bytes > minHalves && d.Lean(1-e.rank) {
+		if done, err := e.allReduceHalves(name, d, send, recv, count, dt, op); done {
+			return err
+		}
+	}
+	switch {
 	case e.n == 2 && bytes > e.smallLimit && bytes <= maxExchange:
 		if k := e.Stripes(bytes); k > 1 {
 			return e.allReduceStriped(name, e.p.(Streams), k, send, recv, count, dt, op, nil)
@@ -85,11 +92,6 @@ func (e *Engine) allReduce(name string, send, recv []byte, count int, dt sdk.Dat
 		return e.allReduceExchange(name, send, recv, count, dt, op)
 	case bytes <= e.smallLimit:
 		return e.allReduceDoubling(name, send, recv, dt, op)
-	}
-	if d, ok := e.p.(Duplex); ok && e.n == 2 && d.Lean(1-e.rank) {
-		if done, err := e.allReduceHalves(name, d, send, recv, count, dt, op); done {
-			return err
-		}
 	}
 	return e.allReduceRing(name, send, recv, count, dt, op)
 }
@@ -212,7 +214,8 @@ func (e *Engine) allReduceRing(name string, send, recv []byte, count int, dt sdk
 }
 
 // maxExchange is the largest AllReduce of two ranks that exchanges whole
-// buffers; larger ones take the ring, which reduces half as much per rank
+// buffers (over a lean link, from minHalves on, the halves do); larger
+// ones take the ring or the halves, which reduce half as much per rank
 // and copies fewer bytes: on 2 ranks over loopback TCP (16 cores,
 // docs/performance.md) the exchange was ahead up to 1 MiB (256 KiB: 1.47
 // against 1.07 GB/s busbw) and behind from 4 MiB (4.34 against 5.20).
@@ -323,6 +326,13 @@ func (e *Engine) allReduceDuplex(name string, d Duplex, send, recv []byte, dt sd
 	reduceTo(bytes)
 	return true, nil
 }
+
+// minHalves: over a lean link allReduceHalves takes the two-rank
+// AllReduces above it from the whole-buffer exchange too. Across 2
+// emulated hosts (four rounds alternated, 200 calls each) 1 MiB took 990
+// us on average that way against 1,110 exchanging whole buffers; 512 KiB
+// was even (514 against 504).
+const minHalves = 512 << 10
 
 // halvesChunks is how many chunks (WithChunk, 1 MiB by default)
 // allReduceHalves reduces at a time: its scratch is half of that, kept

@@ -68,10 +68,10 @@ func (p *duplexPeers) Exchange(peer int, out, in []byte, progress func(got, sent
 // TestAllReduceDuplex: two ranks whose link exchanges on one goroutine
 // reduce as the bytes come in, exact in every type and op, in place (where
 // only what went out may be overwritten) and not: up to maxExchange in one
-// exchange of the whole buffers, beyond it over a lean link in two of
-// halves a segment (a segment made small here); a link that declines
-// takes the pipe or the ring instead, and beyond maxExchange so does one
-// that is not lean, with the same result.
+// exchange of the whole buffers, but beyond minHalves over a lean link in
+// two of halves a segment (a segment made small here); a link that
+// declines takes the pipe or the ring instead, and beyond maxExchange so
+// does one that is not lean, with the same result.
 func TestAllReduceDuplex(t *testing.T) {
 	const testChunk = 64 << 10 // segments of 512 KiB
 	counts := []int{DefaultSmallLimit/4 + 1, 3*duplexGrain/4 + 5, 1<<18 - 3, 1<<19 + 7}
@@ -116,7 +116,7 @@ func TestAllReduceDuplex(t *testing.T) {
 								switch {
 								case refuse, bytes > maxExchange && !link.lean:
 									want = 0
-								case bytes > maxExchange:
+								case bytes > minHalves && link.lean:
 									// a segment's halves out, then its reduced halves back
 									seg := halvesChunks * testChunk / dt.Size()
 									want = int32(2 * ((count + seg - 1) / seg))
