@@ -346,10 +346,10 @@ const halvesChunks = 8
 // allReduceHalves is the ring of two ranks on the calling goroutine alone,
 // where the link can (Duplex) and its hosts have few cores per rank
 // (Duplex.Lean: with cores to spare, a thread per direction was faster),
-// a segment at a time: the half of the
-// segment that the peer reduces goes out while the peer's contribution to
-// this rank's half comes in and is reduced, duplexGrain at a time, between
-// the socket's reads and writes; then the reduced halves cross. The bytes
+// a segment at a time: the half of the segment that the peer reduces goes
+// out while the peer's contribution to this rank's half comes in and is
+// reduced, duplexGrain at a time, between the socket's reads and writes;
+// then the reduced halves cross. The bytes
 // on the wire are the whole exchange's (allReduceDuplex), but each rank
 // reduces half, and no goroutine hands a chunk to another (the pipe's
 // cost where a rank has few cores). Each half is reduced by one rank, so
@@ -362,8 +362,8 @@ func (e *Engine) allReduceHalves(name string, d Duplex, send, recv []byte, count
 		hi := min(lo+seg, count)
 		ok, err := e.halves(d, send[lo*size:hi*size], recv[lo*size:hi*size], hi-lo, dt, op)
 		switch {
-		case !ok && lo > 0:
-			err = fmt.Errorf("%w: the link to rank %d stopped exchanging on one thread", sdk.ErrInternalError, 1-e.rank)
+		case !ok && lo > 0: // segments moved already
+			err = stoppedExchanging(1 - e.rank)
 		case !ok:
 			return false, nil
 		}
@@ -372,6 +372,13 @@ func (e *Engine) allReduceHalves(name string, d Duplex, send, recv []byte, count
 		}
 	}
 	return true, nil
+}
+
+// stoppedExchanging is the error of a link that declined to exchange after
+// it had exchanged part of a call (it cannot: Duplex.Exchange declines
+// alike for a link's life).
+func stoppedExchanging(peer int) error {
+	return fmt.Errorf("%w: the link to rank %d stopped exchanging on one thread", sdk.ErrInternalError, peer)
 }
 
 // halves is allReduceHalves on one segment.
@@ -404,7 +411,12 @@ func (e *Engine) halves(d Duplex, send, recv []byte, count int, dt sdk.DataType,
 	if reduced < len(in) {
 		reduceTo(len(in))
 	}
-	return d.Exchange(peer, mine, recv[plo:phi], nil)
+	// The link exchanged a moment ago: it cannot decline now, with the
+	// first half moved.
+	if ok, err = d.Exchange(peer, mine, recv[plo:phi], nil); !ok {
+		err = stoppedExchanging(peer)
+	}
+	return true, err
 }
 
 // minStripe is the smallest piece allReduceStriped gives a stream.
