@@ -186,29 +186,18 @@ func (e *Engine) AlltoAll(send, recv []byte, count int, dt sdk.DataType) error {
 	return e.run(name, ops)
 }
 
-// alltoAllInPlace is AlltoAll where recv is send: in round k (0..n-1) this
-// rank swaps blocks with rank q = k-r mod n, whose partner in that round
-// is this rank, so no rank waits on one that is not waiting for it. Each
-// swap is one message each way, as out of place and as a plan's grouped
-// sends (ranks in place, out of place and in plans exchange alike); q's
-// block lands in a one-block scratch and is copied into place once this
-// rank's block for q went out. Copying the whole buffer aside instead,
-// allocated per call beyond maxRetained, took a 64 MiB AlltoAll of 4
-// ranks over loopback TCP from 81 to 509 ms (docs/performance.md).
+// alltoAllInPlace is AlltoAll where recv is send: every block is both
+// what goes to its rank and where that rank's data lands, so the blocks
+// swap with one peer a round (swapInPlace). Copying the whole buffer
+// aside instead, allocated per call beyond maxRetained, took a 64 MiB
+// AlltoAll of 4 ranks over loopback TCP from 81 to 509 ms
+// (docs/performance.md).
 func (e *Engine) alltoAllInPlace(name string, buf []byte, bytes int) error {
-	tmp := e.buf(scratchA, bytes)
-	for k := 0; k < e.n; k++ {
-		q := mod(k-e.rank, e.n)
-		if q == e.rank {
-			continue
-		}
-		blk := buf[q*bytes : (q+1)*bytes]
-		if err := e.sendrecv(name, q, blk, q, tmp); err != nil {
-			return err
-		}
-		copy(blk, tmp)
+	blocks := make([][2]int, e.n)
+	for q := range blocks {
+		blocks[q] = [2]int{q * bytes, (q + 1) * bytes}
 	}
-	return nil
+	return e.swapInPlace(name, buf, blocks, blocks)
 }
 
 // AlltoAllv sends sendcounts[p] elements from send at element sdispls[p]
@@ -236,7 +225,7 @@ func (e *Engine) AlltoAllv(send []byte, sendcounts, sdispls []int, recv []byte, 
 	}
 	if lo < hi && Overlap(send[lo:hi], recv) {
 		if same(send, recv) && swappable(sends, recvs) {
-			return e.alltoAllvSwaps(recv, sends, recvs)
+			return e.swapInPlace("AlltoAllv", recv, sends, recvs)
 		}
 		tmp := e.buf(scratchA, hi-lo)
 		copy(tmp, send[lo:hi])
@@ -253,20 +242,23 @@ func (e *Engine) AlltoAllv(send []byte, sendcounts, sdispls []int, recv []byte, 
 	return e.run("AlltoAllv", ops)
 }
 
-// alltoAllvSwaps is the in-place AlltoAllv of a layout where the data
-// from each peer lands only over the data for that same peer (swappable:
-// MPI_IN_PLACE's one layout for both ways, or a slot per peer as FlagCX's
-// tests lay it out). As alltoAllInPlace swaps AlltoAll's blocks, in round
-// k this rank swaps with q = k-r mod n, one message each way, through a
-// scratch (one per call) for q's arriving data where it meets q's
-// outgoing data. Other in-place layouts copy the whole of send aside,
-// which beyond maxRetained is allocated on every call: a 64 MiB
-// AlltoAllv of 4 ranks over loopback took 59-72 ms that way and 21-23 by
-// swaps on 16 cores, 1.3-1.5 s and 79-87 ms on 2 (docs/performance.md).
-func (e *Engine) alltoAllvSwaps(buf []byte, sends, recvs [][2]int) error {
+// swapInPlace is an in-place AlltoAll(v) of buf whose data from each
+// peer lands only over the data for that same peer (sends[q] and
+// recvs[q] are q's regions out and in; swappable): in round k (0..n-1)
+// this rank swaps with q = k-r mod n, whose partner in that round is this
+// rank, so no rank waits on one that is not waiting for it. Each swap is
+// one message each way, as out of place and as a plan's grouped sends
+// (ranks in place, out of place and in plans exchange alike); where q's
+// regions meet, q's data lands in a scratch (one per call) and is copied
+// into place once this rank's data for q went out. Other in-place
+// AlltoAllv layouts copy the whole of send aside, which beyond
+// maxRetained is allocated on every call: a 64 MiB AlltoAllv of 4 ranks
+// over loopback took 59-72 ms that way and 21-23 by swaps on 16 cores,
+// 1.3-1.5 s and 79-87 ms on 2 (docs/performance.md).
+func (e *Engine) swapInPlace(name string, buf []byte, sends, recvs [][2]int) error {
 	part := func(reg [2]int) []byte { return buf[reg[0]:reg[1]] }
 	r := e.rank
-	copy(part(recvs[r]), part(sends[r])) // no other peer's data meets either
+	copyIn(part(recvs[r]), part(sends[r])) // no other peer's data meets either
 	// One scratch for every round: beyond maxRetained it is allocated on
 	// every call, and its page faults are what the swaps save.
 	need := 0
@@ -283,13 +275,13 @@ func (e *Engine) alltoAllvSwaps(buf []byte, sends, recvs [][2]int) error {
 		}
 		out, in := part(sends[q]), part(recvs[q])
 		if !Overlap(out, in) {
-			if err := e.sendrecv("AlltoAllv", q, out, q, in); err != nil {
+			if err := e.sendrecv(name, q, out, q, in); err != nil {
 				return err
 			}
 			continue
 		}
 		tmp := scratch[:len(in)]
-		if err := e.sendrecv("AlltoAllv", q, out, q, tmp); err != nil {
+		if err := e.sendrecv(name, q, out, q, tmp); err != nil {
 			return err
 		}
 		copy(in, tmp)

@@ -264,7 +264,7 @@ func TestAlltoAllv(t *testing.T) {
 }
 
 // In-place AlltoAllv whose data from each peer lands only over the data
-// for that peer swaps pairwise (alltoAllvSwaps); its ranks must exchange
+// for that peer swaps pairwise (swapInPlace); its ranks must exchange
 // alike with ranks that run the same layout out of place.
 func TestAlltoAllvSwaps(t *testing.T) {
 	dt := sdk.Int32
