@@ -1,7 +1,9 @@
 package sched
 
 import (
+	"cmp"
 	"fmt"
+	"math"
 
 	"github.com/flagcx/flagcx-go/sdk"
 )
@@ -172,7 +174,24 @@ var (
 	// step; four slots keep two chunks of outbound copies ahead of them.
 	ShmDeviceSlots = 4
 	ShmDeviceLag   = 2
+	// ShmDeviceChunkScale sizes the device-reduced pipeline's chunks:
+	// sqrt(bytes * ShmDeviceChunkScale) (deviceChunk says why).
+	ShmDeviceChunkScale = 256 << 10
 )
+
+// deviceChunk is the chunk of a device-reduced call of bytes on
+// PathShm. A chunk costs a fixed o (its copies' enqueues, events and the
+// step's flags: about 20 us on an H200) and the pipeline fills and drains
+// about two chunks at the link's rate B, so a call of S bytes takes about
+// S/B + (S/c)*o + 2c/B, least at c = sqrt(S*o*B/2): with o*B/2 = 256 KiB
+// (25 GB/s a rank), 4 MiB chunks at 64 MiB, 8 at 256 MiB, 16 at 1 GiB. On
+// one H200 under MPS, 64 MiB in 4 MiB chunks ran at 20.2 GB/s busbw
+// against 19.1 in 8 MiB ones; 1 GiB at 23.8 in 16 MiB against 22.2 in 4
+// (docs/performance.md).
+func deviceChunk(bytes int) int {
+	c := int(math.Sqrt(float64(bytes) * float64(ShmDeviceChunkScale)))
+	return max(c, MinPipeChunk)
+}
 
 // MaxDeviceReduceClusters is the most clusters a device-reduced AllReduce
 // folds, and the most ranks a device-reduced Reduce or ReduceScatter does
@@ -191,7 +210,8 @@ func ShmColl(coll sdk.Collective) bool { return schedOf(coll).shm != nil }
 // window bytes: bytes (elements of size) is the message (AllReduce,
 // Reduce, Broadcast) or one rank's block (AllGather, ReduceScatter), cut
 // into chunks of at most chunkMax bytes (FLAGCX_NET_CHUNK_SIZE; 0: as
-// large as the slots allow). reducers are AllReduce's and Reduce's
+// large as the slots allow; a device-reduced call's at most
+// deviceChunk). reducers are AllReduce's and Reduce's
 // (ShmReducers; nil: every rank).
 func NewShmPlan(coll sdk.Collective, bytes, size, n int, reducers []int, window, chunkMax int, deviceReduce bool) (*ShmPlan, error) {
 	if !ShmColl(coll) {
@@ -233,6 +253,10 @@ func NewShmPlan(coll sdk.Collective, bytes, size, n int, reducers []int, window,
 	}
 	per := window/slots - 2*shmAlign
 	chunk := (per * outDen / (blocks*outDen + outNum)) / shmAlign * shmAlign
+	if deviceReduce {
+		// FLAGCX_NET_CHUNK_SIZE stays the most a chunk may be.
+		chunkMax = min(deviceChunk(bytes), cmp.Or(max(chunkMax, 0), math.MaxInt))
+	}
 	if chunkMax > 0 {
 		chunk = min(chunk, max(chunkMax/shmAlign*shmAlign, shmAlign))
 	}

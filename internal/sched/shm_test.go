@@ -135,6 +135,35 @@ func TestShmPlanGeometry(t *testing.T) {
 	require.ErrorContains(t, err, "FLAGCX_SHM_WINDOW_SIZE")
 }
 
+// TestShmDeviceChunks: a device-reduced pipeline cuts a call into chunks of
+// sqrt(bytes * ShmDeviceChunkScale) (deviceChunk), under
+// FLAGCX_NET_CHUNK_SIZE and what the window's slots hold; host folds keep
+// the chunks the window allows.
+func TestShmDeviceChunks(t *testing.T) {
+	for _, tc := range []struct {
+		name                  string
+		bytes, win, chunkMax  int
+		deviceReduce          bool
+		wantChunk, wantChunks int
+	}{
+		{"64 MiB in 4 MiB chunks", 64 << 20, 128 << 20, DefaultChunk, true, 4 << 20, 16},
+		{"256 MiB in 8 MiB chunks", 256 << 20, 128 << 20, DefaultChunk, true, 8 << 20, 32},
+		{"1 GiB in 16 MiB chunks", 1 << 30, 128 << 20, DefaultChunk, true, 16 << 20, 64},
+		{"no chunk size set", 1 << 30, 128 << 20, 0, true, 16 << 20, 64},
+		{"FLAGCX_NET_CHUNK_SIZE caps it", 1 << 30, 128 << 20, 2 << 20, true, 2 << 20, 512},
+		{"the window's slots cap it (8 MiB - 8 KiB)", 1 << 30, 32 << 20, DefaultChunk, true, 8323584, 129},
+		{"host folds fill the window", 64 << 20, 128 << 20, DefaultChunk, false, 16 << 20, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, err := NewShmPlan(sdk.AllReduce, tc.bytes, 4, 2, nil, tc.win, tc.chunkMax, tc.deviceReduce)
+			require.NoError(t, err)
+			require.Equal(t, tc.deviceReduce, g.DeviceReduce)
+			require.Equal(t, tc.wantChunk, g.Spans[0].Len)
+			require.Equal(t, tc.wantChunks, g.Chunks())
+		})
+	}
+}
+
 // TestShmDeviceReducePlan: with every plugin able to reduce on its device,
 // an AllReduce over device clusters only takes one step a chunk, without
 // reducers or output areas, and keeps ShmDeviceLag chunks of copies in
