@@ -65,10 +65,10 @@ func TestPluginsIsolatesBadPlugins(t *testing.T) {
 			require.Equal(t, 1, strings.Count(r.stdout+r.stderr, "warning:"), "the name mismatch is warned about once")
 			require.Contains(t, r.stdout, warning)
 			if cmd == "plugins" {
-				require.Regexp(t, `(?m)^good\s+EXAMPLE\s+v4\s+loads\s+`+regexp.QuoteMeta(filepath.Join(dir, "libflagcx-good.so"))+`$`, r.stdout)
-				require.Regexp(t, `(?m)^foo\s+EXAMPLE\s+v4\s+loads\s`, r.stdout)
-				require.Regexp(t, `(?m)^segv\s+EXAMPLE\s+v4\s+crashed\s`, r.stdout)
-				require.Regexp(t, `(?m)^hang\s+EXAMPLE\s+v4\s+hung\s`, r.stdout)
+				require.Regexp(t, `(?m)^good\s+EXAMPLE\s+v5\s+loads\s+`+regexp.QuoteMeta(filepath.Join(dir, "libflagcx-good.so"))+`$`, r.stdout)
+				require.Regexp(t, `(?m)^foo\s+EXAMPLE\s+v5\s+loads\s`, r.stdout)
+				require.Regexp(t, `(?m)^segv\s+EXAMPLE\s+v5\s+crashed\s`, r.stdout)
+				require.Regexp(t, `(?m)^hang\s+EXAMPLE\s+v5\s+hung\s`, r.stdout)
 				require.Regexp(t, `(?m)^ctor\s+-\s+-\s+crashed\s`, r.stdout, "it crashed before its table was read")
 			} else {
 				require.Contains(t, r.stdout, "good (EXAMPLE): 2 device(s)")

@@ -1164,11 +1164,15 @@ static flagcxResult_t exReduceLocal(int dev, void* dst, const void* const* srcs,
 #endif
 
 /* ---- The exported table ------------------------------------------------------ */
-/* Built against this SDK's header it is an ABI v4 table; against the v1
- * header (conformance/example/v1/) the same source makes a v1 plugin, which
- * is how the loader's compatibility with v1 plugins is tested (v2 tables:
- * the loader's own tests build one). */
-#if FLAGCX_PLUGIN_ABI_VERSION >= 4
+/* Built against this SDK's header it is an ABI v5 table (relayReduce NULL:
+ * its streams run inside their enqueue, and a relay waits on the device
+ * for the host); against the v1 header (conformance/example/v1/) the same
+ * source makes a v1 plugin, which is how the loader's compatibility with
+ * v1 plugins is tested (v2 tables: the loader's own tests build one). */
+#if FLAGCX_PLUGIN_ABI_VERSION >= 5
+#define EXAMPLE_TABLE_T flagcxVendorPlugin_v5_t
+#define EXAMPLE_TABLE flagcxVendorPlugin_v5
+#elif FLAGCX_PLUGIN_ABI_VERSION >= 4
 #define EXAMPLE_TABLE_T flagcxVendorPlugin_v4_t
 #define EXAMPLE_TABLE flagcxVendorPlugin_v4
 #elif FLAGCX_PLUGIN_ABI_VERSION >= 3

@@ -630,7 +630,7 @@ static const char* cnGetErrorString(flagcxResult_t r) {
 }
 
 /* ---- The exported table ---------------------------------------------------- */
-SHIM_EXPORT const flagcxVendorPlugin_v4_t flagcxVendorPlugin_v4 = {
+SHIM_EXPORT const flagcxVendorPlugin_v5_t flagcxVendorPlugin_v5 = {
     SHIM_TABLE_HEAD("cambricon", "Cambricon", FLAGCX_PLUGIN_CAP_DEVICE | FLAGCX_PLUGIN_CAP_CCL, libraries),
     .device = {
         .getDeviceCount = cnGetDeviceCount, .setDevice = cnSetDevice, .getDeviceInfo = cnGetDeviceInfo,

@@ -131,7 +131,7 @@ extern const size_t shimTypeSize[flagcxNumTypes]; /* bytes per flagcxDataType_t 
 /* ---- The exported table --------------------------------------------------- */
 #define SHIM_EXPORT __attribute__((visibility("default")))
 #define SHIM_TABLE_HEAD(pname, pvendor, pcaps, plibraries)                                          \
-  .size = sizeof(flagcxVendorPlugin_v4_t), .abiVersion = FLAGCX_PLUGIN_ABI_VERSION, .name = pname, \
+  .size = sizeof(flagcxVendorPlugin_v5_t), .abiVersion = FLAGCX_PLUGIN_ABI_VERSION, .name = pname, \
   .vendor = pvendor, .version = "1.0.0", .caps = pcaps, .libraries = plibraries, .init = shimInit,  \
   .fini = NULL, .getLastError = shimGetLastError
 

@@ -844,7 +844,7 @@ static const char* klxGetErrorString(flagcxResult_t r) {
 }
 
 /* ---- The exported table ---------------------------------------------------- */
-SHIM_EXPORT const flagcxVendorPlugin_v4_t flagcxVendorPlugin_v4 = {
+SHIM_EXPORT const flagcxVendorPlugin_v5_t flagcxVendorPlugin_v5 = {
     SHIM_TABLE_HEAD("kunlunxin", "Kunlunxin", FLAGCX_PLUGIN_CAP_DEVICE | FLAGCX_PLUGIN_CAP_CCL, libraries),
     .device = {
         .getDeviceCount = klxGetDeviceCount, .setDevice = klxSetDevice, .getDeviceInfo = klxGetDeviceInfo,

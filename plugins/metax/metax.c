@@ -356,7 +356,7 @@ static flagcxResult_t mxEventElapsedTime(float* ms, flagcxEvent_t start, flagcxE
  * (MetaXLink) is known and mcPointerGetAttributes' struct is ❌
  * (docs/vendor-facts.md#metax-maca-runtime). The
  * host then shows links as "not reported" and skips its pointer checks. */
-SHIM_EXPORT const flagcxVendorPlugin_v4_t flagcxVendorPlugin_v4 = {
+SHIM_EXPORT const flagcxVendorPlugin_v5_t flagcxVendorPlugin_v5 = {
     SHIM_TABLE_HEAD("metax", "MetaX", FLAGCX_PLUGIN_CAP_DEVICE | FLAGCX_PLUGIN_CAP_CCL, libraries),
     .device = {
         .getDeviceCount = mxGetDeviceCount, .setDevice = mxSetDevice, .getDeviceInfo = mxGetDeviceInfo,

@@ -1,10 +1,10 @@
 /*
- * flagcx_plugin.h: the vendor-plugin contract of flagcx-go, ABI version 4.
+ * flagcx_plugin.h: the vendor-plugin contract of flagcx-go, ABI version 5.
  *
  * A vendor plugin is a shared object named libflagcx-<name>.so that exports
  * ONE data symbol,
  *
- *     const flagcxVendorPlugin_v4_t flagcxVendorPlugin_v4 = { ... };
+ *     const flagcxVendorPlugin_v5_t flagcxVendorPlugin_v5 = { ... };
  *
  * holding its name, its capabilities and two groups of function pointers:
  * the device runtime (devices, memory, copies, streams, events) and the
@@ -45,13 +45,19 @@
  * added reduceLocal (an element-wise reduction of buffers of one device, on
  * a stream),
  * with which the clusters of a heterogeneous communicator reduce on their
- * devices and the host only relays their data.
- * Hosts probe the newest symbol they know first (flagcxVendorPlugin_v4,
- * then _v3, _v2, _v1) and adapt older tables, their newer entries NULL: a
- * v1 plugin keeps loading and its traffic takes the staged copy path; a v2
- * plugin keeps loading and its memory info is "not supported"; a v3 plugin
- * keeps loading and the host reduces its clusters' data. A plugin may export
- * several versions at once to serve older hosts (sdk/README.md shows how).
+ * devices and the host only relays their data. v5 added relayReduce (one
+ * enqueue that puts a device buffer in host memory, waits on the device
+ * for the host's go and folds host-memory inputs into device memory), with
+ * which a small heterogeneous reduction takes one launch and no host wait
+ * on a device copy.
+ * Hosts probe the newest symbol they know first (flagcxVendorPlugin_v5,
+ * then _v4, _v3, _v2, _v1) and adapt older tables, their newer entries
+ * NULL: a v1 plugin keeps loading and its traffic takes the staged copy
+ * path; a v2 plugin keeps loading and its memory info is "not supported";
+ * a v3 plugin keeps loading and the host reduces its clusters' data; a v4
+ * plugin keeps loading and its small calls copy through the host. A plugin
+ * may export several versions at once to serve older hosts (sdk/README.md
+ * shows how).
  */
 #ifndef FLAGCX_PLUGIN_H_
 #define FLAGCX_PLUGIN_H_
@@ -63,13 +69,15 @@
 extern "C" {
 #endif
 
-#define FLAGCX_PLUGIN_ABI_VERSION 4
+#define FLAGCX_PLUGIN_ABI_VERSION 5
 #define FLAGCX_PLUGIN_SYMBOL_V1 "flagcxVendorPlugin_v1"
 #define FLAGCX_PLUGIN_SYMBOL_V2 "flagcxVendorPlugin_v2"
 #define FLAGCX_PLUGIN_SYMBOL_V3 "flagcxVendorPlugin_v3"
 #define FLAGCX_PLUGIN_SYMBOL_V4 "flagcxVendorPlugin_v4"
+#define FLAGCX_PLUGIN_SYMBOL_V5 "flagcxVendorPlugin_v5"
 
-/* The most source buffers one reduceLocal call (ABI v4) folds. */
+/* The most source buffers one reduceLocal or relayReduce call (ABI v4, v5)
+ * folds. */
 #define FLAGCX_REDUCE_MAX_SRCS 8
 
 /* The largest vendor unique id the host exchanges between ranks (bytes). */
@@ -571,6 +579,108 @@ typedef struct flagcxVendorPlugin_v4 {
   flagcxDeviceRuntime_v4_t device;
   flagcxCcl_v4_t ccl;
 } flagcxVendorPlugin_v4_t;
+
+/* ---------------------------------------------------------------------- */
+/* ABI v5: the device runtime gains relayReduce; everything else is v4's.   */
+/* Export it as:                                                            */
+/*   const flagcxVendorPlugin_v5_t flagcxVendorPlugin_v5 = {               */
+/*     .size = sizeof(flagcxVendorPlugin_v5_t),                            */
+/*     .abiVersion = 5, ... };                                             */
+
+/* A relayReduce's go word holds the call's value with this bit set when the
+ * host gives up: the device then stops without writing dst. */
+#define FLAGCX_RELAY_ABORT (1ull << 63)
+
+/* What one relayReduce does, in its stream's order (relayReduce below). */
+typedef struct {
+  const void* src;  /* device memory of dev: the bytes to put in window */
+  void* window;     /* host memory registered with hostRegister */
+  uint64_t bytes;   /* how many (0: none, and landed is still stored) */
+  uint64_t* landed; /* registered host memory: value is stored here once window holds src's bytes */
+  const uint64_t* go; /* registered host memory: the device waits until it holds value (or value | FLAGCX_RELAY_ABORT) */
+  uint64_t value;   /* 1 <= value < FLAGCX_RELAY_ABORT, new for every call on a landed/go pair */
+  const void* srcs[FLAGCX_REDUCE_MAX_SRCS]; /* device memory of dev or registered host memory */
+  int32_t nsrcs;    /* 1 <= nsrcs <= FLAGCX_REDUCE_MAX_SRCS */
+  int32_t dtype;    /* flagcxDataType_t */
+  int32_t op;       /* flagcxRedOp_t */
+  int32_t avgDivisor; /* >= 1, as reduceLocal's */
+  uint64_t count;   /* elements of dtype to fold (0: none) */
+  void* dst;        /* device memory of dev */
+} flagcxRelay_v5_t;
+
+typedef struct {
+  /* The v4 entries, unchanged and in the same order. */
+  flagcxResult_t (*getDeviceCount)(int* count);
+  flagcxResult_t (*setDevice)(int dev);
+  flagcxResult_t (*getDeviceInfo)(int dev, flagcxDeviceInfo_v1_t* info);
+  flagcxResult_t (*getLinkInfo)(int devA, int devB, flagcxLinkInfo_v1_t* link); /* OPTIONAL */
+  flagcxResult_t (*deviceMalloc)(int dev, void** ptr, size_t bytes);
+  flagcxResult_t (*deviceFree)(void* ptr);
+  flagcxResult_t (*hostMalloc)(void** ptr, size_t bytes);
+  flagcxResult_t (*hostFree)(void* ptr);
+  flagcxResult_t (*pointerKind)(const void* ptr, flagcxMemoryKind_t* kind); /* OPTIONAL */
+  flagcxResult_t (*memCopy)(void* dst, const void* src, size_t bytes,
+                            flagcxMemcpyKind_t kind, flagcxStream_t stream);
+  flagcxResult_t (*memSet)(void* dst, int value, size_t bytes, flagcxStream_t stream);
+  flagcxResult_t (*streamCreate)(int dev, flagcxStream_t* stream);
+  flagcxResult_t (*streamDestroy)(flagcxStream_t stream);
+  flagcxResult_t (*streamSynchronize)(flagcxStream_t stream);
+  flagcxResult_t (*streamQuery)(flagcxStream_t stream); /* OPTIONAL */
+  flagcxResult_t (*streamWaitEvent)(flagcxStream_t stream, flagcxEvent_t event);
+  flagcxResult_t (*eventCreate)(int dev, flagcxEvent_t* event);
+  flagcxResult_t (*eventDestroy)(flagcxEvent_t event);
+  flagcxResult_t (*eventRecord)(flagcxEvent_t event, flagcxStream_t stream);
+  flagcxResult_t (*eventQuery)(flagcxEvent_t event); /* OPTIONAL */
+  flagcxResult_t (*eventSynchronize)(flagcxEvent_t event);
+  flagcxResult_t (*eventElapsedTime)(float* ms, flagcxEvent_t start, flagcxEvent_t end); /* OPTIONAL */
+  flagcxResult_t (*hostRegister)(void* ptr, size_t bytes); /* OPTIONAL (v2) */
+  flagcxResult_t (*hostUnregister)(void* ptr);             /* OPTIONAL (v2) */
+  flagcxResult_t (*memGetInfo)(int dev, size_t* freeBytes, size_t* totalBytes); /* OPTIONAL (v3) */
+  flagcxResult_t (*reduceLocal)(int dev, void* dst, const void* const* srcs, int nsrcs, size_t count,
+                                flagcxDataType_t dtype, flagcxRedOp_t op, int avgDivisor,
+                                flagcxStream_t stream); /* OPTIONAL (v4) */
+
+  /* OPTIONAL (v5). Enqueues on stream, on device dev, one relay through
+   * host memory, in four parts that run in this order once the stream's
+   * earlier work is done:
+   *   1. copy relay->bytes bytes of src to window;
+   *   2. once the host can read them there, store relay->value to *landed;
+   *   3. wait until *go holds value (go on) or value | FLAGCX_RELAY_ABORT
+   *      (stop: skip part 4); this wait has no deadline of its own, the
+   *      host always answers one way or the other;
+   *   4. dst[i] = srcs[0][i] op ... op srcs[nsrcs-1][i] for i < count,
+   *      by reduceLocal's rules (the host engine's, bit for bit), reading
+   *      every source after the go (other processes wrote host sources
+   *      just before it, so nothing of them may come from a cache).
+   * The stream's later work runs after part 4. A source may be window
+   * (then it holds src's bytes) or src itself; dst may be one of the srcs
+   * (each element is read before it is written), no other overlap.
+   * The host calls this for small messages (a few KiB), so one block of
+   * threads is enough. The plugin reads *relay before it returns. With
+   * relay->count == 0 and relay->bytes == 0 nothing is enqueued and the
+   * result answers whether the plugin relays (the host asks once, when a
+   * communicator starts): a plugin relays every data type and op of its
+   * masks, or answers flagcxNotSupported. */
+  flagcxResult_t (*relayReduce)(int dev, const flagcxRelay_v5_t* relay, flagcxStream_t stream);
+} flagcxDeviceRuntime_v5_t;
+
+typedef flagcxCcl_v1_t flagcxCcl_v5_t;
+
+typedef struct flagcxVendorPlugin_v5 {
+  uint32_t size;          /* sizeof(flagcxVendorPlugin_v5_t) as built */
+  uint32_t abiVersion;    /* 5 */
+  const char* name;
+  const char* vendor;
+  const char* version;
+  uint64_t caps;
+  const flagcxPluginLibrary_v1_t* libraries;
+  flagcxResult_t (*init)(flagcxLogFn_t log, void* logCtx, flagcxPluginInfo_v1_t* info);
+  flagcxResult_t (*fini)(void); /* OPTIONAL */
+  const char* (*getLastError)(void);
+
+  flagcxDeviceRuntime_v5_t device;
+  flagcxCcl_v5_t ccl;
+} flagcxVendorPlugin_v5_t;
 
 #ifdef __cplusplus
 }

@@ -6,7 +6,7 @@ import (
 	"github.com/flagcx/flagcx-go/internal/cmem"
 )
 
-// Go mirrors of the C structs of sdk/include/flagcx_plugin.h, ABI v1 to v4. Every
+// Go mirrors of the C structs of sdk/include/flagcx_plugin.h, ABI v1 to v5. Every
 // field is declared at its C offset (no implicit padding: each struct is
 // ordered so that Go and C agree, and TestABILayout checks every offset
 // against the C compiler). The c tag names the C field; ",optional" marks
@@ -166,6 +166,54 @@ type deviceV4 struct {
 	ReduceLocal       uintptr `c:"reduceLocal,optional"`
 }
 
+// deviceV5 is deviceV4 followed by v5's entry.
+type deviceV5 struct {
+	GetDeviceCount    uintptr `c:"getDeviceCount"`
+	SetDevice         uintptr `c:"setDevice"`
+	GetDeviceInfo     uintptr `c:"getDeviceInfo"`
+	GetLinkInfo       uintptr `c:"getLinkInfo,optional"`
+	DeviceMalloc      uintptr `c:"deviceMalloc"`
+	DeviceFree        uintptr `c:"deviceFree"`
+	HostMalloc        uintptr `c:"hostMalloc"`
+	HostFree          uintptr `c:"hostFree"`
+	PointerKind       uintptr `c:"pointerKind,optional"`
+	MemCopy           uintptr `c:"memCopy"`
+	MemSet            uintptr `c:"memSet"`
+	StreamCreate      uintptr `c:"streamCreate"`
+	StreamDestroy     uintptr `c:"streamDestroy"`
+	StreamSynchronize uintptr `c:"streamSynchronize"`
+	StreamQuery       uintptr `c:"streamQuery,optional"`
+	StreamWaitEvent   uintptr `c:"streamWaitEvent"`
+	EventCreate       uintptr `c:"eventCreate"`
+	EventDestroy      uintptr `c:"eventDestroy"`
+	EventRecord       uintptr `c:"eventRecord"`
+	EventQuery        uintptr `c:"eventQuery,optional"`
+	EventSynchronize  uintptr `c:"eventSynchronize"`
+	EventElapsedTime  uintptr `c:"eventElapsedTime,optional"`
+	HostRegister      uintptr `c:"hostRegister,optional"`
+	HostUnregister    uintptr `c:"hostUnregister,optional"`
+	MemGetInfo        uintptr `c:"memGetInfo,optional"`
+	ReduceLocal       uintptr `c:"reduceLocal,optional"`
+	RelayReduce       uintptr `c:"relayReduce,optional"`
+}
+
+// relayV5 is flagcxRelay_v5_t, what one relayReduce does.
+type relayV5 struct {
+	Src        uintptr                `c:"src"`
+	Window     uintptr                `c:"window"`
+	Bytes      uint64                 `c:"bytes"`
+	Landed     uintptr                `c:"landed"`
+	Go         uintptr                `c:"go"`
+	Value      uint64                 `c:"value"`
+	Srcs       [MaxReduceSrcs]uintptr `c:"srcs"`
+	NSrcs      int32                  `c:"nsrcs"`
+	DType      int32                  `c:"dtype"`
+	Op         int32                  `c:"op"`
+	AvgDivisor int32                  `c:"avgDivisor"`
+	Count      uint64                 `c:"count"`
+	Dst        uintptr                `c:"dst"`
+}
+
 type cclV1 struct {
 	GetUniqueIDBytes  uintptr `c:"getUniqueIdBytes"`
 	GetUniqueID       uintptr `c:"getUniqueId"`
@@ -236,8 +284,7 @@ type tableV3 struct {
 	CCL          cclV1    `c:"ccl"`
 }
 
-// tableV4 is the newest table: the loader keeps every plugin's table in
-// this form (older tables adapted: their newer entries NULL).
+// tableV4 is ABI v4's table.
 type tableV4 struct {
 	Size         uint32   `c:"size"`
 	ABIVersion   uint32   `c:"abiVersion"`
@@ -251,6 +298,32 @@ type tableV4 struct {
 	GetLastError uintptr  `c:"getLastError"`
 	Device       deviceV4 `c:"device"`
 	CCL          cclV1    `c:"ccl"`
+}
+
+// tableV5 is the newest table: the loader keeps every plugin's table in
+// this form (older tables adapted: their newer entries NULL).
+type tableV5 struct {
+	Size         uint32   `c:"size"`
+	ABIVersion   uint32   `c:"abiVersion"`
+	Name         uintptr  `c:"name"`
+	Vendor       uintptr  `c:"vendor"`
+	Version      uintptr  `c:"version"`
+	Caps         uint64   `c:"caps"`
+	Libraries    uintptr  `c:"libraries"`
+	Init         uintptr  `c:"init"`
+	Fini         uintptr  `c:"fini,optional"`
+	GetLastError uintptr  `c:"getLastError"`
+	Device       deviceV5 `c:"device"`
+	CCL          cclV1    `c:"ccl"`
+}
+
+// fromV4 adapts a v4 table: the same fields, v5's entry NULL.
+func fromV4(t tableV4) tableV5 {
+	out := tableV5{Size: t.Size, ABIVersion: t.ABIVersion, Name: t.Name, Vendor: t.Vendor, Version: t.Version,
+		Caps: t.Caps, Libraries: t.Libraries, Init: t.Init, Fini: t.Fini, GetLastError: t.GetLastError, CCL: t.CCL}
+	// deviceV5 starts with deviceV4's fields, in order (TestABILayout).
+	*(*deviceV4)(unsafe.Pointer(&out.Device)) = t.Device
+	return out
 }
 
 // fromV3 adapts a v3 table: the same fields, v4's entry NULL.

@@ -290,6 +290,67 @@ func (p *Plugin) ReduceLocal(dev int, dst uintptr, srcs []uintptr, count int, dt
 	return err
 }
 
+// RelayAbort is the bit the host sets in a relay's go word, beside the
+// call's value, when it gives up (FLAGCX_RELAY_ABORT): the device stops
+// without writing the call's output.
+const RelayAbort = uint64(1) << 63
+
+// Relay is what one RelayReduce does (flagcxRelay_v5_t): put Bytes of
+// device memory Src in host memory Window, store Value to *Landed, wait
+// until *Go holds Value (or Value|RelayAbort), then fold Srcs into Dst by
+// ReduceLocal's rules. Window, Landed, Go and the host sources are memory
+// registered with HostRegister.
+type Relay struct {
+	Src, Window uintptr
+	Bytes       int
+	Landed, Go  uintptr
+	Value       uint64
+	Srcs        []uintptr
+	Dst         uintptr
+	Count       int
+	DType       sdk.DataType
+	Op          sdk.RedOp
+	AvgDivisor  int
+}
+
+// CanRelay reports whether the plugin has ABI v5's relayReduce entry
+// (whether it relays is RelayReduce's answer to an empty relay).
+func (p *Plugin) CanRelay() bool { return p.Caps&CapDevice != 0 && p.t.Device.RelayReduce != 0 }
+
+// relayArgs holds the flagcxRelay_v5_t a RelayReduce hands to C: heap
+// memory, which the garbage collector never moves, reused across calls.
+var relayArgs = sync.Pool{New: func() any { return new(relayV5) }}
+
+// RelayReduce enqueues r on s, on device dev, by the rules of the
+// relayReduce entry in sdk/include/flagcx_plugin.h. An empty relay (no
+// Bytes, no Count) enqueues nothing and answers whether the plugin
+// relays. A plugin without the entry (ABI v4 or older, or NULL) returns
+// an error wrapping sdk.ErrNotSupported.
+func (p *Plugin) RelayReduce(dev int, r *Relay, s Stream) error {
+	if err := p.needDevice("relayReduce"); err != nil {
+		return err
+	}
+	if p.t.Device.RelayReduce == 0 {
+		return p.errorf("relayReduce", sdk.NotSupported, "plugin ABI v%d without relayReduce: its small calls copy through the host (ABI v5 can: sdk/README.md)", p.ABIVersion)
+	}
+	switch {
+	case len(r.Srcs) < 1 || len(r.Srcs) > MaxReduceSrcs:
+		return p.errorf("relayReduce", sdk.InvalidArgument, "%d sources; one call folds 1 to %d", len(r.Srcs), MaxReduceSrcs)
+	case r.Count < 0 || r.Bytes < 0 || !r.DType.Valid() || !r.Op.Valid() || r.AvgDivisor < 1:
+		return p.errorf("relayReduce", sdk.InvalidArgument, "count %d, bytes %d, data type %d, op %d, avg divisor %d", r.Count, r.Bytes, r.DType, r.Op, r.AvgDivisor)
+	case (r.Count > 0 || r.Bytes > 0) && (r.Landed == 0 || r.Go == 0 || r.Value == 0 || r.Value&RelayAbort != 0):
+		return p.errorf("relayReduce", sdk.InvalidArgument, "landed %#x, go %#x, value %#x: both words and a value in 1..2^63-1 are needed", r.Landed, r.Go, r.Value)
+	}
+	a := relayArgs.Get().(*relayV5)
+	*a = relayV5{Src: r.Src, Window: r.Window, Bytes: uint64(r.Bytes), Landed: r.Landed, Go: r.Go, Value: r.Value,
+		NSrcs: int32(len(r.Srcs)), DType: int32(r.DType), Op: int32(r.Op), AvgDivisor: int32(r.AvgDivisor), Count: uint64(r.Count), Dst: r.Dst}
+	copy(a.Srcs[:], r.Srcs)
+	err := p.sys("relayReduce", p.t.Device.RelayReduce, uintptr(dev), uintptr(unsafe.Pointer(a)), uintptr(s))
+	runtime.KeepAlive(a)
+	relayArgs.Put(a)
+	return err
+}
+
 // HostUnregister undoes HostRegister of the range that starts at ptr.
 func (p *Plugin) HostUnregister(ptr uintptr) error {
 	if err := p.needDevice("hostUnregister"); err != nil {

@@ -34,7 +34,7 @@ func cText(t *testing.T, lib, sym string) string {
 // the vendors the ABI must fit: a 136-byte unique id (as CNCL), no float64
 // and no avg (as CNCL), no event timing or query (as the XPU runtime), and
 // no gather/scatter/alltoall(v) (the loader composes them). Macros make the
-// broken variants: MOCK_V2 (the v2 table), MOCK_ABI, MOCK_SIZE_DELTA, MOCK_NULL_MEMCOPY,
+// broken variants: MOCK_V2 (the v2 table), MOCK_V4 (the v4 table), MOCK_ABI, MOCK_SIZE_DELTA, MOCK_NULL_MEMCOPY,
 // MOCK_INIT_FAIL.
 const mockPluginC = `
 #include <stdio.h>
@@ -47,9 +47,15 @@ const mockPluginC = `
 #endif
 #define MOCK_TABLE_T flagcxVendorPlugin_v2_t
 #define MOCK_TABLE flagcxVendorPlugin_v2
-#else
+#elif defined(MOCK_V4) /* an ABI v4 plugin: the v4 table, no relayReduce */
+#ifndef MOCK_ABI
+#define MOCK_ABI 4
+#endif
 #define MOCK_TABLE_T flagcxVendorPlugin_v4_t
 #define MOCK_TABLE flagcxVendorPlugin_v4
+#else
+#define MOCK_TABLE_T flagcxVendorPlugin_v5_t
+#define MOCK_TABLE flagcxVendorPlugin_v5
 #endif
 #ifndef MOCK_ABI
 #define MOCK_ABI FLAGCX_PLUGIN_ABI_VERSION
@@ -163,6 +169,19 @@ static flagcxResult_t memGetInfo(int d, size_t* freeBytes, size_t* totalBytes) {
   *totalBytes = (size_t)1 << 30; *freeBytes = (size_t)3 << 28; return flagcxSuccess;
 }
 #endif
+#if !defined(MOCK_V2) && !defined(MOCK_V4)
+/* relayReduce notes every field it was handed and, being a mock without a
+ * device, stores the value to landed at once. */
+static flagcxResult_t relayReduce(int d, const flagcxRelay_v5_t* r, flagcxStream_t st) {
+  char m[256]; (void)st;
+  snprintf(m, sizeof m, "relay(%d,%p,%p,%llu,%llu,%d:%p:%p,%d,%d,%d,%llu,%p);", d, r->src, r->window,
+           (unsigned long long)r->bytes, (unsigned long long)r->value, r->nsrcs, r->srcs[0], r->srcs[r->nsrcs - 1],
+           r->dtype, r->op, r->avgDivisor, (unsigned long long)r->count, r->dst);
+  note(m);
+  if (r->bytes || r->count) *r->landed = r->value;
+  return flagcxSuccess;
+}
+#endif
 
 __attribute__((visibility("default"))) const MOCK_TABLE_T MOCK_TABLE = {
   .size = sizeof(MOCK_TABLE_T) + MOCK_SIZE_DELTA, .abiVersion = MOCK_ABI,
@@ -179,6 +198,9 @@ __attribute__((visibility("default"))) const MOCK_TABLE_T MOCK_TABLE = {
     .eventDestroy = eventDestroy, .eventRecord = eventRecord, .eventSynchronize = eventSync,
 #ifndef MOCK_V2
     .memGetInfo = memGetInfo,
+#endif
+#if !defined(MOCK_V2) && !defined(MOCK_V4)
+    .relayReduce = relayReduce,
 #endif
   },
   .ccl = {.getUniqueIdBytes = uidBytes, .getUniqueId = uid, .commInitRank = commInitRank, .commDestroy = commDestroy,

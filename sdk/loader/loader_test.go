@@ -29,6 +29,8 @@ func TestABILayout(t *testing.T) {
 		{"flagcxVendorPlugin_v2_t", tableV2{}},
 		{"flagcxVendorPlugin_v3_t", tableV3{}},
 		{"flagcxVendorPlugin_v4_t", tableV4{}},
+		{"flagcxVendorPlugin_v5_t", tableV5{}},
+		{"flagcxRelay_v5_t", relayV5{}},
 		{"flagcxPluginLibrary_v1_t", libraryV1{}},
 		{"flagcxPluginInfo_v1_t", pluginInfoV1{}},
 		{"flagcxLibraryStatus_v1_t", libraryStatusV1{}},
@@ -70,6 +72,7 @@ func TestABILayout(t *testing.T) {
 		{"flagcxAvg", int64(sdk.Avg)}, {"flagcxNumRedOps", int64(sdk.NumRedOps)},
 		{"flagcxMemcpyHostToDevice", int64(HostToDevice)}, {"flagcxMemcpyDeviceToHost", int64(DeviceToHost)}, {"flagcxMemcpyDeviceToDevice", int64(DeviceToDevice)},
 		{"flagcxMemHost", int64(MemHost)}, {"flagcxMemDevice", int64(MemDevice)}, {"flagcxMemManaged", int64(MemManaged)},
+		{"FLAGCX_REDUCE_MAX_SRCS", MaxReduceSrcs}, {"(long long)FLAGCX_RELAY_ABORT", int64(-1 << 63)},
 		{"flagcxLinkFabric", int64(LinkFabric)}, {"flagcxLinkSystem", int64(LinkSystem)}, {"flagcxLogTrace", int64(LogTrace)},
 	}
 	for _, c := range consts {
@@ -112,21 +115,21 @@ func badFiles() []badFile {
 		}, ErrNotSharedObject, []string{"not a shared object"}},
 		{"nosym", func(t *testing.T, path string) {
 			compileC(t, path, "int someOtherLibrary = 1;\n")
-		}, ErrNoTable, []string{"does not export flagcxVendorPlugin_v4 or flagcxVendorPlugin_v3 or flagcxVendorPlugin_v2 or flagcxVendorPlugin_v1", "not a flagcx-go vendor plugin"}},
+		}, ErrNoTable, []string{"does not export flagcxVendorPlugin_v5 or flagcxVendorPlugin_v4 or flagcxVendorPlugin_v3 or flagcxVendorPlugin_v2 or flagcxVendorPlugin_v1", "not a flagcx-go vendor plugin"}},
 		{"future", func(t *testing.T, path string) {
 			compileC(t, path, "#include \"flagcx_plugin.h\"\n__attribute__((visibility(\"default\"))) const int flagcxVendorPlugin_v7 = 7;\n")
 		}, ErrNoTable, []string{"flagcxVendorPlugin_v7", "does not know"}},
 		{"abi99", func(t *testing.T, path string) {
 			compileC(t, path, mockPluginC, "-DMOCK_ABI=99")
-		}, ErrUnknownABI, []string{"abiVersion 99", "loads versions [4 3 2 1]"}},
-		{"v2says4", func(t *testing.T, path string) {
+		}, ErrUnknownABI, []string{"abiVersion 99", "loads versions [5 4 3 2 1]"}},
+		{"v2says5", func(t *testing.T, path string) {
 			// A version this build loads, under another version's symbol:
-			// the message must not call version 4 unknown.
-			compileC(t, path, mockPluginC, "-DMOCK_V2", "-DMOCK_ABI=4")
-		}, ErrUnknownABI, []string{"table flagcxVendorPlugin_v2 says abiVersion 4, but a table exported as flagcxVendorPlugin_v2 must say 2 (an ABI v4 table is exported as flagcxVendorPlugin_v4)"}},
+			// the message must not call version 5 unknown.
+			compileC(t, path, mockPluginC, "-DMOCK_V2", "-DMOCK_ABI=5")
+		}, ErrUnknownABI, []string{"table flagcxVendorPlugin_v2 says abiVersion 5, but a table exported as flagcxVendorPlugin_v2 must say 2 (an ABI v5 table is exported as flagcxVendorPlugin_v5)"}},
 		{"size", func(t *testing.T, path string) {
 			compileC(t, path, mockPluginC, "-DMOCK_SIZE_DELTA=8")
-		}, ErrBadTable, []string{"size field 448", "is 440 bytes", "rebuild"}},
+		}, ErrBadTable, []string{"size field 456", "is 448 bytes", "rebuild"}},
 		{"nullentry", func(t *testing.T, path string) {
 			compileC(t, path, mockPluginC, "-DMOCK_NULL_MEMCOPY")
 		}, ErrBadTable, []string{"required entries are NULL: device.memCopy"}},
@@ -454,5 +457,5 @@ func TestCallErrorWrapsSentinels(t *testing.T) {
 		require.Contains(t, err.Error(), "vendor says")
 	}
 	require.Equal(t, "not supported", sdk.NotSupported.String())
-	require.Equal(t, []int{sdk.PluginABIVersion, 3, 2, 1}, KnownABIVersions())
+	require.Equal(t, []int{sdk.PluginABIVersion, 4, 3, 2, 1}, KnownABIVersions())
 }

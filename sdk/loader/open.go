@@ -50,14 +50,15 @@ type probe struct {
 	symbol  string
 	version uint32
 	size    uintptr
-	adapt   func(addr uintptr) tableV4
+	adapt   func(addr uintptr) tableV5
 }
 
 var probes = []probe{
-	{"flagcxVendorPlugin_v4", 4, unsafe.Sizeof(tableV4{}), func(addr uintptr) tableV4 { return *(*tableV4)(cmem.Ptr(addr)) }},
-	{"flagcxVendorPlugin_v3", 3, unsafe.Sizeof(tableV3{}), func(addr uintptr) tableV4 { return fromV3(*(*tableV3)(cmem.Ptr(addr))) }},
-	{"flagcxVendorPlugin_v2", 2, unsafe.Sizeof(tableV2{}), func(addr uintptr) tableV4 { return fromV3(fromV2(*(*tableV2)(cmem.Ptr(addr)))) }},
-	{"flagcxVendorPlugin_v1", 1, unsafe.Sizeof(tableV1{}), func(addr uintptr) tableV4 { return fromV3(fromV1(*(*tableV1)(cmem.Ptr(addr)))) }},
+	{"flagcxVendorPlugin_v5", 5, unsafe.Sizeof(tableV5{}), func(addr uintptr) tableV5 { return *(*tableV5)(cmem.Ptr(addr)) }},
+	{"flagcxVendorPlugin_v4", 4, unsafe.Sizeof(tableV4{}), func(addr uintptr) tableV5 { return fromV4(*(*tableV4)(cmem.Ptr(addr))) }},
+	{"flagcxVendorPlugin_v3", 3, unsafe.Sizeof(tableV3{}), func(addr uintptr) tableV5 { return fromV4(fromV3(*(*tableV3)(cmem.Ptr(addr)))) }},
+	{"flagcxVendorPlugin_v2", 2, unsafe.Sizeof(tableV2{}), func(addr uintptr) tableV5 { return fromV4(fromV3(fromV2(*(*tableV2)(cmem.Ptr(addr))))) }},
+	{"flagcxVendorPlugin_v1", 1, unsafe.Sizeof(tableV1{}), func(addr uintptr) tableV5 { return fromV4(fromV3(fromV1(*(*tableV1)(cmem.Ptr(addr))))) }},
 }
 
 // KnownABIVersions lists the table versions this build loads, newest first.

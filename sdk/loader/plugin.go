@@ -87,7 +87,7 @@ type Plugin struct {
 	Libraries  []LibrarySpec
 
 	handle uintptr
-	t      tableV4
+	t      tableV5
 	fn     boundFuncs
 
 	mu          sync.Mutex  // serializes Init and Fini
@@ -153,7 +153,7 @@ func (p *Plugin) bind() {
 		reg(&f.eventCreate, d.EventCreate)
 		reg(&f.eventElapsedTime, d.EventElapsedTime)
 	} else {
-		t.Device = deviceV4{} // entries of an undeclared group are never called
+		t.Device = deviceV5{} // entries of an undeclared group are never called
 	}
 	if p.Caps&CapCCL != 0 {
 		c := &t.CCL

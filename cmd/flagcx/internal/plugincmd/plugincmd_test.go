@@ -76,7 +76,7 @@ func TestListingsEmulated(t *testing.T) {
 	s := out.String()
 	t.Log("\n" + s)
 	require.Contains(t, s, "vendor runtimes: emulated (vendorsim)")
-	require.Regexp(t, `nvidia\s+NVIDIA\s+v4\s+loads \(emulated\)\s+`+regexpQuote(filepath.Join(dir, "libflagcx-nvidia.so")), s)
+	require.Regexp(t, `nvidia\s+NVIDIA\s+v5\s+loads \(emulated\)\s+`+regexpQuote(filepath.Join(dir, "libflagcx-nvidia.so")), s)
 	require.Regexp(t, `notes\s+-\s+-\s+invalid plugin file`, s)
 	require.Contains(t, s, "notes: skipped: plugin file "+filepath.Join(dir, "libflagcx-notes.so")+": is not a shared object")
 	require.Contains(t, s, "EMULATED vendor runtimes")
@@ -103,7 +103,7 @@ func TestListingsWithoutVendorRuntime(t *testing.T) {
 	require.NoError(t, Plugins(&out, opts(dir, false)), "a plugin that does not load is information, not an error")
 	s := out.String()
 	t.Log("\n" + s)
-	require.Regexp(t, `nvidia\s+NVIDIA\s+v4\s+does not load`, s)
+	require.Regexp(t, `nvidia\s+NVIDIA\s+v5\s+does not load`, s)
 	require.Regexp(t, `does not load: .*(FLAGCX_NVIDIA_CUDART|FLAGCX_NVIDIA_NCCL)`, s)
 
 	out.Reset()
@@ -149,7 +149,7 @@ func TestRealGPUListing(t *testing.T) {
 	var out bytes.Buffer
 	require.NoError(t, Plugins(&out, opts(dir, false)))
 	t.Log("\n" + out.String())
-	require.Regexp(t, `nvidia\s+NVIDIA\s+v4\s+loads\s`, out.String())
+	require.Regexp(t, `nvidia\s+NVIDIA\s+v5\s+loads\s`, out.String())
 	out.Reset()
 	require.NoError(t, Devices(&out, opts(dir, false)))
 	t.Log("\n" + out.String())
