@@ -28,6 +28,9 @@ type Layout struct {
 	// reduce on the devices rather than on the host (and reduces and
 	// reducescatters of up to sched.MaxDeviceReduceClusters ranks).
 	DeviceReduce bool
+	// Relay: on those windows, a device rank's small allreduces (and the
+	// reduces it roots) take one launch each (the plugins' relayReduce).
+	Relay bool
 	// StagedDeviceReduce: on the staged schedules (no shared windows),
 	// device leaders fold the reducescatters' and reduces' exchanged
 	// partials on their devices (up to three clusters; two leaders'
@@ -65,6 +68,7 @@ func (c *Comm) Layout() Layout {
 	l := c.layout
 	out := Layout{HostPath: c.opts.HostPath, Chunk: c.opts.Chunk, ShmWindow: c.opts.ShmWindow, text: l.String()}
 	out.DeviceReduce = out.ShmWindow > 0 && sched.DeviceReduces(l, c.opts)
+	out.Relay = out.ShmWindow > 0 && c.opts.ShmRelay
 	out.StagedDeviceReduce = out.ShmWindow == 0 && !l.IsHomogeneous() && !c.opts.HostPath && c.opts.StagedDeviceReduce && len(l.Clusters) <= 3
 	for _, cl := range l.Clusters {
 		out.Clusters = append(out.Clusters, Cluster{Index: cl.Index, Vendor: cl.Vendor, Plugin: cl.Plugin,

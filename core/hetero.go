@@ -563,7 +563,7 @@ func (c *Comm) start() error {
 	// devices only if every rank wants it and every device rank can.
 	// Each rank's links (their transports, for the link table) travel in
 	// the same exchange.
-	const failed, noShm, noDeviceReduce, noStagedFold = 1, 2, 4, 8
+	const failed, noShm, noDeviceReduce, noStagedFold, noRelay = 1, 2, 4, 8, 16
 	rec := 1 + c.n
 	flag := append([]byte{0}, c.world.linkCodes()...)
 	if startErr != nil {
@@ -579,6 +579,9 @@ func (c *Comm) start() error {
 	if !devFolds {
 		flag[0] |= noStagedFold
 	}
+	if !shmOK || (c.be.OnDevice() && !c.shm.relay.on) {
+		flag[0] |= noRelay
+	}
 	flags := make([]byte, c.n*rec)
 	if err := c.world.run(&sdk.Call{Coll: sdk.AllGather, Count: rec, DType: sdk.Uint8}, flag, flags); err != nil {
 		return errors.Join(startErr, fmt.Errorf("rank %d: agreeing on the start: %w", c.rank, err))
@@ -588,7 +591,7 @@ func (c *Comm) start() error {
 	}
 	c.world.links = flags
 	var bad []int
-	deviceReduce := shmOK
+	deviceReduce, relay := shmOK, shmOK
 	for r := 0; r < c.n; r++ {
 		f := flags[r*rec]
 		if f&failed != 0 {
@@ -596,6 +599,7 @@ func (c *Comm) start() error {
 		}
 		shmOK = shmOK && f&noShm == 0
 		deviceReduce = deviceReduce && f&noDeviceReduce == 0
+		relay = relay && f&noRelay == 0
 		devFolds = devFolds && f&noStagedFold == 0
 	}
 	if len(bad) > 0 {
@@ -608,6 +612,7 @@ func (c *Comm) start() error {
 	if shmOK {
 		c.opts.ShmWindow = c.shm.windowMin()
 		c.opts.ShmDeviceReduce = deviceReduce
+		c.opts.ShmRelay = relay
 	} else if err := c.releaseShm(); err != nil {
 		return fmt.Errorf("rank %d: releasing the shared windows: %w", c.rank, err)
 	}

@@ -39,6 +39,8 @@ type shmPlane struct {
 	reducesOnDevice bool
 	scratch         uintptr
 	scratchBytes    int
+	// relay is a device rank's relays (hetero_relay.go).
+	relay relayState
 }
 
 // scratchProbe is the device scratch setupShm allocates to ask the plugin
@@ -61,6 +63,10 @@ func (c *Comm) setupShm() bool {
 		return true
 	}
 	sp.reducesOnDevice = c.wantDeviceReduce && c.probeDeviceReduce()
+	// A relay folds on the device too: FLAGCX_DEVICE_REDUCE=0 turns both off.
+	if sp.relay.on = sp.reducesOnDevice && c.probeRelay(); sp.relay.on {
+		node.SetPostGate(c.relayGate)
+	}
 	if !p.CanRegisterHost() {
 		return false // ABI v1: the staged schedules run
 	}
@@ -173,10 +179,15 @@ func (c *Comm) releaseShm() error {
 		return nil
 	}
 	var errs []error
+	if sp.relay.pending {
+		// The device may still read the windows.
+		errs = append(errs, p.EventSynchronize(sp.relay.done))
+	}
+	sp.node.SetPostGate(nil)
 	for _, addr := range sp.registered {
 		errs = append(errs, p.HostUnregister(addr))
 	}
-	for _, e := range append(append(append([]loader.Event{sp.start}, sp.reduced...), sp.input...), sp.outpt...) {
+	for _, e := range append(append(append([]loader.Event{sp.start, sp.relay.done}, sp.reduced...), sp.input...), sp.outpt...) {
 		if e != 0 {
 			errs = append(errs, p.EventDestroy(e))
 		}

@@ -133,6 +133,8 @@ func (r *shmRun) step(st *sched.Step) error {
 		return r.dev.StreamSynchronize(r.c.laneStream(st.Lane, r.s))
 	case sched.KindDevFold:
 		return r.devFold(st)
+	case sched.KindRelay:
+		return r.relay(st)
 	}
 	return fmt.Errorf("%w: step %s in the shared windows", sdk.ErrInternalError, st)
 }

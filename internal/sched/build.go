@@ -40,6 +40,10 @@ type Options struct {
 	// (ABI v4's reduceLocal), so an AllReduce over device clusters only
 	// on PathShm reduces there and the host only relays (shm.go).
 	ShmDeviceReduce bool
+	// ShmRelay: every device rank's plugin relays (ABI v5's relayReduce),
+	// so a device rank's small AllReduce or Reduce on PathShm takes one
+	// launch (shm_steps.go, relays).
+	ShmRelay bool
 	// StagedDeviceReduce: every device rank's plugin reduces on its
 	// device, so a device leader of a staged ReduceScatter folds what the
 	// other leaders send it there (c2c.go, rsDevFolds).

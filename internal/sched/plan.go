@@ -188,9 +188,16 @@ const (
 	// KindDevFold folds each of Folds on this rank's device (the
 	// plugin's reduceLocal), on Lane's stream.
 	KindDevFold
+	// KindRelay is a one-step call of a device rank in one launch on
+	// Lane's stream (the plugin's relayReduce): the device puts
+	// Copies[0] in this rank's window and raises the landed word, the
+	// host publishes step Label and waits for every rank's, the device
+	// folds Folds[0]. Dst holds the landed and go words (two lines of
+	// this rank's window).
+	KindRelay
 )
 
-var kindNames = []string{"copy", "intra", "inter", "world", "scale", "reduce", "mark", "await", "drain", "step", "post", "fold", "fold-posted", "devfold"}
+var kindNames = []string{"copy", "intra", "inter", "world", "scale", "reduce", "mark", "await", "drain", "step", "post", "fold", "fold-posted", "devfold", "relay"}
 
 // collective reports whether a step of kind k runs a collective (Coll).
 func (k Kind) collective() bool { return k == KindIntra || k == KindInter || k == KindWorld }
@@ -401,7 +408,7 @@ func (s Step) String() string {
 		fmt.Fprintf(&b, "scale %s %s by 1/%d", s.DType, s.Dst, s.N)
 	case KindReduce:
 		fmt.Fprintf(&b, "reduce %s %s: %s op= %s", s.DType, s.Op, s.Dst, s.Src)
-	case KindMark, KindAwait, KindDrain, KindSync, KindPost, KindFold, KindFoldPosted, KindDevFold:
+	case KindMark, KindAwait, KindDrain, KindSync, KindPost, KindFold, KindFoldPosted, KindDevFold, KindRelay:
 		s.shmString(&b)
 	default:
 		fmt.Fprintf(&b, "%s %s", s.Kind, s.Coll.Title())

@@ -174,6 +174,11 @@ var (
 	// step; four slots keep two chunks of outbound copies ahead of them.
 	ShmDeviceSlots = 4
 	ShmDeviceLag   = 2
+	// ShmRelayMax: a device rank relays one-step AllReduces and Reduces
+	// of at most this many bytes (shm_steps.go, relays): one block of
+	// the device's threads reads every rank's input over the host link,
+	// which pays for small calls only.
+	ShmRelayMax = 16 << 10
 	// ShmDeviceChunkScale sizes the device-reduced pipeline's chunks:
 	// sqrt(bytes * ShmDeviceChunkScale) (deviceChunk says why).
 	ShmDeviceChunkScale = 256 << 10

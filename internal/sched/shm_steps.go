@@ -126,6 +126,10 @@ func (s *shmBuilder) part(k int) Range {
 // alternates them) that another still reads.
 func (s *shmBuilder) oneShot() {
 	B, coll := s.block, s.call.Coll
+	if s.relays() {
+		s.relay()
+		return
+	}
 	if s.puts() {
 		var cps []CopyPair
 		for bl := 0; bl < s.g.Blocks; bl++ {
@@ -158,6 +162,40 @@ func (s *shmBuilder) oneShot() {
 		s.copies(s.copyLane(LaneIntra), -1, out)
 		s.drain(LaneIntra)
 	}
+}
+
+// relayWords are the bytes after a one-step call's input area in which a
+// relaying rank's landed and go words sit, a cache line each.
+const relayWords = 128
+
+// relays reports whether this rank's one-step call takes one launch
+// (KindRelay): a device rank whose plugin relays (every device rank's
+// does: Options.ShmRelay) folds a small AllReduce, or the Reduce it is the
+// root of, from at most MaxDeviceReduceClusters inputs, and its window's
+// half has room for the words.
+func (s *shmBuilder) relays() bool {
+	coll := s.call.Coll
+	return s.dev && s.o.ShmRelay && (coll == sdk.AllReduce || (coll == sdk.Reduce && s.rank == s.call.Root)) &&
+		s.block <= ShmRelayMax && s.n <= MaxDeviceReduceClusters && s.g.In+relayWords <= s.o.ShmWindow/2
+}
+
+// relay: the device puts this rank's input in its window and raises the
+// landed word; the host publishes the step and waits for every rank's,
+// then raises the go word; the device folds every rank's input (its own
+// from the send buffer, where it already is) into the receive buffer. The
+// host waits for no device work: the fold follows in the caller's stream.
+func (s *shmBuilder) relay() {
+	B := s.block
+	f := Fold{Dst: ref(BufRecv, 0, B)}
+	for q := 0; q < s.n; q++ {
+		src := s.win(q, 0, B)
+		if q == s.rank {
+			src = ref(BufSend, 0, B)
+		}
+		f.Srcs = append(f.Srcs, src)
+	}
+	s.add(Step{Lane: LaneIntra, Kind: KindRelay, Copies: []CopyPair{{Src: ref(BufSend, 0, B), Dst: s.win(s.rank, 0, B)}},
+		Folds: []Fold{f}, Dst: s.win(s.rank, s.g.In, relayWords), DType: s.call.DType, Op: s.call.Op, N: s.n, Chunk: -1})
 }
 
 // oneShotOut are the copies out of the windows of a one-step call that
@@ -464,6 +502,10 @@ func (s Step) shmString(b *strings.Builder) {
 		fmt.Fprintf(b, "step %d (publish, wait for every rank's)", s.Label)
 	case KindPost:
 		fmt.Fprintf(b, "post step %d", s.Label)
+	case KindRelay:
+		c := s.Copies[0]
+		fmt.Fprintf(b, "relay (one launch; landed and go words in %s): copy %s -> %s, post step %d, wait for every rank's; on the device, ", s.Dst, c.Src, c.Dst, s.Label)
+		Step{Kind: KindFold, DType: s.DType, Op: s.Op, Folds: s.Folds}.shmString(b)
 	default: // the folds
 		fmt.Fprintf(b, "%s %s %s:", s.Kind, s.DType, s.Op)
 		for i, f := range s.Folds {

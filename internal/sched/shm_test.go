@@ -395,3 +395,79 @@ func TestStagedAllReduceDeviceFold(t *testing.T) {
 		})
 	}
 }
+
+// TestShmRelayPlan: where every device rank's plugin relays, a device
+// rank's small one-step AllReduce (or the Reduce it roots) is one relay
+// step that folds every rank's input in rank order, its own from the send
+// buffer; host ranks keep their steps; larger calls, other collectives,
+// other roots and too many inputs keep the copies.
+func TestShmRelayPlan(t *testing.T) {
+	dev := Member{Rank: 0, Vendor: "A", Plugin: "a", Types: ^uint32(0), Ops: ^uint32(0)}
+	members := func(n int) []Member {
+		ms := []Member{dev}
+		for r := 1; r < n; r++ {
+			ms = append(ms, Member{Rank: r, Vendor: HostVendor})
+		}
+		return ms
+	}
+	for _, tc := range []struct {
+		name       string
+		n, rank    int
+		call       Call
+		relay      bool
+		wantRelay  bool
+		wantKinds  []Kind
+		wantSource []Buf
+	}{
+		{"700 B AllReduce on nvidia:1,host:3", 4, 0, Call{Coll: sdk.AllReduce, Count: 175, DType: sdk.Float32, Op: sdk.Sum}, true, true,
+			[]Kind{KindRelay}, []Buf{BufSend, BufWindow, BufWindow, BufWindow}},
+		{"the host ranks keep their steps", 4, 2, Call{Coll: sdk.AllReduce, Count: 175, DType: sdk.Float32, Op: sdk.Sum}, true, false,
+			[]Kind{KindCopy, KindPost, KindFoldPosted}, nil},
+		{"a plugin that does not relay", 4, 0, Call{Coll: sdk.AllReduce, Count: 175, DType: sdk.Float32, Op: sdk.Sum}, false, false,
+			[]Kind{KindCopy, KindDrain, KindPost, KindFoldPosted, KindCopy, KindDrain}, nil},
+		{"Reduce at its root", 3, 0, Call{Coll: sdk.Reduce, Count: 16, DType: sdk.Int32, Op: sdk.Max, Root: 0}, true, true,
+			[]Kind{KindRelay}, []Buf{BufSend, BufWindow, BufWindow}},
+		{"Reduce elsewhere", 3, 0, Call{Coll: sdk.Reduce, Count: 16, DType: sdk.Int32, Op: sdk.Max, Root: 1}, true, false,
+			[]Kind{KindCopy, KindDrain, KindSync}, nil},
+		{"beyond ShmRelayMax", 2, 0, Call{Coll: sdk.AllReduce, Count: ShmRelayMax/4 + 1, DType: sdk.Float32, Op: sdk.Sum}, true, false,
+			[]Kind{KindCopy, KindDrain, KindPost, KindFoldPosted, KindCopy, KindDrain}, nil},
+		{"more inputs than one fold takes", MaxDeviceReduceClusters + 1, 0, Call{Coll: sdk.AllReduce, Count: 4, DType: sdk.Float32, Op: sdk.Sum}, true, false,
+			[]Kind{KindCopy, KindDrain, KindPost, KindFoldPosted, KindCopy, KindDrain}, nil},
+		{"AllGather copies", 2, 0, Call{Coll: sdk.AllGather, Count: 16, DType: sdk.Float32}, true, false,
+			[]Kind{KindCopy, KindDrain, KindSync, KindCopy, KindDrain}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := NewLayout(members(tc.n), nil)
+			require.NoError(t, err)
+			p, err := Build(l, tc.rank, tc.call, Options{ShmWindow: 4 << 20, ShmRelay: tc.relay})
+			require.NoError(t, err)
+			require.Equal(t, PathShm, p.Path)
+			require.True(t, p.Shm.OneShot)
+			var kinds []Kind
+			for _, st := range p.Steps {
+				kinds = append(kinds, st.Kind)
+			}
+			require.Equal(t, tc.wantKinds, kinds)
+			if !tc.wantRelay {
+				return
+			}
+			st := p.Steps[0]
+			B := tc.call.Count * tc.call.DType.Size()
+			require.Equal(t, []CopyPair{{Src: Ref{Buf: BufSend, Len: B}, Dst: Ref{Buf: BufWindow, Idx: tc.rank, Len: B}}}, st.Copies)
+			require.Equal(t, Ref{Buf: BufWindow, Idx: tc.rank, Off: p.Shm.In, Len: relayWords}, st.Dst, "the words after the input area")
+			require.Len(t, st.Folds, 1)
+			f := st.Folds[0]
+			require.Equal(t, Ref{Buf: BufRecv, Len: B}, f.Dst)
+			for q, src := range f.Srcs {
+				require.Equal(t, tc.wantSource[q], src.Buf, "source %d", q)
+				require.Equal(t, B, src.Len)
+				if src.Buf == BufWindow {
+					require.Equal(t, q, src.Idx, "rank order")
+				}
+			}
+			require.Equal(t, tc.call.Op, st.Op)
+			require.Equal(t, tc.n, st.N)
+			require.Contains(t, st.String(), "relay (one launch")
+		})
+	}
+}

@@ -38,7 +38,14 @@ type ShmNode struct {
 	mu     sync.RWMutex // held shared from Enter to Exit; close takes it before the Mesh unmaps
 	closed atomic.Bool
 	broken error
+	gate   func() error // SetPostGate
 }
+
+// SetPostGate makes every Post run gate first and fail with its error: a
+// rank whose device may still read the windows of an earlier step
+// (core's relays) holds its next step back until that is done, because
+// each step lets the other ranks write a half of their windows again.
+func (n *ShmNode) SetPostGate(gate func() error) { n.gate = gate }
 
 // Size is the number of ranks of the host; Index this rank's position.
 func (n *ShmNode) Size() int  { return len(n.ranks) }
@@ -99,6 +106,11 @@ func (n *ShmNode) Post(sig uint64) error {
 		// %v: the earlier Wait's error (a timeout, a mismatch) is not this
 		// call's; it matches ErrClosed alone.
 		return fmt.Errorf("hostnet: shm step: %w: unusable after an earlier error (%v)", wire.ErrClosed, n.broken)
+	}
+	if n.gate != nil {
+		if err := n.gate(); err != nil {
+			return err
+		}
 	}
 	n.step++
 	n.sig = sig

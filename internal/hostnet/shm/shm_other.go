@@ -41,6 +41,7 @@ func (n *ShmNode) Cores() int                              { return 1 }
 func (n *ShmNode) Enter() error                            { return ErrNotLinux }
 func (n *ShmNode) Exit()                                   {}
 func (n *ShmNode) Post(uint64) error                       { return ErrNotLinux }
+func (n *ShmNode) SetPostGate(func() error)                {}
 func (n *ShmNode) Wait(int) error                          { return ErrNotLinux }
 func (n *ShmNode) Sync(uint64) error                       { return ErrNotLinux }
 func (n *ShmNode) Close()                                  {}

@@ -103,6 +103,9 @@ func (h *heteroBackend) describe() []string {
 		if l.DeviceReduce {
 			how += fmt.Sprintf("; allreduces (and reduces and reducescatters of up to %d ranks) beyond the one-step size fold on the devices (reduceLocal)", sched.MaxDeviceReduceClusters)
 		}
+		if l.Relay {
+			how += fmt.Sprintf("; a device rank's allreduces (and reduces it roots) of up to %s take one launch (relayReduce)", bytesize.Compact(int64(sched.ShmRelayMax)))
+		}
 	case !l.IsHomogeneous():
 		how = fmt.Sprintf("schedules: c2c for allreduce, reduce, broadcast, allgather, reducescatter (pipeline chunk %s); direct p2p across clusters for alltoall(v), gather, scatter, sendrecv", bytesize.Compact(int64(l.Chunk)))
 		if l.StagedDeviceReduce {
