@@ -76,7 +76,8 @@ struct vsim_stream {
   vsim_item *head, *tail;
   pthread_t thread;
   int has_thread, stop;
-  int failed; /* an item failed since the last synchronise */
+  int destroying; /* vsim_stream_destroy runs: work that waits on the host gives up */
+  int failed;     /* an item failed since the last synchronise */
 };
 
 struct vsim_event {
@@ -154,6 +155,13 @@ vsim_stream* vsim_stream_lookup(const void* h) {
 }
 
 int vsim_stream_device(const vsim_stream* s) { return s->device; }
+
+int vsim_stream_destroying(vsim_stream* s) {
+  pthread_mutex_lock(&lock);
+  int d = s->destroying;
+  pthread_mutex_unlock(&lock);
+  return d;
+}
 
 /* ---- the worker ---------------------------------------------------- */
 
@@ -382,7 +390,10 @@ int vsim_stream_destroy(void* h) {
     pthread_mutex_unlock(&lock);
     return -1;
   }
-  /* As in CUDA, work already enqueued still runs. */
+  /* As in CUDA, work already enqueued still runs; work that waits for the
+   * host (a relay waiting for its go) sees destroying and gives up instead
+   * of holding the destroy until its own deadline. */
+  s->destroying = 1;
   (void)sync_locked(s);
   s->destroyed = 1;
   s->stop = 1;

@@ -160,6 +160,9 @@ VSIM_API vsim_stream* vsim_stream_default(int device); /* the handles 0, legacy,
 VSIM_API vsim_stream* vsim_stream_lookup(const void* s); /* created streams only */
 VSIM_API int vsim_stream_device(const vsim_stream* s);
 VSIM_API int vsim_stream_destroy(void* s); /* 0 ok, -1 not a live stream; runs its work first */
+/* 1 once vsim_stream_destroy(s) started: an item that waits for the host
+ * (cudart.c's relay) polls it and gives up rather than hold the destroy. */
+VSIM_API int vsim_stream_destroying(vsim_stream* s);
 VSIM_API int vsim_stream_enqueue(vsim_stream* s, vsim_work_fn fn, void* arg); /* -1 no memory */
 VSIM_API int vsim_stream_enqueue_joined(vsim_stream** ss, int n, vsim_work_fn fn, void* arg);
 VSIM_API int vsim_stream_copy(vsim_stream* s, void* dst, const void* src, size_t n);

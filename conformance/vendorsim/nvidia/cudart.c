@@ -15,9 +15,11 @@
  * Only this file's CUDA names are exported; everything else is hidden.
  */
 #include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <stdlib.h>
 
@@ -47,7 +49,8 @@ typedef enum cudaError {
   cudaErrorIllegalAddress = 700,
   cudaErrorLaunchFailure = 719,
   cudaErrorHostMemoryAlreadyRegistered = 712,
-  cudaErrorHostMemoryNotRegistered = 713
+  cudaErrorHostMemoryNotRegistered = 713,
+  cudaErrorNotSupported = 801
 } cudaError_t;
 
 enum cudaMemcpyKind {
@@ -245,6 +248,19 @@ EXPORT cudaError_t cudaMemGetInfo(size_t* free, size_t* total) {
 EXPORT cudaError_t cudaHostUnregister(void* ptr) {
   if (vsim_mem_unregister(ptr) != 0)
     return fail(cudaErrorHostMemoryNotRegistered, __func__, "%p is not the start of a registered range", ptr);
+  return cudaSuccess;
+}
+
+/* Pinned and registered memory is reachable from the device at the host's
+ * own address (the emulated device's memory is host memory, and the
+ * device answers 1 to cudaDevAttrCanUseHostPointerForRegisteredMem). */
+EXPORT cudaError_t cudaHostGetDevicePointer(void** pDevice, void* pHost, unsigned int flags) {
+  vsim_mem_info info;
+  if (pDevice == NULL) return fail(cudaErrorInvalidValue, __func__, "pDevice is NULL");
+  if (flags != 0) return fail(cudaErrorInvalidValue, __func__, "flags 0x%x (must be 0)", flags);
+  if (vsim_mem_query(pHost, &info) != VSIM_MEM_HOST)
+    return fail(cudaErrorInvalidValue, __func__, "%p is not pinned or registered host memory", pHost);
+  *pDevice = pHost;
   return cudaSuccess;
 }
 
@@ -449,44 +465,52 @@ EXPORT cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_
 
 /* ---- compute capability, libraries and kernels (CUDA 12+) ---- */
 
-/* cudaDeviceAttr: ComputeCapabilityMajor 75, Minor 76. The emulated device
- * says 9.0 (a Hopper), the only attributes the plugins ask for. */
+/* cudaDeviceAttr: ComputeCapabilityMajor 75, Minor 76: the emulated
+ * device says 9.0 (a Hopper); CanUseHostPointerForRegisteredMem 91: yes
+ * (cudaHostGetDevicePointer says why). The only attributes the plugins ask
+ * for. */
 EXPORT cudaError_t cudaDeviceGetAttribute(int* value, int attr, int device) {
   if (value == NULL) return fail(cudaErrorInvalidValue, __func__, "value is NULL");
   if (device < 0 || device >= vsim_device_count()) return fail(cudaErrorInvalidDevice, __func__, "device %d", device);
   switch (attr) {
     case 75: *value = 9; return cudaSuccess;
     case 76: *value = 0; return cudaSuccess;
+    case 91: *value = 1; return cudaSuccess;
     default: return fail(cudaErrorInvalidValue, __func__, "attribute %d is not emulated", attr);
   }
 }
 
 /* The kernels the emulated device runs, by name: the nvidia plugin's
- * reduceLocal kernels (vsim_cubin.h), one per data type. A library lists
- * the names its image declares; a kernel handle points into this table. */
+ * reduceLocal and relayReduce kernels (vsim_cubin.h), one of each per data
+ * type. A library lists the names its image declares; a kernel handle
+ * points into this table. */
 typedef struct {
   char name[32];
   int dtype;
+  int relay; /* flagcx_relay_<type>, else flagcx_reduce_<type> */
 } kernel;
-static kernel kernels[VSIM_NUM_DTYPES];
+#define NUM_KERNELS (2 * VSIM_NUM_DTYPES)
+static kernel kernels[NUM_KERNELS];
 static pthread_once_t kernelsOnce = PTHREAD_ONCE_INIT;
 static void initKernels(void) {
   static const char* const suffix[VSIM_NUM_DTYPES] = {"i8", "u8", "i32", "u32", "i64", "u64", "f16", "f32", "f64", "bf16"};
-  for (int t = 0; t < VSIM_NUM_DTYPES; t++) {
-    snprintf(kernels[t].name, sizeof kernels[t].name, "%s%s", VSIM_REDUCE_PREFIX, suffix[t]);
-    kernels[t].dtype = t;
+  for (int i = 0; i < NUM_KERNELS; i++) {
+    int t = i % VSIM_NUM_DTYPES, relay = i >= VSIM_NUM_DTYPES;
+    snprintf(kernels[i].name, sizeof kernels[i].name, "%s%s", relay ? VSIM_RELAY_PREFIX : VSIM_REDUCE_PREFIX, suffix[t]);
+    kernels[i].dtype = t;
+    kernels[i].relay = relay;
   }
 }
 static kernel* kernelNamed(const char* name) {
   pthread_once(&kernelsOnce, initKernels);
-  for (int t = 0; t < VSIM_NUM_DTYPES; t++)
-    if (strcmp(kernels[t].name, name) == 0) return &kernels[t];
+  for (int i = 0; i < NUM_KERNELS; i++)
+    if (strcmp(kernels[i].name, name) == 0) return &kernels[i];
   return NULL;
 }
 static kernel* kernelOf(const void* handle) {
   pthread_once(&kernelsOnce, initKernels);
-  for (int t = 0; t < VSIM_NUM_DTYPES; t++)
-    if (handle == &kernels[t]) return &kernels[t];
+  for (int i = 0; i < NUM_KERNELS; i++)
+    if (handle == &kernels[i]) return &kernels[i];
   return NULL;
 }
 
@@ -544,31 +568,170 @@ typedef struct {
   vsim_reduce_args a;
 } launch;
 
-/* A reduceLocal kernel on the stream's worker: fold block by block through
- * a private buffer, so dst may be one of the sources; a pointer that is
- * not device memory long enough fails the stream, as an illegal address
- * would on a device. */
+/* fold: dst = srcs[0] op ... op srcs[nsrcs-1] over count elements, with
+ * the core's reductions, block by block through a private buffer, so dst
+ * may be one of the sources. */
+static void fold(void* dst, const void* const* srcs, int nsrcs, size_t count, int dtype, int op, int div) {
+  size_t size = vsim_dtype_size(dtype), bytes = count * size;
+  enum { block = 16384 };
+  char tmp[block] __attribute__((aligned(16)));
+  for (size_t at = 0; at < bytes; at += block / size * size) {
+    size_t n = bytes - at < block / size * size ? bytes - at : block / size * size;
+    memcpy(tmp, (const char*)srcs[0] + at, n);
+    for (int i = 1; i < nsrcs; i++) vsim_reduce(tmp, (const char*)srcs[i] + at, n / size, dtype, op);
+    if (op == VSIM_AVG) vsim_avg_finish(tmp, n / size, dtype, div);
+    memcpy((char*)dst + at, tmp, n);
+  }
+}
+
+/* A reduceLocal kernel on the stream's worker; a pointer that is not
+ * device memory long enough fails the stream, as an illegal address would
+ * on a device. */
 static int runReduce(void* arg) {
   launch* l = arg;
   vsim_reduce_args* a = &l->a;
-  size_t size = vsim_dtype_size(l->k->dtype), bytes = (size_t)a->count * size;
-  enum { block = 16384 };
-  char tmp[block] __attribute__((aligned(16)));
+  size_t bytes = (size_t)a->count * vsim_dtype_size(l->k->dtype);
   int rc = 0;
   vsim_mem_info info;
   if (vsim_mem_check_range(a->dst, bytes, &info) != VSIM_MEM_DEVICE) rc = -1;
   for (int i = 0; i < a->nsrcs && rc == 0; i++)
     if (vsim_mem_check_range(a->src[i], bytes, &info) != VSIM_MEM_DEVICE) rc = -1;
   if (rc != 0) vsim_debug("flagcx_reduce: a pointer of the launch is not device memory of %zu bytes", bytes);
-  for (size_t at = 0; rc == 0 && at < bytes; at += block / size * size) {
-    size_t n = bytes - at < block / size * size ? bytes - at : block / size * size;
-    memcpy(tmp, (const char*)a->src[0] + at, n);
-    for (int i = 1; i < a->nsrcs; i++) vsim_reduce(tmp, (const char*)a->src[i] + at, n / size, l->k->dtype, a->op);
-    if (a->op == VSIM_AVG) vsim_avg_finish(tmp, n / size, l->k->dtype, a->div);
-    memcpy((char*)a->dst + at, tmp, n);
+  else fold(a->dst, a->src, a->nsrcs, a->count, l->k->dtype, a->op, a->div);
+  free(l);
+  return rc;
+}
+
+/* ---- relayReduce's kernels (ABI v5) ---- */
+
+/* A relay kernel's launch: the arguments as captured, and the core stream
+ * it runs on (never freed: core/stream.c), whose destroy it watches. */
+typedef struct {
+  const kernel* k;
+  vsim_stream* s;
+  vsim_relay_args a;
+} relayLaunch;
+
+/* relayPointers writes into why what is wrong with a relay's pointers and
+ * returns why ("" when nothing): src and dst must be device memory, window,
+ * landed and go pinned or registered host memory, every source either, each
+ * long enough, and the two words 8-byte aligned (the device stores and
+ * loads them whole). */
+static const char* relayPointers(const vsim_relay_args* a, size_t size, char* why, size_t n) {
+  size_t bytes = (size_t)a->count * size;
+  vsim_mem_info info;
+  why[0] = '\0';
+  if (a->bytes > 0 && vsim_mem_check_range(a->src, a->bytes, &info) != VSIM_MEM_DEVICE)
+    snprintf(why, n, "src %p is not device memory of %llu bytes", a->src, (unsigned long long)a->bytes);
+  else if (a->bytes > 0 && vsim_mem_check_range(a->window, a->bytes, &info) != VSIM_MEM_HOST)
+    snprintf(why, n, "window %p is not registered host memory of %llu bytes", a->window, (unsigned long long)a->bytes);
+  else if (vsim_mem_check_range(a->landed, 8, &info) != VSIM_MEM_HOST || ((uintptr_t)a->landed & 7))
+    snprintf(why, n, "landed %p is not an aligned word of registered host memory", (void*)a->landed);
+  else if (vsim_mem_check_range(a->go, 8, &info) != VSIM_MEM_HOST || ((uintptr_t)a->go & 7))
+    snprintf(why, n, "go %p is not an aligned word of registered host memory", (const void*)a->go);
+  else if (bytes > 0 && vsim_mem_check_range(a->dst, bytes, &info) != VSIM_MEM_DEVICE)
+    snprintf(why, n, "dst %p is not device memory of %zu bytes", a->dst, bytes);
+  for (int i = 0; why[0] == '\0' && bytes > 0 && i < a->nsrcs; i++) {
+    int kind = vsim_mem_check_range(a->srcs[i], bytes, &info);
+    if (kind != VSIM_MEM_DEVICE && kind != VSIM_MEM_HOST)
+      snprintf(why, n, "source %d (%p) is neither device memory nor registered host memory of %zu bytes", i, a->srcs[i], bytes);
+  }
+  return why;
+}
+
+/* relayWait waits for the go: 1 go, 0 abort, -1 given up. It spins a
+ * little (a host that answers at once is answered at once), then yields,
+ * then sleeps 20 us between polls, so that a relay waiting for a slow host
+ * costs no core. It gives up when its stream is being destroyed
+ * (vsim_stream_destroy would otherwise wait for it forever) and after
+ * FLAGCX_VENDORSIM_TIMEOUT seconds, the emulator's bound on every wait: a
+ * device would wait on, but an emulated run must end. */
+static double seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+static int relayWait(const relayLaunch* l) {
+  const vsim_relay_args* a = &l->a;
+  double deadline = seconds() + vsim_env_timeout();
+  for (unsigned polls = 0;; polls++) {
+    uint64_t g = __atomic_load_n(a->go, __ATOMIC_ACQUIRE);
+    if (g == a->value) return 1;
+    if (g == (a->value | VSIM_RELAY_ABORT)) return 0;
+    if (polls < 256) continue;
+    if (polls < 512) {
+      sched_yield();
+      continue;
+    }
+    if (vsim_stream_destroying(l->s)) {
+      vsim_debug("%s: its stream is being destroyed while it waits for go = %llu: it gives up, dst untouched", l->k->name,
+                 (unsigned long long)a->value);
+      return -1;
+    }
+    if (seconds() > deadline) {
+      vsim_debug("%s: no go = %llu (or its abort) within FLAGCX_VENDORSIM_TIMEOUT = %g s (go holds %llu): it gives up, dst untouched",
+                 l->k->name, (unsigned long long)a->value, vsim_env_timeout(), (unsigned long long)g);
+      return -1;
+    }
+    nanosleep(&(struct timespec){0, 20000}, NULL);
+  }
+}
+
+/* A relayReduce kernel on the stream's worker: src to window, value to
+ * landed (a release store: the window's bytes are visible before it), the
+ * wait, then the fold (the acquire load of the go makes what the host
+ * wrote before it visible). A failed check or a wait given up fails the
+ * stream, as an illegal address or a hang would on a device. */
+static int runRelay(void* arg) {
+  relayLaunch* l = arg;
+  vsim_relay_args* a = &l->a;
+  char why[256];
+  int rc = 0;
+  if (*relayPointers(a, vsim_dtype_size(l->k->dtype), why, sizeof why)) {
+    vsim_debug("%s: %s (when it ran)", l->k->name, why);
+    rc = -1;
+  } else {
+    if (a->bytes > 0) memcpy(a->window, a->src, (size_t)a->bytes);
+    __atomic_store_n(a->landed, a->value, __ATOMIC_RELEASE);
+    int go = relayWait(l);
+    if (go < 0) rc = -1;
+    if (go > 0) fold(a->dst, a->srcs, a->nsrcs, (size_t)a->count, l->k->dtype, a->op, a->div);
   }
   free(l);
   return rc;
+}
+
+/* launchRelay checks a relay launch and enqueues it like communication
+ * (vsim_stream_enqueue_joined): its host waits on *landed, which kicks no
+ * stream, so FLAGCX_VENDORSIM_STREAM_DELAY_US must not hold it back (the
+ * join also pulls the stream's earlier work, which the relay waits for). */
+static cudaError_t launchRelay(const kernel* k, const void* arg, vsim_stream* s) {
+  const char* api = "cudaLaunchKernel";
+  vsim_relay_args a;
+  char why[256];
+  memcpy(&a, arg, sizeof a); /* arguments are captured at launch */
+  if (vsim_env_sync()) {
+    return fail(cudaErrorNotSupported, api,
+                "%s: with FLAGCX_VENDORSIM_SYNC=1 work runs inside its enqueue, where a relay would wait for a go that "
+                "its caller can only give once the launch returned: it would never finish", k->name);
+  }
+  if (a.nsrcs < 1 || a.nsrcs > VSIM_REDUCE_MAX_SRCS || a.op < 0 || a.op > VSIM_AVG || a.div < 1 || a.dtype != k->dtype ||
+      a.value == 0 || (a.value & VSIM_RELAY_ABORT)) {
+    return fail(cudaErrorInvalidValue, api, "%s: %d sources, op %d, divisor %d, data type %d, value %#llx", k->name, a.nsrcs,
+                a.op, a.div, a.dtype, (unsigned long long)a.value);
+  }
+  if (*relayPointers(&a, vsim_dtype_size(k->dtype), why, sizeof why)) return fail(cudaErrorInvalidValue, api, "%s: %s", k->name, why);
+  relayLaunch* l = malloc(sizeof *l);
+  if (l == NULL || s == NULL) {
+    free(l);
+    return fail(cudaErrorMemoryAllocation, api, "no memory");
+  }
+  *l = (relayLaunch){k, s, a};
+  if (vsim_stream_enqueue_joined(&s, 1, runRelay, l) != 0) {
+    free(l);
+    return fail(cudaErrorMemoryAllocation, api, "no memory");
+  }
+  return cudaSuccess;
 }
 
 typedef struct { unsigned x, y, z; } dim3;
@@ -582,6 +745,7 @@ EXPORT cudaError_t cudaLaunchKernel(const void* func, dim3 grid, dim3 block, voi
     return fail(cudaErrorInvalidValue, __func__, "grid %u, block %ux%ux%u, args %p", grid.x, block.x, block.y, block.z, (void*)args);
   }
   if (!stream_ok(stream)) return fail(cudaErrorInvalidResourceHandle, __func__, "stream %p", (void*)stream);
+  if (k->relay) return launchRelay(k, args[0], stream_of(stream));
   vsim_reduce_args a;
   memcpy(&a, args[0], sizeof a); /* arguments are captured at launch */
   if (a.nsrcs < 1 || a.nsrcs > VSIM_REDUCE_MAX_SRCS || a.op < 0 || a.op > VSIM_AVG || a.div < 1) {
@@ -622,6 +786,7 @@ EXPORT const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorInvalidDeviceFunction: return "invalid device function";
     case cudaErrorSymbolNotFound: return "named symbol not found";
     case cudaErrorInvalidKernelImage: return "device kernel image is invalid";
+    case cudaErrorNotSupported: return "operation not supported";
     default: return "unrecognized error code";
   }
 }
