@@ -29,7 +29,8 @@
  *   NVIDIA_BREAK_SYNC        streamSynchronize returns without waiting;
  *   NVIDIA_BREAK_WAIT_EVENT  streamWaitEvent does nothing;
  *   NVIDIA_BREAK_NULL_STREAM allReduce runs on the legacy stream, not the caller's;
- *   NVIDIA_BREAK_REDUCE_STREAM reduceLocal launches on the legacy stream, not the caller's. */
+ *   NVIDIA_BREAK_REDUCE_STREAM reduceLocal launches on the legacy stream, not the caller's;
+ *   NVIDIA_BREAK_RELAY_STREAM relayReduce launches on the legacy stream, not the caller's. */
 
 /* ---- Vendor declarations (no CUDA SDK needed) ---------------------------- */
 typedef int cudaError_t;
@@ -51,6 +52,10 @@ typedef void* cudaLibrary_t;
 typedef void* cudaKernel_t;
 typedef struct { unsigned x, y, z; } nvDim3; /* dim3, passed by value */
 enum { cudaDevAttrComputeCapabilityMajor = 75, cudaDevAttrComputeCapabilityMinor = 76 };
+/* For relayReduce (ABI v5), not surveyed: cudaDeviceAttr 91, 1 where the
+ * device reaches registered host memory at the host's own addresses (else
+ * cudaHostGetDevicePointer gives the address it reaches it at). */
+enum { cudaDevAttrCanUseHostPointerForRegisteredMem = 91 };
 
 typedef int ncclResult_t; /* ncclSuccess 0 ... ncclInProgress 7, ncclTimeout 8 (2.30+) */
 typedef void* ncclComm_t;
@@ -88,6 +93,7 @@ enum { NVML_P2P_CAPS_INDEX_NVLINK = 2, NVML_P2P_STATUS_OK = 0, NVML_FEATURE_ENAB
   REQ(const char*, cudaGetErrorString, (cudaError_t))                           \
   OPT(cudaError_t, cudaHostRegister, (void*, size_t, unsigned))                 \
   OPT(cudaError_t, cudaHostUnregister, (void*))                                 \
+  OPT(cudaError_t, cudaHostGetDevicePointer, (void**, void*, unsigned))         \
   OPT(cudaError_t, cudaMemGetInfo, (size_t*, size_t*))                          \
   OPT(cudaError_t, cudaStreamQuery, (cudaStream_t))                             \
   OPT(cudaError_t, cudaEventQuery, (cudaEvent_t))                               \
@@ -119,7 +125,7 @@ enum { NVML_P2P_CAPS_INDEX_NVLINK = 2, NVML_P2P_STATUS_OK = 0, NVML_FEATURE_ENAB
 CUDART_FUNCS(SHIM_DECLARE, SHIM_DECLARE)
 NVML_FUNCS(SHIM_DECLARE, SHIM_DECLARE)
 
-/* NVRTC (optional library): compiles reduceLocal's kernels. */
+/* NVRTC (optional library): compiles reduceLocal's and relayReduce's kernels. */
 typedef int nvrtcResult; /* NVRTC_SUCCESS 0 */
 typedef void* nvrtcProgram;
 #define NVRTC_FUNCS(REQ, OPT)                                                   \
@@ -147,13 +153,14 @@ static const flagcxPluginLibrary_v1_t libraries[NUM_LIBS + 1] = {
      "/usr/lib64/libnccl.so.2:/usr/local/cuda/lib64/libnccl.so.2:/usr/local/nccl/lib/libnccl.so.2",
      0, 0},
     {"management", "FLAGCX_NVIDIA_NVML", "libnvidia-ml.so.1", 1, 0},
-    /* NVRTC compiles reduceLocal's kernels (ABI v4) at their first use. */
+    /* NVRTC compiles reduceLocal's and relayReduce's kernels (ABI v4, v5)
+     * at their first use. */
     {"compiler", "FLAGCX_NVIDIA_NVRTC",
      "libnvrtc.so.13:libnvrtc.so.12:/usr/local/cuda/lib64/libnvrtc.so.13:/usr/local/cuda/lib64/libnvrtc.so.12", 1, 0},
     {NULL, NULL, NULL, 0, 0}};
 static const char* const optionalNotes[NUM_LIBS] = {
     [LIB_NVML] = "; device names, memory and links will be reduced or unknown",
-    [LIB_NVRTC] = "; reduceLocal is off: heterogeneous AllReduces reduce on the host"};
+    [LIB_NVRTC] = "; reduceLocal and relayReduce are off: heterogeneous AllReduces reduce on the host"};
 
 static int nvmlReady;
 
@@ -514,11 +521,12 @@ static flagcxResult_t nvEventElapsedTime(float* ms, flagcxEvent_t start, flagcxE
 #include "reduce_kernels.h"
 
 /* ---- Local reduction (ABI v4: reduceLocal) ---------------------------------------------- */
-/* The kernels (reduce_kernels.h) are compiled at the first reduceLocal call
- * with NVRTC (the optional "compiler" library, loaded at init) to a cubin for
- * the device's architecture, and loaded with cudaLibraryLoadData, which makes
- * them available in every context. Without NVRTC or CUDA 12's library API
- * reduceLocal answers flagcxNotSupported, and the host reduces instead. */
+/* The kernels (reduce_kernels.h: reduceLocal's and relayReduce's, one
+ * program) are compiled at the first call of either entry with NVRTC (the
+ * optional "compiler" library, loaded at init) to a cubin for the device's
+ * architecture, and loaded with cudaLibraryLoadData, which makes them
+ * available in every context. Without NVRTC or CUDA 12's library API both
+ * entries answer flagcxNotSupported, and the host reduces instead. */
 
 typedef struct {
   void* dst;
@@ -527,23 +535,29 @@ typedef struct {
   int nsrcs, op, div;
 } nvReduceArgs; /* the kernels' Args, by value */
 
+/* The kernels of one architecture, indexed by flagcxDataType_t. */
+typedef struct {
+  cudaKernel_t reduce[flagcxNumTypes]; /* reduceLocal's flagcx_reduce_<type> */
+  cudaKernel_t relay[flagcxNumTypes];  /* relayReduce's flagcx_relay_<type> */
+} nvKernelSet;
+
 #define NV_MAX_ARCHS 4
 static struct {
   int arch; /* 10 * major + minor; 0: slot free */
-  cudaKernel_t kernels[flagcxNumTypes];
+  nvKernelSet kernels;
 } nvReduceLibs[NV_MAX_ARCHS];
 static pthread_mutex_t nvReduceLock = PTHREAD_MUTEX_INITIALIZER;
 static char nvReduceUnavailable[512]; /* why not, once it is known */
 
-/* nvReduceFail records why reduceLocal is unavailable (every later call
- * answers the same) and fails the call with it. */
+/* nvReduceFail records why the kernels are unavailable (every later call
+ * of either entry answers the same); nvKernels fails the call with it. */
 static flagcxResult_t nvReduceFail(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 static flagcxResult_t nvReduceFail(const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(nvReduceUnavailable, sizeof nvReduceUnavailable, fmt, ap);
   va_end(ap);
-  return shimFail(flagcxNotSupported, "reduceLocal: %s", nvReduceUnavailable);
+  return flagcxNotSupported;
 }
 
 static flagcxResult_t nvLoadNvrtc(void) {
@@ -570,7 +584,7 @@ static flagcxResult_t nvCompile(int arch, int slot) {
   r = f_nvrtcCompileProgram(prog, 2, opts);
   if (r != 0) {
     if (f_nvrtcGetProgramLogSize(prog, &n) == 0 && n > 1 && (log = malloc(n)) && f_nvrtcGetProgramLog(prog, log) == 0)
-      shimLog(flagcxLogWarn, "nvidia: the reduce kernels do not compile for %s: %s", opt, log);
+      shimLog(flagcxLogWarn, "nvidia: the reduce and relay kernels do not compile for %s: %s", opt, log);
     free(log);
     f_nvrtcDestroyProgram(&prog);
     return nvReduceFail("nvrtcCompileProgram for %s: %s", opt, f_nvrtcGetErrorString(r));
@@ -585,21 +599,24 @@ static flagcxResult_t nvCompile(int arch, int slot) {
   free(cubin);
   if (e != cudaSuccess) return nvReduceFail("cudaLibraryLoadData: %s", f_cudaGetErrorString(e));
   for (t = 0; t < flagcxNumTypes; t++) {
-    if ((e = f_cudaLibraryGetKernel(&nvReduceLibs[slot].kernels[t], lib, nvReduceKernelNames[t])) != cudaSuccess)
+    if ((e = f_cudaLibraryGetKernel(&nvReduceLibs[slot].kernels.reduce[t], lib, nvReduceKernelNames[t])) != cudaSuccess)
       return nvReduceFail("cudaLibraryGetKernel %s: %s", nvReduceKernelNames[t], f_cudaGetErrorString(e));
+    if ((e = f_cudaLibraryGetKernel(&nvReduceLibs[slot].kernels.relay[t], lib, nvRelayKernelNames[t])) != cudaSuccess)
+      return nvReduceFail("cudaLibraryGetKernel %s: %s", nvRelayKernelNames[t], f_cudaGetErrorString(e));
   }
   nvReduceLibs[slot].arch = arch; /* the library stays loaded for the process */
   return flagcxSuccess;
 }
 
-/* nvKernels finds (or builds) dev's kernels; the caller made dev current. */
-static flagcxResult_t nvKernels(int dev, cudaKernel_t** out) {
+/* nvKernels finds (or builds) dev's kernels for entry (reduceLocal or
+ * relayReduce, which its messages name); the caller made dev current. */
+static flagcxResult_t nvKernels(int dev, const char* entry, const nvKernelSet** out) {
   int major = 0, minor = 0, arch, i;
   flagcxResult_t r = flagcxSuccess;
   pthread_mutex_lock(&nvReduceLock);
   if (nvReduceUnavailable[0]) {
     pthread_mutex_unlock(&nvReduceLock);
-    return shimFail(flagcxNotSupported, "reduceLocal: %s", nvReduceUnavailable);
+    return shimFail(flagcxNotSupported, "%s: %s", entry, nvReduceUnavailable);
   }
   if ((r = nvLoadNvrtc()) != flagcxSuccess) goto out;
   if ((r = cudaCheck(f_cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "cudaDeviceGetAttribute")) ||
@@ -608,12 +625,13 @@ static flagcxResult_t nvKernels(int dev, cudaKernel_t** out) {
   arch = 10 * major + minor;
   for (i = 0; i < NV_MAX_ARCHS && nvReduceLibs[i].arch && nvReduceLibs[i].arch != arch; i++) {}
   if (i == NV_MAX_ARCHS) {
-    r = shimFail(flagcxNotSupported, "reduceLocal: devices of more than %d architectures in one process", NV_MAX_ARCHS);
+    r = shimFail(flagcxNotSupported, "%s: devices of more than %d architectures in one process", entry, NV_MAX_ARCHS);
     goto out;
   }
   if (!nvReduceLibs[i].arch && (r = nvCompile(arch, i)) != flagcxSuccess) goto out;
-  *out = nvReduceLibs[i].kernels;
+  *out = &nvReduceLibs[i].kernels;
 out:
+  if (r == flagcxNotSupported && nvReduceUnavailable[0]) r = shimFail(r, "%s: %s", entry, nvReduceUnavailable);
   pthread_mutex_unlock(&nvReduceLock);
   return r;
 }
@@ -622,7 +640,7 @@ static flagcxResult_t nvReduceLocal(int dev, void* dst, const void* const* srcs,
                                flagcxDataType_t t, flagcxRedOp_t op, int avgDivisor, flagcxStream_t st) {
   nvReduceArgs a;
   void* args[1] = {&a};
-  cudaKernel_t* k = NULL;
+  const nvKernelSet* k = NULL;
   unsigned long long blocks;
   flagcxResult_t r;
   int i;
@@ -632,7 +650,7 @@ static flagcxResult_t nvReduceLocal(int dev, void* dst, const void* const* srcs,
     return shimFail(flagcxInvalidArgument, "reduceLocal: type %d, op %d, %d sources (1 to %d), avg divisor %d", t, op, nsrcs,
                     FLAGCX_REDUCE_MAX_SRCS, avgDivisor);
   CUDA(cudaSetDevice, (dev));
-  if ((r = nvKernels(dev, &k)) != flagcxSuccess) return r;
+  if ((r = nvKernels(dev, "reduceLocal", &k)) != flagcxSuccess) return r;
   if (count == 0) return flagcxSuccess; /* the host's check that the kernels are there */
   memset(&a, 0, sizeof a);
   a.dst = dst;
@@ -646,7 +664,108 @@ static flagcxResult_t nvReduceLocal(int dev, void* dst, const void* const* srcs,
 #ifdef NVIDIA_BREAK_REDUCE_STREAM
   st = NULL;
 #endif
-  return cudaCheck(f_cudaLaunchKernel((const void*)k[t], (nvDim3){(unsigned)blocks, 1, 1}, (nvDim3){256, 1, 1}, args, 0,
+  return cudaCheck(f_cudaLaunchKernel((const void*)k->reduce[t], (nvDim3){(unsigned)blocks, 1, 1}, (nvDim3){256, 1, 1}, args, 0,
+                                      (cudaStream_t)st),
+                   "cudaLaunchKernel");
+}
+
+/* ---- Relay through host memory (ABI v5: relayReduce) --------------------------------- */
+/* One launch of flagcx_relay_<type> (reduce_kernels.h, compiled with the
+ * reduce kernels by nvKernels) as one block of NV_RELAY_THREADS threads:
+ * it copies src to window, stores value to *landed, spins on *go and folds
+ * the sources into dst, all in the stream's order. The host pointers
+ * (window, landed, go, host sources) must be addresses the device reaches:
+ * the host's own where the device says so (attribute 91, asked once per
+ * device), else cudaHostGetDevicePointer's. */
+
+/* Attribute 91 per device: 0 not asked yet, 1 usable, 2 not. */
+#define NV_MAX_DEVS 64
+static int nvHostPointers[NV_MAX_DEVS];
+
+static int nvHostPointersUsable(int dev) {
+  int v = 0, known = dev >= 0 && dev < NV_MAX_DEVS ? __atomic_load_n(&nvHostPointers[dev], __ATOMIC_RELAXED) : 0;
+  if (known) return known == 1;
+  if (f_cudaDeviceGetAttribute(&v, cudaDevAttrCanUseHostPointerForRegisteredMem, dev) != cudaSuccess) {
+    if (f_cudaGetLastError) f_cudaGetLastError();
+    v = 0; /* unknown: translate, which is right either way */
+  }
+  if (dev >= 0 && dev < NV_MAX_DEVS) __atomic_store_n(&nvHostPointers[dev], v ? 1 : 2, __ATOMIC_RELAXED);
+  return v != 0;
+}
+
+/* nvReachable sets *p to the address the device reaches it at: unchanged
+ * where direct, for NULL, and (mayBeDevice) for device or managed memory;
+ * else translated by cudaHostGetDevicePointer. what names it in errors. */
+static flagcxResult_t nvReachable(int direct, const void** p, int mayBeDevice, const char* what) {
+  flagcxMemoryKind_t kind = flagcxMemHost;
+  void* d = NULL;
+  cudaError_t e;
+  flagcxResult_t r;
+  if (direct || *p == NULL) return flagcxSuccess;
+  if (mayBeDevice) {
+    if ((r = nvPointerKind(*p, &kind)) != flagcxSuccess) return r;
+    if (kind == flagcxMemDevice || kind == flagcxMemManaged) return flagcxSuccess;
+  }
+  if (!f_cudaHostGetDevicePointer)
+    return shimFail(flagcxNotSupported, "relayReduce: the device cannot use host pointers of registered memory "
+                                        "(cudaDevAttrCanUseHostPointerForRegisteredMem 0) and libcudart lacks cudaHostGetDevicePointer");
+  if ((e = f_cudaHostGetDevicePointer(&d, (void*)*p, 0)) != cudaSuccess) {
+    if (f_cudaGetLastError) f_cudaGetLastError();
+    return shimFail(flagcxUnhandledDeviceError, "relayReduce: cudaHostGetDevicePointer of %s %p: %s (cudaError %d): is it registered with hostRegister?",
+                    what, *p, f_cudaGetErrorString(e), e);
+  }
+  *p = d;
+  return flagcxSuccess;
+}
+
+/* nvRelayPointers checks a relay's pointers (the empty relay needs none)
+ * and makes the host ones reachable from dev. */
+static flagcxResult_t nvRelayPointers(int dev, flagcxRelay_v5_t* a) {
+  static const char* const srcNames[FLAGCX_REDUCE_MAX_SRCS] = {"source 0", "source 1", "source 2", "source 3",
+                                                                "source 4", "source 5", "source 6", "source 7"};
+  const void *window = a->window, *landed = a->landed, *go = a->go;
+  flagcxResult_t r;
+  int i, direct;
+  if (!a->landed || !a->go || a->value == 0 || (a->value & FLAGCX_RELAY_ABORT) || (((uintptr_t)a->landed | (uintptr_t)a->go) & 7))
+    return shimFail(flagcxInvalidArgument, "relayReduce: landed %p, go %p, value %#llx: two 8-byte aligned words and a value in 1..2^63-1 are needed",
+                    (void*)a->landed, (const void*)a->go, (unsigned long long)a->value);
+  if (a->bytes && (!a->src || !a->window))
+    return shimFail(flagcxInvalidArgument, "relayReduce: %llu bytes from src %p to window %p: both are needed",
+                    (unsigned long long)a->bytes, a->src, a->window);
+  for (i = 0; a->count && i < a->nsrcs; i++)
+    if (!a->srcs[i]) return shimFail(flagcxInvalidArgument, "relayReduce: %s of %d is NULL", srcNames[i], a->nsrcs);
+  if (a->count && !a->dst) return shimFail(flagcxInvalidArgument, "relayReduce: dst is NULL with count %llu", (unsigned long long)a->count);
+  for (i = a->nsrcs; i < FLAGCX_REDUCE_MAX_SRCS; i++) a->srcs[i] = NULL; /* the kernel reads only nsrcs */
+  direct = nvHostPointersUsable(dev);
+  if ((r = nvReachable(direct, &window, 0, "window")) || (r = nvReachable(direct, &landed, 0, "landed")) ||
+      (r = nvReachable(direct, &go, 0, "go")))
+    return r;
+  a->window = (void*)window, a->landed = (uint64_t*)landed, a->go = (const uint64_t*)go;
+  for (i = 0; i < a->nsrcs; i++)
+    if ((r = nvReachable(direct, &a->srcs[i], 1, srcNames[i])) != flagcxSuccess) return r;
+  return flagcxSuccess;
+}
+
+static flagcxResult_t nvRelayReduce(int dev, const flagcxRelay_v5_t* relay, flagcxStream_t st) {
+  flagcxRelay_v5_t a;
+  void* args[1] = {&a};
+  const nvKernelSet* k = NULL;
+  flagcxResult_t r;
+  READY();
+  if (!relay) return shimFail(flagcxInvalidArgument, "relayReduce: relay is NULL");
+  a = *relay; /* the kernel's argument, by value: the host may reuse *relay at once */
+  if ((unsigned)a.dtype >= flagcxNumTypes || (unsigned)a.op >= flagcxNumRedOps || a.nsrcs < 1 ||
+      a.nsrcs > FLAGCX_REDUCE_MAX_SRCS || a.avgDivisor < 1)
+    return shimFail(flagcxInvalidArgument, "relayReduce: type %d, op %d, %d sources (1 to %d), avg divisor %d", (int)a.dtype,
+                    (int)a.op, (int)a.nsrcs, FLAGCX_REDUCE_MAX_SRCS, (int)a.avgDivisor);
+  CUDA(cudaSetDevice, (dev));
+  if ((r = nvKernels(dev, "relayReduce", &k)) != flagcxSuccess) return r;
+  if (a.count == 0 && a.bytes == 0) return flagcxSuccess; /* the host's check that the kernels are there */
+  if ((r = nvRelayPointers(dev, &a)) != flagcxSuccess) return r;
+#ifdef NVIDIA_BREAK_RELAY_STREAM
+  st = NULL;
+#endif
+  return cudaCheck(f_cudaLaunchKernel((const void*)k->relay[a.dtype], (nvDim3){1, 1, 1}, (nvDim3){NV_RELAY_THREADS, 1, 1}, args, 0,
                                       (cudaStream_t)st),
                    "cudaLaunchKernel");
 }
@@ -666,6 +785,7 @@ SHIM_EXPORT const flagcxVendorPlugin_v5_t flagcxVendorPlugin_v5 = {
         .hostRegister = nvHostRegister, .hostUnregister = nvHostUnregister, /* ABI v2 */
         .memGetInfo = nvMemGetInfo,                                          /* ABI v3 */
         .reduceLocal = nvReduceLocal,                                        /* ABI v4 */
+        .relayReduce = nvRelayReduce,                                        /* ABI v5 */
     },
     .ccl = SHIM_NCCL_CCL_TABLE,
 };

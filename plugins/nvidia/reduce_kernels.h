@@ -1,11 +1,15 @@
 /*
  * plugins/nvidia/reduce_kernels.h: the CUDA source of the nvidia plugin's
- * reduceLocal entry (ABI v4), compiled at run time with NVRTC (nvidia.c), so the
- * plugin still builds with gcc alone.
+ * reduceLocal entry (ABI v4) and relayReduce entry (ABI v5), one program
+ * compiled at run time with NVRTC (nvidia.c), so the plugin still builds
+ * with gcc alone.
  *
- * One kernel per data type, named flagcx_reduce_<type>; every kernel takes
- * one nvReduceArgs by value (its layout is the host struct's in nvidia.c:
- * both sides follow the x86-64 C layout). The rules are those of the reduceLocal
+ * reduceLocal: one kernel per data type, named flagcx_reduce_<type>; every
+ * kernel takes one nvReduceArgs by value (its layout is the host struct's in
+ * nvidia.c: both sides follow the x86-64 C layout). relayReduce: one kernel
+ * per data type, named flagcx_relay_<type>, taking one flagcxRelay_v5_t by
+ * value (Relay below, checked at 144 bytes; see the relay section). The
+ * rules are those of the reduceLocal
  * entry in sdk/include/flagcx_plugin.h, which are the host engine's
  * (core/internal/host/reduce): folds left to right, rounding to the type at
  * every step; half and bfloat16 computed in float32 and rounded to nearest
@@ -118,11 +122,87 @@ static const char nvReduceSource[] =
     "extern \"C\" __global__ void flagcx_reduce_f16(Args a) { fold<u16, Narrow<1> >(a); }\n"
     "extern \"C\" __global__ void flagcx_reduce_f32(Args a) { fold<float, Flt<float> >(a); }\n"
     "extern \"C\" __global__ void flagcx_reduce_f64(Args a) { fold<double, Flt<double> >(a); }\n"
-    "extern \"C\" __global__ void flagcx_reduce_bf16(Args a) { fold<u16, Narrow<0> >(a); }\n";
+    "extern \"C\" __global__ void flagcx_reduce_bf16(Args a) { fold<u16, Narrow<0> >(a); }\n"
+    "\n"
+    /* relayReduce (ABI v5): flagcxRelay_v5_t of sdk/include/flagcx_plugin.h,
+     * field for field in the x86-64 layout (src 0, window 8, bytes 16,
+     * landed 24, go 32, value 40, srcs 48, nsrcs 112, dtype 116, op 120,
+     * avgDivisor 124, count 128, dst 136: 144 bytes). One block of
+     * NV_RELAY_THREADS (512) threads runs the three parts of the entry:
+     *  1. the copy of src to window, in 8-byte words where src, window and
+     *     bytes allow it; every thread fences (system scope) so that its
+     *     stores reach host memory before thread 0's store to *landed, which
+     *     follows the barrier and one more fence;
+     *  2. thread 0 polls *go with volatile loads (they reach memory every
+     *     time) until it holds value or value | abort, fences so that the
+     *     loads after it see what the host wrote before the go, and shares
+     *     the verdict through shared memory;
+     *  3. unless aborted, the fold of fold<> above (the same op templates,
+     *     so the same bits), every source read with volatile loads: other
+     *     processes wrote host sources just before the go, and a line cached
+     *     by an earlier call on the same window would be stale. */
+    "struct Relay {\n"
+    "  const void* src; void* window; u64 bytes; u64* landed; const u64* go; u64 value;\n"
+    "  const void* srcs[8]; int nsrcs; int dtype; int op; int div; u64 count; void* dst;\n"
+    "};\n"
+    "static_assert(sizeof(Relay) == 144, \"Relay mirrors flagcxRelay_v5_t\");\n"
+    "#define RELAY_ABORT (1ull << 63)\n"
+    "__device__ __forceinline__ void relayPause() {\n"
+    "#if __CUDA_ARCH__ >= 700\n"
+    "  __nanosleep(64);\n"
+    "#endif\n"
+    "}\n"
+    "template <typename T> __device__ __forceinline__ T fresh(const void* p, u64 i) { return ((volatile const T*)p)[i]; }\n"
+    "template <typename T, typename O> __device__ __forceinline__ void relay(const Relay& a) {\n"
+    "  __shared__ int proceed;\n"
+    "  const u64 t = threadIdx.x, n = blockDim.x;\n"
+    "  if ((((u64)a.src | (u64)a.window | a.bytes) & 7) == 0) {\n"
+    "    for (u64 i = t; i < a.bytes / 8; i += n) ((u64*)a.window)[i] = ((const u64*)a.src)[i];\n"
+    "  } else {\n"
+    "    for (u64 i = t; i < a.bytes; i += n) ((u8*)a.window)[i] = ((const u8*)a.src)[i];\n"
+    "  }\n"
+    "  __threadfence_system();\n"
+    "  __syncthreads();\n"
+    "  if (t == 0) {\n"
+    "    __threadfence_system();\n"
+    "    *(volatile u64*)a.landed = a.value;\n"
+    "    u64 g;\n"
+    "    while ((g = *(volatile const u64*)a.go) != a.value && g != (a.value | RELAY_ABORT)) relayPause();\n"
+    "    __threadfence_system();\n"
+    "    proceed = g == a.value;\n"
+    "  }\n"
+    "  __syncthreads();\n"
+    "  if (!proceed) return;\n"
+    "  const int op = a.op == AVG ? SUM : a.op;\n"
+    "  for (u64 i = t; i < a.count; i += n) {\n"
+    "    T acc = fresh<T>(a.srcs[0], i);\n"
+    "    for (int k = 1; k < a.nsrcs; k++) acc = O::op(acc, fresh<T>(a.srcs[k], i), op);\n"
+    "    if (a.op == AVG) acc = O::avg(acc, a.div);\n"
+    "    ((T*)a.dst)[i] = acc;\n"
+    "  }\n"
+    "}\n"
+    "\n"
+    "extern \"C\" __global__ void flagcx_relay_i8(Relay a) { relay<i8, Int<i8, u8, i64> >(a); }\n"
+    "extern \"C\" __global__ void flagcx_relay_u8(Relay a) { relay<u8, Int<u8, u8, u64> >(a); }\n"
+    "extern \"C\" __global__ void flagcx_relay_i32(Relay a) { relay<i32, Int<i32, u32, i64> >(a); }\n"
+    "extern \"C\" __global__ void flagcx_relay_u32(Relay a) { relay<u32, Int<u32, u32, u64> >(a); }\n"
+    "extern \"C\" __global__ void flagcx_relay_i64(Relay a) { relay<i64, Int<i64, u64, i64> >(a); }\n"
+    "extern \"C\" __global__ void flagcx_relay_u64(Relay a) { relay<u64, Int<u64, u64, u64> >(a); }\n"
+    "extern \"C\" __global__ void flagcx_relay_f16(Relay a) { relay<u16, Narrow<1> >(a); }\n"
+    "extern \"C\" __global__ void flagcx_relay_f32(Relay a) { relay<float, Flt<float> >(a); }\n"
+    "extern \"C\" __global__ void flagcx_relay_f64(Relay a) { relay<double, Flt<double> >(a); }\n"
+    "extern \"C\" __global__ void flagcx_relay_bf16(Relay a) { relay<u16, Narrow<0> >(a); }\n";
+
+/* The relay kernels run as one block of this many threads (the ABI's
+ * relays are a few KiB). */
+#define NV_RELAY_THREADS 512
 
 /* Kernel names, indexed by flagcxDataType_t. */
 static const char* const nvReduceKernelNames[flagcxNumTypes] = {
     "flagcx_reduce_i8",  "flagcx_reduce_u8",  "flagcx_reduce_i32", "flagcx_reduce_u32", "flagcx_reduce_i64",
     "flagcx_reduce_u64", "flagcx_reduce_f16", "flagcx_reduce_f32", "flagcx_reduce_f64", "flagcx_reduce_bf16"};
+static const char* const nvRelayKernelNames[flagcxNumTypes] = {
+    "flagcx_relay_i8",  "flagcx_relay_u8",  "flagcx_relay_i32", "flagcx_relay_u32", "flagcx_relay_i64",
+    "flagcx_relay_u64", "flagcx_relay_f16", "flagcx_relay_f32", "flagcx_relay_f64", "flagcx_relay_bf16"};
 
 #endif /* FLAGCX_NVIDIA_REDUCE_KERNELS_H */
