@@ -409,6 +409,8 @@ func (b *builder) shm() {
 	b.p.ChunkBytes = g.Spans[0].Len
 	b.shmSteps(g)
 	switch {
+	case g.OneShot && b.p.Count(KindRelay, -1) > 0:
+		b.p.Why = "every rank on one host: one step in the shared windows, which this device rank takes in one launch (relayReduce)"
 	case g.OneShot:
 		b.p.Why = "every rank on one host: one step in the shared windows"
 	case g.DeviceReduce && schedOf(b.call.Coll).shm.intra:

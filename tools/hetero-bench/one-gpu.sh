@@ -57,5 +57,14 @@ for on in 1 0; do
 done
 echo "== nvidia:1,host:2 (the host ranks fold, in host memory; the share of the link bound is for reference)"
 pdir=build/plugins timed --ranks nvidia:1,host:2 $sizes -w 3 -n "$iters" -c 0
+# 700 B (the issue's latency target, 15 us): a device rank beside host
+# ranks relays (plugin ABI v5, one launch); FLAGCX_DEVICE_REDUCE=0 is the
+# path before it (two device copies the host waits for).
+for layout in nvidia:1,host:3 nvidia:1,host:2; do
+  for on in 1 0; do
+    echo "== $layout, 700 B, FLAGCX_DEVICE_REDUCE=$on ($([ $on = 1 ] && echo "relayReduce" || echo "host-waited copies")), us out of place / in place"
+    FLAGCX_DEVICE_REDUCE=$on pdir=build/plugins run --ranks $layout -b 700 -e 700 -w 100 -n 2000 -c 1 | awk '/^ +[0-9]/ {print $6, "/", $10, "us, wrong:", $9, $13} /error/'
+  done
+done
 echo "== split 1,1 on one GPU, device reductions, checked"
 FLAGCX_CLUSTER_SPLIT_LIST=1,1 checked --ranks nvidia:1,nvidib:1 -b 256M -e 256M -w 1 -n 2 -c 1
