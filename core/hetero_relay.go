@@ -26,8 +26,9 @@ import (
 // The device still reads the other ranks' windows after the call
 // returns, and every step this rank publishes lets them write a half of
 // their windows again. So a rank publishes nothing until its last relay
-// is done (relayGate, the node's post gate): a relay on the same stream
-// is behind it by stream order; anything else waits for its event.
+// is done with them (relayGate, the node's post gate), which the device
+// says in the landed word (value | RelayDone): a relay on the same stream
+// is behind it by stream order; anything else polls that word.
 
 // relayState is a device rank's relays (on shmPlane).
 type relayState struct {
@@ -36,9 +37,9 @@ type relayState struct {
 	// value numbers the relays of this rank (the landed and go words
 	// hold the last one's).
 	value uint64
-	// done marks the end of the last relay on its stream; pending while
-	// it may not be reached.
-	done    loader.Event
+	// landed is the last relay's landed word, and stream its stream;
+	// pending until the device said it is done.
+	landed  *uint64
 	stream  loader.Stream
 	pending bool
 }
@@ -48,16 +49,13 @@ type relayState struct {
 const relayLine = 64
 
 // probeRelay reports whether the plugin relays on this rank's device (an
-// empty relay), and makes the event that marks a relay's end.
+// empty relay).
 func (c *Comm) probeRelay() bool {
 	p, sp := c.be.Plugin, c.shm
 	if !p.CanRelay() || sp.scratch == 0 {
 		return false
 	}
 	err := p.RelayReduce(c.be.Device, &loader.Relay{Srcs: []uintptr{sp.scratch}, DType: sdk.Float32, Op: sdk.Sum, AvgDivisor: 1}, 0)
-	if err == nil {
-		sp.relay.done, err = p.EventCreate(c.be.Device)
-	}
 	if err != nil && c.debug.init {
 		c.logf("INIT", "%s does not relay on device %d (%v): small calls copy through the host", p.Name, c.be.Device, err)
 	}
@@ -66,13 +64,15 @@ func (c *Comm) probeRelay() bool {
 
 // relayGate runs before this rank publishes any step in the windows: the
 // last relay must be done with them.
-func (c *Comm) relayGate() error {
-	rs := &c.shm.relay
+func (c *Comm) relayGate() error { return c.settleRelay(&c.shm.relay) }
+
+// settleRelay waits until the device is done with rs's last relay.
+func (c *Comm) settleRelay(rs *relayState) error {
 	if !rs.pending {
 		return nil
 	}
-	if err := c.dev.EventSynchronize(rs.done); err != nil {
-		return fmt.Errorf("waiting for the device's last relay to leave the shared windows: %w", err)
+	if err := c.awaitWord(rs.landed, rs.value|loader.RelayDone, rs.stream, "finish its last relay (fold the shared windows)"); err != nil {
+		return err
 	}
 	rs.pending = false
 	return nil
@@ -92,29 +92,27 @@ func (r *shmRun) relay(st *sched.Step) error {
 	if rs.pending && rs.stream == strm {
 		rs.pending = false // this relay starts after it
 	}
-	if err := c.relayGate(); err != nil {
+	if err := c.settleRelay(rs); err != nil {
 		return err
 	}
 	rs.value++
 	rel.Value = rs.value
 	landed := (*uint64)(unsafe.Pointer(&words[0]))
 	goWord := (*uint64)(unsafe.Pointer(&words[relayLine]))
-	if err := r.dev.RelayReduce(c.be.Device, &rel, strm); err != nil {
+	if err := c.dev.RelayReduce(c.be.Device, &rel, strm); err != nil {
 		return fmt.Errorf("%s's relay: %w", r.dev.Name, err)
 	}
-	// From here the device waits for the go word: every way out answers.
+	// From here the device waits for the go word: every way out answers,
+	// and the device then reads host memory until it says it is done.
 	answer := rel.Value | loader.RelayAbort
+	rs.landed, rs.stream, rs.pending = landed, strm, true
 	defer func() { atomic.StoreUint64(goWord, answer) }()
-	if err := r.dev.EventRecord(rs.done, strm); err != nil {
-		return err
-	}
-	if err := r.awaitLanded(landed, rel.Value, strm); err != nil {
+	if err := c.awaitWord(landed, rel.Value, strm, "put its input in the shared window"); err != nil {
 		return err
 	}
 	if err := r.sync(r.sig(st.Label)); err != nil {
 		return err
 	}
-	rs.stream, rs.pending = strm, true
 	answer = rel.Value
 	return nil
 }
@@ -157,22 +155,23 @@ func (r *shmRun) relayArgs(st *sched.Step) (loader.Relay, []byte, error) {
 	return rel, words, nil
 }
 
-// relaySpin is how long awaitLanded polls before it yields between polls;
+// relaySpin is how long awaitWord polls before it yields between polls;
 // relayQuery how often it then asks whether the stream failed.
 const (
 	relaySpin  = 200 * time.Microsecond
 	relayQuery = time.Millisecond
 )
 
-// awaitLanded waits until the device stored v to the landed word. The
-// stream may first run the caller's earlier work, so the wait polls, then
-// yields, and asks the stream now and then whether it failed; the deadline
-// is the communicator's (FLAGCX_TIMEOUT).
-func (r *shmRun) awaitLanded(landed *uint64, v uint64, strm loader.Stream) error {
+// awaitWord waits until the device stored v to word (a relay's landed
+// word), what the device does meanwhile saying what for. The stream may
+// first run the caller's earlier work, so the wait polls, then yields,
+// and asks the stream now and then whether it failed; the deadline is the
+// communicator's (FLAGCX_TIMEOUT).
+func (c *Comm) awaitWord(word *uint64, v uint64, strm loader.Stream, what string) error {
 	start := time.Now()
 	next := relaySpin
 	for i := 0; ; i++ {
-		if atomic.LoadUint64(landed) == v {
+		if atomic.LoadUint64(word) == v {
 			return nil
 		}
 		if i&63 != 0 {
@@ -187,16 +186,16 @@ func (r *shmRun) awaitLanded(landed *uint64, v uint64, strm loader.Stream) error
 			continue
 		}
 		next = waited + relayQuery
-		done, err := r.dev.StreamQuery(strm)
+		done, err := c.dev.StreamQuery(strm)
 		switch {
 		case err != nil && !errors.Is(err, sdk.ErrNotSupported):
-			return fmt.Errorf("%s's relay: %w", r.dev.Name, err)
-		case done && atomic.LoadUint64(landed) != v:
-			return fmt.Errorf("%w: %s's relay finished without raising its landed word", sdk.ErrInternalError, r.dev.Name)
+			return fmt.Errorf("%s's relay: %w", c.dev.Name, err)
+		case done && atomic.LoadUint64(word) != v:
+			return fmt.Errorf("%w: %s's relay left its stream without a word to %s", sdk.ErrInternalError, c.dev.Name, what)
 		}
-		if t := r.c.world.cfg.Timeout; t > 0 && waited > t {
-			return fmt.Errorf("rank %d: the device did not put its input in the shared window within %v (is earlier work on the stream still running? %s sets the limit): %w",
-				r.c.rank, t, wire.EnvTimeout, wire.ErrTimeout)
+		if t := c.world.cfg.Timeout; t > 0 && waited > t {
+			return fmt.Errorf("rank %d: waited %v for the device to %s (is earlier work on the stream still running? %s sets the limit): %w",
+				c.rank, t, what, wire.EnvTimeout, wire.ErrTimeout)
 		}
 	}
 }

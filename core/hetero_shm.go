@@ -180,14 +180,13 @@ func (c *Comm) releaseShm() error {
 	}
 	var errs []error
 	if sp.relay.pending {
-		// The device may still read the windows.
-		errs = append(errs, p.EventSynchronize(sp.relay.done))
+		errs = append(errs, c.settleRelay(&sp.relay)) // the device may still read the windows
 	}
 	sp.node.SetPostGate(nil)
 	for _, addr := range sp.registered {
 		errs = append(errs, p.HostUnregister(addr))
 	}
-	for _, e := range append(append(append([]loader.Event{sp.start, sp.relay.done}, sp.reduced...), sp.input...), sp.outpt...) {
+	for _, e := range append(append(append([]loader.Event{sp.start}, sp.reduced...), sp.input...), sp.outpt...) {
 		if e != 0 {
 			errs = append(errs, p.EventDestroy(e))
 		}

@@ -590,6 +590,9 @@ typedef struct flagcxVendorPlugin_v4 {
 /* A relayReduce's go word holds the call's value with this bit set when the
  * host gives up: the device then stops without writing dst. */
 #define FLAGCX_RELAY_ABORT (1ull << 63)
+/* A relayReduce's landed word holds the call's value with this bit set once
+ * the device is done with host memory (folded, or stopped). */
+#define FLAGCX_RELAY_DONE (1ull << 62)
 
 /* What one relayReduce does, in its stream's order (relayReduce below). */
 typedef struct {
@@ -598,7 +601,7 @@ typedef struct {
   uint64_t bytes;   /* how many (0: none, and landed is still stored) */
   uint64_t* landed; /* registered host memory: value is stored here once window holds src's bytes */
   const uint64_t* go; /* registered host memory: the device waits until it holds value (or value | FLAGCX_RELAY_ABORT) */
-  uint64_t value;   /* 1 <= value < FLAGCX_RELAY_ABORT, new for every call on a landed/go pair */
+  uint64_t value;   /* 1 <= value < FLAGCX_RELAY_DONE, new for every call on a landed/go pair */
   const void* srcs[FLAGCX_REDUCE_MAX_SRCS]; /* device memory of dev or registered host memory */
   int32_t nsrcs;    /* 1 <= nsrcs <= FLAGCX_REDUCE_MAX_SRCS */
   int32_t dtype;    /* flagcxDataType_t */
@@ -651,8 +654,12 @@ typedef struct {
    *   4. dst[i] = srcs[0][i] op ... op srcs[nsrcs-1][i] for i < count,
    *      by reduceLocal's rules (the host engine's, bit for bit), reading
    *      every source after the go (other processes wrote host sources
-   *      just before it, so nothing of them may come from a cache).
-   * The stream's later work runs after part 4. A source may be window
+   *      just before it, so nothing of them may come from a cache);
+   *   5. once every read of host memory is done (after part 4, or the
+   *      stop), store value | FLAGCX_RELAY_DONE to *landed: the host then
+   *      lets the other ranks write their windows again without a call
+   *      into the runtime.
+   * The stream's later work runs after part 5. A source may be window
    * (then it holds src's bytes) or src itself; dst may be one of the srcs
    * (each element is read before it is written), no other overlap.
    * The host calls this for small messages (a few KiB), so one block of

@@ -292,14 +292,19 @@ func (p *Plugin) ReduceLocal(dev int, dst uintptr, srcs []uintptr, count int, dt
 
 // RelayAbort is the bit the host sets in a relay's go word, beside the
 // call's value, when it gives up (FLAGCX_RELAY_ABORT): the device stops
-// without writing the call's output.
-const RelayAbort = uint64(1) << 63
+// without writing the call's output. RelayDone is the bit the device sets
+// in the landed word, beside the value, once it is done with host memory
+// (FLAGCX_RELAY_DONE).
+const (
+	RelayAbort = uint64(1) << 63
+	RelayDone  = uint64(1) << 62
+)
 
 // Relay is what one RelayReduce does (flagcxRelay_v5_t): put Bytes of
 // device memory Src in host memory Window, store Value to *Landed, wait
-// until *Go holds Value (or Value|RelayAbort), then fold Srcs into Dst by
-// ReduceLocal's rules. Window, Landed, Go and the host sources are memory
-// registered with HostRegister.
+// until *Go holds Value (or Value|RelayAbort), fold Srcs into Dst by
+// ReduceLocal's rules, and store Value|RelayDone to *Landed. Window,
+// Landed, Go and the host sources are memory registered with HostRegister.
 type Relay struct {
 	Src, Window uintptr
 	Bytes       int
@@ -338,8 +343,8 @@ func (p *Plugin) RelayReduce(dev int, r *Relay, s Stream) error {
 		return p.errorf("relayReduce", sdk.InvalidArgument, "%d sources; one call folds 1 to %d", len(r.Srcs), MaxReduceSrcs)
 	case r.Count < 0 || r.Bytes < 0 || !r.DType.Valid() || !r.Op.Valid() || r.AvgDivisor < 1:
 		return p.errorf("relayReduce", sdk.InvalidArgument, "count %d, bytes %d, data type %d, op %d, avg divisor %d", r.Count, r.Bytes, r.DType, r.Op, r.AvgDivisor)
-	case (r.Count > 0 || r.Bytes > 0) && (r.Landed == 0 || r.Go == 0 || r.Value == 0 || r.Value&RelayAbort != 0):
-		return p.errorf("relayReduce", sdk.InvalidArgument, "landed %#x, go %#x, value %#x: both words and a value in 1..2^63-1 are needed", r.Landed, r.Go, r.Value)
+	case (r.Count > 0 || r.Bytes > 0) && (r.Landed == 0 || r.Go == 0 || r.Value == 0 || r.Value >= RelayDone):
+		return p.errorf("relayReduce", sdk.InvalidArgument, "landed %#x, go %#x, value %#x: both words and a value in 1..2^62-1 are needed", r.Landed, r.Go, r.Value)
 	}
 	a := relayArgs.Get().(*relayV5)
 	*a = relayV5{Src: r.Src, Window: r.Window, Bytes: uint64(r.Bytes), Landed: r.Landed, Go: r.Go, Value: r.Value,

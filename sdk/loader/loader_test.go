@@ -72,7 +72,7 @@ func TestABILayout(t *testing.T) {
 		{"flagcxAvg", int64(sdk.Avg)}, {"flagcxNumRedOps", int64(sdk.NumRedOps)},
 		{"flagcxMemcpyHostToDevice", int64(HostToDevice)}, {"flagcxMemcpyDeviceToHost", int64(DeviceToHost)}, {"flagcxMemcpyDeviceToDevice", int64(DeviceToDevice)},
 		{"flagcxMemHost", int64(MemHost)}, {"flagcxMemDevice", int64(MemDevice)}, {"flagcxMemManaged", int64(MemManaged)},
-		{"FLAGCX_REDUCE_MAX_SRCS", MaxReduceSrcs}, {"(long long)FLAGCX_RELAY_ABORT", int64(-1 << 63)},
+		{"FLAGCX_REDUCE_MAX_SRCS", MaxReduceSrcs}, {"(long long)FLAGCX_RELAY_ABORT", int64(-1 << 63)}, {"FLAGCX_RELAY_DONE", int64(RelayDone)},
 		{"flagcxLinkFabric", int64(LinkFabric)}, {"flagcxLinkSystem", int64(LinkSystem)}, {"flagcxLogTrace", int64(LogTrace)},
 	}
 	for _, c := range consts {

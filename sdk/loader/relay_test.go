@@ -43,6 +43,7 @@ func TestRelayReduce(t *testing.T) {
 		{"no go word", func(r *Relay) { r.Go = 0 }},
 		{"value 0", func(r *Relay) { r.Value = 0 }},
 		{"value with the abort bit", func(r *Relay) { r.Value = RelayAbort | 1 }},
+		{"value with the done bit", func(r *Relay) { r.Value = RelayDone | 1 }},
 		{"avg divisor 0", func(r *Relay) { r.AvgDivisor = 0 }},
 		{"bad type", func(r *Relay) { r.DType = sdk.DataType(99) }},
 	} {
