@@ -298,6 +298,9 @@ func deviceCases() []Case {
 		d(KindDeviceError, SHOULD, "an entry given a device that does not exist fails and getLastError says why"),
 		d(KindDeviceReduceLocal, MAY, "reduceLocal folds 1, 2, 3 and 8 sources of every declared type and op, out of place and in place, to the reference's bits", "reduceLocal"),
 		d(KindDeviceReduceStream, MAY, "reduceLocal runs in its stream's order: copies in, the fold and a copy out on one stream, one synchronise", "reduceLocal"),
+		d(KindDeviceRelayReduce, MAY, "relayReduce between a copy in and a copy out on one stream: src reaches the registered window and landed is raised; "+
+			"the stream waits until the go; then dst holds the fold of 1, 2, 3 or 8 sources (device memory, registered host memory, the window, src) "+
+			"of every declared type and op, to the reference's bits, out of place and in place; an abort leaves dst alone", "relayReduce", "hostRegister"),
 		{ID: "comm.uniqueid", Level: MUST, Area: "comm", NeedsCCL: true, Spec: Spec{Kind: KindCommUniqueID},
 			Description: "getUniqueIdBytes is within 1..4096 and two unique ids differ"},
 		{ID: "comm.errorstring", Level: MAY, Area: "comm", NeedsCCL: true, Needs: []string{"getErrorString"}, Spec: Spec{Kind: KindCommErrorString},

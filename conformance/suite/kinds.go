@@ -53,6 +53,7 @@ const (
 	KindDeviceError           Kind = "device.error"
 	KindDeviceReduceLocal     Kind = "device.reducelocal"        // ABI v4's reduceLocal against the reference
 	KindDeviceReduceStream    Kind = "device.reducelocal.stream" // reduceLocal in its stream's order
+	KindDeviceRelayReduce     Kind = "device.relayreduce"        // ABI v5's relayReduce against the reference, in stream order
 )
 
 // The kinds the runner answers without running anything on a worker.
@@ -119,6 +120,7 @@ func init() {
 		KindDeviceError:           deviceCase((*devCtx).badDevice),
 		KindDeviceReduceLocal:     deviceCase((*devCtx).reduceLocal),
 		KindDeviceReduceStream:    deviceCase((*devCtx).reduceLocalStream),
+		KindDeviceRelayReduce:     deviceCase((*devCtx).relayReduce),
 	}
 }
 
