@@ -170,9 +170,9 @@ func TestNegativeControls(t *testing.T) {
 				"coll.allreduce.float32.sum.n2.count1.outofplace": regexp.MustCompile(`^deadline: rank 0, 1 did not finish within 2s .*a hang`),
 			},
 			[]string{"coll.broadcast.float32.n2.root1.count1031.outofplace", "coll.broadcast.float32.n2.root1.count1031.inplace"}, nil},
-		{"wrong ABI version", []string{"-DEXAMPLE_ABI_VERSION=5"}, ``, 0,
+		{"wrong ABI version", []string{"-DEXAMPLE_ABI_VERSION=6"}, ``, 0,
 			map[string]*regexp.Regexp{
-				"plugin.load": regexp.MustCompile(`^unknown ABI version: .*abiVersion 5, which this build of flagcx-go does not know`),
+				"plugin.load": regexp.MustCompile(`^unknown ABI version: .*abiVersion 6, which this build of flagcx-go does not know`),
 			}, nil, nil},
 		// The classic bugs of a vendor team (conformance/example/example.c's
 		// EXAMPLE_BREAK_* mutants): each fails the run, for the right reason.
