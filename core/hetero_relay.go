@@ -103,10 +103,13 @@ func (r *shmRun) relay(st *sched.Step) error {
 		return fmt.Errorf("%s's relay: %w", r.dev.Name, err)
 	}
 	// From here the device waits for the go word: every way out answers,
-	// and the device then reads host memory until it says it is done.
+	// and the device then reads host memory until it says it is done
+	// (this relay's own step must not wait for that: pending only after).
 	answer := rel.Value | loader.RelayAbort
-	rs.landed, rs.stream, rs.pending = landed, strm, true
-	defer func() { atomic.StoreUint64(goWord, answer) }()
+	defer func() {
+		atomic.StoreUint64(goWord, answer)
+		rs.landed, rs.stream, rs.pending = landed, strm, true
+	}()
 	if err := c.awaitWord(landed, rel.Value, strm, "put its input in the shared window"); err != nil {
 		return err
 	}

@@ -179,8 +179,12 @@ func (c *Comm) releaseShm() error {
 		return nil
 	}
 	var errs []error
-	if sp.relay.pending {
-		errs = append(errs, c.settleRelay(&sp.relay)) // the device may still read the windows
+	// The device may still read the windows; where they are already
+	// unmapped here (the host communicators failed), there is no word to
+	// read, and the registration below keeps the pages until it is undone.
+	if sp.relay.pending && sp.node.Enter() == nil {
+		errs = append(errs, c.settleRelay(&sp.relay))
+		sp.node.Exit()
 	}
 	sp.node.SetPostGate(nil)
 	for _, addr := range sp.registered {

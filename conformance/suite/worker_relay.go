@@ -321,8 +321,9 @@ func (rc *relayCase) beforeGo(name string, c reference.Case, b *relayBufs, src [
 }
 
 // afterGo writes the host sources, as the other ranks do just before the
-// go, gives the go (or the abort) and checks the result: dst, and the
-// copy of dst after the relay on the same stream.
+// go, gives the go (or the abort) and checks the result: the done mark in
+// the landed word, dst, and the copy of dst after the relay on the same
+// stream.
 func (rc *relayCase) afterGo(name string, c reference.Case, b *relayBufs, ins [][]byte, abort bool) error {
 	dc, bytes := rc.dc, c.Count*c.Type.Size()
 	for r := 2; r < c.NRanks; r += 2 {
@@ -336,6 +337,9 @@ func (rc *relayCase) afterGo(name string, c reference.Case, b *relayBufs, ins []
 	atomic.StoreUint64(rc.rr.goWord(), word)
 	if err := dc.p.StreamSynchronize(dc.w.stream); err != nil {
 		return err
+	}
+	if got := atomic.LoadUint64(rc.rr.landed()); got != rc.value|loader.RelayDone {
+		return wrongf("%s: *landed holds %#x once the stream is done, not the call's value with the done bit, %#x", name, got, rc.value|loader.RelayDone)
 	}
 	if err := compareElems(name+": dst copied out on the stream after the relay", c.Type, rc.out[:bytes], want, nil); err != nil {
 		return err

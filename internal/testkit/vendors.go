@@ -90,7 +90,7 @@ func Lookup(t testing.TB, name string) Vendor {
 var cudartExports = []string{"cudaDeviceGetAttribute", "cudaDeviceGetPCIBusId", "cudaDeviceSynchronize", "cudaDriverGetVersion",
 	"cudaEventCreate", "cudaEventCreateWithFlags", "cudaEventDestroy", "cudaEventElapsedTime", "cudaEventQuery", "cudaEventRecord",
 	"cudaEventSynchronize", "cudaFree", "cudaFreeHost", "cudaGetDevice", "cudaGetDeviceCount", "cudaGetErrorString",
-	"cudaGetLastError", "cudaHostAlloc", "cudaHostRegister", "cudaHostUnregister", "cudaLaunchKernel", "cudaLibraryGetKernel",
+	"cudaGetLastError", "cudaHostAlloc", "cudaHostGetDevicePointer", "cudaHostRegister", "cudaHostUnregister", "cudaLaunchKernel", "cudaLibraryGetKernel",
 	"cudaLibraryLoadData", "cudaLibraryUnload", "cudaMalloc", "cudaMallocHost", "cudaMemGetInfo",
 	"cudaMemcpy", "cudaMemcpyAsync", "cudaMemsetAsync", "cudaPointerGetAttributes", "cudaRuntimeGetVersion",
 	"cudaSetDevice", "cudaStreamCreate", "cudaStreamCreateWithFlags", "cudaStreamDestroy", "cudaStreamQuery", "cudaStreamSynchronize",

@@ -726,8 +726,8 @@ static flagcxResult_t nvRelayPointers(int dev, flagcxRelay_v5_t* a) {
   const void *window = a->window, *landed = a->landed, *go = a->go;
   flagcxResult_t r;
   int i, direct;
-  if (!a->landed || !a->go || a->value == 0 || (a->value & FLAGCX_RELAY_ABORT) || (((uintptr_t)a->landed | (uintptr_t)a->go) & 7))
-    return shimFail(flagcxInvalidArgument, "relayReduce: landed %p, go %p, value %#llx: two 8-byte aligned words and a value in 1..2^63-1 are needed",
+  if (!a->landed || !a->go || a->value == 0 || a->value >= FLAGCX_RELAY_DONE || (((uintptr_t)a->landed | (uintptr_t)a->go) & 7))
+    return shimFail(flagcxInvalidArgument, "relayReduce: landed %p, go %p, value %#llx: two 8-byte aligned words and a value in 1..2^62-1 are needed",
                     (void*)a->landed, (const void*)a->go, (unsigned long long)a->value);
   if (a->bytes && (!a->src || !a->window))
     return shimFail(flagcxInvalidArgument, "relayReduce: %llu bytes from src %p to window %p: both are needed",

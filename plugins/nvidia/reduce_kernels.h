@@ -140,13 +140,16 @@ static const char nvReduceSource[] =
      *  3. unless aborted, the fold of fold<> above (the same op templates,
      *     so the same bits), every source read with volatile loads: other
      *     processes wrote host sources just before the go, and a line cached
-     *     by an earlier call on the same window would be stale. */
+     *     by an earlier call on the same window would be stale;
+     *  4. after a barrier (every read done), thread 0 fences and stores
+     *     value | done to *landed: the host may let the windows be written. */
     "struct Relay {\n"
     "  const void* src; void* window; u64 bytes; u64* landed; const u64* go; u64 value;\n"
     "  const void* srcs[8]; int nsrcs; int dtype; int op; int div; u64 count; void* dst;\n"
     "};\n"
     "static_assert(sizeof(Relay) == 144, \"Relay mirrors flagcxRelay_v5_t\");\n"
     "#define RELAY_ABORT (1ull << 63)\n"
+    "#define RELAY_DONE (1ull << 62)\n"
     "__device__ __forceinline__ void relayPause() {\n"
     "#if __CUDA_ARCH__ >= 700\n"
     "  __nanosleep(64);\n"
@@ -172,13 +175,17 @@ static const char nvReduceSource[] =
     "    proceed = g == a.value;\n"
     "  }\n"
     "  __syncthreads();\n"
-    "  if (!proceed) return;\n"
     "  const int op = a.op == AVG ? SUM : a.op;\n"
-    "  for (u64 i = t; i < a.count; i += n) {\n"
+    "  for (u64 i = t; proceed && i < a.count; i += n) {\n"
     "    T acc = fresh<T>(a.srcs[0], i);\n"
     "    for (int k = 1; k < a.nsrcs; k++) acc = O::op(acc, fresh<T>(a.srcs[k], i), op);\n"
     "    if (a.op == AVG) acc = O::avg(acc, a.div);\n"
     "    ((T*)a.dst)[i] = acc;\n"
+    "  }\n"
+    "  __syncthreads();\n"
+    "  if (t == 0) {\n"
+    "    __threadfence_system();\n"
+    "    *(volatile u64*)a.landed = a.value | RELAY_DONE;\n"
     "  }\n"
     "}\n"
     "\n"

@@ -680,7 +680,7 @@ static int relayWait(const relayLaunch* l) {
 /* A relayReduce kernel on the stream's worker: src to window, value to
  * landed (a release store: the window's bytes are visible before it), the
  * wait, then the fold (the acquire load of the go makes what the host
- * wrote before it visible). A failed check or a wait given up fails the
+ * wrote before it visible), then value | done to landed. A failed check or a wait given up fails the
  * stream, as an illegal address or a hang would on a device. */
 static int runRelay(void* arg) {
   relayLaunch* l = arg;
@@ -696,6 +696,10 @@ static int runRelay(void* arg) {
     int go = relayWait(l);
     if (go < 0) rc = -1;
     if (go > 0) fold(a->dst, a->srcs, a->nsrcs, (size_t)a->count, l->k->dtype, a->op, a->div);
+    /* Done with host memory (folded or stopped): the host may let the
+     * windows be written again. A wait given up says nothing: the stream
+     * failed, and its host learns that from the stream. */
+    if (go >= 0) __atomic_store_n(a->landed, a->value | VSIM_RELAY_DONE, __ATOMIC_RELEASE);
   }
   free(l);
   return rc;
@@ -716,7 +720,7 @@ static cudaError_t launchRelay(const kernel* k, const void* arg, vsim_stream* s)
                 "its caller can only give once the launch returned: it would never finish", k->name);
   }
   if (a.nsrcs < 1 || a.nsrcs > VSIM_REDUCE_MAX_SRCS || a.op < 0 || a.op > VSIM_AVG || a.div < 1 || a.dtype != k->dtype ||
-      a.value == 0 || (a.value & VSIM_RELAY_ABORT)) {
+      a.value == 0 || a.value >= VSIM_RELAY_DONE) {
     return fail(cudaErrorInvalidValue, api, "%s: %d sources, op %d, divisor %d, data type %d, value %#llx", k->name, a.nsrcs,
                 a.op, a.div, a.dtype, (unsigned long long)a.value);
   }

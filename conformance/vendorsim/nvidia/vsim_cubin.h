@@ -28,6 +28,7 @@ typedef struct {
  * x86-64 and every other LP64 target. */
 #define VSIM_RELAY_PREFIX "flagcx_relay_"
 #define VSIM_RELAY_ABORT (1ull << 63)
+#define VSIM_RELAY_DONE (1ull << 62)
 typedef struct {
   const void* src;
   void* window;
