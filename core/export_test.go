@@ -17,7 +17,7 @@ func SchedPlan(c *Comm, rank int, call sched.Call) (*sched.Plan, error) {
 // SetStepRan tells f of every step an executor runs (nil: nobody); the
 // tests of core_test see through it that the plans that print are the
 // plans that run.
-func SetStepRan(f func(p *sched.Plan, i int)) { stepRan = f }
+func SetStepRan(f func(p *sched.Plan, call uint64, i int)) { stepRan = f }
 
 // StagedInPieces is how many staged AllReduces c ran in pieces
 // (hetero_staged.go).

@@ -252,6 +252,10 @@ type Comm struct {
 	pathLogged bool
 
 	task task // the call in the funnel (enqueue)
+	// plans are the plans of the calls made so far (planOf, planKey);
+	// calls counts the calls that ran.
+	plans map[planKey]*sched.Plan
+	calls uint64
 
 	// The open group (GroupStart): its depth, its queued collectives
 	// (group.go), its sends and receives (on the host placement, the host

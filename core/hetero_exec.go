@@ -552,7 +552,7 @@ func (c *Comm) laneStream(l sched.Lane, s loader.Stream) loader.Stream {
 // step runs step i.
 func (c *Comm) step(p *sched.Plan, i int, b *callBufs, s loader.Stream) error {
 	if stepRan != nil {
-		stepRan(p, i)
+		stepRan(p, c.calls, i)
 	}
 	st := &p.Steps[i]
 	defer region(st.Kind.String())()

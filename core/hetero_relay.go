@@ -99,7 +99,10 @@ func (r *shmRun) relay(st *sched.Step) error {
 	rel.Value = rs.value
 	landed := (*uint64)(unsafe.Pointer(&words[0]))
 	goWord := (*uint64)(unsafe.Pointer(&words[relayLine]))
-	if err := c.dev.RelayReduce(c.be.Device, &rel, strm); err != nil {
+	end := region("relay.launch")
+	err = c.dev.RelayReduce(c.be.Device, &rel, strm)
+	end()
+	if err != nil {
 		return fmt.Errorf("%s's relay: %w", r.dev.Name, err)
 	}
 	// From here the device waits for the go word: every way out answers,
@@ -110,9 +113,13 @@ func (r *shmRun) relay(st *sched.Step) error {
 		atomic.StoreUint64(goWord, answer)
 		rs.landed, rs.stream, rs.pending = landed, strm, true
 	}()
-	if err := c.awaitWord(landed, rel.Value, strm, "put its input in the shared window"); err != nil {
+	end = region("relay.landed")
+	err = c.awaitWord(landed, rel.Value, strm, "put its input in the shared window")
+	end()
+	if err != nil {
 		return err
 	}
+	defer region("relay.step")()
 	if err := r.sync(r.sig(st.Label)); err != nil {
 		return err
 	}

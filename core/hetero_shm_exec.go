@@ -38,7 +38,9 @@ const maxSlots = 16
 
 // stepRan, when set (tests), is told of every step an executor runs, as
 // it starts it: the plans that print are the plans that run.
-var stepRan func(p *sched.Plan, i int)
+// call numbers the communicator's calls (Comm.calls), so that a plan that
+// runs again (Comm.plans) is told apart by run.
+var stepRan func(p *sched.Plan, call uint64, i int)
 
 func (c *Comm) runShm(p *sched.Plan, b *callBufs, s loader.Stream) error {
 	r := &shmRun{c: c, p: p, g: p.Shm, b: b, s: s, node: c.shm.node, dev: c.dev, workers: c.shm.workers}
@@ -55,7 +57,7 @@ func (c *Comm) runShm(p *sched.Plan, b *callBufs, s loader.Stream) error {
 	err := r.prepare()
 	for i := 0; i < len(p.Steps) && err == nil; i++ {
 		if stepRan != nil {
-			stepRan(p, i)
+			stepRan(p, c.calls, i)
 		}
 		err = r.step(&p.Steps[i])
 	}

@@ -65,7 +65,7 @@ func (c *Comm) runStaged(p *sched.Plan, i int, b *callBufs, s loader.Stream, ch 
 	}
 	if stepRan != nil {
 		for k := i; k <= i+2; k++ {
-			stepRan(p, k) // all three run, in pieces, from here on
+			stepRan(p, c.calls, k) // all three run, in pieces, from here on
 		}
 	}
 	if err := ch.await(i); err != nil {

@@ -20,34 +20,43 @@ import (
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
 
-// ranSteps records the steps the executors ran, plan by plan.
+// ranSteps records the steps the executors ran, run by run: a plan runs
+// once per call (a communicator keeps its plans, so one plan may run in
+// several calls).
 type ranSteps struct {
 	mu    sync.Mutex
-	plans []*sched.Plan
-	steps map[*sched.Plan][]int
+	runs  []planRun
+	steps map[planRun][]int
+}
+
+// planRun is one call's run of a plan.
+type planRun struct {
+	p    *sched.Plan
+	call uint64
 }
 
 func recordSteps(t *testing.T) *ranSteps {
-	r := &ranSteps{steps: map[*sched.Plan][]int{}}
-	core.SetStepRan(func(p *sched.Plan, i int) {
+	r := &ranSteps{steps: map[planRun][]int{}}
+	core.SetStepRan(func(p *sched.Plan, call uint64, i int) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if _, ok := r.steps[p]; !ok {
-			r.plans = append(r.plans, p)
+		k := planRun{p, call}
+		if _, ok := r.steps[k]; !ok {
+			r.runs = append(r.runs, k)
 		}
-		r.steps[p] = append(r.steps[p], i)
+		r.steps[k] = append(r.steps[k], i)
 	})
 	t.Cleanup(func() { core.SetStepRan(nil) })
 	return r
 }
 
 // take returns what was recorded and forgets it.
-func (r *ranSteps) take() ([]*sched.Plan, map[*sched.Plan][]int) {
+func (r *ranSteps) take() ([]planRun, map[planRun][]int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	plans, steps := r.plans, r.steps
-	r.plans, r.steps = nil, map[*sched.Plan][]int{}
-	return plans, steps
+	runs, steps := r.runs, r.steps
+	r.runs, r.steps = nil, map[planRun][]int{}
+	return runs, steps
 }
 
 // runCase runs c on every rank (out of place and in place where it has
@@ -84,18 +93,19 @@ var stepLineRE = regexp.MustCompile(`^ +\d+ (intra|d2h|net|h2d) `)
 // steps, each once (the shared-memory plane: in plan order).
 func requireRanAsPrinted(t *testing.T, comm *core.Comm, ran *ranSteps, wantPath sched.Path, name string) {
 	t.Helper()
-	plans, steps := ran.take()
+	runs, steps := ran.take()
 	if wantPath != sched.PathHostComm && wantPath != sched.PathVendor {
 		// (A single cluster's library runs its calls itself, the host
 		// engine or the vendor's, but for a group of sends and receives.)
-		require.NotEmpty(t, plans, "%s: an executor ran the call", name)
+		require.NotEmpty(t, runs, "%s: an executor ran the call", name)
 	}
-	for _, p := range plans {
+	for _, run := range runs {
+		p := run.p
 		require.Equal(t, wantPath, p.Path, "%s: %s", name, p)
 		printed, err := core.SchedPlan(comm, p.Rank, p.Call)
 		require.NoError(t, err)
 		require.Equal(t, printed.String(), p.String(), "%s: the printed plan is the plan that ran", name)
-		idx := steps[p]
+		idx := steps[run]
 		if p.Path == sched.PathShm {
 			require.True(t, sort.IntsAreSorted(idx), "%s, rank %d: the shared-memory plane runs its steps in plan order: %v", name, p.Rank, idx)
 		}

@@ -610,9 +610,18 @@ static flagcxResult_t nvCompile(int arch, int slot) {
 
 /* nvKernels finds (or builds) dev's kernels for entry (reduceLocal or
  * relayReduce, which its messages name); the caller made dev current. */
+/* nvDevKernels[dev] is dev's kernel set once nvKernels found it (devices
+ * from NV_MAX_DEVS on take the lock every time). */
+#define NV_MAX_DEVS 64
+static const nvKernelSet* nvDevKernels[NV_MAX_DEVS];
+
 static flagcxResult_t nvKernels(int dev, const char* entry, const nvKernelSet** out) {
   int major = 0, minor = 0, arch, i;
   flagcxResult_t r = flagcxSuccess;
+  /* Every call after a device's first takes no lock and asks the runtime
+   * nothing: a relay's enqueue is on a 700-byte call's latency path. */
+  if (dev >= 0 && dev < NV_MAX_DEVS && (*out = __atomic_load_n(&nvDevKernels[dev], __ATOMIC_ACQUIRE)) != NULL)
+    return flagcxSuccess;
   pthread_mutex_lock(&nvReduceLock);
   if (nvReduceUnavailable[0]) {
     pthread_mutex_unlock(&nvReduceLock);
@@ -630,6 +639,7 @@ static flagcxResult_t nvKernels(int dev, const char* entry, const nvKernelSet** 
   }
   if (!nvReduceLibs[i].arch && (r = nvCompile(arch, i)) != flagcxSuccess) goto out;
   *out = &nvReduceLibs[i].kernels;
+  if (dev >= 0 && dev < NV_MAX_DEVS) __atomic_store_n(&nvDevKernels[dev], *out, __ATOMIC_RELEASE);
 out:
   if (r == flagcxNotSupported && nvReduceUnavailable[0]) r = shimFail(r, "%s: %s", entry, nvReduceUnavailable);
   pthread_mutex_unlock(&nvReduceLock);
@@ -679,7 +689,6 @@ static flagcxResult_t nvReduceLocal(int dev, void* dst, const void* const* srcs,
  * device), else cudaHostGetDevicePointer's. */
 
 /* Attribute 91 per device: 0 not asked yet, 1 usable, 2 not. */
-#define NV_MAX_DEVS 64
 static int nvHostPointers[NV_MAX_DEVS];
 
 static int nvHostPointersUsable(int dev) {

@@ -129,8 +129,8 @@ static const char nvReduceSource[] =
      * landed 24, go 32, value 40, srcs 48, nsrcs 112, dtype 116, op 120,
      * avgDivisor 124, count 128, dst 136: 144 bytes). One block of
      * NV_RELAY_THREADS (512) threads runs the three parts of the entry:
-     *  1. the copy of src to window, in 8-byte words where src, window and
-     *     bytes allow it; every thread fences (system scope) so that its
+     *  1. the copy of src to window, in 8-byte words where src and window
+     *     allow it (the last bytes one by one); every thread fences (system scope) so that its
      *     stores reach host memory before thread 0's store to *landed, which
      *     follows the barrier and one more fence;
      *  2. thread 0 polls *go with volatile loads (they reach memory every
@@ -159,11 +159,9 @@ static const char nvReduceSource[] =
     "template <typename T, typename O> __device__ __forceinline__ void relay(const Relay& a) {\n"
     "  __shared__ int proceed;\n"
     "  const u64 t = threadIdx.x, n = blockDim.x;\n"
-    "  if ((((u64)a.src | (u64)a.window | a.bytes) & 7) == 0) {\n"
-    "    for (u64 i = t; i < a.bytes / 8; i += n) ((u64*)a.window)[i] = ((const u64*)a.src)[i];\n"
-    "  } else {\n"
-    "    for (u64 i = t; i < a.bytes; i += n) ((u8*)a.window)[i] = ((const u8*)a.src)[i];\n"
-    "  }\n"
+    "  u64 words = (((u64)a.src | (u64)a.window) & 7) == 0 ? a.bytes / 8 : 0;\n"
+    "  for (u64 i = t; i < words; i += n) ((u64*)a.window)[i] = ((const u64*)a.src)[i];\n"
+    "  for (u64 i = 8 * words + t; i < a.bytes; i += n) ((u8*)a.window)[i] = ((const u8*)a.src)[i];\n"
     "  __threadfence_system();\n"
     "  __syncthreads();\n"
     "  if (t == 0) {\n"
