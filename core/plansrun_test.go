@@ -350,3 +350,33 @@ func TestStagedAllReduceFoldsOnDevices(t *testing.T) {
 		}
 	}
 }
+
+// TestPlansAreKept: a communicator builds a call shape's plan once and
+// runs it again for the same shape (out of place and in place alike); a
+// new shape gets a plan of its own.
+func TestPlansAreKept(t *testing.T) {
+	comms, mems, streams := startMixed(t, "dhh")
+	ran := recordSteps(t)
+	rank0 := func() []planRun {
+		runs, _ := ran.take()
+		var mine []planRun
+		for _, r := range runs {
+			if r.p.Rank == 0 {
+				mine = append(mine, r)
+			}
+		}
+		return mine
+	}
+	c := reference.Case{Coll: sdk.AllReduce, Type: sdk.Float32, Op: sdk.Sum, NRanks: 3, Count: 37, Seed: 1}
+	runCase(t, comms, mems, streams, c)
+	first := rank0()
+	require.Len(t, first, 2, "out of place and in place")
+	require.Same(t, first[0].p, first[1].p, "one plan for both calls")
+	require.NotEqual(t, first[0].call, first[1].call)
+	c.Count = 38
+	runCase(t, comms, mems, streams, c)
+	second := rank0()
+	require.Len(t, second, 2)
+	require.NotSame(t, first[0].p, second[0].p, "a new shape, a new plan")
+	require.Equal(t, 38, second[0].p.Call.Count)
+}
