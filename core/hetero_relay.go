@@ -42,6 +42,8 @@ type relayState struct {
 	landed  *uint64
 	stream  loader.Stream
 	pending bool
+	// srcs holds a relay's sources (no allocation on the latency path).
+	srcs [sched.MaxDeviceReduceClusters]uintptr
 }
 
 // relayLine is the offset of the go word after the landed word: a cache
@@ -152,7 +154,10 @@ func (r *shmRun) relayArgs(st *sched.Step) (loader.Relay, []byte, error) {
 		return rel, nil, fmt.Errorf("%w: relay %s", sdk.ErrInternalError, st)
 	}
 	rel = loader.Relay{Src: src.ptr, Window: win.ptr, Bytes: cp.Src.Len, Dst: dst.ptr, Count: f.Dst.Len / st.DType.Size(),
-		DType: st.DType, Op: st.Op, AvgDivisor: st.N, Srcs: make([]uintptr, 0, len(f.Srcs))}
+		DType: st.DType, Op: st.Op, AvgDivisor: st.N, Srcs: r.c.shm.relay.srcs[:0]}
+	if len(f.Srcs) > len(r.c.shm.relay.srcs) {
+		return rel, nil, fmt.Errorf("%w: a relay of %d inputs, more than %d", sdk.ErrInternalError, len(f.Srcs), len(r.c.shm.relay.srcs))
+	}
 	rel.Landed = uintptr(unsafe.Pointer(&words[0]))
 	rel.Go = uintptr(unsafe.Pointer(&words[relayLine]))
 	for _, s := range f.Srcs {
