@@ -472,7 +472,7 @@ func TestBenchHeterogeneousLayouts(t *testing.T) {
 		{"three vendors and host", nil, "kunlunxin:2,metax:1,host:2", []string{"kunlunxin", "metax"}, []string{"all", "-d", "all", "-o", "all"},
 			[]string{"heterogeneous, 3 cluster(s)", "cluster 0: Kunlunxin (kunlunxin plugin, EMULATED), ranks 0,1, leader 0", "cluster 1: MetaX (metax plugin, EMULATED), ranks 2, leader 2", "cluster 2: host (cpu), ranks 3,4, leader 3"}},
 		{"split list on one vendor", []string{"FLAGCX_CLUSTER_SPLIT_LIST=1,1", "FLAGCX_DEBUG_SUBSYS=COLL"}, "nvidia:2", nil, []string{"allreduce", "-o", "all", "--print-plan"},
-			[]string{"heterogeneous, 2 cluster(s); schedules: c2c-shm", "cluster 1: NVIDIA (nvidia plugin, EMULATED), ranks 1, leader 1", "# Plans of allreduce float32 sum at 4096 bytes", "plan rank 1: AllReduce float32 sum count 1024: path c2c-shm", "fold-posted float32 sum: win0[0:4K] + win1[0:4K] -> win1[4K:8K]"}},
+			[]string{"heterogeneous, 2 cluster(s); schedules: c2c-shm", "cluster 1: NVIDIA (nvidia plugin, EMULATED), ranks 1, leader 1", "# Plans of allreduce float32 sum at 4096 bytes", "plan rank 1: AllReduce float32 sum count 1024: path c2c-shm", "relay (one launch", "on the device, fold float32 sum: win0[0:4K] + send[0:4K] -> recv[0:4K]"}},
 		{"split list, staged (no shared memory)", []string{"FLAGCX_CLUSTER_SPLIT_LIST=1,1", "FLAGCX_SHM_DISABLE=1"}, "nvidia:2", nil, []string{"allreduce", "-o", "all", "--print-plan"},
 			[]string{"schedules: c2c for allreduce", "plan rank 1: AllReduce float32 sum count 1024: path c2c", "inter AllReduce float32 sum stage[0:4K] in place"}},
 		{"forced host path", []string{"FLAGCX_USE_HOST_COMM=1"}, "nvidia:2,host:2", nil, []string{"all", "-d", "all", "--print-plan"},
