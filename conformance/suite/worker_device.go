@@ -511,30 +511,56 @@ func (dc *devCtx) badDevice(s Spec) error {
 // so the fold must equal that AllReduce's result, bit for bit (avg: the
 // sum divided by the source count, which the reference keeps exact).
 func (dc *devCtx) reduceLocal(s Spec) error {
-	done := 0
+	rule := foldRule{entry: "reduceLocal", did: "reduced"}
+	return dc.declaredFolds(func(dt sdk.DataType, op sdk.RedOp, n int) error {
+		for _, count := range []int{1, 4099} {
+			for _, dstAt := range []int{-1, n - 1, 0} {
+				c := reference.Case{Coll: sdk.AllReduce, Type: dt, Op: op, NRanks: n, Count: count, Seed: s.Seed}
+				if err := rule.check(dt, op, dc.reduceLocalOnce(c, dstAt)); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// declaredFolds calls each for every data type and op the plugin
+// declares, with 1, 2, 3 and 8 sources: what an optional fold entry
+// (reduceLocal, relayReduce) must serve.
+func (dc *devCtx) declaredFolds(each func(dt sdk.DataType, op sdk.RedOp, n int) error) error {
 	for _, dt := range sdk.AllDataTypes() {
 		for _, op := range sdk.AllRedOps() {
 			if !dc.p.SupportsDataType(dt) || !dc.p.SupportsRedOp(op) {
 				continue
 			}
 			for _, n := range []int{1, 2, 3, loader.MaxReduceSrcs} {
-				for _, count := range []int{1, 4099} {
-					for _, dstAt := range []int{-1, n - 1, 0} {
-						c := reference.Case{Coll: sdk.AllReduce, Type: dt, Op: op, NRanks: n, Count: count, Seed: s.Seed}
-						err := dc.reduceLocalOnce(c, dstAt)
-						if errors.Is(err, sdk.ErrNotSupported) && done > 0 {
-							// The ABI's rule: every declared type and op, or none.
-							return wrongf("reduceLocal refused %s %s after it reduced other types and ops: %v", dt, op, err)
-						}
-						if err != nil {
-							return err
-						}
-						done++
-					}
+				if err := each(dt, op, n); err != nil {
+					return err
 				}
 			}
 		}
 	}
+	return nil
+}
+
+// foldRule is the ABI's rule for an optional fold entry: every declared
+// type and op, or none. A refusal (flagcxNotSupported) of the first call
+// returns as it is (the case is skipped); after a call went through it is
+// wrong.
+type foldRule struct {
+	entry, did string // the entry, and what it did ("reduced")
+	done       int
+}
+
+func (f *foldRule) check(dt sdk.DataType, op sdk.RedOp, err error) error {
+	if errors.Is(err, sdk.ErrNotSupported) && f.done > 0 {
+		return wrongf("%s refused %s %s after it %s other types and ops: %v", f.entry, dt, op, f.did, err)
+	}
+	if err != nil {
+		return err
+	}
+	f.done++
 	return nil
 }
 

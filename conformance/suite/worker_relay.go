@@ -166,34 +166,21 @@ func (dc *devCtx) relayProbe() error {
 }
 
 func (rc *relayCase) everyTypeAndOp(s Spec) error {
-	done := 0
-	for _, dt := range sdk.AllDataTypes() {
-		for _, op := range sdk.AllRedOps() {
-			if !rc.dc.p.SupportsDataType(dt) || !rc.dc.p.SupportsRedOp(op) {
-				continue
-			}
-			for _, n := range []int{1, 2, 3, loader.MaxReduceSrcs} {
-				for _, count := range relayCounts {
-					for _, sh := range relayShapes {
-						if n < sh.minSrcs {
-							continue
-						}
-						c := reference.Case{Coll: sdk.AllReduce, Type: dt, Op: op, NRanks: n, Count: count, Seed: s.Seed}
-						err := rc.once(c, sh, false)
-						if errors.Is(err, sdk.ErrNotSupported) && done > 0 {
-							// The ABI's rule: every declared type and op, or none.
-							return wrongf("relayReduce refused %s %s after it relayed other types and ops: %v", dt, op, err)
-						}
-						if err != nil {
-							return err
-						}
-						done++
-					}
+	rule := foldRule{entry: "relayReduce", did: "relayed"}
+	return rc.dc.declaredFolds(func(dt sdk.DataType, op sdk.RedOp, n int) error {
+		for _, count := range relayCounts {
+			for _, sh := range relayShapes {
+				if n < sh.minSrcs {
+					continue
+				}
+				c := reference.Case{Coll: sdk.AllReduce, Type: dt, Op: op, NRanks: n, Count: count, Seed: s.Seed}
+				if err := rule.check(dt, op, rc.once(c, sh, false)); err != nil {
+					return err
 				}
 			}
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // relayBufs are one relay's device buffers and what dst holds before the go.
