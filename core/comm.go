@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/flagcx/flagcx-go/core/internal/host"
 	"github.com/flagcx/flagcx-go/internal/flog"
@@ -53,6 +54,10 @@ type hostComm struct {
 	// who names this rank in failure notices (firstfail.go): its rank in
 	// the Comm, which an inner communicator's rank is not.
 	who string
+	// reported is the first failure this rank told its peers of
+	// (notifyPeers), which its control plane also answers with: a notice
+	// cannot go out on a link whose sending side is mid-frame.
+	reported atomic.Pointer[string]
 }
 
 // initHost joins rank (0 <= rank < nranks) to the host communicator of id

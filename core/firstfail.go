@@ -15,11 +15,18 @@ import (
 // failed after it.
 type firstFailure struct{ what string }
 
+// maxReported bounds the failure a control-plane reply carries, as a
+// notice's text is bounded (internal/hostnet/tcp/tag.go).
+const maxReported = 4 << 10
+
 func (f *firstFailure) Error() string { return "first failure: " + f.what }
 
 // notifyPeers tells every peer on a transport that carries notices what
 // failed first: a notice this rank received, else err itself, with this
-// rank and its host. It is best effort and bounded (hostnet.Notify).
+// rank and its host. It is best effort and bounded (hostnet.Notify); a
+// failure this rank caused or learned of is also kept (reported) for the
+// peers that ask the control plane instead (firstReported), since a link
+// mid-frame carries no notice.
 func (c *hostComm) notifyPeers(err error) {
 	var ff *firstFailure
 	what := ""
@@ -31,6 +38,15 @@ func (c *hostComm) notifyPeers(err error) {
 			who = fmt.Sprintf("rank %d", c.rank)
 		}
 		what = fmt.Sprintf("%s (host %s, pid %d): %v", who, hostname(), os.Getpid(), err)
+	}
+	if ff != nil || !lostPeer(err) {
+		// A cause, not a symptom: a lost peer is what the revoke's probe
+		// finds out by itself.
+		kept := what
+		if len(kept) > maxReported {
+			kept = kept[:maxReported]
+		}
+		c.reported.CompareAndSwap(nil, &kept)
 	}
 	for _, l := range c.mesh.Links {
 		if l != nil {
@@ -48,4 +64,17 @@ func (c *Comm) notifyAll(err error) {
 			h.notifyPeers(err)
 		}
 	}
+}
+
+// firstReported is the first failure this rank told its peers of, on any
+// of its host communicators, or "".
+func (c *Comm) firstReported() string {
+	for _, h := range []*hostComm{c.world, c.intra, c.inter} {
+		if h != nil {
+			if w := h.reported.Load(); w != nil {
+				return *w
+			}
+		}
+	}
+	return ""
 }

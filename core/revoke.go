@@ -128,9 +128,18 @@ func (c *Comm) verdictMsg(re *RevokedError) ctlMsg {
 }
 
 // ctlReply answers every hello: the verdict the rank adopted, if any (a
-// ctlMsg, read by decodeCtl).
+// ctlMsg, read by decodeCtl), and the first failure it told its peers of
+// (firstReported), which a peer whose link closed mid-frame never got as
+// a notice.
 type ctlReply struct {
 	Revoked json.RawMessage `json:"revoked,omitempty"`
+	Failure string          `json:"failure,omitempty"`
+}
+
+// ctlAnswer is a decoded ctlReply.
+type ctlAnswer struct {
+	verdict *ctlMsg // nil: the rank has none
+	failure string
 }
 
 // ctlPlane is one rank's side of the control plane.
@@ -195,7 +204,7 @@ func (c *Comm) answerCtl(conn *tcp.Conn, hello []byte) {
 		default: // a Shrink nobody waits for: the oldest are enough
 		}
 	}
-	var rep ctlReply
+	rep := ctlReply{Failure: c.firstReported()}
 	if re := c.revocation(); re != nil {
 		rep.Revoked, _ = json.Marshal(c.verdictMsg(re))
 	}
@@ -203,36 +212,38 @@ func (c *Comm) answerCtl(conn *tcp.Conn, hello []byte) {
 	_ = conn.Send(b)
 }
 
-// ask sends m to rank r's control plane, within wait, and returns the
-// verdict r answers with (nil: r has none).
-func (c *Comm) ask(r int, m ctlMsg, wait time.Duration) (*ctlMsg, error) {
+// ask sends m to rank r's control plane, within wait, and returns r's
+// answer.
+func (c *Comm) ask(r int, m ctlMsg, wait time.Duration) (ctlAnswer, error) {
 	cfg := c.ctl.cfg
 	cfg.Timeout = wait
 	hello, err := json.Marshal(m)
 	if err != nil {
-		return nil, err
+		return ctlAnswer{}, err
 	}
 	conn, err := tcp.Dial(c.ctl.addrs[r], cfg, c.ctl.secret, hello)
 	if err != nil {
-		return nil, err
+		return ctlAnswer{}, err
 	}
 	defer conn.Close()
 	b, err := conn.RecvMsg(tcp.MaxHello)
 	if err != nil {
-		return nil, err
+		return ctlAnswer{}, err
 	}
 	var rep ctlReply
 	if err := json.Unmarshal(b, &rep); err != nil {
-		return nil, fmt.Errorf("%w: a malformed control reply from rank %d: %v", sdk.ErrRemoteError, r, err)
+		return ctlAnswer{}, fmt.Errorf("%w: a malformed control reply from rank %d: %v", sdk.ErrRemoteError, r, err)
 	}
+	a := ctlAnswer{failure: rep.Failure}
 	if len(rep.Revoked) == 0 {
-		return nil, nil
+		return a, nil
 	}
 	v, err := decodeCtl(rep.Revoked, c.n)
 	if err != nil {
-		return nil, fmt.Errorf("rank %d's verdict: %w", r, err)
+		return ctlAnswer{}, fmt.Errorf("rank %d's verdict: %w", r, err)
 	}
-	return &v, nil
+	a.verdict = &v
+	return a, nil
 }
 
 // revocation is the verdict this rank adopted, or nil.
@@ -310,7 +321,7 @@ func (c *Comm) settle(op string, err error) error {
 	if c.ctl == nil || !lostPeer(err) {
 		return err
 	}
-	if re := c.detect(err); re != nil {
+	if re, err := c.detect(err); re != nil {
 		e := *re
 		e.Rank, e.Op, e.err = c.rank, op, err
 		return &e
@@ -329,37 +340,44 @@ func lostPeer(err error) bool {
 // detect finds the lost ranks (probe), revokes this rank's communicator
 // and tells every survivor. It returns the verdict, which may be another
 // rank's that arrived meanwhile, or nil when the user closed the
-// communicator.
-func (c *Comm) detect(cause error) *RevokedError {
+// communicator, and cause, with the first failure a peer reported
+// appended when this rank's own error does not name one yet (its notice
+// could not travel: the link was mid-frame).
+func (c *Comm) detect(cause error) (*RevokedError, error) {
 	c.ctl.detect.Lock()
 	defer c.ctl.detect.Unlock()
 	if re := c.revocation(); re != nil {
-		return re
+		return re, cause
 	}
 	select {
 	case <-time.After(lossGrace):
 	case <-c.ctl.revoked:
 	}
-	failed, theirs := c.probe()
+	failed, theirs, first := c.probe()
 	if theirs != nil {
 		c.adopt(theirs) // nothing when it is the verdict this rank adopted
-		return c.revocation()
+		return c.revocation(), cause
+	}
+	var ff *firstFailure
+	if first != "" && !errors.As(cause, &ff) {
+		cause = fmt.Errorf("%w; %w", cause, &firstFailure{what: first})
 	}
 	re := &RevokedError{Failed: failed, By: c.rank, Cause: cause.Error(), At: time.Now()}
 	for _, r := range failed {
 		re.Hosts = append(re.Hosts, c.world.peers[r].Host)
 	}
 	c.tell(re)
-	return c.revocation()
+	return c.revocation(), cause
 }
 
 // probe asks every peer whether it is there: it returns the ranks that
-// are not (ascending), or the verdict of a peer that revoked already.
-func (c *Comm) probe() ([]int, *RevokedError) {
+// are not (ascending), or the verdict of a peer that revoked already, and
+// the first failure reported by the lowest rank that reported one.
+func (c *Comm) probe() (failed []int, theirs *RevokedError, first string) {
 	type answer struct {
-		r       int
-		verdict *ctlMsg
-		lost    bool
+		r int
+		ctlAnswer
+		lost bool
 	}
 	self := c.world.peers[c.rank]
 	answers := make(chan answer, c.n)
@@ -375,17 +393,16 @@ func (c *Comm) probe() ([]int, *RevokedError) {
 				return
 			}
 			v, err := c.ask(r, ctlMsg{Kind: ctlProbe, From: c.rank}, probeWait)
-			answers <- answer{r: r, verdict: v, lost: err != nil}
+			answers <- answer{r: r, ctlAnswer: v, lost: err != nil}
 		}()
 	}
-	var failed []int
-	var theirs *RevokedError
+	firstBy := c.n
 	for range c.n - 1 {
 		var a answer
 		select {
 		case a = <-answers:
 		case <-c.ctl.revoked:
-			return nil, c.revocation() // another rank's verdict came first
+			return nil, c.revocation(), "" // another rank's verdict came first
 		}
 		switch {
 		case a.lost:
@@ -393,9 +410,12 @@ func (c *Comm) probe() ([]int, *RevokedError) {
 		case a.verdict != nil && theirs == nil:
 			theirs = a.verdict.verdict()
 		}
+		if a.failure != "" && a.r < firstBy {
+			first, firstBy = a.failure, a.r
+		}
 	}
 	sort.Ints(failed)
-	return failed, theirs
+	return failed, theirs, first
 }
 
 // Revoke revokes the communicator on every rank at once, as a detected

@@ -1,0 +1,54 @@
+package core
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flagcx/flagcx-go/internal/hostnet"
+	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
+	"github.com/flagcx/flagcx-go/sdk"
+)
+
+// TestFirstFailureOverTheControlPlane: a rank whose failure notice could
+// not travel (its links closed mid-frame) still names the first failure
+// to the peer that sees only the closed link, through the control plane's
+// answer to that peer's probe; a symptom (a lost peer) is not kept as a
+// cause.
+func TestFirstFailureOverTheControlPlane(t *testing.T) {
+	t.Setenv(shm.EnvShmDisable, "1")
+	comms := startComms(t, 2, testNet(10*time.Second))
+	cause := "rank 0 (host test, pid 1): AllReduce on rank 0: a cause"
+
+	// A symptom is not kept; the first cause is, and only the first.
+	h := &hostComm{who: "rank 3", mesh: &hostnet.Mesh{}}
+	h.notifyPeers(fmt.Errorf("%w: rank 2 closed the connection", sdk.ErrRemoteError))
+	require.Nil(t, h.reported.Load())
+	h.notifyPeers(fmt.Errorf("%w: a cause", sdk.ErrInvalidUsage))
+	h.notifyPeers(fmt.Errorf("%w: a later one", sdk.ErrInvalidUsage))
+	require.Regexp(t, `^rank 3 \(host .*, pid \d+\): invalid usage: a cause$`, *h.reported.Load())
+
+	// Rank 0 caused a failure but its links closed with no notice on
+	// them (mid-frame): rank 1 sees only the closed link.
+	comms[0].world.reported.Store(&cause)
+	done := make(chan error, 1)
+	go func() {
+		n := 1 << 20
+		done <- comms[1].AllReduce(HostBuffer(make([]byte, n)), HostBuffer(make([]byte, n)), n/4, sdk.Float32, sdk.Sum, 0)
+	}()
+	require.NoError(t, comms[0].world.Abort())
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("rank 1's AllReduce did not end after rank 0's links closed")
+	}
+	require.ErrorIs(t, err, sdk.ErrRemoteError)
+	require.ErrorContains(t, err, "first failure: "+cause)
+	var re *RevokedError
+	require.ErrorAs(t, err, &re)
+	require.Empty(t, re.Failed, "rank 0 answered its probe")
+	require.Contains(t, re.Cause, "first failure: "+cause, "the verdict the other ranks get names it too")
+}
