@@ -22,8 +22,8 @@
 // input goes through small aligned bounce buffers instead.
 //
 // On amd64 CPUs with AVX2 and F16C, assembly kernels (vector_amd64.s) take
-// the bulk of every reduction but the 64-bit integer products, maxima and
-// minima and the 8-bit products, and of Avg's division of floats; they give
+// the bulk of every reduction but the 64-bit and 8-bit integer products,
+// and of Avg's division of floats; they give
 // the plain Go kernels' bits (TestVectorKernels, TestVectorScale), 5-27
 // times as fast on data in cache (BenchmarkVectorKernels: bfloat16 sums
 // 14x, float16 27x, float32 6x).

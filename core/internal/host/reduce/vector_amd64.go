@@ -88,6 +88,18 @@ func addF16(d, a, b *byte, n uintptr)
 func mulF16(d, a, b *byte, n uintptr)
 
 //go:noescape
+func maxS64(d, a, b *byte, n uintptr)
+
+//go:noescape
+func minS64(d, a, b *byte, n uintptr)
+
+//go:noescape
+func maxU64(d, a, b *byte, n uintptr)
+
+//go:noescape
+func minU64(d, a, b *byte, n uintptr)
+
+//go:noescape
 func maxF16(d, a, b *byte, n uintptr)
 
 //go:noescape
@@ -139,14 +151,14 @@ func cpuVector() bool {
 }
 
 // vectorKernels is indexed as kernels is; nil where no vector kernel
-// exists (64-bit integer products, maxima and minima; 8-bit products).
+// exists (AVX2 multiplies neither 64-bit nor 8-bit integers).
 var vectorKernels = [sdk.NumDataTypes][sdk.NumRedOps]vectorKernel{
 	sdk.Int8:     {addI8, nil, maxS8, minS8, addI8},
 	sdk.Uint8:    {addI8, nil, maxU8, minU8, addI8},
 	sdk.Int32:    {addI32, mulI32, maxS32, minS32, addI32},
 	sdk.Uint32:   {addI32, mulI32, maxU32, minU32, addI32},
-	sdk.Int64:    {addI64, nil, nil, nil, addI64},
-	sdk.Uint64:   {addI64, nil, nil, nil, addI64},
+	sdk.Int64:    {addI64, nil, maxS64, minS64, addI64},
+	sdk.Uint64:   {addI64, nil, maxU64, minU64, addI64},
 	sdk.Float16:  {addF16, mulF16, maxF16, minF16, addF16},
 	sdk.Float32:  {addF32, mulF32, maxF32, minF32, addF32},
 	sdk.Float64:  {addF64, mulF64, maxF64, minF64, addF64},

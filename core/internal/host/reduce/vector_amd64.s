@@ -410,3 +410,50 @@ TEXT ·maxBF16(SB), NOSPLIT, $0-32
 // func minBF16(d, a, b *byte, n uintptr)
 TEXT ·minBF16(SB), NOSPLIT, $0-32
 	NARROWBODY(BELOW, bf16Inf<>)
+
+// 64-bit integer max and min (AVX2 compares them signed only: unsigned
+// keys flip the sign bit, Y15). QMAX and QMIN set M where b replaces a.
+#define QSIGNED(X, K) VMOVDQU X, K
+#define QUNSIGNED(X, K) VPXOR Y15, X, K
+#define QMAX(KA, KB, M) VPCMPGTQ KA, KB, M
+#define QMIN(KA, KB, M) VPCMPGTQ KB, KA, M
+
+#define Q4(SEL, KEY, OFF) \
+	VMOVDQU	OFF(SI)(AX*1), Y0; \
+	VMOVDQU	OFF(DX)(AX*1), Y1; \
+	KEY(Y0, Y2); \
+	KEY(Y1, Y3); \
+	SEL(Y2, Y3, Y4); \
+	VPBLENDVB	Y4, Y1, Y0, Y0; \
+	VMOVDQU	Y0, OFF(DI)(AX*1)
+
+#define QBODY(SEL, KEY) \
+	ARGS; \
+	VPBROADCASTQ	qSign<>(SB), Y15; \
+loop: \
+	Q4(SEL, KEY, 0); \
+	Q4(SEL, KEY, 32); \
+	ADDQ	$64, AX; \
+	CMPQ	AX, CX; \
+	JB	loop; \
+	VZEROUPPER; \
+	RET
+
+DATA qSign<>+0(SB)/8, $0x8000000000000000
+GLOBL qSign<>(SB), RODATA|NOPTR, $8
+
+// func maxS64(d, a, b *byte, n uintptr)
+TEXT ·maxS64(SB), NOSPLIT, $0-32
+	QBODY(QMAX, QSIGNED)
+
+// func minS64(d, a, b *byte, n uintptr)
+TEXT ·minS64(SB), NOSPLIT, $0-32
+	QBODY(QMIN, QSIGNED)
+
+// func maxU64(d, a, b *byte, n uintptr)
+TEXT ·maxU64(SB), NOSPLIT, $0-32
+	QBODY(QMAX, QUNSIGNED)
+
+// func minU64(d, a, b *byte, n uintptr)
+TEXT ·minU64(SB), NOSPLIT, $0-32
+	QBODY(QMIN, QUNSIGNED)
