@@ -14,6 +14,14 @@
 	MOVQ	n+24(FP), CX; \
 	XORQ	AX, AX
 
+// NEXT ends a loop over 64-byte blocks: on to the next, or return.
+#define NEXT \
+	ADDQ	$64, AX; \
+	CMPQ	AX, CX; \
+	JB	loop; \
+	VZEROUPPER; \
+	RET
+
 // func cpuid(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
 TEXT ·cpuid(SB), NOSPLIT, $0-24
 	MOVL	leaf+0(FP), AX
@@ -43,11 +51,7 @@ loop: \
 	OP	32(DX)(AX*1), Y1, Y1; \
 	VMOVDQU	Y0, (DI)(AX*1); \
 	VMOVDQU	Y1, 32(DI)(AX*1); \
-	ADDQ	$64, AX; \
-	CMPQ	AX, CX; \
-	JB	loop; \
-	VZEROUPPER; \
-	RET
+	NEXT
 
 // func addF32(d, a, b *byte, n uintptr)
 TEXT ·addF32(SB), NOSPLIT, $0-32
@@ -138,11 +142,7 @@ loop: \
 	FMINMAX(CMP, BLEND, BITS, BEYOND, Y4, Y5, Y6, Y7); \
 	VMOVDQU	Y0, (DI)(AX*1); \
 	VMOVDQU	Y4, 32(DI)(AX*1); \
-	ADDQ	$64, AX; \
-	CMPQ	AX, CX; \
-	JB	loop; \
-	VZEROUPPER; \
-	RET
+	NEXT
 
 // func maxF32(d, a, b *byte, n uintptr)
 TEXT ·maxF32(SB), NOSPLIT, $0-32
@@ -175,11 +175,7 @@ loop: \
 	HALF8(OP, 16); \
 	HALF8(OP, 32); \
 	HALF8(OP, 48); \
-	ADDQ	$64, AX; \
-	CMPQ	AX, CX; \
-	JB	loop; \
-	VZEROUPPER; \
-	RET
+	NEXT
 
 // func addF16(d, a, b *byte, n uintptr)
 TEXT ·addF16(SB), NOSPLIT, $0-32
@@ -195,6 +191,13 @@ DATA bf16One<>+0(SB)/4, $1
 GLOBL bf16One<>(SB), RODATA|NOPTR, $4
 DATA bf16Quiet<>+0(SB)/4, $0x40
 GLOBL bf16Quiet<>(SB), RODATA|NOPTR, $4
+
+// BF16CONSTS loads BF16ROUND's constants, and zero in Y15 for widening.
+#define BF16CONSTS \
+	VPXOR	Y15, Y15, Y15; \
+	VPBROADCASTD	bf16Round<>(SB), Y14; \
+	VPBROADCASTD	bf16One<>(SB), Y13; \
+	VPBROADCASTD	bf16Quiet<>(SB), Y12
 
 // BF16ROUND rounds the float32s of X to bfloat16 in the low half of
 // each lane, as F32ToBF16 (half.go): nearest even, a NaN keeps its top
@@ -228,18 +231,11 @@ GLOBL bf16Quiet<>(SB), RODATA|NOPTR, $4
 
 #define BF16BODY(OP) \
 	ARGS; \
-	VPXOR	Y15, Y15, Y15; \
-	VPBROADCASTD	bf16Round<>(SB), Y14; \
-	VPBROADCASTD	bf16One<>(SB), Y13; \
-	VPBROADCASTD	bf16Quiet<>(SB), Y12; \
+	BF16CONSTS; \
 loop: \
 	BF16X16(OP, 0); \
 	BF16X16(OP, 32); \
-	ADDQ	$64, AX; \
-	CMPQ	AX, CX; \
-	JB	loop; \
-	VZEROUPPER; \
-	RET
+	NEXT
 
 // func addBF16(d, a, b *byte, n uintptr)
 TEXT ·addBF16(SB), NOSPLIT, $0-32
@@ -253,43 +249,32 @@ TEXT ·mulBF16(SB), NOSPLIT, $0-32
 // a true division by m, not a product with its reciprocal, so that the
 // bits are the scalar code's.
 
+// DIVFLOATS is the body of divF32 and divF64: MOV moves and DIV divides
+// vectors of the type; m is in Y15.
+#define DIVFLOATS(MOV, DIV) \
+	XORQ	AX, AX; \
+loop: \
+	MOV	(DI)(AX*1), Y0; \
+	MOV	32(DI)(AX*1), Y1; \
+	DIV	Y15, Y0, Y0; \
+	DIV	Y15, Y1, Y1; \
+	MOV	Y0, (DI)(AX*1); \
+	MOV	Y1, 32(DI)(AX*1); \
+	NEXT
+
 // func divF32(d *byte, n uintptr, m float32)
 TEXT ·divF32(SB), NOSPLIT, $0-20
 	MOVQ	d+0(FP), DI
 	MOVQ	n+8(FP), CX
 	VBROADCASTSS	m+16(FP), Y15
-	XORQ	AX, AX
-loop:
-	VMOVUPS	(DI)(AX*1), Y0
-	VMOVUPS	32(DI)(AX*1), Y1
-	VDIVPS	Y15, Y0, Y0
-	VDIVPS	Y15, Y1, Y1
-	VMOVUPS	Y0, (DI)(AX*1)
-	VMOVUPS	Y1, 32(DI)(AX*1)
-	ADDQ	$64, AX
-	CMPQ	AX, CX
-	JB	loop
-	VZEROUPPER
-	RET
+	DIVFLOATS(VMOVUPS, VDIVPS)
 
 // func divF64(d *byte, n uintptr, m float64)
 TEXT ·divF64(SB), NOSPLIT, $0-24
 	MOVQ	d+0(FP), DI
 	MOVQ	n+8(FP), CX
 	VBROADCASTSD	m+16(FP), Y15
-	XORQ	AX, AX
-loop:
-	VMOVUPD	(DI)(AX*1), Y0
-	VMOVUPD	32(DI)(AX*1), Y1
-	VDIVPD	Y15, Y0, Y0
-	VDIVPD	Y15, Y1, Y1
-	VMOVUPD	Y0, (DI)(AX*1)
-	VMOVUPD	Y1, 32(DI)(AX*1)
-	ADDQ	$64, AX
-	CMPQ	AX, CX
-	JB	loop
-	VZEROUPPER
-	RET
+	DIVFLOATS(VMOVUPD, VDIVPD)
 
 // HALFDIV8 divides 8 float16 elements at OFF by Y15.
 #define HALFDIV8(OFF) \
@@ -308,11 +293,7 @@ loop:
 	HALFDIV8(16)
 	HALFDIV8(32)
 	HALFDIV8(48)
-	ADDQ	$64, AX
-	CMPQ	AX, CX
-	JB	loop
-	VZEROUPPER
-	RET
+	NEXT
 
 // BF16DIV16 divides 16 bfloat16 elements at OFF by Y11 (BF16X16's
 // widening and rounding).
@@ -333,18 +314,11 @@ TEXT ·divBF16(SB), NOSPLIT, $0-20
 	MOVQ	n+8(FP), CX
 	VBROADCASTSS	m+16(FP), Y11
 	XORQ	AX, AX
-	VPXOR	Y15, Y15, Y15
-	VPBROADCASTD	bf16Round<>(SB), Y14
-	VPBROADCASTD	bf16One<>(SB), Y13
-	VPBROADCASTD	bf16Quiet<>(SB), Y12
+	BF16CONSTS
 loop:
 	BF16DIV16(0)
 	BF16DIV16(32)
-	ADDQ	$64, AX
-	CMPQ	AX, CX
-	JB	loop
-	VZEROUPPER
-	RET
+	NEXT
 
 // Max and min of the narrow formats, as maxNarrow and minNarrow
 // (reduce.go): y replaces x where x is NaN, or y is not and orders
@@ -382,11 +356,7 @@ loop:
 loop: \
 	NARROW16(BEYOND, 0); \
 	NARROW16(BEYOND, 32); \
-	ADDQ	$64, AX; \
-	CMPQ	AX, CX; \
-	JB	loop; \
-	VZEROUPPER; \
-	RET
+	NEXT
 
 DATA narrowMag<>+0(SB)/2, $0x7fff
 GLOBL narrowMag<>(SB), RODATA|NOPTR, $2
@@ -433,11 +403,7 @@ TEXT ·minBF16(SB), NOSPLIT, $0-32
 loop: \
 	Q4(SEL, KEY, 0); \
 	Q4(SEL, KEY, 32); \
-	ADDQ	$64, AX; \
-	CMPQ	AX, CX; \
-	JB	loop; \
-	VZEROUPPER; \
-	RET
+	NEXT
 
 DATA qSign<>+0(SB)/8, $0x8000000000000000
 GLOBL qSign<>(SB), RODATA|NOPTR, $8
