@@ -454,7 +454,7 @@ func scaleS32[T ~int8 | ~int32](v []T, n int) {
 }
 
 func scaleU32[T ~uint8 | ~uint32](v []T, n int) {
-	if n > 1<<32-1 {
+	if uint64(n) > 1<<32-1 {
 		clear(v)
 		return
 	}
