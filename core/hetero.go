@@ -530,6 +530,9 @@ func (c *Comm) agree(rec initRecord) error {
 // start brings up the cluster and leader communicators and the streams.
 // A failure anywhere is shared, so that every rank returns an error.
 func (c *Comm) start() error {
+	// Device setup allocates, registers and frees on this rank's device
+	// (a free synchronises the thread's current device: execute says why).
+	defer c.bindDevice()()
 	l := c.layout
 	cl := l.ClusterOf(c.rank)
 	var startErr error
@@ -764,6 +767,11 @@ func (c *Comm) stop(abort bool) error {
 		// leaked rather than freed under it (freeing may also block
 		// behind it).
 		stuck := c.wd.Err() != nil
+		if !stuck {
+			// Unregistering and freeing synchronise the thread's current
+			// device: this rank's, not another rank's of this process.
+			defer c.bindDevice()()
+		}
 		// The windows go with the host communicators: unregister first.
 		if stuck {
 			c.shm = nil

@@ -253,6 +253,12 @@ func (c *Comm) execute(p *sched.Plan, b *callBufs, s loader.Stream) error {
 	if len(p.Steps) == 0 {
 		return nil
 	}
+	// From here on this goroutine makes device calls: freeing pinned or
+	// device memory (ensure) synchronises the thread's current device,
+	// which on a thread last bound to another rank's device of this
+	// process waits for that rank's collective, itself waiting for this
+	// rank (TestEnsureBindsTheDevice).
+	defer c.bindDevice()()
 	if err := c.ensure(p); err != nil {
 		return err
 	}
@@ -332,10 +338,10 @@ func (c *Comm) execute(p *sched.Plan, b *callBufs, s loader.Stream) error {
 }
 
 // runInOrder runs a plan's steps one after the other on the calling
-// goroutine; with several lanes a step first waits for the device work of
-// the steps it depends on (one lane's stream orders its steps itself).
+// goroutine (bound to the device: execute); with several lanes a step
+// first waits for the device work of the steps it depends on (one lane's
+// stream orders its steps itself).
 func (c *Comm) runInOrder(p *sched.Plan, b *callBufs, s loader.Stream, ch *chain, lanes bool) error {
-	defer c.bindDevice()()
 	for i := 0; i < len(p.Steps); i++ {
 		if c.stagedSteps(p, i, ch) {
 			if err := c.runStaged(p, i, b, s, ch); err != nil {
