@@ -15,11 +15,11 @@ import (
 // failed after it.
 type firstFailure struct{ what string }
 
+func (f *firstFailure) Error() string { return "first failure: " + f.what }
+
 // maxReported bounds the failure a control-plane reply carries, as a
 // notice's text is bounded (internal/hostnet/tcp/tag.go).
 const maxReported = 4 << 10
-
-func (f *firstFailure) Error() string { return "first failure: " + f.what }
 
 // notifyPeers tells every peer on a transport that carries notices what
 // failed first: a notice this rank received, else err itself, with this

@@ -321,9 +321,9 @@ func (c *Comm) settle(op string, err error) error {
 	if c.ctl == nil || !lostPeer(err) {
 		return err
 	}
-	if re, err := c.detect(err); re != nil {
+	if re, cause := c.detect(err); re != nil {
 		e := *re
-		e.Rank, e.Op, e.err = c.rank, op, err
+		e.Rank, e.Op, e.err = c.rank, op, cause
 		return &e
 	}
 	return err

@@ -608,13 +608,13 @@ static flagcxResult_t nvCompile(int arch, int slot) {
   return flagcxSuccess;
 }
 
-/* nvKernels finds (or builds) dev's kernels for entry (reduceLocal or
- * relayReduce, which its messages name); the caller made dev current. */
 /* nvDevKernels[dev] is dev's kernel set once nvKernels found it (devices
  * from NV_MAX_DEVS on take the lock every time). */
 #define NV_MAX_DEVS 64
 static const nvKernelSet* nvDevKernels[NV_MAX_DEVS];
 
+/* nvKernels finds (or builds) dev's kernels for entry (reduceLocal or
+ * relayReduce, which its messages name); the caller made dev current. */
 static flagcxResult_t nvKernels(int dev, const char* entry, const nvKernelSet** out) {
   int major = 0, minor = 0, arch, i;
   flagcxResult_t r = flagcxSuccess;

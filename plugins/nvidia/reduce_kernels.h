@@ -130,9 +130,9 @@ static const char nvReduceSource[] =
      * avgDivisor 124, count 128, dst 136: 144 bytes). One block of
      * NV_RELAY_THREADS (512) threads runs the three parts of the entry:
      *  1. the copy of src to window, in 8-byte words where src and window
-     *     allow it (the last bytes one by one); every thread fences (system scope) so that its
-     *     stores reach host memory before thread 0's store to *landed, which
-     *     follows the barrier and one more fence;
+     *     allow it (the last bytes one by one); every thread fences (system
+     *     scope) so that its stores reach host memory before thread 0's
+     *     store to *landed, which follows the barrier and one more fence;
      *  2. thread 0 polls *go with volatile loads (they reach memory every
      *     time) until it holds value or value | abort, fences so that the
      *     loads after it see what the host wrote before the go, and shares

@@ -22,6 +22,13 @@
 	VZEROUPPER; \
 	RET
 
+// LOOP2 is a loop whose every 64-byte block is STEP(P, 0) and STEP(P, 32).
+#define LOOP2(STEP, P) \
+loop: \
+	STEP(P, 0); \
+	STEP(P, 32); \
+	NEXT
+
 // func cpuid(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
 TEXT ·cpuid(SB), NOSPLIT, $0-24
 	MOVL	leaf+0(FP), AX
@@ -168,14 +175,13 @@ TEXT ·minF64(SB), NOSPLIT, $0-32
 	OP	Y1, Y0, Y0; \
 	VCVTPS2PH	$0, Y0, OFF(DI)(AX*1)
 
+#define HALF16(OP, OFF) \
+	HALF8(OP, OFF); \
+	HALF8(OP, OFF+16)
+
 #define F16BODY(OP) \
 	ARGS; \
-loop: \
-	HALF8(OP, 0); \
-	HALF8(OP, 16); \
-	HALF8(OP, 32); \
-	HALF8(OP, 48); \
-	NEXT
+	LOOP2(HALF16, OP)
 
 // func addF16(d, a, b *byte, n uintptr)
 TEXT ·addF16(SB), NOSPLIT, $0-32
@@ -232,10 +238,7 @@ GLOBL bf16Quiet<>(SB), RODATA|NOPTR, $4
 #define BF16BODY(OP) \
 	ARGS; \
 	BF16CONSTS; \
-loop: \
-	BF16X16(OP, 0); \
-	BF16X16(OP, 32); \
-	NEXT
+	LOOP2(BF16X16, OP)
 
 // func addBF16(d, a, b *byte, n uintptr)
 TEXT ·addBF16(SB), NOSPLIT, $0-32
@@ -353,10 +356,7 @@ loop:
 	ARGS; \
 	VPBROADCASTW	INF(SB), Y9; \
 	VPBROADCASTW	narrowMag<>(SB), Y10; \
-loop: \
-	NARROW16(BEYOND, 0); \
-	NARROW16(BEYOND, 32); \
-	NEXT
+	LOOP2(NARROW16, BEYOND)
 
 DATA narrowMag<>+0(SB)/2, $0x7fff
 GLOBL narrowMag<>(SB), RODATA|NOPTR, $2
