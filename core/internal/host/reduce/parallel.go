@@ -3,7 +3,6 @@ package reduce
 import (
 	"sync"
 
-	"github.com/flagcx/flagcx-go/core/internal/host/mem"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -34,32 +33,8 @@ func ScaleParallel(buf []byte, dt sdk.DataType, n, workers int) {
 // len(src)), for the large copies between a rank's buffers and the shared
 // windows that one core cannot stream at the memory's speed.
 func CopyParallel(dst, src []byte, workers int) {
-	cp := copyOf(len(src))
-	split(len(src), workers, func(lo, hi int) { cp(dst[lo:hi], src[lo:hi]) })
+	split(len(src), workers, func(lo, hi int) { copy(dst[lo:hi], src[lo:hi]) })
 }
-
-// StreamFrom is the smallest buffer whose copies and fold results are
-// written with streaming stores (mem.Stream). An ordinary store first
-// reads its cache line from memory (a read for ownership), so a large
-// copy moves three bytes through memory for each byte and a fold with two
-// outputs seven for its three inputs; streaming stores make that two and
-// five. Below it, what a call writes is likely still in the shared cache
-// when its reader (a peer rank, a device's copy) comes for it, which
-// streaming stores would give up. Go's own copy streams from 1 MiB, a
-// size no piece of a split copy or a fold's block reaches.
-var StreamFrom = 1 << 20
-
-// copyOf is how a buffer of n bytes is copied: streamed from StreamFrom.
-func copyOf(n int) func(dst, src []byte) {
-	if n >= StreamFrom {
-		return mem.Stream
-	}
-	return func(dst, src []byte) { copy(dst, src) }
-}
-
-// blocks hands each fold goroutine its cache-sized block to fold into
-// before the block is streamed to its destinations.
-var blocks = sync.Pool{New: func() any { return new([foldBlock]byte) }}
 
 // foldBlock is how much FoldParallel reduces before copying it to its
 // second destination: small enough to still be in the core's cache.
@@ -88,42 +63,25 @@ func foldSplit(dst, also []byte, ins [][]byte, dt sdk.DataType, op sdk.RedOp, ra
 	if also != nil && len(also) < len(dst) {
 		panic("reduce: FoldParallel: second destination shorter than the first")
 	}
-	if len(ins) == 0 {
-		return
-	}
-	stream := len(dst) >= StreamFrom
 	splitFrom(len(dst), workers, from, func(lo, hi int) {
-		// A streamed fold reduces each block in a block of its own, in
-		// the cache, and streams it out to dst (and also).
-		var block *[foldBlock]byte
-		if stream {
-			block = blocks.Get().(*[foldBlock]byte)
-			defer blocks.Put(block)
-		}
 		for a := lo; a < hi; a += foldBlock {
 			b := min(a+foldBlock, hi)
-			out := dst[a:b]
-			if block != nil {
-				out = block[:b-a]
-			}
-			if len(ins) == 1 {
-				copy(out, ins[0][a:b])
-			} else {
-				Into(out, ins[0][a:b], ins[1][a:b], dt, fop)
+			switch len(ins) {
+			case 0:
+				continue
+			case 1:
+				copy(dst[a:b], ins[0][a:b])
+			default:
+				Into(dst[a:b], ins[0][a:b], ins[1][a:b], dt, fop)
 			}
 			for _, in := range ins[min(2, len(ins)):] {
-				Into(out, out, in[a:b], dt, fop)
+				Into(dst[a:b], dst[a:b], in[a:b], dt, fop)
 			}
 			if op == sdk.Avg {
-				Scale(out, dt, ranks)
+				Scale(dst[a:b], dt, ranks)
 			}
-			if block != nil {
-				mem.Stream(dst[a:b], out)
-			}
-			if also != nil && block != nil {
-				mem.Stream(also[a:b], out)
-			} else if also != nil {
-				copy(also[a:b], out)
+			if also != nil {
+				copy(also[a:b], dst[a:b])
 			}
 		}
 	})

@@ -317,27 +317,7 @@ func TestParallelMatchesSerial(t *testing.T) {
 // destination equals the serial fold, also when that destination is one
 // of the inputs (a host rank reducing in place), for every op including
 // avg, across the block and worker boundaries.
-// Both ways of storing run: streamed (StreamFrom 0) and cached, and the
-// destination misaligned too (streamed stores need whole lines).
 func TestFoldParallelMatchesSerial(t *testing.T) {
-	defer func(from int) { StreamFrom = from }(StreamFrom)
-	for _, tc := range []struct {
-		name       string
-		streamFrom int
-		dstOffset  int
-	}{
-		{"cached", math.MaxInt, 0},
-		{"streamed", 0, 0},
-		{"streamed misaligned", 0, 8},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			StreamFrom = tc.streamFrom
-			foldParallelMatchesSerial(t, tc.dstOffset)
-		})
-	}
-}
-
-func foldParallelMatchesSerial(t *testing.T, dstOffset int) {
 	rng := rand.New(rand.NewPCG(15, 16))
 	for _, dt := range []sdk.DataType{sdk.Int8, sdk.Float16, sdk.Float32, sdk.Float64} {
 		for _, op := range []sdk.RedOp{sdk.Sum, sdk.Min, sdk.Avg} {
@@ -359,7 +339,7 @@ func foldParallelMatchesSerial(t *testing.T, dstOffset int) {
 					if op == sdk.Avg {
 						Scale(want, dt, 5)
 					}
-					dst := make([]byte, len(want)+dstOffset)[dstOffset:]
+					dst := make([]byte, len(want))
 					FoldParallel(dst, ins[n-1], ins, dt, op, 5, 3)
 					require.Equal(t, want, dst, "%v %v %d bytes, %d inputs", dt, op, size, n)
 					require.Equal(t, want, ins[n-1], "the second destination (an input)")
@@ -367,21 +347,6 @@ func foldParallelMatchesSerial(t *testing.T, dstOffset int) {
 			}
 		}
 	}
-}
-
-// TestCopyParallelStreamed: a streamed parallel copy to a misaligned
-// destination writes exactly src.
-func TestCopyParallelStreamed(t *testing.T) {
-	defer func(from int) { StreamFrom = from }(StreamFrom)
-	StreamFrom = 0
-	rng := rand.New(rand.NewPCG(17, 18))
-	src := make([]byte, 3*ParallelMin+100)
-	for i := range src {
-		src[i] = byte(rng.Uint32())
-	}
-	got := make([]byte, len(src)+3)[3:]
-	CopyParallel(got, src, 3)
-	require.Equal(t, src, got)
 }
 
 func TestMisusePanics(t *testing.T) {
@@ -485,34 +450,5 @@ func TestFoldSplit(t *testing.T) {
 	}
 	for cores, want := range map[int]int{-1: 1, 0: 1, 1: 1, 4: 4, MaxWorkers: MaxWorkers, 64: MaxWorkers} {
 		require.Equal(t, want, Workers(cores), "%d cores", cores)
-	}
-}
-
-// BenchmarkStores measures a host rank's large work both ways of storing
-// (StreamFrom): a fold of three float32 inputs into two destinations, as
-// a host rank beside device ranks does, and a copy, each of 64 MiB on
-// MaxWorkers goroutines (bytes: the fold's destination, the copy's).
-func BenchmarkStores(b *testing.B) {
-	defer func(from int) { StreamFrom = from }(StreamFrom)
-	const size = 64 << 20
-	ins := [][]byte{onesBuf(sdk.Float32, size), onesBuf(sdk.Float32, size), onesBuf(sdk.Float32, size)}
-	dst, also := onesBuf(sdk.Float32, size), onesBuf(sdk.Float32, size) // touched: no page faults timed
-	for _, stores := range []struct {
-		name string
-		from int
-	}{{"cached", math.MaxInt}, {"streamed", 0}} {
-		StreamFrom = stores.from
-		b.Run("fold3x2/"+stores.name, func(b *testing.B) {
-			b.SetBytes(size)
-			for b.Loop() {
-				FoldParallel(dst, also, ins, sdk.Float32, sdk.Sum, 3, MaxWorkers)
-			}
-		})
-		b.Run("copy/"+stores.name, func(b *testing.B) {
-			b.SetBytes(size)
-			for b.Loop() {
-				CopyParallel(dst, ins[0], MaxWorkers)
-			}
-		})
 	}
 }
