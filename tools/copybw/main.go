@@ -6,7 +6,8 @@
 // ranks.
 //
 //	go build -o bin/copybw ./tools/copybw
-//	bin/copybw -plugin-dir build/plugins -plugin nvidia -device 0 -size 256M
+//	bin/copybw -plugin-dir build/plugins -plugin nvidia -devices 0 -size 256M
+//	bin/copybw -devices all -size 256M,1G  # every device copying at once
 package main
 
 import (
@@ -14,7 +15,10 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"unsafe"
 
@@ -25,13 +29,13 @@ import (
 func main() {
 	dir := flag.String("plugin-dir", "build/plugins", "plugin directory")
 	name := flag.String("plugin", "nvidia", "plugin name")
-	dev := flag.Int("device", 0, "device index")
+	devs := flag.String("devices", "0", "device indices that copy, all at once (as 0,1), or all")
 	sizes := flag.String("size", "64M,256M", "comma-separated copy sizes (K/M/G, 1024-based)")
 	iters := flag.Int("n", 20, "timed copies per size and direction")
 	emulated := flag.Bool("emulated", false, "use the emulated vendor runtime")
 	hostWorkers := flag.String("host-workers", "", "also measure host memory copies of the first size with these goroutine counts (e.g. 8,16,32)")
 	flag.Parse()
-	err := run(*dir, *name, *dev, *sizes, *iters, *emulated)
+	err := run(*dir, *name, *devs, *sizes, *iters, *emulated)
 	if err == nil && *hostWorkers != "" {
 		var n int
 		if n, err = parseSize(strings.TrimSpace(strings.Split(*sizes, ",")[0])); err == nil {
@@ -58,38 +62,20 @@ func parseSize(s string) (int, error) {
 	return int(n), nil
 }
 
-func run(dir, name string, dev int, sizeList string, iters int, emulated bool) error {
-	all, err := loader.LoadAll(loader.Options{Dir: dir, Emulated: emulated})
+func run(dir, name, devList string, sizeList string, iters int, emulated bool) error {
+	p, err := load(dir, name, emulated)
 	if err != nil {
 		return err
 	}
-	var p *loader.Plugin
-	for _, l := range all {
-		if l.Name == name {
-			if !l.OK() {
-				return l.Err
-			}
-			p = l.Plugin
+	devs, err := parseDevices(p, devList)
+	if err != nil {
+		return err
+	}
+	meters := make([]*meter, len(devs))
+	for i, dev := range devs {
+		if meters[i], err = newMeter(p, dev, iters); err != nil {
+			return err
 		}
-	}
-	if p == nil {
-		return fmt.Errorf("no plugin %s in %s", name, dir)
-	}
-	s, err := p.StreamCreate(dev)
-	if err != nil {
-		return err
-	}
-	start, err := p.EventCreate(dev)
-	if err != nil {
-		return err
-	}
-	stop, err := p.EventCreate(dev)
-	if err != nil {
-		return err
-	}
-	s2, err := p.StreamCreate(dev)
-	if err != nil {
-		return err
 	}
 	emu := ""
 	if p.Emulated() {
@@ -99,7 +85,11 @@ func run(dir, name string, dev int, sizeList string, iters int, emulated bool) e
 	if p.CanRegisterHost() {
 		kinds = append(kinds, "registered")
 	}
-	fmt.Printf("# %s device %d, %d copies per size%s\n", name, dev, iters, emu)
+	if len(devs) == 1 {
+		fmt.Printf("# %s device %d, %d copies per size%s\n", name, devs[0], iters, emu)
+	} else {
+		fmt.Printf("# %s devices %s at once: each measurement starts on every device together (%d copies per size)%s\n", name, devList, iters, emu)
+	}
 	fmt.Println("# pinned: the runtime's host allocation; registered: shared memory (mmap) registered with hostRegister, as c2c-shm's windows")
 	fmt.Println("| size | host memory | host->device GB/s | device->host GB/s | both at once, each way GB/s |")
 	fmt.Println("|---|---|---|---|---|")
@@ -108,34 +98,123 @@ func run(dir, name string, dev int, sizeList string, iters int, emulated bool) e
 		if err != nil {
 			return err
 		}
-		devp, err := p.DeviceMalloc(dev, 2*n)
-		if err != nil {
-			return err
-		}
 		for _, kind := range kinds {
-			host, free, err := hostBuffer(p, kind, 2*n)
+			rates, err := measureAll(meters, kind, n)
 			if err != nil {
 				return err
 			}
-			m := meter{p: p, s: [2]loader.Stream{s, s2}, start: start, stop: stop, iters: iters}
-			h2d, err := m.run(n, []copyDir{{devp, host, loader.HostToDevice}})
-			if err == nil {
-				var d2h, both float64
-				if d2h, err = m.run(n, []copyDir{{host, devp, loader.DeviceToHost}}); err == nil {
-					both, err = m.run(n, []copyDir{{devp, host, loader.HostToDevice}, {host + uintptr(n), devp + uintptr(n), loader.DeviceToHost}})
-					fmt.Printf("| %d MiB | %s | %.1f | %.1f | %.1f |\n", n>>20, kind, h2d, d2h, both)
+			for i, r := range rates {
+				label := kind
+				if len(devs) > 1 {
+					label = fmt.Sprintf("%s, device %d", kind, devs[i])
 				}
-			}
-			if ferr := free(); err == nil {
-				err = ferr
-			}
-			if err != nil {
-				return err
+				fmt.Printf("| %d MiB | %s | %.1f | %.1f | %.1f |\n", n>>20, label, r[0], r[1], r[2])
 			}
 		}
-		_ = p.DeviceFree(devp)
 	}
 	return nil
+}
+
+// load is the named plugin of dir, loaded.
+func load(dir, name string, emulated bool) (*loader.Plugin, error) {
+	all, err := loader.LoadAll(loader.Options{Dir: dir, Emulated: emulated})
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range all {
+		if l.Name == name {
+			if !l.OK() {
+				return nil, l.Err
+			}
+			return l.Plugin, nil
+		}
+	}
+	return nil, fmt.Errorf("no plugin %s in %s", name, dir)
+}
+
+// parseDevices reads -devices: "all", or device indices as 0,1.
+func parseDevices(p *loader.Plugin, list string) ([]int, error) {
+	if list == "all" {
+		n, err := p.DeviceCount()
+		if err != nil {
+			return nil, err
+		}
+		devs := make([]int, n)
+		for i := range devs {
+			devs[i] = i
+		}
+		return devs, nil
+	}
+	var devs []int
+	for _, f := range strings.Split(list, ",") {
+		d, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || d < 0 {
+			return nil, fmt.Errorf("bad device %q in -devices: give all, or indices as 0,1", f)
+		}
+		devs = append(devs, d)
+	}
+	return devs, nil
+}
+
+// measureAll measures each direction of n-byte copies on every meter's
+// device at once (host memory of the kind on each), and returns each
+// device's host->device, device->host and both-at-once rates. Every
+// device starts each of the three measurements together.
+func measureAll(meters []*meter, kind string, n int) (rates [][3]float64, err error) {
+	type bufs struct {
+		devp, host uintptr
+		free       func() error
+	}
+	b := make([]bufs, len(meters))
+	defer func() {
+		err = errors.Join(err, everyDevice(meters, func(i int, m *meter) error {
+			var err error
+			if b[i].free != nil {
+				err = b[i].free()
+			}
+			if b[i].devp != 0 {
+				err = errors.Join(err, m.p.DeviceFree(b[i].devp))
+			}
+			return err
+		}))
+	}()
+	err = everyDevice(meters, func(i int, m *meter) (err error) {
+		if b[i].devp, err = m.p.DeviceMalloc(m.dev, 2*n); err != nil {
+			return err
+		}
+		b[i].host, b[i].free, err = hostBuffer(m.p, kind, 2*n)
+		return err
+	})
+	rates = make([][3]float64, len(meters))
+	for ph := 0; ph < 3 && err == nil; ph++ {
+		err = everyDevice(meters, func(i int, m *meter) (err error) {
+			devp, host := b[i].devp, b[i].host
+			dirs := [][]copyDir{
+				{{devp, host, loader.HostToDevice}},
+				{{host, devp, loader.DeviceToHost}},
+				{{devp, host, loader.HostToDevice}, {host + uintptr(n), devp + uintptr(n), loader.DeviceToHost}},
+			}[ph]
+			rates[i][ph], err = m.run(n, dirs)
+			return err
+		})
+	}
+	return rates, err
+}
+
+// everyDevice runs fn for every meter at once, each on a thread bound to
+// its device, and waits for them all.
+func everyDevice(meters []*meter, fn func(i int, m *meter) error) error {
+	errs := make([]error, len(meters))
+	var wg sync.WaitGroup
+	for i, m := range meters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = m.onDevice(func() error { return fn(i, m) })
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // hostBuffer allocates n bytes of host memory of the kind: the runtime's
@@ -165,18 +244,46 @@ type copyDir struct {
 	kind     loader.MemcpyKind
 }
 
-// meter times copies with the runtime's events.
+// meter times copies on one device with the runtime's events.
 type meter struct {
 	p           *loader.Plugin
+	dev         int
 	s           [2]loader.Stream
 	start, stop loader.Event
 	iters       int
 }
 
+func newMeter(p *loader.Plugin, dev, iters int) (*meter, error) {
+	m := &meter{p: p, dev: dev, iters: iters}
+	err := m.onDevice(func() (err error) {
+		for i := range m.s {
+			if m.s[i], err = p.StreamCreate(dev); err != nil {
+				return err
+			}
+		}
+		if m.start, err = p.EventCreate(dev); err != nil {
+			return err
+		}
+		m.stop, err = p.EventCreate(dev)
+		return err
+	})
+	return m, err
+}
+
+// onDevice runs fn on a thread bound to the meter's device, so that the
+// runtime's allocations and copies of several devices at once each belong
+// to their own device.
+func (m *meter) onDevice(fn func() error) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	_ = m.p.SetDevice(m.dev) // a plugin without setDevice binds devices itself
+	return fn()
+}
+
 // run returns GB/s of each direction of dirs, copied at once (one stream
 // each; the second waits for the start of the first so both are timed
 // from one event).
-func (m meter) run(n int, dirs []copyDir) (float64, error) {
+func (m *meter) run(n int, dirs []copyDir) (float64, error) {
 	p := m.p
 	for i, d := range dirs { // warm up
 		if err := p.Memcpy(d.dst, d.src, n, d.kind, m.s[i]); err != nil {

@@ -21,15 +21,10 @@ bin/copybw -plugin-dir "${first#*:}" -size 256M,64M,1G -n 20 -host-workers "8,16
 ngpu=$(nvidia-smi -L 2>/dev/null | wc -l)
 if [ "$ngpu" -ge 2 ]; then
   # Layouts whose every device copies at once share the host's memory and
-  # root complex: their bound is this, not one device's figure above.
-  echo "== pinned copies on all $ngpu GPUs at once, one table per GPU"
-  cb=$(mktemp -d)
-  for ((d = 0; d < ngpu; d++)); do
-    bin/copybw -plugin-dir "${first#*:}" -device "$d" -size 256M,1G -n 20 > "$cb/$d" &
-  done
-  wait
-  cat "$cb"/*
-  rm -rf "$cb"
+  # root complex: their bound is this table (every GPU's copies started
+  # together), not one device's figure above.
+  echo "== pinned copies on all $ngpu GPUs at once"
+  bin/copybw -plugin-dir "${first#*:}" -devices all -size 256M,1G -n 20
 fi
 for spec in $bins; do
   label=${spec%%=*}; rest=${spec#*=}; exe=${rest%%:*}; dir=${rest#*:}
@@ -39,6 +34,21 @@ for spec in $bins; do
   done
   echo "== $label: nvidia:2,host:2"
   "$exe" --plugin-dir "$dir" bench allreduce --ranks nvidia:2,host:2 $large -w 3 -n "$iters" -c 0
+  if [ "$ngpu" -ge 4 ]; then
+    for split in 2,2 1,1,1,1; do
+      echo "== $label: split $split on nvidia:4"
+      FLAGCX_CLUSTER_SPLIT_LIST=$split "$exe" --plugin-dir "$dir" bench allreduce --ranks nvidia:4 $large -w 3 -n "$iters" -c 0
+    done
+  fi
   echo "== $label: nvidia:2,host:3 latency"
   "$exe" --plugin-dir "$dir" bench allreduce --ranks nvidia:2,host:3 $latency -w 20 -n 200 -c 0
 done
+# Exactness of the layouts the issue names (every collective, type and op).
+first_exe=${first%%:*}
+exact() { "$first_exe" --plugin-dir "${first#*:}" bench all "$@" -b 1K -e 4M -f 16 -d all -o all -c 1 -w 1 -n 1 | grep -E "Out of bounds|error" | sort | uniq -c; }
+echo "== exact: nvidia:2,host:2"
+exact --ranks nvidia:2,host:2
+if [ "$ngpu" -ge 4 ]; then
+  echo "== exact: split 2,2 on nvidia:4"
+  FLAGCX_CLUSTER_SPLIT_LIST=2,2 exact --ranks nvidia:4
+fi
