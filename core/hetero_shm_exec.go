@@ -198,8 +198,9 @@ func (r *shmRun) hostMem(ref sched.Ref) ([]byte, error) {
 }
 
 // copies: a device rank enqueues them on the lane's stream, a host rank
-// copies on its cores.
+// makes them all as one split of its cores.
 func (r *shmRun) copies(st *sched.Step) error {
+	var host reduce.Copies
 	for _, cp := range st.Copies {
 		src, err := r.mem(cp.Src)
 		if err != nil {
@@ -214,7 +215,7 @@ func (r *shmRun) copies(st *sched.Step) error {
 			continue
 		}
 		if r.dev == nil {
-			reduce.CopyParallel(dst.host, src.host, r.workers)
+			host.Add(dst.host, src.host[:n])
 			continue
 		}
 		kind := loader.DeviceToDevice
@@ -230,6 +231,7 @@ func (r *shmRun) copies(st *sched.Step) error {
 			return fmt.Errorf("copying %s to %s: %w", cp.Src, cp.Dst, err)
 		}
 	}
+	host.Run(r.workers)
 	return nil
 }
 

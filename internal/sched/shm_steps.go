@@ -66,7 +66,14 @@ func (s *shmBuilder) copyLane(dev Lane) Lane {
 	return LaneNet
 }
 
+// copies adds a step of copies; a host rank's copies right after its
+// copies (a chunk's copies out beside the next chunk's copies in) join
+// them, so that its executor splits them over its cores at once.
 func (s *shmBuilder) copies(lane Lane, k int, cps []CopyPair) {
+	if n := len(s.p.Steps); !s.dev && n > 0 && s.p.Steps[n-1].Kind == KindCopy && s.p.Steps[n-1].Lane == lane {
+		s.p.Steps[n-1].Copies = append(s.p.Steps[n-1].Copies, cps...)
+		return
+	}
 	s.add(Step{Lane: lane, Kind: KindCopy, Copies: cps, Chunk: k})
 }
 

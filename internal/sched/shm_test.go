@@ -471,3 +471,32 @@ func TestShmRelayPlan(t *testing.T) {
 		})
 	}
 }
+
+// TestShmHostCopiesJoin: a host rank's copies out of the windows for
+// chunk k and its copies in for a later chunk, with nothing between them,
+// are one step (its executor splits them over its cores at once); a
+// device rank's copies stay steps of their own lanes. Every copy is still
+// there: the pairs of the host rank's copy steps add up to the chunks'
+// copies in and out.
+func TestShmHostCopiesJoin(t *testing.T) {
+	dev := Member{Rank: 0, Vendor: "A", Plugin: "a", Types: ^uint32(0), Ops: ^uint32(0)}
+	l, err := NewLayout([]Member{dev, {Rank: 1, Vendor: HostVendor}, {Rank: 2, Vendor: HostVendor}}, nil)
+	require.NoError(t, err)
+	call := Call{Coll: sdk.AllReduce, Count: 16 << 20, DType: sdk.Float32, Op: sdk.Sum}
+	p, err := Build(l, 1, call, Options{ShmWindow: 8 << 20})
+	require.NoError(t, err)
+	require.Equal(t, PathShm, p.Path)
+	K := p.Shm.Chunks()
+	require.Greater(t, K, p.Shm.Slots, "more chunks than slots: copies in follow copies out")
+	pairs := 0
+	for i, st := range p.Steps {
+		if st.Kind != KindCopy {
+			continue
+		}
+		pairs += len(st.Copies)
+		require.False(t, i > 0 && p.Steps[i-1].Kind == KindCopy, "step %d: two copy steps in a row: %s and %s", i, p.Steps[i-1], st)
+	}
+	// Per chunk: the rest of the chunk beside its own piece in (one pair,
+	// rank 1 reduces the first piece) and the other reducer's piece out.
+	require.Equal(t, 2*K, pairs)
+}

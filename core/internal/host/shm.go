@@ -223,37 +223,16 @@ func parallel(n, grain, w int, f func(lo, hi int)) {
 	wg.Wait()
 }
 
-// copies is a list of copies (dst[i] from src[i], same lengths) done
-// together: one split of all their bytes over the rank's cores, rather than
-// one split (and one wake-up of idle threads) per copy.
-type copies struct {
-	dst, src [][]byte
-	total    int
-}
+// copies are a step's copies between the caller's buffers and the
+// windows, made as one split over the rank's cores (reduce.Copies).
+type copies struct{ reduce.Copies }
 
-func (c *copies) add(dst, src []byte) {
-	if len(src) > 0 && !same(dst, src) {
-		c.dst, c.src = append(c.dst, dst[:len(src)]), append(c.src, src)
-		c.total += len(src)
-	}
-}
+func (c *copies) add(dst, src []byte) { c.Add(dst, src) }
 
 // run does the copies on up to w goroutines, each a contiguous range of
 // the concatenated bytes, with copyFn.
 func (c *copies) run(w int, copyFn func(dst, src []byte)) {
-	parallel(c.total, 64, w, func(lo, hi int) {
-		off := 0
-		for i, src := range c.src {
-			a, b := max(lo-off, 0), min(hi-off, len(src))
-			if a < b {
-				copyFn(c.dst[i][a:b], src[a:b])
-			}
-			off += len(src)
-			if off >= hi {
-				break
-			}
-		}
-	})
+	parallel(c.Len(), 64, w, func(lo, hi int) { c.Range(lo, hi, copyFn) })
 }
 
 // stage fills this rank's window in pieces below the size from which Go's

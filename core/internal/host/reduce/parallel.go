@@ -36,6 +36,47 @@ func CopyParallel(dst, src []byte, workers int) {
 	split(len(src), workers, func(lo, hi int) { copy(dst[lo:hi], src[lo:hi]) })
 }
 
+// Copies are copies (each dst from its src) made as one split of all
+// their bytes over a rank's cores, rather than one split (and one wake-up
+// of idle threads, which Go wakes one after another) per copy.
+type Copies struct {
+	dst, src [][]byte
+	total    int
+}
+
+// Add adds the copy of src into dst (len(dst) >= len(src)); an empty copy
+// or one onto itself adds nothing.
+func (c *Copies) Add(dst, src []byte) {
+	if len(src) > 0 && &dst[0] != &src[0] {
+		c.dst, c.src = append(c.dst, dst[:len(src)]), append(c.src, src)
+		c.total += len(src)
+	}
+}
+
+// Len is how many bytes the copies move.
+func (c *Copies) Len() int { return c.total }
+
+// Range makes the bytes [lo, hi) of the copies laid end to end with
+// copyFn.
+func (c *Copies) Range(lo, hi int, copyFn func(dst, src []byte)) {
+	off := 0
+	for i, src := range c.src {
+		a, b := max(lo-off, 0), min(hi-off, len(src))
+		if a < b {
+			copyFn(c.dst[i][a:b], src[a:b])
+		}
+		off += len(src)
+		if off >= hi {
+			break
+		}
+	}
+}
+
+// Run makes every copy, split as CopyParallel splits one.
+func (c *Copies) Run(workers int) {
+	split(c.total, workers, func(lo, hi int) { c.Range(lo, hi, func(dst, src []byte) { copy(dst, src) }) })
+}
+
 // foldBlock is how much FoldParallel reduces before copying it to its
 // second destination: small enough to still be in the core's cache.
 const foldBlock = 64 << 10

@@ -452,3 +452,35 @@ func TestFoldSplit(t *testing.T) {
 		require.Equal(t, want, Workers(cores), "%d cores", cores)
 	}
 }
+
+// TestCopiesRun: copies of several lengths made as one split land
+// exactly, at every worker count; copies onto themselves and empty ones
+// add nothing.
+func TestCopiesRun(t *testing.T) {
+	rng := rand.New(rand.NewPCG(19, 20))
+	lens := []int{3*ParallelMin + 5, 100, ParallelMin, 0, 2*ParallelMin + 64}
+	for _, workers := range []int{1, 2, 3, 7} {
+		var c Copies
+		var srcs, dsts [][]byte
+		for _, n := range lens {
+			src, dst := make([]byte, n), make([]byte, n+9)
+			for i := range src {
+				src[i] = byte(rng.Uint32())
+			}
+			c.Add(dst, src)
+			srcs, dsts = append(srcs, src), append(dsts, dst)
+		}
+		self := []byte{1, 2, 3}
+		c.Add(self, self)
+		total := 0
+		for _, n := range lens {
+			total += n
+		}
+		require.Equal(t, total, c.Len())
+		c.Run(workers)
+		for i := range srcs {
+			require.Equal(t, srcs[i], dsts[i][:len(srcs[i])], "copy %d, %d workers", i, workers)
+			require.Equal(t, make([]byte, 9), dsts[i][len(srcs[i]):], "copy %d wrote past its source's length", i)
+		}
+	}
+}
