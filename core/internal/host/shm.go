@@ -227,8 +227,6 @@ func parallel(n, grain, w int, f func(lo, hi int)) {
 // windows, made as one split over the rank's cores (reduce.Copies).
 type copies struct{ reduce.Copies }
 
-func (c *copies) add(dst, src []byte) { c.Add(dst, src) }
-
 // run does the copies on up to w goroutines, each a contiguous range of
 // the concatenated bytes, with copyFn.
 func (c *copies) run(w int, copyFn func(dst, src []byte)) {
@@ -404,7 +402,7 @@ func (e *Engine) reduceChunks(name string, send, recv []byte, count int, dt sdk.
 		func(k int, t uint32, w int) {
 			lo, hi := chunk(k)
 			var c copies
-			c.add(e.half(r, t)[:hi-lo], send[lo:hi])
+			c.Add(e.half(r, t)[:hi-lo], send[lo:hi])
 			c.run(w, stage)
 		},
 		func(k int, t uint32) {
@@ -425,7 +423,7 @@ func (e *Engine) reduceChunks(name string, send, recv []byte, count int, dt sdk.
 			var c copies
 			for s := 0; s < n; s++ {
 				slo, shi := slice((hi-lo)/size, s)
-				c.add(out[slo:shi], e.half(s, t)[slo:shi])
+				c.Add(out[slo:shi], e.half(s, t)[slo:shi])
 			}
 			c.run(w, drainFn(big))
 		})
@@ -449,7 +447,7 @@ func (e *Engine) reduceScatterShm(name string, send, recv []byte, recvcount int,
 			win := e.half(r, t)
 			var c copies
 			for s := 0; s < n; s++ {
-				c.add(win[s*cb:(s+1)*cb], send[s*bytes+lo:s*bytes+lo+cb])
+				c.Add(win[s*cb:(s+1)*cb], send[s*bytes+lo:s*bytes+lo+cb])
 			}
 			c.run(w, stage)
 		}, nil,
@@ -477,7 +475,7 @@ func (e *Engine) allGatherShm(name string, send, recv []byte) error {
 			lo := k * cb
 			c := min(cb, bytes-lo)
 			cp := copies{}
-			cp.add(e.half(r, t)[:c], send[lo:lo+c])
+			cp.Add(e.half(r, t)[:c], send[lo:lo+c])
 			cp.run(w, stage)
 		}, nil,
 		func(k int, t uint32, w int) {
@@ -486,7 +484,7 @@ func (e *Engine) allGatherShm(name string, send, recv []byte) error {
 			var cp copies
 			for s := 0; s < n; s++ {
 				if s != r {
-					cp.add(recv[s*bytes+lo:s*bytes+lo+c], e.half(s, t)[:c])
+					cp.Add(recv[s*bytes+lo:s*bytes+lo+c], e.half(s, t)[:c])
 				}
 			}
 			cp.run(w, drainFn(big))
@@ -510,7 +508,7 @@ func (e *Engine) broadcastShm(name string, send, recv []byte, root int) error {
 				lo := k * cb
 				c := min(cb, bytes-lo)
 				cp := copies{}
-				cp.add(e.half(root, t)[:c], send[lo:lo+c])
+				cp.Add(e.half(root, t)[:c], send[lo:lo+c])
 				cp.run(w, stage)
 			}
 		}, nil,
@@ -519,7 +517,7 @@ func (e *Engine) broadcastShm(name string, send, recv []byte, root int) error {
 				lo := k * cb
 				c := min(cb, bytes-lo)
 				cp := copies{}
-				cp.add(recv[lo:lo+c], e.half(root, t)[:c])
+				cp.Add(recv[lo:lo+c], e.half(root, t)[:c])
 				cp.run(w, drainFn(big))
 			}
 		})
