@@ -41,6 +41,9 @@ type shmPlane struct {
 	scratchBytes    int
 	// relay is a device rank's relays (hetero_relay.go).
 	relay relayState
+	// copies gathers a host rank's copies of a step, kept so that the
+	// step allocates nothing (it is on small calls' latency path).
+	copies reduce.Copies
 }
 
 // scratchProbe is the device scratch setupShm allocates to ask the plugin

@@ -200,7 +200,8 @@ func (r *shmRun) hostMem(ref sched.Ref) ([]byte, error) {
 // copies: a device rank enqueues them on the lane's stream, a host rank
 // makes them all as one split of its cores.
 func (r *shmRun) copies(st *sched.Step) error {
-	var host reduce.Copies
+	host := &r.c.shm.copies
+	host.Reset()
 	for _, cp := range st.Copies {
 		src, err := r.mem(cp.Src)
 		if err != nil {

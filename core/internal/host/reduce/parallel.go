@@ -53,6 +53,13 @@ func (c *Copies) Add(dst, src []byte) {
 	}
 }
 
+// Reset empties c, keeping its room (and dropping its buffers).
+func (c *Copies) Reset() {
+	clear(c.dst)
+	clear(c.src)
+	c.dst, c.src, c.total = c.dst[:0], c.src[:0], 0
+}
+
 // Len is how many bytes the copies move.
 func (c *Copies) Len() int { return c.total }
 

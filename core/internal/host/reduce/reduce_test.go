@@ -482,5 +482,8 @@ func TestCopiesRun(t *testing.T) {
 			require.Equal(t, srcs[i], dsts[i][:len(srcs[i])], "copy %d, %d workers", i, workers)
 			require.Equal(t, make([]byte, 9), dsts[i][len(srcs[i]):], "copy %d wrote past its source's length", i)
 		}
+		c.Reset()
+		require.Zero(t, c.Len(), "after Reset")
+		c.Run(workers) // copies nothing
 	}
 }
