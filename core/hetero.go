@@ -230,6 +230,7 @@ type Comm struct {
 
 	d2h, h2d loader.Stream // staging copies (device ranks)
 	shm      *shmPlane     // the zero-copy plane (every rank on one host), or nil
+	regs     memRegs       // the host ranks' MemAlloc memory a device rank registered
 	// wantDeviceReduce: FLAGCX_DEVICE_REDUCE on this rank (sched.Options'
 	// ShmDeviceReduce and StagedDeviceReduce are what the ranks agreed).
 	wantDeviceReduce bool
@@ -693,23 +694,6 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 	return InitRank(sp.id, sp.nranks, sp.rank, WithBackend(c.be), WithNetConfig(cfg), WithEnv(c.lookup),
 		WithSplitList(nil), WithHostPath(c.opts.HostPath), WithChunk(c.opts.Chunk))
 }
-
-// MemAlloc allocates n zeroed bytes of host memory that every rank of the
-// communicator maps (a shared-memory segment per allocation, unlinked once
-// all ranks mapped it), like NCCL's ncclMemAlloc + ncclCommRegister or
-// MPI_Alloc_mem. On the host placement, an AllReduce whose send and recv
-// buffers lie in such memory on every rank runs zero-copy: each rank
-// reduces its slice straight from the peers' send buffers into every
-// rank's recv buffer. It is collective: every rank calls it with the same
-// n, in the same order relative to the other calls. It fails with
-// sdk.ErrNotSupported where the ranks do not all share one host's memory
-// (CanMemAlloc).
-func (c *Comm) MemAlloc(n int) ([]byte, error) { return c.world.MemAlloc(n) }
-
-// MemFree releases memory from MemAlloc on this rank; every rank frees the
-// same allocation, after the calls that use it. The memory stays mapped
-// until then, even after Destroy.
-func (c *Comm) MemFree(b []byte) error { return c.world.MemFree(b) }
 
 // CanMemAlloc reports whether MemAlloc works on this communicator (every
 // rank on one host, with shared memory).

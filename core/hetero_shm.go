@@ -44,6 +44,9 @@ type shmPlane struct {
 	// copies gathers a host rank's copies of a step, kept so that the
 	// step allocates nothing (it is on small calls' latency path).
 	copies reduce.Copies
+	// peerSend and peerRecv are, on a device rank, the host ranks' buffers
+	// of the registered plan running (by rank; agreeRegistered).
+	peerSend, peerRecv [][]byte
 }
 
 // scratchProbe is the device scratch setupShm allocates to ask the plugin

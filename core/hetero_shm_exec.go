@@ -54,12 +54,21 @@ func (c *Comm) runShm(p *sched.Plan, b *callBufs, s loader.Stream) error {
 	}
 	defer r.node.Exit()
 	defer c.bindDevice()()
-	err := r.prepare()
-	for i := 0; i < len(p.Steps) && err == nil; i++ {
-		if stepRan != nil {
-			stepRan(p, c.calls, i)
+	var err error
+	if p.Registered != nil {
+		var ok bool
+		if ok, err = r.agreeRegistered(); ok {
+			r.p, r.g = p.Registered, p.Registered.Shm
 		}
-		err = r.step(&p.Steps[i])
+	}
+	if err == nil {
+		err = r.prepare()
+	}
+	for i := 0; i < len(r.p.Steps) && err == nil; i++ {
+		if stepRan != nil {
+			stepRan(r.p, c.calls, i)
+		}
+		err = r.step(&r.p.Steps[i])
 	}
 	if err != nil && r.dev != nil {
 		// No copy may touch a window once this rank lets go of it.
@@ -184,6 +193,8 @@ func (r *shmRun) mem(ref sched.Ref) (mem, error) {
 			return mem{}, fmt.Errorf("%w: plan refers to %s beyond the device scratch's %d bytes", sdk.ErrInternalError, ref, sp.scratchBytes)
 		}
 		return mem{dev: true, ptr: sp.scratch + uintptr(ref.Off)}, nil
+	case sched.BufPeerSend, sched.BufPeerRecv:
+		return r.peerMem(ref)
 	}
 	return r.c.resolve(r.b, ref)
 }

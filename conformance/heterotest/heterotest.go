@@ -5,6 +5,7 @@
 package heterotest
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/flagcx/flagcx-go/conformance/reference"
@@ -306,4 +307,58 @@ func Name(c reference.Case, inPlace bool) string {
 		s += " in place"
 	}
 	return s
+}
+
+// RegisteredMem takes a rank's buffers with the communicator's MemAlloc,
+// which is collective: every rank allocates the same sizes in the same
+// order (Run's buffers of an AllReduce are). A host rank's buffers are
+// the registered memory itself; a device rank's are its device's (Own),
+// beside its share of the allocation, which it keeps until Free.
+type RegisteredMem struct {
+	Comm   *core.Comm
+	Own    Mem
+	shares map[uintptr][]byte
+}
+
+func (m *RegisteredMem) Alloc(n int) (core.Buffer, error) {
+	reg, err := m.Comm.MemAlloc(n)
+	if err != nil {
+		return core.Buffer{}, err
+	}
+	if !m.Comm.Backend().OnDevice() {
+		return core.HostBuffer(reg), nil
+	}
+	b, err := m.Own.Alloc(n)
+	if err != nil {
+		_ = m.Comm.MemFree(reg)
+		return core.Buffer{}, err
+	}
+	if m.shares == nil {
+		m.shares = map[uintptr][]byte{}
+	}
+	m.shares[b.Ptr()] = reg
+	return b, nil
+}
+
+func (m *RegisteredMem) Write(b core.Buffer, off int, src []byte) error {
+	if !b.OnDevice() {
+		return HostMem{}.Write(b, off, src)
+	}
+	return m.Own.Write(b, off, src)
+}
+
+func (m *RegisteredMem) Read(b core.Buffer, off int, dst []byte) error {
+	if !b.OnDevice() {
+		return HostMem{}.Read(b, off, dst)
+	}
+	return m.Own.Read(b, off, dst)
+}
+
+func (m *RegisteredMem) Free(b core.Buffer) error {
+	if !b.OnDevice() {
+		return m.Comm.MemFree(b.Host())
+	}
+	share := m.shares[b.Ptr()]
+	delete(m.shares, b.Ptr())
+	return errors.Join(m.Own.Free(b), m.Comm.MemFree(share))
 }

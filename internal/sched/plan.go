@@ -226,9 +226,14 @@ const (
 	// BufWindow is rank Idx's shared-memory window (PathShm); a one-shot
 	// plan's offsets are in the half of the windows the call uses.
 	BufWindow
+	// BufPeerSend and BufPeerRecv are host rank Idx's send and recv
+	// buffers, registered memory this rank maps (PathShm's registered
+	// plans: Plan.Registered).
+	BufPeerSend
+	BufPeerRecv
 )
 
-var bufNames = []string{"-", "send", "recv", "scratch", "stage", "user", "win"}
+var bufNames = []string{"-", "send", "recv", "scratch", "stage", "user", "win", "send", "recv"}
 
 // Ref is a byte range of a buffer.
 type Ref struct {
@@ -248,6 +253,8 @@ func (r Ref) String() string {
 		name = fmt.Sprintf("op%d", r.Idx)
 	case BufWindow:
 		name = fmt.Sprintf("win%d", r.Idx)
+	case BufPeerSend, BufPeerRecv:
+		name = fmt.Sprintf("r%d.%s", r.Idx, name)
 	}
 	return fmt.Sprintf("%s[%s:%s]", name, bytesize.Compact(int64(r.Off)), bytesize.Compact(int64(r.Off+r.Len)))
 }
@@ -328,6 +335,11 @@ type Plan struct {
 	// Shm is the geometry of a PathShm plan (its steps are in Steps, as
 	// every path's: see ShmPlan and shm_steps.go).
 	Shm *ShmPlan `json:"shm,omitempty"`
+	// Registered is the plan a PathShm call runs instead when every host
+	// rank's send and recv buffers are registered memory (the
+	// communicator's MemAlloc), which the ranks agree on at the call's
+	// start (shm_registered.go).
+	Registered *Plan `json:"registered,omitempty"`
 }
 
 // StageBytes and ScratchBytes are the sizes the plan's refs need.
@@ -473,7 +485,9 @@ func (p *Plan) Format(w io.Writer, maxChunks int) {
 		}
 		fmt.Fprintf(w, "  rank %d: %s of cluster %d (%s, ranks %s), %s\n", p.Rank, role, c.Index, c.Vendor, FormatRanks(c.Ranks), mem)
 	}
-	if g := p.Shm; g != nil {
+	if g := p.Shm; g != nil && g.Registered {
+		fmt.Fprintln(w, "  windows: none (the host ranks' buffers are the device's to read and write)")
+	} else if g != nil {
 		fmt.Fprintf(w, "  windows: %d slots of %s (input area %s)", g.Slots, bytesize.Compact(int64(g.SlotBytes)), bytesize.Compact(int64(g.In)))
 		if g.OneShot {
 			fmt.Fprint(w, ", in the half of each window the host engine leaves free")
@@ -498,6 +512,15 @@ func (p *Plan) Format(w io.Writer, maxChunks int) {
 	}
 	if skipped > 0 {
 		writeSkipped(w, skipped, maxChunks-1, p.Chunks-2)
+	}
+	if p.Registered != nil {
+		fmt.Fprintln(w, "  instead, when every host rank's buffers are registered memory (MemAlloc; the ranks agree in a first step):")
+		var alt strings.Builder
+		p.Registered.Format(&alt, maxChunks)
+		for _, line := range strings.SplitAfter(strings.TrimSuffix(alt.String(), "\n"), "\n") {
+			fmt.Fprint(w, "  "+line)
+		}
+		fmt.Fprintln(w)
 	}
 }
 

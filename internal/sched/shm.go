@@ -92,6 +92,9 @@ type ShmPlan struct {
 	// DeviceReduce: the call folds on the devices (AllReduce, Reduce,
 	// ReduceScatter: one step a chunk, no output areas, no reducers).
 	DeviceReduce bool
+	// Registered: the host ranks' buffers are registered memory that the
+	// device cluster reads and writes itself (shm_registered.go).
+	Registered bool
 	// Lag is how many chunks a one-step pipeline keeps a rank's copies
 	// out of the windows in flight: it waits for its copies of chunk k-Lag
 	// before it publishes chunk k, and puts chunk k-Lag+Slots in after.
@@ -408,6 +411,9 @@ func (b *builder) shm() {
 	b.p.Chunks = g.Chunks()
 	b.p.ChunkBytes = g.Spans[0].Len
 	b.shmSteps(g)
+	if !g.OneShot && RegisteredFolds(b.l, b.o, b.call.Coll) {
+		b.p.Registered = b.registered()
+	}
 	switch {
 	case g.OneShot && b.p.Count(KindRelay, -1) > 0:
 		b.p.Why = "every rank on one host: one step in the shared windows, which this device rank takes in one launch (relayReduce)"

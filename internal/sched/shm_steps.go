@@ -297,7 +297,7 @@ func (s *shmBuilder) put(k int) {
 	var cps []CopyPair
 	switch {
 	case s.dev && s.sc.intra && s.m > 1:
-		pt := s.intraReduce(k)
+		pt := s.intraReduce(k, LaneD2H)
 		cps = append(cps, CopyPair{Src: ref(BufRecv, off+pt.Off, pt.Len), Dst: s.win(s.rank, in+pt.Off, pt.Len)})
 	case !s.dev && s.sc.pieces:
 		// A host rank reduces its own piece straight from its send
@@ -328,8 +328,9 @@ func (s *shmBuilder) put(k int) {
 
 // intraReduce adds a device cluster's reduction of chunk k (one
 // ReduceScatter where its parts are even, else one Reduce per part), after
-// which this rank's part is in its recv: that part.
-func (s *shmBuilder) intraReduce(k int) Range {
+// which this rank's part is in its recv (that part), and has lane next
+// wait for it.
+func (s *shmBuilder) intraReduce(k int, next Lane) Range {
 	off, L := s.g.Span(k)
 	pt := s.part(k)
 	st := Step{Lane: LaneIntra, Kind: KindIntra, DType: s.call.DType, Op: reduceOp(s.call.Op), Chunk: k}
@@ -344,7 +345,7 @@ func (s *shmBuilder) intraReduce(k int) Range {
 		}
 	}
 	s.mark(LaneIntra, k)
-	s.await(LaneD2H, LaneIntra, k)
+	s.await(next, LaneIntra, k)
 	return pt
 }
 
@@ -410,9 +411,14 @@ func (s *shmBuilder) getCopies(k int, cps []CopyPair) bool {
 // bytes: one AllGather where the parts are even, else one Broadcast each).
 func (s *shmBuilder) landed(k int) {
 	s.mark(LaneH2D, k)
-	if s.m == 1 {
-		return
+	if s.m > 1 {
+		s.gather(k)
 	}
+}
+
+// gather: the cluster's library gathers chunk k's parts once the h2d
+// stream's mark of it is reached.
+func (s *shmBuilder) gather(k int) {
 	s.await(LaneIntra, LaneH2D, k)
 	off, L := s.g.Span(k)
 	pt := s.part(k)

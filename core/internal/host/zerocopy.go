@@ -185,8 +185,39 @@ func (e *Engine) MemFree(b []byte) error {
 	return argErr("MemFree", "the buffer is not one MemAlloc returned (or it was freed)")
 }
 
-// registered finds buf in this rank's allocations: the allocation's
-// number and buf's offset in it.
+// Registered finds buf in this rank's MemAlloc allocations: the
+// allocation's number and buf's offset in it, the same on every rank (a
+// peer finds the memory with PeerMem).
+func (e *Engine) Registered(buf []byte) (id, off int, ok bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.registered(buf)
+}
+
+// PeerMem is the n bytes at off of rank r's allocation id as this rank
+// maps them; nil when it has no such allocation.
+func (e *Engine) PeerMem(r, id, off, n int) []byte {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var desc [16]byte
+	binary.LittleEndian.PutUint64(desc[:], uint64(id))
+	binary.LittleEndian.PutUint64(desc[8:], uint64(off))
+	return e.peerBuf(r, desc[:], n)
+}
+
+// MemPeers is every rank's memory of the allocation this rank's mine
+// belongs to, by rank, as this rank maps it (nil when mine is not one).
+func (e *Engine) MemPeers(mine []byte) [][]byte {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, reg := range e.regions {
+		if reg != nil && same(reg.bufs[e.rank], mine) {
+			return reg.bufs
+		}
+	}
+	return nil
+}
+
 func (e *Engine) registered(buf []byte) (id, off int, ok bool) {
 	p := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
 	for i, reg := range e.regions {

@@ -43,12 +43,15 @@ type hostBackend struct {
 	// calls is comm as sdk.Dispatch takes it, converted once rather than
 	// on every call of the latency path.
 	calls sdk.Collectives[core.Buffer, core.Stream]
-	// noReg is set once a registered allocation failed: the run goes on in
-	// ordinary memory.
-	noReg bool
+	reg   registrar
 }
 
-func newHostBackend(c hostComm) *hostBackend { return &hostBackend{comm: c, calls: c} }
+func newHostBackend(c hostComm) *hostBackend {
+	h := &hostBackend{comm: c, calls: c}
+	h.reg.ma, _ = c.(memAllocator)
+	h.reg.rank = c.Rank()
+	return h
+}
 
 // memAllocator is a communicator that allocates registered host memory
 // (core.Comm's MemAlloc).
@@ -60,28 +63,52 @@ type memAllocator interface {
 
 var _ memAllocator = (*core.Comm)(nil)
 
-// Alloc takes registered memory from the communicator when it offers it
-// and FLAGCX_SHM_REGISTER is not 0 (every rank allocates the same buffers
-// in the same order, as MemAlloc requires); ordinary memory otherwise.
-func (h *hostBackend) Alloc(n int) (Buf, error) {
-	ma, ok := h.comm.(memAllocator)
+// registrar takes the benchmark's buffers from the communicator's
+// registered memory when it offers it and FLAGCX_SHM_REGISTER is not 0:
+// every rank allocates the same buffers in the same order, as MemAlloc
+// requires (a device rank too, beside its device buffer: the host ranks'
+// share is what its copies then read and write).
+type registrar struct {
+	ma   memAllocator // nil: the communicator has none
+	rank int
+	// off is set once a registered allocation failed: the run goes on in
+	// ordinary memory.
+	off bool
+}
+
+// take is n bytes of registered memory, or nil where the run uses
+// ordinary memory.
+func (g *registrar) take(n int) ([]byte, error) {
 	if on, err := env.ShmRegister.Get(nil); err != nil {
 		return nil, err
-	} else if !ok || !on || n <= 0 || h.noReg || !ma.CanMemAlloc() {
-		return h.HostMem.Alloc(n)
+	} else if g.ma == nil || !on || n <= 0 || g.off || !g.ma.CanMemAlloc() {
+		return nil, nil
 	}
-	b, err := ma.MemAlloc(n)
+	b, err := g.ma.MemAlloc(n)
 	if err != nil {
 		// MemAlloc fails on every rank or on none (its ranks agree), so
 		// every rank falls back alike: a small /dev/shm (a container's
 		// 64 MiB) costs speed, not the run.
-		h.noReg = true
-		if h.comm.Rank() == 0 {
+		g.off = true
+		if g.rank == 0 {
 			flog.Default().Warn("benchmark buffers in ordinary memory, without the zero-copy path (set FLAGCX_SHM_REGISTER=0 to skip trying): " + err.Error())
 		}
+		return nil, nil
+	}
+	return b, nil
+}
+
+// Alloc takes registered memory where the registrar gives it, ordinary
+// memory otherwise.
+func (h *hostBackend) Alloc(n int) (Buf, error) {
+	b, err := h.reg.take(n)
+	switch {
+	case err != nil:
+		return nil, err
+	case b == nil:
 		return h.HostMem.Alloc(n)
 	}
-	return &regBuf{hostBuf: hostBuf{b: b}, free: ma.MemFree}, nil
+	return &regBuf{hostBuf: hostBuf{b: b}, free: h.reg.ma.MemFree}, nil
 }
 
 // regBuf is a hostBuf in registered memory.

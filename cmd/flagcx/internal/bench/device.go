@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -223,6 +224,9 @@ type deviceBuf struct {
 	wd  *core.Watchdog
 	ptr uintptr
 	n   int
+	// partner frees the rank's share of a registered allocation made
+	// beside the buffer (heteroBackend.Alloc), if any.
+	partner func() error
 }
 
 func (b *deviceBuf) Len() int     { return b.n }
@@ -261,6 +265,10 @@ func (b *deviceBuf) Free() error {
 	}
 	err := b.p.DeviceFree(b.ptr)
 	b.ptr = 0
+	if b.partner != nil {
+		err = errors.Join(err, b.partner())
+		b.partner = nil
+	}
 	return err
 }
 

@@ -22,10 +22,11 @@ import (
 type heteroBackend struct {
 	comm *core.Comm
 	d    *deviceBackend // nil on a host rank
+	reg  registrar
 }
 
 func newHeteroBackend(comm *core.Comm) (*heteroBackend, error) {
-	h := &heteroBackend{comm: comm}
+	h := &heteroBackend{comm: comm, reg: registrar{ma: comm, rank: comm.Rank()}}
 	if be := comm.Backend(); be.OnDevice() {
 		d, err := newDeviceBackend(be.Plugin, be.Device, comm.Watchdog())
 		if err != nil {
@@ -43,11 +44,30 @@ func (h *heteroBackend) Name() string {
 	return h.d.Name()
 }
 
+// Alloc: a host rank's buffers in registered memory where the registrar
+// gives it (the devices then read and write them directly); a device
+// rank's on its device, beside its share of the same allocation.
 func (h *heteroBackend) Alloc(n int) (Buf, error) {
-	if h.d == nil {
-		return HostMem{}.Alloc(n)
+	reg, err := h.reg.take(n)
+	if err != nil {
+		return nil, err
 	}
-	return h.d.Alloc(n)
+	if h.d == nil {
+		if reg == nil {
+			return HostMem{}.Alloc(n)
+		}
+		return &regBuf{hostBuf: hostBuf{b: reg}, free: h.comm.MemFree}, nil
+	}
+	b, err := h.d.Alloc(n)
+	if err != nil || reg == nil {
+		if reg != nil {
+			_ = h.comm.MemFree(reg)
+		}
+		return b, err
+	}
+	d := b.(*deviceBuf)
+	d.partner = func() error { return h.comm.MemFree(reg) }
+	return d, nil
 }
 
 func (h *heteroBackend) stream() loader.Stream {

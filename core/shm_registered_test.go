@@ -1,0 +1,96 @@
+package core_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flagcx/flagcx-go/conformance/heterotest"
+	"github.com/flagcx/flagcx-go/core"
+	"github.com/flagcx/flagcx-go/internal/sched"
+	"github.com/flagcx/flagcx-go/sdk"
+)
+
+// ordinaryMem takes its share of every MemAlloc (the call is collective)
+// but gives the rank ordinary memory: a host rank that did not register
+// its buffers.
+type ordinaryMem struct {
+	comm   *core.Comm
+	shares map[*byte][]byte
+}
+
+func (m *ordinaryMem) Alloc(n int) (core.Buffer, error) {
+	reg, err := m.comm.MemAlloc(n)
+	if err != nil {
+		return core.Buffer{}, err
+	}
+	b := make([]byte, n)
+	m.shares[&b[0]] = reg
+	return core.HostBuffer(b), nil
+}
+
+func (m *ordinaryMem) Write(b core.Buffer, off int, src []byte) error {
+	return heterotest.HostMem{}.Write(b, off, src)
+}
+
+func (m *ordinaryMem) Read(b core.Buffer, off int, dst []byte) error {
+	return heterotest.HostMem{}.Read(b, off, dst)
+}
+
+func (m *ordinaryMem) Free(b core.Buffer) error {
+	reg := m.shares[&b.Host()[0]]
+	delete(m.shares, &b.Host()[0])
+	return m.comm.MemFree(reg)
+}
+
+// TestRegisteredAllReduce: with every host rank's buffers in MemAlloc's
+// memory, a pipelined AllReduce beside one emulated device cluster runs
+// the registered plan (the devices read and write the host ranks'
+// buffers, the host copies nothing), exact for every type and op, in
+// place and out of place. One-step calls, and calls where one host rank's
+// buffers are ordinary memory, run the windows' plans on every rank,
+// exact too.
+func TestRegisteredAllReduce(t *testing.T) {
+	for _, tc := range []struct {
+		ranks    string
+		ordinary int // a host rank with ordinary memory (-1: none)
+	}{
+		{"dhh", -1},
+		{"hdh", -1},
+		{"ddhh", -1},
+		{"dhh", 2},
+	} {
+		name := tc.ranks
+		if tc.ordinary >= 0 {
+			name += ", rank 2 in ordinary memory"
+		}
+		t.Run(name, func(t *testing.T) {
+			comms, mems, streams := startMixed(t, tc.ranks, core.WithChunk(64<<10))
+			n := len(comms)
+			reg := make([]heterotest.Mem, n)
+			for r := range comms {
+				reg[r] = &heterotest.RegisteredMem{Comm: comms[r], Own: mems[r]}
+				if r == tc.ordinary {
+					reg[r] = &ordinaryMem{comm: comms[r], shares: map[*byte][]byte{}}
+				}
+			}
+			ran := recordSteps(t)
+			for _, c := range heterotest.Matrix(n, []int{37, 70001}, []sdk.DataType{sdk.Float32, sdk.Bfloat16, sdk.Int32}, 7) {
+				if c.Coll != sdk.AllReduce {
+					continue
+				}
+				cname := heterotest.Name(c, false)
+				runCase(t, comms, reg, streams, c)
+				oneShot := c.Count*c.Type.Size()*n <= sched.ShmOneShot
+				runs, _ := ran.take()
+				require.NotEmpty(t, runs, cname)
+				for _, run := range runs {
+					want := !oneShot && tc.ordinary < 0
+					require.Equal(t, want, run.p.Shm.Registered, "%s, rank %d: the registered plan ran", cname, run.p.Rank)
+				}
+				runCase(t, comms, reg, streams, c)
+				requireRanAsPrinted(t, comms[0], ran, sched.PathShm, cname)
+			}
+		})
+	}
+}
