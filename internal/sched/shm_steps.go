@@ -331,6 +331,15 @@ func (s *shmBuilder) put(k int) {
 // which this rank's part is in its recv (that part), and has lane next
 // wait for it.
 func (s *shmBuilder) intraReduce(k int, next Lane) Range {
+	pt := s.reduceScatter(k)
+	s.mark(LaneIntra, k)
+	s.await(next, LaneIntra, k)
+	return pt
+}
+
+// reduceScatter adds the intra steps of intraReduce: this rank's part of
+// chunk k is in its recv after them (that part).
+func (s *shmBuilder) reduceScatter(k int) Range {
 	off, L := s.g.Span(k)
 	pt := s.part(k)
 	st := Step{Lane: LaneIntra, Kind: KindIntra, DType: s.call.DType, Op: reduceOp(s.call.Op), Chunk: k}
@@ -344,8 +353,6 @@ func (s *shmBuilder) intraReduce(k int, next Lane) Range {
 			s.add(st)
 		}
 	}
-	s.mark(LaneIntra, k)
-	s.await(next, LaneIntra, k)
 	return pt
 }
 
@@ -412,14 +419,14 @@ func (s *shmBuilder) getCopies(k int, cps []CopyPair) bool {
 func (s *shmBuilder) landed(k int) {
 	s.mark(LaneH2D, k)
 	if s.m > 1 {
-		s.gather(k)
+		s.await(LaneIntra, LaneH2D, k)
+		s.allGather(k)
 	}
 }
 
-// gather: the cluster's library gathers chunk k's parts once the h2d
-// stream's mark of it is reached.
-func (s *shmBuilder) gather(k int) {
-	s.await(LaneIntra, LaneH2D, k)
+// allGather: the cluster's library gathers chunk k's parts (on the
+// caller's stream, after what is there).
+func (s *shmBuilder) allGather(k int) {
 	off, L := s.g.Span(k)
 	pt := s.part(k)
 	st := Step{Lane: LaneIntra, Kind: KindIntra, DType: sdk.Uint8, Chunk: k}
