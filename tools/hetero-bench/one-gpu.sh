@@ -55,8 +55,22 @@ for on in 1 0; do
   echo "== split 1,1 on one GPU, FLAGCX_DEVICE_REDUCE=$on"
   FLAGCX_DEVICE_REDUCE=$on FLAGCX_CLUSTER_SPLIT_LIST=1,1 timed --ranks nvidia:1,nvidib:1 $sizes -w 3 -n "$iters" -c 0
 done
-echo "== nvidia:1,host:2 (the host ranks fold, in host memory; the share of the link bound is for reference)"
-pdir=build/plugins timed --ranks nvidia:1,host:2 $sizes -w 3 -n "$iters" -c 0
+# nvidia:1,host:2 and nvidia:1,host:1: bench takes the host ranks' buffers
+# from MemAlloc, so the device reads their inputs and writes their results
+# itself (internal/sched/shm_registered.go): per byte of the message the
+# link carries one byte each way per host rank, so busbw (2(n-1)/n algbw)
+# is bound by the "both at once" rate times 2/3 beside two host ranks and
+# times 1 beside one. FLAGCX_SHM_REGISTER=0 gives the host ranks ordinary
+# memory: they fold in host memory, the path before registration.
+both=$(awk "BEGIN {printf \"%.2f\", 2 * $bound}")
+for hosts in 2 1; do
+  for reg in 1 0; do
+    echo "== nvidia:1,host:$hosts, FLAGCX_SHM_REGISTER=$reg ($([ $reg = 1 ] && echo "registered: the device reads and writes the host ranks' buffers" || echo "ordinary memory: the host ranks fold"))"
+    bound=$(awk "BEGIN {printf \"%.2f\", $both * ($hosts == 2 ? 2 / 3 : 1)}") FLAGCX_SHM_REGISTER=$reg pdir=build/plugins timed --ranks nvidia:1,host:$hosts $sizes -w 3 -n "$iters" -c 0
+  done
+done
+echo "== nvidia:1,host:2, registered, checked: every type and op"
+pdir=build/plugins checked --ranks nvidia:1,host:2 -b 300K -e 20M -f 4 -c 1 -d all -o all -w 1 -n 1
 # 700 B (the issue's latency target, 15 us): a device rank beside host
 # ranks relays (plugin ABI v5, one launch); FLAGCX_DEVICE_REDUCE=0 is the
 # path before it (two device copies the host waits for).

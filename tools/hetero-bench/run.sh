@@ -32,8 +32,14 @@ for spec in $bins; do
     echo "== $label: split 1,1 on nvidia:2, FLAGCX_DEVICE_REDUCE=$on (1: the devices fold, ABI v4 reduceLocal)"
     FLAGCX_DEVICE_REDUCE=$on FLAGCX_CLUSTER_SPLIT_LIST=1,1 "$exe" --plugin-dir "$dir" bench allreduce --ranks nvidia:2 $large -w 3 -n "$iters" -c 0
   done
-  echo "== $label: nvidia:2,host:2"
-  "$exe" --plugin-dir "$dir" bench allreduce --ranks nvidia:2,host:2 $large -w 3 -n "$iters" -c 0
+  # bench takes the host ranks' buffers from MemAlloc (registered: the
+  # devices read and write them, internal/sched/shm_registered.go);
+  # FLAGCX_SHM_REGISTER=0 gives them ordinary memory, which the host ranks
+  # fold themselves.
+  for reg in 1 0; do
+    echo "== $label: nvidia:2,host:2, FLAGCX_SHM_REGISTER=$reg"
+    FLAGCX_SHM_REGISTER=$reg "$exe" --plugin-dir "$dir" bench allreduce --ranks nvidia:2,host:2 $large -w 3 -n "$iters" -c 0
+  done
   if [ "$ngpu" -ge 4 ]; then
     for split in 2,2 1,1,1,1; do
       echo "== $label: split $split on nvidia:4"
