@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/flagcx/flagcx-go/core/internal/host"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
 )
@@ -112,29 +113,23 @@ const agreeLabel = -3
 // It reports whether every rank can run the registered plan, and on a
 // device rank finds the host ranks' buffers in its mappings.
 func (r *shmRun) agreeRegistered() (bool, error) {
-	c, le := r.c, binary.LittleEndian
+	c, e := r.c, r.c.world.engine
 	half := (c.shm.windowMin() / 2) &^ 63 // the half a one-shot call would use
 	base := int((r.node.Step()+1)&1) * half
-	d := r.node.Window(c.rank)[base : base+40]
-	clear(d)
-	if r.dev != nil {
-		if !c.regs.failed {
-			le.PutUint64(d, 1)
-		}
+	d := r.node.Window(c.rank)[base : base+host.MemDescBytes]
+	if r.dev == nil {
+		e.MemDesc(d, r.b.send.host, r.b.recv.host)
 	} else {
-		sid, soff, sok := c.world.engine.Registered(r.b.send.host)
-		rid, roff, rok := c.world.engine.Registered(r.b.recv.host)
-		if sok && rok {
-			for i, v := range []int{1, sid, soff, rid, roff} {
-				le.PutUint64(d[8*i:], uint64(v))
-			}
+		clear(d)
+		if !c.regs.failed {
+			d[0] = 1 // the descriptor's flag word, with nothing to find
 		}
 	}
 	if err := r.sync(r.sig(agreeLabel)); err != nil {
 		return false, err
 	}
 	for q := 0; q < c.n; q++ {
-		if le.Uint64(r.node.Window(q)[base:]) != 1 {
+		if binary.LittleEndian.Uint64(r.node.Window(q)[base:]) != 1 {
 			return false, nil
 		}
 	}
@@ -145,15 +140,11 @@ func (r *shmRun) agreeRegistered() (bool, error) {
 	if len(sp.peerSend) < c.n {
 		sp.peerSend, sp.peerRecv = make([][]byte, c.n), make([][]byte, c.n)
 	}
-	bytes := r.p.Call.Count * r.p.Call.DType.Size()
+	n := r.p.Call.Count * r.p.Call.DType.Size()
 	for _, q := range sched.HostRanks(c.layout) {
-		h := r.node.Window(q)[base:]
-		at := func(i int) int { return int(le.Uint64(h[8*i:])) }
-		sp.peerSend[q] = c.world.engine.PeerMem(q, at(1), at(2), bytes)
-		sp.peerRecv[q] = c.world.engine.PeerMem(q, at(3), at(4), bytes)
-		if sp.peerSend[q] == nil || sp.peerRecv[q] == nil {
-			return false, fmt.Errorf("%w: rank %d's buffers lie in an allocation rank %d freed or never made (MemAlloc and MemFree are collective)",
-				sdk.ErrInvalidUsage, q, c.rank)
+		var err error
+		if sp.peerSend[q], sp.peerRecv[q], _, err = e.PeerBufs("AllReduce", q, r.node.Window(q)[base:], n, n); err != nil {
+			return false, err
 		}
 	}
 	return true, nil

@@ -47,11 +47,11 @@ type SharedMem interface {
 	FreeMem(mem []byte) error
 }
 
-// memNameMax bounds a segment name; memDesc is the bytes of window an
+// memNameMax bounds a segment name; memAllocDesc is the bytes of window an
 // allocation step needs.
 const (
-	memNameMax = 200
-	memDesc    = 256
+	memNameMax   = 200
+	memAllocDesc = 256
 )
 
 // zcBlock is the piece of its slice a rank reduces from all inputs
@@ -67,7 +67,7 @@ type memRegion struct{ bufs [][]byte }
 // allocates.
 func (e *Engine) CanMemAlloc() bool {
 	_, ok := e.sh.(SharedMem)
-	return ok && e.n > 1 && e.shared() && e.shmHalf() >= memDesc
+	return ok && e.n > 1 && e.shared() && e.shmHalf() >= memAllocDesc
 }
 
 // MemAlloc allocates n zeroed bytes that every rank of the communicator
@@ -185,24 +185,28 @@ func (e *Engine) MemFree(b []byte) error {
 	return argErr("MemFree", "the buffer is not one MemAlloc returned (or it was freed)")
 }
 
-// Registered finds buf in this rank's MemAlloc allocations: the
-// allocation's number and buf's offset in it, the same on every rank (a
-// peer finds the memory with PeerMem).
-func (e *Engine) Registered(buf []byte) (id, off int, ok bool) {
+// MemDescBytes is the size of a call's registered-memory descriptor:
+// what a rank publishes so that its peers find its send and recv buffers
+// in their mappings (MemDesc, PeerBufs).
+const MemDescBytes = 40
+
+// MemDesc writes into d (MemDescBytes) where send and recv lie in this
+// rank's MemAlloc allocations (allocation numbers and offsets, the same
+// on every rank), and reports whether both do; d is zeroes if not.
+func (e *Engine) MemDesc(d, send, recv []byte) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.registered(buf)
+	return e.memDesc(d, send, recv)
 }
 
-// PeerMem is the n bytes at off of rank r's allocation id as this rank
-// maps them; nil when it has no such allocation.
-func (e *Engine) PeerMem(r, id, off, n int) []byte {
+// PeerBufs reads rank r's descriptor d: its send and recv buffers of
+// sendN and recvN bytes as this rank maps them; ok is false where d says
+// they are not registered, and the error names a buffer this rank does
+// not know.
+func (e *Engine) PeerBufs(name string, r int, d []byte, sendN, recvN int) (send, recv []byte, ok bool, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var desc [16]byte
-	binary.LittleEndian.PutUint64(desc[:], uint64(id))
-	binary.LittleEndian.PutUint64(desc[8:], uint64(off))
-	return e.peerBuf(r, desc[:], n)
+	return e.peerBufs(name, r, d, sendN, recvN)
 }
 
 // MemPeers is every rank's memory of the allocation this rank's mine
@@ -216,6 +220,30 @@ func (e *Engine) MemPeers(mine []byte) [][]byte {
 		}
 	}
 	return nil
+}
+
+func (e *Engine) memDesc(d, send, recv []byte) bool {
+	d = d[:MemDescBytes]
+	clear(d)
+	sid, soff, sok := e.registered(send)
+	rid, roff, rok := e.registered(recv)
+	if !sok || !rok {
+		return false
+	}
+	for i, v := range []int{1, sid, soff, rid, roff} {
+		binary.LittleEndian.PutUint64(d[8*i:], uint64(v))
+	}
+	return true
+}
+
+func (e *Engine) peerBufs(name string, r int, d []byte, sendN, recvN int) (send, recv []byte, ok bool, err error) {
+	if binary.LittleEndian.Uint64(d) != 1 {
+		return nil, nil, false, nil
+	}
+	if send, recv = e.peerBuf(r, d[8:], sendN), e.peerBuf(r, d[24:], recvN); send == nil || recv == nil {
+		return nil, nil, false, e.unknownMem(name, r)
+	}
+	return send, recv, true, nil
 }
 
 func (e *Engine) registered(buf []byte) (id, off int, ok bool) {
@@ -239,18 +267,7 @@ func (e *Engine) registered(buf []byte) (id, off int, ok bool) {
 // is not (then all ranks take the staged path).
 func (e *Engine) agreeDirect(name string, send, recv []byte) (sends, recvs [][]byte, err error) {
 	t := e.next()
-	d := e.half(e.rank, t)[:40]
-	clear(d)
-	sid, soff, sok := e.registered(send)
-	rid, roff, rok := e.registered(recv)
-	if sok && rok {
-		le := binary.LittleEndian
-		le.PutUint64(d[0:], 1)
-		le.PutUint64(d[8:], uint64(sid))
-		le.PutUint64(d[16:], uint64(soff))
-		le.PutUint64(d[24:], uint64(rid))
-		le.PutUint64(d[32:], uint64(roff))
-	}
+	e.memDesc(e.half(e.rank, t), send, recv)
 	if err := e.sync(name); err != nil {
 		return nil, nil, err
 	}
@@ -261,12 +278,8 @@ func (e *Engine) agreeDirect(name string, send, recv []byte) (sends, recvs [][]b
 	}
 	sends, recvs = make([][]byte, e.n), make([][]byte, e.n)
 	for r := 0; r < e.n; r++ {
-		h := e.half(r, t)
-		if sends[r] = e.peerBuf(r, h[8:], len(send)); sends[r] == nil {
-			return nil, nil, e.unknownMem(name, r)
-		}
-		if recvs[r] = e.peerBuf(r, h[24:], len(recv)); recvs[r] == nil {
-			return nil, nil, e.unknownMem(name, r)
+		if sends[r], recvs[r], _, err = e.peerBufs(name, r, e.half(r, t), len(send), len(recv)); err != nil {
+			return nil, nil, err
 		}
 	}
 	return sends, recvs, nil
