@@ -28,6 +28,10 @@ type Layout struct {
 	// reduce on the devices rather than on the host (and reduces and
 	// reducescatters of up to sched.MaxDeviceReduceClusters ranks).
 	DeviceReduce bool
+	// Registered: on those windows, an allreduce beyond the one-step size
+	// whose host ranks' buffers are MemAlloc's is read, folded and
+	// written by the devices (one device cluster beside host ranks).
+	Registered bool
 	// Relay: on those windows, a device rank's small allreduces (and the
 	// reduces it roots) take one launch each (the plugins' relayReduce).
 	Relay bool
@@ -69,6 +73,7 @@ func (c *Comm) Layout() Layout {
 	out := Layout{HostPath: c.opts.HostPath, Chunk: c.opts.Chunk, ShmWindow: c.opts.ShmWindow, text: l.String()}
 	out.DeviceReduce = out.ShmWindow > 0 && sched.DeviceReduces(l, c.opts)
 	out.Relay = out.ShmWindow > 0 && c.opts.ShmRelay
+	out.Registered = out.ShmWindow > 0 && sched.RegisteredFolds(l, c.opts, sdk.AllReduce)
 	out.StagedDeviceReduce = out.ShmWindow == 0 && !l.IsHomogeneous() && !c.opts.HostPath && c.opts.StagedDeviceReduce && len(l.Clusters) <= 3
 	for _, cl := range l.Clusters {
 		out.Clusters = append(out.Clusters, Cluster{Index: cl.Index, Vendor: cl.Vendor, Plugin: cl.Plugin,

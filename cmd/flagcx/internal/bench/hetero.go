@@ -70,6 +70,14 @@ func (h *heteroBackend) Alloc(n int) (Buf, error) {
 	return d, nil
 }
 
+// allocOwn is the rank's own memory, registered with nobody.
+func (h *heteroBackend) allocOwn(n int) (Buf, error) {
+	if h.d == nil {
+		return HostMem{}.Alloc(n)
+	}
+	return h.d.Alloc(n)
+}
+
 func (h *heteroBackend) stream() loader.Stream {
 	if h.d == nil {
 		return 0
@@ -122,6 +130,9 @@ func (h *heteroBackend) describe() []string {
 		how = fmt.Sprintf("schedules: c2c-shm (zero-copy in the host's shared windows, %s each) for allreduce, reduce, broadcast, allgather, reducescatter; direct p2p across clusters for alltoall(v), gather, scatter, sendrecv", bytesize.Compact(int64(l.ShmWindow)))
 		if l.DeviceReduce {
 			how += fmt.Sprintf("; allreduces (and reduces and reducescatters of up to %d ranks) beyond the one-step size fold on the devices (reduceLocal)", sched.MaxDeviceReduceClusters)
+		}
+		if l.Registered {
+			how += "; allreduces beyond the one-step size whose host ranks' buffers are MemAlloc's (this benchmark's, unless FLAGCX_SHM_REGISTER=0) are read, folded and written by the devices"
 		}
 		if l.Relay {
 			how += fmt.Sprintf("; a device rank's allreduces (and reduces it roots) of up to %s take one launch (relayReduce)", bytesize.Compact(int64(sched.ShmRelayMax)))

@@ -58,6 +58,12 @@ func (w *osWindows) close() {
 	}
 }
 
+// ownAllocator is a backend whose Alloc is collective (heteroBackend's
+// takes a share of MemAlloc on every rank) but which can also allocate a
+// rank's own memory alone: windows are made so, since a host rank's
+// AllocWindow and a device rank's Alloc would not pair up.
+type ownAllocator interface{ allocOwn(n int) (Buf, error) }
+
 // windows registers the benchmark's windows of size bytes: with --window
 // alloc, AllocWindow's on a host rank (shared with the peers of its host:
 // zero copy), else RegisterWindow of buffers of the rank's memory.
@@ -72,7 +78,11 @@ func (r *rankRun) osWindows(c *core.Comm, size int) (*osWindows, error) {
 			w.free = append(w.free, win.Free)
 			return win, &hostBuf{b: win.Buffer().Host()}, nil
 		}
-		b, err := r.be.Alloc(size)
+		alloc := r.be.Alloc
+		if o, ok := r.be.(ownAllocator); ok {
+			alloc = o.allocOwn
+		}
+		b, err := alloc(size)
 		if err != nil {
 			return nil, nil, err
 		}
