@@ -48,7 +48,7 @@ func (m *memMaps) add(data, whole []byte) {
 // memory, and the name with which the peers map it (MapMem). The segment
 // is sized within what /dev/shm and the RAM hold now.
 func (n *ShmNode) NewMem(size int) ([]byte, string, error) {
-	if size <= 0 || size > 1<<40 {
+	if size <= 0 || int64(size) > 1<<40 {
 		return nil, "", fmt.Errorf("%w: cannot allocate %d bytes of shared memory", ErrShmUnavailable, size)
 	}
 	own := n.segs[n.me]

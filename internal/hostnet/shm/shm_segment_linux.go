@@ -252,7 +252,7 @@ func fsSpace(dir string) (size, free int64) {
 	if syscall.Statfs(dir, &st) != nil {
 		return 0, 0
 	}
-	return int64(st.Blocks) * st.Bsize, int64(st.Bavail) * st.Bsize
+	return int64(st.Blocks) * int64(st.Bsize), int64(st.Bavail) * int64(st.Bsize)
 }
 
 // memInfo reads MemTotal and MemAvailable from /proc/meminfo.
