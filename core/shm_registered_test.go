@@ -1,12 +1,14 @@
 package core_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/flagcx/flagcx-go/conformance/heterotest"
 	"github.com/flagcx/flagcx-go/core"
+	"github.com/flagcx/flagcx-go/internal/bytesize"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
 )
@@ -51,21 +53,29 @@ func (m *ordinaryMem) Free(b core.Buffer) error {
 // buffers are ordinary memory, run the windows' plans on every rank,
 // exact too.
 func TestRegisteredAllReduce(t *testing.T) {
+	small := []sdk.DataType{sdk.Float32, sdk.Bfloat16, sdk.Int32}
 	for _, tc := range []struct {
 		ranks    string
 		ordinary int // a host rank with ordinary memory (-1: none)
+		chunk    int
+		counts   []int
+		types    []sdk.DataType
 	}{
-		{"dhh", -1},
-		{"hdh", -1},
-		{"ddhh", -1},
-		{"dhh", 2},
+		{"dhh", -1, 64 << 10, []int{37, 70001}, small},
+		{"hdh", -1, 64 << 10, []int{37, 70001}, small},
+		{"ddhh", -1, 64 << 10, []int{37, 70001}, small},
+		{"dhh", 2, 64 << 10, []int{37, 70001}, small},
+		// Messages of several MiB in 1 MiB chunks (uneven parts in the
+		// cluster of two).
+		{"dhh", -1, 1 << 20, []int{2 << 20}, []sdk.DataType{sdk.Float32}},
+		{"ddhh", -1, 1 << 20, []int{2<<20 + 1}, []sdk.DataType{sdk.Float32}},
 	} {
-		name := tc.ranks
+		name := fmt.Sprintf("%s, %s chunks", tc.ranks, bytesize.Compact(int64(tc.chunk)))
 		if tc.ordinary >= 0 {
 			name += ", rank 2 in ordinary memory"
 		}
 		t.Run(name, func(t *testing.T) {
-			comms, mems, streams := startMixed(t, tc.ranks, core.WithChunk(64<<10))
+			comms, mems, streams := startMixed(t, tc.ranks, core.WithChunk(tc.chunk))
 			n := len(comms)
 			reg := make([]heterotest.Mem, n)
 			for r := range comms {
@@ -75,8 +85,8 @@ func TestRegisteredAllReduce(t *testing.T) {
 				}
 			}
 			ran := recordSteps(t)
-			for _, c := range heterotest.Matrix(n, []int{37, 70001}, []sdk.DataType{sdk.Float32, sdk.Bfloat16, sdk.Int32}, 7) {
-				if c.Coll != sdk.AllReduce {
+			for _, c := range heterotest.Matrix(n, tc.counts, tc.types, 7) {
+				if c.Coll != sdk.AllReduce || (c.Count > 1<<20 && c.Op != sdk.Sum) {
 					continue
 				}
 				cname := heterotest.Name(c, false)
