@@ -35,7 +35,8 @@ import "github.com/flagcx/flagcx-go/sdk"
 //
 // Chunks are as the device-reduced pipeline's (deviceChunk): on one H200
 // beside one and two host ranks, 512 KiB to 2 MiB chunks were slower at
-// every size from 4 MiB (docs/performance.md).
+// every size from 4 MiB, and ends cut to a quarter and a half of a chunk
+// (a shorter fill and drain) were no faster (docs/performance.md).
 
 // RegisteredFolds reports whether coll on PathShm has a registered plan:
 // an AllReduce, every plugin reduces on its device, one device cluster,
