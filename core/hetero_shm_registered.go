@@ -66,20 +66,20 @@ func (c *Comm) MemFree(b []byte) error {
 	return errors.Join(append(errs, c.world.MemFree(b))...)
 }
 
-// registerMem: a device rank of the shared-memory plane whose AllReduces
-// fold on the devices registers every host rank's memory of the
-// allocation mine belongs to. A failure is not the call's: the rank's
-// vote turns registered plans off (and INFO says why).
+// registerMem: a device rank of the shared-memory plane whose layout has
+// registered plans (sched.RegisteredFolds) registers every host rank's
+// memory of the allocation mine belongs to. A failure is not the call's:
+// the rank's vote turns registered plans off (and INFO says why).
 func (c *Comm) registerMem(mine []byte) {
 	p := c.be.Plugin
-	if c.shm == nil || p == nil || !c.opts.ShmDeviceReduce || c.regs.failed {
+	if c.shm == nil || p == nil || c.regs.failed || !sched.RegisteredFolds(c.layout, c.opts, sdk.AllReduce) {
 		return
 	}
 	peers := c.world.engine.MemPeers(mine)
-	hosts := sched.HostRanks(c.layout)
-	if peers == nil || len(hosts) == 0 {
+	if peers == nil {
 		return
 	}
+	hosts := sched.HostRanks(c.layout)
 	defer c.bindDevice()()
 	addrs := make([]uintptr, 0, len(hosts))
 	for _, q := range hosts {
