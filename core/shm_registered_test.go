@@ -13,38 +13,6 @@ import (
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
-// ordinaryMem takes its share of every MemAlloc (the call is collective)
-// but gives the rank ordinary memory: a host rank that did not register
-// its buffers.
-type ordinaryMem struct {
-	comm   *core.Comm
-	shares map[*byte][]byte
-}
-
-func (m *ordinaryMem) Alloc(n int) (core.Buffer, error) {
-	reg, err := m.comm.MemAlloc(n)
-	if err != nil {
-		return core.Buffer{}, err
-	}
-	b := make([]byte, n)
-	m.shares[&b[0]] = reg
-	return core.HostBuffer(b), nil
-}
-
-func (m *ordinaryMem) Write(b core.Buffer, off int, src []byte) error {
-	return heterotest.HostMem{}.Write(b, off, src)
-}
-
-func (m *ordinaryMem) Read(b core.Buffer, off int, dst []byte) error {
-	return heterotest.HostMem{}.Read(b, off, dst)
-}
-
-func (m *ordinaryMem) Free(b core.Buffer) error {
-	reg := m.shares[&b.Host()[0]]
-	delete(m.shares, &b.Host()[0])
-	return m.comm.MemFree(reg)
-}
-
 // TestRegisteredAllReduce: with every host rank's buffers in MemAlloc's
 // memory, a pipelined AllReduce beside one emulated device cluster runs
 // the registered plan (the devices read and write the host ranks'
@@ -79,10 +47,7 @@ func TestRegisteredAllReduce(t *testing.T) {
 			n := len(comms)
 			reg := make([]heterotest.Mem, n)
 			for r := range comms {
-				reg[r] = &heterotest.RegisteredMem{Comm: comms[r], Own: mems[r]}
-				if r == tc.ordinary {
-					reg[r] = &ordinaryMem{comm: comms[r], shares: map[*byte][]byte{}}
-				}
+				reg[r] = &heterotest.RegisteredMem{Comm: comms[r], Own: mems[r], Unused: r == tc.ordinary}
 			}
 			ran := recordSteps(t)
 			for _, c := range heterotest.Matrix(n, tc.counts, tc.types, 7) {

@@ -7,6 +7,7 @@ package heterotest
 import (
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"github.com/flagcx/flagcx-go/conformance/reference"
 	"github.com/flagcx/flagcx-go/core"
@@ -312,12 +313,15 @@ func Name(c reference.Case, inPlace bool) string {
 // RegisteredMem takes a rank's buffers with the communicator's MemAlloc,
 // which is collective: every rank allocates the same sizes in the same
 // order (Run's buffers of an AllReduce are). A host rank's buffers are
-// the registered memory itself; a device rank's are its device's (Own),
-// beside its share of the allocation, which it keeps until Free.
+// the registered memory itself; a device rank's are its own memory (Own),
+// beside its share of the allocation, which it keeps until Free. With
+// Unused, a host rank does the same: it takes its share but uses Own's
+// memory (a rank whose buffers are not registered).
 type RegisteredMem struct {
 	Comm   *core.Comm
 	Own    Mem
-	shares map[uintptr][]byte
+	Unused bool
+	shares map[uintptr][]byte // by the address of the buffer Own gave
 }
 
 func (m *RegisteredMem) Alloc(n int) (core.Buffer, error) {
@@ -325,7 +329,7 @@ func (m *RegisteredMem) Alloc(n int) (core.Buffer, error) {
 	if err != nil {
 		return core.Buffer{}, err
 	}
-	if !m.Comm.Backend().OnDevice() {
+	if !m.Comm.Backend().OnDevice() && !m.Unused {
 		return core.HostBuffer(reg), nil
 	}
 	b, err := m.Own.Alloc(n)
@@ -336,29 +340,31 @@ func (m *RegisteredMem) Alloc(n int) (core.Buffer, error) {
 	if m.shares == nil {
 		m.shares = map[uintptr][]byte{}
 	}
-	m.shares[b.Ptr()] = reg
+	m.shares[first(b)] = reg
 	return b, nil
 }
 
-func (m *RegisteredMem) Write(b core.Buffer, off int, src []byte) error {
-	if !b.OnDevice() {
-		return HostMem{}.Write(b, off, src)
+// first is the address of b's first byte, on the host or the device.
+func first(b core.Buffer) uintptr {
+	if b.OnDevice() {
+		return b.Ptr()
 	}
+	return uintptr(unsafe.Pointer(unsafe.SliceData(b.Host())))
+}
+
+func (m *RegisteredMem) Write(b core.Buffer, off int, src []byte) error {
 	return m.Own.Write(b, off, src)
 }
 
 func (m *RegisteredMem) Read(b core.Buffer, off int, dst []byte) error {
-	if !b.OnDevice() {
-		return HostMem{}.Read(b, off, dst)
-	}
 	return m.Own.Read(b, off, dst)
 }
 
 func (m *RegisteredMem) Free(b core.Buffer) error {
-	if !b.OnDevice() {
+	share, ok := m.shares[first(b)]
+	if !ok {
 		return m.Comm.MemFree(b.Host())
 	}
-	share := m.shares[b.Ptr()]
-	delete(m.shares, b.Ptr())
+	delete(m.shares, first(b))
 	return errors.Join(m.Own.Free(b), m.Comm.MemFree(share))
 }
