@@ -113,17 +113,9 @@ func (c *comm) groupEnd() error {
 	return err
 }
 
-// asyncError is the error that ended the communicator in the background:
-// the watchdog's missed deadline, or nil.
-func (c *comm) asyncError() error {
-	if re := c.hc.Revocation(); re != nil {
-		return re
-	}
-	if wd := c.hc.Watchdog(); wd != nil {
-		return wd.Err()
-	}
-	return nil
-}
+// asyncError is the error that ended the communicator in the background
+// (core.Comm.AsyncError), or nil.
+func (c *comm) asyncError() error { return c.hc.AsyncError() }
 
 // barrier waits for stream s, then for every rank.
 func (c *comm) barrier(s uintptr) error {

@@ -468,10 +468,15 @@ func (s sharedNode) Wait(r int) error { return s.c.stepError(s.ShmNode.Wait(r), 
 // stepError classifies a shared-memory step's error; peer is the rank
 // waited for (-1: none).
 func (c *hostComm) stepError(err error, peer int) error {
+	return c.stepErrorIn(c.running(), err, peer)
+}
+
+// stepErrorIn is stepError for a step of call cur (mismatchIn).
+func (c *hostComm) stepErrorIn(cur curCall, err error, peer int) error {
 	var me *hostnet.MismatchError
 	if errors.As(err, &me) {
 		// The high words are the calls' digests (sharedNode.Post).
-		if merr, ok := c.callMismatch(&hostnet.MismatchError{Got: me.Got >> 32, Want: me.Want >> 32}, peer); ok {
+		if merr, ok := c.mismatchIn(cur, &hostnet.MismatchError{Got: me.Got >> 32, Want: me.Want >> 32}, peer); ok {
 			return merr
 		}
 	}

@@ -93,6 +93,21 @@ func mismatchText(mine callDigest, count, root int, theirs callDigest) string {
 // callMismatch turns hostnet's mismatch of digests with peer into the
 // error every rank reports: both calls named, and what to do.
 func (c *hostComm) callMismatch(err error, peer int) (error, bool) {
+	return c.mismatchIn(c.running(), err, peer)
+}
+
+// running is the call whose digest labels this communicator's steps now:
+// the user's (outer) inside a heterogeneous call, else cur.
+func (c *hostComm) running() curCall {
+	if c.outer.digest != 0 {
+		return c.outer
+	}
+	return c.cur
+}
+
+// mismatchIn is callMismatch for call cur: a step that another goroutine
+// finishes (core's relay proxy) names its own call, not the one running.
+func (c *hostComm) mismatchIn(cur curCall, err error, peer int) (error, bool) {
 	var me *hostnet.MismatchError
 	if !errors.As(err, &me) {
 		return nil, false
@@ -100,10 +115,6 @@ func (c *hostComm) callMismatch(err error, peer int) (error, bool) {
 	got, want := callDigest(me.Got), callDigest(me.Want)
 	if got == 0 || want == 0 || got == want {
 		return nil, false
-	}
-	cur := c.cur
-	if c.outer.digest != 0 {
-		cur = c.outer
 	}
 	who := "a rank of this host"
 	if peer >= 0 {

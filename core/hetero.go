@@ -758,6 +758,7 @@ func (c *Comm) stop(abort bool) error {
 		}
 		// The windows go with the host communicators: unregister first.
 		if stuck {
+			c.shm.abandonRelays()
 			c.shm = nil
 		} else if err := c.releaseShm(); err != nil && !abort {
 			errs = append(errs, err)

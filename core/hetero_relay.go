@@ -17,31 +17,41 @@ import (
 // Relays: a device rank's small one-step AllReduce in one launch (the
 // plugin's relayReduce, ABI v5; the step is internal/sched/shm_steps.go's
 // relay). The device puts the rank's input in its window and raises the
-// landed word; this rank's host publishes the step, waits for every
-// rank's and raises the go word; the device folds every window into the
-// receive buffer while the call has already returned, in the caller's
-// stream's order. Two host waits on device copies (each a round trip
-// through the runtime) become one poll of a word in host memory.
+// landed word; the rank's relay proxy (hetero_relay_proxy.go) sees it,
+// publishes the step, waits for every rank's and raises the go word; the
+// device then folds every window into the receive buffer. The call
+// returns once the launch is enqueued, as a stream-ordered collective
+// does: the proxy finishes its host half while the caller enqueues the
+// next one, so back-to-back calls overlap one launch with the step
+// before it. A failure the proxy meets after the call returned ends the
+// next call (and Comm.AsyncError reports it); the device is told to stop
+// (the abort bit in the go word), so the stream never waits forever.
 //
-// The device still reads the other ranks' windows after the call
-// returns, and every step this rank publishes lets them write a half of
-// their windows again. So a rank publishes nothing until its last relay
-// is done with them (relayGate, the node's post gate), which the device
-// says in the landed word (value | RelayDone): a relay on the same stream
-// is behind it by stream order; anything else polls that word.
+// The windows' rule (internal/hostnet/shm/shm_node_linux.go) holds as
+// follows. A relay writes its window half only once its kernel runs,
+// behind the last relay on the same stream, whose go came after that
+// relay's step: so relays on one stream need no wait on the host. Any
+// other use of the windows (another plan, a relay on another stream, the
+// host engine's steps) first drains the relays (relayGate, the node's
+// gate): the proxy idle, and the device done reading the windows, which
+// it says in the landed word (value | RelayDone).
 
-// relayState is a device rank's relays (on shmPlane).
+// relayState is a device rank's relays (on shmPlane); the caller's
+// goroutine owns it, the proxy only what each job carries.
 type relayState struct {
 	// on: this rank's plugin relays (probed once, by setupShm).
 	on bool
 	// value numbers the relays of this rank (the landed and go words
 	// hold the last one's).
 	value uint64
-	// landed is the last relay's landed word, and stream its stream;
-	// pending until the device said it is done.
+	// landed is the last relay's landed word, stream its stream and
+	// step the step it publishes; pending until drained.
 	landed  *uint64
 	stream  loader.Stream
+	step    uint32
 	pending bool
+	// proxy finishes the relays' host halves (started by setupShm).
+	proxy *relayProxy
 	// srcs holds a relay's sources (no allocation on the latency path).
 	srcs [sched.MaxDeviceReduceClusters]uintptr
 }
@@ -64,20 +74,35 @@ func (c *Comm) probeRelay() bool {
 	return err == nil
 }
 
-// relayGate runs before this rank publishes any step in the windows: the
-// last relay must be done with them.
-func (c *Comm) relayGate() error { return c.settleRelay(&c.shm.relay) }
+// relayGate runs whenever this rank enters the windows for anything but
+// a relay (the node's gate): it drains the relays.
+func (c *Comm) relayGate() error { return c.drainRelays(&c.shm.relay) }
 
-// settleRelay waits until the device is done with rs's last relay.
-func (c *Comm) settleRelay(rs *relayState) error {
+// drainRelays waits until the proxy has finished every relay handed to
+// it and the device is done with the last one; it returns the proxy's
+// failure, if any.
+func (c *Comm) drainRelays(rs *relayState) error {
 	if !rs.pending {
 		return nil
 	}
+	idle := rs.proxy.drain()
+	// After a failure the device was told to stop; it still says when it
+	// is done with the windows.
 	if err := c.awaitWord(rs.landed, rs.value|loader.RelayDone, rs.stream, "finish its last relay (fold the shared windows)"); err != nil {
-		return err
+		return errors.Join(idle, err)
 	}
 	rs.pending = false
-	return nil
+	return idle
+}
+
+// oneShotStep is the step a one-shot call of this rank follows: the
+// node's last, or the one its last relay publishes while the proxy may
+// still be publishing it (reading the node's then would race with it).
+func (c *Comm) oneShotStep() uint32 {
+	if rs := &c.shm.relay; rs.pending {
+		return rs.step
+	}
+	return c.shm.node.Step()
 }
 
 // relay runs a KindRelay step.
@@ -91,41 +116,35 @@ func (r *shmRun) relay(st *sched.Step) error {
 	}
 	c, rs := r.c, &r.c.shm.relay
 	strm := c.laneStream(st.Lane, r.s)
-	if rs.pending && rs.stream == strm {
-		rs.pending = false // this relay starts after it
-	}
-	if err := c.settleRelay(rs); err != nil {
+	if err := rs.proxy.failure(); err != nil {
 		return err
+	}
+	if rs.pending && rs.stream != strm {
+		// Not behind the last relay: it could run beside it.
+		if err := c.drainRelays(rs); err != nil {
+			return err
+		}
+	}
+	// The proxy holds the windows until it raised the go word.
+	if err := r.node.Hold(); err != nil {
+		return c.world.stepError(err, -1)
 	}
 	rs.value++
 	rel.Value = rs.value
-	landed := (*uint64)(unsafe.Pointer(&words[0]))
-	goWord := (*uint64)(unsafe.Pointer(&words[relayLine]))
 	end := region("relay.launch")
 	err = c.dev.RelayReduce(c.be.Device, &rel, strm)
 	end()
 	if err != nil {
+		r.node.Exit()
 		return fmt.Errorf("%s's relay: %w", r.dev.Name, err)
 	}
-	// From here the device waits for the go word: every way out answers,
-	// and the device then reads host memory until it says it is done
-	// (this relay's own step must not wait for that: pending only after).
-	answer := rel.Value | loader.RelayAbort
-	defer func() {
-		atomic.StoreUint64(goWord, answer)
-		rs.landed, rs.stream, rs.pending = landed, strm, true
-	}()
-	end = region("relay.landed")
-	err = c.awaitWord(landed, rel.Value, strm, "put its input in the shared window")
-	end()
-	if err != nil {
-		return err
-	}
-	defer region("relay.step")()
-	if err := r.sync(r.sig(st.Label)); err != nil {
-		return err
-	}
-	answer = rel.Value
+	call := r.p.Call
+	rs.proxy.hand(relayJob{
+		landed: (*uint64)(unsafe.Pointer(&words[0])), goWord: (*uint64)(unsafe.Pointer(&words[relayLine])),
+		value: rel.Value, stream: strm, sig: r.sig(st.Label),
+		call: curCall{digest: digestOfCall(call), count: call.Count, root: call.Root},
+	})
+	rs.landed, rs.stream, rs.step, rs.pending = (*uint64)(unsafe.Pointer(&words[0])), strm, r.after+1, true
 	return nil
 }
 

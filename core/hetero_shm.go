@@ -71,7 +71,8 @@ func (c *Comm) setupShm() bool {
 	sp.reducesOnDevice = c.wantDeviceReduce && c.probeDeviceReduce()
 	// A relay folds on the device too: FLAGCX_DEVICE_REDUCE=0 turns both off.
 	if sp.relay.on = sp.reducesOnDevice && c.probeRelay(); sp.relay.on {
-		node.SetPostGate(c.relayGate)
+		sp.relay.proxy = c.startRelayProxy(node)
+		node.SetGate(c.relayGate)
 	}
 	if !p.CanRegisterHost() {
 		return false // ABI v1: the staged schedules run
@@ -188,11 +189,14 @@ func (c *Comm) releaseShm() error {
 	// The device may still read the windows; where they are already
 	// unmapped here (the host communicators failed), there is no word to
 	// read, and the registration below keeps the pages until it is undone.
-	if sp.relay.pending && sp.node.Enter() == nil {
-		errs = append(errs, c.settleRelay(&sp.relay))
+	if sp.relay.pending && sp.node.EnterUngated() == nil {
+		errs = append(errs, c.drainRelays(&sp.relay))
 		sp.node.Exit()
 	}
-	sp.node.SetPostGate(nil)
+	if sp.relay.proxy != nil {
+		sp.relay.proxy.close()
+	}
+	sp.node.SetGate(nil)
 	for _, addr := range sp.registered {
 		errs = append(errs, p.HostUnregister(addr))
 	}

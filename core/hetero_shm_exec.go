@@ -29,8 +29,11 @@ type shmRun struct {
 	dev  *watchedPlugin // nil on a host rank
 	// workers is how many goroutines this rank's host copies and folds use.
 	workers int
-	// base is where a one-shot call's half of every window starts.
-	base int
+	// base is where a one-shot call's half of every window starts: the
+	// half of step after+1, after being the step the call follows
+	// (oneShotStep).
+	base  int
+	after uint32
 }
 
 // maxSlots bounds sched.ShmSlots for the executor's per-slot events.
@@ -49,7 +52,13 @@ func (c *Comm) runShm(p *sched.Plan, b *callBufs, s loader.Stream) error {
 		// cores the device ranks leave (one each, to drive their copies).
 		r.workers = reduce.Workers((runtime.NumCPU() - (c.n - len(red))) / len(red))
 	}
-	if err := r.node.Enter(); err != nil {
+	// A relay keeps the windows' rule itself (hetero_relay.go); anything
+	// else drains the relays first (the node's gate).
+	enter := r.node.Enter
+	if p.Count(sched.KindRelay, -1) > 0 {
+		enter = r.node.EnterUngated
+	}
+	if err := enter(); err != nil {
 		return c.world.stepError(err, -1)
 	}
 	defer r.node.Exit()
@@ -86,7 +95,8 @@ func (r *shmRun) prepare() error {
 	c, g := r.c, r.g
 	if g.OneShot {
 		half := (c.shm.windowMin() / 2) &^ 63 // as the host engine cuts them
-		r.base = int((r.node.Step()+1)&1) * half
+		r.after = c.oneShotStep()
+		r.base = int((r.after+1)&1) * half
 		return nil
 	}
 	if r.dev == nil {

@@ -1,6 +1,7 @@
 package core_test
 
 import (
+	"encoding/binary"
 	"sync"
 	"testing"
 	"time"
@@ -55,8 +56,11 @@ func TestShmRelay(t *testing.T) {
 }
 
 // TestShmRelayAbandoned: a device rank whose host peers never join its
-// relay fails within the deadline, naming the wait, and its stream still
-// completes (the device was told to stop); the output is untouched.
+// relay returns from the call (the relay is enqueued, as any
+// stream-ordered collective), and its stream still completes within the
+// deadline: the device was told to stop, and the output is untouched.
+// The failure, naming the wait, is then the communicator's async error
+// and the error of its next call.
 func TestShmRelayAbandoned(t *testing.T) {
 	comms, mems, streams := startMixedNet(t, "dh", loopback(2*time.Second))
 	require.True(t, comms[0].Layout().Relay)
@@ -72,19 +76,101 @@ func TestShmRelayAbandoned(t *testing.T) {
 		marker[i] = 0xa5
 	}
 	require.NoError(t, m.Write(recv, 0, marker))
-	var wg sync.WaitGroup
-	var callErr error
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		callErr = comms[0].AllReduce(send, recv, 16, sdk.Float32, sdk.Sum, streams[0])
-	}()
-	wg.Wait()
-	require.Error(t, callErr, "rank 1 never called")
-	require.ErrorContains(t, callErr, "waiting for rank 1")
+	require.NoError(t, comms[0].AllReduce(send, recv, 16, sdk.Float32, sdk.Sum, streams[0]), "the relay is enqueued")
 	be := comms[0].Backend()
 	require.NoError(t, be.Plugin.StreamSynchronize(streams[0]), "the device stopped at the abort")
 	got := make([]byte, 64)
 	require.NoError(t, m.Read(recv, 0, got))
 	require.Equal(t, marker, got, "an abandoned relay writes nothing")
+	require.ErrorContains(t, comms[0].AsyncError(), "waiting for rank 1")
+	err = comms[0].AllReduce(send, recv, 16, sdk.Float32, sdk.Sum, streams[0])
+	require.ErrorContains(t, err, "waiting for rank 1", "rank 1 never called")
+	require.ErrorContains(t, err, "failed after its call returned")
+}
+
+// TestShmRelayPipelined: device ranks issue relays back to back without
+// waiting for their streams (more than the proxy's ring holds), then a
+// call that is not a relay (a Broadcast, which drains them), then more
+// relays, and only then synchronize: every result is exact and no error
+// is left behind. The windows' halves alternate across calls whose steps
+// the proxies still publish while their callers run ahead.
+func TestShmRelayPipelined(t *testing.T) {
+	comms, mems, streams := startMixed(t, "dhdh")
+	for _, c := range comms {
+		if c.Backend().Plugin != nil {
+			require.True(t, c.Layout().Relay)
+		}
+	}
+	const count, before, after = 175, 11, 5
+	n := len(comms)
+	input := func(r, k int) []int32 {
+		v := make([]int32, count)
+		for i := range v {
+			v[i] = int32(r*100003 + k*7919 + i)
+		}
+		return v
+	}
+	type call struct{ send, recv core.Buffer }
+	calls := make([][]call, n)
+	var bcast [4]core.Buffer
+	for r, m := range mems {
+		for k := 0; k < before+after; k++ {
+			s, err := m.Alloc(4 * count)
+			require.NoError(t, err)
+			d, err := m.Alloc(4 * count)
+			require.NoError(t, err)
+			require.NoError(t, m.Write(s, 0, int32Bytes(input(r, k))))
+			calls[r] = append(calls[r], call{s, d})
+		}
+		b, err := m.Alloc(4 * count)
+		require.NoError(t, err)
+		require.NoError(t, m.Write(b, 0, int32Bytes(input(r, -1))))
+		bcast[r] = b
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		wg.Go(func() {
+			for k, x := range calls[r] {
+				if k == before {
+					if errs[r] = c.Broadcast(bcast[r], bcast[r], count, sdk.Int32, 1, streams[r]); errs[r] != nil {
+						return
+					}
+				}
+				if errs[r] = c.AllReduce(x.send, x.recv, count, sdk.Int32, sdk.Sum, streams[r]); errs[r] != nil {
+					return
+				}
+			}
+			if p := c.Backend().Plugin; p != nil {
+				errs[r] = p.StreamSynchronize(streams[r])
+			}
+		})
+	}
+	wg.Wait()
+	for r, c := range comms {
+		require.NoError(t, errs[r], "rank %d", r)
+		require.NoError(t, c.AsyncError(), "rank %d", r)
+		for k, x := range calls[r] {
+			want := make([]int32, count)
+			for q := 0; q < n; q++ {
+				for i, v := range input(q, k) {
+					want[i] += v
+				}
+			}
+			got := make([]byte, 4*count)
+			require.NoError(t, mems[r].Read(x.recv, 0, got))
+			require.Equal(t, int32Bytes(want), got, "rank %d, AllReduce %d", r, k)
+		}
+		got := make([]byte, 4*count)
+		require.NoError(t, mems[r].Read(bcast[r], 0, got))
+		require.Equal(t, int32Bytes(input(1, -1)), got, "rank %d, the Broadcast", r)
+	}
+}
+
+func int32Bytes(v []int32) []byte {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], uint32(x))
+	}
+	return b
 }

@@ -308,6 +308,25 @@ func (c *Comm) Revoked() <-chan struct{} {
 // flagcxCommGetAsyncError, reports).
 func (c *Comm) Revocation() *RevokedError { return c.revokedFor("") }
 
+// AsyncError is what ended, or ends the next call of, this communicator
+// in the background (what flagcxCommGetAsyncError reports): the
+// revocation, the watchdog's missed deadline, or a relay that failed
+// after its call returned (hetero_relay_proxy.go); nil while none did.
+func (c *Comm) AsyncError() error {
+	if re := c.Revocation(); re != nil {
+		return re
+	}
+	if c.wd != nil {
+		if err := c.wd.Err(); err != nil {
+			return err
+		}
+	}
+	if sp := c.shm; sp != nil && sp.relay.proxy != nil {
+		return sp.relay.proxy.failure()
+	}
+	return nil
+}
+
 // settle is the error of call op: nil stays nil; on a revoked
 // communicator the verdict; after a failure that may be a lost peer, the
 // verdict of a detection (detect); else err.

@@ -817,6 +817,50 @@ func testShmNodeSyncSteps(t *testing.T, first uint32) {
 	}
 }
 
+// TestShmNodeGateAndHold: Enter runs the gate (and fails with its error,
+// holding nothing), EnterUngated does not; a Hold taken inside Enter keeps
+// the windows mapped after that Exit, until its own Exit on another
+// goroutine; and Hold fails rather than waits once Close waits for them.
+func TestShmNodeGateAndHold(t *testing.T) {
+	ms := newMesh(t, 2, meshCfg(5*time.Second), smallShm(shmTestDir(t)))
+	node := ms[0].Node
+	gated, refuse := 0, error(nil)
+	node.SetGate(func() error { gated++; return refuse })
+	require.NoError(t, node.Enter())
+	node.Exit()
+	require.NoError(t, node.EnterUngated())
+	node.Exit()
+	require.Equal(t, 1, gated, "Enter runs the gate, EnterUngated does not")
+	refuse = errors.New("the device still reads the windows")
+	require.ErrorIs(t, node.Enter(), refuse)
+	node.SetGate(nil)
+
+	require.NoError(t, node.Enter())
+	require.NoError(t, node.Hold())
+	node.Exit()
+	closed := make(chan struct{})
+	go func() { node.Close(); close(closed) }()
+	require.Eventually(t, func() bool {
+		if node.Hold() == nil {
+			node.Exit() // before Close began
+			return false
+		}
+		return true
+	}, 5*time.Second, time.Millisecond, "Hold fails while Close waits")
+	select {
+	case <-closed:
+		t.Fatal("Close returned while a Hold was still held")
+	case <-time.After(50 * time.Millisecond):
+	}
+	go node.Exit() // the holder is done on another goroutine
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close still waits after the Hold ended")
+	}
+	require.ErrorIs(t, node.Hold(), ErrClosed)
+}
+
 func TestShmNodeSyncMismatch(t *testing.T) {
 	ms := newMesh(t, 2, meshCfg(5*time.Second), smallShm(shmTestDir(t)))
 	start := time.Now()

@@ -140,7 +140,10 @@ static const char nvReduceSource[] =
      *  3. unless aborted, the fold of fold<> above (the same op templates,
      *     so the same bits), every source read with volatile loads: other
      *     processes wrote host sources just before the go, and a line cached
-     *     by an earlier call on the same window would be stale;
+     *     by an earlier call on the same window would be stale. A thread
+     *     loads all its sources before it folds: each load of host memory
+     *     is a trip across the bus, and loads issued together take one
+     *     trip's time rather than one trip per source;
      *  4. after a barrier (every read done), thread 0 fences and stores
      *     value | done to *landed: the host may let the windows be written. */
     "struct Relay {\n"
@@ -175,8 +178,12 @@ static const char nvReduceSource[] =
     "  __syncthreads();\n"
     "  const int op = a.op == AVG ? SUM : a.op;\n"
     "  for (u64 i = t; proceed && i < a.count; i += n) {\n"
-    "    T acc = fresh<T>(a.srcs[0], i);\n"
-    "    for (int k = 1; k < a.nsrcs; k++) acc = O::op(acc, fresh<T>(a.srcs[k], i), op);\n"
+    "    T v[8];\n"
+    "#pragma unroll\n"
+    "    for (int k = 0; k < 8; k++) if (k < a.nsrcs) v[k] = fresh<T>(a.srcs[k], i);\n"
+    "    T acc = v[0];\n"
+    "#pragma unroll\n"
+    "    for (int k = 1; k < 8; k++) if (k < a.nsrcs) acc = O::op(acc, v[k], op);\n"
     "    if (a.op == AVG) acc = O::avg(acc, a.div);\n"
     "    ((T*)a.dst)[i] = acc;\n"
     "  }\n"

@@ -38,14 +38,16 @@ type ShmNode struct {
 	mu     sync.RWMutex // held shared from Enter to Exit; close takes it before the Mesh unmaps
 	closed atomic.Bool
 	broken error
-	gate   func() error // SetPostGate
+	gate   func() error // SetGate
 }
 
-// SetPostGate makes every Post run gate first and fail with its error: a
-// rank whose device may still read the windows of an earlier step
-// (core's relays) holds its next step back until that is done, because
-// each step lets the other ranks write a half of their windows again.
-func (n *ShmNode) SetPostGate(gate func() error) { n.gate = gate }
+// SetGate makes every Enter run gate once it holds the windows, and fail
+// with its error: a rank whose device, or a goroutine it handed a step to,
+// may still use the windows for earlier steps (core's relays) finishes
+// them before anything else writes a window or publishes a step. Each
+// step lets the other ranks write a half of their windows again, and a
+// rank writes its own half only after its last step is published.
+func (n *ShmNode) SetGate(gate func() error) { n.gate = gate }
 
 // Size is the number of ranks of the host; Index this rank's position.
 func (n *ShmNode) Size() int  { return len(n.ranks) }
@@ -69,7 +71,39 @@ func (n *ShmNode) Cores() int { return max(1, runtime.NumCPU()/len(n.ranks)) }
 // them) that lasts until Exit: the mappings stay until then, even when
 // another goroutine closes the node (its Post and Wait then fail fast).
 func (n *ShmNode) Enter() error {
+	if err := n.EnterUngated(); err != nil {
+		return err
+	}
+	if n.gate != nil {
+		if err := n.gate(); err != nil {
+			n.mu.RUnlock()
+			return err
+		}
+	}
+	return nil
+}
+
+// EnterUngated is Enter without the gate (SetGate), for the one use that
+// keeps the gate's rule itself: core's relay that follows relays on the
+// same stream.
+func (n *ShmNode) EnterUngated() error {
 	n.mu.RLock()
+	if n.closed.Load() {
+		n.mu.RUnlock()
+		return n.closedErr()
+	}
+	return nil
+}
+
+// Hold takes one more use of the windows, to be ended by Exit on another
+// goroutine: a caller inside Enter hands a step over that way, and the
+// windows stay mapped until it is done. It never waits: with Close
+// waiting (or done) it fails, since a second read lock would queue
+// behind Close, which waits for the first.
+func (n *ShmNode) Hold() error {
+	if !n.mu.TryRLock() {
+		return n.closedErr()
+	}
 	if n.closed.Load() {
 		n.mu.RUnlock()
 		return n.closedErr()
@@ -106,11 +140,6 @@ func (n *ShmNode) Post(sig uint64) error {
 		// %v: the earlier Wait's error (a timeout, a mismatch) is not this
 		// call's; it matches ErrClosed alone.
 		return fmt.Errorf("hostnet: shm step: %w: unusable after an earlier error (%v)", wire.ErrClosed, n.broken)
-	}
-	if n.gate != nil {
-		if err := n.gate(); err != nil {
-			return err
-		}
 	}
 	n.step++
 	n.sig = sig

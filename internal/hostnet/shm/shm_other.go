@@ -39,9 +39,11 @@ func (n *ShmNode) Window(int) []byte                       { return nil }
 func (n *ShmNode) Step() uint32                            { return 0 }
 func (n *ShmNode) Cores() int                              { return 1 }
 func (n *ShmNode) Enter() error                            { return ErrNotLinux }
+func (n *ShmNode) EnterUngated() error                     { return ErrNotLinux }
+func (n *ShmNode) Hold() error                             { return ErrNotLinux }
 func (n *ShmNode) Exit()                                   {}
 func (n *ShmNode) Post(uint64) error                       { return ErrNotLinux }
-func (n *ShmNode) SetPostGate(func() error)                {}
+func (n *ShmNode) SetGate(func() error)                    {}
 func (n *ShmNode) Wait(int) error                          { return ErrNotLinux }
 func (n *ShmNode) Sync(uint64) error                       { return ErrNotLinux }
 func (n *ShmNode) Close()                                  {}

@@ -19,6 +19,7 @@ type Flags struct {
 	Warmup     int    `short:"w" name:"warmup_iters" default:"5" placeholder:"N" help:"Untimed iterations before timing each size."`
 	Iters      int    `short:"n" name:"iters" default:"20" placeholder:"N" help:"Timed iterations per size."`
 	Check      int    `short:"c" name:"check" default:"1" placeholder:"0|1" help:"Check results against the exact reference (1) or not (0)."`
+	Blocking   int    `short:"z" name:"blocking" default:"0" placeholder:"0|1" help:"Wait for every timed call to finish (its stream synchronized) before the next (1): a call's whole latency, where 0 lets calls overlap as a training loop's do."`
 	Datatype   string `short:"d" name:"datatype" default:"float32" placeholder:"TYPE" help:"Data type (int8, uint8, int32, uint32, int64, uint64, float16, float32, float64, bfloat16; half, float, double, bf16...) or all."`
 	Op         string `short:"o" name:"op" default:"sum" placeholder:"OP" help:"Reduction (sum, prod, max, min, avg) or all; for reducing collectives."`
 	Root       int    `short:"r" name:"root" default:"0" placeholder:"RANK" help:"Root rank of rooted collectives (reduce, broadcast, gather, scatter)."`
@@ -53,6 +54,7 @@ type Config struct {
 	Warmup     int
 	Iters      int
 	Check      bool
+	Blocking   bool
 	Root       int
 	Print      bool
 	NP         int
@@ -78,7 +80,7 @@ type Config struct {
 func (f *Flags) Config() (*Config, error) {
 	c := &Config{
 		MinBytes: f.MinBytes, MaxBytes: f.MaxBytes, StepFactor: f.StepFactor,
-		Warmup: f.Warmup, Iters: f.Iters, Check: f.Check == 1, Root: f.Root,
+		Warmup: f.Warmup, Iters: f.Iters, Check: f.Check == 1, Blocking: f.Blocking == 1, Root: f.Root,
 		Print: f.Print == 1, Format: f.Format, JSON: f.JSON,
 		Backend: strings.ToLower(strings.TrimSpace(f.Backend)), PluginDir: f.PluginDir, Emulated: f.Emulated,
 		PrintPlan: f.PrintPlan, Shrink: f.OnFailure == "shrink", Window: f.Window,
@@ -158,6 +160,8 @@ func (f *Flags) Config() (*Config, error) {
 		return nil, fmt.Errorf("-n/--iters %d: give at least 1 timed iteration", f.Iters)
 	case f.Check != 0 && f.Check != 1:
 		return nil, fmt.Errorf("-c/--check %d: give 1 to check results or 0 not to", f.Check)
+	case f.Blocking != 0 && f.Blocking != 1:
+		return nil, fmt.Errorf("-z/--blocking %d: give 1 to wait for every call or 0 not to", f.Blocking)
 	case f.Print != 0 && f.Print != 1:
 		return nil, fmt.Errorf("-p/--print %d: give 1 to print output elements or 0 not to", f.Print)
 	case f.Root < 0:

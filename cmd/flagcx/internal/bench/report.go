@@ -63,6 +63,9 @@ func (t *tableReporter) header(cfg *Config, devs []device, backend []string) {
 	}
 	fmt.Fprintf(t.w, "# nThread 1 nGpus 1 minBytes %d maxBytes %d step: %d(factor) warmup iters: %d iters: %d agg iters: 1 validation: %d graph: 0\n",
 		cfg.MinBytes, cfg.MaxBytes, cfg.StepFactor, cfg.Warmup, cfg.Iters, check)
+	if cfg.Blocking {
+		fmt.Fprintf(t.w, "# blocking: every timed call waits for its stream before the next (-z 1)\n")
+	}
 	fmt.Fprintf(t.w, "#\n# Using devices\n")
 	for _, d := range devs {
 		fmt.Fprintf(t.w, "#  Rank %2d Group %2d Pid %6d on %10s backend %s\n", d.Rank, 0, d.Pid, d.Host, d.Backend)
@@ -194,6 +197,7 @@ type jsonParam struct {
 	Warmup      int      `json:"warmup_iters"`
 	Iters       int      `json:"iters"`
 	Check       bool     `json:"check"`
+	Blocking    bool     `json:"blocking"`
 	Root        int      `json:"root"`
 	Collectives []string `json:"collectives"`
 	Datatypes   []string `json:"datatypes"`
@@ -215,7 +219,7 @@ func (r *rankRun) writeJSON(runErr error) error {
 		WrongElements: r.wrongEls,
 		Params: jsonParam{
 			MinBytes: int64(r.cfg.MinBytes), MaxBytes: int64(r.cfg.MaxBytes), StepFactor: r.cfg.StepFactor,
-			Warmup: r.cfg.Warmup, Iters: r.cfg.Iters, Check: r.cfg.Check, Root: r.cfg.Root,
+			Warmup: r.cfg.Warmup, Iters: r.cfg.Iters, Check: r.cfg.Check, Blocking: r.cfg.Blocking, Root: r.cfg.Root,
 		},
 	}
 	if doc.Results == nil {

@@ -642,6 +642,11 @@ func (r *rankRun) timeHalf(op *opSpec, c reference.Case, x *call, inPlace bool) 
 		if err := r.be.issue(x); err != nil {
 			return 0, r.collError(op, c, inPlace, err)
 		}
+		if r.cfg.Blocking {
+			if err := r.be.sync(); err != nil {
+				return 0, r.collError(op, c, inPlace, err)
+			}
+		}
 	}
 	elapsed, err := stop()
 	if err != nil {
