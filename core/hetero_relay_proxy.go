@@ -48,6 +48,10 @@ type relayJob struct {
 type relayProxy struct {
 	c    *Comm
 	node *shm.ShmNode
+	// spin is how long the proxy polls for its next job before it sleeps:
+	// relaySpin where the host has a core for it beside the caller's,
+	// none where the ranks already share cores (polling would take them).
+	spin time.Duration
 	ring [relayRing]relayJob
 	// handed and done count the jobs written and answered.
 	handed, done atomic.Uint64
@@ -64,6 +68,9 @@ type relayProxy struct {
 // startRelayProxy starts c's proxy on its windows.
 func (c *Comm) startRelayProxy(node *shm.ShmNode) *relayProxy {
 	p := &relayProxy{c: c, node: node, wake: make(chan struct{}, 1), quit: make(chan struct{}), exited: make(chan struct{})}
+	if node.Cores() >= 2 {
+		p.spin = relaySpin
+	}
 	go p.run()
 	return p
 }
@@ -137,7 +144,7 @@ func (p *relayProxy) run() {
 func (p *relayProxy) await(next uint64) bool {
 	start := time.Now()
 	for i := 0; p.handed.Load() == next; i++ {
-		if i&63 != 0 || time.Since(start) < relaySpin {
+		if p.spin > 0 && (i&63 != 0 || time.Since(start) < p.spin) {
 			continue
 		}
 		select {
