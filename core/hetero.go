@@ -230,7 +230,10 @@ type Comm struct {
 
 	d2h, h2d loader.Stream // staging copies (device ranks)
 	shm      *shmPlane     // the zero-copy plane (every rank on one host), or nil
-	regs     memRegs       // the host ranks' MemAlloc memory a device rank registered
+	// relays is the shared plane's relay proxy, kept for AsyncError, which
+	// other goroutines may call while stop drops shm (nil: none).
+	relays atomic.Pointer[relayProxy]
+	regs   memRegs // the host ranks' MemAlloc memory a device rank registered
 	// wantDeviceReduce: FLAGCX_DEVICE_REDUCE on this rank (sched.Options'
 	// ShmDeviceReduce and StagedDeviceReduce are what the ranks agreed).
 	wantDeviceReduce bool

@@ -72,6 +72,7 @@ func (c *Comm) setupShm() bool {
 	// A relay folds on the device too: FLAGCX_DEVICE_REDUCE=0 turns both off.
 	if sp.relay.on = sp.reducesOnDevice && c.probeRelay(); sp.relay.on {
 		sp.relay.proxy = c.startRelayProxy(node)
+		c.relays.Store(sp.relay.proxy)
 		node.SetGate(c.relayGate)
 	}
 	if !p.CanRegisterHost() {

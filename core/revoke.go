@@ -321,8 +321,8 @@ func (c *Comm) AsyncError() error {
 			return err
 		}
 	}
-	if sp := c.shm; sp != nil && sp.relay.proxy != nil {
-		return sp.relay.proxy.failure()
+	if p := c.relays.Load(); p != nil {
+		return p.failure()
 	}
 	return nil
 }
