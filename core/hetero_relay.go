@@ -14,12 +14,13 @@ import (
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
 
-// Relays: a device rank's small one-step AllReduce in one launch (the
-// plugin's relayReduce, ABI v5; the step is internal/sched/shm_steps.go's
-// relay). The device puts the rank's input in its window and raises the
-// landed word; the rank's relay proxy (hetero_relay_proxy.go) sees it,
-// publishes the step, waits for every rank's and raises the go word; the
-// device then folds every window into the receive buffer. The call
+// Relays: a device rank's small one-step AllReduce, Reduce or Broadcast in
+// one launch (the plugin's relayReduce, ABI v5; the step is
+// internal/sched/shm_steps.go's relay). The device puts the rank's input
+// in its window and raises the landed word; the rank's relay proxy
+// (hetero_relay_proxy.go) sees it, publishes the step, waits for every
+// rank's and raises the go word; the device then folds what the rank
+// takes from the windows into the receive buffer. The call
 // returns once the launch is enqueued, as a stream-ordered collective
 // does: the proxy finishes its host half while the caller enqueues the
 // next one, so back-to-back calls overlap one launch with the step
@@ -107,7 +108,7 @@ func (c *Comm) oneShotStep() uint32 {
 
 // relay runs a KindRelay step.
 func (r *shmRun) relay(st *sched.Step) error {
-	if len(st.Copies) != 1 || len(st.Folds) != 1 || st.Dst.Len < 2*relayLine {
+	if len(st.Copies) > 1 || len(st.Folds) > 1 || len(st.Copies)+len(st.Folds) == 0 || st.Dst.Len < 2*relayLine {
 		return fmt.Errorf("%w: %s", sdk.ErrInternalError, st)
 	}
 	rel, words, err := r.relayArgs(st)
@@ -148,37 +149,46 @@ func (r *shmRun) relay(st *sched.Step) error {
 	return nil
 }
 
-// relayArgs resolves a relay step's memory: the put, the fold and the
-// landed and go words (host memory of this rank's window).
+// relayArgs resolves a relay step's memory: the put and the fold, where
+// the step has them, and the landed and go words (host memory of this
+// rank's window). A relay without a fold names the words as its one
+// source, which the device never reads (count 0): the ABI wants one.
 func (r *shmRun) relayArgs(st *sched.Step) (loader.Relay, []byte, error) {
-	var rel loader.Relay
-	cp, f := st.Copies[0], st.Folds[0]
-	src, err := r.mem(cp.Src)
+	rs := &r.c.shm.relay
+	words, err := r.hostMem(st.Dst)
 	if err != nil {
-		return rel, nil, err
+		return loader.Relay{}, nil, err
 	}
-	win, err := r.mem(cp.Dst)
-	if err != nil {
-		return rel, nil, err
+	rel := loader.Relay{Landed: uintptr(unsafe.Pointer(&words[0])), Go: uintptr(unsafe.Pointer(&words[relayLine])),
+		DType: st.DType, Op: st.Op, AvgDivisor: st.N, Srcs: rs.srcs[:0]}
+	if len(st.Copies) == 1 {
+		cp := st.Copies[0]
+		src, err := r.mem(cp.Src)
+		if err != nil {
+			return rel, nil, err
+		}
+		win, err := r.mem(cp.Dst)
+		if err != nil {
+			return rel, nil, err
+		}
+		if !src.dev || win.dev {
+			return rel, nil, fmt.Errorf("%w: relay %s", sdk.ErrInternalError, st)
+		}
+		rel.Src, rel.Window, rel.Bytes = src.ptr, win.ptr, cp.Src.Len
 	}
+	if len(st.Folds) == 0 {
+		rel.Srcs = append(rel.Srcs, rel.Landed)
+		return rel, words, nil
+	}
+	f := st.Folds[0]
 	dst, err := r.mem(f.Dst)
 	if err != nil {
 		return rel, nil, err
 	}
-	words, err := r.hostMem(st.Dst)
-	if err != nil {
-		return rel, nil, err
+	if !dst.dev || len(f.Srcs) > len(rs.srcs) {
+		return rel, nil, fmt.Errorf("%w: relay %s (at most %d inputs)", sdk.ErrInternalError, st, len(rs.srcs))
 	}
-	if !src.dev || win.dev || !dst.dev {
-		return rel, nil, fmt.Errorf("%w: relay %s", sdk.ErrInternalError, st)
-	}
-	rel = loader.Relay{Src: src.ptr, Window: win.ptr, Bytes: cp.Src.Len, Dst: dst.ptr, Count: f.Dst.Len / st.DType.Size(),
-		DType: st.DType, Op: st.Op, AvgDivisor: st.N, Srcs: r.c.shm.relay.srcs[:0]}
-	if len(f.Srcs) > len(r.c.shm.relay.srcs) {
-		return rel, nil, fmt.Errorf("%w: a relay of %d inputs, more than %d", sdk.ErrInternalError, len(f.Srcs), len(r.c.shm.relay.srcs))
-	}
-	rel.Landed = uintptr(unsafe.Pointer(&words[0]))
-	rel.Go = uintptr(unsafe.Pointer(&words[relayLine]))
+	rel.Dst, rel.Count = dst.ptr, f.Dst.Len/st.DType.Size()
 	for _, s := range f.Srcs {
 		m, err := r.mem(s)
 		if err != nil {

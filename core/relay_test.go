@@ -17,10 +17,10 @@ import (
 )
 
 // TestShmRelay: an emulated device rank beside host ranks relays its small
-// AllReduces and the Reduces it roots (one relay step, ABI v5's
-// relayReduce), exact for every type and op, in place and not, on its own
-// stream and on a new stream each call (heterotest.Run with stream 0);
-// FLAGCX_DEVICE_REDUCE=0 turns relays off.
+// AllReduces, Reduces and Broadcasts (one relay step, ABI v5's
+// relayReduce), rooted at it or at a host rank, exact for every type and
+// op, in place and not, on its own stream and on a new stream each call
+// (heterotest.Run with stream 0); FLAGCX_DEVICE_REDUCE=0 turns relays off.
 func TestShmRelay(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -36,14 +36,14 @@ func TestShmRelay(t *testing.T) {
 			n := len(comms)
 			var cases []reference.Case
 			for _, c := range heterotest.Matrix(n, []int{1, 175, sched.ShmRelayMax / 8}, sdk.AllDataTypes(), 3) {
-				if c.Coll == sdk.AllReduce || (c.Coll == sdk.Reduce && c.Root <= 1) {
+				if c.Coll == sdk.AllReduce || ((c.Coll == sdk.Reduce || c.Coll == sdk.Broadcast) && c.Root <= 1) {
 					cases = append(cases, c)
 				}
 			}
 			for i, c := range cases {
 				p, err := core.SchedPlan(comms[0], 0, sched.Call{Coll: c.Coll, Count: c.Count, DType: c.Type, Op: c.Op, Root: c.Root})
 				require.NoError(t, err)
-				want := tc.relay && (c.Coll == sdk.AllReduce || c.Root == 0)
+				want := tc.relay
 				require.Equal(t, want, p.Count(sched.KindRelay, -1) == 1, "%s: %s", heterotest.Name(c, false), p)
 				own := streams
 				if i%2 == 1 {
@@ -90,9 +90,9 @@ func TestShmRelayAbandoned(t *testing.T) {
 
 // TestShmRelayPipelined: device ranks issue relays back to back without
 // waiting for their streams (more than the proxy's ring holds), then a
-// call that is not a relay (a Broadcast, which drains them), then more
-// relays, and only then synchronize: every result is exact and no error
-// is left behind. The windows' halves alternate across calls whose steps
+// Broadcast (a relay too) and an AllGather (not one: it drains them),
+// then more relays, and only then synchronize: every result is exact and
+// no error is left behind. The windows' halves alternate across calls whose steps
 // the proxies still publish while their callers run ahead.
 func TestShmRelayPipelined(t *testing.T) {
 	comms, mems, streams := startMixed(t, "dhdh")
@@ -112,7 +112,7 @@ func TestShmRelayPipelined(t *testing.T) {
 	}
 	type call struct{ send, recv core.Buffer }
 	calls := make([][]call, n)
-	var bcast [4]core.Buffer
+	var bcast, gathered [4]core.Buffer
 	for r, m := range mems {
 		for k := 0; k < before+after; k++ {
 			s, err := m.Alloc(4 * count)
@@ -126,6 +126,9 @@ func TestShmRelayPipelined(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, m.Write(b, 0, int32Bytes(input(r, -1))))
 		bcast[r] = b
+		g, err := m.Alloc(4 * count * n)
+		require.NoError(t, err)
+		gathered[r] = g
 	}
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -134,6 +137,9 @@ func TestShmRelayPipelined(t *testing.T) {
 			for k, x := range calls[r] {
 				if k == before {
 					if errs[r] = c.Broadcast(bcast[r], bcast[r], count, sdk.Int32, 1, streams[r]); errs[r] != nil {
+						return
+					}
+					if errs[r] = c.AllGather(calls[r][0].send, gathered[r], count, sdk.Int32, streams[r]); errs[r] != nil {
 						return
 					}
 				}
@@ -164,6 +170,13 @@ func TestShmRelayPipelined(t *testing.T) {
 		got := make([]byte, 4*count)
 		require.NoError(t, mems[r].Read(bcast[r], 0, got))
 		require.Equal(t, int32Bytes(input(1, -1)), got, "rank %d, the Broadcast", r)
+		var all []int32
+		for q := 0; q < n; q++ {
+			all = append(all, input(q, 0)...)
+		}
+		got = make([]byte, 4*count*n)
+		require.NoError(t, mems[r].Read(gathered[r], 0, got))
+		require.Equal(t, int32Bytes(all), got, "rank %d, the AllGather", r)
 	}
 }
 

@@ -177,22 +177,48 @@ const relayWords = 128
 
 // relays reports whether this rank's one-step call takes one launch
 // (KindRelay): a device rank whose plugin relays (every device rank's
-// does: Options.ShmRelay) folds a small AllReduce, or the Reduce it is the
-// root of, from at most MaxDeviceReduceClusters inputs, and its window's
-// half has room for the words.
+// does: Options.ShmRelay), a block of at most ShmRelayMax bytes, room for
+// the words after the window half's input area, and a call one relay
+// does (relay): AllReduce and the Reduce it roots from at most
+// MaxDeviceReduceClusters inputs, the Reduce it does not root, and
+// Broadcast. AllGather and ReduceScatter put or take several blocks,
+// which one relay's one put and one fold do not.
 func (s *shmBuilder) relays() bool {
+	if !s.dev || !s.o.ShmRelay || s.block > ShmRelayMax || s.g.In+relayWords > s.o.ShmWindow/2 {
+		return false
+	}
 	coll := s.call.Coll
-	return s.dev && s.o.ShmRelay && (coll == sdk.AllReduce || (coll == sdk.Reduce && s.rank == s.call.Root)) &&
-		s.block <= ShmRelayMax && s.n <= MaxDeviceReduceClusters && s.g.In+relayWords <= s.o.ShmWindow/2
+	folds := coll == sdk.AllReduce || (coll == sdk.Reduce && s.rank == s.call.Root)
+	return coll == sdk.Broadcast || coll == sdk.Reduce && !folds || folds && s.n <= MaxDeviceReduceClusters
 }
 
-// relay: the device puts this rank's input in its window and raises the
-// landed word; the host publishes the step and waits for every rank's,
-// then raises the go word; the device folds every rank's input (its own
-// from the send buffer, where it already is) into the receive buffer. The
-// host waits for no device work: the fold follows in the caller's stream.
+// relay: the device puts this rank's input in its window (where another
+// rank reads it) and raises the landed word; the host publishes the step
+// and waits for every rank's, then raises the go word; the device folds
+// what this rank takes into the receive buffer: every rank's input (its
+// own from the send buffer, where it already is) for AllReduce and the
+// Reduce it roots, nothing for another rank's Reduce, the root's input
+// (a fold of one: a copy) for Broadcast. The host waits for no device
+// work: the fold follows in the caller's stream.
 func (s *shmBuilder) relay() {
-	B := s.block
+	B, call := s.block, s.call
+	st := Step{Lane: LaneIntra, Kind: KindRelay, Dst: s.win(s.rank, s.g.In, relayWords), DType: call.DType, Op: call.Op, N: s.n, Chunk: -1}
+	put := []CopyPair{{Src: ref(BufSend, 0, B), Dst: s.win(s.rank, 0, B)}}
+	if call.Coll == sdk.Broadcast {
+		src := s.win(call.Root, 0, B)
+		if s.rank == call.Root {
+			st.Copies, src = put, ref(BufSend, 0, B)
+		}
+		st.Op, st.N = sdk.Sum, 1
+		st.Folds = []Fold{{Dst: ref(BufRecv, 0, B), Srcs: []Ref{src}}}
+		s.add(st)
+		return
+	}
+	st.Copies = put
+	if call.Coll == sdk.Reduce && s.rank != call.Root {
+		s.add(st) // the put alone
+		return
+	}
 	f := Fold{Dst: ref(BufRecv, 0, B)}
 	for q := 0; q < s.n; q++ {
 		src := s.win(q, 0, B)
@@ -201,8 +227,8 @@ func (s *shmBuilder) relay() {
 		}
 		f.Srcs = append(f.Srcs, src)
 	}
-	s.add(Step{Lane: LaneIntra, Kind: KindRelay, Copies: []CopyPair{{Src: ref(BufSend, 0, B), Dst: s.win(s.rank, 0, B)}},
-		Folds: []Fold{f}, Dst: s.win(s.rank, s.g.In, relayWords), DType: s.call.DType, Op: s.call.Op, N: s.n, Chunk: -1})
+	st.Folds = []Fold{f}
+	s.add(st)
 }
 
 // oneShotOut are the copies out of the windows of a one-step call that
@@ -523,9 +549,15 @@ func (s Step) shmString(b *strings.Builder) {
 	case KindPost:
 		fmt.Fprintf(b, "post step %d", s.Label)
 	case KindRelay:
-		c := s.Copies[0]
-		fmt.Fprintf(b, "relay (one launch; landed and go words in %s): copy %s -> %s, post step %d, wait for every rank's; on the device, ", s.Dst, c.Src, c.Dst, s.Label)
-		Step{Kind: KindFold, DType: s.DType, Op: s.Op, Folds: s.Folds}.shmString(b)
+		fmt.Fprintf(b, "relay (one launch; landed and go words in %s): ", s.Dst)
+		if len(s.Copies) == 1 {
+			fmt.Fprintf(b, "copy %s -> %s, ", s.Copies[0].Src, s.Copies[0].Dst)
+		}
+		fmt.Fprintf(b, "post step %d, wait for every rank's", s.Label)
+		if len(s.Folds) == 1 {
+			b.WriteString("; on the device, ")
+			Step{Kind: KindFold, DType: s.DType, Op: s.Op, Folds: s.Folds}.shmString(b)
+		}
 	default: // the folds
 		fmt.Fprintf(b, "%s %s %s:", s.Kind, s.DType, s.Op)
 		for i, f := range s.Folds {

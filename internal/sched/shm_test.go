@@ -396,11 +396,13 @@ func TestStagedAllReduceDeviceFold(t *testing.T) {
 	}
 }
 
-// TestShmRelayPlan: where every device rank's plugin relays, a device
-// rank's small one-step AllReduce (or the Reduce it roots) is one relay
-// step that folds every rank's input in rank order, its own from the send
-// buffer; host ranks keep their steps; larger calls, other collectives,
-// other roots and too many inputs keep the copies.
+// TestShmRelayPlan: on a device rank beside host ranks, a small one-step
+// AllReduce, Reduce or Broadcast is one relay step: the put of this
+// rank's input where another rank reads it, and the fold of what it
+// takes, in rank order with its own input from the send buffer (a
+// Broadcast's a fold of the root's alone); host ranks keep their steps;
+// larger calls, AllGather, ReduceScatter and too many inputs keep the
+// copies.
 func TestShmRelayPlan(t *testing.T) {
 	dev := Member{Rank: 0, Vendor: "A", Plugin: "a", Types: ^uint32(0), Ops: ^uint32(0)}
 	members := func(n int) []Member {
@@ -411,30 +413,39 @@ func TestShmRelayPlan(t *testing.T) {
 		return ms
 	}
 	for _, tc := range []struct {
-		name       string
-		n, rank    int
-		call       Call
-		relay      bool
-		wantRelay  bool
-		wantKinds  []Kind
+		name      string
+		n, rank   int
+		call      Call
+		relay     bool
+		wantKinds []Kind
+		// A relay's put (or none) and its fold's sources (nil: no fold).
+		wantPut    bool
 		wantSource []Buf
 	}{
-		{"700 B AllReduce on nvidia:1,host:3", 4, 0, Call{Coll: sdk.AllReduce, Count: 175, DType: sdk.Float32, Op: sdk.Sum}, true, true,
-			[]Kind{KindRelay}, []Buf{BufSend, BufWindow, BufWindow, BufWindow}},
-		{"the host ranks keep their steps", 4, 2, Call{Coll: sdk.AllReduce, Count: 175, DType: sdk.Float32, Op: sdk.Sum}, true, false,
-			[]Kind{KindCopy, KindPost, KindFoldPosted}, nil},
-		{"a plugin that does not relay", 4, 0, Call{Coll: sdk.AllReduce, Count: 175, DType: sdk.Float32, Op: sdk.Sum}, false, false,
-			[]Kind{KindCopy, KindDrain, KindPost, KindFoldPosted, KindCopy, KindDrain}, nil},
-		{"Reduce at its root", 3, 0, Call{Coll: sdk.Reduce, Count: 16, DType: sdk.Int32, Op: sdk.Max, Root: 0}, true, true,
-			[]Kind{KindRelay}, []Buf{BufSend, BufWindow, BufWindow}},
-		{"Reduce elsewhere", 3, 0, Call{Coll: sdk.Reduce, Count: 16, DType: sdk.Int32, Op: sdk.Max, Root: 1}, true, false,
-			[]Kind{KindCopy, KindDrain, KindSync}, nil},
-		{"beyond ShmRelayMax", 2, 0, Call{Coll: sdk.AllReduce, Count: ShmRelayMax/4 + 1, DType: sdk.Float32, Op: sdk.Sum}, true, false,
-			[]Kind{KindCopy, KindDrain, KindPost, KindFoldPosted, KindCopy, KindDrain}, nil},
-		{"more inputs than one fold takes", MaxDeviceReduceClusters + 1, 0, Call{Coll: sdk.AllReduce, Count: 4, DType: sdk.Float32, Op: sdk.Sum}, true, false,
-			[]Kind{KindCopy, KindDrain, KindPost, KindFoldPosted, KindCopy, KindDrain}, nil},
-		{"AllGather copies", 2, 0, Call{Coll: sdk.AllGather, Count: 16, DType: sdk.Float32}, true, false,
-			[]Kind{KindCopy, KindDrain, KindSync, KindCopy, KindDrain}, nil},
+		{"700 B AllReduce on nvidia:1,host:3", 4, 0, Call{Coll: sdk.AllReduce, Count: 175, DType: sdk.Float32, Op: sdk.Sum}, true,
+			[]Kind{KindRelay}, true, []Buf{BufSend, BufWindow, BufWindow, BufWindow}},
+		{"the host ranks keep their steps", 4, 2, Call{Coll: sdk.AllReduce, Count: 175, DType: sdk.Float32, Op: sdk.Sum}, true,
+			[]Kind{KindCopy, KindPost, KindFoldPosted}, false, nil},
+		{"a plugin that does not relay", 4, 0, Call{Coll: sdk.AllReduce, Count: 175, DType: sdk.Float32, Op: sdk.Sum}, false,
+			[]Kind{KindCopy, KindDrain, KindPost, KindFoldPosted, KindCopy, KindDrain}, false, nil},
+		{"Reduce at its root", 3, 0, Call{Coll: sdk.Reduce, Count: 16, DType: sdk.Int32, Op: sdk.Max, Root: 0}, true,
+			[]Kind{KindRelay}, true, []Buf{BufSend, BufWindow, BufWindow}},
+		{"Reduce elsewhere: the put alone", 3, 0, Call{Coll: sdk.Reduce, Count: 16, DType: sdk.Int32, Op: sdk.Max, Root: 1}, true,
+			[]Kind{KindRelay}, true, nil},
+		{"Reduce elsewhere, no relay", 3, 0, Call{Coll: sdk.Reduce, Count: 16, DType: sdk.Int32, Op: sdk.Max, Root: 1}, false,
+			[]Kind{KindCopy, KindDrain, KindSync}, false, nil},
+		{"Broadcast from this rank", 3, 0, Call{Coll: sdk.Broadcast, Count: 16, DType: sdk.Float64, Root: 0}, true,
+			[]Kind{KindRelay}, true, []Buf{BufSend}},
+		{"Broadcast from a host rank", 3, 0, Call{Coll: sdk.Broadcast, Count: 16, DType: sdk.Float64, Root: 2}, true,
+			[]Kind{KindRelay}, false, []Buf{BufWindow}},
+		{"beyond ShmRelayMax", 2, 0, Call{Coll: sdk.AllReduce, Count: ShmRelayMax/4 + 1, DType: sdk.Float32, Op: sdk.Sum}, true,
+			[]Kind{KindCopy, KindDrain, KindPost, KindFoldPosted, KindCopy, KindDrain}, false, nil},
+		{"more inputs than one fold takes", MaxDeviceReduceClusters + 1, 0, Call{Coll: sdk.AllReduce, Count: 4, DType: sdk.Float32, Op: sdk.Sum}, true,
+			[]Kind{KindCopy, KindDrain, KindPost, KindFoldPosted, KindCopy, KindDrain}, false, nil},
+		{"AllGather copies", 2, 0, Call{Coll: sdk.AllGather, Count: 16, DType: sdk.Float32}, true,
+			[]Kind{KindCopy, KindDrain, KindSync, KindCopy, KindDrain}, false, nil},
+		{"ReduceScatter copies", 3, 0, Call{Coll: sdk.ReduceScatter, Count: 16, DType: sdk.Float32, Op: sdk.Sum}, true,
+			[]Kind{KindCopy, KindDrain, KindPost, KindFoldPosted, KindCopy, KindDrain}, false, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l, err := NewLayout(members(tc.n), nil)
@@ -448,26 +459,43 @@ func TestShmRelayPlan(t *testing.T) {
 				kinds = append(kinds, st.Kind)
 			}
 			require.Equal(t, tc.wantKinds, kinds)
-			if !tc.wantRelay {
+			if kinds[0] != KindRelay {
 				return
 			}
 			st := p.Steps[0]
 			B := tc.call.Count * tc.call.DType.Size()
-			require.Equal(t, []CopyPair{{Src: Ref{Buf: BufSend, Len: B}, Dst: Ref{Buf: BufWindow, Idx: tc.rank, Len: B}}}, st.Copies)
 			require.Equal(t, Ref{Buf: BufWindow, Idx: tc.rank, Off: p.Shm.In, Len: relayWords}, st.Dst, "the words after the input area")
+			require.Contains(t, st.String(), "relay (one launch")
+			if tc.wantPut {
+				require.Equal(t, []CopyPair{{Src: Ref{Buf: BufSend, Len: B}, Dst: Ref{Buf: BufWindow, Idx: tc.rank, Len: B}}}, st.Copies)
+			} else {
+				require.Empty(t, st.Copies)
+			}
+			if tc.wantSource == nil {
+				require.Empty(t, st.Folds)
+				return
+			}
 			require.Len(t, st.Folds, 1)
 			f := st.Folds[0]
 			require.Equal(t, Ref{Buf: BufRecv, Len: B}, f.Dst)
+			require.Len(t, f.Srcs, len(tc.wantSource))
 			for q, src := range f.Srcs {
 				require.Equal(t, tc.wantSource[q], src.Buf, "source %d", q)
 				require.Equal(t, B, src.Len)
-				if src.Buf == BufWindow {
+				if src.Buf == BufWindow && tc.call.Coll != sdk.Broadcast {
 					require.Equal(t, q, src.Idx, "rank order")
 				}
 			}
+			if tc.call.Coll == sdk.Broadcast {
+				require.Equal(t, sdk.Sum, st.Op, "a fold of one is a copy")
+				require.Equal(t, 1, st.N)
+				if src := f.Srcs[0]; src.Buf == BufWindow {
+					require.Equal(t, tc.call.Root, src.Idx, "the root's window")
+				}
+				return
+			}
 			require.Equal(t, tc.call.Op, st.Op)
 			require.Equal(t, tc.n, st.N)
-			require.Contains(t, st.String(), "relay (one launch")
 		})
 	}
 }
