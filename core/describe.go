@@ -32,8 +32,9 @@ type Layout struct {
 	// whose host ranks' buffers are MemAlloc's is read, folded and
 	// written by the devices (one device cluster beside host ranks).
 	Registered bool
-	// Relay: on those windows, a device rank's small allreduces, reduces
-	// and broadcasts take one launch each (the plugins' relayReduce).
+	// Relay: on those windows, a device rank's small allreduces and
+	// reduces, and the broadcasts it roots, take one launch each (the
+	// plugins' relayReduce).
 	Relay bool
 	// StagedDeviceReduce: on the staged schedules (no shared windows),
 	// device leaders fold the reducescatters' and reduces' exchanged

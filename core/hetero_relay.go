@@ -14,8 +14,8 @@ import (
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
 
-// Relays: a device rank's small one-step AllReduce, Reduce or Broadcast in
-// one launch (the plugin's relayReduce, ABI v5; the step is
+// Relays: a device rank's small one-step AllReduce, Reduce or the
+// Broadcast it roots in one launch (the plugin's relayReduce, ABI v5; the step is
 // internal/sched/shm_steps.go's relay). The device puts the rank's input
 // in its window and raises the landed word; the rank's relay proxy
 // (hetero_relay_proxy.go) sees it, publishes the step, waits for every
@@ -200,10 +200,15 @@ func (r *shmRun) relayArgs(st *sched.Step) (loader.Relay, []byte, error) {
 }
 
 // relaySpin is how long awaitWord polls before it yields between polls;
-// relayQuery how often it then asks whether the stream failed.
+// relayQuery how often it asks whether the stream failed. Rarely: a
+// failed stream is rare, and a stream query can block in the runtime
+// while relays wait on the host. In a trace of nvidia:2,host:3 (2 x H200)
+// a landed word came 0.5 ms late, the wait then asked (every 1 ms after
+// the first 0.2 ms, as it did), and the query returned 198 ms later: a
+// 700-byte benchmark row read 100 us a call.
 const (
 	relaySpin  = 200 * time.Microsecond
-	relayQuery = time.Millisecond
+	relayQuery = 10 * time.Millisecond
 )
 
 // awaitWord waits until the device stored v to word (a relay's landed
@@ -213,7 +218,7 @@ const (
 // communicator's (FLAGCX_TIMEOUT).
 func (c *Comm) awaitWord(word *uint64, v uint64, strm loader.Stream, what string) error {
 	start := time.Now()
-	next := relaySpin
+	next := relayQuery
 	for i := 0; ; i++ {
 		if atomic.LoadUint64(word) == v {
 			return nil

@@ -28,11 +28,9 @@ import (
 
 // relayRing bounds the relays in flight: a caller that gets this far
 // ahead waits for the proxy. One launch ahead is what overlaps; a few
-// absorb jitter. Far more hurt: with 64, a rank of nvidia:2,host:3 (2 x
-// H200) queued 64 kernels that each wait on the host, and one of its
-// proxy's stream queries then blocked in the runtime for 198 ms (the
-// bench's execution trace); 4 ran 11.4-13.2 us a 700-byte call in five
-// runs, 2 ran 11.5-15.8 (docs/performance.md).
+// absorb jitter; each is a kernel queued on the device that waits on the
+// host. On 2 x H200 (nvidia:2,host:3, 700 B) 4 ran 11.0-15.6 us a call
+// and 2 ran 12.0-15.6 (docs/performance.md).
 const relayRing = 4
 
 // relayJob is one relay's host half.

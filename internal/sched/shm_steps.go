@@ -180,16 +180,20 @@ const relayWords = 128
 // does: Options.ShmRelay), a block of at most ShmRelayMax bytes, room for
 // the words after the window half's input area, and a call one relay
 // does (relay): AllReduce and the Reduce it roots from at most
-// MaxDeviceReduceClusters inputs, the Reduce it does not root, and
-// Broadcast. AllGather and ReduceScatter put or take several blocks,
-// which one relay's one put and one fold do not.
+// MaxDeviceReduceClusters inputs, the Reduce it does not root (its put
+// alone), and the Broadcast it roots. Another rank's Broadcast keeps its
+// copy out: with nothing to put, the relay saves no wait on the host and
+// a lone call took twice the copy's time (docs/performance.md).
+// AllGather and ReduceScatter put or take several blocks, which one
+// relay's one put and one fold do not.
 func (s *shmBuilder) relays() bool {
 	if !s.dev || !s.o.ShmRelay || s.block > ShmRelayMax || s.g.In+relayWords > s.o.ShmWindow/2 {
 		return false
 	}
 	coll := s.call.Coll
 	folds := coll == sdk.AllReduce || (coll == sdk.Reduce && s.rank == s.call.Root)
-	return coll == sdk.Broadcast || coll == sdk.Reduce && !folds || folds && s.n <= MaxDeviceReduceClusters
+	rooted := coll.Rooted() && s.rank == s.call.Root
+	return coll == sdk.Broadcast && rooted || coll == sdk.Reduce && !folds || folds && s.n <= MaxDeviceReduceClusters
 }
 
 // relay: the device puts this rank's input in its window (where another
@@ -197,24 +201,20 @@ func (s *shmBuilder) relays() bool {
 // and waits for every rank's, then raises the go word; the device folds
 // what this rank takes into the receive buffer: every rank's input (its
 // own from the send buffer, where it already is) for AllReduce and the
-// Reduce it roots, nothing for another rank's Reduce, the root's input
-// (a fold of one: a copy) for Broadcast. The host waits for no device
-// work: the fold follows in the caller's stream.
+// Reduce it roots, nothing for another rank's Reduce, its own input (a
+// fold of one: a copy) for the Broadcast it roots. The host waits for no
+// device work: the fold follows in the caller's stream.
 func (s *shmBuilder) relay() {
 	B, call := s.block, s.call
 	st := Step{Lane: LaneIntra, Kind: KindRelay, Dst: s.win(s.rank, s.g.In, relayWords), DType: call.DType, Op: call.Op, N: s.n, Chunk: -1}
 	put := []CopyPair{{Src: ref(BufSend, 0, B), Dst: s.win(s.rank, 0, B)}}
+	st.Copies = put
 	if call.Coll == sdk.Broadcast {
-		src := s.win(call.Root, 0, B)
-		if s.rank == call.Root {
-			st.Copies, src = put, ref(BufSend, 0, B)
-		}
 		st.Op, st.N = sdk.Sum, 1
-		st.Folds = []Fold{{Dst: ref(BufRecv, 0, B), Srcs: []Ref{src}}}
+		st.Folds = []Fold{{Dst: ref(BufRecv, 0, B), Srcs: []Ref{ref(BufSend, 0, B)}}}
 		s.add(st)
 		return
 	}
-	st.Copies = put
 	if call.Coll == sdk.Reduce && s.rank != call.Root {
 		s.add(st) // the put alone
 		return

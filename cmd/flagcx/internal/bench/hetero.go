@@ -135,7 +135,7 @@ func (h *heteroBackend) describe() []string {
 			how += "; allreduces beyond the one-step size whose host ranks' buffers are MemAlloc's (this benchmark's, unless FLAGCX_SHM_REGISTER=0) are read, folded and written by the devices"
 		}
 		if l.Relay {
-			how += fmt.Sprintf("; a device rank's allreduces, reduces and broadcasts of up to %s take one launch (relayReduce)", bytesize.Compact(int64(sched.ShmRelayMax)))
+			how += fmt.Sprintf("; a device rank's allreduces and reduces, and the broadcasts it roots, of up to %s take one launch (relayReduce)", bytesize.Compact(int64(sched.ShmRelayMax)))
 		}
 	case !l.IsHomogeneous():
 		how = fmt.Sprintf("schedules: c2c for allreduce, reduce, broadcast, allgather, reducescatter (pipeline chunk %s); direct p2p across clusters for alltoall(v), gather, scatter, sendrecv", bytesize.Compact(int64(l.Chunk)))
