@@ -15,18 +15,18 @@ import (
 )
 
 // Relays: a device rank's small one-step AllReduce, Reduce or the
-// Broadcast it roots in one launch (the plugin's relayReduce, ABI v5; the step is
-// internal/sched/shm_steps.go's relay). The device puts the rank's input
-// in its window and raises the landed word; the rank's relay proxy
-// (hetero_relay_proxy.go) sees it, publishes the step, waits for every
-// rank's and raises the go word; the device then folds what the rank
-// takes from the windows into the receive buffer. The call
-// returns once the launch is enqueued, as a stream-ordered collective
-// does: the proxy finishes its host half while the caller enqueues the
-// next one, so back-to-back calls overlap one launch with the step
-// before it. A failure the proxy meets after the call returned ends the
-// next call (and Comm.AsyncError reports it); the device is told to stop
-// (the abort bit in the go word), so the stream never waits forever.
+// Broadcast it roots, in one launch (the plugin's relayReduce, ABI v5; the
+// step is internal/sched/shm_steps.go's relay). The device puts the
+// rank's input in its window and raises the landed word; the rank's relay
+// proxy (hetero_relay_proxy.go) sees it, publishes the step, waits for
+// every rank's and raises the go word; the device then folds what the
+// rank takes from the windows into the receive buffer. The call returns
+// once the launch is enqueued, as a stream-ordered collective does: the
+// proxy finishes its host half while the caller enqueues the next one,
+// so back-to-back calls overlap one launch with the step before it. A
+// failure the proxy meets after the call returned ends the next call (and
+// Comm.AsyncError reports it); the device is told to stop (the abort bit
+// in the go word), so the stream never waits forever.
 //
 // The windows' rule (internal/hostnet/shm/shm_node_linux.go) holds as
 // follows. A relay writes its window half only once its kernel runs,

@@ -83,9 +83,9 @@ func (n *ShmNode) Enter() error {
 	return nil
 }
 
-// EnterUngated is Enter without the gate (SetGate), for the one use that
-// keeps the gate's rule itself: core's relay that follows relays on the
-// same stream.
+// EnterUngated is Enter without the gate (SetGate), for the uses that
+// keep the gate's rule themselves: core's relay that follows relays on
+// the same stream, and its drain when the communicator ends.
 func (n *ShmNode) EnterUngated() error {
 	n.mu.RLock()
 	if n.closed.Load() {
