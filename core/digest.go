@@ -158,11 +158,16 @@ func (c *hostComm) begin(coll sdk.Collective, count int, dt sdk.DataType, op sdk
 	c.cur = curCall{digest: digestOf(coll, count, dt, op, root), count: count, root: root}
 }
 
+// curCallOf is call as a curCall.
+func curCallOf(call sched.Call) curCall {
+	return curCall{digest: digestOfCall(call), count: call.Count, root: call.Root}
+}
+
 // label makes call's digest label every host transfer and step of the
 // plan that runs it, on all of this rank's host communicators (steps of
 // one call run on several), until the returned func.
 func (c *Comm) label(call sched.Call) func() {
-	cur := curCall{digest: digestOfCall(call), count: call.Count, root: call.Root}
+	cur := curCallOf(call)
 	comms := []*hostComm{c.world, c.intra, c.inter}
 	for _, h := range comms {
 		if h != nil {

@@ -139,13 +139,10 @@ func (r *shmRun) relay(st *sched.Step) error {
 		r.node.Exit()
 		return fmt.Errorf("%s's relay: %w", r.dev.Name, err)
 	}
-	call := r.p.Call
-	rs.proxy.hand(relayJob{
-		landed: (*uint64)(unsafe.Pointer(&words[0])), goWord: (*uint64)(unsafe.Pointer(&words[relayLine])),
-		value: rel.Value, stream: strm, sig: r.sig(st.Label),
-		call: curCall{digest: digestOfCall(call), count: call.Count, root: call.Root},
-	})
-	rs.landed, rs.stream, rs.step, rs.pending = (*uint64)(unsafe.Pointer(&words[0])), strm, r.after+1, true
+	landed := (*uint64)(unsafe.Pointer(&words[0]))
+	rs.proxy.hand(relayJob{landed: landed, goWord: (*uint64)(unsafe.Pointer(&words[relayLine])),
+		value: rel.Value, stream: strm, sig: r.sig(st.Label), call: curCallOf(r.p.Call)})
+	rs.landed, rs.stream, rs.step, rs.pending = landed, strm, r.after+1, true
 	return nil
 }
 

@@ -1,7 +1,6 @@
 package core_test
 
 import (
-	"encoding/binary"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -14,13 +13,7 @@ import (
 // sums) multiplies exactly, in place too, and refuses bad input with
 // sdk.ErrInvalidArgument instead of panicking.
 func TestHostReduce(t *testing.T) {
-	i32 := func(vs ...int32) []byte {
-		b := make([]byte, 4*len(vs))
-		for i, v := range vs {
-			binary.LittleEndian.PutUint32(b[4*i:], uint32(v))
-		}
-		return b
-	}
+	i32 := func(vs ...int32) []byte { return int32Bytes(vs) }
 	cases := []struct {
 		name      string
 		dst, a, b []byte
