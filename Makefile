@@ -1,6 +1,7 @@
-# flagcx-go. `make` builds the CLI and every plugin; `make test` runs every
-# test; `make lint` checks formatting, vet and that no function is over 100
-# lines (tools/funclen). The Go side never uses cgo.
+# flagcx-go. `make` builds the CLI, every plugin and bin/copybw (the
+# pinned-copy bound tools/hetero-bench measures beside each layout); `make
+# test` runs every test; `make lint` checks formatting, vet and that no
+# function is over 100 lines (tools/funclen). The Go side never uses cgo.
 GO        ?= go
 CC        ?= gcc
 export CGO_ENABLED := 0
@@ -9,12 +10,16 @@ BIN       := bin
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GOFLAGS_LD := -ldflags "-X github.com/flagcx/flagcx-go/core.Version=$(VERSION)"
 
-.PHONY: all flagcx test lint bench-compare clean fuzz-smoke
-all: flagcx
+.PHONY: all flagcx copybw test lint bench-compare clean fuzz-smoke
+all: flagcx copybw
 
 flagcx:
 	@mkdir -p $(BIN)
 	$(GO) build $(GOFLAGS_LD) -o $(BIN)/flagcx ./cmd/flagcx
+
+copybw:
+	@mkdir -p $(BIN)
+	$(GO) build -o $(BIN)/copybw ./tools/copybw
 
 # C parts (plugins, emulated vendor runtimes) add themselves here.
 -include plugins/plugins.mk

@@ -15,7 +15,7 @@
 # CUDA MPS daemon lets them share its engines as two GPUs' processes would
 # run side by side; so the script runs its own MPS daemon where
 # nvidia-cuda-mps-control exists (MPS=0: without it) and stops it on exit.
-#   tools/hetero-bench/one-gpu.sh        # exactness, then timings side by side
+#   make && tools/hetero-bench/one-gpu.sh   # exactness, then timings side by side (make builds bin/copybw)
 # SIZES, ITERS override the timed sizes and iterations.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -2,7 +2,7 @@
 # The heterogeneous data plane side by side on one GPU host: the pinned
 # copy limit (bin/copybw), then each layout with every flagcx build given
 # in FLAGCX_BINS ("bin/flagcx" or "label=path:plugindir ..."), in one run.
-#   tools/hetero-bench/run.sh                       # bin/flagcx with build/plugins
+#   make && tools/hetero-bench/run.sh              # bin/flagcx with build/plugins (make builds bin/copybw)
 #   FLAGCX_BINS="new=bin/flagcx:build/plugins old=/tmp/flagcx:/tmp/plugins" tools/hetero-bench/run.sh
 # LARGE, LATENCY, ITERS override the sizes and iterations.
 set -euo pipefail
