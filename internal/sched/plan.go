@@ -485,7 +485,7 @@ func (p *Plan) Format(w io.Writer, maxChunks int) {
 		}
 		fmt.Fprintf(w, "  rank %d: %s of cluster %d (%s, ranks %s), %s\n", p.Rank, role, c.Index, c.Vendor, FormatRanks(c.Ranks), mem)
 	}
-	if g := p.Shm; g != nil && g.Registered {
+	if g := p.Shm; g != nil && g.Registered && g.SlotBytes == 0 {
 		fmt.Fprintln(w, "  windows: none (the host ranks' buffers are the device's to read and write)")
 	} else if g != nil {
 		fmt.Fprintf(w, "  windows: %d slots of %s (input area %s)", g.Slots, bytesize.Compact(int64(g.SlotBytes)), bytesize.Compact(int64(g.In)))

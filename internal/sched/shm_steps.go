@@ -254,6 +254,9 @@ func (s *shmBuilder) oneShotOut() []CopyPair {
 // puts reports whether this rank puts input in its window: not the root
 // of a device-reduced Reduce, which reads its own input on its device.
 func (s *shmBuilder) puts() bool {
+	if s.g.Registered && !s.dev {
+		return false // the host-facing clusters read its input where it is
+	}
 	if s.sc.rootOnly || (s.g.DeviceReduce && s.call.Coll.Rooted()) {
 		return s.sc.rootOnly == (s.rank == s.call.Root)
 	}
@@ -309,6 +312,9 @@ func (s *shmBuilder) pipeline() {
 	}
 	s.drain(LaneH2D)
 	s.drain(LaneIntra)
+	if g.Registered {
+		s.drain(LaneD2H) // the host ranks' results
+	}
 	s.sync(K, 0)
 }
 
@@ -322,6 +328,11 @@ func (s *shmBuilder) put(k int) {
 	in := g.InArea(k)
 	var cps []CopyPair
 	switch {
+	case s.facesHosts(k):
+		// The cluster's partial sum with the host ranks' inputs
+		// (shm_registered.go).
+		pt := s.hostsFold(k)
+		cps = append(cps, CopyPair{Src: ref(BufRecv, off+pt.Off, pt.Len), Dst: s.win(s.rank, in+pt.Off, pt.Len)})
 	case s.dev && s.sc.intra && s.m > 1:
 		pt := s.intraReduce(k, LaneD2H)
 		cps = append(cps, CopyPair{Src: ref(BufRecv, off+pt.Off, pt.Len), Dst: s.win(s.rank, in+pt.Off, pt.Len)})
@@ -474,13 +485,19 @@ func (s *shmBuilder) allGather(k int) {
 // slot), folds every cluster's contribution in rank order into recv on
 // its device, and lands the chunk. Every copy and fold is on the h2d
 // stream, so it runs in order after the copies it reads and before the
-// next chunk's copies into the same scratch.
+// next chunk's copies into the same scratch. In a registered plan the
+// host ranks' inputs are in the host-facing cluster's contribution, and
+// that cluster writes the result to them (shm_registered.go).
 func (s *shmBuilder) foldOnDevice(k int) {
+	if !s.dev {
+		return // a registered plan's host rank
+	}
 	off, L := s.g.Span(k)
 	pt := s.part(k)
+	facing := s.facesHosts(k)
 	own := BufSend // a cluster of one: its input itself
-	if s.m > 1 {
-		own = BufRecv // the intra ReduceScatter's part
+	if s.m > 1 || facing {
+		own = BufRecv // the intra ReduceScatter's part, or the partial sum
 	}
 	area := (k % s.g.Slots) * len(s.l.Clusters) * s.partMax
 	in := s.g.InArea(k)
@@ -489,7 +506,10 @@ func (s *shmBuilder) foldOnDevice(k int) {
 		f := Fold{Dst: ref(BufRecv, off+src.Off, src.Len)}
 		for _, q := range src.Ranks {
 			r := ref(own, off+src.Off, src.Len)
-			if q != s.rank {
+			switch {
+			case s.g.Registered && !s.l.Members[q].OnDevice():
+				continue
+			case q != s.rank:
 				r = ref(BufScratch, area+s.l.ClusterOf(q).Index*s.partMax+src.Off-pt.Off, src.Len)
 				cps = append(cps, CopyPair{Src: s.win(q, in+src.Off, src.Len), Dst: r})
 			}
@@ -501,6 +521,10 @@ func (s *shmBuilder) foldOnDevice(k int) {
 		s.fold(KindDevFold, LaneH2D, k, f)
 	}
 	s.landed(k)
+	if facing {
+		s.await(LaneD2H, LaneH2D, k)
+		s.copies(LaneD2H, k, s.hostResults(off, pt))
+	}
 }
 
 // foldRanks takes chunk k of a device-reduced Reduce (at the root) or
