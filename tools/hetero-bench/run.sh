@@ -36,9 +36,13 @@ for spec in $bins; do
   # devices read and write them, internal/sched/shm_registered.go);
   # FLAGCX_SHM_REGISTER=0 gives them ordinary memory, which the host ranks
   # fold themselves.
+  # Split 1,1,2: two device clusters beside the host ranks (two vendors'
+  # shape), each chunk's host-facing cluster in turn.
   for reg in 1 0; do
-    echo "== $label: nvidia:2,host:2, FLAGCX_SHM_REGISTER=$reg"
-    FLAGCX_SHM_REGISTER=$reg "$exe" --plugin-dir "$dir" bench allreduce --ranks nvidia:2,host:2 $large -w 3 -n "$iters" -c 0
+    for split in "" 1,1,2; do
+      echo "== $label: nvidia:2,host:2${split:+, split $split}, FLAGCX_SHM_REGISTER=$reg"
+      env ${split:+FLAGCX_CLUSTER_SPLIT_LIST=$split} FLAGCX_SHM_REGISTER=$reg "$exe" --plugin-dir "$dir" bench allreduce --ranks nvidia:2,host:2 $large -w 3 -n "$iters" -c 0
+    done
   done
   if [ "$ngpu" -ge 4 ]; then
     for split in 2,2 1,1,1,1; do
@@ -54,6 +58,8 @@ first_exe=${first%%:*}
 exact() { "$first_exe" --plugin-dir "${first#*:}" bench all "$@" -b 1K -e 4M -f 16 -d all -o all -c 1 -w 1 -n 1 | grep -E "Out of bounds|error" | sort | uniq -c; }
 echo "== exact: nvidia:2,host:2"
 exact --ranks nvidia:2,host:2
+echo "== exact: nvidia:2,host:2, split 1,1,2"
+FLAGCX_CLUSTER_SPLIT_LIST=1,1,2 exact --ranks nvidia:2,host:2
 if [ "$ngpu" -ge 4 ]; then
   echo "== exact: split 2,2 on nvidia:4"
   FLAGCX_CLUSTER_SPLIT_LIST=2,2 exact --ranks nvidia:4
