@@ -30,7 +30,7 @@ type Layout struct {
 	DeviceReduce bool
 	// Registered: on those windows, an allreduce beyond the one-step size
 	// whose host ranks' buffers are MemAlloc's is read, folded and
-	// written by the devices (one device cluster beside host ranks).
+	// written by the devices (device clusters beside host ranks).
 	Registered bool
 	// Relay: on those windows, a device rank's small allreduces and
 	// reduces, and the broadcasts it roots, take one launch each (the

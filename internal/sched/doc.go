@@ -34,7 +34,7 @@
 //	one cluster on the host    host-comm  host collectives directly
 //	several clusters, one host c2c-shm    AllReduce, Reduce, Broadcast, AllGather, ReduceScatter, when every
 //	                                      device rank registered the host's shared windows (ABI v2; shm.go);
-//	                                      an AllReduce beside one device cluster whose host ranks' buffers are
+//	                                      an AllReduce beside device clusters whose host ranks' buffers are
 //	                                      MemAlloc's runs Plan.Registered instead (shm_registered.go)
 //	several clusters           c2c        AllReduce, Reduce, Broadcast, AllGather, ReduceScatter
 //	several clusters           p2p        AlltoAll, AlltoAllv, Gather, Scatter, Send/Recv groups
