@@ -127,12 +127,18 @@ func (s *shmBuilder) getFromRoot(k int) {
 	}
 }
 
-// getEvery: every rank copies every rank's input to its block (AllGather).
+// getEvery: every rank copies every other rank's input to its block, and
+// its own from its send (AllGather): on a device on the caller's stream,
+// where it crosses no link (from the window it took the link twice,
+// which held split 1,1 at 56% of its bound).
 func (s *shmBuilder) getEvery(k int) {
 	off, L := s.g.Span(k)
+	s.copies(s.copyLane(LaneIntra), k, []CopyPair{{Src: ref(BufSend, off, L), Dst: ref(BufRecv, s.rank*s.block+off, L)}})
 	var cps []CopyPair
 	for q := 0; q < s.n; q++ {
-		cps = append(cps, CopyPair{Src: s.win(q, s.g.InArea(k), L), Dst: ref(BufRecv, q*s.block+off, L)})
+		if q != s.rank {
+			cps = append(cps, CopyPair{Src: s.win(q, s.g.InArea(k), L), Dst: ref(BufRecv, q*s.block+off, L)})
+		}
 	}
 	if s.getCopies(k, cps) && s.dev {
 		s.mark(LaneH2D, k)

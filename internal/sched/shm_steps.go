@@ -242,7 +242,11 @@ func (s *shmBuilder) oneShotOut() []CopyPair {
 	case !coll.Rooted():
 		var cps []CopyPair
 		for q := 0; q < s.n; q++ {
-			cps = append(cps, CopyPair{Src: s.win(q, 0, B), Dst: ref(BufRecv, q*B, B)})
+			src := s.win(q, 0, B)
+			if q == s.rank {
+				src = ref(BufSend, 0, B) // no trip over the link (getEvery)
+			}
+			cps = append(cps, CopyPair{Src: src, Dst: ref(BufRecv, q*B, B)})
 		}
 		return cps
 	case s.rank == s.call.Root:

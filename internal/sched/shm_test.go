@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -524,4 +525,61 @@ func TestShmHostCopiesJoin(t *testing.T) {
 	// Per chunk: the rest of the chunk beside its own piece in (one pair,
 	// rank 1 reduces the first piece) and the other reducer's piece out.
 	require.Equal(t, 2*K, pairs)
+}
+
+// TestShmAllGatherOwnBlock: an AllGather on PathShm, pipelined or in one
+// step, takes every other rank's block from its window and its own from
+// its send, never from its own window: on a device rank on the caller's
+// stream (it crosses no link), on a host rank on the host; every byte of
+// recv is written once.
+func TestShmAllGatherOwnBlock(t *testing.T) {
+	for _, tc := range []struct {
+		spec  string
+		split []int
+	}{
+		{"nvidia,nvidia", []int{1, 1}},
+		{"nvidia,host,host", nil},
+		{"host,nvidia,nvidia,host", []int{1, 1, 1, 1}},
+	} {
+		t.Run(tc.spec, func(t *testing.T) {
+			l := layout(t, tc.spec, tc.split...)
+			for _, count := range []int{8 << 20, 1000} { // elements a rank
+				call := Call{Coll: sdk.AllGather, Count: count, DType: sdk.Float32}
+				for r := 0; r < l.NRanks(); r++ {
+					p := plan(t, l, r, call, Options{ShmWindow: 32 << 20, ShmDeviceReduce: true})
+					require.Equal(t, PathShm, p.Path)
+					require.Equal(t, count < 1<<20, p.Shm.OneShot)
+					own := LaneNet
+					if l.Members[r].OnDevice() {
+						own = LaneIntra
+					}
+					var got []Range
+					for _, st := range p.Steps {
+						for _, cp := range st.Copies {
+							if cp.Dst.Buf != BufRecv {
+								continue
+							}
+							got = append(got, Range{cp.Dst.Off, cp.Dst.Len})
+							mine := cp.Dst.Off >= r*count*4 && cp.Dst.Off < (r+1)*count*4
+							require.NotEqual(t, Ref{Buf: BufWindow, Idx: r}, Ref{Buf: cp.Src.Buf, Idx: cp.Src.Idx}, "rank %d: %s", r, st)
+							if mine {
+								require.Equal(t, BufSend, cp.Src.Buf, "rank %d: its own block from its send: %s", r, st)
+								require.Equal(t, own, st.Lane, "rank %d: %s", r, st)
+								require.Equal(t, cp.Dst.Off-r*count*4, cp.Src.Off)
+							} else {
+								require.Equal(t, BufWindow, cp.Src.Buf, "rank %d: %s", r, st)
+							}
+						}
+					}
+					slices.SortFunc(got, func(a, b Range) int { return a.Off - b.Off })
+					at := 0
+					for _, g := range got {
+						require.Equal(t, at, g.Off, "rank %d: recv written once, no gap", r)
+						at = g.End()
+					}
+					require.Equal(t, l.NRanks()*count*4, at, "rank %d: all of recv", r)
+				}
+			}
+		})
+	}
 }
