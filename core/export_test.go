@@ -26,3 +26,12 @@ func StagedInPieces(c *Comm) int { return c.stagedInPieces }
 // FlagcxFiles lists this process's flagcx segments in /dev/shm, for the
 // external tests that require none left behind.
 func FlagcxFiles(t *testing.T) []string { return flagcxFiles(t) }
+
+// RelayWaitAfterClose closes c's shared windows, as Destroy and Abort do,
+// then waits as c's relay proxy does for a landed word that never comes
+// (on c's idle d2h stream): the wait's error.
+func RelayWaitAfterClose(c *Comm) error {
+	c.shm.node.Close()
+	var word uint64
+	return c.awaitWord(&word, 1, c.d2h, "land", c.shm.relay.proxy.closing)
+}

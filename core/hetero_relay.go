@@ -89,7 +89,7 @@ func (c *Comm) drainRelays(rs *relayState) error {
 	idle := rs.proxy.drain()
 	// After a failure the device was told to stop; it still says when it
 	// is done with the windows.
-	if err := c.awaitWord(rs.landed, rs.value|loader.RelayDone, rs.stream, "finish its last relay (fold the shared windows)"); err != nil {
+	if err := c.awaitWord(rs.landed, rs.value|loader.RelayDone, rs.stream, "finish its last relay (fold the shared windows)", nil); err != nil {
 		return errors.Join(idle, err)
 	}
 	rs.pending = false
@@ -212,8 +212,9 @@ const (
 // word), what the device does meanwhile saying what for. The stream may
 // first run the caller's earlier work, so the wait polls, then yields,
 // and asks the stream now and then whether it failed; the deadline is the
-// communicator's (FLAGCX_TIMEOUT).
-func (c *Comm) awaitWord(word *uint64, v uint64, strm loader.Stream, what string) error {
+// communicator's (FLAGCX_TIMEOUT), and stop (nil: none), asked as often
+// as the wait yields, ends it early with its error.
+func (c *Comm) awaitWord(word *uint64, v uint64, strm loader.Stream, what string, stop func() error) error {
 	start := time.Now()
 	next := relayQuery
 	for i := 0; ; i++ {
@@ -228,6 +229,11 @@ func (c *Comm) awaitWord(word *uint64, v uint64, strm loader.Stream, what string
 			continue
 		}
 		runtime.Gosched()
+		if stop != nil {
+			if err := stop(); err != nil {
+				return err
+			}
+		}
 		if waited < next {
 			continue
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
+	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
 
@@ -166,7 +167,7 @@ func (p *relayProxy) finish(j *relayJob) {
 		return
 	}
 	end := region("relay.landed")
-	err := c.awaitWord(j.landed, j.value, j.stream, "put its input in the shared window")
+	err := c.awaitWord(j.landed, j.value, j.stream, "put its input in the shared window", p.closing)
 	end()
 	if err == nil {
 		end = region("relay.step")
@@ -181,6 +182,18 @@ func (p *relayProxy) finish(j *relayJob) {
 		return
 	}
 	answer = j.value
+}
+
+// closing ends a wait for the device once the windows close (Destroy or
+// Abort): Close waits for the job's hold, and a device stuck behind
+// earlier work (a vendor collective whose peer died, which only the
+// vendor's abort after this ends) would hold it for FLAGCX_TIMEOUT. The
+// job then answers abort, which the relay reads if it ever runs.
+func (p *relayProxy) closing() error {
+	if p.node.Closing() {
+		return fmt.Errorf("rank %d: the shared windows closed (the communicator was destroyed or aborted) while a relay waited for the device: %w", p.c.rank, wire.ErrClosed)
+	}
+	return nil
 }
 
 // pause is a wait's i-th turn: a spin, then a yield, then (a wait that

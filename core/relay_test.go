@@ -11,6 +11,7 @@ import (
 	"github.com/flagcx/flagcx-go/conformance/heterotest"
 	"github.com/flagcx/flagcx-go/conformance/reference"
 	"github.com/flagcx/flagcx-go/core"
+	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
@@ -86,6 +87,16 @@ func TestShmRelayAbandoned(t *testing.T) {
 	err = comms[0].AllReduce(send, recv, 16, sdk.Float32, sdk.Sum, streams[0])
 	require.ErrorContains(t, err, "waiting for rank 1", "rank 1 never called")
 	require.ErrorContains(t, err, "failed after its call returned")
+}
+
+// TestRelayWaitStopsAtClose: the relay proxy's wait for the device ends
+// as soon as the windows close, naming why, rather than holding Close
+// (which waits for the proxy's hold) until FLAGCX_TIMEOUT.
+func TestRelayWaitStopsAtClose(t *testing.T) {
+	comms, _, _ := startMixed(t, "dh")
+	err := core.RelayWaitAfterClose(comms[0])
+	require.ErrorIs(t, err, wire.ErrClosed, "not the idle stream's missing word")
+	require.ErrorContains(t, err, "the shared windows closed")
 }
 
 // TestShmRelayPipelined: device ranks issue relays back to back without

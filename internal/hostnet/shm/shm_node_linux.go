@@ -217,6 +217,11 @@ func (n *ShmNode) closedErr() error {
 	return fmt.Errorf("hostnet: shm step: %w (closed by this side)", wire.ErrClosed)
 }
 
+// Closing reports whether Close has begun: a wait that is not the node's
+// own (a device's word that a hold waits for) stops at it, since Close
+// waits for the holds to end.
+func (n *ShmNode) Closing() bool { return n.closed.Load() }
+
 // close tells the host's ranks that this one is gone, wakes every wait
 // (here and theirs) and waits for this rank's use of the windows to Exit.
 func (n *ShmNode) Close() {
