@@ -15,9 +15,9 @@ import (
 
 // TestRegisteredAllReduce: with every host rank's buffers in MemAlloc's
 // memory, a pipelined AllReduce beside one emulated device cluster or
-// several runs the registered plan (the devices read and write the host ranks'
-// buffers, the host copies nothing), exact for every type and op, in
-// place and out of place. One-step calls, and calls where one host rank's
+// several runs the registered plan (the devices read and write the host
+// ranks' buffers, the host copies nothing), exact for every type and op,
+// in place and out of place. One-step calls, and calls where one host rank's
 // buffers are ordinary memory, run the windows' plans on every rank,
 // exact too.
 func TestRegisteredAllReduce(t *testing.T) {
