@@ -59,8 +59,9 @@ import (
 // Reduce: as AllReduce without the intra steps (every rank puts its own
 // input in), and only the root collects the pieces. Broadcast: the root
 // puts the chunk in, every rank copies it out (one step a chunk).
-// AllGather: every rank puts its block's chunk in and copies every rank's
-// out. ReduceScatter: every rank puts the chunk of each of its n blocks
+// AllGather: every rank puts its block's chunk in and copies every other
+// rank's out (its own from its send, which on a device crosses no link).
+// ReduceScatter: every rank puts the chunk of each of its n blocks
 // in, and reduces block r's chunk of every window into its own result.
 //
 // Reduce and ReduceScatter with device reductions (as AllReduce's, at
