@@ -229,50 +229,49 @@ func (e *Engine) reduceChain(name string, send, recv []byte, count int, dt sdk.D
 // rank by rank. recv is used on root only; in place on root: send is
 // recv[root*count*size:].
 func (e *Engine) Gather(send, recv []byte, count int, dt sdk.DataType, root int) error {
-	const name = "Gather"
-	bytes, _, err := e.check(sdk.Call{Coll: sdk.Gather, Count: count, DType: dt, Root: root}, send, recv)
-	if err != nil || count == 0 {
-		return err
-	}
-	isRoot := e.rank == root
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	send = send[:bytes]
-	if !isRoot {
-		return e.send(name, root, send)
-	}
-	ops := make([]P2P, 0, e.n-1)
-	for p := 0; p < e.n; p++ {
-		if p != root {
-			ops = append(ops, P2P{Peer: p, Buf: recv[p*bytes : (p+1)*bytes], Recv: true})
-		}
-	}
-	copyIn(recv[root*bytes:(root+1)*bytes], send)
-	return e.run(name, ops)
+	return e.rootBlocks(sdk.Call{Coll: sdk.Gather, Count: count, DType: dt, Root: root}, send, recv)
 }
 
 // Scatter sends block p of root's send (count elements each) to rank p's
 // recv. send is read on root only; in place on root: recv is
 // send[root*count*size:].
 func (e *Engine) Scatter(send, recv []byte, count int, dt sdk.DataType, root int) error {
-	const name = "Scatter"
-	_, bytes, err := e.check(sdk.Call{Coll: sdk.Scatter, Count: count, DType: dt, Root: root}, send, recv)
-	if err != nil || count == 0 {
+	return e.rootBlocks(sdk.Call{Coll: sdk.Scatter, Count: count, DType: dt, Root: root}, send, recv)
+}
+
+// rootBlocks runs Gather and Scatter, one the other reversed: root's
+// buffer of n blocks (Gather's recv, Scatter's send) exchanges block p
+// with rank p's own buffer, and root copies its own block itself.
+func (e *Engine) rootBlocks(call sdk.Call, send, recv []byte) error {
+	name := call.Coll.Title()
+	sendN, recvN, err := e.check(call, send, recv)
+	if err != nil || call.Count == 0 {
 		return err
 	}
-	isRoot := e.rank == root
+	gather := call.Coll == sdk.Gather
+	blocks, own, bytes := recv, send[:sendN], sendN // Gather: root's recv holds the blocks
+	if !gather {
+		blocks, own, bytes = send, recv[:recvN], recvN
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	recv = recv[:bytes]
-	if !isRoot {
-		return e.recv(name, root, recv)
+	if e.rank != call.Root {
+		if gather {
+			return e.send(name, call.Root, own)
+		}
+		return e.recv(name, call.Root, own)
 	}
 	ops := make([]P2P, 0, e.n-1)
 	for p := 0; p < e.n; p++ {
-		if p != root {
-			ops = append(ops, P2P{Peer: p, Buf: send[p*bytes : (p+1)*bytes]})
+		if p != call.Root {
+			ops = append(ops, P2P{Peer: p, Buf: blocks[p*bytes : (p+1)*bytes], Recv: gather})
 		}
 	}
-	copyIn(recv, send[root*bytes:(root+1)*bytes])
+	mine := blocks[call.Root*bytes : (call.Root+1)*bytes]
+	if gather {
+		copyIn(mine, own)
+	} else {
+		copyIn(own, mine)
+	}
 	return e.run(name, ops)
 }
