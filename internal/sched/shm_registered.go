@@ -138,15 +138,23 @@ func (s *shmBuilder) facesHosts(k int) bool {
 	if !s.dev || !s.g.Registered {
 		return false
 	}
-	var turns []int
-	for i, c := range s.l.Clusters {
+	total := 0
+	for _, c := range s.l.Clusters {
 		if c.OnDevice() {
-			for range c.Ranks {
-				turns = append(turns, i)
-			}
+			total += len(c.Ranks)
 		}
 	}
-	return turns[k%len(turns)] == s.l.ClusterOf(s.rank).Index
+	turn := k % total // the turn's index among the device ranks, cluster by cluster
+	for i, c := range s.l.Clusters {
+		if !c.OnDevice() {
+			continue
+		}
+		if turn < len(c.Ranks) {
+			return i == s.l.ClusterOf(s.rank).Index
+		}
+		turn -= len(c.Ranks)
+	}
+	return false
 }
 
 // hostsFold: this rank, facing the host ranks for chunk k, folds every
