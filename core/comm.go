@@ -173,9 +173,17 @@ func (c *hostComm) Destroy() error {
 // Abort tears the communicator down at once: operations in flight on this
 // rank fail, and peers waiting on this rank see an error naming it.
 func (c *hostComm) Abort() error {
-	c.closeOnce.Do(func() { close(c.aborted) })
+	c.shut()
 	c.close()
 	return nil
+}
+
+// shut is Abort's first half, which never waits for a use of the shared
+// windows (hostnet.Mesh.Shut): every wait on the host network, here and
+// on the peers, fails now.
+func (c *hostComm) shut() {
+	c.closeOnce.Do(func() { close(c.aborted) })
+	_ = c.mesh.Shut()
 }
 
 func (c *hostComm) close() {

@@ -288,6 +288,9 @@ type Comm struct {
 	closed   bool
 	down     atomic.Bool // closed is set: the host placement's calls then ask usable
 	stopOnce sync.Once
+	// failOnce runs the first half of a failed schedule's abort once
+	// (failStart): the first failure is the one peers are told of.
+	failOnce sync.Once
 }
 
 type groupOp struct {
@@ -742,8 +745,7 @@ func (c *Comm) stop(abort bool) error {
 			errs = append(errs, err)
 		}
 		if abort {
-			c.abortHost()
-			if err := c.abortVendor(); err != nil && !errors.Is(err, sdk.ErrNotSupported) {
+			if err := c.abortAll(); err != nil && !errors.Is(err, sdk.ErrNotSupported) {
 				errs = append(errs, err)
 			}
 		} else {
@@ -808,8 +810,40 @@ func (c *Comm) hostComms() []*hostComm {
 	return out
 }
 
-// abortHost closes the host communicators at once, so that lanes waiting
-// in hostnet return and peers waiting on this rank see it gone.
+// abortAll aborts this rank's part of the communicator, host and vendor,
+// in the one order in which no wait blocks the next. Uses of the shared
+// windows hold them across device waits (runShm, the relay proxy), and a
+// device stuck in a vendor collective ends only at the vendor's abort; so:
+//
+//  1. shutHost: every wait on the host network fails, here and on the
+//     peers, and a relay's wait for the device answers abort
+//     (relayProxy.closing). It waits for nothing a device holds.
+//  2. abortVendor: kernels stuck in a vendor collective (a peer died or
+//     stopped) end, as ncclCommAbort ends NCCL's, and the streams drain;
+//     a use of the windows waiting on them then ends.
+//  3. abortHost: once those uses ended, the windows unmap.
+//
+// Aborting the vendor last, as this did before, left step 3 waiting on a
+// device that only step 2 frees (issue 48). It returns the vendor's error.
+func (c *Comm) abortAll() error {
+	c.shutHost()
+	err := c.abortVendor()
+	c.abortHost()
+	return err
+}
+
+// shutHost fails every wait on this rank's host communicators at once
+// (hostComm.shut), also the waits of peers on this rank; it never blocks.
+func (c *Comm) shutHost() {
+	for _, cm := range c.hostComms() {
+		if cm != nil {
+			cm.shut()
+		}
+	}
+}
+
+// abortHost closes the host communicators, after shutHost: it waits for
+// this rank's uses of the shared windows to end before they unmap.
 func (c *Comm) abortHost() {
 	for _, cm := range c.hostComms() {
 		if cm != nil {

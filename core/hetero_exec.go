@@ -285,7 +285,7 @@ func (c *Comm) execute(p *sched.Plan, b *callBufs, s loader.Stream) error {
 			first = err
 			close(abort)
 			if spans(p) {
-				c.abortHost() // unblocks lanes waiting in hostnet, here and on peers
+				c.shutHost() // unblocks lanes waiting in hostnet, here and on peers
 			}
 		})
 	}
@@ -516,17 +516,13 @@ func (c *Comm) bindDevice() func() {
 func spans(p *sched.Plan) bool { return p.Path != sched.PathVendor && p.Path != sched.PathHostComm }
 
 // failure records a failed schedule: the communicator is aborted (the
-// host communicators at once, then the vendor one, whose other ranks
-// learn of it) and refuses further calls.
+// peers told what failed, then abortAll) and refuses further calls.
 func (c *Comm) failure(p *sched.Plan, err error) error {
 	if !spans(p) {
 		return err
 	}
-	// Before the links close: peers waiting on other host communicators
-	// than the one that failed learn what failed first.
-	c.notifyAll(fmt.Errorf("%s on rank %d: %w", p.Call.Coll.Title(), c.rank, err))
+	c.failStart(p, err)
 	c.abortHost()
-	_ = c.abortVendor()
 	c.mu.Lock()
 	if c.failed == nil {
 		c.failed = err
@@ -536,6 +532,22 @@ func (c *Comm) failure(p *sched.Plan, err error) error {
 		return fmt.Errorf("%w: the communicator was aborted", sdk.ErrInvalidUsage)
 	}
 	return fmt.Errorf("%w (the communicator is aborted: destroy it)", err)
+}
+
+// failStart is the first half of failure, which waits for nothing: the
+// peers learn what failed (before the links close: peers waiting on
+// other host communicators than the one that failed learn what failed
+// first), then abortAll's first two steps end every wait of this rank,
+// on the host and in the vendor's library. A call that holds the shared
+// windows while its device may still use them runs it before it waits
+// for the device (runShm), since the device may wait on a peer that is
+// gone.
+func (c *Comm) failStart(p *sched.Plan, err error) {
+	c.failOnce.Do(func() {
+		c.notifyAll(fmt.Errorf("%s on rank %d: %w", p.Call.Coll.Title(), c.rank, err))
+		c.shutHost()
+		_ = c.abortVendor()
+	})
 }
 
 func (c *Comm) isAbortedByUser() bool {

@@ -126,7 +126,11 @@ func (r *shmRun) relay(st *sched.Step) error {
 			return err
 		}
 	}
-	// The proxy holds the windows until it raised the go word.
+	// The proxy holds the windows until it raised the go word, across
+	// its wait for the device's landed word: the device reads and writes
+	// the windows until then. The hold cannot block an abort: that wait
+	// ends once the node is shut (relayProxy.closing), abortAll's first
+	// step.
 	if err := r.node.Hold(); err != nil {
 		return c.world.stepError(err, -1)
 	}

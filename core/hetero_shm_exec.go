@@ -61,6 +61,12 @@ func (c *Comm) runShm(p *sched.Plan, b *callBufs, s loader.Stream) error {
 	if err := enter(); err != nil {
 		return c.world.stepError(err, -1)
 	}
+	// The windows are held until every step ran, across the device waits
+	// among them (Intra, Await on the net lane, Drain, and the streams'
+	// synchronize after a failure): the device's copies read and write
+	// the windows, which must stay mapped until it is done with them.
+	// The hold cannot block an abort: abortAll shuts the host side and
+	// aborts the vendor's before it waits for this Exit.
 	defer r.node.Exit()
 	defer c.bindDevice()()
 	var err error
@@ -80,7 +86,12 @@ func (c *Comm) runShm(p *sched.Plan, b *callBufs, s loader.Stream) error {
 		err = r.step(&r.p.Steps[i])
 	}
 	if err != nil && r.dev != nil {
-		// No copy may touch a window once this rank lets go of it.
+		// No copy may touch a window once this rank lets go of it, so the
+		// streams are synchronized before Exit. A stream may wait in a
+		// vendor collective on a peer that is gone, which only the
+		// vendor's abort ends: the communicator fails with this call
+		// anyway (failure, after Exit), and its first half comes now.
+		c.failStart(p, err)
 		_ = r.dev.StreamSynchronize(c.d2h)
 		_ = r.dev.StreamSynchronize(c.h2d)
 		_ = r.dev.StreamSynchronize(s)

@@ -53,8 +53,7 @@ func (c *Comm) onTimeout(e *TimeoutError) {
 		c.failed = e
 	}
 	c.mu.Unlock()
-	c.abortHost()
-	_ = c.abortVendor()
+	_ = c.abortAll()
 }
 
 // abortVendor aborts the vendor communicator once, whoever asks first (a

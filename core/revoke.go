@@ -290,8 +290,7 @@ func (c *Comm) adopt(re *RevokedError) {
 		close(c.ctl.revoked)
 	}
 	c.mu.Unlock()
-	c.abortHost()
-	_ = c.abortVendor()
+	_ = c.abortAll()
 }
 
 // Revoked is closed once the communicator is revoked (a *RevokedError

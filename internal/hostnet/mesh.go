@@ -12,6 +12,7 @@ import (
 
 	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
+	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 
 // Link is how a rank reaches one peer: whole, ordered, length-checked
@@ -98,6 +99,7 @@ type Mesh struct {
 	Warnings []string
 
 	segs      []*shm.ShmSegment
+	shutOnce  sync.Once
 	closeOnce sync.Once
 }
 
@@ -395,18 +397,36 @@ func missingPeers(conns [][]*tcp.Conn, from, to int, mu *sync.Mutex) string {
 	return strings.Join(missing, ",")
 }
 
-// Close closes every link and unmaps every segment. Closing twice is
-// harmless.
-func (m *Mesh) Close() error {
+// Shut is the first half of Close, and never waits for a use of the
+// windows: it closes every link (each wakes its own waits, here and in
+// the peer, and returns once they left) and shuts the node
+// (shm.ShmNode.Shut). Every wait of this rank on the host network then
+// fails, and so does every peer's wait on this rank.
+func (m *Mesh) Shut() error {
 	var errs []error
-	m.closeOnce.Do(func() {
+	m.shutOnce.Do(func() {
 		for _, l := range m.Links {
 			if l != nil {
 				errs = append(errs, l.Close())
 			}
 		}
 		if m.Node != nil {
-			m.Node.Close()
+			m.Node.Shut()
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// Close shuts the mesh and unmaps every segment once this rank's uses of
+// the windows ended; when one did not within the deadline (shm.ShmNode.
+// Close), the segments stay mapped and Close says so. Closing twice is
+// harmless.
+func (m *Mesh) Close() error {
+	errs := []error{m.Shut()}
+	m.closeOnce.Do(func() {
+		if m.Node != nil && !m.Node.Close() {
+			errs = append(errs, fmt.Errorf("hostnet: a use of the shared windows did not end within %s: the segments stay mapped (a device may still write them)", wire.EnvTimeout))
+			return
 		}
 		for _, s := range m.segs {
 			errs = append(errs, s.Close())

@@ -171,7 +171,7 @@ static const char nvReduceSource[] =
     "    __threadfence_system();\n"
     "    *(volatile u64*)a.landed = a.value;\n"
     "    u64 g;\n"
-    "    while ((g = *(volatile const u64*)a.go) != a.value && g != (a.value | RELAY_ABORT)) relayPause();\n"
+    "    while ((g = *(volatile const u64*)a.go) != a.value && !((g & RELAY_ABORT) && (g & ~RELAY_ABORT) >= a.value)) relayPause();\n"
     "    __threadfence_system();\n"
     "    proceed = g == a.value;\n"
     "  }\n"

@@ -587,8 +587,11 @@ typedef struct flagcxVendorPlugin_v4 {
 /*     .size = sizeof(flagcxVendorPlugin_v5_t),                            */
 /*     .abiVersion = 5, ... };                                             */
 
-/* A relayReduce's go word holds the call's value with this bit set when the
- * host gives up: the device then stops without writing dst. */
+/* A relayReduce's go word holds a call's value with this bit set when the
+ * host gives up: the device then stops without writing dst. The abort of a
+ * call stops every earlier call on the same words still waiting (values
+ * only grow), since a host that gives up answers its calls in order
+ * without waiting for the device to read each answer. */
 #define FLAGCX_RELAY_ABORT (1ull << 63)
 /* A relayReduce's landed word holds the call's value with this bit set once
  * the device is done with host memory (folded, or stopped). */
@@ -600,8 +603,8 @@ typedef struct {
   void* window;     /* host memory registered with hostRegister */
   uint64_t bytes;   /* how many (0: none, and landed is still stored) */
   uint64_t* landed; /* registered host memory: value is stored here once window holds src's bytes */
-  const uint64_t* go; /* registered host memory: the device waits until it holds value (or value | FLAGCX_RELAY_ABORT) */
-  uint64_t value;   /* 1 <= value < FLAGCX_RELAY_DONE, new for every call on a landed/go pair */
+  const uint64_t* go; /* registered host memory: the device waits until it holds value, or FLAGCX_RELAY_ABORT with a value >= value */
+  uint64_t value;   /* 1 <= value < FLAGCX_RELAY_DONE, larger for every call on a landed/go pair */
   const void* srcs[FLAGCX_REDUCE_MAX_SRCS]; /* device memory of dev or registered host memory */
   int32_t nsrcs;    /* 1 <= nsrcs <= FLAGCX_REDUCE_MAX_SRCS */
   int32_t dtype;    /* flagcxDataType_t */
@@ -648,9 +651,11 @@ typedef struct {
    * earlier work is done:
    *   1. copy relay->bytes bytes of src to window;
    *   2. once the host can read them there, store relay->value to *landed;
-   *   3. wait until *go holds value (go on) or value | FLAGCX_RELAY_ABORT
-   *      (stop: skip part 4); this wait has no deadline of its own, the
-   *      host always answers one way or the other;
+   *   3. wait until *go holds value (go on), or FLAGCX_RELAY_ABORT set
+   *      beside value or a larger one (stop: skip part 4; the abort of a
+   *      later call on the same words stops this one too); this wait has
+   *      no deadline of its own, the host always answers one way or the
+   *      other;
    *   4. dst[i] = srcs[0][i] op ... op srcs[nsrcs-1][i] for i < count,
    *      by reduceLocal's rules (the host engine's, bit for bit), reading
    *      every source after the go (other processes wrote host sources

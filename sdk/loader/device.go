@@ -290,9 +290,10 @@ func (p *Plugin) ReduceLocal(dev int, dst uintptr, srcs []uintptr, count int, dt
 	return err
 }
 
-// RelayAbort is the bit the host sets in a relay's go word, beside the
+// RelayAbort is the bit the host sets in a relay's go word, beside a
 // call's value, when it gives up (FLAGCX_RELAY_ABORT): the device stops
-// without writing the call's output. RelayDone is the bit the device sets
+// without writing the call's output, in that call and in every earlier
+// one on the same words still waiting. RelayDone is the bit the device sets
 // in the landed word, beside the value, once it is done with host memory
 // (FLAGCX_RELAY_DONE).
 const (
@@ -302,7 +303,7 @@ const (
 
 // Relay is what one RelayReduce does (flagcxRelay_v5_t): put Bytes of
 // device memory Src in host memory Window, store Value to *Landed, wait
-// until *Go holds Value (or Value|RelayAbort), fold Srcs into Dst by
+// until *Go holds Value (or RelayAbort beside Value or more), fold Srcs into Dst by
 // ReduceLocal's rules, and store Value|RelayDone to *Landed. Window,
 // Landed, Go and the host sources are memory registered with HostRegister.
 type Relay struct {

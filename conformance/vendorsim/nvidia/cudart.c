@@ -639,7 +639,8 @@ static const char* relayPointers(const vsim_relay_args* a, size_t size, char* wh
   return why;
 }
 
-/* relayWait waits for the go: 1 go, 0 abort, -1 given up. It spins a
+/* relayWait waits for the go: 1 go, 0 abort (of this relay or of a later
+ * one on the same words), -1 given up. It spins a
  * little (a host that answers at once is answered at once), then yields,
  * then sleeps 20 us between polls, so that a relay waiting for a slow host
  * costs no core. It gives up when its stream is being destroyed
@@ -657,7 +658,8 @@ static int relayWait(const relayLaunch* l) {
   for (unsigned polls = 0;; polls++) {
     uint64_t g = __atomic_load_n(a->go, __ATOMIC_ACQUIRE);
     if (g == a->value) return 1;
-    if (g == (a->value | VSIM_RELAY_ABORT)) return 0;
+    /* An abort stops this relay and every earlier one (sdk's ABI v5). */
+    if ((g & VSIM_RELAY_ABORT) && (g & ~VSIM_RELAY_ABORT) >= a->value) return 0;
     if (polls < 256) continue;
     if (polls < 512) {
       sched_yield();

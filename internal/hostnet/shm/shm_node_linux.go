@@ -35,10 +35,13 @@ type ShmNode struct {
 	watch   []*nodeWatch // per rank index, made once (an interface conversion per wait would allocate)
 	mem     memMaps      // registered memory (NewMem, MapMem)
 
-	mu     sync.RWMutex // held shared from Enter to Exit; close takes it before the Mesh unmaps
+	mu     sync.RWMutex // held shared from Enter to Exit; Close waits for it before the Mesh unmaps
 	closed atomic.Bool
-	broken error
-	gate   func() error // SetGate
+	// closeOnce runs Close's wait once; released is its outcome.
+	closeOnce sync.Once
+	released  bool
+	broken    error
+	gate      func() error // SetGate
 }
 
 // SetGate makes every Enter run gate once it holds the windows, and fail
@@ -97,9 +100,8 @@ func (n *ShmNode) EnterUngated() error {
 
 // Hold takes one more use of the windows, to be ended by Exit on another
 // goroutine: a caller inside Enter hands a step over that way, and the
-// windows stay mapped until it is done. It never waits: with Close
-// waiting (or done) it fails, since a second read lock would queue
-// behind Close, which waits for the first.
+// windows stay mapped until it is done. It never waits; once the node is
+// shut it fails.
 func (n *ShmNode) Hold() error {
 	if !n.mu.TryRLock() {
 		return n.closedErr()
@@ -222,9 +224,12 @@ func (n *ShmNode) closedErr() error {
 // waits for the holds to end.
 func (n *ShmNode) Closing() bool { return n.closed.Load() }
 
-// close tells the host's ranks that this one is gone, wakes every wait
-// (here and theirs) and waits for this rank's use of the windows to Exit.
-func (n *ShmNode) Close() {
+// Shut is the first half of Close, and never waits: it tells the host's
+// ranks that this one is gone and wakes every wait on the windows (here
+// and theirs), which then fails. A rank tearing down shuts its node before
+// anything that may wait on it (a device whose stream a use of the windows
+// synchronizes), and closes it after.
+func (n *ShmNode) Shut() {
 	if n.closed.Swap(true) {
 		return
 	}
@@ -233,7 +238,36 @@ func (n *ShmNode) Close() {
 	for _, s := range n.segs {
 		futexWake(s.seq)
 	}
-	n.mu.Lock()
-	n.mu.Unlock()
-	n.unlinkAllMem()
+}
+
+// Close shuts the node and waits for this rank's uses of the windows
+// (Enter or Hold to Exit) to end, for at most the node's deadline. It
+// reports whether they ended: when one did not (a device copy it waits
+// for may still write a window), the windows must stay mapped, and the
+// Mesh leaks them rather than unmap memory still in use. Closing twice
+// is harmless.
+func (n *ShmNode) Close() (released bool) {
+	n.Shut()
+	n.closeOnce.Do(func() {
+		n.released = n.awaitUses()
+		n.unlinkAllMem()
+	})
+	return n.released
+}
+
+// awaitUses waits until no use of the windows is left. It polls rather
+// than queue for the write lock: a queued writer would block every later
+// Enter and Hold, which must instead see the node closed and leave.
+func (n *ShmNode) awaitUses() bool {
+	start := time.Now()
+	for nap := time.Microsecond; ; nap = min(2*nap, time.Millisecond) {
+		if n.mu.TryLock() {
+			n.mu.Unlock()
+			return true
+		}
+		if n.timeout > 0 && time.Since(start) > n.timeout {
+			return false
+		}
+		time.Sleep(nap)
+	}
 }

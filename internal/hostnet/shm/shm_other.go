@@ -46,7 +46,8 @@ func (n *ShmNode) Post(uint64) error                       { return ErrNotLinux 
 func (n *ShmNode) SetGate(func() error)                    {}
 func (n *ShmNode) Wait(int) error                          { return ErrNotLinux }
 func (n *ShmNode) Sync(uint64) error                       { return ErrNotLinux }
-func (n *ShmNode) Close()                                  {}
+func (n *ShmNode) Shut()                                   {}
+func (n *ShmNode) Close() bool                             { return true }
 func (n *ShmNode) Closing() bool                           { return false }
 func (n *ShmNode) NewMem(int) ([]byte, string, error)      { return nil, "", ErrNotLinux }
 func (n *ShmNode) MapMem(int, string, int) ([]byte, error) { return nil, ErrNotLinux }
