@@ -118,7 +118,9 @@ func capiCommQuery(id C.uint64_t, what C.int, out *C.int) C.int {
 			*out = 1
 		}
 	case queryAsyncError:
-		*out = C.int(sdk.ResultOf(c.asyncError()))
+		// Its text is the communicator's last error, as NCCL's
+		// ncclGetLastError describes an async error.
+		*out = C.int(fail(c, "asynchronous error", c.asyncError()))
 	}
 	return 0
 }

@@ -239,3 +239,28 @@ func TestNCCLExportsTheHeader(t *testing.T) {
 	require.Contains(t, needed, "libflagcx.so", "libnccl.so.2 runs on libflagcx.so (one Go runtime per process)")
 	require.False(t, strings.Contains(strings.Join(needed, " "), "libcudart"), "libnccl.so.2 links no CUDA runtime")
 }
+
+// TestAsyncVendorError: a vendor collective that fails on the device
+// after its call returned (rank 1 never joins rank 0's AllReduce, and the
+// emulated NCCL gives up after FLAGCX_VENDORSIM_TIMEOUT=1) is reported by
+// ncclCommGetAsyncError and flagcxCommGetAsyncError before any other
+// call, with its text as the last error, as torch's watchdog reads it.
+func TestAsyncVendorError(t *testing.T) {
+	env := []string{"FLAGCX_EMULATED=1", "FLAGCX_BACKEND=nvidia", "FLAGCX_VENDORSIM_TIMEOUT=1", "CAPI_TEST_ASYNC=1"}
+	for _, tc := range []struct {
+		name string
+		prog func(t *testing.T) string
+	}{
+		{"libnccl.so.2", func(t *testing.T) string { return ncclProgram(t, "ranks", ncclHeaders) }},
+		{"libflagcx.so", func(t *testing.T) string { return cProgram(t, "collectives") }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testkit.BuiltFile(t, "plugins", "libflagcx-nvidia.so")
+			outs := runRanks(t, tc.prog(t), [][]string{env, env})
+			for r, o := range outs {
+				require.Contains(t, o.String(), fmt.Sprintf("PASS rank %d:", r))
+			}
+			require.Regexp(t, `ASYNC rank 0: [1-9][0-9]* after .*reports an asynchronous error \(a collective failed on the device after its call returned\)`, outs[0].String())
+		})
+	}
+}

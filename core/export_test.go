@@ -35,3 +35,8 @@ func RelayWaitAfterClose(c *Comm) error {
 	var word uint64
 	return c.awaitWord(&word, 1, c.d2h, "land", c.shm.relay.proxy.closing)
 }
+
+// AbortVendor aborts c's vendor communicator alone, as a vendor library
+// that failed on its own would leave it: its cluster peers' communicators
+// then report an asynchronous error, while c's host side stays up.
+func AbortVendor(c *Comm) error { return c.abortVendor() }

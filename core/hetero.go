@@ -274,6 +274,10 @@ type Comm struct {
 	wd         *Watchdog      // bounds this rank's plugin calls (device ranks)
 	dev        *watchedPlugin // the plugin's calls that can block, under wd (device ranks)
 	vendorGone atomic.Bool    // ccl was aborted or destroyed (see abortVendor)
+	// cclMu keeps ccl alive for vendorAsyncError, which another thread
+	// (torch's watchdog) polls: held shared around that poll, and
+	// exclusive where vendorGone is set, before ccl is freed.
+	cclMu sync.RWMutex
 
 	// os is the one-sided machinery (onesided_state.go), started by the
 	// first window registration; osStaging is RegisterStaging's memory

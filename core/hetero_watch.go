@@ -1,6 +1,9 @@
 package core
 
 import (
+	"errors"
+	"fmt"
+
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
@@ -60,7 +63,7 @@ func (c *Comm) onTimeout(e *TimeoutError) {
 // failed schedule, the watchdog, Abort): the entry frees it, so a second
 // call would free it twice.
 func (c *Comm) abortVendor() error {
-	if c.ccl == nil || !c.vendorGone.CompareAndSwap(false, true) {
+	if c.ccl == nil || !c.releaseVendor() {
 		return nil
 	}
 	return c.ccl.Abort()
@@ -71,10 +74,41 @@ func (c *Comm) abortVendor() error {
 // communicator's work, which never ends when a peer is stuck: it runs
 // detached.
 func (c *Comm) destroyVendor() error {
-	if c.ccl == nil || c.wd.Err() != nil || !c.vendorGone.CompareAndSwap(false, true) {
+	if c.ccl == nil || c.wd.Err() != nil || !c.releaseVendor() {
 		return nil
 	}
 	return c.detached("commDestroy", c.ccl.Destroy)
+}
+
+// releaseVendor marks the vendor communicator gone, once: true for the
+// caller that is to free it. It waits for a poll of vendorAsyncError in
+// flight (a plugin call that does not block), so that none uses the
+// communicator once it is freed.
+func (c *Comm) releaseVendor() bool {
+	c.cclMu.Lock()
+	defer c.cclMu.Unlock()
+	return c.vendorGone.CompareAndSwap(false, true)
+}
+
+// vendorAsyncError is the vendor communicator's asynchronous error
+// (commGetAsyncError, as ncclCommGetAsyncError), or nil while it has
+// none, is gone, or the plugin cannot say (the entry is OPTIONAL). A
+// non-blocking init still in progress is no error.
+func (c *Comm) vendorAsyncError() error {
+	if c.ccl == nil {
+		return nil
+	}
+	c.cclMu.RLock()
+	defer c.cclMu.RUnlock()
+	if c.vendorGone.Load() {
+		return nil
+	}
+	err := c.ccl.AsyncError()
+	if err == nil || errors.Is(err, sdk.ErrNotSupported) || errors.Is(err, sdk.ErrInProgress) {
+		return nil
+	}
+	return fmt.Errorf("rank %d: the %s plugin's communicator reports an asynchronous error (a collective failed on the device after its call returned): %w",
+		c.rank, c.be.Plugin.Name, err)
 }
 
 // detached makes a plugin call that waits for peers on a goroutine of its

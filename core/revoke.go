@@ -308,9 +308,14 @@ func (c *Comm) Revoked() <-chan struct{} {
 func (c *Comm) Revocation() *RevokedError { return c.revokedFor("") }
 
 // AsyncError is what ended, or ends the next call of, this communicator
-// in the background (what flagcxCommGetAsyncError reports): the
-// revocation, the watchdog's missed deadline, or a relay that failed
-// after its call returned (hetero_relay_proxy.go); nil while none did.
+// in the background (what flagcxCommGetAsyncError and
+// ncclCommGetAsyncError report): the revocation, the watchdog's missed
+// deadline, a call that failed and took the communicator down, a relay
+// that failed after its call returned (hetero_relay_proxy.go), or the
+// vendor communicator's own asynchronous error (a collective that failed
+// on the device after its call returned); nil while none did. It may be
+// called from any goroutine, as often as a watchdog thread likes: each
+// call costs at most one plugin call, which does not block.
 func (c *Comm) AsyncError() error {
 	if re := c.Revocation(); re != nil {
 		return re
@@ -320,10 +325,18 @@ func (c *Comm) AsyncError() error {
 			return err
 		}
 	}
-	if p := c.relays.Load(); p != nil {
-		return p.failure()
+	c.mu.Lock()
+	failed := c.failed
+	c.mu.Unlock()
+	if failed != nil {
+		return failed
 	}
-	return nil
+	if p := c.relays.Load(); p != nil {
+		if err := p.failure(); err != nil {
+			return err
+		}
+	}
+	return c.vendorAsyncError()
 }
 
 // settle is the error of call op: nil stays nil; on a revoked

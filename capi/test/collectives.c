@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "report.h"
 
@@ -617,6 +618,46 @@ static void testRefusals(void) {
                flagcxInvalidArgument, "flagcxAllReduce", "comm is NULL");
 }
 
+// testAsyncVendorError (CAPI_TEST_ASYNC=1, 2 ranks on the emulated
+// runtime with FLAGCX_VENDORSIM_TIMEOUT=1): rank 0 enqueues an AllReduce
+// that rank 1 never joins; the emulated library fails it on the device
+// after its deadline, and flagcxCommGetAsyncError must say so before any
+// other call (as torch's watchdog polls it). Rank 1 waits, then aborts.
+static void nap(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+static void testAsyncVendorError(void) {
+  if (rank != 0) {
+    nap(6000);
+    OK(flagcxCommAbort(comm));
+    printf("PASS rank %d: %d checks\n", rank, checks);
+    exit(0);
+  }
+  void *send = dalloc(4096), *recv = dalloc(4096);
+  OK(flagcxAllReduce(send, recv, 1024, flagcxFloat32, flagcxSum, comm,
+                     stream));
+  flagcxResult_t async = flagcxSuccess;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  for (int i = 0; i < 500 && async == flagcxSuccess; i++) {
+    nap(10);
+    OK(flagcxCommGetAsyncError(comm, &async));
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  if (async == flagcxSuccess)
+    fail("flagcxCommGetAsyncError still says success 5 s after the vendor's "
+         "AllReduce failed");
+  printf("ASYNC rank 0: %d after %.1f s: %s\n", async,
+         (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9,
+         flagcxGetLastError(comm));
+  checks++;
+  OK(flagcxCommAbort(comm));
+  printf("PASS rank %d: %d checks\n", rank, checks);
+  exit(0);
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: %s <rank> <nranks> [unique id in hex]\n", argv[0]);
@@ -652,6 +693,8 @@ int main(int argc, char **argv) {
   OK(flagcxCommInitRank(&comm, nranks, &id, rank));
   OK(dh->streamCreate(&stream));
 
+  if (getenv("CAPI_TEST_ASYNC") != NULL)
+    testAsyncVendorError();
   testQueries();
   testAllReduce();
   testTypes();

@@ -691,6 +691,37 @@ static void idFromHex(const char *hex, ncclUniqueId *id) {
   }
 }
 
+// testAsyncVendorError (CAPI_TEST_ASYNC=1, 2 ranks on the emulated
+// runtime with FLAGCX_VENDORSIM_TIMEOUT=1): rank 0 enqueues an AllReduce
+// that rank 1 never joins; the emulated library fails it on the device
+// after its deadline, and ncclCommGetAsyncError must say so before any
+// other call (torch's watchdog polls it). Rank 1 waits, then aborts.
+static void testAsyncVendorError(void) {
+  if (rank != 0) {
+    sleep(6);
+    OK(ncclCommAbort(comm));
+    printf("PASS rank %d: %d checks\n", rank, checks);
+    exit(0);
+  }
+  void *send = dalloc(4096), *recv = dalloc(4096);
+  OK(ncclAllReduce(send, recv, 1024, ncclFloat32, ncclSum, comm, stream));
+  ncclResult_t async = ncclSuccess;
+  int waited = 0;
+  for (; waited < 500 && async == ncclSuccess; waited++) {
+    usleep(10000);
+    OK(ncclCommGetAsyncError(comm, &async));
+  }
+  if (async == ncclSuccess)
+    fail("ncclCommGetAsyncError still says success 5 s after the vendor's "
+         "AllReduce failed");
+  printf("ASYNC rank 0: %d after about %d ms: %s\n", async, waited * 10,
+         ncclGetLastError(comm));
+  checks++;
+  OK(ncclCommAbort(comm));
+  printf("PASS rank %d: %d checks\n", rank, checks);
+  exit(0);
+}
+
 static void runRank(const char *hex) {
   int v = 0, ndev = 0, dev = -1;
   OK(ncclGetVersion(&v));
@@ -721,6 +752,8 @@ static void runRank(const char *hex) {
   OK(ncclCommCuDevice(comm, &dev));
   if (dev != rank % ndev)
     fail("ncclCommCuDevice %d, want %d", dev, rank % ndev);
+  if (getenv("CAPI_TEST_ASYNC") != NULL)
+    testAsyncVendorError();
   testAllReduce();
   testRooted();
   testGathers();
