@@ -61,6 +61,9 @@ type faultCase struct {
 	victim      int
 	afterRow    bool          // the moment: after the first table row, else after the header
 	delay       time.Duration // after that moment
+	// endWithin, when set, bounds each survivor's own end (its process
+	// gone) from the fault (TestFaultEndsInTime).
+	endWithin time.Duration
 }
 
 func (c faultCase) String() string {
@@ -202,6 +205,7 @@ func runFaultCase(t *testing.T, bin, plugins string, seed int64, c faultCase) {
 	require.Equal(t, "running", procState(victim), "the victim, process %d, must still be running\n%s", victim, what())
 	require.NoError(t, syscall.Kill(victim, c.sig), what())
 	faulted := time.Now()
+	ends := watchEnds(pids, c.victim)
 
 	var err error
 	select {
@@ -210,6 +214,7 @@ func runFaultCase(t *testing.T, bin, plugins string, seed int64, c faultCase) {
 		t.Fatalf("flagcx did not end within %v of the fault\n%s", faultSlack, what())
 	}
 	t.Logf("flagcx ended %v after the fault", time.Since(faulted).Round(time.Millisecond))
+	requireEndsWithin(t, c, faulted, ends(), what)
 	var ee *exec.ExitError
 	require.True(t, errors.As(err, &ee), "flagcx must fail (%v)\n%s", err, what())
 	require.Equal(t, 1, ee.ExitCode(), what())
