@@ -137,12 +137,15 @@ func (l *ShmLink) String() string {
 
 // Close marks this side closed in both rings, wakes everybody waiting on
 // them (here and in the peer) and waits for this side's Send and Recv to
-// return. The mappings belong to the Mesh. Closing twice is harmless.
+// return. The mappings belong to the Mesh, which unmaps them once Close
+// returns: so every Close waits, not only the first. (A one-sided peer
+// that failed closes its link while the Mesh closes it too; a second Close
+// that returned at once let the Mesh unmap the rings under a Recv still
+// leaving them: a SIGSEGV in shmAwait.) Closing twice is harmless.
 func (l *ShmLink) Close() error {
-	if l.closed.Swap(true) {
-		return nil
+	if !l.closed.Swap(true) {
+		l.markClosed(shmClosedByClose)
 	}
-	l.markClosed(shmClosedByClose)
 	l.mu.Lock() // in-flight Send/Recv saw closed (or the wake) and left
 	l.mu.Unlock()
 	return nil
