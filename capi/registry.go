@@ -177,6 +177,10 @@ func endGroups(run []*comm) error {
 			// The device set stays with the goroutine while it runs.
 			runtime.LockOSThread()
 			defer runtime.UnlockOSThread()
+			// c.mu is held across the group's device waits, as in every
+			// call of the communicator: flagcxCommAbort takes no lock
+			// (capiCommFree), so the hold cannot keep it from ending
+			// the waits.
 			c.mu.Lock()
 			defer c.mu.Unlock()
 			if err := c.bindDevice(); err != nil {
