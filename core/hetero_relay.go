@@ -53,6 +53,10 @@ type relayState struct {
 	pending bool
 	// proxy finishes the relays' host halves (started by setupShm).
 	proxy *relayProxy
+	// armed are the go words the relays since the last drain use, each
+	// cleared before the first of them (armGo).
+	armed  [4]*uint64
+	narmed int
 	// srcs holds a relay's sources (no allocation on the latency path).
 	srcs [sched.MaxDeviceReduceClusters]uintptr
 }
@@ -92,8 +96,33 @@ func (c *Comm) drainRelays(rs *relayState) error {
 	if err := c.awaitWord(rs.landed, rs.value|loader.RelayDone, rs.stream, "finish its last relay (fold the shared windows)", nil); err != nil {
 		return errors.Join(idle, err)
 	}
-	rs.pending = false
+	rs.pending, rs.narmed = false, 0
 	return idle
+}
+
+// armGo readies the go word w of a relay about to launch. The words live
+// in the window, where other calls' data lands between relays, and the
+// device stops at any abort bit beside a value >= its own (the abort of a
+// later relay stops an earlier one: flagcx_plugin.h), so a word no
+// relay used since the last drain is cleared first: stale data must not
+// read as an abort. A word a pending relay uses holds only the answers
+// to the relays since, which an earlier relay may still have to read: it
+// is left alone. More distinct words than armed holds drain first.
+func (c *Comm) armGo(rs *relayState, w *uint64) error {
+	for _, a := range rs.armed[:rs.narmed] {
+		if a == w {
+			return nil
+		}
+	}
+	if rs.narmed == len(rs.armed) {
+		if err := c.drainRelays(rs); err != nil {
+			return err
+		}
+	}
+	atomic.StoreUint64(w, 0)
+	rs.armed[rs.narmed] = w
+	rs.narmed++
+	return nil
 }
 
 // oneShotStep is the step a one-shot call of this rank follows: the
@@ -126,6 +155,10 @@ func (r *shmRun) relay(st *sched.Step) error {
 			return err
 		}
 	}
+	goWord := (*uint64)(unsafe.Pointer(&words[relayLine]))
+	if err := c.armGo(rs, goWord); err != nil {
+		return err
+	}
 	// The proxy holds the windows until it raised the go word, across
 	// its wait for the device's landed word: the device reads and writes
 	// the windows until then. The hold cannot block an abort: that wait
@@ -144,7 +177,7 @@ func (r *shmRun) relay(st *sched.Step) error {
 		return fmt.Errorf("%s's relay: %w", r.dev.Name, err)
 	}
 	landed := (*uint64)(unsafe.Pointer(&words[0]))
-	rs.proxy.hand(relayJob{landed: landed, goWord: (*uint64)(unsafe.Pointer(&words[relayLine])),
+	rs.proxy.hand(relayJob{landed: landed, goWord: goWord,
 		value: rel.Value, stream: strm, sig: r.sig(st.Label), call: curCallOf(r.p.Call)})
 	rs.landed, rs.stream, rs.step, rs.pending = landed, strm, r.after+1, true
 	return nil
