@@ -68,6 +68,14 @@ type RankError struct {
 	Err    error // a failure to start or wait for the process
 	// Fatal is the error the rank reported before it ended (ReportFatal).
 	Fatal string
+	// Abandoned says how a KeepGoing launch found the rank when it killed
+	// it because the others had exited ("stopped and killed after the
+	// survivors finished"): the rank itself never failed.
+	Abandoned string
+	// Crash is set when a fatal signal killed the rank (the Go runtime's
+	// report of it kept off stderr); ExitCode is then 2, as the runtime
+	// exits after its report (GOTRACEBACK=crash: Signal, SIGABRT).
+	Crash *Crash
 }
 
 func (e *RankError) Error() string {
@@ -76,8 +84,12 @@ func (e *RankError) Error() string {
 		return e.Fatal
 	case e.Fatal != "":
 		return fmt.Sprintf("rank %d: %s", e.Rank, e.Fatal)
+	case e.Abandoned != "":
+		return fmt.Sprintf("rank %d was %s", e.Rank, e.Abandoned)
 	case e.Err != nil:
 		return fmt.Sprintf("rank %d: %v", e.Rank, e.Err)
+	case e.Crash != nil:
+		return fmt.Sprintf("rank %d %v", e.Rank, e.Crash)
 	case e.Signal != nil:
 		if n, ok := e.Signal.(syscall.Signal); ok {
 			return fmt.Sprintf("rank %d was killed by signal %d (%v)", e.Rank, int(n), e.Signal)
@@ -91,8 +103,12 @@ func (e *RankError) short() string {
 	switch {
 	case e.Fatal != "":
 		return "reported a fatal error"
+	case e.Abandoned != "":
+		return e.Abandoned
 	case e.Err != nil:
 		return "failed"
+	case e.Crash != nil:
+		return e.Crash.short()
 	case e.Signal != nil:
 		return e.Signal.String()
 	}
@@ -105,10 +121,13 @@ func (e *RankError) short() string {
 // arguments after the program name) and environment env (usually
 // os.Environ()), minus every launcher variable an outer launcher set, plus
 // FLAGCX_UNIQUE_ID, FLAGCX_RANK, FLAGCX_NRANKS, FLAGCX_LOCAL_RANK,
-// FLAGCX_LOCAL_SIZE and FLAGCX_FATAL_REPORT.
+// FLAGCX_LOCAL_SIZE and FLAGCX_FATAL_REPORT, and a call record on
+// descriptor loader.CallRecordFD (which plugin call a crash was in).
 //
 // Rank 0's stdout goes to stdout (the other ranks' to nowhere); every rank's
-// stderr goes to stderr with "rank N: " before each line. SIGINT and SIGTERM
+// stderr goes to stderr with "rank N: " before each line, but for the Go
+// runtime's report of a fatal signal (a plugin that crashed), which goes to
+// a file that the rank's error names (RankError.Crash). SIGINT and SIGTERM
 // are passed on to the ranks. When a rank fails (exits with an error, or
 // reports a fatal one with ReportFatal before it may hang), the others get
 // GracePeriod to end, then every rank left is killed; Local returns a
@@ -169,7 +188,8 @@ func RankBytes(n int64) LocalOption {
 // make Local stop the others (a fatal report, ReportFatal, and a signal
 // still do), and every rank's stdout goes to stdout, since any survivor
 // may become rank 0. Local still returns the failures once every rank
-// has exited.
+// has exited; a rank that cannot exit once the others have (stopped, or
+// left out by the survivors) is killed and counts as one (watchLeft).
 func KeepGoing() LocalOption {
 	return func(o *localOptions) { o.keepGoing = true }
 }
@@ -226,10 +246,12 @@ func (l *localRun) startRanks(exe string, argv, base []string, id string, stdout
 			default: // a rank reports once; more are dropped rather than block its output
 			}
 		}}
-		cmd.Stderr = prefixers[r]
+		// cmd.Stderr: through a crashWatch, which keeps a crash report off it.
+		crashes := watchCrashes(cmd, r, prefixers[r])
 		cmd.WaitDelay = time.Second // a grandchild holding the pipe does not hold us
 		setProcAttr(cmd)
 		if err := cmd.Start(); err != nil {
+			crashes.close()
 			l.killAll()
 			l.waitStarted(r, KillWait)
 			return &RankError{Rank: r, ExitCode: -1, Err: fmt.Errorf("could not start %s: %w", exe, err)}
@@ -237,8 +259,8 @@ func (l *localRun) startRanks(exe string, argv, base []string, id string, stdout
 		l.procs[r] = cmd
 		go func(r int, cmd *exec.Cmd) {
 			err := cmd.Wait()
-			prefixers[r].Flush()
-			l.done <- rankExit{rank: r, err: err}
+			crashes.Flush()
+			l.done <- rankExit{rank: r, err: err, crash: crashes.result()}
 		}(r, cmd)
 	}
 	return nil
@@ -247,63 +269,175 @@ func (l *localRun) startRanks(exe string, argv, base []string, id string, stdout
 // supervise waits for every rank to exit. The first failure (an exit with
 // an error, a fatal report) or a signal, which it passes on, starts the
 // GracePeriod; after it the ranks left are killed, and KillWait later
-// supervise gives up on them. It returns the failures, summarized.
+// supervise gives up on them. With KeepGoing a failed exit starts nothing,
+// but the ranks left are watched once one has exited (watchLeft). It
+// returns the failures, summarized.
 func (l *localRun) supervise(reports <-chan rankReport, sigs <-chan os.Signal) error {
 	np := len(l.procs)
-	exited := make([]bool, np)
-	var failures []*RankError
-	failed := map[int]*RankError{} // a rank's report and its exit make one failure
-	var interrupted os.Signal
-	var grace, kill <-chan time.Time
-	killed := false
+	s := &supervision{localRun: l, exited: make([]bool, np), failed: map[int]*RankError{}, stopSeen: make([]int, np)}
+	defer s.stopWatching()
 	for remaining := np; remaining > 0; {
 		select {
 		case x := <-l.done:
 			remaining--
-			exited[x.rank] = true
-			re := exitError(x)
-			if f := failed[x.rank]; f != nil {
-				if re != nil {
-					f.ExitCode, f.Signal, f.Err = re.ExitCode, re.Signal, re.Err
-				}
-			} else if re != nil {
-				re.Killed = killed
-				failures = append(failures, re)
-				failed[x.rank] = re
-				if grace == nil && !l.keepGoing {
-					grace = time.After(GracePeriod)
-				}
-			}
+			s.onExit(x)
 		case rep := <-reports:
-			f := failed[rep.rank]
-			if f == nil {
-				f = &RankError{Rank: rep.rank, ExitCode: -1}
-				failures = append(failures, f)
-				failed[rep.rank] = f
-			}
-			f.Fatal, f.Killed = rep.msg, false
-			if grace == nil {
-				grace = time.After(GracePeriod)
-			}
-		case s := <-sigs:
-			interrupted = s
-			l.signalAll(s, exited)
-			if grace == nil {
-				grace = time.After(GracePeriod)
-			}
-		case <-grace:
-			grace = make(chan time.Time) // never again
-			killed = true
-			l.killRemaining(exited)
-			kill = time.After(KillWait)
-		case <-kill:
-			return fmt.Errorf("%w (ranks %s did not exit %v after being killed)", summarize(failures, interrupted), stuckRanks(exited), KillWait)
+			s.onReport(rep)
+		case sig := <-sigs:
+			s.interrupted = sig
+			l.signalAll(sig, s.exited)
+			s.startGrace()
+		case <-s.grace:
+			s.grace = make(chan time.Time) // never again
+			s.killed = true
+			l.killRemaining(s.exited)
+			s.kill = time.After(KillWait)
+		case now := <-s.watchC():
+			s.watchLeft(now)
+		case <-s.kill:
+			return fmt.Errorf("%w (ranks %s did not exit %v after being killed)", summarize(s.failures, s.interrupted), stuckRanks(s.exited), KillWait)
 		}
 	}
-	if interrupted != nil || len(failures) > 0 {
-		return summarize(failures, interrupted)
+	if s.interrupted != nil || len(s.failures) > 0 {
+		return summarize(s.failures, s.interrupted)
 	}
 	return nil
+}
+
+// supervision is what supervise knows of the ranks as they end.
+type supervision struct {
+	*localRun
+	exited      []bool
+	failures    []*RankError
+	failed      map[int]*RankError // a rank's report and its exit make one failure
+	interrupted os.Signal
+	grace, kill <-chan time.Time
+	killed      bool // the grace period ran out: the ranks left were killed
+
+	// KeepGoing (watchLeft): the watch of the ranks left, started by the
+	// first exit; when the first rank exited with status 0 (zero until
+	// one did); how many watches in a row found each rank stopped.
+	watch    *time.Ticker
+	finished time.Time
+	stopSeen []int
+}
+
+func (s *supervision) onExit(x rankExit) {
+	s.exited[x.rank] = true
+	if s.keepGoing && s.watch == nil {
+		s.watch = time.NewTicker(WatchPeriod)
+	}
+	re := exitError(x)
+	if re == nil && s.finished.IsZero() {
+		s.finished = time.Now()
+	}
+	if f := s.failed[x.rank]; f != nil {
+		if re != nil {
+			f.ExitCode, f.Signal, f.Err = re.ExitCode, re.Signal, re.Err
+		}
+	} else if re != nil {
+		re.Killed = s.killed
+		s.failures = append(s.failures, re)
+		s.failed[x.rank] = re
+		if !s.keepGoing {
+			s.startGrace()
+		}
+	}
+}
+
+func (s *supervision) onReport(rep rankReport) {
+	f := s.failed[rep.rank]
+	if f == nil {
+		f = &RankError{Rank: rep.rank, ExitCode: -1}
+		s.failures = append(s.failures, f)
+		s.failed[rep.rank] = f
+	}
+	f.Fatal, f.Killed = rep.msg, false
+	s.startGrace()
+}
+
+func (s *supervision) startGrace() {
+	if s.grace == nil {
+		s.grace = time.After(GracePeriod)
+	}
+}
+
+// WatchPeriod is how often a KeepGoing launch looks at the ranks left once
+// one has exited (watchLeft): ranks left that two looks in a row found
+// stopped are killed at the first look that finds no other rank running.
+var WatchPeriod = 100 * time.Millisecond
+
+func (s *supervision) watchC() <-chan time.Time {
+	if s.watch == nil {
+		return nil
+	}
+	return s.watch.C
+}
+
+func (s *supervision) stopWatching() {
+	if s.watch != nil {
+		s.watch.Stop()
+	}
+}
+
+// watchLeft ends a KeepGoing launch whose ranks left cannot end it. There
+// an exit is not the end (the survivors of a lost rank go on without it),
+// so no exit starts the grace period; but a rank that was stopped
+// (SIGSTOP, a debugger) waits for a SIGCONT that nobody will send once
+// its peers are gone: the survivors, which gave up on it after their
+// deadline (FLAGCX_TIMEOUT), shrank and finished, or every other rank.
+// So the ranks left are killed, and reported as the failure, once every
+// one of them was found stopped twice in a row (a rank that a SIGCONT
+// resumes does not count), or GracePeriod after the first rank exited
+// with status 0, the survivors' run being over, whatever state they are
+// in (they are stuck: a rank that the survivors left out has nobody to
+// finish with).
+func (s *supervision) watchLeft(now time.Time) {
+	if s.kill != nil {
+		return // already killed
+	}
+	allStopped := true
+	for r, p := range s.procs {
+		if s.exited[r] {
+			continue
+		}
+		if procStopped(p.Process.Pid) {
+			s.stopSeen[r]++
+		} else {
+			s.stopSeen[r] = 0
+		}
+		if s.stopSeen[r] < 2 {
+			allStopped = false
+		}
+	}
+	if allStopped || (!s.finished.IsZero() && now.Sub(s.finished) >= GracePeriod) {
+		s.abandonLeft()
+	}
+}
+
+// abandonLeft kills the ranks left (watchLeft), each a failure that says
+// how it was found; KillWait bounds the wait for them to go.
+func (s *supervision) abandonLeft() {
+	after := "the other ranks exited"
+	if !s.finished.IsZero() {
+		after = "the survivors finished"
+	}
+	for r, p := range s.procs {
+		if s.exited[r] {
+			continue
+		}
+		how := "stuck"
+		if s.stopSeen[r] > 0 {
+			how = "stopped"
+		}
+		if s.failed[r] == nil {
+			f := &RankError{Rank: r, ExitCode: -1, Abandoned: how + " and killed after " + after}
+			s.failures = append(s.failures, f)
+			s.failed[r] = f
+		}
+		_ = p.Process.Kill() // a stopped process dies of SIGKILL too
+	}
+	s.kill = time.After(KillWait)
 }
 
 // stuckRanks lists the ranks that have not exited, "2, 5".
@@ -318,8 +452,9 @@ func stuckRanks(exited []bool) string {
 }
 
 type rankExit struct {
-	rank int
-	err  error
+	rank  int
+	err   error
+	crash *Crash
 }
 
 // rankReport is a rank's ReportFatal line.
@@ -389,9 +524,9 @@ func exitError(x rankExit) *RankError {
 	var ee *exec.ExitError
 	if errors.As(x.err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return &RankError{Rank: x.rank, ExitCode: -1, Signal: ws.Signal()}
+			return &RankError{Rank: x.rank, ExitCode: -1, Signal: ws.Signal(), Crash: x.crash}
 		}
-		return &RankError{Rank: x.rank, ExitCode: ee.ExitCode()}
+		return &RankError{Rank: x.rank, ExitCode: ee.ExitCode(), Crash: x.crash}
 	}
 	return &RankError{Rank: x.rank, ExitCode: -1, Err: x.err}
 }

@@ -129,10 +129,13 @@ func Run(f *Flags, e Env) error {
 }
 
 // revokedToShrink: err is a lost rank's revoke, and --on-failure shrink
-// asks to go on without it.
+// asks to go on without it. A revoke that lost no rank (a deadline that
+// the ranks' own queued work overran, every rank still answering) is not
+// one: a communicator of the same ranks would meet the same deadline, and
+// the run would start again for ever.
 func revokedToShrink(cfg *Config, err error) bool {
 	var re *core.RevokedError
-	return cfg.Shrink && errors.As(err, &re)
+	return cfg.Shrink && errors.As(err, &re) && len(re.Failed) > 0
 }
 
 // shrink is --on-failure shrink after a rank was lost: the survivors make
