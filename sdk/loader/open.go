@@ -133,6 +133,7 @@ func Open(path string) (*Plugin, error) {
 	}
 	p.Libraries = readLibraries(t.Libraries)
 	p.bind()
+	p.recordEntries()
 	if w := fileNameWarning(path, p.Name); w != "" {
 		warnOnce(w)
 	}

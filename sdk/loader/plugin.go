@@ -126,44 +126,39 @@ type boundFuncs struct {
 	getErrorString   func(r int32) uintptr
 }
 
-// bind registers every non-NULL cold entry. A NULL pointer is never handed
-// to purego.RegisterFunc (which would panic): the func stays nil.
+// bind registers every non-NULL cold entry (bindN: a NULL entry's func
+// stays nil).
 func (p *Plugin) bind() {
-	reg := func(fptr any, cfn uintptr) {
-		if cfn != 0 {
-			purego.RegisterFunc(fptr, cfn)
-		}
-	}
 	t, f := &p.t, &p.fn
-	reg(&f.init, t.Init)
-	reg(&f.fini, t.Fini)
-	reg(&f.getLastError, t.GetLastError)
+	bind3(&f.init, t.Init)
+	bind0(&f.fini, t.Fini)
+	bind0(&f.getLastError, t.GetLastError)
 	if p.Caps&CapDevice != 0 {
 		d := &t.Device
-		reg(&f.getDeviceCount, d.GetDeviceCount)
-		reg(&f.setDevice, d.SetDevice)
-		reg(&f.getDeviceInfo, d.GetDeviceInfo)
-		reg(&f.getLinkInfo, d.GetLinkInfo)
-		reg(&f.memGetInfo, d.MemGetInfo)
-		reg(&f.deviceMalloc, d.DeviceMalloc)
-		reg(&f.deviceFree, d.DeviceFree)
-		reg(&f.hostMalloc, d.HostMalloc)
-		reg(&f.hostFree, d.HostFree)
-		reg(&f.streamCreate, d.StreamCreate)
-		reg(&f.eventCreate, d.EventCreate)
-		reg(&f.eventElapsedTime, d.EventElapsedTime)
+		bind1(&f.getDeviceCount, d.GetDeviceCount)
+		bind1(&f.setDevice, d.SetDevice)
+		bind2(&f.getDeviceInfo, d.GetDeviceInfo)
+		bind3(&f.getLinkInfo, d.GetLinkInfo)
+		bind3(&f.memGetInfo, d.MemGetInfo)
+		bind3(&f.deviceMalloc, d.DeviceMalloc)
+		bind1(&f.deviceFree, d.DeviceFree)
+		bind2(&f.hostMalloc, d.HostMalloc)
+		bind1(&f.hostFree, d.HostFree)
+		bind2(&f.streamCreate, d.StreamCreate)
+		bind2(&f.eventCreate, d.EventCreate)
+		bind3(&f.eventElapsedTime, d.EventElapsedTime)
 	} else {
 		t.Device = deviceV5{} // entries of an undeclared group are never called
 	}
 	if p.Caps&CapCCL != 0 {
 		c := &t.CCL
-		reg(&f.getUniqueIDBytes, c.GetUniqueIDBytes)
-		reg(&f.getUniqueID, c.GetUniqueID)
-		reg(&f.commInitRank, c.CommInitRank)
-		reg(&f.commDestroy, c.CommDestroy)
-		reg(&f.commAbort, c.CommAbort)
-		reg(&f.commGetAsyncErr, c.CommGetAsyncError)
-		reg(&f.getErrorString, c.GetErrorString)
+		bind1(&f.getUniqueIDBytes, c.GetUniqueIDBytes)
+		bind1(&f.getUniqueID, c.GetUniqueID)
+		bind5(&f.commInitRank, c.CommInitRank)
+		bind1(&f.commDestroy, c.CommDestroy)
+		bind1(&f.commAbort, c.CommAbort)
+		bind2(&f.commGetAsyncErr, c.CommGetAsyncError)
+		bind1(&f.getErrorString, c.GetErrorString)
 	} else {
 		t.CCL = cclV1{}
 	}
@@ -279,7 +274,9 @@ func (p *Plugin) syscall(entry string, fn uintptr, args []uintptr) error {
 	}
 	n := copy(buf[:], args)
 	runtime.LockOSThread()
+	slot := enterCall(fn) // the launcher names the call if the rank dies in it
 	r1, _, _ := purego.SyscallN(fn, buf[:n]...)
+	leaveCall(slot)
 	err := p.result(entry, int32(r1))
 	runtime.UnlockOSThread()
 	argBufs.Put(buf)
