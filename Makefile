@@ -10,7 +10,7 @@ BIN       := bin
 VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 GOFLAGS_LD := -ldflags "-X github.com/flagcx/flagcx-go/core.Version=$(VERSION)"
 
-.PHONY: all flagcx copybw test lint bench-compare clean fuzz-smoke
+.PHONY: all flagcx copybw test lint bench-compare clean fuzz-smoke soak
 all: flagcx copybw
 
 flagcx:
@@ -40,6 +40,12 @@ FUZZ_TARGETS := \
 FUZZTIME ?= 3s
 fuzz-smoke:
 	@GO=$(GO) FUZZTIME=$(FUZZTIME) tools/fuzz-smoke.sh $(FUZZ_TARGETS)
+
+# The fault, revoke/shrink, one-sided and plans-that-run tests, ROUNDS
+# times (20) under BUSY busy loops (3): run it before saying a fault or
+# a flake is fixed (tools/soak.sh; about an hour on 2 cores).
+soak: all
+	@GO=$(GO) tools/soak.sh
 
 # flagcx's host backend beside Gloo and OpenMPI (needs python3-torch, openmpi-bin, libopenmpi-dev).
 bench-compare: flagcx
