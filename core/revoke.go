@@ -279,18 +279,25 @@ func (c *Comm) revokedWith(op string, err error) *RevokedError {
 // wins): later calls fail with it, and the host links and the vendor
 // communicator are aborted so that a call in flight ends now.
 func (c *Comm) adopt(re *RevokedError) {
+	if c.record(re) {
+		_ = c.abortAll()
+	}
+}
+
+// record makes re this rank's verdict unless it has one (or was closed):
+// true when it did.
+func (c *Comm) record(re *RevokedError) bool {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.revoked != nil || c.closed {
-		c.mu.Unlock()
-		return
+		return false
 	}
 	c.revoked = re
 	c.down.Store(true)
 	if c.ctl != nil {
 		close(c.ctl.revoked)
 	}
-	c.mu.Unlock()
-	_ = c.abortAll()
+	return true
 }
 
 // Revoked is closed once the communicator is revoked (a *RevokedError
@@ -313,9 +320,10 @@ func (c *Comm) Revocation() *RevokedError { return c.revokedFor("") }
 // deadline, a call that failed and took the communicator down, a relay
 // that failed after its call returned (hetero_relay_proxy.go), or the
 // vendor communicator's own asynchronous error (a collective that failed
-// on the device after its call returned); nil while none did. It may be
-// called from any goroutine, as often as a watchdog thread likes: each
-// call costs at most one plugin call, which does not block.
+// on the device after its call returned), which revokes the communicator
+// as a failed call does; nil while none did. It may be called from any
+// goroutine, as often as a watchdog thread likes: while nothing failed a
+// call costs one plugin call, which does not block.
 func (c *Comm) AsyncError() error {
 	if re := c.Revocation(); re != nil {
 		return re
@@ -336,7 +344,12 @@ func (c *Comm) AsyncError() error {
 			return err
 		}
 	}
-	return c.vendorAsyncError()
+	// The vendor's error is a peer's failure seen through its library
+	// (a peer that aborted, died, or revoked the communicator): as a
+	// failed call's error, it is settled into the verdict every rank
+	// shares, which may cost this call one detection (lossGrace and a
+	// probe, about 0.1 s; a peer that does not answer, probeWait).
+	return c.settle("", c.vendorAsyncError())
 }
 
 // settle is the error of call op: nil stays nil; on a revoked
@@ -470,9 +483,17 @@ func (c *Comm) Revoke(reason string) {
 }
 
 // tell adopts verdict re and sends it to every rank it does not name
-// lost, within probeWait.
+// lost, within probeWait. The host side is shut at once (a call in flight
+// here ends, and the peers' waits on this rank fail), the vendor
+// communicator is aborted once the verdict is out: its abort reaches the
+// cluster's peers through the vendor's library, which would otherwise
+// report the abort (a remote error) before they hear why.
 func (c *Comm) tell(re *RevokedError) {
-	c.adopt(re)
+	if !c.record(re) {
+		return
+	}
+	c.shutHost()
+	defer c.abortAll()
 	msg := c.verdictMsg(re)
 	var wg sync.WaitGroup
 	for r := range c.n {
