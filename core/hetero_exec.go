@@ -49,7 +49,8 @@ func (c *Comm) runGroup(name string, ops []groupOp, s loader.Stream) error {
 }
 
 // checkBuf checks that b is this rank's kind of memory and holds need
-// bytes (nothing is needed of a buffer the call does not use here).
+// bytes (nothing is needed of a buffer the call does not use here). which
+// names it as sdk.BufferName does: Send's and Recv's is "buffer".
 func (c *Comm) checkBuf(name, which string, b Buffer, need int) error {
 	if need == 0 {
 		return nil
@@ -58,7 +59,7 @@ func (c *Comm) checkBuf(name, which string, b Buffer, need int) error {
 		return err
 	}
 	if b.n < need {
-		return fmt.Errorf("%w: %s buffer holds %d bytes but %d are needed: pass a buffer of at least %d bytes or a smaller count", sdk.ErrInvalidArgument, which, b.n, need, need)
+		return fmt.Errorf("%w: %s holds %d bytes but %d are needed: pass a buffer of at least %d bytes or a smaller count", sdk.ErrInvalidArgument, sdk.BufferName(which), b.n, need, need)
 	}
 	return nil
 }
@@ -78,15 +79,15 @@ func (c *Comm) checkBuffer(call *sdk.Call, which string, b Buffer, need int) err
 // checkMem checks that b is this rank's kind of memory.
 func (c *Comm) checkMem(name, which string, b Buffer) error {
 	if b.n < 0 {
-		return fmt.Errorf("%w: %s: %s buffer has a negative length", sdk.ErrInvalidArgument, name, which)
+		return fmt.Errorf("%w: %s: %s has a negative length", sdk.ErrInvalidArgument, name, sdk.BufferName(which))
 	}
 	if b.dev != c.be.OnDevice() {
 		if c.be.OnDevice() {
-			return fmt.Errorf("%w: %s: rank %d runs on %s device %d, but the %s buffer is host memory: pass device memory of that plugin (core.DeviceBuffer of its DeviceMalloc)",
-				sdk.ErrInvalidArgument, name, c.rank, c.be.Plugin.Name, c.be.Device, which)
+			return fmt.Errorf("%w: %s: rank %d runs on %s device %d, but the %s is host memory: pass device memory of that plugin (core.DeviceBuffer of its DeviceMalloc)",
+				sdk.ErrInvalidArgument, name, c.rank, c.be.Plugin.Name, c.be.Device, sdk.BufferName(which))
 		}
-		return fmt.Errorf("%w: %s: rank %d runs on the host backend, but the %s buffer is device memory: pass host memory (core.HostBuffer)",
-			sdk.ErrInvalidArgument, name, c.rank, which)
+		return fmt.Errorf("%w: %s: rank %d runs on the host backend, but the %s is device memory: pass host memory (core.HostBuffer)",
+			sdk.ErrInvalidArgument, name, c.rank, sdk.BufferName(which))
 	}
 	return nil
 }

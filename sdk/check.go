@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"strings"
 )
 
 // The one checker of a call's arguments. Every entry validates with it
@@ -132,31 +133,69 @@ func (call *Call) checkVector(n int) (send, recv int, err error) {
 	return sides[0].end, sides[1].end, nil
 }
 
+// BufferName is how the checkers name a buffer in a message: which ("send",
+// "recv") and "buffer", or which alone where it already ends in "buffer"
+// (Send's and Recv's one is named "buffer"): "%s buffer" printed "buffer
+// buffer holds 0 bytes" for it.
+func BufferName(which string) string {
+	switch {
+	case which == "":
+		return "buffer"
+	case strings.HasSuffix(strings.ToLower(which), "buffer"):
+		return which
+	}
+	return which + " buffer"
+}
+
 // CheckBuffer checks that rank's which buffer ("send" or "recv"), have
 // bytes long, holds the need bytes Check asked of it.
 func (call *Call) CheckBuffer(which string, have, need, n int) error {
 	if have >= need {
 		return nil
 	}
+	name := BufferName(which)
 	if call.Coll == AlltoAllv {
 		counts, displs := call.SendCounts, call.SDispls
 		if which == "recv" {
 			counts, displs = call.RecvCounts, call.RDispls
 		}
 		size := call.DType.Size()
-		for p := range counts {
-			if (counts[p]+displs[p])*size > have {
-				return argErr("%s region of rank %d (displacement %d + count %d elements of %d bytes) ends past the %s buffer's %d bytes: pass a larger buffer or fix the counts",
-					which, p, displs[p], counts[p], size, which, have)
+		for p := range min(len(counts), len(displs)) {
+			// CheckCount: the region's end in bytes, which must not wrap.
+			end, err := CheckCount("", counts[p]+displs[p], call.DType, 1)
+			if err != nil || counts[p]+displs[p] < 0 || end > have {
+				return argErr("%s region of rank %d (displacement %d + count %d elements of %d bytes) ends past the %s's %d bytes: pass a larger buffer or fix the counts",
+					which, p, displs[p], counts[p], size, name, have)
 			}
 		}
 	}
 	what := fmt.Sprintf("%d elements of %v", call.Count, call.DType)
-	if need > call.Count*call.DType.Size() {
+	if one, err := CheckCount("", call.Count, call.DType, 1); err != nil || need > one {
 		what = fmt.Sprintf("%d ranks x %d elements of %v", n, call.Count, call.DType)
 	}
-	return argErr("%s buffer holds %d bytes but %s need %d: pass a buffer of at least %d bytes or a smaller count",
-		which, have, what, need, need)
+	return argErr("%s holds %d bytes but %s need %d: pass a buffer of at least %d bytes or a smaller count",
+		name, have, what, need, need)
+}
+
+// overlap reports whether the a bytes at pa and the b bytes at pb share a
+// byte, by differences: pa+a may wrap around the address space.
+func overlap(pa uintptr, a int, pb uintptr, b int) bool {
+	if a <= 0 || b <= 0 {
+		return false
+	}
+	if pa <= pb {
+		return pb-pa < uintptr(a)
+	}
+	return pa-pb < uintptr(b)
+}
+
+// sameBase reports whether send+ro == recv+so (send at offset so and recv
+// at offset ro of one buffer), by differences: the sums may wrap.
+func sameBase(send uintptr, so int, recv uintptr, ro int) bool {
+	if send >= recv {
+		return so >= ro && send-recv == uintptr(so-ro)
+	}
+	return ro >= so && recv-send == uintptr(ro-so)
 }
 
 // CheckPlace checks that rank's send and recv buffers (addresses and the
@@ -164,15 +203,15 @@ func (call *Call) CheckBuffer(which string, have, need, n int) error {
 // layout (InPlace), or not at all: any other overlap would make the call
 // read data it has already overwritten. A collective without an in-place
 // form may overlap (its engine copies aside); a rooted one is checked at
-// the root only, where both buffers are used.
+// the root only, where both buffers are used. Run it after CheckBuffer:
+// buffers too short for the count are that, not an overlap.
 func (call *Call) CheckPlace(rank int, send uintptr, sendN int, recv uintptr, recvN int) error {
 	d := call.Coll.Info()
-	if d == nil || d.InPlace == InPlaceNone || sendN == 0 || recvN == 0 ||
-		send >= recv+uintptr(recvN) || recv >= send+uintptr(sendN) {
+	if d == nil || d.InPlace == InPlaceNone || !overlap(send, sendN, recv, recvN) {
 		return nil
 	}
 	so, ro := d.InPlace.Offsets(rank, call.Count*call.DType.Size())
-	if send+uintptr(ro) == recv+uintptr(so) {
+	if sameBase(send, so, recv, ro) {
 		return nil
 	}
 	layout := map[InPlace]string{
