@@ -153,17 +153,60 @@ type collArgs struct {
 	stream     uintptr
 }
 
+// span is the buffer at p of blocks blocks of count elements of dt, which
+// is as long as C's caller means it to be (C passes no length). Its bytes
+// come from sdk's checker (an overflowing count is refused, never
+// wrapped), and a host rank's large one is checked against the memory
+// mapped there (hostspan.go): a buffer too small for the count is refused
+// as that, before core's checker could see two spans overlap.
+func (c *comm) span(which string, p unsafe.Pointer, count int, dt sdk.DataType, blocks int, countName string) (core.Buffer, error) {
+	if blocks == 0 {
+		return c.buffer(p, 0), nil
+	}
+	n, err := sdk.CheckCount(countName, count, dt, blocks)
+	if err != nil {
+		return core.Buffer{}, err
+	}
+	if !c.onDevice() && n >= spanCheckMin {
+		what := fmt.Sprintf("%d elements of %v", count, dt)
+		if blocks > 1 {
+			what = fmt.Sprintf("%d ranks x %s", blocks, what)
+		}
+		if err := checkHostSpan(which, uintptr(p), n, what); err != nil {
+			return core.Buffer{}, err
+		}
+	}
+	return c.buffer(p, n), nil
+}
+
+// collSpan is a's send or recv buffer (span), sized as FlagCX's flagcx.h
+// sizes roots' and non-roots' buffers: alike.
+func (c *comm) collSpan(a collArgs, recv bool) (core.Buffer, error) {
+	d := a.coll.Info()
+	if d == nil {
+		return core.Buffer{}, fmt.Errorf("%w: collective %d", sdk.ErrInternalError, int(a.coll))
+	}
+	if recv {
+		return c.span("recv", a.recv, a.count, a.dt, d.Recv.Blocks(c.count()), d.CountName)
+	}
+	return c.span("send", a.send, a.count, a.dt, d.Send.Blocks(c.count()), d.CountName)
+}
+
 // collective runs a.coll (every collective but AlltoAllv).
 func (c *comm) collective(a collArgs) error {
-	// FlagCX's flagcx.h sizes roots' and non-roots' buffers alike.
-	sendN, _ := a.coll.BufElems(a.count, c.count())
-	return c.collectiveOn(a, c.buffer(a.send, sendN*a.dt.Size()))
+	send, err := c.collSpan(a, false)
+	if err != nil {
+		return err
+	}
+	return c.collectiveOn(a, send)
 }
 
 // collectiveOn runs a with send in place of a.send.
 func (c *comm) collectiveOn(a collArgs, send core.Buffer) error {
-	_, recvN := a.coll.BufElems(a.count, c.count())
-	recv := c.buffer(a.recv, recvN*a.dt.Size())
+	recv, err := c.collSpan(a, true)
+	if err != nil {
+		return err
+	}
 	call := sdk.Call{Coll: a.coll, Count: a.count, DType: a.dt, Op: a.op, Root: a.root}
 	return sdk.Dispatch[core.Buffer, core.Stream](c.hc, call, send, recv, loader.Stream(a.stream))
 }
@@ -178,15 +221,25 @@ func (c *comm) scratchBuffer(sc *scratch, bytes int) core.Buffer {
 
 // alltoallv runs AlltoAllv; counts and displacements are in elements.
 func (c *comm) alltoallv(send unsafe.Pointer, sc, sd []int, recv unsafe.Pointer, rc, rd []int, dt sdk.DataType, stream uintptr) error {
-	es := dt.Size()
-	sb := c.buffer(send, extent(sc, sd)*es)
-	rb := c.buffer(recv, extent(rc, rd)*es)
+	// The counts and displacements are at most 2^48 each (capiAlltoAllv):
+	// the extent's bytes do not overflow.
+	sb, err := c.span("send", send, extent(sc, sd), dt, 1, "sendcounts + sdispls")
+	if err != nil {
+		return err
+	}
+	rb, err := c.span("recv", recv, extent(rc, rd), dt, 1, "recvcounts + rdispls")
+	if err != nil {
+		return err
+	}
 	return c.hc.AlltoAllv(sb, sc, sd, rb, rc, rd, dt, loader.Stream(stream))
 }
 
 // p2p posts a send (recv false) or a receive of count elements.
 func (c *comm) p2p(recv bool, buf unsafe.Pointer, count int, dt sdk.DataType, peer int, stream uintptr) error {
-	b := c.buffer(buf, count*dt.Size())
+	b, err := c.span("buffer", buf, count, dt, 1, "count")
+	if err != nil {
+		return err
+	}
 	if recv {
 		return c.hc.Recv(b, count, dt, peer, loader.Stream(stream))
 	}

@@ -328,7 +328,8 @@ func TestCAPIExportsTheHeader(t *testing.T) {
 // peers never come fails within its short FLAGCX_TIMEOUT with a remote
 // error naming them; a destroyed communicator is refused, not read after
 // it was freed; a malformed FLAGCX_TIMEOUT is an invalid argument naming
-// the variable and what it takes.
+// the variable and what it takes; a count far beyond host buffers is a
+// buffer too small, not buffers that overlap.
 func TestCAPIMisuse(t *testing.T) {
 	prog := cProgram(t, "misuse")
 	nv := []string{"FLAGCX_BACKEND=nvidia", "FLAGCX_EMULATED=1"}
@@ -348,6 +349,8 @@ func TestCAPIMisuse(t *testing.T) {
 		{"destroyed communicator on the host", []string{"destroyed"}, []string{"FLAGCX_BACKEND=host"}, []string{"PASS destroyed\n"}},
 		{"destroyed communicator on emulated nvidia", []string{"destroyed"}, nv, []string{"PASS destroyed\n"}},
 		{"FLAGCX_TIMEOUT=soon", []string{"badenv"}, []string{"FLAGCX_BACKEND=host", "FLAGCX_TIMEOUT=soon"}, []string{"PASS badenv\n"}},
+		{"2^40 elements on 64-byte host buffers", []string{"hugecount"}, []string{"FLAGCX_BACKEND=host"},
+			[]string{"hugecount: flagcxAllReduce: invalid argument: send buffer holds at most ", "PASS hugecount\n"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -361,6 +364,44 @@ func TestCAPIMisuse(t *testing.T) {
 				require.Contains(t, string(b), w)
 			}
 			require.NotContains(t, string(b), "goroutine ")
+		})
+	}
+}
+
+// TestCAPINewcommArguments: flagcxCommShrink and flagcxCommSplit refuse
+// bad arguments with an invalid argument whose last error, on the
+// communicator itself, says what to pass (misuse.c's newcomm case makes an
+// unrelated failure of the communicator before each call: an error kept
+// only as the process's would leave flagcxGetLastError(comm) showing that
+// one).
+func TestCAPINewcommArguments(t *testing.T) {
+	prog := cProgram(t, "misuse")
+	for _, be := range []struct {
+		name string
+		env  []string
+	}{
+		{"host", []string{"FLAGCX_BACKEND=host"}},
+		{"emulated nvidia", []string{"FLAGCX_BACKEND=nvidia", "FLAGCX_EMULATED=1"}},
+	} {
+		t.Run(be.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, prog, "newcomm")
+			cmd.Env = append(cleanEnv(), be.env...)
+			b, err := cmd.CombinedOutput()
+			require.NoError(t, err, string(b))
+			out := string(b)
+			for _, want := range []struct{ call, err string }{
+				{"flagcxCommShrink(comm, &ex, 0, NULL)", "flagcxCommShrink: invalid argument: newcomm is NULL: pass the address of a flagcxComm_t, which the call sets to the shrunk communicator (NULL on an excluded rank)"},
+				{"flagcxCommShrink(comm, NULL, 1, &nc)", "flagcxCommShrink: invalid argument: exclude is NULL but nexclude is not 0: pass the ranks to exclude, or nexclude 0 to exclude none"},
+				{"flagcxCommShrink(comm, &ex, -1, &nc)", "flagcxCommShrink: invalid argument: nexclude is negative: pass how many ranks exclude holds"},
+				{"flagcxCommSplit(comm, 0, 0, NULL)", "flagcxCommSplit: invalid argument: newcomm is NULL: pass the address of a flagcxComm_t, which the call sets to the new communicator (NULL with FLAGCX_SPLIT_NOCOLOR)"},
+				{"flagcxCommShrink(NULL, &ex, 0, NULL)", "flagcxCommShrink: invalid argument: newcomm is NULL: pass the address of a flagcxComm_t, which the call sets to the shrunk communicator (NULL on an excluded rank)"},
+			} {
+				require.Contains(t, out, fmt.Sprintf("%s: 4: %s\n", want.call, want.err))
+			}
+			require.Contains(t, out, "PASS newcomm\n")
+			require.NotContains(t, out, "goroutine ")
 		})
 	}
 }

@@ -138,6 +138,12 @@ func (c *comm) preMulSum(a collArgs) error {
 	if op.dt != a.dt {
 		return fmt.Errorf("%w: reduction op %d was made for %v; the call passes %v", sdk.ErrInvalidArgument, a.op, op.dt, a.dt)
 	}
+	// scale reads the send buffer here, before core checks anything:
+	// collSpan checks it (that its bytes do not overflow, which makes
+	// sendN's below safe, and the memory a host rank maps there).
+	if _, err := c.collSpan(a, false); err != nil {
+		return err
+	}
 	sendN, _ := a.coll.BufElems(a.count, c.count())
 	if a.send == nil && sendN > 0 {
 		return fmt.Errorf("%w: sendbuff is NULL with count %d", sdk.ErrInvalidArgument, a.count)

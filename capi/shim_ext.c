@@ -9,7 +9,11 @@
 flagcxResult_t flagcxCommSplit(flagcxComm_t comm, int color, int key,
                                flagcxComm_t *newcomm) {
   USABLE("flagcxCommSplit");
-  NEED(newcomm, "flagcxCommSplit", "newcomm");
+  if (newcomm == NULL) // on comm too: see flagcxCommShrink
+    return FAIL(comm, "flagcxCommSplit", flagcxInvalidArgument,
+                "newcomm is NULL: pass the address of a flagcxComm_t, which "
+                "the call sets to the new communicator (NULL with "
+                "FLAGCX_SPLIT_NOCOLOR)");
   *newcomm = NULL;
   NEEDCOMM(comm, "flagcxCommSplit");
   CHECK(shimBind(comm));
@@ -32,14 +36,23 @@ flagcxResult_t flagcxCommSplit(flagcxComm_t comm, int color, int key,
 flagcxResult_t flagcxCommShrink(flagcxComm_t comm, const int *exclude,
                                 int nexclude, flagcxComm_t *newcomm) {
   USABLE("flagcxCommShrink");
-  NEED(newcomm, "flagcxCommShrink", "newcomm");
+  // The argument errors are recorded on comm, not only as the process's
+  // (NEED): flagcxGetLastError(comm) reads comm's own last error first,
+  // and would otherwise still show an older failure of comm.
+  if (newcomm == NULL)
+    return FAIL(comm, "flagcxCommShrink", flagcxInvalidArgument,
+                "newcomm is NULL: pass the address of a flagcxComm_t, which "
+                "the call sets to the shrunk communicator (NULL on an "
+                "excluded rank)");
   *newcomm = NULL;
   NEEDCOMM(comm, "flagcxCommShrink");
   if (nexclude < 0)
     return FAIL(comm, "flagcxCommShrink", flagcxInvalidArgument,
                 "nexclude is negative: pass how many ranks exclude holds");
-  if (nexclude > 0)
-    NEED(exclude, "flagcxCommShrink", "exclude");
+  if (nexclude > 0 && exclude == NULL)
+    return FAIL(comm, "flagcxCommShrink", flagcxInvalidArgument,
+                "exclude is NULL but nexclude is not 0: pass the ranks to "
+                "exclude, or nexclude 0 to exclude none");
   CHECK(shimBind(comm));
   shimSyncEnv();
   flagcxComm_t c = calloc(1, sizeof *c);

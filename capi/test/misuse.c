@@ -9,6 +9,13 @@
 //   misuse destroyed   calls with a destroyed communicator: flagcxInvalidUsage
 //   misuse badenv      flagcxGetUniqueId under a malformed FLAGCX_TIMEOUT
 //                      (set by the test): flagcxInvalidArgument
+//   misuse hugecount   collectives and a send of 2^40 elements on 64-byte
+//                      buffers: flagcxInvalidArgument, the buffer too small
+//                      (on the host backend)
+//   misuse newcomm     flagcxCommShrink and flagcxCommSplit with bad
+//                      arguments, each after another failure of the
+//                      communicator: prints "<call>: <result>: <its last
+//                      error>" per call (the test reads the messages)
 //
 // Prints "PASS <case>" at the end, "FAIL ..." and exit 1 on a mismatch.
 // The backend is whatever FLAGCX_BACKEND says.
@@ -214,6 +221,67 @@ static void badEnvCase(void) {
   printf("PASS badenv\n");
 }
 
+// hugeCountCase: a count far beyond the buffers. C passes no lengths, but
+// the memory mapped at a buffer bounds it: the buffer too small is
+// reported as that, never as send and recv overlapping (the spans the
+// count implies do), and nothing is read.
+static void hugeCountCase(void) {
+  flagcxDeviceHandle_t dh;
+  OK(flagcxDeviceHandleInit(&dh));
+  flagcxComm_t comm = oneRank(dh);
+  void *a, *b;
+  OK(dh->deviceMalloc(&a, 64, flagcxMemDevice, NULL));
+  OK(dh->deviceMalloc(&b, 64, flagcxMemDevice, NULL));
+  const size_t huge = (size_t)1 << 40;
+  EXPECT(flagcxAllReduce(a, b, huge, flagcxFloat32, flagcxSum, comm, NULL),
+         flagcxInvalidArgument,
+         "flagcxAllReduce: invalid argument: send buffer holds at most ",
+         "but 1099511627776 elements of float32 need 4398046511104: pass a "
+         "buffer of at least 4398046511104 bytes or a smaller count");
+  printf("hugecount: %s\n", flagcxGetLastError(NULL));
+  EXPECT(flagcxAllReduce(a, a, huge, flagcxFloat32, flagcxSum, comm, NULL),
+         flagcxInvalidArgument, "send buffer holds at most ");
+  EXPECT(flagcxBroadcast(a, b, huge, flagcxInt8, 0, comm, NULL),
+         flagcxInvalidArgument, "send buffer holds at most ");
+  EXPECT(flagcxSend(a, huge, flagcxInt8, 0, comm, NULL), flagcxInvalidArgument,
+         "flagcxSend: invalid argument: buffer holds at most ",
+         "but 1099511627776 elements of int8 need 1099511627776");
+  OK(dh->deviceFree(a, flagcxMemDevice, NULL));
+  OK(dh->deviceFree(b, flagcxMemDevice, NULL));
+  OK(flagcxCommDestroy(comm));
+  OK(flagcxDeviceHandleFree(dh));
+  printf("PASS hugecount\n");
+}
+
+// ON_COMM prints what call returned and comm's last error. An unrelated
+// failure of comm comes first (an AllReduce of an invalid data type), so
+// that a call which does not record its own error shows that one instead.
+#define ON_COMM(comm, call)                                                    \
+  do {                                                                         \
+    int x_ = 0;                                                                \
+    if (flagcxAllReduce(&x_, &x_, 1, (flagcxDataType_t)99, flagcxSum, comm,    \
+                        NULL) != flagcxInvalidArgument)                        \
+      fail("an AllReduce of data type 99 was not refused");                    \
+    flagcxResult_t r_ = (call);                                                \
+    printf("%s: %d: %s\n", #call, r_, flagcxGetLastError(comm));              \
+  } while (0)
+
+static void newcommCase(void) {
+  flagcxDeviceHandle_t dh;
+  OK(flagcxDeviceHandleInit(&dh));
+  flagcxComm_t comm = oneRank(dh);
+  flagcxComm_t nc = NULL;
+  int ex = 0;
+  ON_COMM(comm, flagcxCommShrink(comm, &ex, 0, NULL));
+  ON_COMM(comm, flagcxCommShrink(comm, NULL, 1, &nc));
+  ON_COMM(comm, flagcxCommShrink(comm, &ex, -1, &nc));
+  ON_COMM(comm, flagcxCommSplit(comm, 0, 0, NULL));
+  ON_COMM(NULL, flagcxCommShrink(NULL, &ex, 0, NULL));
+  OK(flagcxCommDestroy(comm));
+  OK(flagcxDeviceHandleFree(dh));
+  printf("PASS newcomm\n");
+}
+
 int main(int argc, char **argv) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc == 2 && strcmp(argv[1], "fork") == 0)
@@ -224,8 +292,13 @@ int main(int argc, char **argv) {
     destroyedCase();
   else if (argc == 2 && strcmp(argv[1], "badenv") == 0)
     badEnvCase();
+  else if (argc == 2 && strcmp(argv[1], "newcomm") == 0)
+    newcommCase();
+  else if (argc == 2 && strcmp(argv[1], "hugecount") == 0)
+    hugeCountCase();
   else {
-    fprintf(stderr, "usage: %s fork | alone <nranks> | destroyed | badenv\n",
+    fprintf(stderr, "usage: %s fork | alone <nranks> | destroyed | badenv | "
+            "hugecount | newcomm\n",
             argv[0]);
     return 2;
   }
