@@ -220,5 +220,7 @@ func (c *Comm) ReadCounter() uint64 { return c.readCounter() }
 // WaitCounter waits until ReadCounter reaches target, or fails past the
 // deadline naming the peers whose operations are outstanding, or with the
 // first error a peer reported for this rank's operations (a window it
-// freed, say).
+// freed, say). A target above the operations this rank has issued, which
+// the counter can never reach, fails at once (sdk.ErrInvalidArgument,
+// naming both).
 func (c *Comm) WaitCounter(target uint64) error { return c.waitCounter(target) }

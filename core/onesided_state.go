@@ -396,6 +396,20 @@ func (o *osState) counter() uint64 {
 	return n
 }
 
+// issued is how many operations this rank issued: those complete when
+// issued (local), and those sent to each peer, which its acknowledgements
+// complete. The counter counts completions of exactly these, so it never
+// passes issued.
+func (o *osState) issued() uint64 {
+	n := o.local.Load()
+	for _, p := range o.peers {
+		if p != nil {
+			n += p.issued.Load()
+		}
+	}
+	return n
+}
+
 func (c *Comm) waitCounter(target uint64) error {
 	const name = "WaitCounter"
 	o, err := c.osNeed(name)
@@ -404,6 +418,14 @@ func (c *Comm) waitCounter(target uint64) error {
 			return nil
 		}
 		return err
+	}
+	// A target past what this rank issued can never be reached: the
+	// counter counts completions of issued operations, and none is issued
+	// while this waits (a Comm is used by one goroutine at a time, and the
+	// C API holds the communicator's lock). Fail now, not at the deadline.
+	if issued := o.issued(); target > issued {
+		return fmt.Errorf("%w: %s(%d) on rank %d: only %d one-sided operations were issued (the counter, %d now, counts their completions and cannot reach %d): wait for at most %d, or issue the operations first",
+			sdk.ErrInvalidArgument, name, target, c.rank, issued, o.counter(), target, issued)
 	}
 	ready := func() (bool, error) {
 		// The counter is read before the refusals: a peer sends its
@@ -435,7 +457,7 @@ func (c *Comm) waitCounter(target uint64) error {
 		}
 		what := strings.Join(out, "; ")
 		if what == "" {
-			what = fmt.Sprintf("the counter is %d, but only %d operations were issued", o.counter(), o.counter())
+			what = fmt.Sprintf("the counter is %d of the %d operations issued", o.counter(), o.issued())
 		}
 		return fmt.Errorf("%w: %s(%d) on rank %d: not reached before the deadline: %s (%s sets the deadline, %v): %w",
 			sdk.ErrRemoteError, name, target, c.rank, what, tcp.EnvTimeout, o.timeout, ErrTimeout)

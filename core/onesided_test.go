@@ -3,6 +3,7 @@ package core_test
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"testing"
 	"time"
@@ -233,4 +234,49 @@ func TestOneSidedMisuse(t *testing.T) {
 	err = c.Put(1, core.RMA{Local: w, Remote: w, Bytes: 1}, 0)
 	require.ErrorIs(t, err, sdk.ErrInvalidUsage)
 	require.ErrorContains(t, err, "freed on this rank")
+}
+
+// TestWaitCounterPastWhatWasIssued: a WaitCounter target above the
+// operations this rank issued (a put to a peer, a signal, a put to
+// itself: 3) fails at once, saying how many were issued and what was
+// asked, instead of waiting out the deadline; a target within them is
+// reached.
+func TestWaitCounterPastWhatWasIssued(t *testing.T) {
+	const deadline = 5 * time.Second
+	comms := startHetero(t, 2, core.WithTimeout(deadline))
+	ws := make([]*core.Window, 2)
+	errs := onEvery(comms, func(c *core.Comm) error {
+		var err error
+		ws[c.Rank()], err = c.AllocWindow(64)
+		return err
+	})
+	require.NoError(t, errors.Join(errs...))
+	c, w := comms[0], ws[0]
+	require.NoError(t, c.WaitCounter(0), "nothing issued, nothing to wait for")
+	require.NoError(t, c.Put(1, core.RMA{Local: w, Remote: w, Bytes: 8}, 0))
+	require.NoError(t, c.Signal(1, 0))
+	require.NoError(t, c.Put(0, core.RMA{Local: w, LocalOff: 8, Remote: w, Bytes: 8}, 0))
+	for _, tc := range []struct {
+		name   string
+		target uint64
+		want   string // "" when reached
+	}{
+		{"one", 1, ""},
+		{"all three", 3, ""},
+		{"one more", 4, "WaitCounter(4) on rank 0: only 3 one-sided operations were issued (the counter, 3 now, counts their completions and cannot reach 4): wait for at most 3, or issue the operations first"},
+		{"the largest", math.MaxUint64, "WaitCounter(18446744073709551615) on rank 0: only 3 one-sided operations were issued"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			err := c.WaitCounter(tc.target)
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.Less(t, time.Since(start), deadline/2, "it waited for the deadline")
+			require.ErrorIs(t, err, sdk.ErrInvalidArgument)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+	require.NoError(t, errors.Join(onEvery(comms, func(c *core.Comm) error { return c.Barrier() })...))
 }
