@@ -14,6 +14,7 @@ import (
 
 	"github.com/flagcx/flagcx-go/core"
 	"github.com/flagcx/flagcx-go/internal/env"
+	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
@@ -28,8 +29,9 @@ type Options struct {
 	Quick        bool     // the smaller matrix (CI)
 	Seed         uint64   // base seed of the inputs
 	// CaseTimeout is the deadline of one case on all ranks (default 60 s);
-	// StartTimeout of starting the workers and joining the communicator
-	// (default 120 s). A rank past its deadline is a hang.
+	// StartTimeout of starting the workers, opening the plugin and joining
+	// the communicator (default 2 x FLAGCX_TIMEOUT + 60 s: 120 s at its
+	// default; see withDefaults). A rank past its deadline is a hang.
 	CaseTimeout, StartTimeout time.Duration
 	// Filter keeps only the cases whose id matches (plugin.load always runs).
 	Filter *regexp.Regexp
@@ -42,6 +44,54 @@ type Options struct {
 	Verbose  bool
 	// WorkerStderr, when set, also receives the workers' stderr.
 	WorkerStderr io.Writer
+}
+
+// startSlack is what starting a rank takes besides its waits: the worker
+// process, go-plugin's handshake, loading the plugin, on a busy machine
+// (the CI's two cores start five workers); FLAGCX_TIMEOUT bounds none of it.
+const startSlack = time.Minute
+
+// withDefaults is o with its unset fields set (lookup reads the
+// environment; nil: the process's), or why it cannot run.
+//
+// StartTimeout follows FLAGCX_TIMEOUT, the deadline of every wait without
+// progress and of every plugin call that can block: twice it (a phase's
+// own wait, behind the slowest rank's start, which a rendezvous waits for)
+// and startSlack; 120 s at its default (tcp.DefaultTimeout), as the fixed
+// deadline was. A fixed one cut a run that allows slow starts short and
+// kept one that allows little waiting for a hung start.
+func (o Options) withDefaults(lookup env.Lookup) (Options, error) {
+	if o.Dir == "" {
+		o.Dir = loader.DefaultDir()
+	}
+	if len(o.NP) == 0 {
+		o.NP = []int{2, 3, 4}
+	}
+	for _, n := range o.NP {
+		if n < 2 || n > 64 {
+			return o, fmt.Errorf("%w: --np %d: communicator sizes must be 2..64", sdk.ErrInvalidArgument, n)
+		}
+	}
+	if o.CaseTimeout <= 0 {
+		o.CaseTimeout = 60 * time.Second
+	}
+	if o.StartTimeout <= 0 {
+		t, set, err := env.Timeout.Find(lookup)
+		if err != nil {
+			return o, fmt.Errorf("%w: %w", sdk.ErrInvalidArgument, err)
+		}
+		if !set {
+			t = tcp.DefaultTimeout
+		}
+		o.StartTimeout = 2*t + startSlack
+	}
+	if len(o.Worker) == 0 {
+		return o, errors.New("suite.Options.Worker is empty: the command that starts a worker process is needed")
+	}
+	if o.VendorsimDir == "" && !env.VendorsimDir.IsSet(lookup) {
+		o.VendorsimDir = filepath.Join(o.Dir, "..", "vendorsim")
+	}
+	return o, nil
 }
 
 // Status of a case.
@@ -95,28 +145,9 @@ type Report struct {
 // about the run itself (no plugin dir, unknown --plugin name); failing cases
 // are in the report (see Report.Failures).
 func Run(ctx context.Context, o Options) (*Report, error) {
-	if o.Dir == "" {
-		o.Dir = loader.DefaultDir()
-	}
-	if len(o.NP) == 0 {
-		o.NP = []int{2, 3, 4}
-	}
-	for _, n := range o.NP {
-		if n < 2 || n > 64 {
-			return nil, fmt.Errorf("%w: --np %d: communicator sizes must be 2..64", sdk.ErrInvalidArgument, n)
-		}
-	}
-	if o.CaseTimeout <= 0 {
-		o.CaseTimeout = 60 * time.Second
-	}
-	if o.StartTimeout <= 0 {
-		o.StartTimeout = 120 * time.Second
-	}
-	if len(o.Worker) == 0 {
-		return nil, errors.New("suite.Options.Worker is empty: the command that starts a worker process is needed")
-	}
-	if o.VendorsimDir == "" && !env.VendorsimDir.IsSet(nil) {
-		o.VendorsimDir = filepath.Join(o.Dir, "..", "vendorsim")
+	o, err := o.withDefaults(nil)
+	if err != nil {
+		return nil, err
 	}
 	cands, dirErr := loader.Discover(o.Dir)
 	if len(cands) == 0 {
