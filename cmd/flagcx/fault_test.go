@@ -167,16 +167,7 @@ func runFaultCase(t *testing.T, bin, plugins string, seed int64, c faultCase) {
 	cmd := exec.Command(bin, c.args(plugins)...)
 	cmd.Env = env
 	cmd.Dir = t.TempDir()
-	out, errb, done := startBackground(t, cmd)
-	t.Cleanup(func() {
-		// A failed case leaves nothing running, stopped ranks included.
-		_ = cmd.Process.Kill()
-		for _, p := range processesWith(tag) {
-			if pid, err := strconv.Atoi(p); err == nil {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-	})
+	out, errb, done := startTagged(t, cmd, tag) // a failed case leaves nothing running
 	// what tells the story of a failed case.
 	what := func() string {
 		return fmt.Sprintf("seed %d (FLAGCX_FAULT_SEED=%d replays it), %v\nflagcx %s\nstdout (tail):\n%s\nstderr (tail):\n%s",

@@ -143,6 +143,23 @@ func startBackground(t *testing.T, cmd *exec.Cmd) (out, errb *lockedBuffer, done
 	return out, errb, done
 }
 
+// startTagged is startBackground for a job whose every process carries
+// tag in its environment: when the test ends, the job and whatever it
+// left running (a stopped rank included) are killed.
+func startTagged(t *testing.T, cmd *exec.Cmd, tag string) (out, errb *lockedBuffer, done chan error) {
+	t.Helper()
+	out, errb, done = startBackground(t, cmd)
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		for _, p := range processesWith(tag) {
+			if pid, err := strconv.Atoi(p); err == nil {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+	return out, errb, done
+}
+
 // TestBenchExactOnShmAndTCP: every collective, data type and op gives exact
 // results on 2..9 ranks at odd sizes (whole windows, slices that do not
 // divide evenly, the one-step and two-step reductions), through shared

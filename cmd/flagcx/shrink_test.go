@@ -41,15 +41,7 @@ func TestBenchOnFailureShrink(t *testing.T) {
 	cmd := exec.Command(flagcxBin(t), "bench", "all", "--np", "4", "--on-failure", "shrink", "-c", "1", "-b", "1K", "-e", "4M", "-f", "4", "-w", "1", "-n", "5")
 	cmd.Env = env
 	cmd.Dir = t.TempDir()
-	out, errb, done := startBackground(t, cmd)
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		for _, p := range processesWith(tag) {
-			if pid, err := strconv.Atoi(p); err == nil {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-	})
+	out, errb, done := startTagged(t, cmd, tag)
 	what := func() string {
 		return fmt.Sprintf("stdout (tail):\n%s\nstderr (tail):\n%s", tail(out.String(), 4000), tail(errb.String(), 4000))
 	}

@@ -54,16 +54,7 @@ func runStoppedRankCase(t *testing.T, args []string, victim int) {
 	cmd := exec.Command(flagcxBin(t), args...)
 	cmd.Env = cleanEnv("FLAGCX_TIMEOUT="+strconv.Itoa(int(stopTimeout/time.Second)), tag)
 	cmd.Dir = t.TempDir()
-	out, errb, done := startBackground(t, cmd)
-	t.Cleanup(func() {
-		// A failed case leaves nothing running, the stopped rank included.
-		_ = cmd.Process.Kill()
-		for _, p := range processesWith(tag) {
-			if pid, err := strconv.Atoi(p); err == nil {
-				_ = syscall.Kill(pid, syscall.SIGKILL)
-			}
-		}
-	})
+	out, errb, done := startTagged(t, cmd, tag) // a failed case leaves nothing running
 	what := func() string {
 		return fmt.Sprintf("flagcx %s\nstdout (tail):\n%s\nstderr (tail):\n%s",
 			strings.Join(args, " "), tail(out.String(), 3000), tail(errb.String(), 3000))
