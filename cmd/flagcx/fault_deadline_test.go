@@ -46,6 +46,17 @@ func TestFaultEndsInTime(t *testing.T) {
 func watchEnds(pids map[int]int, victim int) func() map[int]time.Time {
 	var mu sync.Mutex
 	ends := map[int]time.Time{}
+	look := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for r, pid := range pids {
+			if _, seen := ends[r]; !seen && r != victim {
+				if st := procState(pid); st == "gone" || st == "zombie" {
+					ends[r] = time.Now()
+				}
+			}
+		}
+	}
 	stop := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
@@ -53,15 +64,7 @@ func watchEnds(pids map[int]int, victim int) func() map[int]time.Time {
 		tick := time.NewTicker(10 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			mu.Lock()
-			for r, pid := range pids {
-				if _, seen := ends[r]; !seen && r != victim {
-					if st := procState(pid); st == "gone" || st == "zombie" {
-						ends[r] = time.Now()
-					}
-				}
-			}
-			mu.Unlock()
+			look()
 			select {
 			case <-stop:
 				return
@@ -72,6 +75,9 @@ func watchEnds(pids map[int]int, victim int) func() map[int]time.Time {
 	return func() map[int]time.Time {
 		close(stop)
 		<-done
+		// A rank that ended after the last tick (and the launcher, which
+		// reaped it, right after) ends now, a little late at most.
+		look()
 		mu.Lock()
 		defer mu.Unlock()
 		return ends
