@@ -21,7 +21,7 @@ mkdir -p "$out"
 # group -> package and -run pattern. The fault seed is the one issue 48
 # named; TestFaultInjection draws a new case per collective otherwise.
 declare -A pkg run
-pkg[fault]=./cmd/flagcx run[fault]='^(TestFaultInjection|TestFaultEndsInTime|TestBenchOnFailureShrink)$'
+pkg[fault]=./cmd/flagcx run[fault]='^(TestFaultInjection|TestFaultEndsInTime|TestBenchOnFailureShrink|TestBenchShrinkAroundStoppedRank|TestBenchPluginCrashInACollective)$'
 pkg[revoke]=./core run[revoke]='^(TestRevokeAndShrink|TestPlannedShrink|TestAbortDuringShmCollective|TestWatchdogPluginStuckInAllReduce|TestAsyncErrorFromVendor|TestShmRelayAbandoned)$'
 pkg[onesided]=./core run[onesided]='^(TestOneSidedExact|TestOneSidedPeerNeverSignals|TestOneSidedWindowFreedUnderUse|TestOneSidedMisuse)$'
 pkg[capi]=./capi run[capi]='^(TestCAPIOneSided|TestAsyncVendorError)$'
