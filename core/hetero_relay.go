@@ -53,10 +53,9 @@ type relayState struct {
 	pending bool
 	// proxy finishes the relays' host halves (started by setupShm).
 	proxy *relayProxy
-	// armed are the go words the relays since the last drain use, each
-	// cleared before the first of them (armGo).
-	armed  [4]*uint64
-	narmed int
+	// armed is the go word the relays since the last drain use, cleared
+	// before the first of them (armGo).
+	armed *uint64
 	// srcs holds a relay's sources (no allocation on the latency path).
 	srcs [sched.MaxDeviceReduceClusters]uintptr
 }
@@ -96,32 +95,30 @@ func (c *Comm) drainRelays(rs *relayState) error {
 	if err := c.awaitWord(rs.landed, rs.value|loader.RelayDone, rs.stream, "finish its last relay (fold the shared windows)", nil); err != nil {
 		return errors.Join(idle, err)
 	}
-	rs.pending, rs.narmed = false, 0
+	rs.pending, rs.armed = false, nil
 	return idle
 }
 
 // armGo readies the go word w of a relay about to launch. The words live
 // in the window, where other calls' data lands between relays, and the
 // device stops at any abort bit beside a value >= its own (the abort of a
-// later relay stops an earlier one: flagcx_plugin.h), so a word no
-// relay used since the last drain is cleared first: stale data must not
-// read as an abort. A word a pending relay uses holds only the answers
-// to the relays since, which an earlier relay may still have to read: it
-// is left alone. More distinct words than armed holds drain first.
+// later relay stops an earlier one: flagcx_plugin.h), so a word the
+// pending relays do not use is cleared first: stale data must not read
+// as an abort. The words sit after a call's input (sched's relay step),
+// so a call of another size puts them where a pending relay's input may
+// lie, which the other ranks' devices may still read: the relays are
+// drained first (the drain's step lets nobody read that half any more).
+// The word the pending relays use holds only their answers, which an
+// earlier relay may still have to read: it is left alone.
 func (c *Comm) armGo(rs *relayState, w *uint64) error {
-	for _, a := range rs.armed[:rs.narmed] {
-		if a == w {
-			return nil
-		}
+	if rs.armed == w {
+		return nil
 	}
-	if rs.narmed == len(rs.armed) {
-		if err := c.drainRelays(rs); err != nil {
-			return err
-		}
+	if err := c.drainRelays(rs); err != nil {
+		return err
 	}
 	atomic.StoreUint64(w, 0)
-	rs.armed[rs.narmed] = w
-	rs.narmed++
+	rs.armed = w
 	return nil
 }
 
