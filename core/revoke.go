@@ -483,17 +483,12 @@ func (c *Comm) Revoke(reason string) {
 }
 
 // tell adopts verdict re and sends it to every rank it does not name
-// lost, within probeWait. The host side is shut at once (a call in flight
-// here ends, and the peers' waits on this rank fail), the vendor
-// communicator is aborted once the verdict is out: its abort reaches the
-// cluster's peers through the vendor's library, which would otherwise
-// report the abort (a remote error) before they hear why.
+// lost, within probeWait. (Sending before the vendor's abort, so that
+// peers hear why before their library reports the abort, made
+// TestNCCLDropIn's 5-rank split case fail under load; a peer's vendor
+// error is settled into the verdict instead: AsyncError.)
 func (c *Comm) tell(re *RevokedError) {
-	if !c.record(re) {
-		return
-	}
-	c.shutHost()
-	defer c.abortAll()
+	c.adopt(re)
 	msg := c.verdictMsg(re)
 	var wg sync.WaitGroup
 	for r := range c.n {
