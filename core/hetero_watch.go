@@ -46,10 +46,9 @@ func (c *Comm) Guard(fn func() error) error {
 	}
 }
 
-// onTimeout is the watchdog's verdict: the communicator fails, its host
-// side first (peers waiting on this rank learn it at once, and this does
-// not call the plugin), then the vendor's, whose abort is what unblocks a
-// library stuck in a collective.
+// onTimeout is the watchdog's verdict: the communicator fails and is
+// aborted in abortAll's order (host side shut, vendor aborted, which is
+// what unblocks a library stuck in a collective, then the host closed).
 func (c *Comm) onTimeout(e *TimeoutError) {
 	c.mu.Lock()
 	if c.failed == nil {
