@@ -8,8 +8,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/flagcx/flagcx-go/internal/env"
-	"github.com/flagcx/flagcx-go/internal/flog"
+	"github.com/flagcx/flagcx-go/internal/base/env"
+	"github.com/flagcx/flagcx-go/internal/base/flog"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )

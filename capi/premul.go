@@ -29,7 +29,7 @@ import (
 	"slices"
 	"unsafe"
 
-	"github.com/flagcx/flagcx-go/internal/flog"
+	"github.com/flagcx/flagcx-go/internal/base/flog"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/flagcx/flagcx-go/core/internal/host"
-	"github.com/flagcx/flagcx-go/internal/flog"
+	"github.com/flagcx/flagcx-go/internal/base/flog"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/flagcx/flagcx-go/core/internal/host/reduce"
-	"github.com/flagcx/flagcx-go/internal/env"
+	"github.com/flagcx/flagcx-go/internal/base/env"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"

@@ -8,8 +8,8 @@ import (
 	"runtime/trace"
 	"strings"
 
-	"github.com/flagcx/flagcx-go/internal/env"
-	"github.com/flagcx/flagcx-go/internal/flog"
+	"github.com/flagcx/flagcx-go/internal/base/env"
+	"github.com/flagcx/flagcx-go/internal/base/flog"
 	"github.com/flagcx/flagcx-go/internal/sched"
 )
 
@@ -29,7 +29,7 @@ var (
 // communicator, or every call with FLAGCX_DEBUG=TRACE. Naming COLL is
 // enough; FLAGCX_DEBUG=NONE, VERSION or WARN silences it. FLAGCX_DEBUG=INFO
 // with INIT selected (the default subsystems) prints the cluster layout at
-// init. The rules are internal/flog's; the flags only spare the work of
+// init. The rules are internal/base/flog's; the flags only spare the work of
 // formatting what would not be shown.
 type collDebug struct {
 	init, coll, every bool

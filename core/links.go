@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/flagcx/flagcx-go/internal/env"
-	"github.com/flagcx/flagcx-go/internal/flog"
+	"github.com/flagcx/flagcx-go/internal/base/env"
+	"github.com/flagcx/flagcx-go/internal/base/flog"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
 )
 

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/flagcx/flagcx-go/internal/env"
+	"github.com/flagcx/flagcx-go/internal/base/env"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 	"github.com/flagcx/flagcx-go/internal/sched"

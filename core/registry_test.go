@@ -5,11 +5,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/flagcx/flagcx-go/internal/env"
+	"github.com/flagcx/flagcx-go/internal/base/env"
 	"github.com/flagcx/flagcx-go/internal/sched"
 )
 
-// TestChunkDefault keeps the chunk internal/env documents for an unset
+// TestChunkDefault keeps the chunk internal/base/env documents for an unset
 // FLAGCX_NET_CHUNK_SIZE the one the schedules use.
 func TestChunkDefault(t *testing.T) {
 	require.Equal(t, sched.DefaultChunk, env.NetChunkSize.Default())

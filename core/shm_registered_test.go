@@ -8,7 +8,7 @@ import (
 
 	"github.com/flagcx/flagcx-go/conformance/heterotest"
 	"github.com/flagcx/flagcx-go/core"
-	"github.com/flagcx/flagcx-go/internal/bytesize"
+	"github.com/flagcx/flagcx-go/internal/base/bytesize"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
 )

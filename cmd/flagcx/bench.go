@@ -8,7 +8,7 @@ import (
 	"runtime/trace"
 
 	"github.com/flagcx/flagcx-go/cmd/flagcx/internal/bench"
-	"github.com/flagcx/flagcx-go/internal/env"
+	"github.com/flagcx/flagcx-go/internal/base/env"
 )
 
 func init() {

@@ -18,8 +18,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/flagcx/flagcx-go/internal/launch"
 	"github.com/flagcx/flagcx-go/internal/testkit"
+	"github.com/flagcx/flagcx-go/launch"
 )
 
 // Fault injection. Each case starts a 3-rank bench of one collective, lets

@@ -16,7 +16,7 @@ import (
 
 	"github.com/alecthomas/kong"
 
-	"github.com/flagcx/flagcx-go/internal/env"
+	"github.com/flagcx/flagcx-go/internal/base/env"
 )
 
 // Globals are the flags every subcommand accepts, before or after its name.

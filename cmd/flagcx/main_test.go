@@ -20,7 +20,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/flagcx/flagcx-go/internal/launch"
+	"github.com/flagcx/flagcx-go/launch"
 )
 
 var (

@@ -8,7 +8,7 @@ import (
 	"github.com/alecthomas/kong"
 
 	"github.com/flagcx/flagcx-go/cmd/flagcx/internal/plugincmd"
-	"github.com/flagcx/flagcx-go/internal/env"
+	"github.com/flagcx/flagcx-go/internal/base/env"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )

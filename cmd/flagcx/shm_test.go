@@ -17,7 +17,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/flagcx/flagcx-go/internal/launch"
+	"github.com/flagcx/flagcx-go/launch"
 )
 
 // segmentsOf lists the /dev/shm segments whose creator is one of pids

@@ -18,7 +18,7 @@ import (
 	goplugin "github.com/hashicorp/go-plugin"
 	"github.com/hashicorp/go-plugin/runner"
 
-	"github.com/flagcx/flagcx-go/internal/env"
+	"github.com/flagcx/flagcx-go/internal/base/env"
 )
 
 // The workers are go-plugin plugins over net/rpc. The handshake's cookie

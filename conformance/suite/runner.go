@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/flagcx/flagcx-go/core"
-	"github.com/flagcx/flagcx-go/internal/env"
+	"github.com/flagcx/flagcx-go/internal/base/env"
 	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"

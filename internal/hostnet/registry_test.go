@@ -6,13 +6,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/flagcx/flagcx-go/internal/env"
+	"github.com/flagcx/flagcx-go/internal/base/env"
 	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 )
 
 // TestDefaultsAreTheRegistrys keeps hostnet's exported defaults and the
-// ones internal/env documents and returns for unset variables the same.
+// ones internal/base/env documents and returns for unset variables the same.
 func TestDefaultsAreTheRegistrys(t *testing.T) {
 	def := tcp.DefaultConfig()
 	require.Equal(t, env.SocketIfName.Default(), def.IfName)

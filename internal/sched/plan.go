@@ -5,7 +5,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/flagcx/flagcx-go/internal/bytesize"
+	"github.com/flagcx/flagcx-go/internal/base/bytesize"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 

@@ -3,7 +3,7 @@ package loader
 import (
 	"unsafe"
 
-	"github.com/flagcx/flagcx-go/internal/cmem"
+	"github.com/flagcx/flagcx-go/internal/base/cmem"
 )
 
 // Go mirrors of the C structs of sdk/include/flagcx_plugin.h, ABI v1 to v5. Every

@@ -34,7 +34,7 @@ import (
 
 	"github.com/ebitengine/purego"
 
-	"github.com/flagcx/flagcx-go/internal/env"
+	"github.com/flagcx/flagcx-go/internal/base/env"
 )
 
 // CallRecordFD is the descriptor on which a local launch hands each rank

@@ -2,7 +2,7 @@ package loader
 
 import (
 	"fmt"
-	"github.com/flagcx/flagcx-go/internal/cmem"
+	"github.com/flagcx/flagcx-go/internal/base/cmem"
 	"runtime"
 	"sync"
 	"time"

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/flagcx/flagcx-go/internal/env"
-	"github.com/flagcx/flagcx-go/internal/flog"
+	"github.com/flagcx/flagcx-go/internal/base/env"
+	"github.com/flagcx/flagcx-go/internal/base/flog"
 )
 
 // Candidate is a plugin file discovery found (not yet opened).

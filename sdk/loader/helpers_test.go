@@ -8,7 +8,7 @@ import (
 	"github.com/ebitengine/purego"
 	"github.com/stretchr/testify/require"
 
-	"github.com/flagcx/flagcx-go/internal/cmem"
+	"github.com/flagcx/flagcx-go/internal/base/cmem"
 )
 
 // cSymbol reads a data symbol of a library this process loaded (dlopen of

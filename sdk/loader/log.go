@@ -3,13 +3,13 @@ package loader
 import (
 	"context"
 	"fmt"
-	"github.com/flagcx/flagcx-go/internal/cmem"
+	"github.com/flagcx/flagcx-go/internal/base/cmem"
 	"sync"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
 
-	"github.com/flagcx/flagcx-go/internal/flog"
+	"github.com/flagcx/flagcx-go/internal/base/flog"
 )
 
 // LogLevel is a level of the plugin log callback, numbered as FLAGCX_DEBUG's

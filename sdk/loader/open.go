@@ -4,7 +4,7 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
-	"github.com/flagcx/flagcx-go/internal/cmem"
+	"github.com/flagcx/flagcx-go/internal/base/cmem"
 	"os"
 	"reflect"
 	"runtime"

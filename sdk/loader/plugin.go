@@ -15,7 +15,7 @@ package loader
 
 import (
 	"fmt"
-	"github.com/flagcx/flagcx-go/internal/cmem"
+	"github.com/flagcx/flagcx-go/internal/base/cmem"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -26,7 +26,7 @@ import (
 
 	"github.com/ebitengine/purego"
 
-	"github.com/flagcx/flagcx-go/internal/env"
+	"github.com/flagcx/flagcx-go/internal/base/env"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -285,13 +285,13 @@ func (p *Plugin) syscall(entry string, fn uintptr, args []uintptr) error {
 
 // ---- Init and emulation -----------------------------------------------
 
-// Environment variables the loader reads (declared in internal/env).
+// Environment variables the loader reads (declared in internal/base/env).
 var (
 	EnvPluginDir    = env.PluginDir.Name    // where libflagcx-<name>.so files live
 	EnvPluginPrefix = env.PluginFile.Prefix // FLAGCX_PLUGIN_<NAME>=path|none
 	EnvVendorsimDir = env.VendorsimDir.Name // root of emulated runtimes: <dir>/<name>/
 	EnvEmulated     = env.Emulated.Name     // 1/true/yes: as --emulated
-	EnvDebug        = env.Debug.Name        // WARN, INFO, TRACE: plugin log lines (internal/flog)
+	EnvDebug        = env.Debug.Name        // WARN, INFO, TRACE: plugin log lines (internal/base/flog)
 )
 
 // EmulatedFromEnv reports whether FLAGCX_EMULATED asks for emulated vendor
@@ -312,7 +312,7 @@ type InitOptions struct {
 	// FLAGCX_VENDORSIM_DIR, else <plugin file's dir>/../vendorsim.
 	VendorsimDir string
 	// Log receives the plugin's log lines; nil logs them through the
-	// process's logger (internal/flog): shown at the level FLAGCX_DEBUG
+	// process's logger (internal/base/flog): shown at the level FLAGCX_DEBUG
 	// asks for (nothing when unset), on stderr or in FLAGCX_DEBUG_FILE.
 	Log LogFunc
 }

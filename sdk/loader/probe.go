@@ -27,7 +27,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/flagcx/flagcx-go/internal/env"
+	"github.com/flagcx/flagcx-go/internal/base/env"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 

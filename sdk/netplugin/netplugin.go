@@ -17,7 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/flagcx/flagcx-go/internal/cmem"
+	"github.com/flagcx/flagcx-go/internal/base/cmem"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -27,8 +27,8 @@ import (
 
 	"github.com/ebitengine/purego"
 
-	"github.com/flagcx/flagcx-go/internal/env"
-	"github.com/flagcx/flagcx-go/internal/flog"
+	"github.com/flagcx/flagcx-go/internal/base/env"
+	"github.com/flagcx/flagcx-go/internal/base/flog"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 

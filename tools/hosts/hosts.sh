@@ -198,7 +198,7 @@ check() {
 }
 
 # launch starts R ranks per host with the variables flagcx reads
-# (internal/launch/env.go): FLAGCX_COMM_ID on host 0, FLAGCX_NRANKS,
+# (launch/env.go): FLAGCX_COMM_ID on host 0, FLAGCX_NRANKS,
 # FLAGCX_RANK, FLAGCX_LOCAL_RANK, FLAGCX_LOCAL_SIZE and one random
 # FLAGCX_COMM_SECRET for the job. With --out DIR each rank writes
 # DIR/rank<r>.log (stdout), .err (stderr) and .rc (its exit status); else its lines are

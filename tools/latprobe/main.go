@@ -3,7 +3,7 @@
 // a mean of a few tens of microseconds can hide a fast median and a slow
 // tail, as it did on emulated hosts (docs/performance.md). Start it as
 // bench's ranks are started by hand or by a launcher (FLAGCX_RANK and the
-// rest: internal/launch), e.g. on 2 emulated hosts:
+// rest: launch), e.g. on 2 emulated hosts:
 //
 //	go build -o bin/latprobe ./tools/latprobe
 //	tools/hosts/hosts.sh up 2
@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/flagcx/flagcx-go/core"
-	"github.com/flagcx/flagcx-go/internal/launch"
+	"github.com/flagcx/flagcx-go/launch"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 

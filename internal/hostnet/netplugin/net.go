@@ -17,8 +17,8 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/flagcx/flagcx-go/internal/env"
-	"github.com/flagcx/flagcx-go/internal/flog"
+	"github.com/flagcx/flagcx-go/internal/base/env"
+	"github.com/flagcx/flagcx-go/internal/base/flog"
 	"github.com/flagcx/flagcx-go/internal/hostnet/topo"
 	sdknet "github.com/flagcx/flagcx-go/sdk/netplugin"
 

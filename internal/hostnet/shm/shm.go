@@ -12,8 +12,8 @@ import (
 	"os"
 	"strings"
 
-	"github.com/flagcx/flagcx-go/internal/bytesize"
-	"github.com/flagcx/flagcx-go/internal/env"
+	"github.com/flagcx/flagcx-go/internal/base/bytesize"
+	"github.com/flagcx/flagcx-go/internal/base/env"
 	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 
@@ -59,7 +59,7 @@ const (
 )
 
 // Environment variables read by ShmConfigFromEnv (declared in
-// internal/env).
+// internal/base/env).
 var (
 	EnvShmDisable     = env.ShmDisable.Name
 	EnvShmP2PSize     = env.ShmP2PSize.Name

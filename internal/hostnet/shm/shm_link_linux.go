@@ -12,8 +12,8 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/flagcx/flagcx-go/internal/bytesize"
-	"github.com/flagcx/flagcx-go/internal/env"
+	"github.com/flagcx/flagcx-go/internal/base/bytesize"
+	"github.com/flagcx/flagcx-go/internal/base/env"
 	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 

@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"unsafe"
 
-	"github.com/flagcx/flagcx-go/internal/bytesize"
+	"github.com/flagcx/flagcx-go/internal/base/bytesize"
 	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 

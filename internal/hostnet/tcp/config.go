@@ -6,7 +6,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/flagcx/flagcx-go/internal/env"
+	"github.com/flagcx/flagcx-go/internal/base/env"
 	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 
@@ -78,7 +78,7 @@ const (
 	MaxHello = 64 << 10
 )
 
-// Environment variables read by ConfigFromEnv (declared in internal/env).
+// Environment variables read by ConfigFromEnv (declared in internal/base/env).
 var (
 	EnvSocketIfName    = env.SocketIfName.Name
 	EnvSocketFamily    = env.SocketFamily.Name

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/flagcx/flagcx-go/internal/flog"
+	"github.com/flagcx/flagcx-go/internal/base/flog"
 	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 

@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/flagcx/flagcx-go/internal/flog"
+	"github.com/flagcx/flagcx-go/internal/base/flog"
 	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 

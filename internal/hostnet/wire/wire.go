@@ -11,7 +11,7 @@ import (
 	"strconv"
 	"unicode"
 
-	"github.com/flagcx/flagcx-go/internal/env"
+	"github.com/flagcx/flagcx-go/internal/base/env"
 )
 
 // Secret is the shared key of one communicator; peers prove they hold it
@@ -41,7 +41,7 @@ var (
 )
 
 // EnvTimeout bounds every transport's wait without progress
-// (FLAGCX_TIMEOUT, declared in internal/env); errors name it.
+// (FLAGCX_TIMEOUT, declared in internal/base/env); errors name it.
 var EnvTimeout = env.Timeout.Name
 
 // LengthError reports a frame whose length differs from what the receiver

@@ -4,8 +4,8 @@ import (
 	"time"
 
 	"github.com/flagcx/flagcx-go/core"
-	"github.com/flagcx/flagcx-go/internal/env"
-	"github.com/flagcx/flagcx-go/internal/flog"
+	"github.com/flagcx/flagcx-go/internal/base/env"
+	"github.com/flagcx/flagcx-go/internal/base/flog"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 

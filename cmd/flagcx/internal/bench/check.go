@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/flagcx/flagcx-go/conformance/reference"
-	"github.com/flagcx/flagcx-go/internal/flog"
+	"github.com/flagcx/flagcx-go/internal/base/flog"
 )
 
 // The exact check. Computing a reduced element takes every rank's input

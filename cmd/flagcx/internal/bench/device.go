@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/flagcx/flagcx-go/core"
-	"github.com/flagcx/flagcx-go/internal/bytesize"
-	"github.com/flagcx/flagcx-go/internal/env"
+	"github.com/flagcx/flagcx-go/internal/base/bytesize"
+	"github.com/flagcx/flagcx-go/internal/base/env"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
 

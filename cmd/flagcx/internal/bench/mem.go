@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/flagcx/flagcx-go/internal/bytesize"
+	"github.com/flagcx/flagcx-go/internal/base/bytesize"
 )
 
 // Mem is where a rank's benchmark buffers live. Host memory (HostMem) is

@@ -5,7 +5,7 @@ import (
 	"strings"
 
 	"github.com/flagcx/flagcx-go/core"
-	"github.com/flagcx/flagcx-go/internal/env"
+	"github.com/flagcx/flagcx-go/internal/base/env"
 	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 	"github.com/flagcx/flagcx-go/sdk/loader"

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/flagcx/flagcx-go/internal/env"
-	"github.com/flagcx/flagcx-go/internal/flog"
+	"github.com/flagcx/flagcx-go/internal/base/env"
+	"github.com/flagcx/flagcx-go/internal/base/flog"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
-	"github.com/flagcx/flagcx-go/internal/launch"
+	"github.com/flagcx/flagcx-go/launch"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
 

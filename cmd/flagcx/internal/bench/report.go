@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/flagcx/flagcx-go/core"
-	"github.com/flagcx/flagcx-go/internal/bytesize"
+	"github.com/flagcx/flagcx-go/internal/base/bytesize"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 

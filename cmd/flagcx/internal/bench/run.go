@@ -17,10 +17,10 @@ import (
 
 	"github.com/flagcx/flagcx-go/conformance/reference"
 	"github.com/flagcx/flagcx-go/core"
-	"github.com/flagcx/flagcx-go/internal/env"
+	"github.com/flagcx/flagcx-go/internal/base/env"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
-	"github.com/flagcx/flagcx-go/internal/launch"
 	"github.com/flagcx/flagcx-go/internal/sched"
+	"github.com/flagcx/flagcx-go/launch"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 

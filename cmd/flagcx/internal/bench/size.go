@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/flagcx/flagcx-go/internal/bytesize"
-	"github.com/flagcx/flagcx-go/internal/env"
+	"github.com/flagcx/flagcx-go/internal/base/bytesize"
+	"github.com/flagcx/flagcx-go/internal/base/env"
 )
 
 // Size is a byte count given as nccl-tests and FlagCX's tests read it: a

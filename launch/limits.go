@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/flagcx/flagcx-go/internal/bytesize"
+	"github.com/flagcx/flagcx-go/internal/base/bytesize"
 	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 	"github.com/flagcx/flagcx-go/sdk"
 )

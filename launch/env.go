@@ -27,15 +27,15 @@ import (
 	"time"
 
 	"github.com/flagcx/flagcx-go/core"
-	"github.com/flagcx/flagcx-go/internal/env"
-	"github.com/flagcx/flagcx-go/internal/flog"
+	"github.com/flagcx/flagcx-go/internal/base/env"
+	"github.com/flagcx/flagcx-go/internal/base/flog"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
 // The variables flagcx's local launcher sets for its children, and the ones
-// a user may set to launch ranks by hand (declared in internal/env).
+// a user may set to launch ranks by hand (declared in internal/base/env).
 var (
 	EnvUniqueID   = env.UniqueID.Name   // a core.UniqueID string
 	EnvRank       = env.Rank.Name       // this process's rank
@@ -103,7 +103,7 @@ type Job struct {
 }
 
 // vars reads the launchers' variables; FLAGCX_* ones the registry
-// declares (internal/env), the others belong to their launchers.
+// declares (internal/base/env), the others belong to their launchers.
 type vars struct {
 	lookup env.Lookup
 }

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flagcx/flagcx-go/internal/bytesize"
+	"github.com/flagcx/flagcx-go/internal/base/bytesize"
 )
 
 // MaxBytes is the largest byte count ParseBytes accepts (1 PiB): no

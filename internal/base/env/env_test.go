@@ -11,7 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/flagcx/flagcx-go/internal/bytesize"
+	"github.com/flagcx/flagcx-go/internal/base/bytesize"
 )
 
 func lookupOf(m map[string]string) Lookup {
@@ -255,7 +255,7 @@ func TestRegistry(t *testing.T) {
 // variables and the registry the same list: every variable the code reads
 // is documented, and every documented variable is one the code knows.
 func TestReadmeListsTheRegistry(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../../README.md")
 	require.NoError(t, err)
 	readme := string(b)
 	i := strings.Index(readme, "\n## Environment variables\n")
@@ -287,6 +287,6 @@ func TestReadmeListsTheRegistry(t *testing.T) {
 		}
 	}
 	sort.Strings(unknown)
-	require.Empty(t, missing, "registered in internal/env but not in README.md's table of environment variables")
-	require.Empty(t, unknown, "in README.md's table of environment variables but not registered in internal/env")
+	require.Empty(t, missing, "registered in internal/base/env but not in README.md's table of environment variables")
+	require.Empty(t, unknown, "in README.md's table of environment variables but not registered in internal/base/env")
 }

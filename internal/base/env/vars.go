@@ -104,7 +104,7 @@ var (
 		"path of the libibverbs the net-ib plugin loads (set to the emulator by --emulated)").Documented("libibverbs.so.1")
 )
 
-// Ranks and the rendezvous (internal/launch).
+// Ranks and the rendezvous (launch).
 var (
 	// CommID is FLAGCX_COMM_ID.
 	CommID = String("FLAGCX_COMM_ID", "",
@@ -178,7 +178,7 @@ var (
 		"go-plugin's handshake cookie of a conformance worker")
 )
 
-// Logging (internal/flog).
+// Logging (internal/base/flog).
 var (
 	// Debug is FLAGCX_DEBUG's level, upper case; "" when unset.
 	Debug = Choice("FLAGCX_DEBUG", "", "",

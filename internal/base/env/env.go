@@ -25,7 +25,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/flagcx/flagcx-go/internal/bytesize"
+	"github.com/flagcx/flagcx-go/internal/base/bytesize"
 )
 
 // Lookup reads one variable as os.LookupEnv does. nil means the process

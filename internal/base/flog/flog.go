@@ -35,7 +35,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/flagcx/flagcx-go/internal/env"
+	"github.com/flagcx/flagcx-go/internal/base/env"
 )
 
 // Levels, named as FlagCX's and ordered as slog's (higher is more

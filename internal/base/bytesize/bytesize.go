@@ -1,6 +1,6 @@
 // Package bytesize writes byte counts, in the two forms the module shows:
 // Human for people ("1.5 KiB", "32 MiB") and Compact for values a user
-// may type back ("64K", "16M", "1536"; internal/env.ParseBytes reads it).
+// may type back ("64K", "16M", "1536"; internal/base/env.ParseBytes reads it).
 // It imports nothing of this module, so every layer can use it
 // (docs/architecture.md, Layers).
 package bytesize
@@ -23,7 +23,7 @@ func Human(n int64) string {
 }
 
 // Compact writes n with the largest unit that divides it exactly, as
-// internal/env.ParseBytes reads it: 8, 64K, 32M, 1G, 1536.
+// internal/base/env.ParseBytes reads it: 8, 64K, 32M, 1G, 1536.
 func Compact(n int64) string {
 	switch {
 	case n >= 1<<30 && n%(1<<30) == 0:
