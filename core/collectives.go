@@ -1,8 +1,6 @@
 package core
 
 import (
-	"fmt"
-
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
@@ -91,19 +89,15 @@ func (c *Comm) Barrier() error {
 // returns when the peer has the data; inside one it is deferred until
 // GroupEnd, and buf must stay untouched until then.
 func (c *Comm) Send(buf Buffer, count int, dt sdk.DataType, peer int, s Stream) error {
-	if c.host != nil {
-		return c.settle("Send", c.hostP2P("Send", buf, count, dt, peer, false))
-	}
-	return c.settle("Send", c.p2p("Send", buf, count, dt, peer, false, s))
+	c.task = task{name: "Send", kind: kindP2P, args: sdk.Call{Count: count, DType: dt}, peer: peer, send: buf, s: s}
+	return c.enqueue()
 }
 
 // Recv receives count elements from rank peer into buf, matching the
 // peer's Send; deferred inside a group like Send.
 func (c *Comm) Recv(buf Buffer, count int, dt sdk.DataType, peer int, s Stream) error {
-	if c.host != nil {
-		return c.settle("Recv", c.hostP2P("Recv", buf, count, dt, peer, true))
-	}
-	return c.settle("Recv", c.p2p("Recv", buf, count, dt, peer, true, s))
+	c.task = task{name: "Recv", kind: kindP2P, args: sdk.Call{Count: count, DType: dt}, peer: peer, recvSide: true, send: buf, s: s}
+	return c.enqueue()
 }
 
 // GroupStart opens a group: until the matching GroupEnd, the collectives
@@ -118,12 +112,7 @@ func (c *Comm) Recv(buf Buffer, count int, dt sdk.DataType, peer int, s Stream) 
 // returns (on a homogeneous device communicator: until the work it
 // enqueued is done), and a grouped collective must not read what an
 // earlier one of the group writes: small AllReduces of a group run as one.
-func (c *Comm) GroupStart() {
-	c.group++
-	if c.host != nil {
-		c.host.groupStart()
-	}
-}
+func (c *Comm) GroupStart() { c.group++ }
 
 // GroupEnd closes the group GroupStart opened and, at the outermost one,
 // runs it: the collectives first, in the order they were called, then the
@@ -134,74 +123,3 @@ func (c *Comm) GroupStart() {
 // (sdk.ErrInvalidUsage, naming that call's error). The communicator keeps
 // none of the group's buffers once GroupEnd returns.
 func (c *Comm) GroupEnd() error { return c.settle("GroupEnd", c.groupEnd()) }
-
-func (c *Comm) groupEnd() error {
-	if c.group == 0 {
-		return fmt.Errorf("%w: GroupEnd without GroupStart on rank %d", sdk.ErrInvalidUsage, c.rank)
-	}
-	c.group--
-	if c.group > 0 {
-		if c.host != nil {
-			return c.host.groupEnd() // closes a level: runs nothing
-		}
-		return nil
-	}
-	q, gerr := c.groupTasks, c.groupErr
-	c.groupTasks, c.groupErr = q[:0], nil
-	if c.host != nil && gerr == nil {
-		gerr = c.host.groupErr
-	}
-	if gerr != nil {
-		clear(q)
-		c.dropP2P()
-		return fmt.Errorf("%w: the group was not run because an operation in it was invalid: %w", sdk.ErrInvalidUsage, gerr)
-	}
-	if err := c.runQueue(q); err != nil {
-		c.dropP2P()
-		return err
-	}
-	if c.host != nil {
-		return c.host.groupEnd()
-	}
-	ops, s := c.groupOps, c.groupStrm
-	c.groupOps, c.groupStrm = nil, 0
-	if len(ops) == 0 && len(q) > 0 {
-		return nil // collectives only
-	}
-	return c.runGroup("GroupEnd", ops, s)
-}
-
-// dropP2P forgets the sends and receives of a group that is not run.
-func (c *Comm) dropP2P() {
-	c.groupOps, c.groupStrm = nil, 0
-	if c.host != nil {
-		c.host.dropGroup()
-	}
-}
-
-// hostP2P is Send or Recv on the host placement, where groups are the host
-// communicator's: arguments it cannot check (device memory, a closed
-// communicator) are checked here, with the general path's errors.
-func (c *Comm) hostP2P(name string, buf Buffer, count int, dt sdk.DataType, peer int, recv bool) error {
-	h := c.host
-	if buf.dev || c.down.Load() {
-		err := c.usable(name)
-		if err == nil {
-			var n int
-			if n, err = sdk.CheckCount("count", count, dt, 1); err == nil {
-				err = c.checkBuf(name, "buffer", buf, n)
-			}
-			if err != nil {
-				err = fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
-			}
-		}
-		if err != nil {
-			if h.group > 0 && h.groupErr == nil {
-				h.groupErr = err
-			}
-			return err
-		}
-		buf = Buffer{} // no element: nothing of buf is used
-	}
-	return h.p2p(name, buf.host, count, dt, peer, recv)
-}

@@ -34,9 +34,6 @@ type hostComm struct {
 	mesh         *hostnet.Mesh // links to every peer (mesh.Links[rank] is nil)
 	engine       *host.Engine
 
-	group      int        // GroupStart nesting depth
-	groupOps   []host.P2P // deferred Send/Recv of the open group
-	groupErr   error      // first argument error inside the open group
 	closeOnce  sync.Once
 	aborted    chan struct{}
 	closeError error
@@ -343,58 +340,13 @@ func (c *hostComm) run(call *sdk.Call, send, recv []byte) error {
 	return c.opError(call.Coll.Title(), c.engine.Run(call, send, recv))
 }
 
-func (c *hostComm) p2p(name string, buf []byte, count int, dt sdk.DataType, peer int, recv bool) error {
-	n, err := sdk.CheckCount("count", count, dt, 1)
-	if err == nil && len(buf) < n {
-		err = fmt.Errorf("%w: buffer holds %d bytes but %d elements of %v need %d: pass a buffer of at least %d bytes or a smaller count", sdk.ErrInvalidArgument, len(buf), count, dt, n, n)
-	}
-	if err == nil {
-		err = sdk.CheckPeer(peer, c.nranks)
-	}
-	if err != nil {
-		err = fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
-		if c.group > 0 && c.groupErr == nil {
-			c.groupErr = err
-		}
-		return err
-	}
-	op := host.P2P{Peer: peer, Buf: buf[:n], Recv: recv}
-	if c.group > 0 {
-		c.groupOps = append(c.groupOps, op)
-		return nil
-	}
+// sendRecv runs ops, a group's sends and receives (checked by the
+// caller), together on the host engine (host.Engine.Group), so that any
+// pattern of them completes without deadlock; name is the call errors
+// name.
+func (c *hostComm) sendRecv(name string, ops []host.P2P) error {
 	c.begin(sdk.SendRecv, 0, 0, 0, 0)
-	return c.opError(name, c.engine.Group([]host.P2P{op}))
-}
-
-// groupStart defers p2p until the matching groupEnd, which runs them
-// together so that any pattern of sends and receives completes without
-// deadlock. Groups nest; the outermost groupEnd runs them.
-func (c *hostComm) groupStart() { c.group++ }
-
-// groupEnd closes a group (see groupStart).
-func (c *hostComm) groupEnd() error {
-	if c.group == 0 {
-		return fmt.Errorf("%w: GroupEnd without GroupStart on rank %d", sdk.ErrInvalidUsage, c.rank)
-	}
-	c.group--
-	if c.group > 0 {
-		return nil
-	}
-	ops, gerr := c.groupOps, c.groupErr
-	c.groupOps, c.groupErr = nil, nil
-	if gerr != nil {
-		return fmt.Errorf("%w: the group was not run because an operation in it was invalid: %w", sdk.ErrInvalidUsage, gerr)
-	}
-	c.begin(sdk.SendRecv, 0, 0, 0, 0)
-	return c.opError("GroupEnd", c.engine.Group(ops))
-}
-
-// dropGroup closes the outermost group without running its sends and
-// receives (Comm.GroupEnd, when a collective of the group failed).
-func (c *hostComm) dropGroup() {
-	c.group = 0
-	c.groupOps, c.groupErr = nil, nil
+	return c.opError(name, c.engine.Group(ops))
 }
 
 // meshPeers gives the host engine this communicator's links, with errors

@@ -128,21 +128,6 @@ func (c *Comm) LinkTable() []string { return c.world.LinkTable() }
 // collective: every rank calls it with the same length, outside a group.
 // With an empty send it is a barrier of the host network.
 func (c *Comm) HostAllGather(send, recv []byte) error {
-	if err := c.usable("HostAllGather"); err != nil {
-		return err
-	}
-	if c.group > 0 {
-		return fmt.Errorf("%w: HostAllGather on rank %d inside a group: call GroupEnd first", sdk.ErrInvalidUsage, c.rank)
-	}
-	if len(recv) < c.n*len(send) {
-		return fmt.Errorf("%w: HostAllGather on rank %d: recv holds %d bytes but %d ranks of %d need %d: pass a larger recv", sdk.ErrInvalidArgument, c.rank, len(recv), c.n, len(send), c.n*len(send))
-	}
-	call := sdk.Call{Coll: sdk.AllGather, Count: len(send), DType: sdk.Uint8}
-	if len(send) == 0 {
-		call = sdk.Call{Coll: sdk.Barrier}
-	}
-	if err := c.world.run(&call, send, recv); err != nil {
-		return c.settle("HostAllGather", c.callError("HostAllGather", err))
-	}
-	return nil
+	c.task = task{name: "HostAllGather", kind: kindHostNet, send: HostBuffer(send), recv: HostBuffer(recv)}
+	return c.enqueue()
 }

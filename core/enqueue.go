@@ -2,23 +2,42 @@ package core
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
-// The funnel. Every collective of Comm (and every group of sends and
-// receives) is one task that enqueue checks once, with sdk's one checker,
-// and hands to the first runner of the table that takes it, as NCCL's
-// ncclEnqueueCheck -> ArgsCheck -> taskAppend does.
+// The funnel. Every data movement of Comm (its collectives, Send and Recv,
+// the sends and receives of a group, HostAllGather) is one task that
+// enqueue checks once (check.go, one check per kind of task) and hands to
+// the first runner of the table that takes it, as NCCL's ncclEnqueueCheck
+// -> ArgsCheck -> taskAppend does. Inside a group a task is checked and
+// queued instead, and GroupEnd runs the queue through the same table
+// (group.go). What every call must pass (tracing, records, policy) has
+// this one place to go.
+
+// kind is what a task moves.
+type kind uint8
+
+const (
+	kindColl    kind = iota // a collective: args
+	kindP2P                 // one Send or Recv: args.Count, args.DType, peer, recvSide, send
+	kindBatch               // a group's sends and receives together: ops, user
+	kindHostNet             // HostAllGather: host memory over the host network, on every placement
+)
 
 // task is one call on its way through the funnel.
 type task struct {
 	name       string   // the operation, as errors name it
+	kind       kind     // what it moves
 	args       sdk.Call // the call as the API took it
 	send, recv Buffer
 	s          Stream
-	// A group's transfers and buffers (args.Coll == SendRecv).
+	// One Send or Recv (kindP2P): its peer and direction.
+	peer     int
+	recvSide bool
+	// A group's transfers and buffers (kindBatch; args.Coll == SendRecv).
 	ops  []sched.Xfer
 	user []Buffer
 	plan *sched.Plan // built by the first runner that needs it
@@ -34,14 +53,22 @@ type runner struct {
 	checks bool
 	takes  func(c *Comm, t *task) (bool, error)
 	run    func(c *Comm, t *task) error
+	// fuse, for a runner that runs several queued tasks of a group as
+	// one, says how many tasks at the start of q (which it takes) go
+	// together, reading the calls only, never the buffers, so that every
+	// rank cuts its queue alike; runMany runs them. Nil: one by one.
+	fuse    func(c *Comm, q []task) int
+	runMany func(c *Comm, q []task) error
 }
 
-// runners in the order they are asked. The host engine comes first: it is
-// the latency baseline of host-only jobs (docs/architecture.md, decision
-// 14), and its check is the engine's own.
+// runners in the order they are asked. The host network comes first: its
+// tasks run there on every placement. The host engine is next: it is the
+// latency baseline of host-only jobs (docs/architecture.md, decision 14),
+// and its check is the engine's own.
 var runners = [...]runner{
-	{name: "host engine", checks: true, takes: (*Comm).takesHost, run: (*Comm).runHost},
-	{name: "vendor direct", takes: (*Comm).takesDirect, run: (*Comm).runDirect},
+	{name: "host network", checks: true, takes: (*Comm).takesHostNet, run: (*Comm).runHostNet},
+	{name: "host engine", checks: true, takes: (*Comm).takesHost, run: (*Comm).runHost, fuse: (*Comm).fuseHost, runMany: (*Comm).runFused},
+	{name: "vendor direct", takes: (*Comm).takesDirect, run: (*Comm).runDirect, fuse: (*Comm).fuseDirect, runMany: (*Comm).runVendorGroup},
 	{name: "shared-memory plane", takes: (*Comm).takesShm, run: (*Comm).runShmTask},
 	{name: "plan executor", takes: (*Comm).takesPlan, run: (*Comm).runPlan},
 }
@@ -52,166 +79,141 @@ var runners = [...]runner{
 // the heap, an allocation on every call of the host placement's latency
 // path; and written there at once, it is not copied on the way.
 //
-// Inside a group a collective is checked and queued instead (queue,
-// group.go), and GroupEnd runs the queue.
+// Inside a group a task is checked and queued instead (queue), and
+// GroupEnd runs the queue.
 func (c *Comm) enqueue() error {
+	t := &c.task
 	var err error
-	if c.group > 0 {
-		err = c.queue(&c.task)
-	} else {
-		err = c.runTask(&c.task)
+	switch {
+	case c.group > 0:
+		err = c.queue(t)
+	case t.kind == kindP2P:
+		err = c.runP2P(t)
+	default:
+		err = c.runTask(t)
 	}
-	c.task.send, c.task.recv, c.task.user, c.task.plan = Buffer{}, Buffer{}, nil, nil // keep no caller memory
-	return c.settle(c.task.name, err)
+	t.send, t.recv, t.user, t.plan = Buffer{}, Buffer{}, nil, nil // keep no caller memory
+	return c.settle(t.name, err)
 }
 
-// runTask asks the runners in order.
-func (c *Comm) runTask(t *task) error {
-	c.calls++
+// pick finds the runner of t, checking t (check.go) before the first
+// runner that does not check it itself.
+func (c *Comm) pick(t *task) (*runner, error) {
 	checked := false
 	for i := range runners {
 		r := &runners[i]
 		if !r.checks && !checked {
 			if err := c.check(t); err != nil {
-				return err
+				return nil, err
 			}
 			checked = true
 		}
 		ok, err := r.takes(c, t)
 		if err != nil {
-			return fmt.Errorf("%s on rank %d: %w", t.name, c.rank, err)
+			return nil, fmt.Errorf("%s on rank %d: %w", t.name, c.rank, err)
 		}
 		if ok {
-			if c.debug.init && !c.pathLogged {
+			if c.debug.init && !c.pathLogged && t.kind != kindHostNet {
 				c.logFirstPath(r.name, t)
 			}
-			return r.run(c, t)
+			return r, nil
 		}
 	}
-	return fmt.Errorf("%w: %s on rank %d: no runner takes it", sdk.ErrInternalError, t.name, c.rank)
+	return nil, fmt.Errorf("%w: %s on rank %d: no runner takes it", sdk.ErrInternalError, t.name, c.rank)
 }
 
-// check validates t on this rank: a communicator still usable, the
-// arguments (sdk's checker) and the buffers (this rank's kind of memory,
-// large enough).
-func (c *Comm) check(t *task) error {
-	if err := c.usable(t.name); err != nil {
+// runTask runs t on its runner.
+func (c *Comm) runTask(t *task) error {
+	r, err := c.pick(t)
+	if err != nil {
 		return err
 	}
-	call := &t.args
+	c.calls++
+	return r.run(c, t)
+}
+
+// runP2P runs one Send or Recv outside a group: checked as itself, it
+// runs as a group of one, in the communicator's own one-element batch (no
+// allocation on the host latency path). t is c.task, rewritten in place.
+func (c *Comm) runP2P(t *task) error {
+	if err := c.checkP2P(t); err != nil {
+		return err
+	}
+	x, buf := t.xfer()
+	c.oneX[0], c.oneU[0] = x, buf
+	*t = task{name: t.name, kind: kindBatch, args: sdk.Call{Coll: sdk.SendRecv}, s: t.s, ops: c.oneX[:], user: c.oneU[:]}
+	err := c.runTask(t)
+	c.oneU[0] = Buffer{}
+	return err
+}
+
+// xfer is a checked Send's or Recv's transfer and buffer.
+func (t *task) xfer() (sched.Xfer, Buffer) {
+	n := t.args.Count * t.args.DType.Size()
+	return sched.Xfer{Peer: t.peer, Recv: t.recvSide, Bytes: n}, t.send
+}
+
+// queue checks the task the caller wrote into c.task inside a group and
+// adds it to the group: a collective to the queue GroupEnd runs first, a
+// Send or Recv to the batch it runs after. A bad call spoils the group:
+// it is reported here, and GroupEnd then runs nothing.
+func (c *Comm) queue(t *task) error {
 	var err error
-	if call.Coll == sdk.SendRecv {
-		err = sched.Validate(sched.Call{Coll: sdk.SendRecv, Ops: t.ops}, c.n)
-	} else {
-		var sendB, recvB int
-		sendB, recvB, err = call.Check(c.rank, c.n)
-		if err == nil {
-			err = c.checkBuffer(call, "send", t.send, sendB)
+	switch t.kind {
+	case kindP2P:
+		if err = c.checkP2P(t); err == nil {
+			x, buf := t.xfer()
+			c.groupOps = append(c.groupOps, x)
+			c.groupBufs = append(c.groupBufs, buf)
+			c.groupStrm = t.s
+			return nil
 		}
-		if err == nil {
-			err = c.checkBuffer(call, "recv", t.recv, recvB)
-		}
+	case kindHostNet:
+		err = fmt.Errorf("%w: %s on rank %d inside a group: call GroupEnd first", sdk.ErrInvalidUsage, t.name, c.rank)
+	default:
+		err = c.checkQueued(t)
 	}
 	if err != nil {
-		return fmt.Errorf("%s on rank %d: %w", t.name, c.rank, err)
-	}
-	return nil
-}
-
-// takesHost: the host placement, on host memory, on a
-// communicator still open; otherwise the later runners say what is wrong.
-func (c *Comm) takesHost(t *task) (bool, error) {
-	return c.host != nil && !t.send.dev && !t.recv.dev && !c.down.Load() && t.args.Coll != sdk.SendRecv, nil
-}
-
-func (c *Comm) runHost(t *task) error { return c.host.run(&t.args, t.send.host, t.recv.host) }
-
-// takesDirect: the vendor library's own call (see direct).
-func (c *Comm) takesDirect(t *task) (bool, error) {
-	return c.direct(t.args.Coll, t.args.DType, t.args.Op), nil
-}
-
-// runDirect enqueues the library's call of the same name on t.s.
-func (c *Comm) runDirect(t *task) error {
-	if err := sdk.Dispatch(c.vendorCalls(), t.args, t.send.ptr, t.recv.ptr, t.s); err != nil {
-		return c.callError(t.name, err)
-	}
-	return nil
-}
-
-// planOf builds t's plan once.
-func (c *Comm) planOf(t *task) (*sched.Plan, error) {
-	if t.plan != nil {
-		return t.plan, nil
-	}
-	a := &t.args
-	key, cached := planKey{coll: a.Coll, count: a.Count, dtype: a.DType, op: a.Op, root: a.Root}, a.Coll != sdk.SendRecv && a.Coll != sdk.AlltoAllv
-	if p := c.plans[key]; cached && p != nil {
-		t.plan = p
-		return p, nil
-	}
-	call := sched.CallOf(t.args)
-	if t.args.Coll == sdk.SendRecv {
-		call = sched.Call{Coll: sdk.SendRecv, Ops: t.ops}
-	}
-	p, err := sched.Build(c.layout, c.rank, call, c.opts)
-	t.plan = p
-	if err == nil && cached {
-		if c.plans == nil || len(c.plans) >= maxPlans {
-			c.plans = make(map[planKey]*sched.Plan, maxPlans)
+		if c.groupErr == nil {
+			c.groupErr = err
 		}
-		c.plans[key] = p
+		return err
 	}
-	return p, err
-}
-
-// planKey is what a plan depends on besides its communicator (whose
-// layout and options never change), for every call but a group's and
-// AlltoAllv's, whose transfers and counts vary. Building a small
-// heterogeneous call's plan took 3.5 us and 13 allocations on the 2-core
-// VM, a fifth of its latency; a job repeats a few shapes, so each
-// communicator keeps the plans of up to maxPlans of them (immutable once
-// built: executors only read them).
-type planKey struct {
-	coll  sdk.Collective
-	count int
-	dtype sdk.DataType
-	op    sdk.RedOp
-	root  int
-}
-
-const maxPlans = 64
-
-// takesShm: every rank on one host, where the plan is the shared-memory
-// plane's (sched.PathShm).
-func (c *Comm) takesShm(t *task) (bool, error) {
-	if c.shm == nil {
-		return false, nil
-	}
-	p, err := c.planOf(t)
-	return err == nil && p.Path == sched.PathShm, err
-}
-
-func (c *Comm) runShmTask(t *task) error {
-	defer c.label(t.plan.Call)()
-	c.tracePlan(t.plan)
-	if err := c.runShm(t.plan, &callBufs{send: t.send, recv: t.recv, user: t.user}, t.s); err != nil {
-		return c.callError(t.name, c.failure(t.plan, err))
-	}
+	q := *t
+	// The counts are the caller's slices: the queue keeps its own.
+	a := &q.args
+	a.SendCounts, a.SDispls = slices.Clone(a.SendCounts), slices.Clone(a.SDispls)
+	a.RecvCounts, a.RDispls = slices.Clone(a.RecvCounts), slices.Clone(a.RDispls)
+	c.groupTasks = append(c.groupTasks, q)
 	return nil
 }
 
-// takesPlan: every call has a plan.
-func (c *Comm) takesPlan(t *task) (bool, error) {
-	_, err := c.planOf(t)
-	return err == nil, err
-}
-
-func (c *Comm) runPlan(t *task) error {
-	defer c.label(t.plan.Call)()
-	c.tracePlan(t.plan)
-	if err := c.execute(t.plan, &callBufs{send: t.send, recv: t.recv, user: t.user}, t.s); err != nil {
-		return c.callError(t.name, err)
+// runQueue runs a group's queued collectives in call order, each run of
+// tasks that a runner fuses as one (runner.fuse), and lets go of the
+// caller's memory, whatever happens.
+func (c *Comm) runQueue(q []task) error {
+	defer clear(q)
+	for i := 0; i < len(q); {
+		r, err := c.pick(&q[i])
+		if err != nil {
+			return err
+		}
+		n := 1
+		if r.fuse != nil {
+			n = r.fuse(c, q[i:])
+		}
+		c.calls += uint64(n)
+		if n > 1 {
+			err = r.runMany(c, q[i:i+n])
+		} else {
+			c.task = q[i]
+			err = r.run(c, &c.task)
+			c.task.send, c.task.recv, c.task.user, c.task.plan = Buffer{}, Buffer{}, nil, nil
+		}
+		if err != nil {
+			return err
+		}
+		i += n
 	}
 	return nil
 }

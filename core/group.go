@@ -2,7 +2,6 @@ package core
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/flagcx/flagcx-go/core/internal/host"
 	"github.com/flagcx/flagcx-go/sdk"
@@ -15,7 +14,8 @@ import (
 // one batch. Every rank issues the same collectives in the same order
 // (NCCL's rule), so every rank runs them in the same order, and no rank
 // waits in the batch for a peer still in a collective: the order cannot
-// deadlock. How a run of tasks goes depends on the placement:
+// deadlock. How a run of tasks goes is its runner's (runner.fuse in
+// enqueue.go):
 //
 //   - host engine: consecutive small AllReduces of one type and op are
 //     one AllReduce over a packed buffer (runFused), the others one by one;
@@ -28,10 +28,9 @@ import (
 // packing saves calls and costs a copy of little.
 const fuseLimit = host.DefaultSmallLimit
 
-// queue checks the task the caller wrote into c.task inside a group and
-// appends it to the group's queue. A bad call spoils the group: it is
-// reported here, and GroupEnd then runs nothing.
-func (c *Comm) queue(t *task) error {
+// checkQueued checks a collective called inside a group, as it will run
+// and as it will run beside the collectives queued before it.
+func (c *Comm) checkQueued(t *task) error {
 	err := c.check(t)
 	if err == nil && t.args.Coll == sdk.Barrier {
 		err = fmt.Errorf("%w: Barrier on rank %d inside a group: a barrier cannot be grouped; call it after GroupEnd", sdk.ErrInvalidUsage, c.rank)
@@ -39,19 +38,7 @@ func (c *Comm) queue(t *task) error {
 	if err == nil && c.host != nil {
 		err = c.checkGrouped(t)
 	}
-	if err != nil {
-		if c.groupErr == nil {
-			c.groupErr = err
-		}
-		return err
-	}
-	q := *t
-	// The counts are the caller's slices: the queue keeps its own.
-	a := &q.args
-	a.SendCounts, a.SDispls = slices.Clone(a.SendCounts), slices.Clone(a.SDispls)
-	a.RecvCounts, a.RDispls = slices.Clone(a.RecvCounts), slices.Clone(a.RDispls)
-	c.groupTasks = append(c.groupTasks, q)
-	return nil
+	return err
 }
 
 // checkGrouped checks, on the host placement, what the host engine will
@@ -110,39 +97,18 @@ func fusable(a, b *sdk.Call) bool {
 	return a.Coll == sdk.AllReduce && b.Coll == sdk.AllReduce && a.DType == b.DType && a.Op == b.Op
 }
 
-// runQueue runs a group's queued collectives in call order (see the top
-// of this file) and lets go of the caller's memory, whatever happens.
-func (c *Comm) runQueue(q []task) error {
-	defer clear(q)
-	for i := 0; i < len(q); {
-		n, err := c.runGrouped(q[i:])
-		if err != nil {
-			return err
-		}
-		i += n
-	}
-	return nil
-}
+// fuseHost: consecutive small AllReduces of one type and op run as one
+// on the host engine (firstRun).
+func (c *Comm) fuseHost(q []task) int { return firstRun(q) }
 
-// runGrouped runs the tasks at the start of q that go together and says
-// how many it ran.
-func (c *Comm) runGrouped(q []task) (int, error) {
-	switch {
-	case c.host != nil:
-		if n := firstRun(q); n > 1 {
-			return n, c.runFused(q[:n])
-		}
-	case c.direct(q[0].args.Coll, q[0].args.DType, q[0].args.Op):
-		n := 1
-		for n < len(q) && c.direct(q[n].args.Coll, q[n].args.DType, q[n].args.Op) {
-			n++
-		}
-		if n > 1 {
-			return n, c.runVendorGroup(q[:n])
-		}
+// fuseDirect: consecutive tasks the vendor library takes directly run in
+// one group of the library.
+func (c *Comm) fuseDirect(q []task) int {
+	n := 1
+	for n < len(q) && c.direct(q[n].args.Coll, q[n].args.DType, q[n].args.Op) {
+		n++
 	}
-	c.task = q[0]
-	return 1, c.enqueue()
+	return n
 }
 
 // runFused runs q, AllReduces of one type and op on the host placement,
@@ -194,4 +160,41 @@ func (c *Comm) runVendorGroup(q []task) error {
 		err = c.callError("GroupEnd", gerr)
 	}
 	return err
+}
+
+// groupEnd closes a level of the group and, at the outermost, runs it:
+// its collectives in call order, then its sends and receives as one
+// batch through the funnel's runners.
+func (c *Comm) groupEnd() error {
+	if c.group == 0 {
+		return fmt.Errorf("%w: GroupEnd without GroupStart on rank %d", sdk.ErrInvalidUsage, c.rank)
+	}
+	c.group--
+	if c.group > 0 {
+		return nil
+	}
+	q, gerr := c.groupTasks, c.groupErr
+	c.groupTasks, c.groupErr = q[:0], nil
+	defer c.dropP2P()
+	if gerr != nil {
+		clear(q)
+		return fmt.Errorf("%w: the group was not run because an operation in it was invalid: %w", sdk.ErrInvalidUsage, gerr)
+	}
+	if err := c.runQueue(q); err != nil {
+		return err
+	}
+	if len(c.groupOps) == 0 {
+		return nil
+	}
+	c.task = task{name: "GroupEnd", kind: kindBatch, args: sdk.Call{Coll: sdk.SendRecv}, s: c.groupStrm, ops: c.groupOps, user: c.groupBufs}
+	err := c.runTask(&c.task)
+	c.task.user, c.task.ops, c.task.plan = nil, nil, nil
+	return err
+}
+
+// dropP2P forgets the group's sends and receives, run or not, keeping
+// their lists for the next group.
+func (c *Comm) dropP2P() {
+	clear(c.groupBufs)
+	c.groupOps, c.groupBufs, c.groupStrm = c.groupOps[:0], c.groupBufs[:0], 0
 }

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/flagcx/flagcx-go/core/internal/host"
 	"github.com/flagcx/flagcx-go/core/internal/host/reduce"
 	"github.com/flagcx/flagcx-go/internal/base/env"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
@@ -262,14 +263,21 @@ type Comm struct {
 	calls uint64
 
 	// The open group (GroupStart): its depth, its queued collectives
-	// (group.go), its sends and receives (on the host placement, the host
-	// communicator's), their last stream, and its first bad call.
+	// (group.go), its sends and receives with their buffers, their last
+	// stream, and its first bad call.
 	group      int
 	groupTasks []task
-	groupOps   []groupOp
+	groupOps   []sched.Xfer
+	groupBufs  []Buffer
 	groupErr   error
 	groupStrm  loader.Stream
 	fused      []byte // the packed buffer of fused AllReduces (runFused)
+	// A Send's or Recv's batch of one outside a group (runP2P), and the
+	// host engine's list of a batch (runHostBatch): reused, so that the
+	// host latency path allocates nothing.
+	oneX    [1]sched.Xfer
+	oneU    [1]Buffer
+	hostOps []host.P2P
 
 	wd         *Watchdog      // bounds this rank's plugin calls (device ranks)
 	dev        *watchedPlugin // the plugin's calls that can block, under wd (device ranks)
@@ -295,13 +303,6 @@ type Comm struct {
 	// failOnce runs the first half of a failed schedule's abort once
 	// (failStart): the first failure is the one peers are told of.
 	failOnce sync.Once
-}
-
-type groupOp struct {
-	buf   Buffer
-	bytes int
-	peer  int
-	recv  bool
 }
 
 // initRecord is what every rank tells the others at init: its backend and

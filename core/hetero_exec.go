@@ -8,89 +8,12 @@ import (
 	"sync"
 	"unsafe"
 
+	"github.com/flagcx/flagcx-go/core/internal/host"
 	"github.com/flagcx/flagcx-go/core/internal/host/reduce"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
-
-func (c *Comm) p2p(name string, buf Buffer, count int, dt sdk.DataType, peer int, recv bool, s loader.Stream) error {
-	n, err := sdk.CheckCount("count", count, dt, 1)
-	if err == nil {
-		err = sdk.CheckPeer(peer, c.n)
-	}
-	if err == nil {
-		err = c.checkBuf(name, "buffer", buf, n)
-	}
-	if err != nil {
-		err = fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
-		if c.group > 0 && c.groupErr == nil {
-			c.groupErr = err
-		}
-		return err
-	}
-	op := groupOp{buf: buf, bytes: n, peer: peer, recv: recv}
-	if c.group > 0 {
-		c.groupOps = append(c.groupOps, op)
-		c.groupStrm = s
-		return nil
-	}
-	return c.runGroup(name, []groupOp{op}, s)
-}
-
-func (c *Comm) runGroup(name string, ops []groupOp, s loader.Stream) error {
-	t := task{name: name, args: sdk.Call{Coll: sdk.SendRecv}, s: s, user: make([]Buffer, len(ops))}
-	for i, o := range ops {
-		t.ops = append(t.ops, sched.Xfer{Peer: o.peer, Recv: o.recv, Bytes: o.bytes})
-		t.user[i] = o.buf
-	}
-	c.task = t
-	return c.enqueue()
-}
-
-// checkBuf checks that b is this rank's kind of memory and holds need
-// bytes (nothing is needed of a buffer the call does not use here). which
-// names it as sdk.BufferName does: Send's and Recv's is "buffer".
-func (c *Comm) checkBuf(name, which string, b Buffer, need int) error {
-	if need == 0 {
-		return nil
-	}
-	if err := c.checkMem(name, which, b); err != nil {
-		return err
-	}
-	if b.n < need {
-		return fmt.Errorf("%w: %s holds %d bytes but %d are needed: pass a buffer of at least %d bytes or a smaller count", sdk.ErrInvalidArgument, sdk.BufferName(which), b.n, need, need)
-	}
-	return nil
-}
-
-// checkBuffer is checkBuf for a collective's buffer, in sdk's checker's
-// words for one that is too short.
-func (c *Comm) checkBuffer(call *sdk.Call, which string, b Buffer, need int) error {
-	if need == 0 {
-		return nil
-	}
-	if err := c.checkMem(call.Coll.Title(), which, b); err != nil {
-		return err
-	}
-	return call.CheckBuffer(which, b.n, need, c.n)
-}
-
-// checkMem checks that b is this rank's kind of memory.
-func (c *Comm) checkMem(name, which string, b Buffer) error {
-	if b.n < 0 {
-		return fmt.Errorf("%w: %s: %s has a negative length", sdk.ErrInvalidArgument, name, sdk.BufferName(which))
-	}
-	if b.dev != c.be.OnDevice() {
-		if c.be.OnDevice() {
-			return fmt.Errorf("%w: %s: rank %d runs on %s device %d, but the %s is host memory: pass device memory of that plugin (core.DeviceBuffer of its DeviceMalloc)",
-				sdk.ErrInvalidArgument, name, c.rank, c.be.Plugin.Name, c.be.Device, sdk.BufferName(which))
-		}
-		return fmt.Errorf("%w: %s: rank %d runs on the host backend, but the %s is device memory: pass host memory (core.HostBuffer)",
-			sdk.ErrInvalidArgument, name, c.rank, sdk.BufferName(which))
-	}
-	return nil
-}
 
 // callError puts the operation's name on an error, except on the
 // watchdog's, which names the rank and the plugin call already, and names
@@ -722,23 +645,18 @@ func (c *Comm) vendorStep(st *sched.Step, b *callBufs, s loader.Stream) error {
 // hostXfers runs a SendRecv step's transfers, each to its own peer and
 // buffer, as bytes, in one group of cm.
 func (c *Comm) hostXfers(cm *hostComm, st *sched.Step, b *callBufs) error {
-	cm.groupStart()
-	for _, x := range st.Xfers {
-		m, rerr := c.resolve(b, x.Ref)
-		if rerr == nil && m.dev {
-			rerr = fmt.Errorf("%w: host transfer of device memory %s", sdk.ErrInternalError, x.Ref)
+	ops := make([]host.P2P, len(st.Xfers))
+	for i, x := range st.Xfers {
+		m, err := c.resolve(b, x.Ref)
+		if err == nil && m.dev {
+			err = fmt.Errorf("%w: host transfer of device memory %s", sdk.ErrInternalError, x.Ref)
 		}
-		if rerr != nil {
-			_ = cm.groupEnd()
-			return rerr
+		if err != nil {
+			return err
 		}
-		name := "Send"
-		if x.Recv {
-			name = "Recv"
-		}
-		_ = cm.p2p(name, m.host, len(m.host), sdk.Uint8, x.Peer, x.Recv)
+		ops[i] = host.P2P{Peer: x.Peer, Buf: m.host, Recv: x.Recv}
 	}
-	return cm.groupEnd()
+	return cm.sendRecv("GroupEnd", ops)
 }
 
 // hostStep runs a step's collective on a host communicator.
