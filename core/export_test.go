@@ -20,7 +20,7 @@ func SchedPlan(c *Comm, rank int, call sched.Call) (*sched.Plan, error) {
 func SetStepRan(f func(p *sched.Plan, call uint64, i int)) { stepRan = f }
 
 // StagedInPieces is how many staged AllReduces c ran in pieces
-// (hetero_staged.go).
+// (staged.go).
 func StagedInPieces(c *Comm) int { return c.stagedInPieces }
 
 // FlagcxFiles lists this process's flagcx segments in /dev/shm, for the

@@ -318,7 +318,7 @@ func (c *Comm) Revocation() *RevokedError { return c.revokedFor("") }
 // in the background (what flagcxCommGetAsyncError and
 // ncclCommGetAsyncError report): the revocation, the watchdog's missed
 // deadline, a call that failed and took the communicator down, a relay
-// that failed after its call returned (hetero_relay_proxy.go), or the
+// that failed after its call returned (relay_proxy.go), or the
 // vendor communicator's own asynchronous error (a collective that failed
 // on the device after its call returned), which revokes the communicator
 // as a failed call does; nil while none did. It may be called from any

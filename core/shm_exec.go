@@ -52,7 +52,7 @@ func (c *Comm) runShm(p *sched.Plan, b *callBufs, s loader.Stream) error {
 		// cores the device ranks leave (one each, to drive their copies).
 		r.workers = reduce.Workers((runtime.NumCPU() - (c.n - len(red))) / len(red))
 	}
-	// A relay keeps the windows' rule itself (hetero_relay.go); anything
+	// A relay keeps the windows' rule itself (relay.go); anything
 	// else drains the relays first (the node's gate).
 	enter := r.node.Enter
 	if p.Count(sched.KindRelay, -1) > 0 {

@@ -12,7 +12,7 @@ import (
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
 
-// The relay proxy: the host half of a device rank's relays (hetero_relay.go)
+// The relay proxy: the host half of a device rank's relays (relay.go)
 // on a goroutine of its own, as NCCL's proxy thread progresses what its
 // kernels wait for. The caller launches a relay and hands the proxy a job;
 // the proxy waits for the landed word, publishes the step, waits for every

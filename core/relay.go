@@ -18,7 +18,7 @@ import (
 // Broadcast it roots, in one launch (the plugin's relayReduce, ABI v5; the
 // step is internal/sched/shm_steps.go's relay). The device puts the
 // rank's input in its window and raises the landed word; the rank's relay
-// proxy (hetero_relay_proxy.go) sees it, publishes the step, waits for
+// proxy (relay_proxy.go) sees it, publishes the step, waits for
 // every rank's and raises the go word; the device then folds what the
 // rank takes from the windows into the receive buffer. The call returns
 // once the launch is enqueued, as a stream-ordered collective does: the

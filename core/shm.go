@@ -16,7 +16,7 @@ import (
 // registered with every device rank's runtime, are the staging. The
 // geometry and the reasons are in internal/sched/shm.go, a rank's steps in
 // internal/sched/shm_steps.go; this file holds the plane, and
-// hetero_shm_exec.go runs the steps.
+// shm_exec.go runs the steps.
 
 // shmPlane is what a rank holds for PathShm.
 type shmPlane struct {
@@ -39,7 +39,7 @@ type shmPlane struct {
 	reducesOnDevice bool
 	scratch         uintptr
 	scratchBytes    int
-	// relay is a device rank's relays (hetero_relay.go).
+	// relay is a device rank's relays (relay.go).
 	relay relayState
 	// copies gathers a host rank's copies of a step, kept so that the
 	// step allocates nothing (it is on small calls' latency path).
