@@ -1,6 +1,8 @@
 package core
 
 import (
+	"errors"
+	"fmt"
 	"github.com/flagcx/flagcx-go/core/internal/host"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
@@ -144,3 +146,31 @@ func (c *Comm) runPlan(t *task) error {
 	}
 	return nil
 }
+
+// callError puts the operation's name on an error, except on the
+// watchdog's, which names the rank and the plugin call already, and names
+// the ranks of this host that are gone or stopped (noteStalled): a vendor
+// library's error or a cluster communicator's names neither them nor
+// ranks of this communicator.
+func (c *Comm) callError(name string, err error) error {
+	var te *TimeoutError
+	if errors.As(err, &te) {
+		return te
+	}
+	return noteStalled(fmt.Errorf("%s on rank %d: %w", name, c.rank, err), c.world.peers, c.rank)
+}
+
+// direct reports whether call goes straight to the vendor library: a
+// homogeneous device communicator whose library takes the call's type and
+// op, with no plan to print. It is the path users compare with the vendor
+// library's own latency, so it builds no plan and allocates nothing; the plan
+// it skips would be that single vendor step.
+func (c *Comm) direct(coll sdk.Collective, dt sdk.DataType, op sdk.RedOp) bool {
+	if c.ccl == nil || c.opts.HostPath || c.debug.coll || !c.layout.IsHomogeneous() || coll == sdk.SendRecv || coll == sdk.Barrier {
+		return false
+	}
+	p := c.be.Plugin
+	return p.SupportsDataType(dt) && (!coll.Reduces() || p.SupportsRedOp(op))
+}
+
+// ---- the executor ------------------------------------------------------------
