@@ -30,6 +30,7 @@ package core
 
 import (
 	"fmt"
+	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
 
 	"github.com/flagcx/flagcx-go/core/internal/host/reduce"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
@@ -72,3 +73,6 @@ func HostReduce(dst, a, b []byte, dt sdk.DataType, op sdk.RedOp) error {
 	reduce.Into(dst, a, b, dt, op)
 	return nil
 }
+
+// SplitNoColor is the color of a rank that joins no communicator in Split.
+const SplitNoColor = hostcomm.SplitNoColor

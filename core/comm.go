@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"fmt"
+	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -72,13 +73,13 @@ type Comm struct {
 	layout  *sched.Layout
 	opts    sched.Options
 
-	world *hostComm    // every rank, over hostnet
-	intra *hostComm    // this rank's cluster (== world when homogeneous)
-	inter *hostComm    // the cluster leaders (leaders only; heterogeneous only)
-	ccl   *loader.Comm // the cluster's vendor communicator (device ranks)
+	world *hostcomm.Comm // every rank, over hostnet
+	intra *hostcomm.Comm // this rank's cluster (== world when homogeneous)
+	inter *hostcomm.Comm // the cluster leaders (leaders only; heterogeneous only)
+	ccl   *loader.Comm   // the cluster's vendor communicator (device ranks)
 	// host is world on the host placement (every rank on the host, one
 	// cluster), where calls go straight to the host engine; else nil.
-	host *hostComm
+	host *hostcomm.Comm
 
 	d2h, h2d loader.Stream // staging copies (device ranks)
 	shm      *shmPlane     // the zero-copy plane (every rank on one host), or nil
@@ -181,12 +182,12 @@ func (c *Comm) Split(color, key int) (*Comm, error) {
 	if err := c.usable("Split"); err != nil {
 		return nil, err
 	}
-	sp, err := c.world.splitID(color, key)
+	sp, err := c.world.SplitID(color, key)
 	if err != nil || sp == nil {
 		return nil, err
 	}
-	cfg := c.world.cfg
-	return InitRank(sp.id, sp.nranks, sp.rank, WithBackend(c.be), WithNetConfig(cfg), WithEnv(c.lookup),
+	cfg := c.world.Config()
+	return InitRank(UniqueID(sp.ID), sp.NRanks, sp.Rank, WithBackend(c.be), WithNetConfig(cfg), WithEnv(c.lookup),
 		WithSplitList(nil), WithHostPath(c.opts.HostPath), WithChunk(c.opts.Chunk))
 }
 
@@ -288,8 +289,8 @@ func (c *Comm) stop(abort bool) error {
 }
 
 // hostComms are the distinct host communicators this rank holds.
-func (c *Comm) hostComms() []*hostComm {
-	out := []*hostComm{c.world}
+func (c *Comm) hostComms() []*hostcomm.Comm {
+	out := []*hostcomm.Comm{c.world}
 	if c.intra != nil && c.intra != c.world {
 		out = append(out, c.intra)
 	}
@@ -326,7 +327,7 @@ func (c *Comm) abortAll() error {
 func (c *Comm) shutHost() {
 	for _, cm := range c.hostComms() {
 		if cm != nil {
-			cm.shut()
+			cm.Shut()
 		}
 	}
 }
@@ -363,8 +364,8 @@ func (c *Comm) usable(name string) error {
 // hostWorkers is how many goroutines this rank's host folds use: the
 // cores its host leaves each of its ranks (all of them where its ranks
 // share no host's windows), bounded (reduce.Workers).
-func hostWorkers(world *hostComm) int {
-	if node := world.mesh.Node; node != nil {
+func hostWorkers(world *hostcomm.Comm) int {
+	if node := world.Mesh().Node; node != nil {
 		return reduce.Workers(node.Cores())
 	}
 	return reduce.Workers(runtime.GOMAXPROCS(0))

@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
 
 	"github.com/flagcx/flagcx-go/core/internal/host"
 	"github.com/flagcx/flagcx-go/core/internal/host/reduce"
@@ -163,7 +164,7 @@ func (c *Comm) vendorStep(st *sched.Step, b *callBufs, s loader.Stream) error {
 
 // hostXfers runs a SendRecv step's transfers, each to its own peer and
 // buffer, as bytes, in one group of cm.
-func (c *Comm) hostXfers(cm *hostComm, st *sched.Step, b *callBufs) error {
+func (c *Comm) hostXfers(cm *hostcomm.Comm, st *sched.Step, b *callBufs) error {
 	ops := make([]host.P2P, len(st.Xfers))
 	for i, x := range st.Xfers {
 		m, err := c.resolve(b, x.Ref)
@@ -175,11 +176,11 @@ func (c *Comm) hostXfers(cm *hostComm, st *sched.Step, b *callBufs) error {
 		}
 		ops[i] = host.P2P{Peer: x.Peer, Buf: m.host, Recv: x.Recv}
 	}
-	return cm.sendRecv("GroupEnd", ops)
+	return cm.SendRecv("GroupEnd", ops)
 }
 
 // hostStep runs a step's collective on a host communicator.
-func (c *Comm) hostStep(cm *hostComm, what string, st *sched.Step, b *callBufs) error {
+func (c *Comm) hostStep(cm *hostcomm.Comm, what string, st *sched.Step, b *callBufs) error {
 	src, err := c.resolve(b, st.Src)
 	if err != nil {
 		return err
@@ -195,7 +196,7 @@ func (c *Comm) hostStep(cm *hostComm, what string, st *sched.Step, b *callBufs) 
 		err = c.hostXfers(cm, st, b)
 	} else {
 		args := st.Args()
-		err = cm.run(&args, src.host, dst.host)
+		err = cm.Run(&args, src.host, dst.host)
 	}
 	if err != nil && what != "" && !c.layout.IsHomogeneous() {
 		return fmt.Errorf("in %s: %w", what, err)

@@ -1,13 +1,11 @@
 package core
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 	"github.com/flagcx/flagcx-go/sdk"
 )
@@ -22,17 +20,9 @@ func TestFirstFailureOverTheControlPlane(t *testing.T) {
 	comms := startComms(t, 2, testNet(10*time.Second))
 	cause := "rank 0 (host test, pid 1): AllReduce on rank 0: a cause"
 
-	// A symptom is not kept; the first cause is, and only the first.
-	h := &hostComm{who: "rank 3", mesh: &hostnet.Mesh{}}
-	h.notifyPeers(fmt.Errorf("%w: rank 2 closed the connection", sdk.ErrRemoteError))
-	require.Nil(t, h.reported.Load())
-	h.notifyPeers(fmt.Errorf("%w: a cause", sdk.ErrInvalidUsage))
-	h.notifyPeers(fmt.Errorf("%w: a later one", sdk.ErrInvalidUsage))
-	require.Regexp(t, `^rank 3 \(host .*, pid \d+\): invalid usage: a cause$`, *h.reported.Load())
-
 	// Rank 0 caused a failure but its links closed with no notice on
 	// them (mid-frame): rank 1 sees only the closed link.
-	comms[0].world.reported.Store(&cause)
+	comms[0].world.Keep(cause)
 	done := make(chan error, 1)
 	go func() {
 		n := 1 << 20

@@ -47,7 +47,7 @@ func (c *Comm) checkQueued(t *task) error {
 // it (fuseRun) does not read what they write: fused, every input is read
 // before any result is written.
 func (c *Comm) checkGrouped(t *task) error {
-	if err := c.host.engine.Check(&t.args, t.send.host, t.recv.host); err != nil {
+	if err := c.host.Engine().Check(&t.args, t.send.host, t.recv.host); err != nil {
 		return fmt.Errorf("%s on rank %d: %w", t.name, c.rank, err)
 	}
 	sendB, _, _ := t.args.Check(c.rank, c.n)
@@ -134,7 +134,7 @@ func (c *Comm) runFused(q []task) error {
 		off += copy(buf[off:], q[i].send.host[:q[i].args.Count*size])
 	}
 	call := sdk.Call{Coll: sdk.AllReduce, Count: total / size, DType: a.DType, Op: a.Op}
-	if err := c.host.run(&call, buf, buf); err != nil {
+	if err := c.host.Run(&call, buf, buf); err != nil {
 		return fmt.Errorf("%d AllReduces of a group, run as one: %w", len(q), err)
 	}
 	off = 0

@@ -35,7 +35,7 @@ func BenchmarkHostPlacementCall(b *testing.B) {
 						for i := 0; i < block; i++ {
 							var err error
 							if k%2 == 0 {
-								err = c.world.run(&call, send, recv)
+								err = c.world.Run(&call, send, recv)
 							} else {
 								err = c.AllReduce(sb, rb, count, sdk.Float32, sdk.Sum, 0)
 							}

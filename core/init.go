@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
 	"os"
 
 	"github.com/flagcx/flagcx-go/internal/base/env"
@@ -52,13 +53,13 @@ func InitRank(id UniqueID, nranks, rank int, opts ...Option) (*Comm, error) {
 	if err != nil {
 		return nil, err
 	}
-	world, err := initHost(id, nranks, rank, cfg)
+	world, err := hostcomm.Init(hostcomm.ID(id), nranks, rank, cfg)
 	if err != nil {
 		return nil, err
 	}
 	c := &Comm{rank: rank, n: nranks, be: be, world: world, workers: hostWorkers(world), lookup: o.lookup, debug: collDebugFromEnv(o.lookup), printed: map[string]bool{}}
 	if nranks > 1 {
-		if c.ctl, err = listenCtl(world.cfg, world.secret); err != nil {
+		if c.ctl, err = listenCtl(world.Config(), world.Secret()); err != nil {
 			_ = world.Abort()
 			return nil, fmt.Errorf("rank %d: %w", rank, err)
 		}
@@ -74,8 +75,8 @@ func InitRank(id UniqueID, nranks, rank int, opts ...Option) (*Comm, error) {
 		return nil, err
 	}
 	if be.OnDevice() {
-		c.wd = newWatchdog(rank, be.Plugin.Name, world.cfg.Timeout, c.onTimeout,
-			func() string { return stalledPeers(world.peers, rank) })
+		c.wd = newWatchdog(rank, be.Plugin.Name, world.Config().Timeout, c.onTimeout,
+			func() string { return hostcomm.StalledPeers(world.Peers(), rank) })
 		c.dev = &watchedPlugin{be.Plugin, c.wd}
 	}
 	if err := c.start(); err != nil {
@@ -146,13 +147,13 @@ func (c *Comm) agree(rec initRecord) error {
 	buf := make([]byte, initRecordBytes)
 	copy(buf, mine)
 	all := make([]byte, initRecordBytes*c.n)
-	if err := c.world.run(&sdk.Call{Coll: sdk.AllGather, Count: initRecordBytes, DType: sdk.Uint8}, buf, all); err != nil {
+	if err := c.world.Run(&sdk.Call{Coll: sdk.AllGather, Count: initRecordBytes, DType: sdk.Uint8}, buf, all); err != nil {
 		return fmt.Errorf("rank %d: exchanging backends: %w", c.rank, err)
 	}
 	members := make([]sched.Member, c.n)
 	recs := make([]initRecord, c.n)
 	for r := range recs {
-		recs[r], err = decodeInitRecord(all[r*initRecordBytes:(r+1)*initRecordBytes], r, c.world.peerName(r))
+		recs[r], err = decodeInitRecord(all[r*initRecordBytes:(r+1)*initRecordBytes], r, c.world.PeerName(r))
 		if err != nil {
 			return fmt.Errorf("rank %d: %w", c.rank, err)
 		}
@@ -202,8 +203,7 @@ func (c *Comm) start() error {
 			return fmt.Errorf("rank %d: starting cluster %d's communicator: %w", c.rank, cl.Index, err)
 		}
 		c.intra = sub
-		sub.inner = true
-		sub.who = fmt.Sprintf("rank %d", c.rank)
+		sub.SetInner(fmt.Sprintf("rank %d", c.rank))
 		color := SplitNoColor
 		if cl.Leader == c.rank {
 			color = 0
@@ -214,8 +214,7 @@ func (c *Comm) start() error {
 		}
 		c.inter = inter
 		if inter != nil {
-			inter.inner = true
-			inter.who = fmt.Sprintf("rank %d", c.rank)
+			inter.SetInner(fmt.Sprintf("rank %d", c.rank))
 		}
 	}
 	if c.be.OnDevice() {
@@ -230,7 +229,7 @@ func (c *Comm) start() error {
 	// the same exchange.
 	const failed, noShm, noDeviceReduce, noStagedFold, noRelay = 1, 2, 4, 8, 16
 	rec := 1 + c.n
-	flag := append([]byte{0}, c.world.linkCodes()...)
+	flag := append([]byte{0}, c.world.LinkCodes()...)
 	if startErr != nil {
 		flag[0] |= failed
 	}
@@ -248,13 +247,13 @@ func (c *Comm) start() error {
 		flag[0] |= noRelay
 	}
 	flags := make([]byte, c.n*rec)
-	if err := c.world.run(&sdk.Call{Coll: sdk.AllGather, Count: rec, DType: sdk.Uint8}, flag, flags); err != nil {
+	if err := c.world.Run(&sdk.Call{Coll: sdk.AllGather, Count: rec, DType: sdk.Uint8}, flag, flags); err != nil {
 		return errors.Join(startErr, fmt.Errorf("rank %d: agreeing on the start: %w", c.rank, err))
 	}
 	if startErr != nil {
 		return startErr
 	}
-	c.world.links = flags
+	c.world.SetLinks(flags)
 	var bad []int
 	deviceReduce, relay := shmOK, shmOK
 	for r := 0; r < c.n; r++ {

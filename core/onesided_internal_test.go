@@ -40,7 +40,7 @@ func TestOneSidedPaths(t *testing.T) {
 			}
 			for r, c := range comms {
 				p := 1 - r
-				require.Equal(t, tc.link, c.os.rma.transport(p))
+				require.Equal(t, tc.link, c.os.rma.Transport(p))
 				require.Equal(t, tc.direct, c.os.direct(alloc[r], p), fmt.Sprint("rank ", r))
 				require.False(t, c.os.direct(reg[r], p))
 			}

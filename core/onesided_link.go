@@ -144,7 +144,7 @@ func (p *osPeer) brokenErr() error {
 	if err := p.o.stoppedErr(); err != nil {
 		return err
 	}
-	return p.o.rma.linkError(*b, fmt.Sprintf("the one-sided link to rank %d", p.rank), p.rank)
+	return p.o.rma.LinkError(*b, fmt.Sprintf("the one-sided link to rank %d", p.rank), p.rank)
 }
 
 func (p *osPeer) takeNak() error {
@@ -172,7 +172,7 @@ func (p *osPeer) linkErr(doing string, err error) error {
 	if serr := p.o.stoppedErr(); serr != nil {
 		return serr
 	}
-	return p.o.rma.linkError(err, fmt.Sprintf("%s rank %d", doing, p.rank), p.rank)
+	return p.o.rma.LinkError(err, fmt.Sprintf("%s rank %d", doing, p.rank), p.rank)
 }
 
 // send sends one operation: its header, then op's local bytes in chunks.
@@ -248,7 +248,7 @@ func (p *osPeer) fetch(name string, op RMA) error {
 			}
 			p.get.Store(nil)
 			err := fmt.Errorf("%w: %s on rank %d: rank %d%s sent nothing of window %d's bytes [%d, %d) for %v (is it alive? its progress goroutines answer without its help; %s sets the deadline): %w",
-				sdk.ErrRemoteError, name, p.o.rank, p.rank, p.o.rma.hostOf(p.rank), op.Remote.index, op.RemoteOff, op.RemoteOff+op.Bytes, p.o.timeout, tcp.EnvTimeout, ErrTimeout)
+				sdk.ErrRemoteError, name, p.o.rank, p.rank, p.o.rma.HostOf(p.rank), op.Remote.index, op.RemoteOff, op.RemoteOff+op.Bytes, p.o.timeout, tcp.EnvTimeout, ErrTimeout)
 			p.fail(err) // its answer may still come, into a window nobody waits on
 			return err
 		}
@@ -441,7 +441,7 @@ func (p *osPeer) refused(h *osHdr) {
 		kind = sdk.ErrSystemError
 	}
 	err := fmt.Errorf("%w: rank %d: rank %d%s refused operation %d of this rank, on its window %d bytes [%d, %d): %s",
-		kind, p.o.rank, p.rank, p.o.rma.hostOf(p.rank), h.seq, h.win, h.off, h.off+h.n, osStatusText(h.status))
+		kind, p.o.rank, p.rank, p.o.rma.HostOf(p.rank), h.seq, h.win, h.off, h.off+h.n, osStatusText(h.status))
 	p.nmu.Lock()
 	p.naks = append(p.naks, err)
 	p.nmu.Unlock()
@@ -465,7 +465,7 @@ func (p *osPeer) takeData(h *osHdr) error {
 			return nil // fail took it
 		}
 		g.done <- fmt.Errorf("%w: Get on rank %d: rank %d%s refused it, on its window %d bytes [%d, %d): %s",
-			kind, p.o.rank, p.rank, p.o.rma.hostOf(p.rank), h.win, h.off, h.off+h.n, osStatusText(h.status))
+			kind, p.o.rank, p.rank, p.o.rma.HostOf(p.rank), h.win, h.off, h.off+h.n, osStatusText(h.status))
 		return nil
 	}
 	var failed error

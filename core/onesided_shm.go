@@ -32,7 +32,7 @@ const (
 )
 
 // node is this host's shared memory on the one-sided links, or nil.
-func (o *osState) node() *shm.ShmNode { return o.rma.mesh.Node }
+func (o *osState) node() *shm.ShmNode { return o.rma.Mesh().Node }
 
 // allocate makes AllocWindow's memory of n bytes: device memory on a
 // device rank, shared memory on a host rank with peers on its host, plain
@@ -129,7 +129,7 @@ func (o *osState) copyDirect(name string, peer int, op RMA, put bool) error {
 			return nil
 		}
 		return fmt.Errorf("%w: %s on rank %d: rank %d%s freed its memory of window %d (Window.Free) while this rank still used it",
-			sdk.ErrInvalidUsage, name, o.rank, peer, o.rma.hostOf(peer), op.Remote.index)
+			sdk.ErrInvalidUsage, name, o.rank, peer, o.rma.HostOf(peer), op.Remote.index)
 	}
 	if err := freed(); err != nil {
 		return err

@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"fmt"
+	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,7 +39,7 @@ type osState struct {
 	rank, n int
 	// rma is a host communicator of every rank whose links carry nothing
 	// but one-sided traffic (see startOneSided).
-	rma     *hostComm
+	rma     *hostcomm.Comm
 	timeout time.Duration
 
 	mu      sync.Mutex
@@ -111,15 +112,14 @@ func (c *Comm) startOneSided(name string) (*osState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s on rank %d: starting the one-sided links: %w", name, c.rank, err)
 	}
-	rma.inner = true
-	rma.who = fmt.Sprintf("rank %d", c.rank)
-	o := &osState{c: c, rank: c.rank, n: c.n, rma: rma, timeout: c.world.cfg.Timeout, peers: make([]*osPeer, c.n),
+	rma.SetInner(fmt.Sprintf("rank %d", c.rank))
+	o := &osState{c: c, rank: c.rank, n: c.n, rma: rma, timeout: c.world.Config().Timeout, peers: make([]*osPeer, c.n),
 		ownSig: make([]uint64, c.n), stopped: make(chan struct{}), staging: c.osStaging}
 	if o.timeout <= 0 {
 		o.timeout = tcp.DefaultTimeout
 	}
 	o.sig.Store(&osSignals{host: o.ownSig})
-	for r, l := range rma.mesh.Links {
+	for r, l := range rma.Mesh().Links {
 		if l != nil {
 			o.peers[r] = newOSPeer(o, r, l)
 		}
@@ -302,7 +302,7 @@ func (c *Comm) registerSignals(buf Buffer) error {
 	o.sigMu.Unlock()
 	// Every rank swapped before any returns: a signal sent after this
 	// call lands in the new slots.
-	if err := c.world.run(&sdk.Call{Coll: sdk.Barrier}, nil, nil); err != nil {
+	if err := c.world.Run(&sdk.Call{Coll: sdk.Barrier}, nil, nil); err != nil {
 		return c.callError(name, err)
 	}
 	return nil
@@ -364,7 +364,7 @@ func (c *Comm) waitSignal(waits []SignalWait, s Stream) error {
 		var peers []int
 		for i, w := range waits {
 			if have[i] < w.Value {
-				missing = append(missing, fmt.Sprintf("rank %d%s signalled %d times, %d awaited", w.Peer, o.rma.hostOf(w.Peer), have[i], w.Value))
+				missing = append(missing, fmt.Sprintf("rank %d%s signalled %d times, %d awaited", w.Peer, o.rma.HostOf(w.Peer), have[i], w.Value))
 				peers = append(peers, w.Peer)
 			}
 		}
@@ -452,7 +452,7 @@ func (c *Comm) waitCounter(target uint64) error {
 		var out []string
 		for _, p := range o.peers {
 			if p != nil && p.done.Load() < p.issued.Load() {
-				out = append(out, fmt.Sprintf("rank %d%s completed %d of the %d operations this rank sent it", p.rank, o.rma.hostOf(p.rank), p.done.Load(), p.issued.Load()))
+				out = append(out, fmt.Sprintf("rank %d%s completed %d of the %d operations this rank sent it", p.rank, o.rma.HostOf(p.rank), p.done.Load(), p.issued.Load()))
 			}
 		}
 		what := strings.Join(out, "; ")

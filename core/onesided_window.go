@@ -87,7 +87,7 @@ func (c *Comm) registerWindow(name string, buf Buffer, n int) (*Window, error) {
 		}
 	}
 	all := make([]byte, osRecBytes*c.n)
-	if err := c.world.run(&sdk.Call{Coll: sdk.AllGather, Count: osRecBytes, DType: sdk.Uint8}, rec, all); err != nil {
+	if err := c.world.Run(&sdk.Call{Coll: sdk.AllGather, Count: osRecBytes, DType: sdk.Uint8}, rec, all); err != nil {
 		w.release()
 		return nil, c.callError(name, err)
 	}
@@ -106,7 +106,7 @@ func (c *Comm) registerWindow(name string, buf Buffer, n int) (*Window, error) {
 		ok[0] = 1
 	}
 	oks := make([]byte, c.n)
-	err = c.world.run(&sdk.Call{Coll: sdk.AllGather, Count: 1, DType: sdk.Uint8}, ok[:], oks)
+	err = c.world.Run(&sdk.Call{Coll: sdk.AllGather, Count: 1, DType: sdk.Uint8}, ok[:], oks)
 	o.unlinkShared(w) // every peer mapped it, or gave up
 	var bad []int
 	for r, v := range oks {

@@ -2,10 +2,9 @@ package core
 
 import (
 	"encoding/json"
-	"strings"
+	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
 	"testing"
 
-	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/internal/sched"
 )
 
@@ -14,40 +13,6 @@ import (
 // bytes, never panics, and what it accepts keeps its promise. The seed
 // corpora are in testdata/fuzz/<target>; `make fuzz-smoke` runs each
 // target briefly.
-
-// FuzzAnnounce: a rank's announcement, as the rendezvous reads it.
-func FuzzAnnounce(f *testing.F) {
-	good, _ := json.Marshal(goodAnnounce())
-	f.Add(good)
-	f.Add([]byte(`{"rank":1,"addr":"127.0.0.1:1","pid":3,"shm":"../../tmp/victim.txt","nranks":2}`))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		a, err := decodeAnnounce(b, "127.0.0.1:2")
-		if err != nil {
-			return
-		}
-		if a.NRanks < 1 || a.Rank < 0 || a.Rank >= a.NRanks || strings.Contains(a.Shm, "/") || hostnet.CheckAddr(a.Addr) != nil {
-			t.Fatalf("accepted %+v", a)
-		}
-	})
-}
-
-// FuzzRendezvousReply: the rendezvous's answer, as a rank reads it.
-func FuzzRendezvousReply(f *testing.F) {
-	self := goodAnnounce()
-	good, _ := json.Marshal(rendezvousReply{Peers: []peerInfo{{Rank: 0, Addr: "10.0.0.1:5000", Pid: 76}, self.peerInfo}})
-	f.Add(good)
-	f.Add([]byte(`{"error":"ranks 1 of 2 did not join"}`))
-	f.Add([]byte(`{"peers":[null,{"rank":1}]}`))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		peers, err := decodeReply(b, self, "127.0.0.1:3")
-		if err != nil {
-			return
-		}
-		if len(peers) != self.NRanks || peers[self.Rank] != self.peerInfo || hostnet.CheckPeers(peers) != nil {
-			t.Fatalf("accepted table %+v", peers)
-		}
-	})
-}
 
 // FuzzInitRecord: a rank's init record (agree).
 func FuzzInitRecord(f *testing.F) {
@@ -105,7 +70,7 @@ func FuzzCtl(f *testing.F) {
 			return
 		}
 		if m.From < 0 || m.From >= n || m.By < 0 || m.By >= n || len(m.Hosts) != len(m.Failed) ||
-			!ascendingRanks(m.Failed, n) || !ascendingRanks(m.Exclude, n) || len(m.Cause) > maxReplyError+3 {
+			!ascendingRanks(m.Failed, n) || !ascendingRanks(m.Exclude, n) || len(m.Cause) > hostcomm.MaxReplyError+3 {
 			t.Fatalf("accepted %+v", m)
 		}
 		_ = (&RevokedError{Failed: m.Failed, Hosts: m.Hosts, Cause: m.Cause}).Error() // never panics

@@ -3,6 +3,7 @@ package core
 import (
 	"errors"
 	"fmt"
+	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -162,7 +163,7 @@ func (r *shmRun) relay(st *sched.Step) error {
 	// ends once the node is shut (relayProxy.closing), abortAll's first
 	// step.
 	if err := r.node.Hold(); err != nil {
-		return c.world.stepError(err, -1)
+		return c.world.StepError(err, -1)
 	}
 	rs.value++
 	rel.Value = rs.value
@@ -175,7 +176,7 @@ func (r *shmRun) relay(st *sched.Step) error {
 	}
 	landed := (*uint64)(unsafe.Pointer(&words[0]))
 	rs.proxy.hand(relayJob{landed: landed, goWord: goWord,
-		value: rel.Value, stream: strm, sig: r.sig(st.Label), call: curCallOf(r.p.Call)})
+		value: rel.Value, stream: strm, sig: r.sig(st.Label), call: hostcomm.CallOf(r.p.Call)})
 	rs.landed, rs.stream, rs.step, rs.pending = landed, strm, r.after+1, true
 	return nil
 }
@@ -279,7 +280,7 @@ func (c *Comm) awaitWord(word *uint64, v uint64, strm loader.Stream, what string
 		case done && atomic.LoadUint64(word) != v:
 			return fmt.Errorf("%w: %s's relay left its stream without a word to %s", sdk.ErrInternalError, c.dev.Name, what)
 		}
-		if t := c.world.cfg.Timeout; t > 0 && waited > t {
+		if t := c.world.Config().Timeout; t > 0 && waited > t {
 			return fmt.Errorf("rank %d: waited %v for the device to %s (is earlier work on the stream still running? %s sets the limit): %w",
 				c.rank, t, what, wire.EnvTimeout, wire.ErrTimeout)
 		}

@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -41,7 +42,7 @@ type relayJob struct {
 	stream         loader.Stream
 	// sig labels the step; call names it in a mismatch.
 	sig  uint64
-	call curCall
+	call hostcomm.Call
 }
 
 type relayProxy struct {
@@ -172,12 +173,12 @@ func (p *relayProxy) finish(j *relayJob) {
 	if err == nil {
 		end = region("relay.step")
 		if err = p.node.Sync(j.sig); err != nil {
-			err = fmt.Errorf("in the host's shared windows: %w", c.world.stepErrorIn(j.call, err, -1))
+			err = fmt.Errorf("in the host's shared windows: %w", c.world.StepErrorIn(j.call, err, -1))
 		}
 		end()
 	}
 	if err != nil {
-		err = fmt.Errorf("an earlier %s, relayed, failed after its call returned: %w", j.call.digest.describe(), err)
+		err = fmt.Errorf("an earlier %s, relayed, failed after its call returned: %w", j.call.Describe(), err)
 		p.failed.CompareAndSwap(nil, &err)
 		return
 	}

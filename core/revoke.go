@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
 	"slices"
 	"sort"
 	"strings"
@@ -362,7 +363,7 @@ func (c *Comm) settle(op string, err error) error {
 	if re := c.revokedWith(op, err); re != nil {
 		return re
 	}
-	if c.ctl == nil || !lostPeer(err) {
+	if c.ctl == nil || !hostcomm.LostPeer(err) {
 		return err
 	}
 	if re, cause := c.detect(err); re != nil {
@@ -371,14 +372,6 @@ func (c *Comm) settle(op string, err error) error {
 		return &e
 	}
 	return err
-}
-
-// lostPeer reports whether err may come from a lost peer: any error but
-// this rank's own mistakes (bad arguments, misuse), since a peer's failure
-// shows in many ways (a closed link, a missed deadline, a vendor library
-// whose kernel failed when a peer aborted).
-func lostPeer(err error) bool {
-	return !errors.Is(err, sdk.ErrInvalidArgument) && !errors.Is(err, sdk.ErrInvalidUsage)
 }
 
 // detect finds the lost ranks (probe), revokes this rank's communicator
@@ -402,13 +395,13 @@ func (c *Comm) detect(cause error) (*RevokedError, error) {
 		c.adopt(theirs) // nothing when it is the verdict this rank adopted
 		return c.revocation(), cause
 	}
-	var ff *firstFailure
+	var ff *hostcomm.FirstFailure
 	if first != "" && !errors.As(cause, &ff) {
-		cause = fmt.Errorf("%w; %w", cause, &firstFailure{what: first})
+		cause = fmt.Errorf("%w; %w", cause, &hostcomm.FirstFailure{What: first})
 	}
 	re := &RevokedError{Failed: failed, By: c.rank, Cause: cause.Error(), At: time.Now()}
 	for _, r := range failed {
-		re.Hosts = append(re.Hosts, c.world.peers[r].Host)
+		re.Hosts = append(re.Hosts, c.world.Peers()[r].Host)
 	}
 	c.tell(re)
 	return c.revocation(), cause
@@ -423,7 +416,7 @@ func (c *Comm) probe() (failed []int, theirs *RevokedError, first string) {
 		ctlAnswer
 		lost bool
 	}
-	self := c.world.peers[c.rank]
+	self := c.world.Peers()[c.rank]
 	answers := make(chan answer, c.n)
 	for r := range c.n {
 		if r == c.rank {
@@ -432,7 +425,7 @@ func (c *Comm) probe() (failed []int, theirs *RevokedError, first string) {
 		go func() {
 			// A process of this host that is gone or stopped is lost
 			// without waiting for its answer.
-			if p := c.world.peers[r]; hostnet.SameHost(self, p) && shm.ProcessStalled(p.Pid) != "" {
+			if p := c.world.Peers()[r]; hostnet.SameHost(self, p) && shm.ProcessStalled(p.Pid) != "" {
 				answers <- answer{r: r, lost: true}
 				return
 			}

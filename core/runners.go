@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/flagcx/flagcx-go/core/internal/host"
+	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
 )
@@ -24,7 +25,7 @@ func (c *Comm) runHostNet(t *task) error {
 	if t.send.n == 0 {
 		call = sdk.Call{Coll: sdk.Barrier}
 	}
-	if err := c.world.run(&call, t.send.host, t.recv.host); err != nil {
+	if err := c.world.Run(&call, t.send.host, t.recv.host); err != nil {
 		return c.callError(t.name, err)
 	}
 	return nil
@@ -41,7 +42,7 @@ func (c *Comm) runHost(t *task) error {
 	if t.kind == kindBatch {
 		return c.runHostBatch(t)
 	}
-	return c.host.run(&t.args, t.send.host, t.recv.host)
+	return c.host.Run(&t.args, t.send.host, t.recv.host)
 }
 
 // runHostBatch runs a batch of sends and receives on the host engine
@@ -51,7 +52,7 @@ func (c *Comm) runHostBatch(t *task) error {
 	for i, x := range t.ops {
 		ops = append(ops, host.P2P{Peer: x.Peer, Buf: t.user[i].host[:x.Bytes], Recv: x.Recv})
 	}
-	err := c.host.sendRecv(t.name, ops)
+	err := c.host.SendRecv(t.name, ops)
 	clear(ops) // keep no caller memory
 	c.hostOps = ops
 	return err
@@ -157,7 +158,7 @@ func (c *Comm) callError(name string, err error) error {
 	if errors.As(err, &te) {
 		return te
 	}
-	return noteStalled(fmt.Errorf("%s on rank %d: %w", name, c.rank, err), c.world.peers, c.rank)
+	return hostcomm.NoteStalled(fmt.Errorf("%s on rank %d: %w", name, c.rank, err), c.world.Peers(), c.rank)
 }
 
 // direct reports whether call goes straight to the vendor library: a

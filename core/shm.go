@@ -58,7 +58,7 @@ const scratchProbe = 4096
 // runtime. It returns whether this rank can take part (every rank must,
 // or nobody does: start agrees).
 func (c *Comm) setupShm() bool {
-	node := c.world.mesh.Node
+	node := c.world.Mesh().Node
 	if c.layout.IsHomogeneous() || c.opts.HostPath || node == nil || node.Size() != c.n {
 		return false
 	}

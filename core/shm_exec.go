@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
 	"runtime"
 
 	"github.com/flagcx/flagcx-go/core/internal/host"
@@ -59,7 +60,7 @@ func (c *Comm) runShm(p *sched.Plan, b *callBufs, s loader.Stream) error {
 		enter = r.node.EnterUngated
 	}
 	if err := enter(); err != nil {
-		return c.world.stepError(err, -1)
+		return c.world.StepError(err, -1)
 	}
 	// The windows are held until every step ran, across the device waits
 	// among them (Intra, Await on the net lane, Drain, and the streams'
@@ -132,7 +133,7 @@ func (r *shmRun) step(st *sched.Step) error {
 		return r.sync(r.sig(st.Label))
 	case sched.KindPost:
 		if err := r.node.Post(r.sig(st.Label)); err != nil {
-			return r.c.world.stepError(err, -1)
+			return r.c.world.StepError(err, -1)
 		}
 		return nil
 	case sched.KindFold:
@@ -307,7 +308,7 @@ func (r *shmRun) foldPosted(st *sched.Step) error {
 	opR := reduceOpOf(st.Op)
 	for i, s := range f.Srcs {
 		if err := r.node.Wait(s.Idx); err != nil {
-			return fmt.Errorf("in the host's shared windows: %w", r.c.world.stepError(err, r.node.Ranks()[s.Idx]))
+			return fmt.Errorf("in the host's shared windows: %w", r.c.world.StepError(err, r.node.Ranks()[s.Idx]))
 		}
 		src, err := r.hostMem(s)
 		if err != nil {
@@ -371,12 +372,12 @@ func (c *Comm) devFold(st *sched.Step, at func(sched.Ref) (mem, error), strm loa
 func (r *shmRun) sig(label int) uint64 {
 	call := r.p.Call
 	s := host.StepSig(call.Coll.Title()+"/shm", call.Count, call.DType, call.Op, call.Root<<24^label)
-	return uint64(digestOfCall(call))<<32 | uint64(uint32(s^s>>32))
+	return uint64(hostcomm.DigestOfCall(call))<<32 | uint64(uint32(s^s>>32))
 }
 
 func (r *shmRun) sync(sig uint64) error {
 	if err := r.node.Sync(sig); err != nil {
-		return fmt.Errorf("in the host's shared windows: %w", r.c.world.stepError(err, -1))
+		return fmt.Errorf("in the host's shared windows: %w", r.c.world.StepError(err, -1))
 	}
 	return nil
 }

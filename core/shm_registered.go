@@ -75,7 +75,7 @@ func (c *Comm) registerMem(mine []byte) {
 	if c.shm == nil || p == nil || c.regs.failed || !sched.RegisteredFolds(c.layout, c.opts, sdk.AllReduce) {
 		return
 	}
-	peers := c.world.engine.MemPeers(mine)
+	peers := c.world.Engine().MemPeers(mine)
 	if peers == nil {
 		return
 	}
@@ -113,7 +113,7 @@ const agreeLabel = -3
 // It reports whether every rank can run the registered plan, and on a
 // device rank finds the host ranks' buffers in its mappings.
 func (r *shmRun) agreeRegistered() (bool, error) {
-	c, e := r.c, r.c.world.engine
+	c, e := r.c, r.c.world.Engine()
 	half := (c.shm.windowMin() / 2) &^ 63 // the half a one-shot call would use
 	base := int((r.node.Step()+1)&1) * half
 	d := r.node.Window(c.rank)[base : base+host.MemDescBytes]

@@ -50,7 +50,7 @@ func transports(comms []*Comm) [][]string {
 	out := make([][]string, len(comms))
 	for r, c := range comms {
 		for p := 0; p < c.Count(); p++ {
-			out[r] = append(out[r], c.world.transport(p))
+			out[r] = append(out[r], c.world.Transport(p))
 		}
 	}
 	return out
@@ -73,7 +73,7 @@ func TestMeshUsesShmBetweenSameHostRanks(t *testing.T) {
 		{"shm", "shm", "shm", "self"},
 	}
 	require.Equal(t, want, transports(comms))
-	require.Equal(t, comms[0].world.peers[0].BootID, shm.BootID())
+	require.Equal(t, comms[0].world.Peers()[0].BootID, shm.BootID())
 	// Small (recursive doubling) and large (pipelined ring, messages of
 	// several slots) allreduces give exact results.
 	for _, count := range []int{1, 1000, 3 << 20} {
@@ -130,7 +130,7 @@ func TestAbortDuringShmCollective(t *testing.T) {
 	}
 	t.Setenv(shm.EnvShmDisable, "")
 	comms := startComms(t, 2, testNet(10*time.Second))
-	require.Equal(t, "shm", comms[0].world.transport(1))
+	require.Equal(t, "shm", comms[0].world.Transport(1))
 	const count = 8 << 20 // 32 MiB of float32: many steps
 	go func() {
 		time.Sleep(20 * time.Millisecond)

@@ -50,7 +50,7 @@ func (c *Comm) Shrink(exclude []int, opts ...Option) (*Comm, error) {
 	if err != nil {
 		return nil, err
 	}
-	base := []Option{WithBackend(c.be), WithNetConfig(c.world.cfg), WithEnv(c.lookup),
+	base := []Option{WithBackend(c.be), WithNetConfig(c.world.Config()), WithEnv(c.lookup),
 		WithSplitList(c.shrunkSplit(ex)), WithHostPath(c.opts.HostPath), WithChunk(c.opts.Chunk)}
 	nc, err := InitRank(id, len(survivors), slices.Index(survivors, c.rank), append(base, opts...)...)
 	if err != nil {
@@ -81,7 +81,7 @@ func (c *Comm) excludeSet(exclude []int) ([]int, error) {
 // and sends it to the others on the control plane, each of which waits
 // for it up to the communicator's deadline.
 func (c *Comm) shrinkID(ex, survivors []int) (UniqueID, error) {
-	cfg := c.world.cfg
+	cfg := c.world.Config()
 	if len(survivors) == 1 || c.ctl == nil {
 		return GetUniqueID(WithIDNetConfig(cfg))
 	}

@@ -34,7 +34,7 @@ func (c *Comm) stagedSteps(p *sched.Plan, i int, ch *chain) bool {
 	if stage.Buf != sched.BufStage || net.Src != stage || net.Dst != stage || out.Copies[0].Src != stage {
 		return false
 	}
-	return stage.Len >= stagedMin && c.inter.engine.Stripes(stage.Len) > 1
+	return stage.Len >= stagedMin && c.inter.Engine().Stripes(stage.Len) > 1
 }
 
 // stagedMin is the smallest AllReduce run in pieces. Below it the pieces'
@@ -85,11 +85,11 @@ func (c *Comm) runStaged(p *sched.Plan, i int, b *callBufs, s loader.Stream, ch 
 		st.ready[j] = make(chan struct{})
 	}
 	cm := c.inter
-	cm.begin(sdk.AllReduce, net.Count, net.DType, net.Op, 0)
+	cm.Begin(sdk.AllReduce, net.Count, net.DType, net.Op, 0)
 	errc := make(chan error, 1)
 	go func() {
 		defer region("staged: host AllReduce")()
-		errc <- cm.engine.AllReduceStaged(stage.host, net.Count, net.DType, net.Op, st)
+		errc <- cm.Engine().AllReduceStaged(stage.host, net.Count, net.DType, net.Op, st)
 	}()
 	endAwait := region("staged: await copy in")
 	st.fail = c.awaitPieces(pieces)
@@ -109,7 +109,7 @@ func (c *Comm) runStaged(p *sched.Plan, i int, b *callBufs, s loader.Stream, ch 
 	for len(st.done) > 0 {
 		copyErr = c.copyBack(copyErr, dst.ptr, stage.host, <-st.done)
 	}
-	if netErr = cm.opError("AllReduce", netErr); netErr != nil {
+	if netErr = cm.OpError("AllReduce", netErr); netErr != nil {
 		if !c.layout.IsHomogeneous() {
 			netErr = fmt.Errorf("in %s: %w", c.interWhat(), netErr)
 		}

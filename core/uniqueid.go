@@ -1,11 +1,9 @@
 package core
 
 import (
-	"bytes"
-	"crypto/rand"
-	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
 	"strings"
 
 	"github.com/flagcx/flagcx-go/internal/hostnet"
@@ -21,14 +19,7 @@ type UniqueID struct {
 }
 
 // UniqueIDBytes is the size of FlagCX's flagcxUniqueId.
-const UniqueIDBytes = 256
-
-// idMagic opens the 256-byte form so that bytes of another origin (an NCCL
-// id, zeros) are refused instead of being read as an address.
-var idMagic = [4]byte{'F', 'C', 'X', '1'}
-
-// The 256-byte form: magic[4] | secret[16] | address length (uint16 LE) | address | zeros.
-const idAddrOffset = 4 + len(hostnet.Secret{}) + 2
+const UniqueIDBytes = hostcomm.IDBytes
 
 // GetUniqueID makes a new id and starts its rendezvous in this process. The
 // process must stay alive until every rank has joined (the rendezvous ends by
@@ -46,18 +37,8 @@ func GetUniqueID(opts ...IDOption) (UniqueID, error) {
 		}
 		cfg = &c
 	}
-	id := UniqueID{}
-	if o.secret != nil {
-		id.Secret = *o.secret
-	} else if _, err := rand.Read(id.Secret[:]); err != nil {
-		return UniqueID{}, fmt.Errorf("%w: reading random secret: %w", sdk.ErrSystemError, err)
-	}
-	addr, err := startRendezvous(o.addr, *cfg, id.Secret)
-	if err != nil {
-		return UniqueID{}, err
-	}
-	id.Addr = addr
-	return id, nil
+	id, err := hostcomm.NewID(o.addr, *cfg, o.secret)
+	return UniqueID(id), err
 }
 
 // NewUniqueID names a rendezvous hosted elsewhere, for ranks that learn the
@@ -96,40 +77,12 @@ func ParseUniqueID(s string) (UniqueID, error) {
 }
 
 // Bytes is FlagCX's 256-byte form of the id.
-func (id UniqueID) Bytes() [UniqueIDBytes]byte {
-	var b [UniqueIDBytes]byte
-	copy(b[:], idMagic[:])
-	copy(b[4:], id.Secret[:])
-	binary.LittleEndian.PutUint16(b[idAddrOffset-2:], uint16(len(id.Addr)))
-	copy(b[idAddrOffset:], id.Addr)
-	return b
-}
+func (id UniqueID) Bytes() [UniqueIDBytes]byte { return hostcomm.ID(id).Bytes() }
 
 // UniqueIDFromBytes reads the 256-byte form.
 func UniqueIDFromBytes(b []byte) (UniqueID, error) {
-	bad := func(why string) (UniqueID, error) {
-		return UniqueID{}, fmt.Errorf("%w: malformed %d-byte unique id: %s", sdk.ErrInvalidArgument, UniqueIDBytes, why)
-	}
-	if len(b) != UniqueIDBytes {
-		return bad(fmt.Sprintf("got %d bytes", len(b)))
-	}
-	if !bytes.Equal(b[:4], idMagic[:]) {
-		return bad("it was not made by flagcx-go (wrong magic)")
-	}
-	var id UniqueID
-	copy(id.Secret[:], b[4:])
-	n := int(binary.LittleEndian.Uint16(b[idAddrOffset-2:]))
-	if n == 0 || idAddrOffset+n > UniqueIDBytes {
-		return bad("address length out of range")
-	}
-	if bytes.ContainsFunc(b[idAddrOffset+n:], func(r rune) bool { return r != 0 }) {
-		return bad("bytes after the address are not zero (only what Bytes wrote is a unique id)")
-	}
-	id.Addr = string(b[idAddrOffset : idAddrOffset+n])
-	if err := checkAddr(id.Addr); err != nil {
-		return bad(err.Error())
-	}
-	return id, nil
+	id, err := hostcomm.IDFromBytes(b)
+	return UniqueID(id), err
 }
 
 // checkAddr: the id's address is checked as a peer's listener is.

@@ -2,6 +2,7 @@ package core
 
 import (
 	"errors"
+	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
 
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
@@ -10,7 +11,7 @@ import (
 // shareVendorID makes the vendor's unique id on rank 0 and hands it to
 // every rank. The first byte carries rank 0's outcome, so a failure there
 // reaches every rank instead of leaving them waiting.
-func shareVendorID(host *hostComm, p *loader.Plugin) ([]byte, error) {
+func shareVendorID(host *hostcomm.Comm, p *loader.Plugin) ([]byte, error) {
 	n, err := p.UniqueIDBytes()
 	if err != nil {
 		return nil, err
@@ -25,7 +26,7 @@ func shareVendorID(host *hostComm, p *loader.Plugin) ([]byte, error) {
 			copy(buf[1:], id)
 		}
 	}
-	if err := host.run(&sdk.Call{Coll: sdk.Broadcast, Count: len(buf), DType: sdk.Uint8}, buf, buf); err != nil {
+	if err := host.Run(&sdk.Call{Coll: sdk.Broadcast, Count: len(buf), DType: sdk.Uint8}, buf, buf); err != nil {
 		return nil, err
 	}
 	if idErr != nil {

@@ -43,6 +43,7 @@ var order = []layer{
 		"core/internal/host/mem",
 		"core/internal/host/reduce",
 		"core/internal/host",
+		"core/internal/hostcomm",
 		"core",
 	}},
 	{"above core: what starts and checks communicators", []string{

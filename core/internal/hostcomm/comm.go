@@ -1,4 +1,4 @@
-package core
+package hostcomm
 
 import (
 	"errors"
@@ -20,12 +20,12 @@ import (
 // SplitNoColor is the color of a rank that joins no communicator in Split.
 const SplitNoColor = -1
 
-// hostComm is one rank's host communicator: the host engine over hostnet
+// Comm is one rank's host communicator: the host engine over hostnet
 // links to every rank. A Comm runs on one or more of them (all ranks, its
 // cluster, the cluster leaders); on the host placement its collectives go
 // straight to the one over all ranks. Like Comm it is used by one
 // goroutine at a time; Abort alone may be called from another.
-type hostComm struct {
+type Comm struct {
 	rank, nranks int
 	peers        []peerInfo
 	cfg          hostnet.Config
@@ -40,13 +40,13 @@ type hostComm struct {
 	// cur is the call now running, whose digest labels the messages and
 	// shared-memory steps (digest.go); outer, when set, is the
 	// heterogeneous call whose step this communicator runs (Comm.do).
-	cur, outer curCall
+	cur, outer Call
 	// links is every rank's row of link codes (links.go), with a flag
 	// byte ahead of each: set by Comm.start on the world communicator.
 	links []byte
 	// inner: a Comm's cluster or leaders' communicator, whose ranks are
 	// not the ones its user knows: the Comm names the stalled peers
-	// (noteStalled) in its own numbering instead.
+	// (NoteStalled) in its own numbering instead.
 	inner bool
 	// who names this rank in failure notices (firstfail.go): its rank in
 	// the Comm, which an inner communicator's rank is not.
@@ -61,14 +61,14 @@ type hostComm struct {
 // over the transport cfg. All ranks call it concurrently; it returns once
 // every rank has joined and the links between them are up, or with an
 // error naming the missing ranks when the deadline passes.
-func initHost(id UniqueID, nranks, rank int, cfg hostnet.Config) (*hostComm, error) {
+func Init(id ID, nranks, rank int, cfg hostnet.Config) (*Comm, error) {
 	if nranks < 1 {
 		return nil, fmt.Errorf("%w: a communicator needs at least 1 rank, got %d", sdk.ErrInvalidArgument, nranks)
 	}
 	if rank < 0 || rank >= nranks {
 		return nil, fmt.Errorf("%w: rank %d is out of range for %d ranks (use 0..%d)", sdk.ErrInvalidArgument, rank, nranks, nranks-1)
 	}
-	if err := checkAddr(id.Addr); err != nil {
+	if err := hostnet.CheckAddr(id.Addr); err != nil {
 		return nil, fmt.Errorf("%w: unique id: %w", sdk.ErrInvalidArgument, err)
 	}
 
@@ -117,7 +117,7 @@ func initHost(id UniqueID, nranks, rank int, cfg hostnet.Config) (*hostComm, err
 	for _, w := range mesh.Warnings {
 		flog.Default().Warn(w)
 	}
-	c := &hostComm{rank: rank, nranks: nranks, peers: peers, cfg: cfg, secret: id.Secret, listener: l, mesh: mesh, aborted: make(chan struct{})}
+	c := &Comm{rank: rank, nranks: nranks, peers: peers, cfg: cfg, secret: id.Secret, listener: l, mesh: mesh, aborted: make(chan struct{})}
 	var hopts []host.Option
 	if node := mesh.Node; node != nil && node.Size() == nranks {
 		hopts = append(hopts, host.WithShared(sharedNode{node, c}), host.WithWorkers(node.Cores()))
@@ -155,40 +155,84 @@ func meshError(rank int, err error) error {
 	return fmt.Errorf("%w: %w", sdk.ErrRemoteError, err)
 }
 
+// Config is the transport the communicator was made with.
+func (c *Comm) Config() hostnet.Config { return c.cfg }
+
+// Secret is its id's secret, which the control plane proves too.
+func (c *Comm) Secret() hostnet.Secret { return c.secret }
+
+// Peers is every rank's entry of the rendezvous table.
+func (c *Comm) Peers() []hostnet.Peer { return c.peers }
+
+// Mesh is the links to every peer (Links[rank] is nil) and, with every
+// rank on one host, the shared windows (Node).
+func (c *Comm) Mesh() *hostnet.Mesh { return c.mesh }
+
+// Engine is the host engine that runs its collectives.
+func (c *Comm) Engine() *host.Engine { return c.engine }
+
+// SetInner marks a communicator whose ranks are not the ones its user
+// knows (a Comm's cluster, leaders' or one-sided communicator): who names
+// this rank in failure notices, and the user's communicator names stalled
+// peers itself.
+func (c *Comm) SetInner(who string) { c.inner, c.who = true, who }
+
+// SetLinks keeps every rank's row of link codes (LinkCodes, each row
+// after a flag byte), which the user's communicator agreed on; Links
+// returns them.
+func (c *Comm) SetLinks(rows []byte) { c.links = rows }
+
+// Links: see SetLinks.
+func (c *Comm) Links() []byte { return c.links }
+
+// SetOuter makes call label every message and step of this communicator
+// until SetOuter(Call{}): the steps of one heterogeneous call run on
+// several communicators and are all parts of that call.
+func (c *Comm) SetOuter(call Call) { c.outer = call }
+
+// Reported is the first failure this rank told its peers of
+// (NotifyPeers), or "".
+func (c *Comm) Reported() string {
+	if w := c.reported.Load(); w != nil {
+		return *w
+	}
+	return ""
+}
+
 // Rank is this rank, 0 <= Rank() < Count().
-func (c *hostComm) Rank() int { return c.rank }
+func (c *Comm) Rank() int { return c.rank }
 
 // Count is the number of ranks.
-func (c *hostComm) Count() int { return c.nranks }
+func (c *Comm) Count() int { return c.nranks }
 
 // Destroy releases the communicator after its operations completed.
-func (c *hostComm) Destroy() error {
+func (c *Comm) Destroy() error {
 	c.close()
 	return nil
 }
 
 // Abort tears the communicator down at once: operations in flight on this
 // rank fail, and peers waiting on this rank see an error naming it.
-func (c *hostComm) Abort() error {
-	c.shut()
+func (c *Comm) Abort() error {
+	c.Shut()
 	c.close()
 	return nil
 }
 
-// shut is Abort's first half, which never waits for a use of the shared
+// Shut is Abort's first half, which never waits for a use of the shared
 // windows (hostnet.Mesh.Shut): every wait on the host network, here and
 // on the peers, fails now.
-func (c *hostComm) shut() {
+func (c *Comm) Shut() {
 	c.closeOnce.Do(func() { close(c.aborted) })
 	_ = c.mesh.Shut()
 }
 
-func (c *hostComm) close() {
+func (c *Comm) close() {
 	c.listener.Close()
 	c.mesh.Close()
 }
 
-func (c *hostComm) isAborted() bool {
+func (c *Comm) isAborted() bool {
 	select {
 	case <-c.aborted:
 		return true
@@ -200,23 +244,24 @@ func (c *hostComm) isAborted() bool {
 // Split makes a host communicator of the ranks that pass the same color,
 // ordered by key then by rank. A rank passing SplitNoColor gets nil. Every
 // rank of c must call it.
-func (c *hostComm) Split(color, key int) (*hostComm, error) {
-	sp, err := c.splitID(color, key)
+func (c *Comm) Split(color, key int) (*Comm, error) {
+	sp, err := c.SplitID(color, key)
 	if err != nil || sp == nil {
 		return nil, err
 	}
-	return initHost(sp.id, sp.nranks, sp.rank, c.cfg)
+	return Init(sp.ID, sp.NRanks, sp.Rank, c.cfg)
 }
 
-// split is this rank's place in a communicator that Split makes.
-type split struct {
-	id           UniqueID
-	nranks, rank int
+// Place is this rank's place in a communicator that Split makes: its
+// id, size and this rank's rank there.
+type Place struct {
+	ID           ID
+	NRanks, Rank int
 }
 
-// splitID agrees on the groups of a Split and hands each group's new
+// SplitID agrees on the groups of a Split and hands each group's new
 // unique id to its members: nil for a rank passing SplitNoColor.
-func (c *hostComm) splitID(color, key int) (*split, error) {
+func (c *Comm) SplitID(color, key int) (*Place, error) {
 	if color < 0 && color != SplitNoColor {
 		return nil, fmt.Errorf("%w: split color %d is negative (use a color >= 0, or SplitNoColor)", sdk.ErrInvalidArgument, color)
 	}
@@ -225,7 +270,7 @@ func (c *hostComm) splitID(color, key int) (*split, error) {
 	putInt64(mine[0:], int64(color))
 	putInt64(mine[8:], int64(key))
 	all := make([]byte, rec*c.nranks)
-	if err := c.run(&sdk.Call{Coll: sdk.AllGather, Count: rec, DType: sdk.Uint8}, mine, all); err != nil {
+	if err := c.Run(&sdk.Call{Coll: sdk.AllGather, Count: rec, DType: sdk.Uint8}, mine, all); err != nil {
 		return nil, fmt.Errorf("split: exchanging colors: %w", err)
 	}
 	if color == SplitNoColor {
@@ -248,9 +293,9 @@ func (c *hostComm) splitID(color, key int) (*split, error) {
 	// The first member hosts the new communicator's rendezvous and hands its
 	// id to the others over the parent's links.
 	leader := group[0].rank
-	var idBytes [UniqueIDBytes]byte
+	var idBytes [IDBytes]byte
 	if c.rank == leader {
-		id, err := GetUniqueID(WithIDNetConfig(c.cfg))
+		id, err := NewID("", c.cfg, nil)
 		if err != nil {
 			return nil, fmt.Errorf("split: %w", err)
 		}
@@ -260,16 +305,16 @@ func (c *hostComm) splitID(color, key int) (*split, error) {
 			ops = append(ops, host.P2P{Peer: m.rank, Buf: idBytes[:]})
 		}
 		if err := c.engine.Group(ops); err != nil {
-			return nil, c.opError("Split", err)
+			return nil, c.OpError("Split", err)
 		}
 	} else if err := c.engine.Group([]host.P2P{{Peer: leader, Buf: idBytes[:], Recv: true}}); err != nil {
-		return nil, c.opError("Split", err)
+		return nil, c.OpError("Split", err)
 	}
-	id, err := UniqueIDFromBytes(idBytes[:])
+	id, err := IDFromBytes(idBytes[:])
 	if err != nil {
 		return nil, fmt.Errorf("split: %w", err)
 	}
-	return &split{id: id, nranks: len(group), rank: newRank}, nil
+	return &Place{ID: id, NRanks: len(group), Rank: newRank}, nil
 }
 
 func putInt64(b []byte, v int64) {
@@ -286,11 +331,11 @@ func getInt64(b []byte) int64 {
 	return v
 }
 
-// opError puts the collective's name on an error and, after an abort,
+// OpError puts the collective's name on an error and, after an abort,
 // says so rather than reporting closed sockets. It names the peers of
 // this host that are gone or stopped: the peer the error blames may only
-// have waited for, or given up on, one of them (see noteStalled).
-func (c *hostComm) opError(op string, err error) error {
+// have waited for, or given up on, one of them (see NoteStalled).
+func (c *Comm) OpError(op string, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -298,11 +343,11 @@ func (c *hostComm) opError(op string, err error) error {
 		return fmt.Errorf("%w: %s on rank %d: the communicator was aborted", sdk.ErrInvalidUsage, op, c.rank)
 	}
 	err = fmt.Errorf("%s on rank %d: %w", op, c.rank, err)
-	c.notifyPeers(err)
+	c.NotifyPeers(err)
 	if c.inner {
 		return err
 	}
-	return noteStalled(err, c.peers, c.rank)
+	return NoteStalled(err, c.peers, c.rank)
 }
 
 // MemAlloc allocates n zeroed bytes of host memory that every rank of the
@@ -314,51 +359,51 @@ func (c *hostComm) opError(op string, err error) error {
 // It is collective: every rank calls it with the same n, in the same
 // order relative to the other calls. It fails with sdk.ErrNotSupported
 // where the ranks do not all share one host's memory (CanMemAlloc).
-func (c *hostComm) MemAlloc(n int) ([]byte, error) {
-	c.cur = curCall{} // untagged, on every rank alike
+func (c *Comm) MemAlloc(n int) ([]byte, error) {
+	c.cur = Call{} // untagged, on every rank alike
 	b, err := c.engine.MemAlloc(n)
-	return b, c.opError("MemAlloc", err)
+	return b, c.OpError("MemAlloc", err)
 }
 
 // MemFree releases memory from MemAlloc on this rank; every rank frees the
 // same allocation, after the calls that use it. The memory stays mapped
 // until then, even after Destroy.
-func (c *hostComm) MemFree(b []byte) error {
-	c.cur = curCall{}
-	return c.opError("MemFree", c.engine.MemFree(b))
+func (c *Comm) MemFree(b []byte) error {
+	c.cur = Call{}
+	return c.OpError("MemFree", c.engine.MemFree(b))
 }
 
 // CanMemAlloc says whether MemAlloc works on this communicator (every rank
 // on one host, with shared memory).
-func (c *hostComm) CanMemAlloc() bool { return c.engine.CanMemAlloc() }
+func (c *Comm) CanMemAlloc() bool { return c.engine.CanMemAlloc() }
 
-// run runs one collective (any but SendRecv) on the host engine, which
+// Run runs one collective (any but SendRecv) on the host engine, which
 // checks it with sdk's one checker; the call's digest labels its messages
 // (begin), and its errors name it (opError).
-func (c *hostComm) run(call *sdk.Call, send, recv []byte) error {
-	c.begin(call.Coll, call.Count, call.DType, call.Op, call.Root)
-	return c.opError(call.Coll.Title(), c.engine.Run(call, send, recv))
+func (c *Comm) Run(call *sdk.Call, send, recv []byte) error {
+	c.Begin(call.Coll, call.Count, call.DType, call.Op, call.Root)
+	return c.OpError(call.Coll.Title(), c.engine.Run(call, send, recv))
 }
 
-// sendRecv runs ops, a group's sends and receives (checked by the
+// SendRecv runs ops, a group's sends and receives (checked by the
 // caller), together on the host engine (host.Engine.Group), so that any
 // pattern of them completes without deadlock; name is the call errors
 // name.
-func (c *hostComm) sendRecv(name string, ops []host.P2P) error {
-	c.begin(sdk.SendRecv, 0, 0, 0, 0)
-	return c.opError(name, c.engine.Group(ops))
+func (c *Comm) SendRecv(name string, ops []host.P2P) error {
+	c.Begin(sdk.SendRecv, 0, 0, 0, 0)
+	return c.OpError(name, c.engine.Group(ops))
 }
 
 // meshPeers gives the host engine this communicator's links, with errors
 // that name the peer and what was being waited for.
-type meshPeers struct{ c *hostComm }
+type meshPeers struct{ c *Comm }
 
 func (m meshPeers) Rank() int { return m.c.rank }
 func (m meshPeers) Size() int { return m.c.nranks }
 
 func (m meshPeers) Send(peer int, buf []byte) error {
 	if err := hostnet.SendTagged(m.c.mesh.Links[peer], buf, uint32(m.c.cur.digest)); err != nil {
-		return m.c.linkError(err, fmt.Sprintf("sending %d bytes to rank %d", len(buf), peer), peer)
+		return m.c.LinkError(err, fmt.Sprintf("sending %d bytes to rank %d", len(buf), peer), peer)
 	}
 	return nil
 }
@@ -375,14 +420,14 @@ func (m meshPeers) Streams(peer int) int { return hostnet.Streams(m.c.mesh.Links
 
 func (m meshPeers) SendStream(peer, i int, buf []byte) error {
 	if err := hostnet.SendStream(m.c.mesh.Links[peer], i, buf, uint32(m.c.cur.digest)); err != nil {
-		return m.c.linkError(err, fmt.Sprintf("sending %d bytes to rank %d on stream %d", len(buf), peer, i), peer)
+		return m.c.LinkError(err, fmt.Sprintf("sending %d bytes to rank %d on stream %d", len(buf), peer, i), peer)
 	}
 	return nil
 }
 
 func (m meshPeers) RecvStream(peer, i int, buf []byte) error {
 	if err := hostnet.RecvStream(m.c.mesh.Links[peer], i, buf, uint32(m.c.cur.digest)); err != nil {
-		return m.c.linkError(err, fmt.Sprintf("waiting for %d bytes from rank %d on stream %d", len(buf), peer, i), peer)
+		return m.c.LinkError(err, fmt.Sprintf("waiting for %d bytes from rank %d on stream %d", len(buf), peer, i), peer)
 	}
 	return nil
 }
@@ -392,7 +437,7 @@ func (m meshPeers) RecvStream(peer, i int, buf []byte) error {
 func (m meshPeers) Exchange(peer int, out, in []byte, progress func(got, sent int)) (bool, error) {
 	ok, err := hostnet.Exchange(m.c.mesh.Links[peer], out, in, uint32(m.c.cur.digest), progress)
 	if err != nil {
-		return true, m.c.linkError(err, fmt.Sprintf("exchanging %d bytes with rank %d", len(out), peer), peer)
+		return true, m.c.LinkError(err, fmt.Sprintf("exchanging %d bytes with rank %d", len(out), peer), peer)
 	}
 	return ok, nil
 }
@@ -402,7 +447,7 @@ func (m meshPeers) Lean(peer int) bool { return hostnet.Lean(m.c.mesh.Links[peer
 
 func (m meshPeers) Recv(peer int, buf []byte) error {
 	if err := hostnet.RecvTagged(m.c.mesh.Links[peer], buf, uint32(m.c.cur.digest)); err != nil {
-		return m.c.linkError(err, fmt.Sprintf("waiting for %d bytes from rank %d", len(buf), peer), peer)
+		return m.c.LinkError(err, fmt.Sprintf("waiting for %d bytes from rank %d", len(buf), peer), peer)
 	}
 	return nil
 }
@@ -413,26 +458,26 @@ func (m meshPeers) Recv(peer int, buf []byte) error {
 // guards the steps as guards the TCP frames, with the same error.
 type sharedNode struct {
 	*shm.ShmNode
-	c *hostComm
+	c *Comm
 }
 
-func (s sharedNode) Enter() error { return s.c.stepError(s.ShmNode.Enter(), -1) }
+func (s sharedNode) Enter() error { return s.c.StepError(s.ShmNode.Enter(), -1) }
 func (s sharedNode) Post(sig uint64) error {
-	return s.c.stepError(s.ShmNode.Post(uint64(s.c.cur.digest)<<32|uint64(uint32(sig^sig>>32))), -1)
+	return s.c.StepError(s.ShmNode.Post(uint64(s.c.cur.digest)<<32|uint64(uint32(sig^sig>>32))), -1)
 }
 
 // Wait's r is a rank of the communicator: the engine has shared memory
 // only where the host's ranks are all of them (initHost).
-func (s sharedNode) Wait(r int) error { return s.c.stepError(s.ShmNode.Wait(r), r) }
+func (s sharedNode) Wait(r int) error { return s.c.StepError(s.ShmNode.Wait(r), r) }
 
-// stepError classifies a shared-memory step's error; peer is the rank
+// StepError classifies a shared-memory step's error; peer is the rank
 // waited for (-1: none).
-func (c *hostComm) stepError(err error, peer int) error {
-	return c.stepErrorIn(c.running(), err, peer)
+func (c *Comm) StepError(err error, peer int) error {
+	return c.StepErrorIn(c.running(), err, peer)
 }
 
-// stepErrorIn is stepError for a step of call cur (mismatchIn).
-func (c *hostComm) stepErrorIn(cur curCall, err error, peer int) error {
+// StepErrorIn is stepError for a step of call cur (mismatchIn).
+func (c *Comm) StepErrorIn(cur Call, err error, peer int) error {
 	var me *hostnet.MismatchError
 	if errors.As(err, &me) {
 		// The high words are the calls' digests (sharedNode.Post).
@@ -452,14 +497,14 @@ func (c *hostComm) stepErrorIn(cur curCall, err error, peer int) error {
 }
 
 // transport names how this rank reaches peer: "self", "shm" or "tcp".
-func (c *hostComm) transport(peer int) string {
+func (c *Comm) Transport(peer int) string {
 	if l := c.mesh.Links[peer]; l != nil {
 		return l.Transport()
 	}
 	return "self"
 }
 
-func (c *hostComm) linkError(err error, doing string, peer int) error {
+func (c *Comm) LinkError(err error, doing string, peer int) error {
 	if merr, ok := c.callMismatch(err, peer); ok {
 		return fmt.Errorf("%s: %w", doing, merr)
 	}
@@ -467,13 +512,13 @@ func (c *hostComm) linkError(err error, doing string, peer int) error {
 	var le *hostnet.LengthError
 	switch {
 	case errors.As(err, &pf):
-		return fmt.Errorf("%w: %s: %w", sdk.ErrRemoteError, doing, &firstFailure{what: pf.What})
+		return fmt.Errorf("%w: %s: %w", sdk.ErrRemoteError, doing, &FirstFailure{What: pf.What})
 	case errors.As(err, &le):
 		return fmt.Errorf("%w: %s: rank %d sent %d bytes: the ranks disagree on the count or data type of this operation", sdk.ErrInvalidUsage, doing, peer, le.Got)
 	case errors.Is(err, hostnet.ErrTimeout):
 		return fmt.Errorf("%w: %s: no progress before the deadline (is rank %d stuck or in another operation? FLAGCX_TIMEOUT sets the deadline): %w", sdk.ErrRemoteError, doing, peer, err)
 	case errors.Is(err, hostnet.ErrClosed):
-		return fmt.Errorf("%w: %s: rank %d closed the connection (it died, aborted or destroyed its communicator)%s", sdk.ErrRemoteError, doing, peer, c.hostOf(peer))
+		return fmt.Errorf("%w: %s: rank %d closed the connection (it died, aborted or destroyed its communicator)%s", sdk.ErrRemoteError, doing, peer, c.HostOf(peer))
 	}
 	return fmt.Errorf("%w: %s: %w", sdk.ErrSystemError, doing, err)
 }

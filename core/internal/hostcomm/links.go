@@ -1,4 +1,4 @@
-package core
+package hostcomm
 
 import (
 	"context"
@@ -15,14 +15,14 @@ import (
 const (
 	linkSelf byte = iota
 	linkShm
-	linkTCP
+	LinkTCP
 	linkIB
 )
 
-var linkNames = [...]string{linkSelf: "self", linkShm: "shm", linkTCP: "tcp", linkIB: "ib"}
+var linkNames = [...]string{linkSelf: "self", linkShm: "shm", LinkTCP: "tcp", linkIB: "ib"}
 
-// linkCodes is this rank's link to each rank.
-func (c *hostComm) linkCodes() []byte {
+// LinkCodes is this rank's link to each rank.
+func (c *Comm) LinkCodes() []byte {
 	codes := make([]byte, c.nranks)
 	for p, l := range c.mesh.Links {
 		switch {
@@ -33,7 +33,7 @@ func (c *hostComm) linkCodes() []byte {
 		case l.Transport() == "ib":
 			codes[p] = linkIB
 		default:
-			codes[p] = linkTCP
+			codes[p] = LinkTCP
 		}
 	}
 	return codes
@@ -42,7 +42,7 @@ func (c *hostComm) linkCodes() []byte {
 // logLinks writes, with FLAGCX_DEBUG=INFO (subsystem NET), one line per
 // link: the peer, its host, and what carries it (interface, addresses and
 // sockets for TCP).
-func (c *hostComm) logLinks() {
+func (c *Comm) logLinks() {
 	if !flog.Enabled(flog.LevelInfo, flog.Net) {
 		return
 	}
@@ -50,14 +50,14 @@ func (c *hostComm) logLinks() {
 		if l == nil {
 			continue
 		}
-		msg := fmt.Sprintf("link to rank %d%s: %s (%s)", p, c.hostOf(p), hostnet.DescribeLink(l), c.linkWhy(c.rank, p, c.linkCodes()[p]))
+		msg := fmt.Sprintf("link to rank %d%s: %s (%s)", p, c.HostOf(p), hostnet.DescribeLink(l), c.linkWhy(c.rank, p, c.LinkCodes()[p]))
 		flog.Default().Log(context.Background(), flog.LevelInfo, msg, flog.KeySubsys, flog.Net, flog.KeyRank, c.rank)
 	}
 }
 
 // linkWhy says why the pair a, b uses the link of code: the rule of
 // hostnet's transport table and net.go.
-func (c *hostComm) linkWhy(a, b int, code byte) string {
+func (c *Comm) linkWhy(a, b int, code byte) string {
 	same := hostnet.SameHost(c.peers[a], c.peers[b])
 	switch code {
 	case linkShm:
@@ -67,7 +67,7 @@ func (c *hostComm) linkWhy(a, b int, code byte) string {
 			return env.Net.Name + "=IB"
 		}
 		return "other host, both have RDMA devices"
-	case linkTCP:
+	case LinkTCP:
 		switch {
 		case same:
 			return "same host without shared memory"
@@ -83,7 +83,7 @@ func (c *hostComm) linkWhy(a, b int, code byte) string {
 // which link each pair of ranks uses and why, pairs grouped by both
 // ("Links: shm (same host): 0-1 2-3; tcp (other host, ...): 0-2 ...").
 // Nil before the ranks exchanged their links.
-func (c *hostComm) LinkTable() []string {
+func (c *Comm) LinkTable() []string {
 	n, rec := c.nranks, c.nranks+1
 	if len(c.links) != n*rec {
 		return nil
@@ -115,23 +115,4 @@ func (c *hostComm) LinkTable() []string {
 		lines = append(lines, fmt.Sprintf("  %s: %s%s", k, strings.Join(pairs, " "), more))
 	}
 	return lines
-}
-
-// leadersTalkTCP reports whether two cluster leaders are linked by TCP:
-// the staged schedules then cut calls into fewer, larger chunks
-// (sched.TCPMinChunk). Every rank reads the same table (start), so every
-// rank decides alike.
-func (c *Comm) leadersTalkTCP() bool {
-	n, rec := c.n, c.n+1
-	if len(c.world.links) != n*rec {
-		return false
-	}
-	for _, a := range c.layout.Clusters {
-		for _, b := range c.layout.Clusters {
-			if a.Leader != b.Leader && c.world.links[a.Leader*rec+1+b.Leader] == linkTCP {
-				return true
-			}
-		}
-	}
-	return false
 }

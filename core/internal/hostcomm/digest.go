@@ -1,4 +1,4 @@
-package core
+package hostcomm
 
 import (
 	"errors"
@@ -50,8 +50,8 @@ func digestOf(coll sdk.Collective, count int, dt sdk.DataType, op sdk.RedOp, roo
 	return callDigest(d | uint32(h)<<digestRestShift)
 }
 
-// digestOfCall is digestOf of a schedule's call.
-func digestOfCall(c sched.Call) callDigest {
+// DigestOfCall is digestOf of a schedule's call.
+func DigestOfCall(c sched.Call) callDigest {
 	return digestOf(c.Coll, c.Count, c.DType, c.Op, c.Root)
 }
 
@@ -92,13 +92,13 @@ func mismatchText(mine callDigest, count, root int, theirs callDigest) string {
 
 // callMismatch turns hostnet's mismatch of digests with peer into the
 // error every rank reports: both calls named, and what to do.
-func (c *hostComm) callMismatch(err error, peer int) (error, bool) {
+func (c *Comm) callMismatch(err error, peer int) (error, bool) {
 	return c.mismatchIn(c.running(), err, peer)
 }
 
 // running is the call whose digest labels this communicator's steps now:
 // the user's (outer) inside a heterogeneous call, else cur.
-func (c *hostComm) running() curCall {
+func (c *Comm) running() Call {
 	if c.outer.digest != 0 {
 		return c.outer
 	}
@@ -107,7 +107,7 @@ func (c *hostComm) running() curCall {
 
 // mismatchIn is callMismatch for call cur: a step that another goroutine
 // finishes (core's relay proxy) names its own call, not the one running.
-func (c *hostComm) mismatchIn(cur curCall, err error, peer int) (error, bool) {
+func (c *Comm) mismatchIn(cur Call, err error, peer int) (error, bool) {
 	var me *hostnet.MismatchError
 	if !errors.As(err, &me) {
 		return nil, false
@@ -118,14 +118,14 @@ func (c *hostComm) mismatchIn(cur curCall, err error, peer int) (error, bool) {
 	}
 	who := "a rank of this host"
 	if peer >= 0 {
-		who = fmt.Sprintf("rank %d%s", peer, c.hostOf(peer))
+		who = fmt.Sprintf("rank %d%s", peer, c.HostOf(peer))
 	}
 	return fmt.Errorf("%w: %w: %s: %s: every rank must make the same calls in the same order, with the same count, data type, op and root",
 		sdk.ErrInvalidUsage, hostnet.ErrMismatch, who, mismatchText(want, cur.count, cur.root, got)), true
 }
 
-// hostOf is " (host NAME)" for peer, or "" when unknown.
-func (c *hostComm) hostOf(peer int) string {
+// HostOf is " (host NAME)" for peer, or "" when unknown.
+func (c *Comm) HostOf(peer int) string {
 	if peer < 0 || peer >= len(c.peers) || c.peers[peer].Host == "" {
 		return ""
 	}
@@ -136,18 +136,18 @@ func (c *hostComm) hostOf(peer int) string {
 // labels cost.
 var labelCalls = true
 
-// curCall is the call a hostComm runs now, as its digest and the numbers
+// Call is the call a Comm runs now, as its digest and the numbers
 // the digest only hashes (for the mismatch error).
-type curCall struct {
+type Call struct {
 	digest      callDigest
 	count, root int
 }
 
-// begin makes coll the call whose digest labels this communicator's
+// Begin makes coll the call whose digest labels this communicator's
 // messages and steps until the next begin. Inside a heterogeneous call
 // the user's call (outer, set by Comm.do) labels them instead: its steps
 // on several communicators are all parts of that call.
-func (c *hostComm) begin(coll sdk.Collective, count int, dt sdk.DataType, op sdk.RedOp, root int) {
+func (c *Comm) Begin(coll sdk.Collective, count int, dt sdk.DataType, op sdk.RedOp, root int) {
 	if !labelCalls {
 		return
 	}
@@ -155,30 +155,13 @@ func (c *hostComm) begin(coll sdk.Collective, count int, dt sdk.DataType, op sdk
 		c.cur = c.outer
 		return
 	}
-	c.cur = curCall{digest: digestOf(coll, count, dt, op, root), count: count, root: root}
+	c.cur = Call{digest: digestOf(coll, count, dt, op, root), count: count, root: root}
 }
 
-// curCallOf is call as a curCall.
-func curCallOf(call sched.Call) curCall {
-	return curCall{digest: digestOfCall(call), count: call.Count, root: call.Root}
+// CallOf is call as a Call.
+func CallOf(call sched.Call) Call {
+	return Call{digest: DigestOfCall(call), count: call.Count, root: call.Root}
 }
 
-// label makes call's digest label every host transfer and step of the
-// plan that runs it, on all of this rank's host communicators (steps of
-// one call run on several), until the returned func.
-func (c *Comm) label(call sched.Call) func() {
-	cur := curCallOf(call)
-	comms := []*hostComm{c.world, c.intra, c.inter}
-	for _, h := range comms {
-		if h != nil {
-			h.outer = cur
-		}
-	}
-	return func() {
-		for _, h := range comms {
-			if h != nil {
-				h.outer = curCall{}
-			}
-		}
-	}
-}
+// Describe names the call (collective, type, op) as mismatch errors do.
+func (c Call) Describe() string { return c.digest.describe() }

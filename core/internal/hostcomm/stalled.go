@@ -1,4 +1,4 @@
-package core
+package hostcomm
 
 import (
 	"errors"
@@ -22,31 +22,31 @@ import (
 // that were gone or stopped when it failed.
 type stalledError struct {
 	err     error
-	stalled string // from stalledPeers
+	stalled string // from StalledPeers
 }
 
 func (e *stalledError) Error() string { return e.err.Error() + "; on this host " + e.stalled }
 func (e *stalledError) Unwrap() error { return e.err }
 
-// noteStalled adds to err the peers of this host that are gone or stopped
-// (see stalledPeers). err is returned as it is when there are none, or
+// NoteStalled adds to err the peers of this host that are gone or stopped
+// (see StalledPeers). err is returned as it is when there are none, or
 // when an inner layer noted them already.
-func noteStalled(err error, peers []peerInfo, self int) error {
+func NoteStalled(err error, peers []peerInfo, self int) error {
 	var se *stalledError
 	if err == nil || errors.As(err, &se) {
 		return err
 	}
-	s := stalledPeers(peers, self)
+	s := StalledPeers(peers, self)
 	if s == "" {
 		return err
 	}
 	return &stalledError{err: err, stalled: s}
 }
 
-// stalledPeers lists the peers (by their index in peers, which is their
+// StalledPeers lists the peers (by their index in peers, which is their
 // rank) on the host of peers[self] whose process is gone or stopped, as
 // "rank 2 (process 4242) is stopped (...)"; "" when there are none.
-func stalledPeers(peers []peerInfo, self int) string {
+func StalledPeers(peers []peerInfo, self int) string {
 	if self < 0 || self >= len(peers) {
 		return ""
 	}

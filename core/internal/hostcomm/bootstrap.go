@@ -1,4 +1,4 @@
-package core
+package hostcomm
 
 import (
 	"encoding/json"
@@ -55,7 +55,7 @@ type rendezvousReply struct {
 type rendezvousTimeout struct{ msg string }
 
 func (e *rendezvousTimeout) Error() string   { return e.msg }
-func (e *rendezvousTimeout) Unwrap() []error { return []error{sdk.ErrRemoteError, ErrTimeout} }
+func (e *rendezvousTimeout) Unwrap() []error { return []error{sdk.ErrRemoteError, hostnet.ErrTimeout} }
 
 const maxBootstrapMsg = 16 << 20
 
@@ -170,7 +170,7 @@ func missingRanks(arrived []arrival, nranks int) string {
 }
 
 // joinRendezvous announces this rank and waits for the table.
-func joinRendezvous(id UniqueID, cfg hostnet.Config, self announce) ([]peerInfo, error) {
+func joinRendezvous(id ID, cfg hostnet.Config, self announce) ([]peerInfo, error) {
 	hello, _ := json.Marshal(self)
 	// Wait longer than the rendezvous does, so that when ranks are missing
 	// its answer naming them arrives before our own deadline.
