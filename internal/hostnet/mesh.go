@@ -15,18 +15,6 @@ import (
 	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 
-// Link is how a rank reaches one peer: whole, ordered, length-checked
-// messages, full duplex (one Send and one Recv may run at once). Errors
-// wrap ErrTimeout, ErrClosed or *LengthError where those apply.
-type Link interface {
-	Send(p []byte) error
-	Recv(p []byte) error
-	Close() error
-	// Transport names what carries the link: "shm", "tcp" or "ib" (a
-	// network plugin, netplugin/net.go).
-	Transport() string
-}
-
 // Peer is what a rank announces about itself at bootstrap: enough for
 // every other rank to choose a transport to it and connect.
 type Peer struct {
@@ -80,11 +68,11 @@ func TransportFor(a, b Peer) string {
 // MeshConfig is what Connect needs.
 type MeshConfig struct {
 	Net      Config
-	Shm      shm.ShmConfig
+	Shm      ShmConfig
 	Secret   Secret
-	Listener *tcp.Listener   // this rank's, announced in Peers[Rank].Addr
-	Segment  *shm.ShmSegment // this rank's (nil without shared memory); Connect takes it over
-	Peers    []Peer          // every rank, by rank
+	Listener *Listener   // this rank's, announced in Peers[Rank].Addr
+	Segment  *ShmSegment // this rank's (nil without shared memory); Connect takes it over
+	Peers    []Peer      // every rank, by rank
 	Rank     int
 }
 
@@ -94,11 +82,11 @@ type Mesh struct {
 	Links []Link
 	// Node is the shared memory of this host's ranks (nil unless at least
 	// two ranks of this host share memory).
-	Node *shm.ShmNode
+	Node *ShmNode
 	// Warnings say which ranks of this host talk TCP and why.
 	Warnings []string
 
-	segs      []*shm.ShmSegment
+	segs      []*ShmSegment
 	shutOnce  sync.Once
 	closeOnce sync.Once
 }
@@ -133,7 +121,7 @@ func Connect(mc MeshConfig) (_ *Mesh, err error) {
 	self := mc.Peers[mc.Rank]
 	m := &Mesh{Links: make([]Link, len(mc.Peers))}
 	if mc.Segment != nil {
-		m.segs = []*shm.ShmSegment{mc.Segment}
+		m.segs = []*ShmSegment{mc.Segment}
 	}
 	defer func() {
 		if err != nil {
