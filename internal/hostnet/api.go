@@ -15,9 +15,10 @@
 // them up, so that callers import hostnet alone.
 //
 // hostnet owns the transports. Each rank announces a Peer at bootstrap;
-// a table of transports (shm when two ranks share a host, boot id and pid
-// namespace and both have a segment; TCP otherwise) picks the transport of
-// every pair, and Connect builds a rank's links to all peers at once.
+// Connect builds a rank's links to all peers at once, each pair through
+// the first row of the transport table that can connect it (rows.go): shm
+// when two ranks share a host, boot id and pid namespace and both have a
+// segment; the network plugin where both ends offer it; TCP otherwise.
 //
 //	cfg, err := hostnet.ConfigFromEnv()                    // FLAGCX_SOCKET_* and friends
 //	sc, err := hostnet.ShmConfigFromEnv()                  // FLAGCX_SHM_*
@@ -49,7 +50,8 @@ type Link interface {
 	Recv(p []byte) error
 	Close() error
 	// Transport names what carries the link: "shm", "tcp" or "ib" (a
-	// network plugin, netplugin/net.go).
+	// network plugin, netplugin/net.go), for people and link tables; the
+	// mesh chooses rows, never names (rows.go).
 	Transport() string
 }
 
