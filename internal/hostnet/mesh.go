@@ -15,18 +15,6 @@ import (
 	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 )
 
-// Link is how a rank reaches one peer: whole, ordered, length-checked
-// messages, full duplex (one Send and one Recv may run at once). Errors
-// wrap ErrTimeout, ErrClosed or *LengthError where those apply.
-type Link interface {
-	Send(p []byte) error
-	Recv(p []byte) error
-	Close() error
-	// Transport names what carries the link: "shm", "tcp" or "ib" (a
-	// network plugin, netplugin/net.go).
-	Transport() string
-}
-
 // Peer is what a rank announces about itself at bootstrap: enough for
 // every other rank to choose a transport to it and connect.
 type Peer struct {
@@ -54,37 +42,14 @@ func SameHost(a, b Peer) bool {
 	return a.BootID != "" && a.BootID == b.BootID && a.Host == b.Host && a.PidNS == b.PidNS
 }
 
-// transport is one row of the transport table: whether it can connect a
-// pair of ranks. The first row that can, does (as in NCCL's table). A
-// "tcp" pair may then move to the network plugin (Mesh.upgradeNet).
-type transport struct {
-	name       string
-	canConnect func(a, b Peer) bool
-}
-
-var transports = []transport{
-	{"shm", func(a, b Peer) bool { return a.Shm != "" && b.Shm != "" && SameHost(a, b) }},
-	{"tcp", func(a, b Peer) bool { return true }},
-}
-
-// TransportFor names the transport between a and b.
-func TransportFor(a, b Peer) string {
-	for _, t := range transports {
-		if t.canConnect(a, b) {
-			return t.name
-		}
-	}
-	return ""
-}
-
 // MeshConfig is what Connect needs.
 type MeshConfig struct {
 	Net      Config
-	Shm      shm.ShmConfig
+	Shm      ShmConfig
 	Secret   Secret
-	Listener *tcp.Listener   // this rank's, announced in Peers[Rank].Addr
-	Segment  *shm.ShmSegment // this rank's (nil without shared memory); Connect takes it over
-	Peers    []Peer          // every rank, by rank
+	Listener *Listener   // this rank's, announced in Peers[Rank].Addr
+	Segment  *ShmSegment // this rank's (nil without shared memory); Connect takes it over
+	Peers    []Peer      // every rank, by rank
 	Rank     int
 }
 
@@ -94,11 +59,11 @@ type Mesh struct {
 	Links []Link
 	// Node is the shared memory of this host's ranks (nil unless at least
 	// two ranks of this host share memory).
-	Node *shm.ShmNode
+	Node *ShmNode
 	// Warnings say which ranks of this host talk TCP and why.
 	Warnings []string
 
-	segs      []*shm.ShmSegment
+	segs      []*ShmSegment
 	shutOnce  sync.Once
 	closeOnce sync.Once
 }
@@ -109,14 +74,16 @@ type meshHello struct {
 	Stream int `json:"stream"`
 }
 
-// Connect builds this rank's links to every other rank: shared memory to
-// the ranks of its host that share memory, TCP (Net.Streams sockets, the
-// higher rank dialing) to the others. It returns once every link is up and
+// Connect builds this rank's links to every other rank, each pair through
+// the first row of the transport table that can connect it (rows.go):
+// shared memory to the ranks of its host that share memory, the network
+// plugin where both ends offer it, TCP (Net.Streams sockets, the higher
+// rank dialing) to the others. It returns once every link is up and
 // every segment of the host is mapped by all its ranks (and unlinked), or
 // with an error naming the ranks it waited for after Net.Timeout without
 // progress. On error nothing stays open and this rank's segment is gone.
 func Connect(mc MeshConfig) (_ *Mesh, err error) {
-	if err := CheckNet(mc.Net); err != nil {
+	if err := checkRows(mc.Net); err != nil {
 		mc.Segment.Close()
 		return nil, err
 	}
@@ -131,11 +98,13 @@ func Connect(mc MeshConfig) (_ *Mesh, err error) {
 		return nil, err
 	}
 	self := mc.Peers[mc.Rank]
-	m := &Mesh{Links: make([]Link, len(mc.Peers))}
+	m := &Mesh{Links: make([]Link, len(mc.Peers)), Warnings: noShmWarnings(mc)}
 	if mc.Segment != nil {
-		m.segs = []*shm.ShmSegment{mc.Segment}
+		m.segs = []*ShmSegment{mc.Segment}
 	}
+	s := &setup{mc: mc, m: m, self: self, socks: make([]*tcp.TCPLink, len(mc.Peers))}
 	defer func() {
+		s.closeSockets()
 		if err != nil {
 			// Peers that mapped this rank's segment stop waiting for it.
 			mc.Segment.Abandon()
@@ -143,34 +112,9 @@ func Connect(mc MeshConfig) (_ *Mesh, err error) {
 			m.Close()
 		}
 	}()
-	var local []int
-	for _, p := range mc.Peers {
-		switch {
-		case p.Rank == mc.Rank:
-			if self.Shm != "" && mc.Segment != nil {
-				local = append(local, p.Rank)
-			}
-		case TransportFor(self, p) == "shm":
-			local = append(local, p.Rank)
-		case SameHost(self, p) && !mc.Shm.Disable:
-			m.Warnings = append(m.Warnings, fmt.Sprintf("rank %d talks TCP to rank %d of its own host: %s (set %s=1 to choose TCP quietly)",
-				mc.Rank, p.Rank, noShmReason(self, p), shm.EnvShmDisable))
-		}
-	}
-	if len(local) >= 2 {
-		if err := m.mapHost(mc, local); err != nil {
-			return nil, fmt.Errorf("rank %d: %w", mc.Rank, err)
-		}
-	} else if mc.Segment != nil {
-		mc.Segment.Unlink() // nobody will map it
-	}
-	if err := m.connectTCP(mc); err != nil {
+	if err := s.connectRows(); err != nil {
 		return nil, err
 	}
-	if err := m.upgradeNet(mc); err != nil {
-		return nil, err
-	}
-	m.pollSockets(mc)
 	defer recordLinks(m.Links)
 	if m.Node != nil {
 		// Step 1 is the setup's: once every rank of the host published it,
@@ -186,6 +130,21 @@ func Connect(mc MeshConfig) (_ *Mesh, err error) {
 		mc.Segment.Unlink()
 	}
 	return m, nil
+}
+
+// noShmWarnings say which ranks of this rank's host it cannot share memory
+// with, and why (their pairs go to a later row of the transport table),
+// unless this rank disabled shared memory itself.
+func noShmWarnings(mc MeshConfig) []string {
+	self := mc.Peers[mc.Rank]
+	var warns []string
+	for _, p := range mc.Peers {
+		if p.Rank != mc.Rank && !shareMemory(self, p) && SameHost(self, p) && !mc.Shm.Disable {
+			warns = append(warns, fmt.Sprintf("rank %d talks TCP to rank %d of its own host: %s (set %s=1 to choose TCP quietly)",
+				mc.Rank, p.Rank, noShmReason(self, p), shm.EnvShmDisable))
+		}
+	}
+	return warns
 }
 
 func noShmReason(self, p Peer) string {
@@ -207,25 +166,6 @@ func (m *Mesh) removeDeadPeers(mc MeshConfig) {
 	for _, p := range mc.Peers {
 		if p.Rank != mc.Rank && p.Shm != "" && SameHost(self, p) && shm.ProcessEnded(p.Pid) {
 			shm.RemoveShmFile(mc.Shm.Path(), p.Shm)
-		}
-	}
-}
-
-// connectTCP dials the lower ranks and accepts the higher ones that use
-// TCP, Streams sockets per pair, all at once.
-// pollSockets lets the TCP links' reads poll for Net.Spin before they sleep
-// (tcp.Conn.readPolled) where pollsLink says.
-func (m *Mesh) pollSockets(mc MeshConfig) {
-	if mc.Net.Spin <= 0 {
-		return
-	}
-	onHost := ranksOnHost(mc.Peers)
-	for p, l := range m.Links {
-		if tl, ok := l.(*tcp.TCPLink); ok && pollsLink(mc.Peers, onHost, mc.Rank, p) {
-			for _, c := range tl.Conns() {
-				c.SetSpin(mc.Net.Spin)
-			}
-			tl.SetLean(linkIsLean(mc.Peers, onHost, mc.Rank, p))
 		}
 	}
 }
@@ -303,13 +243,17 @@ func ranksOnHost(peers []Peer) map[string]int {
 	return on
 }
 
-func (m *Mesh) connectTCP(mc MeshConfig) error {
-	n, rank, self := len(mc.Peers), mc.Rank, mc.Peers[mc.Rank]
+// dialSockets gives TCP sockets to every pair whose row (at, by peer) has
+// them, all at once: it dials the lower ranks and accepts the higher ones,
+// pairStreams sockets per pair.
+func (s *setup) dialSockets(at []int) error {
+	mc := s.mc
+	n, rank := len(mc.Peers), mc.Rank
 	onHost := ranksOnHost(mc.Peers)
 	conns := make([][]*tcp.Conn, n)
 	expected := 0
 	for p := range mc.Peers {
-		if p != rank && TransportFor(self, mc.Peers[p]) == "tcp" {
+		if p != rank && rows[at[p]].sockets {
 			conns[p] = make([]*tcp.Conn, pairStreams(mc.Net, mc.Peers, onHost, rank, p))
 			if p > rank {
 				expected += len(conns[p])
@@ -376,7 +320,7 @@ func (m *Mesh) connectTCP(mc MeshConfig) error {
 	}
 	for p, cs := range conns {
 		if cs != nil {
-			m.Links[p] = tcp.NewTCPLink(cs, mc.Net)
+			s.socks[p] = tcp.NewTCPLink(cs, mc.Net)
 		}
 	}
 	return nil

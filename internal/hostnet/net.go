@@ -6,15 +6,13 @@ import (
 	"strings"
 	"sync"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/flagcx/flagcx-go/internal/hostnet/netplugin"
 	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 )
 
 // The network plugin (InfiniBand / RoCE verbs) is its own transport
-// (internal/hostnet/netplugin); here the mesh upgrades its TCP pairs to
-// it, and counts what the process's links use.
+// (internal/hostnet/netplugin); here it becomes a row of the transport
+// table (rows.go), and the mesh counts what the process's links use.
 
 // Values of Config.Net.
 const (
@@ -35,29 +33,30 @@ var (
 // NetLink is a Link over the network plugin (netplugin.NetLink).
 type NetLink = netplugin.NetLink
 
-// upgradeNet turns the TCP links that both ends want on the network plugin
-// into NetLinks, all pairs at once.
-func (m *Mesh) upgradeNet(mc MeshConfig) error {
-	self := mc.Peers[mc.Rank]
-	var g errgroup.Group
-	for p, l := range m.Links {
-		tl, ok := l.(*tcp.TCPLink)
-		if !ok {
-			continue
-		}
-		same := SameHost(self, mc.Peers[p])
-		g.Go(func() error {
-			nl, err := netplugin.Negotiate(tl, mc.Net, same, mc.Rank, p)
-			if err != nil {
-				return fmt.Errorf("rank %d choosing the network to rank %d: %w", mc.Rank, p, err)
-			}
-			if nl != nil {
-				m.Links[p] = nl
-			}
-			return nil
-		})
+// netTransport is the network plugin of a row of the transport table.
+type netTransport interface {
+	// Check fails at once when cfg requires this network and this process
+	// cannot have it.
+	Check(cfg Config) error
+	// Negotiate exchanges offers with rank peer on the pair's sockets tl
+	// (of one host or not: sameHost) and returns the pair's link over the
+	// plugin, which then owns tl, or nil when either end refused, and tl
+	// stays the pair's. Both ends decide alike, or both fail.
+	Negotiate(tl *tcp.TCPLink, cfg Config, sameHost bool, rank, peer int) (Link, error)
+}
+
+// ibNet is the InfiniBand / RoCE plugin (netplugin/net.go says which pairs
+// it takes).
+type ibNet struct{}
+
+func (ibNet) Check(cfg Config) error { return netplugin.CheckNet(cfg) }
+
+func (ibNet) Negotiate(tl *tcp.TCPLink, cfg Config, sameHost bool, rank, peer int) (Link, error) {
+	nl, err := netplugin.Negotiate(tl, cfg, sameHost, rank, peer)
+	if nl == nil {
+		return nil, err // not a nil *NetLink in a non-nil Link
 	}
-	return g.Wait()
+	return nl, err
 }
 
 // ---- what the process uses, for people ------------------------------------

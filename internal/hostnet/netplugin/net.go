@@ -3,7 +3,8 @@
 // the device nearest to a rank's accelerator, the offers two ranks
 // exchange on their TCP link to choose it, and NetLink, whose messages
 // travel through registered staging slots. It knows nothing of the mesh
-// (internal/hostnet) that asks it to upgrade a pair (Negotiate).
+// (internal/hostnet), whose transport table offers it the pairs that may
+// take it (Negotiate).
 package netplugin
 
 import (

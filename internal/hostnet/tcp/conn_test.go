@@ -708,10 +708,11 @@ func TestConnReadAheadKeepsFrames(t *testing.T) {
 	require.NoError(t, <-errc)
 }
 
-// TestPolledReads: a Conn that polls (Mesh.pollSockets) receives what comes
-// during the poll and after it (asleep), gives up at its deadline with the
-// stream still usable, stops polling after polls that ran out and polls
-// again once one finds data, and reports a closed peer as ErrClosed.
+// TestPolledReads: a Conn that polls (hostnet.pollSockets,
+// internal/hostnet/rows.go) receives what comes during the poll and after
+// it (asleep), gives up at its deadline with the stream still usable,
+// stops polling after polls that ran out and polls again once one finds
+// data, and reports a closed peer as ErrClosed.
 func TestPolledReads(t *testing.T) {
 	tests := []struct {
 		name  string

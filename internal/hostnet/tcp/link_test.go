@@ -46,7 +46,7 @@ func TestLinkRoundTrip(t *testing.T) {
 	sm := cfg.StripeMin
 	sizes := []int{0, 1, sm - 1, sm, sm + 3, 10 << 20}
 	// spin > 0: the streams' sockets out of the netpoller (sock.go), as a
-	// mesh polls them (Mesh.pollSockets).
+	// mesh polls them (hostnet.pollSockets, internal/hostnet/rows.go).
 	for _, spin := range []time.Duration{0, 100 * time.Microsecond} {
 		for _, streams := range []int{1, 3, 4} {
 			a, b := linkPair(t, cfg, streams)
