@@ -34,7 +34,6 @@ import (
 
 	"github.com/flagcx/flagcx-go/core/internal/host/reduce"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
-	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -50,7 +49,7 @@ type NetConfig = hostnet.Config
 // it fails on a malformed one with sdk.ErrInvalidArgument (and
 // hostnet's ErrConfig), naming each bad variable and what it takes.
 func NetConfigFromEnv() (NetConfig, error) {
-	cfg, err := tcp.ConfigFromEnv()
+	cfg, err := hostnet.ConfigFromEnv()
 	if err != nil {
 		return cfg, fmt.Errorf("%w: %w", sdk.ErrInvalidArgument, err)
 	}

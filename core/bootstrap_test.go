@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/flagcx/flagcx-go/internal/hostnet"
-	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 	"github.com/stretchr/testify/require"
 )
 
@@ -52,7 +51,7 @@ func TestInitRankNamesRefusedStrangers(t *testing.T) {
 	other := id
 	other.Secret[0] ^= 1
 	for i := 0; i < 3; i++ {
-		_, err := tcp.Dial(id.Addr, cfg, other.Secret, []byte("{}"))
+		_, err := hostnet.Dial(id.Addr, cfg, other.Secret, []byte("{}"))
 		require.ErrorIs(t, err, hostnet.ErrAuth)
 	}
 	openIdle(t, id.Addr, 2)

@@ -9,13 +9,12 @@ import (
 	"time"
 
 	"github.com/flagcx/flagcx-go/internal/hostnet"
-	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/stretchr/testify/require"
 )
 
 func testNet(timeout time.Duration) hostnet.Config {
-	cfg := tcp.DefaultConfig()
+	cfg := hostnet.DefaultConfig()
 	cfg.IfName = "lo"
 	cfg.Streams = 2
 	cfg.Timeout = timeout
@@ -157,7 +156,7 @@ func TestRendezvousWaitsForItsFirstRank(t *testing.T) {
 // A malformed FLAGCX_TIMEOUT is the caller's invalid argument, named with
 // what it takes, wherever the environment is read.
 func TestBadNetVariableIsInvalidArgument(t *testing.T) {
-	t.Setenv(tcp.EnvTimeout, "soon")
+	t.Setenv(hostnet.EnvTimeout, "soon")
 	for name, call := range map[string]func() error{
 		"GetUniqueID": func() error { _, err := GetUniqueID(); return err },
 		"InitRank": func() error {

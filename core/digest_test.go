@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flagcx/flagcx-go/internal/hostnet"
-	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 	"github.com/flagcx/flagcx-go/internal/testkit"
 	"github.com/flagcx/flagcx-go/sdk"
 )
@@ -58,7 +57,7 @@ func TestCallMismatchFailsEveryRank(t *testing.T) {
 	}
 	for _, tr := range []struct{ name, shmDisable string }{{"tcp", "1"}, {"shm", ""}} {
 		t.Run(tr.name, func(t *testing.T) {
-			t.Setenv(shm.EnvShmDisable, tr.shmDisable)
+			t.Setenv(hostnet.EnvShmDisable, tr.shmDisable)
 			for _, tc := range cases {
 				t.Run(tc.name, func(t *testing.T) {
 					r0 := f32
@@ -114,9 +113,9 @@ func TestLinkTable(t *testing.T) {
 		{"", []string{"Links (pairs of ranks):", "  shm (same host): 0-1 0-2 1-2"}},
 	} {
 		t.Run("FLAGCX_SHM_DISABLE="+tc.shmDisable, func(t *testing.T) {
-			t.Setenv(shm.EnvShmDisable, tc.shmDisable)
-			if tc.shmDisable == "" && shm.BootID() == "" {
-				testkit.Skip(t, testkit.Need{What: "a Linux kernel boot id (shared memory between ranks)", InCI: true}, "shm.BootID is empty")
+			t.Setenv(hostnet.EnvShmDisable, tc.shmDisable)
+			if tc.shmDisable == "" && hostnet.BootID() == "" {
+				testkit.Skip(t, testkit.Need{What: "a Linux kernel boot id (shared memory between ranks)", InCI: true}, "hostnet.BootID is empty")
 			}
 			comms := startComms(t, 3, testNet(10*time.Second))
 			for _, c := range comms {
@@ -130,7 +129,7 @@ func TestLinkTable(t *testing.T) {
 // rank's error names it (the rank that noticed first tells the others),
 // not the neighbour that failed after it.
 func TestErrorsNameTheFirstFailure(t *testing.T) {
-	t.Setenv(shm.EnvShmDisable, "1")
+	t.Setenv(hostnet.EnvShmDisable, "1")
 	comms := startComms(t, 4, testNet(20*time.Second))
 	require.NoError(t, comms[3].Abort())
 	const count = 1 << 18 // a pipelined ring: each rank waits on its neighbour

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flagcx/flagcx-go/internal/hostnet"
-	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -43,7 +42,7 @@ func TestErrorsKeepTheirCauses(t *testing.T) {
 			run: func(t *testing.T) error {
 				var secret hostnet.Secret
 				secret[0] = 7
-				l, err := tcp.Listen(cfg, secret)
+				l, err := hostnet.Listen(cfg, secret)
 				require.NoError(t, err)
 				t.Cleanup(func() { l.Close() })
 				go func() {

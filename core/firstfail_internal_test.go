@@ -1,12 +1,12 @@
 package core
 
 import (
+	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -16,7 +16,7 @@ import (
 // answer to that peer's probe; a symptom (a lost peer) is not kept as a
 // cause.
 func TestFirstFailureOverTheControlPlane(t *testing.T) {
-	t.Setenv(shm.EnvShmDisable, "1")
+	t.Setenv(hostnet.EnvShmDisable, "1")
 	comms := startComms(t, 2, testNet(10*time.Second))
 	cause := "rank 0 (host test, pid 1): AllReduce on rank 0: a cause"
 

@@ -13,13 +13,12 @@ import (
 	"github.com/flagcx/flagcx-go/conformance/reference"
 	"github.com/flagcx/flagcx-go/core"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
-	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
 func loopback(timeout time.Duration) hostnet.Config {
-	cfg := tcp.DefaultConfig()
+	cfg := hostnet.DefaultConfig()
 	cfg.IfName = "lo"
 	cfg.Streams = 1
 	cfg.Timeout = timeout

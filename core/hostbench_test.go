@@ -8,7 +8,6 @@ import (
 
 	"github.com/flagcx/flagcx-go/core"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
-	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -89,7 +88,7 @@ func BenchmarkHostAllReduceTCP(b *testing.B) {
 	for _, size := range []int{8, 64 << 10, 1 << 20, 16 << 20} {
 		b.Run(fmt.Sprintf("bytes=%d", size), func(b *testing.B) {
 			cfg := loopback(20 * time.Second)
-			cfg.Streams = tcp.DefaultStreams
+			cfg.Streams = hostnet.DefaultStreams
 			comms := startComms(b, 2, cfg)
 			defer func() {
 				for _, c := range comms {

@@ -2,7 +2,6 @@ package core
 
 import (
 	"github.com/flagcx/flagcx-go/internal/hostnet"
-	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 )
 
 // nearNet tells the host network which accelerator the rank drives (its
@@ -23,7 +22,7 @@ func nearNet(be Backend) Option {
 		var cfg hostnet.Config
 		if o.net != nil {
 			cfg = *o.net
-		} else if cfg, err = tcp.ConfigFromEnv(); err != nil {
+		} else if cfg, err = hostnet.ConfigFromEnv(); err != nil {
 			return // InitRank reads the environment again and reports it
 		}
 		cfg.NearPCI = info.PCIBusID

@@ -2,12 +2,11 @@ package core
 
 import (
 	"fmt"
+	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 )
 
 // TestOneSidedPaths: the one-sided links are the pair's transport of the
@@ -22,10 +21,10 @@ func TestOneSidedPaths(t *testing.T) {
 		{"1", "tcp", false},
 	} {
 		t.Run(tc.link, func(t *testing.T) {
-			if tc.link == "shm" && shm.BootID() == "" {
+			if tc.link == "shm" && hostnet.BootID() == "" {
 				t.Skip("no shared memory here")
 			}
-			t.Setenv(shm.EnvShmDisable, tc.shmDisable)
+			t.Setenv(hostnet.EnvShmDisable, tc.shmDisable)
 			comms := startComms(t, 2, testNet(10*time.Second))
 			alloc, reg := make([]*Window, 2), make([]*Window, 2)
 			errs := onAll(comms, func(c *Comm) error {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/flagcx/flagcx-go/internal/hostnet"
-	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -248,7 +247,7 @@ func (p *osPeer) fetch(name string, op RMA) error {
 			}
 			p.get.Store(nil)
 			err := fmt.Errorf("%w: %s on rank %d: rank %d%s sent nothing of window %d's bytes [%d, %d) for %v (is it alive? its progress goroutines answer without its help; %s sets the deadline): %w",
-				sdk.ErrRemoteError, name, p.o.rank, p.rank, p.o.rma.HostOf(p.rank), op.Remote.index, op.RemoteOff, op.RemoteOff+op.Bytes, p.o.timeout, tcp.EnvTimeout, ErrTimeout)
+				sdk.ErrRemoteError, name, p.o.rank, p.rank, p.o.rma.HostOf(p.rank), op.Remote.index, op.RemoteOff, op.RemoteOff+op.Bytes, p.o.timeout, hostnet.EnvTimeout, ErrTimeout)
 			p.fail(err) // its answer may still come, into a window nobody waits on
 			return err
 		}

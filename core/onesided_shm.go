@@ -3,10 +3,10 @@ package core
 import (
 	"errors"
 	"fmt"
+	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"sync/atomic"
 	"unsafe"
 
-	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -32,7 +32,7 @@ const (
 )
 
 // node is this host's shared memory on the one-sided links, or nil.
-func (o *osState) node() *shm.ShmNode { return o.rma.Mesh().Node }
+func (o *osState) node() *hostnet.ShmNode { return o.rma.Mesh().Node }
 
 // allocate makes AllocWindow's memory of n bytes: device memory on a
 // device rank, shared memory on a host rank with peers on its host, plain

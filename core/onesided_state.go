@@ -4,13 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
+	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
-	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -116,7 +116,7 @@ func (c *Comm) startOneSided(name string) (*osState, error) {
 	o := &osState{c: c, rank: c.rank, n: c.n, rma: rma, timeout: c.world.Config().Timeout, peers: make([]*osPeer, c.n),
 		ownSig: make([]uint64, c.n), stopped: make(chan struct{}), staging: c.osStaging}
 	if o.timeout <= 0 {
-		o.timeout = tcp.DefaultTimeout
+		o.timeout = hostnet.DefaultTimeout
 	}
 	o.sig.Store(&osSignals{host: o.ownSig})
 	for r, l := range rma.Mesh().Links {
@@ -369,7 +369,7 @@ func (c *Comm) waitSignal(waits []SignalWait, s Stream) error {
 			}
 		}
 		return fmt.Errorf("%w: %s on rank %d: no signal before the deadline: %s (is the peer alive, and does it signal as often as this rank waits? %s sets the deadline, %v): %w",
-			sdk.ErrRemoteError, name, c.rank, strings.Join(missing, "; "), tcp.EnvTimeout, o.timeout, ErrTimeout)
+			sdk.ErrRemoteError, name, c.rank, strings.Join(missing, "; "), hostnet.EnvTimeout, o.timeout, ErrTimeout)
 	}
 	return o.await(name, ready, progress, late)
 }
@@ -460,7 +460,7 @@ func (c *Comm) waitCounter(target uint64) error {
 			what = fmt.Sprintf("the counter is %d of the %d operations issued", o.counter(), o.issued())
 		}
 		return fmt.Errorf("%w: %s(%d) on rank %d: not reached before the deadline: %s (%s sets the deadline, %v): %w",
-			sdk.ErrRemoteError, name, target, c.rank, what, tcp.EnvTimeout, o.timeout, ErrTimeout)
+			sdk.ErrRemoteError, name, target, c.rank, what, hostnet.EnvTimeout, o.timeout, ErrTimeout)
 	}
 	return o.await(name, ready, o.counter, late)
 }

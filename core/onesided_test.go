@@ -3,6 +3,7 @@ package core_test
 import (
 	"errors"
 	"fmt"
+	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"math"
 	"os"
 	"testing"
@@ -12,7 +13,6 @@ import (
 
 	"github.com/flagcx/flagcx-go/conformance/heterotest"
 	"github.com/flagcx/flagcx-go/core"
-	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -27,10 +27,10 @@ var osTransports = []struct {
 }
 
 func shmUsable(t *testing.T) bool {
-	if shm.BootID() == "" {
+	if hostnet.BootID() == "" {
 		return false
 	}
-	_, err := os.Stat(shm.DefaultShmDir)
+	_, err := os.Stat(hostnet.DefaultShmDir)
 	return err == nil
 }
 
@@ -43,7 +43,7 @@ func TestOneSidedExact(t *testing.T) {
 				if tr.shmDisable == "" && !shmUsable(t) {
 					t.Skip("no shared memory here")
 				}
-				t.Setenv(shm.EnvShmDisable, tr.shmDisable)
+				t.Setenv(hostnet.EnvShmDisable, tr.shmDisable)
 				before := core.FlagcxFiles(t)
 				comms := startHetero(t, n)
 				checks := make([]int, n)
@@ -91,7 +91,7 @@ func TestOneSidedPeerNeverSignals(t *testing.T) {
 			if tr.shmDisable == "" && !shmUsable(t) {
 				t.Skip("no shared memory here")
 			}
-			t.Setenv(shm.EnvShmDisable, tr.shmDisable)
+			t.Setenv(hostnet.EnvShmDisable, tr.shmDisable)
 			comms := startHetero(t, 3, core.WithTimeout(time.Second))
 			errs := onEvery(comms, func(c *core.Comm) error {
 				if _, err := c.AllocWindow(64); err != nil {
@@ -127,7 +127,7 @@ func TestOneSidedWindowFreedUnderUse(t *testing.T) {
 				if tr.shmDisable == "" && !shmUsable(t) {
 					t.Skip("no shared memory here")
 				}
-				t.Setenv(shm.EnvShmDisable, tr.shmDisable)
+				t.Setenv(hostnet.EnvShmDisable, tr.shmDisable)
 				comms := startHetero(t, 2, core.WithTimeout(5*time.Second))
 				const size = 1 << 20
 				putErr, getErr := make([]error, 2), make([]error, 2)

@@ -8,7 +8,6 @@ import (
 
 	"github.com/flagcx/flagcx-go/internal/base/env"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
-	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
 )
@@ -82,7 +81,7 @@ func decodeCtl(b []byte, n int) (ctlMsg, error) {
 		return bad("lists ranks out of order or of range (0..%d)", n-1)
 	case len(m.Hosts) != len(m.Failed):
 		return bad("names %d hosts for %d ranks", len(m.Hosts), len(m.Failed))
-	case len(m.ID) > 2*UniqueIDBytes+tcp.MaxHello/16:
+	case len(m.ID) > 2*UniqueIDBytes+hostnet.MaxHello/16:
 		return bad("carries an id of %d bytes", len(m.ID))
 	}
 	for i, h := range m.Hosts {

@@ -4,12 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
+	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"runtime"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
-	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
@@ -282,7 +282,7 @@ func (c *Comm) awaitWord(word *uint64, v uint64, strm loader.Stream, what string
 		}
 		if t := c.world.Config().Timeout; t > 0 && waited > t {
 			return fmt.Errorf("rank %d: waited %v for the device to %s (is earlier work on the stream still running? %s sets the limit): %w",
-				c.rank, t, what, wire.EnvTimeout, wire.ErrTimeout)
+				c.rank, t, what, hostnet.EnvTimeout, hostnet.ErrTimeout)
 		}
 	}
 }

@@ -3,13 +3,12 @@ package core
 import (
 	"fmt"
 	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
+	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
-	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
 
@@ -47,7 +46,7 @@ type relayJob struct {
 
 type relayProxy struct {
 	c    *Comm
-	node *shm.ShmNode
+	node *hostnet.ShmNode
 	// spin is how long the proxy polls for its next job before it sleeps:
 	// relaySpin where the host has a core for it beside the caller's,
 	// none where the ranks already share cores (polling would take them).
@@ -66,7 +65,7 @@ type relayProxy struct {
 }
 
 // startRelayProxy starts c's proxy on its windows.
-func (c *Comm) startRelayProxy(node *shm.ShmNode) *relayProxy {
+func (c *Comm) startRelayProxy(node *hostnet.ShmNode) *relayProxy {
 	p := &relayProxy{c: c, node: node, wake: make(chan struct{}, 1), quit: make(chan struct{}), exited: make(chan struct{})}
 	if node.Cores() >= 2 {
 		p.spin = relaySpin
@@ -192,7 +191,7 @@ func (p *relayProxy) finish(j *relayJob) {
 // job then answers abort, which the relay reads if it ever runs.
 func (p *relayProxy) closing() error {
 	if p.node.Closing() {
-		return fmt.Errorf("rank %d: the shared windows closed (the communicator was destroyed or aborted) while a relay waited for the device: %w", p.c.rank, wire.ErrClosed)
+		return fmt.Errorf("rank %d: the shared windows closed (the communicator was destroyed or aborted) while a relay waited for the device: %w", p.c.rank, hostnet.ErrClosed)
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"encoding/binary"
+	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"sync"
 	"testing"
 	"time"
@@ -11,7 +12,6 @@ import (
 	"github.com/flagcx/flagcx-go/conformance/heterotest"
 	"github.com/flagcx/flagcx-go/conformance/reference"
 	"github.com/flagcx/flagcx-go/core"
-	"github.com/flagcx/flagcx-go/internal/hostnet/wire"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
@@ -95,7 +95,7 @@ func TestShmRelayAbandoned(t *testing.T) {
 func TestRelayWaitStopsAtClose(t *testing.T) {
 	comms, _, _ := startMixed(t, "dh")
 	err := core.RelayWaitAfterClose(comms[0])
-	require.ErrorIs(t, err, wire.ErrClosed, "not the idle stream's missing word")
+	require.ErrorIs(t, err, hostnet.ErrClosed, "not the idle stream's missing word")
 	require.ErrorContains(t, err, "the shared windows closed")
 }
 

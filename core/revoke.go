@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/flagcx/flagcx-go/internal/hostnet"
-	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
-	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -145,7 +143,7 @@ type ctlAnswer struct {
 
 // ctlPlane is one rank's side of the control plane.
 type ctlPlane struct {
-	l       *tcp.Listener
+	l       *hostnet.Listener
 	cfg     hostnet.Config
 	secret  hostnet.Secret
 	addrs   []string    // every rank's control address (agree)
@@ -157,7 +155,7 @@ type ctlPlane struct {
 // listenCtl opens this rank's control plane on the interface of its data
 // links.
 func listenCtl(cfg hostnet.Config, secret hostnet.Secret) (*ctlPlane, error) {
-	l, err := tcp.Listen(cfg, secret)
+	l, err := hostnet.Listen(cfg, secret)
 	if err != nil {
 		return nil, fmt.Errorf("%w: the control plane: %w", sdk.ErrSystemError, err)
 	}
@@ -184,7 +182,7 @@ func (c *Comm) serveCtl() {
 	}
 }
 
-func (c *Comm) answerCtl(conn *tcp.Conn, hello []byte) {
+func (c *Comm) answerCtl(conn *hostnet.Conn, hello []byte) {
 	defer conn.Close()
 	m, err := decodeCtl(hello, c.n)
 	if err != nil {
@@ -222,12 +220,12 @@ func (c *Comm) ask(r int, m ctlMsg, wait time.Duration) (ctlAnswer, error) {
 	if err != nil {
 		return ctlAnswer{}, err
 	}
-	conn, err := tcp.Dial(c.ctl.addrs[r], cfg, c.ctl.secret, hello)
+	conn, err := hostnet.Dial(c.ctl.addrs[r], cfg, c.ctl.secret, hello)
 	if err != nil {
 		return ctlAnswer{}, err
 	}
 	defer conn.Close()
-	b, err := conn.RecvMsg(tcp.MaxHello)
+	b, err := conn.RecvMsg(hostnet.MaxHello)
 	if err != nil {
 		return ctlAnswer{}, err
 	}
@@ -425,7 +423,7 @@ func (c *Comm) probe() (failed []int, theirs *RevokedError, first string) {
 		go func() {
 			// A process of this host that is gone or stopped is lost
 			// without waiting for its answer.
-			if p := c.world.Peers()[r]; hostnet.SameHost(self, p) && shm.ProcessStalled(p.Pid) != "" {
+			if p := c.world.Peers()[r]; hostnet.SameHost(self, p) && hostnet.ProcessStalled(p.Pid) != "" {
 				answers <- answer{r: r, lost: true}
 				return
 			}

@@ -3,10 +3,10 @@ package core
 import (
 	"errors"
 	"fmt"
+	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"unsafe"
 
 	"github.com/flagcx/flagcx-go/core/internal/host/reduce"
-	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
@@ -20,7 +20,7 @@ import (
 
 // shmPlane is what a rank holds for PathShm.
 type shmPlane struct {
-	node *shm.ShmNode
+	node *hostnet.ShmNode
 	// workers is how many goroutines one rank's copies and reductions use:
 	// the host's cores shared by its ranks.
 	workers int

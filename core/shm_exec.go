@@ -3,11 +3,11 @@ package core
 import (
 	"fmt"
 	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
+	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"runtime"
 
 	"github.com/flagcx/flagcx-go/core/internal/host"
 	"github.com/flagcx/flagcx-go/core/internal/host/reduce"
-	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
@@ -26,7 +26,7 @@ type shmRun struct {
 	g    *sched.ShmPlan
 	b    *callBufs
 	s    loader.Stream
-	node *shm.ShmNode
+	node *hostnet.ShmNode
 	dev  *watchedPlugin // nil on a host rank
 	// workers is how many goroutines this rank's host copies and folds use.
 	workers int

@@ -3,6 +3,7 @@ package core
 import (
 	"encoding/binary"
 	"fmt"
+	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"math"
 	"os"
 	"strconv"
@@ -10,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/stretchr/testify/require"
 )
@@ -57,13 +57,13 @@ func transports(comms []*Comm) [][]string {
 }
 
 func TestMeshUsesShmBetweenSameHostRanks(t *testing.T) {
-	if shm.BootID() == "" {
+	if hostnet.BootID() == "" {
 		t.Skip("no kernel boot id: shared memory is not used here")
 	}
-	if _, err := os.Stat(shm.DefaultShmDir); err != nil {
-		t.Skipf("no %s", shm.DefaultShmDir)
+	if _, err := os.Stat(hostnet.DefaultShmDir); err != nil {
+		t.Skipf("no %s", hostnet.DefaultShmDir)
 	}
-	t.Setenv(shm.EnvShmDisable, "")
+	t.Setenv(hostnet.EnvShmDisable, "")
 	const n = 4
 	comms := startComms(t, n, testNet(10*time.Second))
 	want := [][]string{
@@ -73,7 +73,7 @@ func TestMeshUsesShmBetweenSameHostRanks(t *testing.T) {
 		{"shm", "shm", "shm", "self"},
 	}
 	require.Equal(t, want, transports(comms))
-	require.Equal(t, comms[0].world.Peers()[0].BootID, shm.BootID())
+	require.Equal(t, comms[0].world.Peers()[0].BootID, hostnet.BootID())
 	// Small (recursive doubling) and large (pipelined ring, messages of
 	// several slots) allreduces give exact results.
 	for _, count := range []int{1, 1000, 3 << 20} {
@@ -97,7 +97,7 @@ func TestMeshUsesShmBetweenSameHostRanks(t *testing.T) {
 }
 
 func TestMeshUsesTCPWhenShmDisabled(t *testing.T) {
-	t.Setenv(shm.EnvShmDisable, "1")
+	t.Setenv(hostnet.EnvShmDisable, "1")
 	const n = 3
 	comms := startComms(t, n, testNet(10*time.Second))
 	want := [][]string{
@@ -112,23 +112,23 @@ func TestMeshUsesTCPWhenShmDisabled(t *testing.T) {
 }
 
 func TestMeshRejectsMalformedShmSettings(t *testing.T) {
-	t.Setenv(shm.EnvShmP2PSize, "many")
+	t.Setenv(hostnet.EnvShmP2PSize, "many")
 	cfg := testNet(5 * time.Second)
 	id, err := GetUniqueID(WithIDNetConfig(cfg))
 	require.NoError(t, err)
 	_, err = InitRank(id, 1, 0, WithNetConfig(cfg))
 	require.ErrorIs(t, err, sdk.ErrInvalidArgument)
-	require.ErrorContains(t, err, shm.EnvShmP2PSize)
+	require.ErrorContains(t, err, hostnet.EnvShmP2PSize)
 }
 
 // TestAbortDuringShmCollective: Abort from another goroutine while ranks
 // copy through the shared windows ends the collective with an error on
 // every rank (and does not unmap memory that a copy still reads).
 func TestAbortDuringShmCollective(t *testing.T) {
-	if shm.BootID() == "" {
+	if hostnet.BootID() == "" {
 		t.Skip("no kernel boot id: shared memory is not used here")
 	}
-	t.Setenv(shm.EnvShmDisable, "")
+	t.Setenv(hostnet.EnvShmDisable, "")
 	comms := startComms(t, 2, testNet(10*time.Second))
 	require.Equal(t, "shm", comms[0].world.Transport(1))
 	const count = 8 << 20 // 32 MiB of float32: many steps
@@ -153,7 +153,7 @@ func TestAbortDuringShmCollective(t *testing.T) {
 
 // flagcxFiles lists the flagcx segments in /dev/shm.
 func flagcxFiles(t *testing.T) []string {
-	ents, err := os.ReadDir(shm.DefaultShmDir)
+	ents, err := os.ReadDir(hostnet.DefaultShmDir)
 	require.NoError(t, err)
 	// Only this process's segments (flagcx-<boot>-<pidns>-<pid>-<token>):
 	// other test packages run at the same time and make their own.
@@ -170,13 +170,13 @@ func flagcxFiles(t *testing.T) []string {
 // MemAlloc gives memory every rank maps, unlinked once mapped; an
 // AllReduce on it (zero copy) is exact in place and out of place.
 func TestMemAllocAllReduceOverShm(t *testing.T) {
-	if shm.BootID() == "" {
+	if hostnet.BootID() == "" {
 		t.Skip("no kernel boot id: shared memory is not used here")
 	}
-	if _, err := os.Stat(shm.DefaultShmDir); err != nil {
-		t.Skipf("no %s", shm.DefaultShmDir)
+	if _, err := os.Stat(hostnet.DefaultShmDir); err != nil {
+		t.Skipf("no %s", hostnet.DefaultShmDir)
 	}
-	t.Setenv(shm.EnvShmDisable, "")
+	t.Setenv(hostnet.EnvShmDisable, "")
 	const n, count = 3, 300001 // odd, and above the one-step size
 	comms := startComms(t, n, testNet(10*time.Second))
 	before := flagcxFiles(t)

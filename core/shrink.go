@@ -2,10 +2,10 @@ package core
 
 import (
 	"fmt"
+	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"slices"
 	"time"
 
-	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -87,7 +87,7 @@ func (c *Comm) shrinkID(ex, survivors []int) (UniqueID, error) {
 	}
 	wait := cfg.Timeout
 	if wait <= 0 {
-		wait = tcp.DefaultTimeout
+		wait = hostnet.DefaultTimeout
 	}
 	if c.rank == survivors[0] {
 		id, err := GetUniqueID(WithIDNetConfig(cfg))

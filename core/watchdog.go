@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/flagcx/flagcx-go/internal/hostnet"
-	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -45,7 +44,7 @@ func (e *TimeoutError) Error() string {
 	return fmt.Sprintf("rank %d: %s plugin: %s did not return within %v; the communicator was aborted "+
 		"(a device or a peer rank is stuck, or the work queued before the call needs longer than %s allows: "+
 		"look at the other ranks' errors, or raise %s)",
-		e.Rank, e.Plugin, call, e.Timeout, tcp.EnvTimeout, tcp.EnvTimeout)
+		e.Rank, e.Plugin, call, e.Timeout, hostnet.EnvTimeout, hostnet.EnvTimeout)
 }
 
 // Unwrap makes errors.Is see ErrTimeout and sdk.ErrSystemError.
@@ -102,7 +101,7 @@ type PluginCall struct {
 // nil, says which peers are gone or stopped then (TimeoutError.Stalled).
 func newWatchdog(rank int, plugin string, timeout time.Duration, onFire func(*TimeoutError), stalled func() string) *Watchdog {
 	if timeout <= 0 {
-		timeout = tcp.DefaultTimeout
+		timeout = hostnet.DefaultTimeout
 	}
 	w := &Watchdog{rank: rank, plugin: plugin, timeout: timeout, onFire: onFire, stalled: stalled, epoch: time.Now(),
 		fired: make(chan struct{}), stop: make(chan struct{})}

@@ -67,3 +67,9 @@ var order = []layer{
 		"tools/latprobe",
 	}},
 }
+
+// apart are imports the order allows but the design does not: a package
+// under from imports nothing under to.
+var apart = []struct{ from, to, why string }{
+	{"core", "internal/hostnet/", "core talks to the mesh (internal/hostnet: its links and shared windows), never to a transport: a new transport is a row of the mesh's table (internal/hostnet/rows.go)"},
+}

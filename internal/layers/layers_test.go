@@ -33,6 +33,9 @@ func TestLayers(t *testing.T) {
 			from, ok := place[imp]
 			require.True(t, ok, "%s imports %s, which has no place in layers.order", p.path, imp)
 			require.Less(t, from, at, "%s imports %s, which layers.order places above it: an arrow up the layers (see docs/architecture.md)", p.path, imp)
+			for _, a := range apart {
+				require.False(t, under(p.path, a.from) && strings.HasPrefix(imp, a.to), "%s imports %s: %s", p.path, imp, a.why)
+			}
 		}
 	}
 }
@@ -50,6 +53,30 @@ func TestLayersRefusesAnArrowUp(t *testing.T) {
 	require.Greater(t, place["launch"], place["core"], "launch starts communicators: it sits above core")
 	require.Greater(t, place["sdk"], place["internal/base/env"], "sdk's loaders read the environment: env sits below sdk")
 }
+
+// TestApartCatchesATransport: the rule of apart holds for core's
+// packages and not for the mesh itself.
+func TestApartCatchesATransport(t *testing.T) {
+	for _, tc := range []struct {
+		pkg, imp string
+		refused  bool
+	}{
+		{"core", "internal/hostnet/shm", true},
+		{"core/internal/hostcomm", "internal/hostnet/tcp", true},
+		{"core", "internal/hostnet", false},
+		{"internal/hostnet", "internal/hostnet/shm", false},
+		{"corex", "internal/hostnet/shm", false},
+	} {
+		refused := false
+		for _, a := range apart {
+			refused = refused || (under(tc.pkg, a.from) && strings.HasPrefix(tc.imp, a.to))
+		}
+		require.Equal(t, tc.refused, refused, "%s -> %s", tc.pkg, tc.imp)
+	}
+}
+
+// under: pkg is dir or a package below it.
+func under(pkg, dir string) bool { return pkg == dir || strings.HasPrefix(pkg, dir+"/") }
 
 type pkg struct {
 	path    string

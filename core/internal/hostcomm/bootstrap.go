@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/flagcx/flagcx-go/internal/hostnet"
-	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -26,7 +25,7 @@ import (
 //
 // Both stages use hostnet's authenticated handshake, so a process without the
 // id's secret is refused at the door and the communicator carries on; a
-// connection that never answers is dropped within tcp.FirstByteTimeout
+// connection that never answers is dropped within hostnet.FirstByteTimeout
 // and cannot take a place a rank needs, so idle connections to the
 // rendezvous port (a scanner, another job on that port) do not keep the
 // ranks out, and a wait that fails anyway names the strangers refused.
@@ -68,13 +67,13 @@ const firstRankWait = 10 * time.Minute
 // startRendezvous listens on addr (or on this host's chosen interface) and
 // serves one communicator's rendezvous in the background.
 func startRendezvous(addr string, cfg hostnet.Config, secret hostnet.Secret) (string, error) {
-	var l *tcp.Listener
+	var l *hostnet.Listener
 	var err error
 	if addr != "" {
 		cfg.Rendezvous = addr // its errors name the interface routed to it
-		l, err = tcp.ListenAddr(addr, cfg, secret)
+		l, err = hostnet.ListenAddr(addr, cfg, secret)
 	} else {
-		l, err = tcp.Listen(cfg, secret)
+		l, err = hostnet.Listen(cfg, secret)
 	}
 	if err != nil {
 		return "", fmt.Errorf("%w: starting the rendezvous: %w", sdk.ErrSystemError, err)
@@ -84,7 +83,7 @@ func startRendezvous(addr string, cfg hostnet.Config, secret hostnet.Secret) (st
 }
 
 type arrival struct {
-	conn *tcp.Conn
+	conn *hostnet.Conn
 	ann  announce
 }
 
@@ -92,7 +91,7 @@ type arrival struct {
 // answers them all. Each Accept after the first arrival waits at most the
 // configured deadline, so a rendezvous whose ranks never all come ends with
 // a timeout sent to those that did, naming the missing ranks.
-func serveRendezvous(l *tcp.Listener) {
+func serveRendezvous(l *hostnet.Listener) {
 	defer l.Close()
 	var arrived []arrival
 	defer func() {
@@ -102,7 +101,7 @@ func serveRendezvous(l *tcp.Listener) {
 	}()
 	nranks := -1
 	start := time.Now()
-	reject := func(c *tcp.Conn, format string, args ...any) {
+	reject := func(c *hostnet.Conn, format string, args ...any) {
 		reply(c, rendezvousReply{Error: fmt.Sprintf(format, args...)})
 		c.Close()
 	}
@@ -145,7 +144,7 @@ func serveRendezvous(l *tcp.Listener) {
 	}
 }
 
-func reply(c *tcp.Conn, r rendezvousReply) {
+func reply(c *hostnet.Conn, r rendezvousReply) {
 	b, _ := json.Marshal(r)
 	_ = c.Send(b)
 }
@@ -177,7 +176,7 @@ func joinRendezvous(id ID, cfg hostnet.Config, self announce) ([]peerInfo, error
 	if cfg.Timeout > 0 {
 		cfg.Timeout = 2*cfg.Timeout + time.Second
 	}
-	conn, err := tcp.Dial(id.Addr, cfg, id.Secret, hello)
+	conn, err := hostnet.Dial(id.Addr, cfg, id.Secret, hello)
 	if err != nil {
 		if errors.Is(err, hostnet.ErrAuth) {
 			return nil, fmt.Errorf("%w: the rendezvous at %s refused rank %d: the unique id belongs to another communicator (its secret does not match)", sdk.ErrInvalidUsage, id.Addr, self.Rank)

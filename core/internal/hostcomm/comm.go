@@ -12,8 +12,6 @@ import (
 	"github.com/flagcx/flagcx-go/core/internal/host"
 	"github.com/flagcx/flagcx-go/internal/base/flog"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
-	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
-	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -30,7 +28,7 @@ type Comm struct {
 	peers        []peerInfo
 	cfg          hostnet.Config
 	secret       hostnet.Secret // the id's (the control plane proves it too)
-	listener     *tcp.Listener
+	listener     *hostnet.Listener
 	mesh         *hostnet.Mesh // links to every peer (mesh.Links[rank] is nil)
 	engine       *host.Engine
 
@@ -76,23 +74,23 @@ func Init(id ID, nranks, rank int, cfg hostnet.Config) (*Comm, error) {
 		// Every rank reaches the rendezvous: listen where the route to it leaves.
 		cfg.Rendezvous = id.Addr
 	}
-	sc, err := shm.ShmConfigFromEnv()
+	sc, err := hostnet.ShmConfigFromEnv()
 	if err != nil {
 		return nil, fmt.Errorf("%w: rank %d: %w", sdk.ErrInvalidArgument, rank, err)
 	}
 	sc = sc.ForRanks(nranks)
-	l, err := tcp.Listen(cfg, id.Secret)
+	l, err := hostnet.Listen(cfg, id.Secret)
 	if err != nil {
 		return nil, fmt.Errorf("%w: rank %d: %w", sdk.ErrSystemError, rank, err)
 	}
 	self := announce{peerInfo: peerInfo{Rank: rank, Addr: l.Addr(), Host: hostname(), Pid: os.Getpid(),
-		BootID: shm.BootID(), PidNS: shm.PidNamespace(), Cores: runtime.NumCPU()}, NRanks: nranks}
+		BootID: hostnet.BootID(), PidNS: hostnet.PidNamespace(), Cores: runtime.NumCPU()}, NRanks: nranks}
 	// The segment exists before the rendezvous so that its name travels in
 	// the table; it is sized independently of how many ranks share the host.
-	var seg *shm.ShmSegment
+	var seg *hostnet.ShmSegment
 	if nranks > 1 {
-		if seg, err = shm.CreateShmSegment(sc); err != nil {
-			if errors.Is(err, shm.ErrShmCapacity) {
+		if seg, err = hostnet.CreateShmSegment(sc); err != nil {
+			if errors.Is(err, hostnet.ErrShmCapacity) {
 				l.Close()
 				return nil, fmt.Errorf("%w: rank %d: %w", sdk.ErrSystemError, rank, err)
 			}
@@ -105,13 +103,13 @@ func Init(id ID, nranks, rank int, cfg hostnet.Config) (*Comm, error) {
 	if err != nil {
 		seg.Close()
 		l.Close()
-		shm.CleanStaleShm(sc) // a peer that died in its setup may have left its segment
+		hostnet.CleanStaleShm(sc) // a peer that died in its setup may have left its segment
 		return nil, err
 	}
 	mesh, err := hostnet.Connect(hostnet.MeshConfig{Net: cfg, Shm: sc, Secret: id.Secret, Listener: l, Segment: seg, Peers: peers, Rank: rank})
 	if err != nil {
 		l.Close()
-		shm.CleanStaleShm(sc)
+		hostnet.CleanStaleShm(sc)
 		return nil, meshError(rank, err)
 	}
 	for _, w := range mesh.Warnings {
@@ -147,7 +145,7 @@ func hostsOf(peers []peerInfo) []int {
 // meshError classifies a failure to connect the ranks.
 func meshError(rank int, err error) error {
 	switch {
-	case errors.Is(err, shm.ErrShmCapacity), errors.Is(err, shm.ErrShmUnavailable):
+	case errors.Is(err, hostnet.ErrShmCapacity), errors.Is(err, hostnet.ErrShmUnavailable):
 		return fmt.Errorf("%w: rank %d: %w", sdk.ErrSystemError, rank, err)
 	case errors.Is(err, hostnet.ErrConfig):
 		return fmt.Errorf("%w: rank %d: %w", sdk.ErrInvalidArgument, rank, err)
@@ -409,9 +407,9 @@ func (m meshPeers) Send(peer int, buf []byte) error {
 }
 
 // SendBuffered: a TCP socket's kernel buffers take a message of up to
-// tcp.BufferedSend bytes whatever the peer does (host.Buffered).
+// hostnet.BufferedSend bytes whatever the peer does (host.Buffered).
 func (m meshPeers) SendBuffered(peer, n int) bool {
-	return n <= tcp.BufferedSend && m.c.mesh.Links[peer].Transport() == "tcp"
+	return n <= hostnet.BufferedSend && m.c.mesh.Links[peer].Transport() == "tcp"
 }
 
 // Streams, SendStream and RecvStream give the engine a TCP link's sockets
@@ -457,7 +455,7 @@ func (m meshPeers) Recv(peer int, buf []byte) error {
 // bits; the call's digest takes the high ones, so that the same digest
 // guards the steps as guards the TCP frames, with the same error.
 type sharedNode struct {
-	*shm.ShmNode
+	*hostnet.ShmNode
 	c *Comm
 }
 

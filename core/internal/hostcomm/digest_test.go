@@ -2,12 +2,12 @@ package hostcomm
 
 import (
 	"fmt"
+	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -34,7 +34,7 @@ func TestDigestDescribes(t *testing.T) {
 // without the call's digest in its frames (go test -bench CallDigest
 // -run '^$' ./core): the digest should cost nothing measurable.
 func BenchmarkCallDigest(b *testing.B) {
-	b.Setenv(shm.EnvShmDisable, "1")
+	b.Setenv(hostnet.EnvShmDisable, "1")
 	comms := startHosts(b, 2, testNet(10*time.Second))
 	for _, on := range []bool{true, false} {
 		b.Run(fmt.Sprintf("digest=%v", on), func(b *testing.B) {

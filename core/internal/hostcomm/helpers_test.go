@@ -6,13 +6,12 @@ import (
 	"time"
 
 	"github.com/flagcx/flagcx-go/internal/hostnet"
-	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
 	"github.com/stretchr/testify/require"
 )
 
 // testNet is loopback with a deadline.
 func testNet(timeout time.Duration) hostnet.Config {
-	cfg := tcp.DefaultConfig()
+	cfg := hostnet.DefaultConfig()
 	cfg.IfName = "lo"
 	cfg.Streams = 2
 	cfg.Timeout = timeout

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/flagcx/flagcx-go/internal/hostnet"
-	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 	"github.com/stretchr/testify/require"
 )
 
@@ -85,7 +84,7 @@ func TestPeerShmNameCannotMakeRankZeroDeleteAFile(t *testing.T) {
 	dir := t.TempDir()
 	victim := filepath.Join(dir, "victim.txt")
 	require.NoError(t, os.WriteFile(victim, []byte("keep me"), 0o600))
-	rel, err := filepath.Rel(shm.DefaultShmDir, victim)
+	rel, err := filepath.Rel(hostnet.DefaultShmDir, victim)
 	require.NoError(t, err)
 	require.Contains(t, rel, "..")
 	dead := exec.Command("true")
@@ -101,7 +100,7 @@ func TestPeerShmNameCannotMakeRankZeroDeleteAFile(t *testing.T) {
 		defer wg.Done()
 		time.Sleep(50 * time.Millisecond) // rank 0 first, as in the report
 		evil := announce{peerInfo: peerInfo{Rank: 1, Addr: "127.0.0.1:1", Host: hostname(), Pid: dead.Process.Pid,
-			BootID: shm.BootID(), PidNS: shm.PidNamespace(), Shm: rel}, NRanks: 2}
+			BootID: hostnet.BootID(), PidNS: hostnet.PidNamespace(), Shm: rel}, NRanks: 2}
 		_, attackErr = joinRendezvous(id, cfg, evil)
 	}()
 	_, err = Init(id, 2, 0, cfg)

@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/flagcx/flagcx-go/internal/hostnet"
-	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 )
 
 // When a collective fails because a peer went silent or away, the peer
@@ -55,7 +54,7 @@ func StalledPeers(peers []peerInfo, self int) string {
 		if r == self || !hostnet.SameHost(peers[self], p) {
 			continue
 		}
-		if why := shm.ProcessStalled(p.Pid); why != "" {
+		if why := hostnet.ProcessStalled(p.Pid); why != "" {
 			out = append(out, fmt.Sprintf("rank %d (process %d) %s", r, p.Pid, why))
 		}
 	}

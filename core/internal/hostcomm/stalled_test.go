@@ -3,6 +3,7 @@ package hostcomm
 import (
 	"errors"
 	"fmt"
+	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"os"
 	"os/exec"
 	"syscall"
@@ -11,7 +12,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -34,12 +34,12 @@ func TestNoteStalled(t *testing.T) {
 	require.NoError(t, killed.Process.Kill())
 	_ = killed.Wait()
 	here := func(pid int) peerInfo {
-		return peerInfo{Host: hostname(), BootID: shm.BootID(), PidNS: shm.PidNamespace(), Pid: pid}
+		return peerInfo{Host: hostname(), BootID: hostnet.BootID(), PidNS: hostnet.PidNamespace(), Pid: pid}
 	}
 	peers := []peerInfo{here(os.Getpid()), here(running.Process.Pid), here(stopped.Process.Pid), here(killed.Process.Pid), here(remote.Process.Pid)}
 	peers[4].Host = "elsewhere" // its pid means nothing here, whatever runs under it
 	require.NoError(t, syscall.Kill(remote.Process.Pid, syscall.SIGSTOP))
-	require.Eventually(t, func() bool { return shm.ProcessStalled(stopped.Process.Pid) != "" }, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return hostnet.ProcessStalled(stopped.Process.Pid) != "" }, 5*time.Second, time.Millisecond)
 
 	cause := fmt.Errorf("%w: waiting for 8 bytes from rank 1: no progress", sdk.ErrRemoteError)
 	err := NoteStalled(fmt.Errorf("AllReduce on rank 0: %w", cause), peers, 0)
