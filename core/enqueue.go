@@ -82,6 +82,14 @@ var runners = [...]runner{
 // Inside a group a task is checked and queued instead (queue), and
 // GroupEnd runs the queue.
 func (c *Comm) enqueue() error {
+	if c.insp != nil && c.group == 0 {
+		return c.enqueueInspected() // FLAGCX_INSPECT (inspect.go)
+	}
+	return c.dispatch()
+}
+
+// dispatch queues or runs c.task and settles its error (revoke.go).
+func (c *Comm) dispatch() error {
 	t := &c.task
 	var err error
 	switch {
@@ -129,7 +137,10 @@ func (c *Comm) runTask(t *task) error {
 		return err
 	}
 	c.calls++
-	return r.run(c, t)
+	c.ranBy = r
+	err = r.run(c, t)
+	c.ranPlan = t.plan // the records' path (inspect.go), once a runner planned it
+	return err
 }
 
 // runP2P runs one Send or Recv outside a group: checked as itself, it
@@ -203,6 +214,7 @@ func (c *Comm) runQueue(q []task) error {
 			n = r.fuse(c, q[i:])
 		}
 		c.calls += uint64(n)
+		c.ranBy = r
 		if n > 1 {
 			err = r.runMany(c, q[i:i+n])
 		} else {
