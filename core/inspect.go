@@ -133,4 +133,3 @@ func (c *Comm) closeInspect() error {
 	}
 	return c.insp.w.Close()
 }
-
