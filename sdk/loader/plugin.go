@@ -98,9 +98,11 @@ type Plugin struct {
 	checkPtrs   bool
 }
 
-// boundFuncs are the cold-path entries bound with purego.RegisterFunc (typed,
-// ~0.5 us a call); hot-path entries are called through purego.SyscallN on
-// the raw pointers in p.t (~0.1 us). A nil func is a NULL entry.
+// boundFuncs are the cold-path entries bound with purego.RegisterFunc
+// (typed, but slower a call); hot-path entries are called through
+// purego.SyscallN on the raw pointers in p.t, the cheaper call
+// (docs/performance.md, "Figures that were in comments (issue 41)"). A nil
+// func is a NULL entry.
 type boundFuncs struct {
 	init             func(logFn, logCtx uintptr, info *pluginInfoV1) int32
 	fini             func() int32

@@ -13,15 +13,16 @@ import (
 	"github.com/flagcx/flagcx-go/internal/base/flog"
 )
 
-// The exact check. Computing a reduced element takes every rank's input
-// at it, so a rank that computes its whole expected AllReduce output does
-// nranks times the arithmetic of the collective it checks (16 ranks at 16
-// MiB spent five times longer checking than running). Where the receivers
-// of a call share one expected buffer (reference.Case.Shared), each rank
-// computes 1/nranks of it exactly and the ranks exchange a digest per
-// share; a receiver compares its own share element by element and the
-// others by digest, and recomputes only a share whose digest differs, to
-// count its wrong elements exactly as before.
+// The exact check. Computing a reduced element takes every rank's input at
+// it, so a rank that computes its whole expected AllReduce output does
+// nranks times the arithmetic of the collective it checks, and at many
+// ranks checking took longer than running (docs/performance.md, "Figures
+// that were in comments (issue 41)"). Where the receivers of a call share
+// one expected buffer (reference.Case.Shared), each rank computes 1/nranks
+// of it exactly and the ranks exchange a digest per share; a receiver
+// compares its own share element by element and the others by digest, and
+// recomputes only a share whose digest differs, to count its wrong elements
+// exactly as before.
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 

@@ -71,11 +71,11 @@ func joinBackend(cfg *Config, job launch.Job, launched bool, id core.UniqueID, n
 	if name != HostBackendName {
 		// A vendor runtime keeps per-thread state (the current device and
 		// context); the first call on a thread that never touched it pays
-		// to set it up (about 1.5 ms seen on H200s), and Go moves goroutines
-		// between threads. Pinning the rank to one thread for its life keeps
-		// that out of the timings. The pin ends with the rank's process; the
-		// benchmark itself runs on a goroutine that core.Comm.Guard
-		// pins in the same way.
+		// to set it up (docs/performance.md, "nvidia plugin vs raw NCCL on
+		// 2 x H200"), and Go moves goroutines between threads. Pinning the
+		// rank to one thread for its life keeps that out of the timings.
+		// The pin ends with the rank's process; the benchmark itself runs
+		// on a goroutine that core.Comm.Guard pins in the same way.
 		runtime.LockOSThread()
 		p, err := openPlugin(name, cfg.PluginDir, cfg.Emulated)
 		if err != nil {

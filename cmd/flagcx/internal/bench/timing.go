@@ -17,9 +17,9 @@ func (r *rankRun) timeHalf(op *opSpec, c reference.Case, x *call, inPlace bool) 
 	// Each half warms up on its own buffers: the in-place half
 	// follows host copies that leave the device idle, and its first
 	// collectives on new addresses cost once what 20 timed
-	// iterations then average in (in place ran 12-25% behind NCCL's
-	// in-place figures at 8 MiB when only the out-of-place half
-	// warmed up).
+	// iterations then average in (in place ran behind NCCL's in-place
+	// figures when only the out-of-place half warmed up:
+	// docs/performance.md, "Figures that were in comments (issue 41)").
 	for i := 0; i < r.cfg.Warmup; i++ {
 		if err := r.be.issue(x); err != nil {
 			return 0, r.collError(op, c, inPlace, err)
