@@ -1,6 +1,26 @@
 // Package bench is `flagcx bench`: nccl-tests' performance and correctness
-// benchmark of one collective (or all of them) over a communicator, with
-// results checked against conformance/reference.
+// benchmark of one collective (or all of them, or one-sided put and get)
+// over a communicator, with results checked against conformance/reference.
+//
+// Run is one process's part of the job: with --np or --ranks it checks what
+// every rank would refuse and starts the ranks on this machine (the local
+// launcher, launch.Local); otherwise it joins an external launcher's job as
+// one rank, or runs a single rank. A rank runs on the host backend or on a
+// plugin's device (probed first in a process of its own), times each size
+// out of place and in place, agrees with the other ranks on the slowest
+// time, checks every result exactly (-c 1, the default), and on rank 0
+// prints nccl-tests' table or FlagCX's lines, the progress line,
+// --print-plan's schedules and --json's file. With --on-failure shrink the
+// survivors of a lost rank go on on a smaller communicator.
+//
+// The files, by concern: run.go (the process's part: Run, starting and
+// ending ranks), preflight.go and probe.go (what is checked before ranks
+// start), join.go (joining the communicator on a backend), shrink.go,
+// rankrun.go (one rank's loop over collectives, types and sizes),
+// timing.go, inputs.go and check.go (timing, inputs and the exact check),
+// onesided.go (put and get), backend.go, hetero.go, device.go and mem.go
+// (where the measured calls run and their buffers live), devicelist.go,
+// report.go (output), flags.go, size.go and ops.go.
 package bench
 
 import (
