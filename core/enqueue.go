@@ -59,6 +59,9 @@ type runner struct {
 	// rank cuts its queue alike; runMany runs them. Nil: one by one.
 	fuse    func(c *Comm, q []task) int
 	runMany func(c *Comm, q []task) error
+	// enqueues: the call returns once its work is enqueued on the
+	// caller's stream (a record then times the enqueue, not the work).
+	enqueues bool
 }
 
 // runners in the order they are asked. The host network comes first: its
@@ -68,7 +71,7 @@ type runner struct {
 var runners = [...]runner{
 	{name: "host network", checks: true, takes: (*Comm).takesHostNet, run: (*Comm).runHostNet},
 	{name: "host engine", checks: true, takes: (*Comm).takesHost, run: (*Comm).runHost, fuse: (*Comm).fuseHost, runMany: (*Comm).runFused},
-	{name: "vendor direct", takes: (*Comm).takesDirect, run: (*Comm).runDirect, fuse: (*Comm).fuseDirect, runMany: (*Comm).runVendorGroup},
+	{name: "vendor direct", takes: (*Comm).takesDirect, run: (*Comm).runDirect, fuse: (*Comm).fuseDirect, runMany: (*Comm).runVendorGroup, enqueues: true},
 	{name: "shared-memory plane", takes: (*Comm).takesShm, run: (*Comm).runShmTask},
 	{name: "plan executor", takes: (*Comm).takesPlan, run: (*Comm).runPlan},
 }

@@ -96,7 +96,7 @@ func (c *Comm) recordCall(rec *inspect.Call, err error) {
 	in.seq++
 	rec.Seq, rec.Failed = in.seq, err != nil
 	if c.ranBy != nil {
-		rec.Runner = c.ranBy.name
+		rec.Runner, rec.Enqueued = c.ranBy.name, c.ranBy.enqueues
 	}
 	if c.ranPlan != nil {
 		rec.Path = c.ranPlan.Path.String()

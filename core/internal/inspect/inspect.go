@@ -38,6 +38,12 @@ type Call struct {
 	Start, End int64  // wall clock, ns since the Unix epoch
 	BusFactor  float64
 	Failed     bool
+	// Enqueued: the call returned once its work was enqueued on the
+	// caller's stream (a homogeneous device communicator's vendor call):
+	// its time is the enqueue's ("coll_timing_source": "enqueue"), not
+	// the work's; otherwise the call returned with its result in place
+	// ("host_wall").
+	Enqueued bool
 }
 
 // Header is what every record of a communicator's rank repeats.
@@ -239,7 +245,13 @@ func (w *Writer) appendRecord(b []byte, c *Call, nowUS int64, dropped uint64) []
 	ns := c.End - c.Start
 	b = append(b, `,"coll_exec_time_us":`...)
 	b = strconv.AppendFloat(b, float64(ns)/1e3, 'f', 3, 64)
-	b = append(b, `,"coll_timing_source":"host_wall","coll_algobw_gbs":`...)
+	b = append(b, `,"coll_timing_source":`...)
+	if c.Enqueued {
+		b = append(b, `"enqueue"`...)
+	} else {
+		b = append(b, `"host_wall"`...)
+	}
+	b = append(b, `,"coll_algobw_gbs":`...)
 	alg := 0.0
 	if ns > 0 {
 		alg = float64(c.Bytes) / float64(ns) // bytes per ns = GB/s
