@@ -66,7 +66,7 @@ func parseHeader(b []byte) header {
 }
 
 // frameTag labels every frame of the one-sided links. Its low 4 bits are
-// 0, which no collective's digest has (core/digest.go: they hold the
-// collective + 1), so one-sided traffic and a collective's can never be
-// taken for each other, even on a link that carried both.
+// 0, which no collective's digest has (core/internal/hostcomm/digest.go:
+// they hold the collective + 1), so one-sided traffic and a collective's
+// can never be taken for each other, even on a link that carried both.
 const frameTag = 0x4f530000 // "OS"
