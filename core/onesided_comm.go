@@ -16,7 +16,7 @@ import (
 // the start, stop and checks of a Comm's one-sided machinery.
 
 // osState is the one-sided machinery of a Comm (its field os, declared in
-// hetero.go with the other fields).
+// comm.go with the other fields).
 type osState = onesided.State
 
 // startOneSided starts c's one-sided machinery: every rank calls it at the
