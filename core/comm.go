@@ -144,7 +144,7 @@ type Comm struct {
 	// exclusive where vendorGone is set, before ccl is freed.
 	cclMu sync.RWMutex
 
-	// os is the one-sided machinery (onesided_state.go), started by the
+	// os is the one-sided machinery (core/internal/onesided), started by the
 	// first window registration; osStaging is RegisterStaging's memory
 	// until then.
 	os        *osState

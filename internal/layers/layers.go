@@ -45,6 +45,7 @@ var order = []layer{
 		"core/internal/host",
 		"core/internal/hostcomm",
 		"core/internal/inspect",
+		"core/internal/onesided",
 		"core",
 	}},
 	{"above core: what starts and checks communicators", []string{
