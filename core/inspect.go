@@ -1,51 +1,70 @@
 package core
 
 import (
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/flagcx/flagcx-go/core/internal/inspect"
+	"github.com/flagcx/flagcx-go/core/internal/metrics"
 	"github.com/flagcx/flagcx-go/internal/base/env"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
-// Records of every call (FLAGCX_INSPECT, core/internal/inspect): the
-// funnel (enqueue.go) times each call it runs and hands the writer a
-// record; off, a call pays one branch.
+// Records of every call (FLAGCX_INSPECT, core/internal/inspect) and the
+// process's metrics (FLAGCX_METRICS, core/internal/metrics): the funnel
+// (enqueue.go) times each call it runs and hands the record to both; off,
+// a call pays one branch.
 
-// inspection is a communicator's records: the writer and the clock that
-// times the calls (one monotonic read a timestamp, turned into wall time).
+// inspection is a communicator's records (w, FLAGCX_INSPECT) and metrics
+// (m, FLAGCX_METRICS), either of them nil, and the clock that times the
+// calls (one monotonic read a timestamp, turned into wall time).
 type inspection struct {
 	w      *inspect.Writer
+	m      *metrics.Sink
+	commID string
 	base   time.Time
 	baseNS int64
 	seq    uint64
 }
 
 // startInspect opens this rank's records when FLAGCX_INSPECT names a
-// directory.
+// directory, and joins the process's metrics when FLAGCX_METRICS says
+// where to serve them.
 func (c *Comm) startInspect(id UniqueID, lookup func(string) (string, bool)) error {
 	get := env.Lookup(lookup)
 	dir, _ := env.Inspect.Get(get)
-	if dir == "" {
+	at, _ := env.Metrics.Get(get)
+	if dir == "" && at == "" {
 		return nil
 	}
-	max, err := env.InspectMax.Get(get)
-	if err != nil {
-		return fmt.Errorf("%w: %w", sdk.ErrInvalidArgument, err)
-	}
-	host, _ := os.Hostname()
 	h := fnv.New64a()
 	h.Write([]byte(id.String()))
-	hdr := inspect.Header{CommID: h.Sum64() >> 8, Rank: c.rank, NRanks: c.n, NNodes: c.nodes(), Host: host, Pid: os.Getpid()}
-	w, err := inspect.Open(dir, int64(max), hdr)
-	if err != nil {
-		return fmt.Errorf("%w: %s=%s: %w: name a directory this process can write, or unset it", sdk.ErrInvalidArgument, env.Inspect.Name, dir, err)
-	}
+	commID := h.Sum64() >> 8
 	now := time.Now()
-	c.insp = &inspection{w: w, base: now, baseNS: now.UnixNano()}
+	in := &inspection{commID: "0x" + strconv.FormatUint(commID, 16), base: now, baseNS: now.UnixNano()}
+	if at != "" {
+		m, err := metrics.Shared(at)
+		if err != nil {
+			return fmt.Errorf("%w: %s=%s: %w: name a free host:port or a writable path ending in .prom, or unset it", sdk.ErrInvalidArgument, env.Metrics.Name, at, err)
+		}
+		in.m = m
+	}
+	if dir != "" {
+		max, err := env.InspectMax.Get(get)
+		if err != nil {
+			return fmt.Errorf("%w: %w", sdk.ErrInvalidArgument, err)
+		}
+		host, _ := os.Hostname()
+		hdr := inspect.Header{CommID: commID, Rank: c.rank, NRanks: c.n, NNodes: c.nodes(), Host: host, Pid: os.Getpid()}
+		if in.w, err = inspect.Open(dir, int64(max), hdr); err != nil {
+			return fmt.Errorf("%w: %s=%s: %w: name a directory this process can write, or unset it", sdk.ErrInvalidArgument, env.Inspect.Name, dir, err)
+		}
+	}
+	c.insp = in
 	return nil
 }
 
@@ -101,7 +120,17 @@ func (c *Comm) recordCall(rec *inspect.Call, err error) {
 	if c.ranPlan != nil {
 		rec.Path = c.ranPlan.Path.String()
 	}
-	in.w.Record(rec)
+	if in.w != nil {
+		in.w.Record(rec)
+	}
+	if in.m != nil {
+		path := rec.Path
+		if path == "" {
+			path = rec.Runner
+		}
+		in.m.Observe(&metrics.Call{Comm: in.commID, Rank: c.rank, Coll: rec.Coll, Path: path, Bytes: rec.Bytes,
+			Seconds: float64(rec.End-rec.Start) / 1e9, Failed: rec.Failed})
+	}
 }
 
 // groupInspected is GroupEnd with the group's record at the outermost
@@ -126,10 +155,19 @@ func (c *Comm) groupInspected() error {
 	return err
 }
 
-// closeInspect writes what is left of the records.
+// closeInspect writes what is left of the records, and the metrics'
+// textfile (the process's sink stays up for its other communicators).
 func (c *Comm) closeInspect() error {
-	if c.insp == nil {
+	in := c.insp
+	if in == nil {
 		return nil
 	}
-	return c.insp.w.Close()
+	var errs []error
+	if in.w != nil {
+		errs = append(errs, in.w.Close())
+	}
+	if in.m != nil {
+		errs = append(errs, in.m.Flush())
+	}
+	return errors.Join(errs...)
 }

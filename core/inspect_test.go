@@ -3,12 +3,15 @@ package core
 import (
 	"bufio"
 	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/flagcx/flagcx-go/sdk"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 )
 
@@ -167,4 +170,47 @@ func TestInspectRefusesADirectoryItCannotWrite(t *testing.T) {
 	require.ErrorIs(t, err, sdk.ErrInvalidArgument)
 	require.ErrorContains(t, err, "FLAGCX_INSPECT=")
 	require.ErrorContains(t, err, "name a directory this process can write, or unset it")
+}
+
+// TestMetricsServeTheCalls: with FLAGCX_METRICS=host:port the process
+// serves its communicators' calls over HTTP; a scrape parsed by the
+// Prometheus parser counts every call of every rank, by collective and
+// runner.
+func TestMetricsServeTheCalls(t *testing.T) {
+	t.Setenv("FLAGCX_METRICS", "127.0.0.1:0")
+	comms := startComms(t, 2, testNet(10*time.Second))
+	const calls = 5
+	errs := onAll(comms, func(c *Comm) error {
+		b := HostBuffer(make([]byte, 4096))
+		for i := 0; i < calls; i++ {
+			if err := c.AllReduce(b, b, 1024, sdk.Float32, sdk.Sum, 0); err != nil {
+				return err
+			}
+		}
+		return c.Broadcast(b, b, 1, sdk.Int8, 0, 0)
+	})
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	require.NotNil(t, comms[0].insp.m)
+	resp, err := http.Get("http://" + comms[0].insp.m.Addr() + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	require.NoError(t, err)
+	got := map[string]float64{}
+	for _, m := range fams["flagcx_calls_total"].GetMetric() {
+		l := map[string]string{}
+		for _, p := range m.GetLabel() {
+			l[p.GetName()] = p.GetValue()
+		}
+		require.Equal(t, comms[0].insp.commID, l["comm"])
+		got[l["rank"]+" "+l["coll"]+" "+l["path"]+" "+l["size"]] = m.GetCounter().GetValue()
+	}
+	require.Equal(t, map[string]float64{
+		"0 AllReduce host engine <=4K": calls, "1 AllReduce host engine <=4K": calls,
+		"0 Broadcast host engine <=1K": 1, "1 Broadcast host engine <=1K": 1,
+	}, got)
 }

@@ -45,6 +45,7 @@ var order = []layer{
 		"core/internal/host",
 		"core/internal/hostcomm",
 		"core/internal/inspect",
+		"core/internal/metrics",
 		"core/internal/onesided",
 		"core",
 	}},
