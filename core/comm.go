@@ -10,6 +10,7 @@ import (
 
 	"github.com/flagcx/flagcx-go/core/internal/host"
 	"github.com/flagcx/flagcx-go/core/internal/host/reduce"
+	"github.com/flagcx/flagcx-go/core/internal/watchdog"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
@@ -232,7 +233,7 @@ func (c *Comm) Abort() error {
 func (c *Comm) stop(abort bool) error {
 	var errs []error
 	c.stopOnce.Do(func() {
-		defer c.wd.close()
+		defer watchdog.Close(c.wd)
 		defer c.ctl.close()
 		if err := c.closeInspect(); err != nil && !abort {
 			errs = append(errs, err)

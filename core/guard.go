@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/flagcx/flagcx-go/core/internal/watchdog"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
@@ -115,7 +116,7 @@ func (c *Comm) vendorAsyncError() error {
 // the call; a call that never returns then strands only that goroutine.
 func (c *Comm) detached(call string, fn func() error) error {
 	done := make(chan error, 1)
-	go func() { done <- c.wd.do(call, false, fn) }()
+	go func() { done <- watchdog.Do(c.wd, call, false, fn) }()
 	select {
 	case err := <-done:
 		return err
@@ -160,49 +161,49 @@ func (c *Comm) vendorCalls() watchedComm { return watchedComm{c} }
 type watchedComm struct{ c *Comm }
 
 func (v watchedComm) AllReduce(send, recv uintptr, count int, dt sdk.DataType, op sdk.RedOp, s loader.Stream) error {
-	return v.c.wd.do("allReduce", true, func() error { return v.c.ccl.AllReduce(send, recv, count, dt, op, s) })
+	return watchdog.Do(v.c.wd, "allReduce", true, func() error { return v.c.ccl.AllReduce(send, recv, count, dt, op, s) })
 }
 
 func (v watchedComm) Reduce(send, recv uintptr, count int, dt sdk.DataType, op sdk.RedOp, root int, s loader.Stream) error {
-	return v.c.wd.do("reduce", true, func() error { return v.c.ccl.Reduce(send, recv, count, dt, op, root, s) })
+	return watchdog.Do(v.c.wd, "reduce", true, func() error { return v.c.ccl.Reduce(send, recv, count, dt, op, root, s) })
 }
 
 func (v watchedComm) Broadcast(send, recv uintptr, count int, dt sdk.DataType, root int, s loader.Stream) error {
-	return v.c.wd.do("broadcast", true, func() error { return v.c.ccl.Broadcast(send, recv, count, dt, root, s) })
+	return watchdog.Do(v.c.wd, "broadcast", true, func() error { return v.c.ccl.Broadcast(send, recv, count, dt, root, s) })
 }
 
 func (v watchedComm) AllGather(send, recv uintptr, count int, dt sdk.DataType, s loader.Stream) error {
-	return v.c.wd.do("allGather", true, func() error { return v.c.ccl.AllGather(send, recv, count, dt, s) })
+	return watchdog.Do(v.c.wd, "allGather", true, func() error { return v.c.ccl.AllGather(send, recv, count, dt, s) })
 }
 
 func (v watchedComm) ReduceScatter(send, recv uintptr, count int, dt sdk.DataType, op sdk.RedOp, s loader.Stream) error {
-	return v.c.wd.do("reduceScatter", true, func() error { return v.c.ccl.ReduceScatter(send, recv, count, dt, op, s) })
+	return watchdog.Do(v.c.wd, "reduceScatter", true, func() error { return v.c.ccl.ReduceScatter(send, recv, count, dt, op, s) })
 }
 
 func (v watchedComm) AlltoAll(send, recv uintptr, count int, dt sdk.DataType, s loader.Stream) error {
-	return v.c.wd.do("alltoAll", true, func() error { return v.c.ccl.AlltoAll(send, recv, count, dt, s) })
+	return watchdog.Do(v.c.wd, "alltoAll", true, func() error { return v.c.ccl.AlltoAll(send, recv, count, dt, s) })
 }
 
 func (v watchedComm) AlltoAllv(send uintptr, sendcounts, sdispls []int, recv uintptr, recvcounts, rdispls []int, dt sdk.DataType, s loader.Stream) error {
-	return v.c.wd.do("alltoAllv", true, func() error {
+	return watchdog.Do(v.c.wd, "alltoAllv", true, func() error {
 		return v.c.ccl.AlltoAllv(send, sendcounts, sdispls, recv, recvcounts, rdispls, dt, s)
 	})
 }
 
 func (v watchedComm) Gather(send, recv uintptr, count int, dt sdk.DataType, root int, s loader.Stream) error {
-	return v.c.wd.do("gather", true, func() error { return v.c.ccl.Gather(send, recv, count, dt, root, s) })
+	return watchdog.Do(v.c.wd, "gather", true, func() error { return v.c.ccl.Gather(send, recv, count, dt, root, s) })
 }
 
 func (v watchedComm) Scatter(send, recv uintptr, count int, dt sdk.DataType, root int, s loader.Stream) error {
-	return v.c.wd.do("scatter", true, func() error { return v.c.ccl.Scatter(send, recv, count, dt, root, s) })
+	return watchdog.Do(v.c.wd, "scatter", true, func() error { return v.c.ccl.Scatter(send, recv, count, dt, root, s) })
 }
 
 func (v watchedComm) Send(buf uintptr, count int, dt sdk.DataType, peer int, s loader.Stream) error {
-	return v.c.wd.do("send", true, func() error { return v.c.ccl.Send(buf, count, dt, peer, s) })
+	return watchdog.Do(v.c.wd, "send", true, func() error { return v.c.ccl.Send(buf, count, dt, peer, s) })
 }
 
 func (v watchedComm) Recv(buf uintptr, count int, dt sdk.DataType, peer int, s loader.Stream) error {
-	return v.c.wd.do("recv", true, func() error { return v.c.ccl.Recv(buf, count, dt, peer, s) })
+	return watchdog.Do(v.c.wd, "recv", true, func() error { return v.c.ccl.Recv(buf, count, dt, peer, s) })
 }
 
 // watchedPlugin shadows the calls of the plugin that wait for the device
@@ -213,30 +214,30 @@ type watchedPlugin struct {
 }
 
 func (p *watchedPlugin) Memcpy(dst, src uintptr, n int, kind loader.MemcpyKind, s loader.Stream) error {
-	return p.wd.do("memCopy", false, func() error { return p.Plugin.Memcpy(dst, src, n, kind, s) })
+	return watchdog.Do(p.wd, "memCopy", false, func() error { return p.Plugin.Memcpy(dst, src, n, kind, s) })
 }
 
 func (p *watchedPlugin) ReduceLocal(dev int, dst uintptr, srcs []uintptr, count int, dt sdk.DataType, op sdk.RedOp, avgDivisor int, s loader.Stream) error {
-	return p.wd.do("reduceLocal", false, func() error { return p.Plugin.ReduceLocal(dev, dst, srcs, count, dt, op, avgDivisor, s) })
+	return watchdog.Do(p.wd, "reduceLocal", false, func() error { return p.Plugin.ReduceLocal(dev, dst, srcs, count, dt, op, avgDivisor, s) })
 }
 
 func (p *watchedPlugin) StreamSynchronize(s loader.Stream) error {
-	return p.wd.do("streamSynchronize", false, func() error { return p.Plugin.StreamSynchronize(s) })
+	return watchdog.Do(p.wd, "streamSynchronize", false, func() error { return p.Plugin.StreamSynchronize(s) })
 }
 
 func (p *watchedPlugin) StreamWaitEvent(s loader.Stream, e loader.Event) error {
-	return p.wd.do("streamWaitEvent", false, func() error { return p.Plugin.StreamWaitEvent(s, e) })
+	return watchdog.Do(p.wd, "streamWaitEvent", false, func() error { return p.Plugin.StreamWaitEvent(s, e) })
 }
 
 func (p *watchedPlugin) EventRecord(e loader.Event, s loader.Stream) error {
-	return p.wd.do("eventRecord", false, func() error { return p.Plugin.EventRecord(e, s) })
+	return watchdog.Do(p.wd, "eventRecord", false, func() error { return p.Plugin.EventRecord(e, s) })
 }
 
 func (p *watchedPlugin) EventSynchronize(e loader.Event) error {
-	return p.wd.do("eventSynchronize", false, func() error { return p.Plugin.EventSynchronize(e) })
+	return watchdog.Do(p.wd, "eventSynchronize", false, func() error { return p.Plugin.EventSynchronize(e) })
 }
 
 // GroupEnd issues the group's work (GroupStart only opens it).
 func (p *watchedPlugin) GroupEnd() error {
-	return p.wd.do("groupEnd", false, p.Plugin.GroupEnd)
+	return watchdog.Do(p.wd, "groupEnd", false, p.Plugin.GroupEnd)
 }

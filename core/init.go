@@ -7,6 +7,7 @@ import (
 	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
 	"os"
 
+	"github.com/flagcx/flagcx-go/core/internal/watchdog"
 	"github.com/flagcx/flagcx-go/internal/base/env"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
@@ -75,7 +76,7 @@ func InitRank(id UniqueID, nranks, rank int, opts ...Option) (*Comm, error) {
 		return nil, err
 	}
 	if be.OnDevice() {
-		c.wd = newWatchdog(rank, be.Plugin.Name, world.Config().Timeout, c.onTimeout,
+		c.wd = watchdog.New(rank, be.Plugin.Name, world.Config().Timeout, c.onTimeout,
 			func() string { return hostcomm.StalledPeers(world.Peers(), rank) })
 		c.dev = &watchedPlugin{be.Plugin, c.wd}
 	}

@@ -47,6 +47,7 @@ var order = []layer{
 		"core/internal/inspect",
 		"core/internal/metrics",
 		"core/internal/onesided",
+		"core/internal/watchdog",
 		"core",
 	}},
 	{"above core: what starts and checks communicators", []string{
