@@ -36,7 +36,8 @@ test: all
 FUZZ_TARGETS := \
 	./internal/hostnet:FuzzPeerTable ./internal/hostnet/shm:FuzzSegName ./internal/hostnet:FuzzMeshHello \
 	./internal/hostnet/netplugin:FuzzNetNegotiation ./internal/hostnet/netplugin:FuzzNetChunk ./internal/hostnet/tcp:FuzzHandshake \
-	./core/internal/hostcomm:FuzzAnnounce ./core/internal/hostcomm:FuzzRendezvousReply ./core:FuzzInitRecord ./core:FuzzUniqueID
+	./core/internal/hostcomm:FuzzAnnounce ./core/internal/hostcomm:FuzzRendezvousReply ./core:FuzzInitRecord ./core:FuzzUniqueID \
+	./core/internal/ctl:FuzzCtl
 FUZZTIME ?= 3s
 fuzz-smoke:
 	@GO=$(GO) FUZZTIME=$(FUZZTIME) tools/fuzz-smoke.sh $(FUZZ_TARGETS)

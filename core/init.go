@@ -60,11 +60,11 @@ func InitRank(id UniqueID, nranks, rank int, opts ...Option) (*Comm, error) {
 	}
 	c := &Comm{rank: rank, n: nranks, be: be, world: world, workers: hostWorkers(world), lookup: o.lookup, debug: collDebugFromEnv(o.lookup), printed: map[string]bool{}}
 	if nranks > 1 {
-		if c.ctl, err = listenCtl(world.Config(), world.Secret()); err != nil {
+		if c.ctl, err = c.listenCtl(); err != nil {
 			_ = world.Abort()
 			return nil, fmt.Errorf("rank %d: %w", rank, err)
 		}
-		rec.Ctl = c.ctl.l.Addr()
+		rec.Ctl = c.ctl.Addr()
 		go c.serveCtl()
 	}
 	// A value this rank cannot read counts as "off": start turns device
@@ -165,10 +165,11 @@ func (c *Comm) agree(rec initRecord) error {
 		members[r] = recs[r].Member
 	}
 	if c.ctl != nil {
-		c.ctl.addrs = make([]string, c.n)
+		addrs := make([]string, c.n)
 		for r := range recs {
-			c.ctl.addrs[r] = recs[r].Ctl
+			addrs[r] = recs[r].Ctl
 		}
+		c.ctl.SetAddrs(addrs)
 	}
 	for r := 1; r < c.n; r++ {
 		a, b := recs[0], recs[r]

@@ -3,7 +3,6 @@ package core
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
 	"strings"
 
 	"github.com/flagcx/flagcx-go/internal/base/env"
@@ -60,49 +59,4 @@ func decodeInitRecord(b []byte, r int, peer string) (initRecord, error) {
 		}
 	}
 	return rec, nil
-}
-
-// decodeCtl reads a message of a peer's control plane (revoke.go) in a
-// communicator of n ranks: a hello, or the verdict of a reply.
-func decodeCtl(b []byte, n int) (ctlMsg, error) {
-	var m ctlMsg
-	bad := func(format string, args ...any) (ctlMsg, error) {
-		return ctlMsg{}, fmt.Errorf("%w: a control message %s", sdk.ErrRemoteError, fmt.Sprintf(format, args...))
-	}
-	if err := json.Unmarshal(b, &m); err != nil {
-		return bad("is malformed: %v", err)
-	}
-	switch {
-	case m.Kind != ctlProbe && m.Kind != ctlRevoke && m.Kind != ctlShrink:
-		return bad("is of kind %q", m.Kind)
-	case m.From < 0 || m.From >= n || m.By < 0 || m.By >= n:
-		return bad("names rank %d or %d of %d", m.From, m.By, n)
-	case !ascendingRanks(m.Failed, n) || !ascendingRanks(m.Exclude, n):
-		return bad("lists ranks out of order or of range (0..%d)", n-1)
-	case len(m.Hosts) != len(m.Failed):
-		return bad("names %d hosts for %d ranks", len(m.Hosts), len(m.Failed))
-	case len(m.ID) > 2*UniqueIDBytes+hostnet.MaxHello/16:
-		return bad("carries an id of %d bytes", len(m.ID))
-	}
-	for i, h := range m.Hosts {
-		if len(h) > maxRecordName {
-			h = h[:maxRecordName]
-		}
-		m.Hosts[i] = strings.ToValidUTF8(h, "?")
-	}
-	if len(m.Cause) > hostcomm.MaxReplyError {
-		m.Cause = m.Cause[:hostcomm.MaxReplyError] + "..."
-	}
-	m.Cause = strings.ToValidUTF8(m.Cause, "?")
-	return m, nil
-}
-
-// ascendingRanks: rs are ranks of n, each once, ascending.
-func ascendingRanks(rs []int, n int) bool {
-	for i, r := range rs {
-		if r < 0 || r >= n || (i > 0 && rs[i-1] >= r) {
-			return false
-		}
-	}
-	return true
 }

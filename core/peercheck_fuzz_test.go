@@ -2,7 +2,6 @@ package core
 
 import (
 	"encoding/json"
-	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
 	"testing"
 
 	"github.com/flagcx/flagcx-go/internal/sched"
@@ -53,26 +52,5 @@ func FuzzUniqueID(f *testing.F) {
 				t.Fatalf("ParseUniqueID accepted %q, which does not round-trip", b)
 			}
 		}
-	})
-}
-
-// FuzzCtl: a message of a peer's control plane (revoke.go), as a rank
-// reads it.
-func FuzzCtl(f *testing.F) {
-	good, _ := json.Marshal(ctlMsg{Kind: ctlRevoke, From: 1, Failed: []int{2}, Hosts: []string{"h"}, By: 1, Cause: "x"})
-	f.Add(good)
-	f.Add([]byte(`{"kind":"revoke","failed":[3,1],"hosts":["a"]}`))
-	f.Add([]byte(`{"kind":"shrink","exclude":[0,0],"id":"x"}`))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		const n = 4
-		m, err := decodeCtl(b, n)
-		if err != nil {
-			return
-		}
-		if m.From < 0 || m.From >= n || m.By < 0 || m.By >= n || len(m.Hosts) != len(m.Failed) ||
-			!ascendingRanks(m.Failed, n) || !ascendingRanks(m.Exclude, n) || len(m.Cause) > hostcomm.MaxReplyError+3 {
-			t.Fatalf("accepted %+v", m)
-		}
-		_ = (&RevokedError{Failed: m.Failed, Hosts: m.Hosts, Cause: m.Cause}).Error() // never panics
 	})
 }

@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
@@ -12,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/flagcx/flagcx-go/core/internal/ctl"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/sdk"
 )
@@ -23,7 +23,8 @@ import (
 // communicator, those in flight and the later ones, end with one
 // *RevokedError naming the lost ranks and their hosts.
 //
-// The news travels on a control plane beside the data links: every rank
+// The news travels on a control plane beside the data links
+// (core/internal/ctl): every rank
 // listens on a socket of its own (its address travels in the init
 // exchange, agree), which a revoke does not close, and which answers while
 // its rank is busy in a call. The rank that detects a failure asks every
@@ -97,152 +98,66 @@ func (e *RevokedError) Unwrap() []error {
 	return []error{sdk.ErrRemoteError}
 }
 
-// The control plane's messages: a hello, answered by a ctlReply.
-const (
-	ctlProbe  = "probe"  // are you there?
-	ctlRevoke = "revoke" // the communicator is revoked: adopt this verdict
-	ctlShrink = "shrink" // the survivors' new communicator (Shrink)
-)
-
-type ctlMsg struct {
-	Kind    string   `json:"kind"`
-	From    int      `json:"from"`
-	Failed  []int    `json:"failed,omitempty"`
-	Hosts   []string `json:"hosts,omitempty"`
-	By      int      `json:"by"`
-	Cause   string   `json:"cause,omitempty"`
-	At      int64    `json:"at,omitempty"`      // revoke: RevokedError.At, Unix nanoseconds
-	ID      string   `json:"id,omitempty"`      // shrink: the new unique id
-	Exclude []int    `json:"exclude,omitempty"` // shrink: the ranks left out
-}
-
-// verdict is the RevokedError a revoke message carries.
-func (m *ctlMsg) verdict() *RevokedError {
-	return &RevokedError{Failed: m.Failed, Hosts: m.Hosts, By: m.By, Cause: m.Cause, At: time.Unix(0, m.At)}
-}
-
-// verdictMsg is the revoke message of verdict re, from this rank.
-func (c *Comm) verdictMsg(re *RevokedError) ctlMsg {
-	return ctlMsg{Kind: ctlRevoke, From: c.rank, Failed: re.Failed, Hosts: re.Hosts, By: re.By, Cause: re.Cause, At: re.At.UnixNano()}
-}
-
-// ctlReply answers every hello: the verdict the rank adopted, if any (a
-// ctlMsg, read by decodeCtl), and the first failure it told its peers of
-// (firstReported), which a peer whose link closed mid-frame never got as
-// a notice.
-type ctlReply struct {
-	Revoked json.RawMessage `json:"revoked,omitempty"`
-	Failure string          `json:"failure,omitempty"`
-}
-
-// ctlAnswer is a decoded ctlReply.
-type ctlAnswer struct {
-	verdict *ctlMsg // nil: the rank has none
-	failure string
-}
-
-// ctlPlane is one rank's side of the control plane.
+// ctlPlane is this rank's side of the control plane: the network half
+// (ctl.Plane: the listener, the asks) and the state of the policy here.
 type ctlPlane struct {
-	l       *hostnet.Listener
-	cfg     hostnet.Config
-	secret  hostnet.Secret
-	addrs   []string    // every rank's control address (agree)
-	shrinks chan ctlMsg // shrink messages from the survivors' leader
-	detect  sync.Mutex  // one detection at a time
-	revoked chan struct{}
+	*ctl.Plane
+	detect  sync.Mutex    // one detection at a time
+	revoked chan struct{} // closed when this rank adopts a verdict (record)
 }
 
-// listenCtl opens this rank's control plane on the interface of its data
-// links.
-func listenCtl(cfg hostnet.Config, secret hostnet.Secret) (*ctlPlane, error) {
-	l, err := hostnet.Listen(cfg, secret)
+// listenCtl opens c's control plane on the interface of its data links.
+func (c *Comm) listenCtl() (*ctlPlane, error) {
+	p, err := ctl.Listen(c.world.Config(), c.world.Secret(), c.rank, c.n)
 	if err != nil {
-		return nil, fmt.Errorf("%w: the control plane: %w", sdk.ErrSystemError, err)
+		return nil, err
 	}
-	return &ctlPlane{l: l, cfg: cfg, secret: secret, shrinks: make(chan ctlMsg, 8), revoked: make(chan struct{})}, nil
+	return &ctlPlane{Plane: p, revoked: make(chan struct{})}, nil
 }
+
+// serveCtl answers the control plane for c until it is closed (stop).
+func (c *Comm) serveCtl() { c.ctl.Serve(ctlAnswerer{c}) }
 
 func (p *ctlPlane) close() {
 	if p != nil {
-		p.l.Close()
+		p.Close()
 	}
 }
 
-// serveCtl answers the control plane until it is closed (stop).
-func (c *Comm) serveCtl() {
-	for {
-		conn, hello, err := c.ctl.l.Accept()
-		if errors.Is(err, hostnet.ErrClosed) {
-			return
-		}
-		if err != nil {
-			continue // nobody came within the deadline: keep listening
-		}
-		go c.answerCtl(conn, hello)
-	}
-}
+// ctlAnswerer answers the control plane for c (ctl.Answerer); a type of
+// its own, since Answer as a method of Comm would be public.
+type ctlAnswerer struct{ c *Comm }
 
-func (c *Comm) answerCtl(conn *hostnet.Conn, hello []byte) {
-	defer conn.Close()
-	m, err := decodeCtl(hello, c.n)
-	if err != nil {
-		return // a stranger's or a broken peer's: no answer
-	}
+// Answer adopts a peer's verdict and answers with c's own verdict and the
+// first failure c told its peers of (firstReported).
+func (a ctlAnswerer) Answer(m ctl.Msg) (ctl.Answer, bool) {
+	c := a.c
 	if c.isAbortedByUser() {
 		// Destroyed or aborted here: lost to the peers that probe, though
 		// the plane answers until the release is over (stop), which can
 		// outlast lossGrace on a loaded host.
-		return
+		return ctl.Answer{}, false
 	}
-	switch m.Kind {
-	case ctlRevoke:
-		c.adopt(m.verdict())
-	case ctlShrink:
-		select {
-		case c.ctl.shrinks <- m:
-		default: // a Shrink nobody waits for: the oldest are enough
-		}
+	if m.Kind == ctl.Revoke {
+		c.adopt(revokedError(m.Verdict()))
 	}
-	rep := ctlReply{Failure: c.firstReported()}
+	ans := ctl.Answer{Failure: c.firstReported()}
 	if re := c.revocation(); re != nil {
-		rep.Revoked, _ = json.Marshal(c.verdictMsg(re))
+		v := re.verdict()
+		ans.Verdict = &v
 	}
-	b, _ := json.Marshal(rep)
-	_ = conn.Send(b)
+	return ans, true
 }
 
-// ask sends m to rank r's control plane, within wait, and returns r's
-// answer.
-func (c *Comm) ask(r int, m ctlMsg, wait time.Duration) (ctlAnswer, error) {
-	cfg := c.ctl.cfg
-	cfg.Timeout = wait
-	hello, err := json.Marshal(m)
-	if err != nil {
-		return ctlAnswer{}, err
-	}
-	conn, err := hostnet.Dial(c.ctl.addrs[r], cfg, c.ctl.secret, hello)
-	if err != nil {
-		return ctlAnswer{}, err
-	}
-	defer conn.Close()
-	b, err := conn.RecvMsg(hostnet.MaxHello)
-	if err != nil {
-		return ctlAnswer{}, err
-	}
-	var rep ctlReply
-	if err := json.Unmarshal(b, &rep); err != nil {
-		return ctlAnswer{}, fmt.Errorf("%w: a malformed control reply from rank %d: %v", sdk.ErrRemoteError, r, err)
-	}
-	a := ctlAnswer{failure: rep.Failure}
-	if len(rep.Revoked) == 0 {
-		return a, nil
-	}
-	v, err := decodeCtl(rep.Revoked, c.n)
-	if err != nil {
-		return ctlAnswer{}, fmt.Errorf("rank %d's verdict: %w", r, err)
-	}
-	a.verdict = &v
-	return a, nil
+// revokedError is the RevokedError of verdict v (Rank and Op still to
+// fill in).
+func revokedError(v ctl.Verdict) *RevokedError {
+	return &RevokedError{Failed: v.Failed, Hosts: v.Hosts, By: v.By, Cause: v.Cause, At: v.At}
+}
+
+// verdict is re as it travels to the peers.
+func (re *RevokedError) verdict() ctl.Verdict {
+	return ctl.Verdict{Failed: re.Failed, Hosts: re.Hosts, By: re.By, Cause: re.Cause, At: re.At}
 }
 
 // revocation is the verdict this rank adopted, or nil.
@@ -411,7 +326,7 @@ func (c *Comm) detect(cause error) (*RevokedError, error) {
 func (c *Comm) probe() (failed []int, theirs *RevokedError, first string) {
 	type answer struct {
 		r int
-		ctlAnswer
+		ctl.Answer
 		lost bool
 	}
 	self := c.world.Peers()[c.rank]
@@ -427,8 +342,8 @@ func (c *Comm) probe() (failed []int, theirs *RevokedError, first string) {
 				answers <- answer{r: r, lost: true}
 				return
 			}
-			v, err := c.ask(r, ctlMsg{Kind: ctlProbe, From: c.rank}, probeWait)
-			answers <- answer{r: r, ctlAnswer: v, lost: err != nil}
+			v, err := c.ctl.Ask(r, ctl.Msg{Kind: ctl.Probe}, probeWait)
+			answers <- answer{r: r, Answer: v, lost: err != nil}
 		}()
 	}
 	firstBy := c.n
@@ -442,11 +357,11 @@ func (c *Comm) probe() (failed []int, theirs *RevokedError, first string) {
 		switch {
 		case a.lost:
 			failed = append(failed, a.r)
-		case a.verdict != nil && theirs == nil:
-			theirs = a.verdict.verdict()
+		case a.Verdict != nil && theirs == nil:
+			theirs = revokedError(*a.Verdict)
 		}
-		if a.failure != "" && a.r < firstBy {
-			first, firstBy = a.failure, a.r
+		if a.Failure != "" && a.r < firstBy {
+			first, firstBy = a.Failure, a.r
 		}
 	}
 	sort.Ints(failed)
@@ -480,12 +395,12 @@ func (c *Comm) Revoke(reason string) {
 // error is settled into the verdict instead: AsyncError.)
 func (c *Comm) tell(re *RevokedError) {
 	c.adopt(re)
-	msg := c.verdictMsg(re)
+	msg := ctl.RevokeMsg(re.verdict())
 	var wg sync.WaitGroup
 	for r := range c.n {
 		if r != c.rank && !slices.Contains(re.Failed, r) {
 			wg.Add(1)
-			go func() { defer wg.Done(); _, _ = c.ask(r, msg, probeWait) }()
+			go func() { defer wg.Done(); _, _ = c.ctl.Ask(r, msg, probeWait) }()
 		}
 	}
 	wg.Wait()

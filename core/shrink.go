@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/flagcx/flagcx-go/core/internal/ctl"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -13,7 +14,7 @@ import (
 // one of them: the way on after a failure (exclude the Failed ranks of the
 // *RevokedError), and a planned shrink alike. It needs none of the
 // excluded ranks, and none of c's data links: the survivors meet on c's
-// control plane (revoke.go), where the lowest surviving rank hands the
+// control plane (core/internal/ctl), where the lowest surviving rank hands the
 // others the new communicator's unique id, and start it as InitRank does.
 // The survivors keep their order (new rank = position among them) and
 // their backends; clusters lose their excluded ranks and a cluster left
@@ -94,9 +95,9 @@ func (c *Comm) shrinkID(ex, survivors []int) (UniqueID, error) {
 		if err != nil {
 			return id, fmt.Errorf("shrink on rank %d: %w", c.rank, err)
 		}
-		msg := ctlMsg{Kind: ctlShrink, From: c.rank, ID: id.String(), Exclude: ex}
+		msg := ctl.Msg{Kind: ctl.Shrink, ID: id.String(), Exclude: ex}
 		for _, r := range survivors[1:] {
-			if _, err := c.ask(r, msg, wait); err != nil {
+			if _, err := c.ctl.Ask(r, msg, wait); err != nil {
 				return id, fmt.Errorf("%w: shrink on rank %d: rank %d did not take the new communicator's id (is it lost too? exclude it): %w", sdk.ErrRemoteError, c.rank, r, err)
 			}
 		}
@@ -106,7 +107,7 @@ func (c *Comm) shrinkID(ex, survivors []int) (UniqueID, error) {
 	defer deadline.Stop()
 	for {
 		select {
-		case m := <-c.ctl.shrinks:
+		case m := <-c.ctl.Shrinks():
 			if m.From != survivors[0] {
 				continue // a leader of an earlier Shrink with other exclusions
 			}

@@ -48,6 +48,7 @@ var order = []layer{
 		"core/internal/metrics",
 		"core/internal/onesided",
 		"core/internal/watchdog",
+		"core/internal/ctl",
 		"core",
 	}},
 	{"above core: what starts and checks communicators", []string{
