@@ -392,9 +392,17 @@ func (c *Comm) Revoke(reason string) {
 // lost, within probeWait. (Sending before the vendor's abort, so that
 // peers hear why before their library reports the abort, made
 // TestNCCLDropIn's 5-rank split case fail under load; a peer's vendor
-// error is settled into the verdict instead: AsyncError.)
+// error is settled into the verdict instead: AsyncError.) A rank that
+// does not adopt re tells nothing: one whose user destroyed or aborted it
+// meanwhile is lost itself, and its verdict would name only the ranks
+// lost before it (TestDetectTellsOnlyItsOwnVerdict); one that adopted
+// another verdict meanwhile leaves that verdict's rank to tell it, so
+// that every survivor ends with the same one.
 func (c *Comm) tell(re *RevokedError) {
-	c.adopt(re)
+	if !c.record(re) {
+		return
+	}
+	_ = c.abortAll()
 	msg := ctl.RevokeMsg(re.verdict())
 	var wg sync.WaitGroup
 	for r := range c.n {
