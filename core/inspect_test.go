@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -213,4 +214,29 @@ func TestMetricsServeTheCalls(t *testing.T) {
 		"0 AllReduce host engine <=4K": calls, "1 AllReduce host engine <=4K": calls,
 		"0 Broadcast host engine <=1K": 1, "1 Broadcast host engine <=1K": 1,
 	}, got)
+}
+
+// TestMetricsCountRevocations: a rank that adopts a verdict counts one
+// revocation of its communicator.
+func TestMetricsCountRevocations(t *testing.T) {
+	t.Setenv("FLAGCX_METRICS", "127.0.0.1:0") // the process's sink (TestMetricsServeTheCalls')
+	comms := startComms(t, 2, testNet(10*time.Second))
+	require.True(t, comms[1].record(&RevokedError{Failed: []int{0}, By: 1, Cause: "a test"}))
+	resp, err := http.Get("http://" + comms[1].insp.m.Addr() + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	require.NoError(t, err)
+	var got []string
+	for _, m := range fams["flagcx_revocations_total"].GetMetric() {
+		l := map[string]string{}
+		for _, p := range m.GetLabel() {
+			l[p.GetName()] = p.GetValue()
+		}
+		if l["comm"] == comms[1].insp.commID {
+			got = append(got, l["rank"]+"="+strconv.Itoa(int(m.GetCounter().GetValue())))
+		}
+	}
+	require.Equal(t, []string{"1=1"}, got)
 }

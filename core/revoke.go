@@ -211,6 +211,9 @@ func (c *Comm) record(re *RevokedError) bool {
 	if c.ctl != nil {
 		close(c.ctl.revoked)
 	}
+	if in := c.insp; in != nil && in.m != nil {
+		in.m.Revoked(in.commID, c.rank) // FLAGCX_METRICS (inspect.go)
+	}
 	return true
 }
 
