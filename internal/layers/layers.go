@@ -44,6 +44,7 @@ var order = []layer{
 		"core/internal/host/reduce",
 		"core/internal/host",
 		"core/internal/hostcomm",
+		"core/internal/executor",
 		"core",
 	}},
 	{"above core: what starts and checks communicators", []string{
