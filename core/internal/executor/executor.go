@@ -113,6 +113,11 @@ type Executor struct {
 	hscratch   []byte // scratch on host ranks
 
 	workers int
+	// foldSrcs hold a device fold's inputs (devFold), one list per lane:
+	// a lane's steps run one after the other (Execute, RunShm), and a
+	// list of the executor's own passes through Device (an interface)
+	// without an allocation, where a local array would escape.
+	foldSrcs [sched.NumLanes][sched.MaxDeviceReduceClusters]uintptr
 }
 
 // New makes the executor of cfg's rank; core's start then calls Start

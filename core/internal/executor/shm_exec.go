@@ -343,7 +343,7 @@ func (r *shmRun) devFold(st *sched.Step) error {
 // strm, its memory found by at: the shared windows' executor's and the
 // staged plans' (a leader's fold of what the other leaders sent).
 func (e *Executor) devFold(st *sched.Step, at func(sched.Ref) (mem, error), strm loader.Stream) error {
-	var srcs [sched.MaxDeviceReduceClusters]uintptr
+	srcs := &e.foldSrcs[st.Lane]
 	for _, f := range st.Folds {
 		dst, err := at(f.Dst)
 		if err != nil {
