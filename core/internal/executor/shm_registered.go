@@ -101,22 +101,22 @@ const agreeLabel = -3
 // It reports whether every rank can run the registered plan, and on a
 // device rank finds the host ranks' buffers in its mappings.
 func (r *shmRun) agreeRegistered() (bool, error) {
-	x, eng := r.e, r.e.world.Engine()
-	half := (x.shm.windowMin() / 2) &^ 63 // the half a one-shot call would use
+	e, eng := r.e, r.e.world.Engine()
+	half := (e.shm.windowMin() / 2) &^ 63 // the half a one-shot call would use
 	base := int((r.node.Step()+1)&1) * half
-	d := r.node.Window(x.rank)[base : base+host.MemDescBytes]
+	d := r.node.Window(e.rank)[base : base+host.MemDescBytes]
 	if r.dev == nil {
 		eng.MemDesc(d, r.b.Send.Host, r.b.Recv.Host)
 	} else {
 		clear(d)
-		if !x.regs.failed {
+		if !e.regs.failed {
 			d[0] = 1 // the descriptor's flag word, with nothing to find
 		}
 	}
 	if err := r.sync(r.sig(agreeLabel)); err != nil {
 		return false, err
 	}
-	for q := 0; q < x.n; q++ {
+	for q := 0; q < e.n; q++ {
 		if binary.LittleEndian.Uint64(r.node.Window(q)[base:]) != 1 {
 			return false, nil
 		}
@@ -124,12 +124,12 @@ func (r *shmRun) agreeRegistered() (bool, error) {
 	if r.dev == nil {
 		return true, nil
 	}
-	sp := x.shm
-	if len(sp.peerSend) < x.n {
-		sp.peerSend, sp.peerRecv = make([][]byte, x.n), make([][]byte, x.n)
+	sp := e.shm
+	if len(sp.peerSend) < e.n {
+		sp.peerSend, sp.peerRecv = make([][]byte, e.n), make([][]byte, e.n)
 	}
 	n := r.p.Call.Count * r.p.Call.DType.Size()
-	for _, q := range sched.HostRanks(x.layout) {
+	for _, q := range sched.HostRanks(e.layout) {
 		var err error
 		if sp.peerSend[q], sp.peerRecv[q], _, err = eng.PeerBufs("AllReduce", q, r.node.Window(q)[base:], n, n); err != nil {
 			return false, err
