@@ -122,4 +122,9 @@ func (c *Comm) GroupStart() { c.group++ }
 // group in which a call was invalid is not run at all
 // (sdk.ErrInvalidUsage, naming that call's error). The communicator keeps
 // none of the group's buffers once GroupEnd returns.
-func (c *Comm) GroupEnd() error { return c.settle("GroupEnd", c.groupEnd()) }
+func (c *Comm) GroupEnd() error {
+	if c.insp != nil {
+		return c.groupInspected()
+	}
+	return c.settle("GroupEnd", c.groupEnd())
+}

@@ -93,6 +93,11 @@ type Comm struct {
 	pathLogged bool
 
 	task task // the call in the funnel (enqueue)
+	// The runner and plan that ran the last call, for its record, and the
+	// records of FLAGCX_INSPECT (inspect.go; nil: off).
+	ranBy   *runner
+	ranPlan *sched.Plan
+	insp    *inspection
 	// plans are the plans of the calls made so far (planOf, planKey);
 	// calls counts the calls that ran.
 	plans map[planKey]*sched.Plan
@@ -123,7 +128,7 @@ type Comm struct {
 	// exclusive where vendorGone is set, before ccl is freed.
 	cclMu sync.RWMutex
 
-	// os is the one-sided machinery (onesided_state.go), started by the
+	// os is the one-sided machinery (core/internal/onesided), started by the
 	// first window registration; osStaging is RegisterStaging's memory
 	// until then.
 	os        *osState
@@ -213,6 +218,9 @@ func (c *Comm) stop(abort bool) error {
 	c.stopOnce.Do(func() {
 		defer c.wd.close()
 		defer c.ctl.close()
+		if err := c.closeInspect(); err != nil && !abort {
+			errs = append(errs, err)
+		}
 		// The one-sided goroutines stop first: they may use the plugin
 		// and the windows until then.
 		if err := c.stopOneSided(abort); err != nil && !abort {

@@ -59,6 +59,9 @@ type runner struct {
 	// rank cuts its queue alike; runMany runs them. Nil: one by one.
 	fuse    func(c *Comm, q []task) int
 	runMany func(c *Comm, q []task) error
+	// enqueues: the call returns once its work is enqueued on the
+	// caller's stream (a record then times the enqueue, not the work).
+	enqueues bool
 }
 
 // runners in the order they are asked. The host network comes first: its
@@ -68,7 +71,7 @@ type runner struct {
 var runners = [...]runner{
 	{name: "host network", checks: true, takes: (*Comm).takesHostNet, run: (*Comm).runHostNet},
 	{name: "host engine", checks: true, takes: (*Comm).takesHost, run: (*Comm).runHost, fuse: (*Comm).fuseHost, runMany: (*Comm).runFused},
-	{name: "vendor direct", takes: (*Comm).takesDirect, run: (*Comm).runDirect, fuse: (*Comm).fuseDirect, runMany: (*Comm).runVendorGroup},
+	{name: "vendor direct", takes: (*Comm).takesDirect, run: (*Comm).runDirect, fuse: (*Comm).fuseDirect, runMany: (*Comm).runVendorGroup, enqueues: true},
 	{name: "shared-memory plane", takes: (*Comm).takesShm, run: (*Comm).runShmTask},
 	{name: "plan executor", takes: (*Comm).takesPlan, run: (*Comm).runPlan},
 }
@@ -82,6 +85,14 @@ var runners = [...]runner{
 // Inside a group a task is checked and queued instead (queue), and
 // GroupEnd runs the queue.
 func (c *Comm) enqueue() error {
+	if c.insp != nil && c.group == 0 {
+		return c.enqueueInspected() // FLAGCX_INSPECT (inspect.go)
+	}
+	return c.dispatch()
+}
+
+// dispatch queues or runs c.task and settles its error (revoke.go).
+func (c *Comm) dispatch() error {
 	t := &c.task
 	var err error
 	switch {
@@ -129,7 +140,10 @@ func (c *Comm) runTask(t *task) error {
 		return err
 	}
 	c.calls++
-	return r.run(c, t)
+	c.ranBy = r
+	err = r.run(c, t)
+	c.ranPlan = t.plan // the records' path (inspect.go), once a runner planned it
+	return err
 }
 
 // runP2P runs one Send or Recv outside a group: checked as itself, it
@@ -203,6 +217,7 @@ func (c *Comm) runQueue(q []task) error {
 			n = r.fuse(c, q[i:])
 		}
 		c.calls += uint64(n)
+		c.ranBy = r
 		if n > 1 {
 			err = r.runMany(c, q[i:i+n])
 		} else {

@@ -82,6 +82,10 @@ func InitRank(id UniqueID, nranks, rank int, opts ...Option) (*Comm, error) {
 	if c.debug.init {
 		c.logf("INIT", "%s", c.layout)
 	}
+	if err := c.startInspect(id, o.lookup); err != nil {
+		c.stop(true)
+		return nil, fmt.Errorf("rank %d: %w", rank, err)
+	}
 	if c.layout.IsHomogeneous() && !be.OnDevice() && !c.opts.HostPath && !c.debug.coll {
 		// The host placement: its plan would be the host engine's call
 		// of the same name, so calls go there straight.

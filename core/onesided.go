@@ -3,6 +3,7 @@ package core
 import (
 	"fmt"
 
+	"github.com/flagcx/flagcx-go/core/internal/onesided"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -11,7 +12,10 @@ import (
 // completion counter (FlagCX's flagcxOneSideRegister, flagcxPut, flagcxGet,
 // flagcxPutSignal, flagcxSignal, flagcxWaitSignal, flagcxReadCounter,
 // flagcxWaitCounter; docs/onesided.md has the design, the transports and
-// the limits).
+// the limits). The machinery is core/internal/onesided; these methods
+// check what is the communicator's (usable, outside a group, memory of the
+// rank's kind) and hand each call to it (core/onesided_comm.go has what it
+// asks of the communicator).
 //
 // A window is registered collectively: every rank calls RegisterWindow (or
 // AllocWindow) in the same order, each with its own memory of any size, and
@@ -64,13 +68,11 @@ import (
 // memory, and the handle by which a peer's memory of the same registration
 // is named. Its methods are for the goroutine that uses the communicator.
 type Window struct {
-	c     *Comm
-	index int
-	buf   Buffer // this rank's memory
-	// sizes is every rank's size of this window (from the registration).
-	sizes []int
-	// os is the one-sided state behind the handle (onesided_window.go).
-	os *osWindow
+	c   *Comm
+	buf Buffer // this rank's memory
+	// os is the one-sided state behind the handle
+	// (core/internal/onesided/window.go).
+	os *onesided.Window
 }
 
 // RMA is one one-sided transfer between this rank and a peer: Bytes bytes
@@ -104,7 +106,21 @@ type SignalWait struct {
 // (a copy through the links' buffers); AllocWindow's memory is read and
 // written by the peers of this host directly.
 func (c *Comm) RegisterWindow(buf Buffer) (*Window, error) {
-	return c.registerWindow("RegisterWindow", buf, 0)
+	const name = "RegisterWindow"
+	if err := c.osBegin(name); err != nil {
+		return nil, err
+	}
+	m := memOf(buf)
+	if !m.IsZero() {
+		if err := c.checkMem(name, "window", buf); err != nil {
+			return nil, fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
+		}
+	}
+	o, err := c.startOneSided(name)
+	if err != nil {
+		return nil, err
+	}
+	return c.handle(o.Register(name, m))
 }
 
 // AllocWindow allocates n zeroed bytes of this rank's memory and registers
@@ -118,28 +134,41 @@ func (c *Comm) AllocWindow(n int) (*Window, error) {
 	if n < 0 {
 		return nil, fmt.Errorf("%w: AllocWindow on rank %d: size %d is negative", sdk.ErrInvalidArgument, c.rank, n)
 	}
-	return c.registerWindow("AllocWindow", Buffer{}, n)
+	const name = "AllocWindow"
+	if err := c.osBegin(name); err != nil {
+		return nil, err
+	}
+	o, err := c.startOneSided(name)
+	if err != nil {
+		return nil, err
+	}
+	return c.handle(o.Alloc(name, n))
 }
 
 // Window is the window of registration number index (0 for the first
 // RegisterWindow or AllocWindow, FlagCX's memory-region index), or an
 // error naming the registered range.
-func (c *Comm) Window(index int) (*Window, error) { return c.windowAt("Window", index) }
+func (c *Comm) Window(index int) (*Window, error) {
+	const name = "Window"
+	if err := c.osBegin(name); err != nil {
+		return nil, err
+	}
+	w, err := c.os.Window(index)
+	if err != nil {
+		return nil, fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
+	}
+	return c.handle(w, nil)
+}
 
 // Index is the window's registration number, the same on every rank.
-func (w *Window) Index() int { return w.index }
+func (w *Window) Index() int { return w.os.Index() }
 
 // Buffer is this rank's memory of the window (for AllocWindow, the memory
 // it allocated).
 func (w *Window) Buffer() Buffer { return w.buf }
 
 // Size is rank's size of the window (as it registered it).
-func (w *Window) Size(rank int) int {
-	if rank < 0 || rank >= len(w.sizes) {
-		return 0
-	}
-	return w.sizes[rank]
-}
+func (w *Window) Size(rank int) int { return w.os.Size(rank) }
 
 // Free unregisters the window on this rank (and releases AllocWindow's
 // memory) once the peers' operations on it that are being served have
@@ -147,39 +176,47 @@ func (w *Window) Size(rank int) int {
 // error naming it, and so do this rank's operations on the handle. It is
 // not collective: each rank frees its own, after its peers are done with
 // it (a barrier, or a signal, tells it so). A second Free does nothing.
-func (w *Window) Free() error { return w.free() }
+func (w *Window) Free() error {
+	if w.os.Freed() {
+		return nil
+	}
+	if err := w.c.usable("Window.Free"); err != nil {
+		return err
+	}
+	return w.os.Release()
+}
 
 // Put writes op.Bytes bytes of this rank's window op.Local at op.LocalOff
 // into peer's window op.Remote at op.RemoteOff (see the ordering and
 // completion rules above).
 func (c *Comm) Put(peer int, op RMA, s Stream) error {
-	return c.rmaCall("Put", peer, []RMA{op}, rmaPut, s)
+	return c.rma("Put", peer, []RMA{op}, onesided.Put, s)
 }
 
 // PutBatch is Put of each of ops to peer, in order (FlagCX's
 // flagcxBatchPut), issued together.
 func (c *Comm) PutBatch(peer int, ops []RMA, s Stream) error {
-	return c.rmaCall("PutBatch", peer, ops, rmaPut, s)
+	return c.rma("PutBatch", peer, ops, onesided.Put, s)
 }
 
 // Get reads op.Bytes bytes of peer's window op.Remote at op.RemoteOff into
 // this rank's window op.Local at op.LocalOff, and returns once they are in
 // place.
 func (c *Comm) Get(peer int, op RMA, s Stream) error {
-	return c.rmaCall("Get", peer, []RMA{op}, rmaGet, s)
+	return c.rma("Get", peer, []RMA{op}, onesided.Get, s)
 }
 
 // PutSignal is Put followed by a signal to peer: once peer sees its slot
 // of this rank grow by one, the bytes are in place. With op.Bytes 0 it is
 // Signal.
 func (c *Comm) PutSignal(peer int, op RMA, s Stream) error {
-	return c.rmaCall("PutSignal", peer, []RMA{op}, rmaPutSignal, s)
+	return c.rma("PutSignal", peer, []RMA{op}, onesided.PutSignal, s)
 }
 
 // Signal adds one to peer's signal slot of this rank, after this rank's
 // earlier operations on peer took effect.
 func (c *Comm) Signal(peer int, s Stream) error {
-	return c.rmaCall("Signal", peer, nil, rmaSignal, s)
+	return c.rma("Signal", peer, nil, onesided.Signal, s)
 }
 
 // WaitSignal waits until each of this rank's signal slots named in waits
@@ -187,11 +224,37 @@ func (c *Comm) Signal(peer int, s Stream) error {
 // of signals expected from Peer since the slot was last zero). An empty
 // waits returns at once. Past the deadline it fails naming the peers
 // whose signals are missing, and how far each got.
-func (c *Comm) WaitSignal(waits []SignalWait, s Stream) error { return c.waitSignal(waits, s) }
+func (c *Comm) WaitSignal(waits []SignalWait, s Stream) error {
+	const name = "WaitSignal"
+	if len(waits) == 0 {
+		return nil
+	}
+	o, err := c.osNeed(name)
+	if err != nil {
+		return err
+	}
+	ws := make([]onesided.Wait, len(waits))
+	for i, w := range waits {
+		ws[i] = onesided.Wait{Peer: w.Peer, Value: w.Value}
+	}
+	return o.WaitSignal(name, ws, s)
+}
 
 // SignalValue is this rank's signal slot of peer: how many signals peer
 // sent it since the slot was last zero.
-func (c *Comm) SignalValue(peer int) (uint64, error) { return c.signalValue(peer) }
+func (c *Comm) SignalValue(peer int) (uint64, error) {
+	const name = "SignalValue"
+	if err := c.osBegin(name); err != nil {
+		return 0, err
+	}
+	if err := sdk.CheckPeer(peer, c.n); err != nil {
+		return 0, fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
+	}
+	if c.os == nil {
+		return 0, nil
+	}
+	return c.os.SignalValue(peer)
+}
 
 // RegisterSignals makes buf this rank's signal slots (FlagCX's
 // flagcxOneSideSignalRegister): Count() 8-byte words, word r counting the
@@ -202,7 +265,26 @@ func (c *Comm) SignalValue(peer int) (uint64, error) { return c.signalValue(peer
 // the communicator's own slots, which start at zero. It is collective (so
 // that no peer signals into the slots being replaced) and keeps the slots'
 // values only where the caller's memory holds them.
-func (c *Comm) RegisterSignals(buf Buffer) error { return c.registerSignals(buf) }
+func (c *Comm) RegisterSignals(buf Buffer) error {
+	const name = "RegisterSignals"
+	if err := c.osBegin(name); err != nil {
+		return err
+	}
+	m := memOf(buf)
+	if !m.IsZero() {
+		if err := c.checkMem(name, "signal", buf); err != nil {
+			return fmt.Errorf("%s on rank %d: %w", name, c.rank, err)
+		}
+		if err := onesided.CheckSignals(name, c.rank, c.n, m); err != nil {
+			return err
+		}
+	}
+	o, err := c.startOneSided(name)
+	if err != nil {
+		return err
+	}
+	return o.RegisterSignals(name, m)
+}
 
 // RegisterStaging gives this rank host memory (FlagCX's
 // flagcxOneSideStagingRegister) through which the transfers of a device
@@ -210,12 +292,30 @@ func (c *Comm) RegisterSignals(buf Buffer) error { return c.registerSignals(buf)
 // the communicator allocates from its plugin (HostMalloc). On a host rank
 // it is accepted and unused. nil returns to the communicator's own. The
 // memory must stay valid until the next RegisterStaging or Destroy.
-func (c *Comm) RegisterStaging(buf []byte) error { return c.registerStaging(buf) }
+func (c *Comm) RegisterStaging(buf []byte) error {
+	const name = "RegisterStaging"
+	if err := c.osBegin(name); err != nil {
+		return err
+	}
+	if err := onesided.CheckStaging(name, c.rank, buf); err != nil {
+		return err
+	}
+	c.osStaging = buf
+	if c.os != nil {
+		c.os.SetStaging(buf)
+	}
+	return nil
+}
 
 // ReadCounter is the number of one-sided operations this rank issued
 // whose effect at the peer is complete (each RMA of a PutBatch counts
 // one; Signal one). It only grows.
-func (c *Comm) ReadCounter() uint64 { return c.readCounter() }
+func (c *Comm) ReadCounter() uint64 {
+	if c.os == nil {
+		return 0
+	}
+	return c.os.Counter()
+}
 
 // WaitCounter waits until ReadCounter reaches target, or fails past the
 // deadline naming the peers whose operations are outstanding, or with the
@@ -223,4 +323,13 @@ func (c *Comm) ReadCounter() uint64 { return c.readCounter() }
 // freed, say). A target above the operations this rank has issued, which
 // the counter can never reach, fails at once (sdk.ErrInvalidArgument,
 // naming both).
-func (c *Comm) WaitCounter(target uint64) error { return c.waitCounter(target) }
+func (c *Comm) WaitCounter(target uint64) error {
+	o, err := c.osNeed("WaitCounter")
+	if err != nil {
+		if c.os == nil && target == 0 {
+			return nil
+		}
+		return err
+	}
+	return o.WaitCounter(target)
+}

@@ -11,6 +11,15 @@
 //	id, err := job.ID()
 //	comm, err := core.InitRank(id, job.NRanks, job.Rank)
 //	job.Joined()
+//
+// Local is the local launcher (local.go): it first refuses more ranks
+// than this host can hold (limits.go), then starts the ranks as copies of
+// this program, passes SIGINT and SIGTERM on to them, ends the launch when
+// one fails (KeepGoing lets the survivors of a lost rank go on), and names
+// the plugin call a rank that a fatal signal killed was in (Crash,
+// crash.go). A rank reports an error that may keep it from exiting with
+// ReportFatal; CheckSettings checks, once before any rank starts, the
+// variables the ranks would read.
 package launch
 
 import (

@@ -15,26 +15,27 @@ import (
 
 // rankPrivateBytes is the memory one rank takes besides its shared-memory
 // segment, the page tables mapping the segments, and its command's own
-// buffers (RankBytes). Measured with `flagcx bench allreduce --np N -b 1K
-// -e 1K` on the 2-core VM: a rank's VmRSS is ~14 MiB apart from RssShmem
-// (2.5 MiB RssAnon, 12 MiB RssFile: the executable, whose pages the ranks
-// share), and MemAvailable fell by ~4-8 MiB per rank besides segments and
-// page tables at 64 and 200 ranks; 16 MiB leaves room.
+// buffers (RankBytes): mostly the executable's pages, which the ranks
+// share, and its own anonymous memory. 16 MiB leaves room above what bench
+// ranks were measured to take (docs/performance.md, "Figures that were in
+// comments (issue 41)").
 const rankPrivateBytes = 16 << 20
 
 // tasksPerRank is how many kernel tasks (processes and threads: both count
 // against RLIMIT_NPROC, pid_max and threads-max) one rank may hold. Go
 // starts a thread per P that runs at once, plus sysmon, a template thread
-// and threads blocked in system calls; measured per bench rank: 5-6 on 2
-// cores, 14-16 on 32 cores (at 2 to 64 ranks), 22 with GOMAXPROCS=64 on 2
-// cores. The ranks inherit this process's GOMAXPROCS (environment, cgroup
-// CPU quota); min(GOMAXPROCS, 16) + 8 covers every figure measured.
+// and threads blocked in system calls, so the count grows with the cores
+// (GOMAXPROCS). The ranks inherit this process's GOMAXPROCS (environment,
+// cgroup CPU quota); min(GOMAXPROCS, 16) + 8 covers every count measured
+// per bench rank (docs/performance.md, "Figures that were in comments
+// (issue 41)").
 func tasksPerRank() int { return min(runtime.GOMAXPROCS(0), 16) + 8 }
 
 // pageTableBytesPer is how many segment bytes one byte of page table maps
 // (8-byte entries for 4 KiB pages): every rank maps every segment of its
-// host, so the page tables grow with the square of the ranks (975 MiB
-// measured at 200 ranks with 12 MiB segments).
+// host, so the page tables grow with the square of the ranks (measured at
+// 200 ranks: docs/performance.md, "Figures that were in comments (issue
+// 41)").
 const pageTableBytesPer = 4096 / 8
 
 // hostCapacity is what bounds a local launch on this host; fields that

@@ -199,3 +199,21 @@ func Dispatch[B, S any](c Collectives[B, S], call Call, send, recv B, s S) error
 	}
 	return fmt.Errorf("%w: %v is not a collective Dispatch issues", ErrInvalidArgument, call.Coll)
 }
+
+// MsgBytes is the call's size on n ranks as nccl-tests reports it (its
+// "size" column, from which algbw and busbw follow): the larger of its
+// send and receive buffers, in bytes; for AlltoAllv, the larger of the
+// sums of its counts.
+func (c *Call) MsgBytes(n int) int64 {
+	send, recv := c.Coll.BufElems(c.Count, n)
+	if c.Coll == AlltoAllv {
+		send, recv = 0, 0
+		for _, k := range c.SendCounts {
+			send += k
+		}
+		for _, k := range c.RecvCounts {
+			recv += k
+		}
+	}
+	return int64(max(send, recv)) * int64(c.DType.Size())
+}

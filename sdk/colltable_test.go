@@ -45,3 +45,27 @@ func TestTable(t *testing.T) {
 	require.InDelta(t, 1.0, SendRecv.BusFactor(4), 1e-12)
 	require.Zero(t, Barrier.BusFactor(4))
 }
+
+// TestMsgBytes: a call's size is nccl-tests' size column (bench divides
+// it back into the count: cmd/flagcx/internal/bench/ops.go's callCount).
+func TestMsgBytes(t *testing.T) {
+	const n = 4
+	for _, tc := range []struct {
+		call Call
+		want int64
+	}{
+		{Call{Coll: AllReduce, Count: 256, DType: Float32}, 1024},
+		{Call{Coll: Reduce, Count: 256, DType: Float32}, 1024},
+		{Call{Coll: Broadcast, Count: 3, DType: Int8}, 3},
+		{Call{Coll: AllGather, Count: 64, DType: Float32}, 1024},
+		{Call{Coll: ReduceScatter, Count: 64, DType: Float32}, 1024},
+		{Call{Coll: AlltoAll, Count: 64, DType: Float64}, 2048},
+		{Call{Coll: Gather, Count: 64, DType: Float32}, 1024},
+		{Call{Coll: Scatter, Count: 64, DType: Float32}, 1024},
+		{Call{Coll: SendRecv, Count: 256, DType: Float32}, 1024},
+		{Call{Coll: AlltoAllv, DType: Int32, SendCounts: []int{1, 2, 3, 4}, RecvCounts: []int{4, 4, 4, 4}}, 64},
+		{Call{Coll: Barrier}, 0},
+	} {
+		require.Equal(t, tc.want, tc.call.MsgBytes(n), tc.call.Coll.Title())
+	}
+}

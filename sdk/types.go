@@ -1,6 +1,15 @@
 // Package sdk holds the types shared by every layer and by the C plugin ABI:
-// data types, reduction operations and result codes, all numbered as in NCCL
-// and FlagCX so that values cross the C boundary unchanged.
+// data types, reduction operations and result codes (with the error
+// sentinels ErrInvalidArgument and the rest), all numbered as in NCCL and
+// FlagCX so that values cross the C boundary unchanged, and the plugin ABI
+// version this build loads (PluginABIVersion).
+//
+// It also holds the one vocabulary of collectives: Collective and its table
+// (colltable.go: buffers, in-place layout, reduction, root, bus bandwidth
+// and plugin entry of each), Call with the one argument checker every entry
+// validates with (check.go), and Dispatch, which runs a Call on any
+// implementation of Collectives (collective.go). The C headers of both
+// plugin ABIs are in sdk/include; sdk/loader and sdk/netplugin load them.
 package sdk
 
 import (

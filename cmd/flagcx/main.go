@@ -1,5 +1,30 @@
-// Command flagcx is flagcx-go's command line: benchmarks (bench), and as
-// they come, conformance runs, plugin and device listings.
+// Command flagcx is flagcx-go's command line. Its subcommands:
+//
+//   - bench: nccl-tests' benchmark of one collective or all of them (or of
+//     one-sided put and get), every result checked against exact
+//     references; it starts its ranks itself (--np, or --ranks to place
+//     them on the host and on plugins' devices), joins an external
+//     launcher's job, or runs one rank, and prints nccl-tests' table,
+//     FlagCX's lines (--format flagcx) or JSON (--json); --print-plan
+//     prints the ranks' schedules and --on-failure shrink goes on without
+//     a lost rank (cmd/flagcx/internal/bench; bench.go adds per-rank CPU
+//     profiles and execution traces from FLAGCX_BENCH_CPUPROFILE and
+//     FLAGCX_BENCH_TRACE);
+//   - plot: the JSON files of bench --json as one SVG, bus bandwidth and
+//     time against size (cmd/flagcx/internal/plot);
+//   - conformance: the conformance suite of vendor plugins, with JUnit and
+//     JSON reports (conformance/suite);
+//   - plugins and devices: the plugins of --plugin-dir, whether their vendor
+//     runtimes load, and the devices and links each one sees, every plugin
+//     loaded in a probe process of its own (cmd/flagcx/internal/plugincmd);
+//   - version: flagcx's, Go's and the plugin ABI's versions.
+//
+// Every subcommand takes the global flags --plugin-dir, --emulated (the
+// emulated vendor runtimes of conformance/vendorsim) and --debug.
+// `flagcx --version` is `flagcx version` and `flagcx help [command]` is
+// `flagcx [command] --help`. Two hidden flags serve the processes flagcx
+// starts of itself: `plugins --probe` (a plugin probe, sdk/loader) and
+// `conformance --worker` (a rank worker of a conformance run).
 //
 // Each subcommand lives in a file of its own that registers it from an init
 // function with addCommand; main only wires kong and reports errors, one

@@ -1,7 +1,13 @@
 // Package heterotest checks heterogeneous communicators against the exact
-// results of conformance/reference: one rank's side of a case, on host or
-// device memory. Its tests run ranks as processes on the emulated vendor
-// plugins; core's own tests use it with host ranks as goroutines.
+// results of conformance/reference, one rank's side of a case at a time: a
+// collective out of place or in place (Run), a group of mixed calls
+// (RunGroup over GroupSets), the matrix of every collective, type, op and
+// root (Matrix), and one-sided windows, puts, gets and signals (OneSided,
+// onesided.go). A rank's buffers are host memory, device memory or the
+// communicator's registered MemAlloc memory (HostMem, DeviceMem,
+// RegisteredMem; MemFor is a rank's device or the host). Its own tests run
+// ranks as processes on the emulated vendor plugins, through allocation,
+// groups and revokes; core's tests use it with host ranks as goroutines.
 package heterotest
 
 import (

@@ -6,8 +6,12 @@
 //
 //	FLAGCX_NET_PLUGIN=/path/libflagcx-net-foo.so go test ./conformance/netsuite
 //
-// The cases connect a plugin to itself within one process (both ends of
-// each connection), except "peer dies", which needs a second process.
+// The cases are this package's tests; they connect a plugin to itself
+// within one process (both ends of each connection), except TestPeerDies,
+// which needs a second process. The package itself holds what they share:
+// mmap'ed buffers Go never moves (Buffer), both ends of a connection (Pair:
+// Connect, ConnectDevs), waits under one Deadline (Wait, WaitBoth) and
+// payloads in which a misplaced or stale byte shows (Pattern).
 package netsuite
 
 import (

@@ -30,8 +30,15 @@
 // ranks that receive nothing (non-roots of Reduce and Gather) and the gaps of
 // AlltoAllv must come back unchanged.
 //
+// A Case is one call of a collective (type, op, ranks, root, count, seed):
+// FillInput writes a rank's input, Expected and ExpectedInto its exact
+// receive buffer, ExpectedRange a window of it (a share of an output that
+// several ranks receive alike: Shared), and Compare counts the elements
+// that differ; Case.Call is the call as sdk describes it.
+//
 // Elements are little-endian. Float16 and bfloat16 are converted here
-// (Float32ToFloat16, Float32ToBfloat16 and back).
+// (Float32ToFloat16, Float32ToBfloat16 and back); Encode, Decode and
+// Format read and write single elements of any type.
 package reference
 
 import (

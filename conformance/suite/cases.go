@@ -1,9 +1,15 @@
 // Package suite is flagcx conformance: it runs a matrix of cases against
-// vendor plugins (plugin x collective x dtype x op x size x ranks x root x
-// in-place) and checks every result against the exact values of
-// conformance/reference. The ranks under test run in worker processes
-// started through github.com/hashicorp/go-plugin, so a plugin that crashes
-// or hangs fails its cases with the reason and the suite goes on.
+// vendor plugins and checks every result against the exact values of
+// conformance/reference. Each case has an id, a level (MUST, SHOULD, MAY)
+// and a kind (kinds.go): the plugin's table and masks (plugin.*),
+// communicators (comm.*, with the leak check of leak.go), the device
+// runtime (device.*, worker_device.go; ABI v5's relay, worker_relay.go),
+// streams, groups, point-to-point, and the collectives (coll.*: collective
+// x dtype x op x size x ranks x root x in-place). The ranks under test run
+// in worker processes started through github.com/hashicorp/go-plugin
+// (protocol.go, worker*.go), so a plugin that crashes or hangs fails its
+// cases with the reason and the suite goes on; the Report is written as
+// text, JUnit XML or JSON (report.go).
 //
 //	rep, err := suite.Run(ctx, suite.Options{Dir: "build/plugins", NP: []int{2, 3}, Emulated: true})
 //	rep.WriteText(os.Stdout)

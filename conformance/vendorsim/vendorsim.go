@@ -1,8 +1,14 @@
-// Package vendorsim locates the emulated vendor runtimes that
+// Package vendorsim is the Go side of the emulated vendor runtimes that
 // `make vendorsim` builds from the C sources in this directory, so that
 // tests and the conformance runner can execute vendor plugins without
-// vendor hardware. The emulators themselves are C (see README.md); this
-// package holds only the Go-side helpers and the emulator's tests.
+// vendor hardware. The emulators themselves are C (see README.md): a
+// shared core (core/) under NVIDIA's CUDA runtime, NCCL and NVML
+// (nvidia/), Kunlunxin's XPU runtime and BKCL (kunlunxin/), Cambricon's
+// CNRT and CNCL (cambricon/), MetaX's MACA runtime and MCCL (metax/), and
+// the verbs of the IB net plugin (ibverbs/). This package holds the
+// variables the emulators read, where the emulated NVIDIA libraries are
+// (FindNvidia, RepoRoot; internal/testkit finds every vendor's), and the
+// emulators' tests.
 //
 // An emulator library exports `int flagcxVendorsimEmulated = 1` and a
 // `flagcxVendorsimDescription` string: whoever loads one must say so in its

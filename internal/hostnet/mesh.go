@@ -173,9 +173,10 @@ func (m *Mesh) removeDeadPeers(mc MeshConfig) {
 // leanCores is the most cores per rank a host may have for its links to
 // be lean (tcp.TCPLink.SetLean): the two-rank AllReduce then reduces on
 // the thread that moves both directions (host.allReduceHalves). On 2
-// emulated hosts of 2 cores, one rank each, that took 64 MiB from 0.92 to
-// 1.07 GB/s busbw; on a 16-core host over one loopback socket it was
-// 10-17% slower than a thread per direction (docs/performance.md).
+// emulated hosts of 2 cores, one rank each, that moved 64 MiB faster; on a
+// 16-core host over one loopback socket a thread per direction was faster
+// (docs/performance.md, "Two ranks across hosts: the ring as halves on one
+// thread").
 const leanCores = 2
 
 // linkIsLean reports whether the link between ranks a and b is lean: the
@@ -216,8 +217,9 @@ func pollsLink(peers []Peer, onHost map[string]int, a, b int) bool {
 // host of the two, and at least one. Sockets beyond the cores only add
 // threads that the kernel's copies and the reductions share the cores with:
 // on 2 emulated hosts of 2 cores, one rank each, a 128 MiB AllReduce ran
-// at 1.06 GB/s over 1 socket and 0.82 over 4. Both ranks compute the same
-// count from the same table.
+// faster over 1 socket than over 4 (docs/performance.md, "Across 2
+// emulated hosts: flagcx, the link, Gloo and OpenMPI"). Both ranks compute
+// the same count from the same table.
 func pairStreams(cfg Config, peers []Peer, onHost map[string]int, a, b int) int {
 	streams := max(cfg.Streams, 1)
 	if !cfg.AutoStreams {

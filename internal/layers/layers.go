@@ -45,6 +45,9 @@ var order = []layer{
 		"core/internal/host",
 		"core/internal/hostcomm",
 		"core/internal/executor",
+		"core/internal/inspect",
+		"core/internal/metrics",
+		"core/internal/onesided",
 		"core",
 	}},
 	{"above core: what starts and checks communicators", []string{

@@ -14,11 +14,15 @@ import (
 // Over TCP the network is so much slower than the copies that overlapping
 // them gains little, while every chunk costs a host collective's latency
 // and runs it at a smaller message's rate: there chunks are at least
-// TCPMinChunk (Options.MinChunk). On the 2 x H200 machine, 2 ranks over
-// loopback, a host AllReduce of 256 KiB ran at 1.4 GB/s, of 1 MiB at 2.5
-// and of 4 MiB at 5.1 (docs/performance.md).
+// TCPMinChunk (Options.MinChunk), a size at which a host AllReduce over
+// TCP runs far faster than at the smaller chunks it would otherwise be cut
+// into (docs/performance.md, "Figures that were in comments (issue 41)",
+// and "Small messages and the staged path over TCP").
 const (
-	DefaultChunk = 16 << 20 // FLAGCX_NET_CHUNK_SIZE default; FlagCX uses 4M, 16M measured better on H200 (docs/performance.md)
+	// FLAGCX_NET_CHUNK_SIZE default; FlagCX uses 4M, 16M measured better
+	// on H200 (docs/performance.md, "Heterogeneous communicators on 2 x
+	// H200").
+	DefaultChunk = 16 << 20
 	MinPipeChunk = 256 << 10
 	TCPMinChunk  = 4 << 20
 	minPipeDepth = 4

@@ -130,7 +130,9 @@ func (s *shmBuilder) getFromRoot(k int) {
 // getEvery: every rank copies every other rank's input to its block, and
 // its own from its send (AllGather): on a device on the caller's stream,
 // where it crosses no link (from the window it took the link twice,
-// which held split 1,1 at 56% of its bound).
+// which held split 1,1 well below its bound: docs/performance.md,
+// "AllGather between two device clusters: a rank's own block stays on its
+// device").
 func (s *shmBuilder) getEvery(k int) {
 	off, L := s.g.Span(k)
 	s.copies(s.copyLane(LaneIntra), k, []CopyPair{{Src: ref(BufSend, off, L), Dst: ref(BufRecv, s.rank*s.block+off, L)}})

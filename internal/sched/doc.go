@@ -4,10 +4,15 @@
 // call on one rank into a Plan: a list of Steps (a vendor operation inside
 // the cluster, a copy between device memory and pinned host staging, a host
 // operation among the cluster leaders over hostnet, a host reduction or the
-// final division of avg), each with the lane it runs on and the steps of
-// other lanes it waits for. core's executor runs each lane in a goroutine,
-// so chunk k crosses the network while chunk k+1 is copied to the host and
-// chunk k-1 back to the device.
+// final division of avg; on the shared-memory plane also marks and awaits
+// between device streams, steps published in the windows, folds on the
+// host or the device, and a device rank's one-launch relay), each with the
+// lane it runs on and the steps of other lanes it waits for. core's
+// executor runs each lane in a goroutine, so chunk k crosses the network
+// while chunk k+1 is copied to the host and chunk k-1 back to the device
+// (a plan of one chunk, with nothing to overlap, runs in order on the
+// calling goroutine). Validate and Needs check a call before its plan is
+// built.
 //
 // Plans depend only on the layout, the call and the options, never on
 // memory or the network: every rank can build any rank's plan (`flagcx
@@ -43,7 +48,8 @@
 //	Barrier                    host       a host barrier over all ranks
 //
 // c2c schedules (pipelined in chunks of FLAGCX_NET_CHUNK_SIZE, default 16M,
-// at least 4 chunks of 256K when the message allows):
+// cut into at least 4 when the message allows, none under 256K, or under
+// 4M where cluster leaders talk TCP: build.go):
 //
 //	AllReduce      intra Reduce to the leader | d2h | inter AllReduce | (avg: scale by 1/n) | h2d | intra Broadcast
 //	Reduce         intra Reduce to the leader | d2h | inter Reduce to the root's cluster | scale | h2d | leader -> root

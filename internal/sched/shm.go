@@ -190,13 +190,13 @@ var (
 
 // deviceChunk is the chunk of a device-reduced call of bytes on
 // PathShm. A chunk costs a fixed o (its copies' enqueues, events and the
-// step's flags: about 20 us on an H200) and the pipeline fills and drains
-// about two chunks at the link's rate B, so a call of S bytes takes about
-// S/B + (S/c)*o + 2c/B, least at c = sqrt(S*o*B/2): with o*B/2 = 256 KiB
-// (25 GB/s a rank), 4 MiB chunks at 64 MiB, 8 at 256 MiB, 16 at 1 GiB. On
-// one H200 under MPS, 64 MiB in 4 MiB chunks ran at 20.2 GB/s busbw
-// against 19.1 in 8 MiB ones; 1 GiB at 23.8 in 16 MiB against 22.2 in 4
-// (docs/performance.md).
+// step's flags) and the pipeline fills and drains about two chunks at the
+// link's rate B, so a call of S bytes takes about S/B + (S/c)*o + 2c/B,
+// least at c = sqrt(S*o*B/2): ShmDeviceChunkScale is o*B/2 as o and B were
+// measured on an H200, which gives 4 MiB chunks at 64 MiB, 8 at 256 MiB,
+// 16 at 1 GiB; chunk sizes side by side bore it out (docs/performance.md,
+// "Small heterogeneous calls in one launch, device-pipeline chunks by
+// size", and "Figures that were in comments (issue 41)").
 func deviceChunk(bytes int) int {
 	c := int(math.Sqrt(float64(bytes) * float64(ShmDeviceChunkScale)))
 	return max(c, MinPipeChunk)

@@ -25,7 +25,9 @@ import "github.com/flagcx/flagcx-go/sdk"
 // input in and the result out to each host rank, split over the
 // cluster's links; host memory sees those DMA reads and writes and
 // nothing else. With host folds (shm.go) every byte crossed host memory
-// about 11 times, which bounded nvidia:1,host:2 at a third of its link.
+// many times over, which bounded nvidia:1,host:2 well below its link
+// (docs/performance.md, "Small heterogeneous calls in one launch,
+// device-pipeline chunks by size").
 //
 // In place is exact: rank j reads part j of a host rank's chunk on its h2d
 // stream and writes it on its d2h stream after the fold, which waits for
@@ -54,7 +56,8 @@ import "github.com/flagcx/flagcx-go/sdk"
 // Chunks are as the device-reduced pipeline's (deviceChunk): on one H200
 // beside one and two host ranks, 512 KiB to 2 MiB chunks were slower at
 // every size from 4 MiB, and ends cut to a quarter and a half of a chunk
-// (a shorter fill and drain) were no faster (docs/performance.md).
+// (a shorter fill and drain) were no faster (docs/performance.md, "Host
+// ranks' buffers the device reads and writes: registered AllReduce").
 
 // RegisteredFolds reports whether coll on PathShm has a registered plan:
 // an AllReduce, every plugin reduces on its device, host ranks beside

@@ -183,7 +183,9 @@ const relayWords = 128
 // MaxDeviceReduceClusters inputs, the Reduce it does not root (its put
 // alone), and the Broadcast it roots. Another rank's Broadcast keeps its
 // copy out: with nothing to put, the relay saves no wait on the host and
-// a lone call took twice the copy's time (docs/performance.md).
+// a lone call took longer than the copy (docs/performance.md, "700 B
+// beside host ranks: relays that return once launched, folds after one
+// bus trip").
 // AllGather and ReduceScatter put or take several blocks, which one
 // relay's one put and one fold do not.
 func (s *shmBuilder) relays() bool {

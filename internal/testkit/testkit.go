@@ -1,5 +1,8 @@
-// Package testkit is what the vendor tests of sdk/loader and
-// conformance/vendorsim share, so that the four vendors are tested one way:
+// Package testkit is what the module's tests share: first the vendor tests
+// of sdk/loader and conformance/vendorsim, so that the four vendors are
+// tested one way, and with them the tests of capi, cmd/flagcx, core,
+// internal/hostnet, sdk/netplugin and the conformance suites (ranks as
+// processes, emulated hosts, built files, CI's needs):
 //
 //   - Vendors: one table per vendor (its plugin's name and vendor string, the
 //     FLAGCX_* variable, candidate sonames and emulator build of each of its
@@ -19,7 +22,7 @@
 //   - Input, Reduced, Move, Encode: exact expected values for collectives.
 //   - Hosts: emulated hosts (network, pid, mount and UTS namespaces, own
 //     /dev/shm) on this machine, through tools/hosts/hosts.sh, with a rank
-//     launcher (HostSet.Ranks) and faults (Kill, Stop, Link).
+//     launcher (HostSet.Ranks, RankResult) and faults (Kill, Stop, Link).
 //
 // It is imported by tests only.
 package testkit

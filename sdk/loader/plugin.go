@@ -11,6 +11,15 @@
 // Device memory, streams, events and communicators are C handles (uintptr
 // or types over uintptr); Go memory is only passed to an entry for the
 // duration of the call, never kept by C.
+//
+// Besides loading (discover.go, open.go: a file that is not a usable
+// plugin is an *OpenError saying why) and the typed entries (plugin.go,
+// device.go, ccl.go, over the ABI structs of abi.go, v1 to v5), it probes
+// plugins in child processes under a deadline, so that a plugin that
+// crashes or hangs while loading costs one line of a listing (probe.go),
+// keeps the call record that tells a local launcher which plugin call a
+// crashed rank was in (callrecord.go), and passes the plugins' log lines
+// to internal/base/flog (log.go).
 package loader
 
 import (
@@ -98,9 +107,11 @@ type Plugin struct {
 	checkPtrs   bool
 }
 
-// boundFuncs are the cold-path entries bound with purego.RegisterFunc (typed,
-// ~0.5 us a call); hot-path entries are called through purego.SyscallN on
-// the raw pointers in p.t (~0.1 us). A nil func is a NULL entry.
+// boundFuncs are the cold-path entries bound with purego.RegisterFunc
+// (typed, but slower a call); hot-path entries are called through
+// purego.SyscallN on the raw pointers in p.t, the cheaper call
+// (docs/performance.md, "Figures that were in comments (issue 41)"). A nil
+// func is a NULL entry.
 type boundFuncs struct {
 	init             func(logFn, logCtx uintptr, info *pluginInfoV1) int32
 	fini             func() int32

@@ -79,7 +79,8 @@ if [ -z "${SKIP_MPI:-}" ]; then
   mpicc -O2 -o "$out/mpi_allreduce" tools/bench-compare/mpi_allreduce.c
   # --bind-to none: each emulated host's orted sees the machine's cores as
   # its own and would bind its first rank to core 0, every host's on the
-  # same core (4 ms per 8-byte allreduce on 2 cores instead of ~20 us).
+  # same core, which made small allreduces orders of magnitude slower
+  # (docs/performance.md, "Figures that were in comments (issue 41)").
   ip netns exec "${FLAGCX_HOSTS_PREFIX}0" mpirun --allow-run-as-root -np "$np" --bind-to none \
     -H "${FLAGCX_HOSTS_PREFIX}0:$PER,${FLAGCX_HOSTS_PREFIX}1:$PER" \
     --mca plm_rsh_agent "$PWD/tools/bench-compare/hosts-rsh.sh" --mca plm_rsh_no_tree_spawn 1 \

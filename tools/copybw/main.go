@@ -1,11 +1,12 @@
 // Command copybw measures what bounds the inter-cluster path of a
-// heterogeneous schedule on one device: pinned host <-> device copy
-// bandwidth each way, through the plugin ABI (the same calls the schedules
-// make), timed with the runtime's events; with -host-workers, also the
-// host memory's copy bandwidth (hostbw.go), which bounds layouts with host
-// ranks.
+// heterogeneous schedule: pinned host <-> device copy bandwidth each way
+// and both ways at once, through the plugin ABI (the same calls the
+// schedules make), timed with the runtime's events, on one device or on
+// several copying at once (-devices, the bound of layouts whose devices
+// all copy together); with -host-workers, also the host memory's copy
+// bandwidth (hostbw.go), which bounds layouts with host ranks.
 //
-//	go build -o bin/copybw ./tools/copybw
+//	make copybw   # bin/copybw; plain `make` builds it too
 //	bin/copybw -plugin-dir build/plugins -plugin nvidia -devices 0 -size 256M
 //	bin/copybw -devices all -size 256M,1G  # every device copying at once
 package main

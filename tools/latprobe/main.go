@@ -1,9 +1,10 @@
 // Command latprobe prints the distribution of a small host AllReduce's
 // time per call (mean and percentiles), where bench prints only the mean:
 // a mean of a few tens of microseconds can hide a fast median and a slow
-// tail, as it did on emulated hosts (docs/performance.md). Start it as
-// bench's ranks are started by hand or by a launcher (FLAGCX_RANK and the
-// rest: launch), e.g. on 2 emulated hosts:
+// tail, as it did on emulated hosts (docs/performance.md, "Sockets out of
+// the netpoller, the every-GPU copy bound, host folds on 16 goroutines").
+// Start it as bench's ranks are started by hand or by a launcher
+// (FLAGCX_RANK and the rest: launch), e.g. on 2 emulated hosts:
 //
 //	go build -o bin/latprobe ./tools/latprobe
 //	tools/hosts/hosts.sh up 2

@@ -216,9 +216,10 @@ func (e *Engine) allReduceRing(name string, send, recv []byte, count int, dt sdk
 // maxExchange is the largest AllReduce of two ranks that exchanges whole
 // buffers (over a lean link, from minHalves on, the halves do); larger
 // ones take the ring or the halves, which reduce half as much per rank
-// and copies fewer bytes: on 2 ranks over loopback TCP (16 cores,
-// docs/performance.md) the exchange was ahead up to 1 MiB (256 KiB: 1.47
-// against 1.07 GB/s busbw) and behind from 4 MiB (4.34 against 5.20).
+// and copies fewer bytes: on 2 ranks over loopback TCP (16 cores) the
+// exchange was ahead up to 1 MiB and behind from 4 MiB
+// (docs/performance.md, "TCP between hosts: one-read frames, exchange of
+// two ranks, hierarchy").
 const maxExchange = 1 << 20
 
 // minExchangeChunk is the smallest chunk allReduceExchange cuts a buffer
@@ -329,18 +330,18 @@ func (e *Engine) allReduceDuplex(name string, d Duplex, send, recv []byte, dt sd
 
 // minHalves: over a lean link allReduceHalves takes the two-rank
 // AllReduces above it from the whole-buffer exchange too. Across 2
-// emulated hosts (four rounds alternated, 200 calls each) 1 MiB took 990
-// us on average that way against 1,110 exchanging whole buffers; 512 KiB
-// was even (514 against 504).
+// emulated hosts (rounds alternated) 1 MiB was faster that way than
+// exchanging whole buffers, and 512 KiB was even (docs/performance.md,
+// "Two ranks across hosts: the ring as halves on one thread").
 const minHalves = 512 << 10
 
 // halvesChunks is how many chunks (WithChunk, 1 MiB by default)
 // allReduceHalves reduces at a time: its scratch is half of that, kept
 // between calls. Across 2 emulated hosts of 2 cores (1 rank each, rounds
-// alternated with the ring, docs/performance.md) halves took 2 MiB from
-// 0.69-0.86 to 1.01-1.30 GB/s busbw and 4 MiB from 0.90-1.10 to
-// 1.07-1.36; in segments of 8 MiB 64 MiB averaged 1.18 against the ring's
-// 1.11 and 256 MiB 1.07 against 0.97 (2 MiB segments: 1.15 and 1.07).
+// alternated with the ring) halves were ahead of the ring at 2 and 4 MiB,
+// and in segments of 8 MiB (or 2, no different) at 64 and 256 MiB
+// (docs/performance.md, "Two ranks across hosts: the ring as halves on one
+// thread", and "Figures that were in comments (issue 41)").
 const halvesChunks = 8
 
 // allReduceHalves is the ring of two ranks on the calling goroutine alone,
@@ -441,9 +442,10 @@ func (e *Engine) Stripes(bytes int) int {
 // reductions all overlap, with no chunk waiting for another. (In place, a
 // piece is reduced only after it was sent.) Chunked as allReduceExchange
 // is, a message striped over the link's sockets waits for its slowest
-// piece before the next goes out, and a single receiver reduces: on 2 x
-// H200 over loopback TCP (4 sockets, docs/performance.md) 256 KiB took
-// 126-137 us striped against 182-225, 1 MiB 276-296 against 413-463.
+// piece before the next goes out, and a single receiver reduces: on the
+// 2 x H200 host over loopback TCP (4 sockets) striping took 256 KiB and
+// 1 MiB in far less time (docs/performance.md, "Two ranks over TCP in
+// pieces: striped exchange and the staged AllReduce").
 //
 // With a Stager (AllReduceStaged), a piece goes out once st says it is
 // ready and is handed on once reduced.

@@ -76,8 +76,9 @@ type Duplex interface {
 // on send and recv, checking it first with sdk's one checker as every
 // collective of the engine does. The table below, not sdk.Dispatch, turns
 // the collective into its method: this is the host placement's latency
-// path, and Dispatch's interface call and copy of the Call cost 10-15 ns
-// of a one-rank call's ~40 (BenchmarkHostPlacementCall).
+// path, and Dispatch's interface call and copy of the Call were a fair
+// part of a one-rank call (BenchmarkHostPlacementCall; docs/performance.md,
+// "Figures that were in comments (issue 41)").
 func (e *Engine) Run(call *sdk.Call, send, recv []byte) error {
 	if call.Coll >= 0 && call.Coll < sdk.NumCollectives {
 		if run := byCollective[call.Coll]; run != nil {

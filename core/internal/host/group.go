@@ -189,9 +189,9 @@ func (e *Engine) AlltoAll(send, recv []byte, count int, dt sdk.DataType) error {
 // alltoAllInPlace is AlltoAll where recv is send: every block is both
 // what goes to its rank and where that rank's data lands, so the blocks
 // swap with one peer a round (swapInPlace). Copying the whole buffer
-// aside instead, allocated per call beyond maxRetained, took a 64 MiB
-// AlltoAll of 4 ranks over loopback TCP from 81 to 509 ms
-// (docs/performance.md).
+// aside instead, allocated per call beyond maxRetained, made a 64 MiB
+// AlltoAll of 4 ranks over loopback TCP several times slower
+// (docs/performance.md, "No buffer-sized scratch per call").
 func (e *Engine) alltoAllInPlace(name string, buf []byte, bytes int) error {
 	blocks := make([][2]int, e.n)
 	for q := range blocks {
@@ -253,8 +253,9 @@ func (e *Engine) AlltoAllv(send []byte, sendcounts, sdispls []int, recv []byte, 
 // into place once this rank's data for q went out. Other in-place
 // AlltoAllv layouts copy the whole of send aside, which beyond
 // maxRetained is allocated on every call: a 64 MiB AlltoAllv of 4 ranks
-// over loopback took 59-72 ms that way and 21-23 by swaps on 16 cores,
-// 1.3-1.5 s and 79-87 ms on 2 (docs/performance.md).
+// over loopback was several times slower that way than by swaps, on 16
+// cores and on 2 (docs/performance.md, "In-place AlltoAllv by swaps; the
+// same-host targets on 16 cores").
 func (e *Engine) swapInPlace(name string, buf []byte, sends, recvs [][2]int) error {
 	part := func(reg [2]int) []byte { return buf[reg[0]:reg[1]] }
 	r := e.rank

@@ -139,8 +139,9 @@ func (e *Engine) reduceScatterDirect(name string, send, recv []byte, bytes int, 
 // buffer (two spare so that receiving overlaps sending). Ordered step by
 // step over the whole buffer, a slot would wait C messages, about a block
 // of slots would be needed, and beyond maxRetained they were allocated on
-// every call: their page faults took a 64 MiB ReduceScatter of 4 ranks
-// over loopback TCP from 86 to 346-353 ms (docs/performance.md).
+// every call: their page faults made a 64 MiB ReduceScatter of 4 ranks
+// over loopback TCP several times slower (docs/performance.md, "No
+// buffer-sized scratch per call").
 func (e *Engine) reduceScatterRing(name string, send, recv []byte, count int, dt sdk.DataType, op sdk.RedOp) error {
 	n, r, size := e.n, e.rank, dt.Size()
 	bytes := count * size

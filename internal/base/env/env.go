@@ -12,8 +12,10 @@
 //
 //	d, err := env.Timeout.Get(lookup) // nil lookup: the process environment
 //
-// It is the lowest layer of the module and imports only the standard
-// library.
+// It sits at the bottom of the module's layers (docs/architecture.md,
+// Layers): it imports only the standard library and
+// internal/base/bytesize, which writes byte-count defaults and bounds in
+// the form ParseBytes reads back.
 package env
 
 import (

@@ -178,6 +178,19 @@ var (
 		"go-plugin's handshake cookie of a conformance worker")
 )
 
+// Observability (core/internal/inspect; docs/observability.md).
+var (
+	// Inspect is FLAGCX_INSPECT.
+	Inspect = String("FLAGCX_INSPECT", "",
+		"directory where every rank writes a JSON line per call it runs (NCCL Inspector's fields and flagcx-go's: runner, path, wall-clock start and end)").Documented("none")
+	// Metrics is FLAGCX_METRICS.
+	Metrics = String("FLAGCX_METRICS", "",
+		"where the process serves Prometheus metrics of its calls: host:port (HTTP, /metrics) or a path ending in .prom (a node exporter textfile)").Documented("none")
+	// InspectMax is FLAGCX_INSPECT_MAX.
+	InspectMax = Bytes("FLAGCX_INSPECT_MAX", 256<<20, 0, MaxBytes,
+		"a rank's record file is kept as NAME.1 and started anew past this size (0: no cap)")
+)
+
 // Logging (internal/base/flog).
 var (
 	// Debug is FLAGCX_DEBUG's level, upper case; "" when unset.

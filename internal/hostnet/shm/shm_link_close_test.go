@@ -14,7 +14,8 @@ import (
 // Mesh unmaps the rings once its own Close of the link returns; a
 // one-sided peer that failed had closed the link first, and the Mesh's
 // Close then returned at once and unmapped the rings under a Recv still
-// leaving them (a SIGSEGV in shmAwait, core/onesided_link.go's serve).
+// leaving them (a SIGSEGV in shmAwait, in the serve of
+// core/internal/onesided/serve.go).
 func TestShmLinkEveryCloseWaits(t *testing.T) {
 	words := make([]uint32, 16)
 	ring := func(i int) shmRing {

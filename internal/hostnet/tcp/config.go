@@ -64,12 +64,13 @@ const (
 	DefaultStripeMin = 256 << 10
 	DefaultTimeout   = 30 * time.Second
 	// DefaultSpin: on 2 emulated hosts of 2 cores, with polled sockets
-	// out of the netpoller (sock.go), an 8-byte AllReduce took 17.4 us
-	// on average at 50 us, 12.7 at 200 and 13.7-13.9 at 1 ms (latprobe,
-	// 5000 calls), and in one multihost.sh call of 2000 calls a size
-	// (8 B-4 KiB, two rounds each) 200 us was above OpenMPI's time at 1
-	// size of 20 where 50 us was at 6; on the 32-core H200 host 200 us was
-	// within the spread of 50 from 64 KiB (nccl-socket.sh).
+	// out of the netpoller (sock.go), an 8-byte AllReduce took less time
+	// on average polling 200 us than 50 us or 1 ms (latprobe), and at
+	// 200 us it was above OpenMPI's time at fewer sizes than at 50
+	// (multihost.sh); on the 32-core H200 host 200 us was within the
+	// spread of 50 from 64 KiB (nccl-socket.sh). The runs are in
+	// docs/performance.md, "Sockets out of the netpoller, the every-GPU
+	// copy bound, host folds on 16 goroutines".
 	DefaultSpin = 200 * time.Microsecond
 
 	// MaxStreams caps FLAGCX_SOCKET_NTHREADS x FLAGCX_NSOCKS_PERTHREAD.
@@ -90,7 +91,7 @@ var (
 
 // DefaultConfig is the configuration used when no variable is set:
 // every interface but loopback and docker, either address family, 4 sockets
-// per peer, striping from 256 KiB, 30 s timeout, reads polling 50 us.
+// per peer, striping from 256 KiB, 30 s timeout, reads polling 200 us.
 func DefaultConfig() Config {
 	return Config{
 		IfName:      DefaultIfName,

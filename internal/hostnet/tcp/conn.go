@@ -300,7 +300,9 @@ func (c *Conn) readPayload(p []byte) error {
 // readAhead is the read-ahead buffer of a Conn. A frame header and a
 // small payload behind it then come in one read system call instead of
 // two (a small message costs one recv, and a 24-byte read per frame was a
-// sixth of the receive time in the 2-rank loopback profile); payloads of
+// fair part of the receive time in a profile of 2 ranks over loopback:
+// docs/performance.md, "Figures that were in comments (issue 41)");
+// payloads of
 // at least half of it are read straight into the caller's buffer. It is
 // small because what a header read pulls in of a large payload is copied
 // once more (loopback TCP is bound by memory copies).
@@ -365,8 +367,9 @@ func (c *Conn) SetSpin(d time.Duration) {
 // readPolled is nc.Read(b) that first polls the socket for c.spin when
 // nothing is there yet. A read that sleeps costs a wake-up through the
 // kernel and the scheduler on top of the network's own latency: on 2
-// emulated hosts (2 cores) a ping-pong of 8 bytes took 45 us sleeping and
-// 17 us polling, and for a small collective the wait is about one network
+// emulated hosts (2 cores) a ping-pong of 8 bytes took far longer sleeping
+// than polling (docs/performance.md, "Small messages and the staged path
+// over TCP"), and for a small collective the wait is about one network
 // latency. After the poll the read sleeps as nc.Read does, under the same
 // deadline. Polls that keep running out (the peer is busy elsewhere, or
 // the cores are taken: a poll then holds a core the peer may need) stop
@@ -401,10 +404,11 @@ const (
 	maxPolledRead = 64 << 10
 	// pollYieldAfter: a poll yields its core between reads once it has
 	// waited this long. On 2 emulated hosts of 2 cores an 8-byte
-	// AllReduce took 15-35 us yielding and 30 or 51 us (as the ranks
-	// shared a core or not) without; on a 32-core host, where nothing
-	// waits for the core, the first microseconds are polled without
-	// the system call.
+	// AllReduce was faster yielding than without, whether the ranks
+	// shared a core or not (docs/performance.md, "Figures that were in
+	// comments (issue 41)"); on a 32-core host, where nothing waits for
+	// the core, the first microseconds are polled without the system
+	// call.
 	pollYieldAfter = 5 * time.Microsecond
 )
 

@@ -31,8 +31,10 @@ type sockConn interface {
 // (Conn.readPolled). Where ranks share few cores (emulated hosts on one
 // machine, a busy host) that thread takes the core the peer's poll needs:
 // on 2 emulated hosts of 2 cores an 8-byte AllReduce polled for 1 ms took
-// 46 us at the median with GOMAXPROCS=2 and 16 us with GOMAXPROCS=1 (no
-// idle thread), and strace counted 4.5 epoll_wait returns per call.
+// far longer at the median with GOMAXPROCS=2 than with GOMAXPROCS=1 (no
+// idle thread), and strace counted several epoll_wait returns per call
+// (docs/performance.md, "Sockets out of the netpoller, the every-GPU copy
+// bound, host folds on 16 goroutines").
 //
 // Deadlines are absolute times read by every wait, which sleeps at most
 // waitSlice at a time, so that a deadline moved earlier (Conn.abort) is

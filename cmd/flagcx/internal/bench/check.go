@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"log/slog"
@@ -12,15 +13,16 @@ import (
 	"github.com/flagcx/flagcx-go/internal/base/flog"
 )
 
-// The exact check. Computing a reduced element takes every rank's input
-// at it, so a rank that computes its whole expected AllReduce output does
-// nranks times the arithmetic of the collective it checks (16 ranks at 16
-// MiB spent five times longer checking than running). Where the receivers
-// of a call share one expected buffer (reference.Case.Shared), each rank
-// computes 1/nranks of it exactly and the ranks exchange a digest per
-// share; a receiver compares its own share element by element and the
-// others by digest, and recomputes only a share whose digest differs, to
-// count its wrong elements exactly as before.
+// The exact check. Computing a reduced element takes every rank's input at
+// it, so a rank that computes its whole expected AllReduce output does
+// nranks times the arithmetic of the collective it checks, and at many
+// ranks checking took longer than running (docs/performance.md, "Figures
+// that were in comments (issue 41)"). Where the receivers of a call share
+// one expected buffer (reference.Case.Shared), each rank computes 1/nranks
+// of it exactly and the ranks exchange a digest per share; a receiver
+// compares its own share element by element and the others by digest, and
+// recomputes only a share whose digest differs, to count its wrong elements
+// exactly as before.
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -123,4 +125,51 @@ func (r *rankRun) debugTimes(op *opSpec, res *Result, t sizeTimes) {
 		fmt.Sprintf("bench %s %s %d bytes: check %.3f s, collectives %.3f s (%d calls: %d warmup and %d timed per half, both halves)",
 			op.name(), res.Datatype, res.Size, t.check.Seconds(), t.coll.Seconds(), 2*(r.cfg.Warmup+r.cfg.Iters), r.cfg.Warmup, r.cfg.Iters),
 		slog.String(flog.KeySubsys, sub), slog.Int(flog.KeyRank, 0))
+}
+
+// WrongError reports results that differ from the reference.
+type WrongError struct {
+	Results, Checked int   // results (out-of-place or in-place rows) with wrong elements, of those checked
+	Elements         int64 // wrong elements in all
+}
+
+func (e *WrongError) Error() string {
+	return fmt.Sprintf("%d of %d checked results were wrong (%d wrong elements in all): the collectives returned data that differs from the exact reference",
+		e.Results, e.Checked, e.Elements)
+}
+
+// IsWrong reports whether err is a wrong-results error.
+func IsWrong(err error) bool {
+	var w *WrongError
+	return errors.As(err, &w)
+}
+
+// verdict is how a finished run ends: rank 0 reports wrong results (every
+// rank knows them; one report is enough, and a launcher that sees rank 0
+// fail reports the job as failed).
+func (r *rankRun) verdict() error {
+	if r.wrong != nil && r.rank == 0 {
+		return r.wrong
+	}
+	return nil
+}
+
+// checkHalf runs x once on the check inputs of c and counts the elements of
+// its result (recvN bytes at off of the receive buffer) that differ from
+// the reference (countWrong).
+func (r *rankRun) checkHalf(op *opSpec, c reference.Case, x *call, inPlace bool, off, recvN int) (int64, error) {
+	if err := r.prepare(op, c, inPlace, true); err != nil {
+		return 0, err
+	}
+	if err := r.be.issue(x); err != nil {
+		return 0, r.collError(op, c, inPlace, err)
+	}
+	if err := r.be.sync(); err != nil {
+		return 0, r.collError(op, c, inPlace, err)
+	}
+	got, err := view(r.recv, off, recvN, &r.scratch)
+	if err != nil {
+		return 0, err
+	}
+	return r.countWrong(c, got, r.expImg[:recvN])
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/flagcx/flagcx-go/internal/base/env"
 	"github.com/flagcx/flagcx-go/internal/hostnet/shm"
 	"github.com/flagcx/flagcx-go/internal/hostnet/tcp"
+	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
 
@@ -66,4 +67,30 @@ func pluginFile(name, dir string) (path, searched string, err error) {
 	}
 	return "", dir, fmt.Errorf("backend %s: no plugin libflagcx-%s.so in %q (found: %s): build it with make, or point --plugin-dir / FLAGCX_PLUGIN_DIR at it",
 		name, name, dir, strings.Join(append(found, HostBackendName+" (built in)"), ", "))
+}
+
+// checkSplitList refuses, before any rank starts, a
+// FLAGCX_CLUSTER_SPLIT_LIST that cannot fit the ranks this run starts
+// (the ranks would all refuse it, each with the same error).
+func checkSplitList(lookup func(string) (string, bool), placement Placement, np int) error {
+	v, ok := env.ClusterSplitList.Raw(lookup)
+	if !ok {
+		return nil
+	}
+	split, err := sched.ParseSplitList(v)
+	if err != nil {
+		return err
+	}
+	members := make([]sched.Member, np)
+	for r := range members {
+		vendor := HostBackendName
+		if placement != nil {
+			vendor = placement[r]
+		}
+		members[r] = sched.Member{Rank: r, Vendor: vendor}
+	}
+	if _, err := sched.NewLayout(members, split); err != nil {
+		return err
+	}
+	return nil
 }

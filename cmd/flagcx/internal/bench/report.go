@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flagcx/flagcx-go/conformance/reference"
 	"github.com/flagcx/flagcx-go/core"
 	"github.com/flagcx/flagcx-go/internal/base/bytesize"
 	"github.com/flagcx/flagcx-go/sdk"
@@ -303,5 +304,15 @@ func progressLine(op string, dt, redop string, size Size, done, total int) strin
 		parts = append(parts, redop)
 	}
 	parts = append(parts, bytesize.Human(int64(size)), fmt.Sprintf("%3d%%", pct))
+	return strings.Join(parts, " ")
+}
+
+// formatElements renders the first n elements of buf, FlagCX style.
+func formatElements(dt sdk.DataType, buf []byte, n int) string {
+	sz := dt.Size()
+	var parts []string
+	for i := 0; i < n && (i+1)*sz <= len(buf); i++ {
+		parts = append(parts, reference.Format(dt, buf[i*sz:(i+1)*sz]))
+	}
 	return strings.Join(parts, " ")
 }

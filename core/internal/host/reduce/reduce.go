@@ -24,9 +24,10 @@
 // On amd64 CPUs with AVX2 and F16C, assembly kernels (vector_amd64.s) take
 // the bulk of every reduction but the 64-bit and 8-bit integer products,
 // and of Avg's division of floats; they give
-// the plain Go kernels' bits (TestVectorKernels, TestVectorScale), 5-27
-// times as fast on data in cache (BenchmarkVectorKernels: bfloat16 sums
-// 14x, float16 27x, float32 6x).
+// the plain Go kernels' bits (TestVectorKernels, TestVectorScale), several
+// times as fast on data in cache, float16 and bfloat16 most
+// (BenchmarkVectorKernels; docs/performance.md, "Host folds in AVX2:
+// bfloat16 and float16 at the memory's speed").
 package reduce
 
 import (
@@ -51,11 +52,12 @@ const (
 // MaxWorkers bounds the goroutines of one rank's fold: beyond it the
 // memory's bandwidth, not the cores, bounds a fold, and more goroutines
 // only take cores from the other ranks of the host. On the 32-core H200
-// host (bin/copybw -host-workers) host memory copied 26.8 GB/s with 8
-// goroutines, 39.2 with 16 and 59.6 with 32; raising the bound from 8 to
-// 16 gave the layouts whose host ranks fold (nvidia:2,host:2,
-// nvidia:1,host:2) 3-10% and left host-only ranks' 64 MiB AllReduce
-// within 4% (docs/performance.md).
+// host (bin/copybw -host-workers) host memory copied more with every
+// doubling of the goroutines from 8 to 32; raising the bound from 8 to 16
+// sped up the layouts whose host ranks fold (nvidia:2,host:2,
+// nvidia:1,host:2) and left host-only ranks' 64 MiB AllReduce about as it
+// was (docs/performance.md, "Sockets out of the netpoller, the every-GPU
+// copy bound, host folds on 16 goroutines").
 const MaxWorkers = 16
 
 // Workers is how many goroutines a rank's folds use given the cores it
@@ -210,8 +212,9 @@ func minF64K(d, a, b []byte) {
 }
 
 // float16 and bfloat16: widen, combine in float32, round back. float16
-// widens through a 256 KiB table (twice as fast as computing it), built on
-// first use.
+// widens through a 256 KiB table (faster than computing it:
+// docs/performance.md, "Figures that were in comments (issue 41)"), built
+// on first use.
 
 var (
 	f16Once sync.Once

@@ -1,12 +1,12 @@
-package core
+package onesided
 
 import (
 	"errors"
 	"fmt"
-	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 
@@ -16,7 +16,7 @@ import (
 // map it at registration. A Put or Get of such a window copies straight
 // into or out of the peer's memory on the caller's goroutine: no message,
 // no copy through a ring, nothing for the peer to do. A signal still
-// travels as a message (onesided_link.go), behind the bytes.
+// travels as a message (pair.go), behind the bytes.
 //
 // Each segment starts with a header whose state word says whether the
 // owner still has the window: Free sets it before unmapping, and a peer
@@ -26,59 +26,59 @@ import (
 // fault either way).
 
 const (
-	osShmHdr   = 64 // the header before the window's bytes (keeps them 64-byte aligned)
-	osShmLive  = 1
-	osShmFreed = 2
+	segHdr   = 64 // the header before the window's bytes (keeps them 64-byte aligned)
+	segLive  = 1
+	segFreed = 2
 )
 
 // node is this host's shared memory on the one-sided links, or nil.
-func (o *osState) node() *hostnet.ShmNode { return o.rma.Mesh().Node }
+func (o *State) node() *hostnet.ShmNode { return o.links.Node() }
 
 // allocate makes AllocWindow's memory of n bytes: device memory on a
 // device rank, shared memory on a host rank with peers on its host, plain
 // host memory otherwise.
-func (o *osState) allocate(w *osWindow, n int) error {
-	if o.c.be.OnDevice() {
+func (o *State) allocate(w *Window, n int) error {
+	if o.dev != nil {
 		return o.allocDevice(w, n)
 	}
 	nd := o.node()
 	if nd == nil {
-		w.mem = osMem{host: make([]byte, n), n: n}
+		w.mem = Mem{Host: make([]byte, n), Len: n}
 		return nil
 	}
-	mem, name, err := nd.NewMem(osShmHdr + n)
+	mem, name, err := nd.NewMem(segHdr + n)
 	if err != nil {
 		return fmt.Errorf("%w: allocating %d bytes of shared memory: %w", sdk.ErrSystemError, n, err)
 	}
-	if len(name) > osNameMax {
+	if len(name) > nameMax {
 		nd.UnlinkMem(name)
 		nd.FreeMem(mem)
-		return fmt.Errorf("%w: shared memory name %q is longer than %d bytes", sdk.ErrInternalError, name, osNameMax)
+		return fmt.Errorf("%w: shared memory name %q is longer than %d bytes", sdk.ErrInternalError, name, nameMax)
 	}
-	atomic.StoreUint32(osShmState(mem), osShmLive)
+	atomic.StoreUint32(segState(mem), segLive)
 	w.shared, w.shmName = mem, name
-	w.mem = osMem{host: mem[osShmHdr : osShmHdr+n : osShmHdr+n], n: n}
+	w.mem = Mem{Host: mem[segHdr : segHdr+n : segHdr+n], Len: n}
 	return nil
 }
 
-func osShmState(seg []byte) *uint32 { return (*uint32)(unsafe.Pointer(&seg[0])) }
+func segState(seg []byte) *uint32 { return (*uint32)(unsafe.Pointer(&seg[0])) }
 
 // sharedName is the name peers map w's shared memory by ("" when it has
 // none).
-func (o *osState) sharedName(w *osWindow) string { return w.shmName }
+func (o *State) sharedName(w *Window) string { return w.shmName }
 
 // mapPeers maps the shared memory of the window's same-host peers.
-func (o *osState) mapPeers(w *osWindow, all []byte) error {
+func (o *State) mapPeers(w *Window, all []byte) error {
 	nd := o.node()
 	if nd == nil {
 		return nil
 	}
 	for i, r := range nd.Ranks() {
-		rec := all[r*osRecBytes : (r+1)*osRecBytes]
-		if r == o.rank || rec[0]&osRecShared == 0 {
+		rec := all[r*recBytes : (r+1)*recBytes]
+		if r == o.rank || rec[0]&recShared == 0 {
 			continue
 		}
-		m, err := nd.MapMem(i, string(rec[17:17+int(rec[16])]), osShmHdr+w.sizes[r])
+		m, err := nd.MapMem(i, string(rec[17:17+int(rec[16])]), segHdr+w.sizes[r])
 		if err != nil {
 			return fmt.Errorf("%w: mapping rank %d's memory of the window: %w", sdk.ErrSystemError, r, err)
 		}
@@ -89,7 +89,7 @@ func (o *osState) mapPeers(w *osWindow, all []byte) error {
 
 // unlinkShared removes the file of this rank's segment once every peer
 // mapped it (the mappings stay): nothing is left in /dev/shm.
-func (o *osState) unlinkShared(w *osWindow) {
+func (o *State) unlinkShared(w *Window) {
 	if w.shmName != "" {
 		o.node().UnlinkMem(w.shmName)
 	}
@@ -97,13 +97,13 @@ func (o *osState) unlinkShared(w *osWindow) {
 
 // releaseShared marks this rank's segment freed for its peers and unmaps
 // it and the peers' (with w.mu held).
-func (w *osWindow) releaseShared() error {
+func (w *Window) releaseShared() error {
 	var errs []error
 	nd := w.o.node()
 	if w.shared != nil {
-		atomic.StoreUint32(osShmState(w.shared), osShmFreed)
+		atomic.StoreUint32(segState(w.shared), segFreed)
 		errs = append(errs, nd.FreeMem(w.shared))
-		w.shared, w.mem.host = nil, nil
+		w.shared, w.mem.Host = nil, nil
 	}
 	for r, m := range w.peer {
 		if m != nil {
@@ -116,26 +116,26 @@ func (w *osWindow) releaseShared() error {
 
 // direct reports whether an operation on peer's memory of window w goes
 // straight through shared memory.
-func (o *osState) direct(w *Window, peer int) bool { return w.os.peer[peer] != nil }
+func (o *State) direct(w *Window, peer int) bool { return w.peer[peer] != nil }
 
 // copyDirect runs a Put (put) or Get of op with peer's shared memory of
 // op.Remote. The caller counts the operation complete: a PutSignal's
 // signal still goes over the link, and its acknowledgement counts it.
-func (o *osState) copyDirect(name string, peer int, op RMA, put bool) error {
-	seg := op.Remote.os.peer[peer]
-	state := osShmState(seg)
+func (o *State) copyDirect(name string, peer int, op Op, put bool) error {
+	seg := op.Remote.peer[peer]
+	state := segState(seg)
 	freed := func() error {
-		if atomic.LoadUint32(state) == osShmLive {
+		if atomic.LoadUint32(state) == segLive {
 			return nil
 		}
 		return fmt.Errorf("%w: %s on rank %d: rank %d%s freed its memory of window %d (Window.Free) while this rank still used it",
-			sdk.ErrInvalidUsage, name, o.rank, peer, o.rma.HostOf(peer), op.Remote.index)
+			sdk.ErrInvalidUsage, name, o.rank, peer, o.links.HostOf(peer), op.Remote.index)
 	}
 	if err := freed(); err != nil {
 		return err
 	}
-	remote := seg[osShmHdr+op.RemoteOff : osShmHdr+op.RemoteOff+op.Bytes]
-	local := op.Local.os.mem
+	remote := seg[segHdr+op.RemoteOff : segHdr+op.RemoteOff+op.Bytes]
+	local := op.Local.mem
 	var err error
 	if put {
 		err = o.memRead(local, op.LocalOff, remote)
@@ -143,7 +143,7 @@ func (o *osState) copyDirect(name string, peer int, op RMA, put bool) error {
 		err = o.memWrite(local, op.LocalOff, remote)
 	}
 	if err != nil {
-		return o.c.callError(name, err)
+		return o.c.CallError(name, err)
 	}
 	return freed()
 }
