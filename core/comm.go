@@ -4,12 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
-	"runtime"
 	"sync"
 	"sync/atomic"
 
+	"github.com/flagcx/flagcx-go/core/internal/executor"
 	"github.com/flagcx/flagcx-go/core/internal/host"
-	"github.com/flagcx/flagcx-go/core/internal/host/reduce"
 	"github.com/flagcx/flagcx-go/core/internal/watchdog"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
@@ -82,26 +81,11 @@ type Comm struct {
 	// cluster), where calls go straight to the host engine; else nil.
 	host *hostcomm.Comm
 
-	d2h, h2d loader.Stream // staging copies (device ranks)
-	shm      *shmPlane     // the zero-copy plane (every rank on one host), or nil
-	// relays is the shared plane's relay proxy, kept for AsyncError, which
-	// other goroutines may call while stop drops shm (nil: none).
-	relays atomic.Pointer[relayProxy]
-	regs   memRegs // the host ranks' MemAlloc memory a device rank registered
-	// wantDeviceReduce: FLAGCX_DEVICE_REDUCE on this rank (sched.Options'
-	// ShmDeviceReduce and StagedDeviceReduce are what the ranks agreed).
-	wantDeviceReduce bool
-	events           []loader.Event // ordering the steps of staged plans (device ranks; see chain)
-	pieceEvents      []loader.Event // the staged AllReduce's pieces (staged.go)
-	stagedInPieces   int            // staged AllReduces run in pieces (tests read it)
+	// exec runs the plans (core/internal/executor; made by start, nil
+	// before), on the call's buffers in xbufs (execBufs).
+	exec  *executor.Executor
+	xbufs executor.Bufs
 
-	stagePtr   uintptr // pinned staging (device ranks)
-	stage      []byte  // staging (host memory on host ranks)
-	scratchPtr uintptr // device scratch (device ranks)
-	scratchLen int
-	hscratch   []byte // scratch on host ranks
-
-	workers int
 	lookup  func(string) (string, bool) // WithEnv's, for Split
 	debug   collDebug
 	printed map[string]bool
@@ -262,9 +246,8 @@ func (c *Comm) stop(abort bool) error {
 		}
 		// The windows go with the host communicators: unregister first.
 		if stuck {
-			c.shm.abandonRelays()
-			c.shm = nil
-		} else if err := c.releaseShm(); err != nil && !abort {
+			c.exec.AbandonShm()
+		} else if err := c.exec.ReleaseShm(); err != nil && !abort {
 			errs = append(errs, err)
 		}
 		for _, cm := range c.hostComms() {
@@ -274,24 +257,8 @@ func (c *Comm) stop(abort bool) error {
 				errs = append(errs, cm.Destroy())
 			}
 		}
-		if p := c.be.Plugin; p != nil && !stuck {
-			for _, s := range []loader.Stream{c.d2h, c.h2d} {
-				if s != 0 {
-					errs = append(errs, p.StreamDestroy(s))
-				}
-			}
-			for _, e := range append(c.events, c.pieceEvents...) {
-				errs = append(errs, p.EventDestroy(e))
-			}
-			c.events, c.pieceEvents = nil, nil
-			if c.stagePtr != 0 {
-				errs = append(errs, p.HostFree(c.stagePtr))
-				c.stagePtr, c.stage = 0, nil
-			}
-			if c.scratchPtr != 0 {
-				errs = append(errs, p.DeviceFree(c.scratchPtr))
-				c.scratchPtr, c.scratchLen = 0, 0
-			}
+		if !stuck {
+			errs = append(errs, c.exec.Free()) // streams, events, staging, scratch
 		}
 	})
 	return errors.Join(errs...)
@@ -311,12 +278,14 @@ func (c *Comm) hostComms() []*hostcomm.Comm {
 
 // abortAll aborts this rank's part of the communicator, host and vendor,
 // in the one order in which no wait blocks the next. Uses of the shared
-// windows hold them across device waits (runShm, the relay proxy), and a
-// device stuck in a vendor collective ends only at the vendor's abort; so:
+// windows hold them across device waits (the executor's RunShm and relay
+// proxy, core/internal/executor), and a device stuck in a vendor
+// collective ends only at the vendor's abort; so:
 //
 //  1. shutHost: every wait on the host network fails, here and on the
 //     peers, and a relay's wait for the device answers abort
-//     (relayProxy.closing). It waits for nothing a device holds.
+//     (core/internal/executor/relay_proxy.go's closing). It waits for
+//     nothing a device holds.
 //  2. abortVendor: kernels stuck in a vendor collective (a peer died or
 //     stopped) end, as ncclCommAbort ends NCCL's, and the streams drain;
 //     a use of the windows waiting on them then ends.
@@ -368,14 +337,4 @@ func (c *Comm) usable(name string) error {
 		return fmt.Errorf("%w: %s on rank %d: the communicator was destroyed or aborted", sdk.ErrInvalidUsage, name, c.rank)
 	}
 	return nil
-}
-
-// hostWorkers is how many goroutines this rank's host folds use: the
-// cores its host leaves each of its ranks (all of them where its ranks
-// share no host's windows), bounded (reduce.Workers).
-func hostWorkers(world *hostcomm.Comm) int {
-	if node := world.Mesh().Node; node != nil {
-		return reduce.Workers(node.Cores())
-	}
-	return reduce.Workers(runtime.GOMAXPROCS(0))
 }

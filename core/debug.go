@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"runtime/trace"
 	"strings"
 
 	"github.com/flagcx/flagcx-go/internal/base/env"
@@ -91,14 +90,4 @@ func (c *Comm) logFirstPath(runner string, t *task) {
 		}
 	}
 	c.logf(flog.Init, "first collective %s: %s", t.args.Coll.Title(), what)
-}
-
-// region marks a span of the calling goroutine in the execution trace
-// (flagcx bench's FLAGCX_BENCH_TRACE, go tool trace) and returns what ends
-// it; without a trace running it costs a check.
-func region(name string) func() {
-	if !trace.IsEnabled() {
-		return func() {}
-	}
-	return trace.StartRegion(context.Background(), name).End
 }

@@ -2,186 +2,53 @@ package core
 
 import (
 	"fmt"
-	"runtime"
-	"sync"
 
+	"github.com/flagcx/flagcx-go/core/internal/executor"
+	"github.com/flagcx/flagcx-go/internal/base/env"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
-	"github.com/flagcx/flagcx-go/sdk/loader"
 )
 
-// execute runs a plan: each lane in its own goroutine, steps in plan order
-// within a lane, a step starting once the steps it depends on are done. A
-// failure stops every lane; on a schedule that spans communicators it also
-// aborts this communicator, so that the other ranks, waiting on this one,
-// fail at once instead of at their deadline.
-func (c *Comm) execute(p *sched.Plan, b *callBufs, s loader.Stream) error {
-	if p.Path == sched.PathShm {
-		if err := c.runShm(p, b, s); err != nil {
-			return c.failure(p, err)
-		}
-		return nil
+// Core's side of the plan executor (core/internal/executor): what it is
+// given at start, what it asks of the communicator (executor.Owner: a
+// failed call's abort, in docs/resilience.md's order), and the buffers of
+// a call as it takes them.
+
+// newExecutor makes c's executor once its host communicators and vendor
+// communicator are up (start).
+func (c *Comm) newExecutor() *executor.Executor {
+	cfg := executor.Config{Rank: c.rank, N: c.n, Plugin: c.be.Plugin, DeviceIndex: c.be.Device, Layout: c.layout, HostPath: c.opts.HostPath,
+		World: c.world, Intra: c.intra, Inter: c.inter, Owner: execOwner{c}}
+	// Nil interfaces where there is nothing: the executor tells a host
+	// rank and a rank without a vendor communicator by them.
+	if c.dev != nil {
+		cfg.Device = c.dev
 	}
-	if len(p.Steps) == 0 {
-		return nil
+	if c.ccl != nil {
+		cfg.Vendor = c.vendorCalls()
 	}
-	// From here on this goroutine makes device calls: freeing pinned or
-	// device memory (ensure) synchronises the thread's current device,
-	// which on a thread last bound to another rank's device of this
-	// process waits for that rank's collective, itself waiting for this
-	// rank (TestEnsureBindsTheDevice).
-	defer c.bindDevice()()
-	if err := c.ensure(p); err != nil {
-		return err
+	// A value this rank cannot read counts as "off": start turns device
+	// reductions off for everyone when any rank has them off.
+	cfg.WantDeviceReduce, _ = env.DeviceReduce.Get(env.Lookup(c.lookup))
+	if c.debug.init {
+		cfg.Logf = func(format string, args ...any) { c.logf("INIT", format, args...) }
 	}
-	ch, err := c.newChain(p, s)
-	if err != nil {
-		return c.failure(p, err)
-	}
-	lanes := p.Lanes()
-	if len(lanes) == 1 || inOrder(p) {
-		if err := c.runInOrder(p, b, s, ch, len(lanes) > 1); err != nil {
-			return c.failure(p, err)
-		}
-		return nil
-	}
-	done := make([]chan struct{}, len(p.Steps))
-	for i := range done {
-		done[i] = make(chan struct{})
-	}
-	abort := make(chan struct{})
-	var once sync.Once
-	var first error
-	fail := func(err error) {
-		once.Do(func() {
-			first = err
-			close(abort)
-			if spans(p) {
-				c.shutHost() // unblocks lanes waiting in hostnet, here and on peers
-			}
-		})
-	}
-	var wg sync.WaitGroup
-	for _, lane := range lanes {
-		wg.Add(1)
-		go func(lane sched.Lane) {
-			defer wg.Done()
-			defer c.bindDevice()()
-			for i := range p.Steps {
-				st := &p.Steps[i]
-				if st.Lane != lane {
-					continue
-				}
-				for _, d := range st.Deps {
-					select {
-					case <-done[d]:
-					case <-abort:
-						return
-					}
-				}
-				select {
-				case <-abort:
-					return
-				default:
-				}
-				err := ch.await(i)
-				if err == nil {
-					err = c.step(p, i, b, s)
-				}
-				if err == nil {
-					err = ch.record(i)
-				}
-				if err != nil {
-					fail(err)
-					return
-				}
-				close(done[i])
-			}
-		}(lane)
-	}
-	wg.Wait()
-	if first == nil {
-		first = ch.finish()
-	}
-	if first != nil {
-		return c.failure(p, first)
-	}
-	return nil
+	return executor.New(cfg)
 }
 
-// runInOrder runs a plan's steps one after the other on the calling
-// goroutine (bound to the device: execute); with several lanes a step
-// first waits for the device work of the steps it depends on (one lane's
-// stream orders its steps itself).
-func (c *Comm) runInOrder(p *sched.Plan, b *callBufs, s loader.Stream, ch *chain, lanes bool) error {
-	for i := 0; i < len(p.Steps); i++ {
-		if c.stagedSteps(p, i, ch) {
-			if err := c.runStaged(p, i, b, s, ch); err != nil {
-				return err
-			}
-			i += 2
-			continue
-		}
-		var err error
-		if lanes {
-			err = ch.await(i)
-		}
-		if err == nil {
-			err = c.step(p, i, b, s)
-		}
-		if err == nil {
-			err = ch.record(i)
-		}
-		if err != nil {
-			return err
-		}
-	}
-	return ch.finish()
-}
+// execOwner is c as the executor's Owner: a pointer, so that it is one
+// without an allocation, and apart from Comm, whose methods are the API.
+type execOwner struct{ c *Comm }
 
-// inOrder reports whether a plan runs best as one sequence of steps on the
-// calling goroutine: a pipeline of one chunk (a chain of steps per chunk)
-// leaves the lanes nothing to overlap, and a goroutine per lane would only
-// add its start (a stack grown for the plugin's calls, the device bound to
-// its thread) and a wake-up per step to the call. Plans without chunks (p2p
-// exchanges) keep their lanes: their steps may need to run at once. Steps
-// depend only on earlier ones, which plan order then satisfies.
-func inOrder(p *sched.Plan) bool {
-	if p.Chunks != 1 {
-		return false
-	}
-	for i := range p.Steps {
-		for _, d := range p.Steps[i].Deps {
-			if d >= i {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// bindDevice keeps the calling goroutine on its OS thread and makes this
-// rank's device current there, as vendor runtimes want for work on a
-// device's memory and streams (the current device is per thread, and a
-// lane's goroutine would otherwise wander between threads). It returns
-// what releases the thread.
-func (c *Comm) bindDevice() func() {
-	if !c.be.OnDevice() {
-		return func() {}
-	}
-	runtime.LockOSThread()
-	_ = c.be.Plugin.SetDevice(c.be.Device) // a plugin without setDevice binds devices itself
-	return runtime.UnlockOSThread
-}
-
-// spans reports whether a plan's steps involve several communicators,
-// whose peers would wait forever on a rank that gave up.
-func spans(p *sched.Plan) bool { return p.Path != sched.PathVendor && p.Path != sched.PathHostComm }
+func (o execOwner) Failure(p *sched.Plan, err error) error { return o.c.failure(p, err) }
+func (o execOwner) FailStart(p *sched.Plan, err error)     { o.c.failStart(p, err) }
+func (o execOwner) ShutHost()                              { o.c.shutHost() }
+func (o execOwner) Calls() uint64                          { return o.c.calls }
 
 // failure records a failed schedule: the communicator is aborted (the
 // peers told what failed, then abortAll) and refuses further calls.
 func (c *Comm) failure(p *sched.Plan, err error) error {
-	if !spans(p) {
+	if !executor.Spans(p) {
 		return err
 	}
 	c.failStart(p, err)
@@ -203,8 +70,8 @@ func (c *Comm) failure(p *sched.Plan, err error) error {
 // first), then abortAll's first two steps end every wait of this rank,
 // on the host and in the vendor's library. A call that holds the shared
 // windows while its device may still use them runs it before it waits
-// for the device (runShm), since the device may wait on a peer that is
-// gone.
+// for the device (the executor's RunShm), since the device may wait on
+// a peer that is gone.
 func (c *Comm) failStart(p *sched.Plan, err error) {
 	c.failOnce.Do(func() {
 		c.notifyAll(fmt.Errorf("%s on rank %d: %w", p.Call.Coll.Title(), c.rank, err))
@@ -219,13 +86,30 @@ func (c *Comm) isAbortedByUser() bool {
 	return c.closed
 }
 
-// laneStream is the stream a lane's device work goes to.
-func (c *Comm) laneStream(l sched.Lane, s loader.Stream) loader.Stream {
-	switch l {
-	case sched.LaneD2H:
-		return c.d2h
-	case sched.LaneH2D:
-		return c.h2d
+// bindDevice keeps the calling goroutine on its OS thread with this
+// rank's device current there (executor.BindDevice says why) and
+// returns what releases it; nothing on a host rank.
+func (c *Comm) bindDevice() func() { return executor.BindDevice(c.be.Plugin, c.be.Device) }
+
+// execBuf is b as the executor takes it.
+func (b Buffer) execBuf() executor.Buf {
+	return executor.Buf{Host: b.host, Ptr: b.ptr, N: b.n, Dev: b.dev}
+}
+
+// execBufs are t's buffers as the executor takes them, in c's own lists,
+// reused: converting allocates nothing once they have grown. The caller
+// lets go of them (dropExecBufs) when the call is over.
+func (c *Comm) execBufs(t *task) *executor.Bufs {
+	user := c.xbufs.User[:0]
+	for _, b := range t.user {
+		user = append(user, b.execBuf())
 	}
-	return s
+	c.xbufs = executor.Bufs{Send: t.send.execBuf(), Recv: t.recv.execBuf(), User: user}
+	return &c.xbufs
+}
+
+// dropExecBufs keeps no caller memory in c's lists (execBufs).
+func (c *Comm) dropExecBufs() {
+	clear(c.xbufs.User)
+	c.xbufs.Send, c.xbufs.Recv = executor.Buf{}, executor.Buf{}
 }

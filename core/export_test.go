@@ -3,6 +3,7 @@ package core
 import (
 	"testing"
 
+	"github.com/flagcx/flagcx-go/core/internal/executor"
 	"github.com/flagcx/flagcx-go/internal/sched"
 )
 
@@ -17,11 +18,11 @@ func SchedPlan(c *Comm, rank int, call sched.Call) (*sched.Plan, error) {
 // SetStepRan tells f of every step an executor runs (nil: nobody); the
 // tests of core_test see through it that the plans that print are the
 // plans that run.
-func SetStepRan(f func(p *sched.Plan, call uint64, i int)) { stepRan = f }
+func SetStepRan(f func(p *sched.Plan, call uint64, i int)) { executor.SetStepRan(f) }
 
 // StagedInPieces is how many staged AllReduces c ran in pieces
-// (staged.go).
-func StagedInPieces(c *Comm) int { return c.stagedInPieces }
+// (core/internal/executor/staged.go).
+func StagedInPieces(c *Comm) int { return c.exec.StagedInPieces() }
 
 // FlagcxFiles lists this process's flagcx segments in /dev/shm, for the
 // external tests that require none left behind.
@@ -30,11 +31,7 @@ func FlagcxFiles(t *testing.T) []string { return flagcxFiles(t) }
 // RelayWaitAfterClose closes c's shared windows, as Destroy and Abort do,
 // then waits as c's relay proxy does for a landed word that never comes
 // (on c's idle d2h stream): the wait's error.
-func RelayWaitAfterClose(c *Comm) error {
-	c.shm.node.Close()
-	var word uint64
-	return c.awaitWord(&word, 1, c.d2h, "land", c.shm.relay.proxy.closing)
-}
+func RelayWaitAfterClose(c *Comm) error { return c.exec.CloseAndAwaitRelay() }
 
 // AbortVendor aborts c's vendor communicator alone, as a vendor library
 // that failed on its own would leave it: its cluster peers' communicators

@@ -8,7 +8,6 @@ import (
 	"os"
 
 	"github.com/flagcx/flagcx-go/core/internal/watchdog"
-	"github.com/flagcx/flagcx-go/internal/base/env"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
@@ -58,7 +57,7 @@ func InitRank(id UniqueID, nranks, rank int, opts ...Option) (*Comm, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Comm{rank: rank, n: nranks, be: be, world: world, workers: hostWorkers(world), lookup: o.lookup, debug: collDebugFromEnv(o.lookup), printed: map[string]bool{}}
+	c := &Comm{rank: rank, n: nranks, be: be, world: world, lookup: o.lookup, debug: collDebugFromEnv(o.lookup), printed: map[string]bool{}}
 	if nranks > 1 {
 		if c.ctl, err = c.listenCtl(); err != nil {
 			_ = world.Abort()
@@ -67,9 +66,6 @@ func InitRank(id UniqueID, nranks, rank int, opts ...Option) (*Comm, error) {
 		rec.Ctl = c.ctl.Addr()
 		go c.serveCtl()
 	}
-	// A value this rank cannot read counts as "off": start turns device
-	// reductions off for everyone when any rank has them off.
-	c.wantDeviceReduce, _ = env.DeviceReduce.Get(env.Lookup(o.lookup))
 	if err := c.agree(rec); err != nil {
 		_ = world.Abort()
 		c.ctl.close()
@@ -196,7 +192,8 @@ func (c *Comm) agree(rec initRecord) error {
 // A failure anywhere is shared, so that every rank returns an error.
 func (c *Comm) start() error {
 	// Device setup allocates, registers and frees on this rank's device
-	// (a free synchronises the thread's current device: execute says why).
+	// (a free synchronises the thread's current device: executor.Execute
+	// says why).
 	defer c.bindDevice()()
 	l := c.layout
 	cl := l.ClusterOf(c.rank)
@@ -226,7 +223,11 @@ func (c *Comm) start() error {
 	if c.be.OnDevice() {
 		startErr = c.startDevice(cl)
 	}
-	shmOK := startErr == nil && c.setupShm()
+	c.exec = c.newExecutor()
+	if startErr == nil {
+		startErr = c.exec.Start() // a device rank's copy streams
+	}
+	shmOK := startErr == nil && c.exec.SetupShm()
 	// Share the outcome: a rank whose vendor library failed must not
 	// leave the others waiting in their first collective; the zero-copy
 	// plane runs only if every rank can take part, and reduces on the
@@ -242,14 +243,14 @@ func (c *Comm) start() error {
 	if !shmOK {
 		flag[0] |= noShm
 	}
-	devFolds := startErr == nil && c.reducesOnDevice()
+	devFolds := startErr == nil && c.exec.ReducesOnDevice()
 	if !shmOK || !devFolds {
 		flag[0] |= noDeviceReduce
 	}
 	if !devFolds {
 		flag[0] |= noStagedFold
 	}
-	if !shmOK || (c.be.OnDevice() && !c.shm.relay.on) {
+	if !shmOK || (c.be.OnDevice() && !c.exec.RelaysOn()) {
 		flag[0] |= noRelay
 	}
 	flags := make([]byte, c.n*rec)
@@ -280,10 +281,10 @@ func (c *Comm) start() error {
 		c.opts.MinChunk = sched.TCPMinChunk
 	}
 	if shmOK {
-		c.opts.ShmWindow = c.shm.windowMin()
+		c.opts.ShmWindow = c.exec.ShmWindow()
 		c.opts.ShmDeviceReduce = deviceReduce
 		c.opts.ShmRelay = relay
-	} else if err := c.releaseShm(); err != nil {
+	} else if err := c.exec.ReleaseShm(); err != nil {
 		return fmt.Errorf("rank %d: releasing the shared windows: %w", c.rank, err)
 	}
 	return nil
@@ -311,14 +312,5 @@ func (c *Comm) startDevice(cl *sched.Cluster) error {
 		return fmt.Errorf("rank %d: starting %s's collective library on device %d: %w", c.rank, p.Name, dev, err)
 	}
 	c.ccl = cm // only now: the watchdog reads it when it fires
-	if c.layout.IsHomogeneous() && !c.opts.HostPath {
-		return nil // no staging: the vendor library does everything
-	}
-	if c.d2h, err = p.StreamCreate(dev); err == nil {
-		c.h2d, err = p.StreamCreate(dev)
-	}
-	if err != nil {
-		return fmt.Errorf("rank %d: creating copy streams on %s device %d: %w", c.rank, p.Name, dev, err)
-	}
 	return nil
 }

@@ -256,10 +256,8 @@ func (c *Comm) AsyncError() error {
 	if failed != nil {
 		return failed
 	}
-	if p := c.relays.Load(); p != nil {
-		if err := p.failure(); err != nil {
-			return err
-		}
+	if err := c.exec.RelayFailure(); err != nil {
+		return err
 	}
 	// The vendor's error is a peer's failure seen through its library
 	// (a peer that aborted, died, or revoked the communicator): as a

@@ -117,7 +117,7 @@ const maxPlans = 64
 // takesShm: every rank on one host, where the plan is the shared-memory
 // plane's (sched.PathShm).
 func (c *Comm) takesShm(t *task) (bool, error) {
-	if c.shm == nil {
+	if !c.exec.HasShm() {
 		return false, nil
 	}
 	p, err := c.planOf(t)
@@ -127,7 +127,8 @@ func (c *Comm) takesShm(t *task) (bool, error) {
 func (c *Comm) runShmTask(t *task) error {
 	defer c.label(t.plan.Call)()
 	c.tracePlan(t.plan)
-	if err := c.runShm(t.plan, &callBufs{send: t.send, recv: t.recv, user: t.user}, t.s); err != nil {
+	defer c.dropExecBufs()
+	if err := c.exec.RunShm(t.plan, c.execBufs(t), t.s); err != nil {
 		return c.callError(t.name, c.failure(t.plan, err))
 	}
 	return nil
@@ -142,7 +143,8 @@ func (c *Comm) takesPlan(t *task) (bool, error) {
 func (c *Comm) runPlan(t *task) error {
 	defer c.label(t.plan.Call)()
 	c.tracePlan(t.plan)
-	if err := c.execute(t.plan, &callBufs{send: t.send, recv: t.recv, user: t.user}, t.s); err != nil {
+	defer c.dropExecBufs()
+	if err := c.exec.Execute(t.plan, c.execBufs(t), t.s); err != nil {
 		return c.callError(t.name, err)
 	}
 	return nil

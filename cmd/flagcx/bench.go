@@ -40,7 +40,8 @@ func (c *benchCmd) Run(g *Globals) error {
 // (FLAGCX_RANK set: --np's ranks, or a launcher's); the process that only
 // starts ranks has nothing to profile. The trace shows each goroutine's
 // waits and system calls, and the regions core marks on the staged path
-// (core/staged.go): where a call's time goes, not only its CPU.
+// (core/internal/executor/staged.go): where a call's time goes, not only
+// its CPU.
 func profiles() (stop func(), err error) {
 	rank, set := os.LookupEnv(env.Rank.Name)
 	if !set {

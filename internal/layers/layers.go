@@ -44,6 +44,7 @@ var order = []layer{
 		"core/internal/host/reduce",
 		"core/internal/host",
 		"core/internal/hostcomm",
+		"core/internal/executor",
 		"core/internal/inspect",
 		"core/internal/metrics",
 		"core/internal/onesided",

@@ -86,8 +86,8 @@ func (b *builder) allReduce() {
 
 // StagedFusedMax is the largest chunk whose staged AllReduce the two
 // leaders' host engines run fused with the device copies, in pieces over
-// the link's streams (core/staged.go; the engine's exchange limit,
-// core/internal/host/allreduce.go's maxExchange).
+// the link's streams (core/internal/executor/staged.go; the engine's
+// exchange limit, core/internal/host/allreduce.go's maxExchange).
 const StagedFusedMax = 1 << 20
 
 // allReduceDevFolds reports whether a staged AllReduce's leaders exchange

@@ -11,8 +11,8 @@
 // The ones left (issue 22 allows 5; `make lint` passes -max 2, so no third
 // comes back): sdk.Dispatch (sdk/collective.go), which turns a collective
 // into the communicator method that runs it, and the plan executor's vendor
-// steps (vendorStep, core/exec_step.go), which run a SendRecv step as a
-// group of the library. Everything else reads a table: sdk's
+// steps (vendorStep, core/internal/executor/step.go), which run a SendRecv
+// step as a group of the library. Everything else reads a table: sdk's
 // (sdk/colltable.go), sched's of how each collective's plans are built
 // (internal/sched/colls.go), the reference's deliveries
 // (conformance/reference/reference.go) and the suite's levels

@@ -1,4 +1,4 @@
-package core
+package executor
 
 import (
 	"errors"
@@ -26,8 +26,8 @@ import (
 // proxy finishes its host half while the caller enqueues the next one,
 // so back-to-back calls overlap one launch with the step before it. A
 // failure the proxy meets after the call returned ends the next call (and
-// Comm.AsyncError reports it); the device is told to stop (the abort bit
-// in the go word), so the stream never waits forever.
+// core's Comm.AsyncError reports it: RelayFailure); the device is told to
+// stop (the abort bit in the go word), so the stream never waits forever.
 //
 // The windows' rule (internal/hostnet/shm/shm_node_linux.go) holds as
 // follows. A relay writes its window half only once its kernel runs,
@@ -41,7 +41,7 @@ import (
 // relayState is a device rank's relays (on shmPlane); the caller's
 // goroutine owns it, the proxy only what each job carries.
 type relayState struct {
-	// on: this rank's plugin relays (probed once, by setupShm).
+	// on: this rank's plugin relays (probed once, by SetupShm).
 	on bool
 	// value numbers the relays of this rank (the landed and go words
 	// hold the last one's).
@@ -52,7 +52,7 @@ type relayState struct {
 	stream  loader.Stream
 	step    uint32
 	pending bool
-	// proxy finishes the relays' host halves (started by setupShm).
+	// proxy finishes the relays' host halves (started by SetupShm).
 	proxy *relayProxy
 	// armed is the go word the relays since the last drain use, cleared
 	// before the first of them (armGo).
@@ -67,33 +67,33 @@ const relayLine = 64
 
 // probeRelay reports whether the plugin relays on this rank's device (an
 // empty relay).
-func (c *Comm) probeRelay() bool {
-	p, sp := c.be.Plugin, c.shm
+func (e *Executor) probeRelay() bool {
+	p, sp := e.plugin, e.shm
 	if !p.CanRelay() || sp.scratch == 0 {
 		return false
 	}
-	err := p.RelayReduce(c.be.Device, &loader.Relay{Srcs: []uintptr{sp.scratch}, DType: sdk.Float32, Op: sdk.Sum, AvgDivisor: 1}, 0)
-	if err != nil && c.debug.init {
-		c.logf("INIT", "%s does not relay on device %d (%v): small calls copy through the host", p.Name, c.be.Device, err)
+	err := p.RelayReduce(e.device, &loader.Relay{Srcs: []uintptr{sp.scratch}, DType: sdk.Float32, Op: sdk.Sum, AvgDivisor: 1}, 0)
+	if err != nil && e.logf != nil {
+		e.logf("%s does not relay on device %d (%v): small calls copy through the host", p.Name, e.device, err)
 	}
 	return err == nil
 }
 
 // relayGate runs whenever this rank enters the windows for anything but
 // a relay (the node's gate): it drains the relays.
-func (c *Comm) relayGate() error { return c.drainRelays(&c.shm.relay) }
+func (e *Executor) relayGate() error { return e.drainRelays(&e.shm.relay) }
 
 // drainRelays waits until the proxy has finished every relay handed to
 // it and the device is done with the last one; it returns the proxy's
 // failure, if any.
-func (c *Comm) drainRelays(rs *relayState) error {
+func (e *Executor) drainRelays(rs *relayState) error {
 	if !rs.pending {
 		return nil
 	}
 	idle := rs.proxy.drain()
 	// After a failure the device was told to stop; it still says when it
 	// is done with the windows.
-	if err := c.awaitWord(rs.landed, rs.value|loader.RelayDone, rs.stream, "finish its last relay (fold the shared windows)", nil); err != nil {
+	if err := e.awaitWord(rs.landed, rs.value|loader.RelayDone, rs.stream, "finish its last relay (fold the shared windows)", nil); err != nil {
 		return errors.Join(idle, err)
 	}
 	rs.pending, rs.armed = false, nil
@@ -111,11 +111,11 @@ func (c *Comm) drainRelays(rs *relayState) error {
 // drained first (the drain's step lets nobody read that half any more).
 // The word the pending relays use holds only their answers, which an
 // earlier relay may still have to read: it is left alone.
-func (c *Comm) armGo(rs *relayState, w *uint64) error {
+func (e *Executor) armGo(rs *relayState, w *uint64) error {
 	if rs.armed == w {
 		return nil
 	}
-	if err := c.drainRelays(rs); err != nil {
+	if err := e.drainRelays(rs); err != nil {
 		return err
 	}
 	atomic.StoreUint64(w, 0)
@@ -126,11 +126,11 @@ func (c *Comm) armGo(rs *relayState, w *uint64) error {
 // oneShotStep is the step a one-shot call of this rank follows: the
 // node's last, or the one its last relay publishes while the proxy may
 // still be publishing it (reading the node's then would race with it).
-func (c *Comm) oneShotStep() uint32 {
-	if rs := &c.shm.relay; rs.pending {
+func (e *Executor) oneShotStep() uint32 {
+	if rs := &e.shm.relay; rs.pending {
 		return rs.step
 	}
-	return c.shm.node.Step()
+	return e.shm.node.Step()
 }
 
 // relay runs a KindRelay step.
@@ -142,37 +142,37 @@ func (r *shmRun) relay(st *sched.Step) error {
 	if err != nil {
 		return err
 	}
-	c, rs := r.c, &r.c.shm.relay
-	strm := c.laneStream(st.Lane, r.s)
+	e, rs := r.e, &r.e.shm.relay
+	strm := e.laneStream(st.Lane, r.s)
 	if err := rs.proxy.failure(); err != nil {
 		return err
 	}
 	if rs.pending && rs.stream != strm {
 		// Not behind the last relay: it could run beside it.
-		if err := c.drainRelays(rs); err != nil {
+		if err := e.drainRelays(rs); err != nil {
 			return err
 		}
 	}
 	goWord := (*uint64)(unsafe.Pointer(&words[relayLine]))
-	if err := c.armGo(rs, goWord); err != nil {
+	if err := e.armGo(rs, goWord); err != nil {
 		return err
 	}
 	// The proxy holds the windows until it raised the go word, across
 	// its wait for the device's landed word: the device reads and writes
 	// the windows until then. The hold cannot block an abort: that wait
-	// ends once the node is shut (relayProxy.closing), abortAll's first
-	// step.
+	// ends once the node is shut (relayProxy.closing), the first step of
+	// core's abortAll.
 	if err := r.node.Hold(); err != nil {
-		return c.world.StepError(err, -1)
+		return e.world.StepError(err, -1)
 	}
 	rs.value++
 	rel.Value = rs.value
 	end := region("relay.launch")
-	err = c.dev.RelayReduce(c.be.Device, &rel, strm)
+	err = e.plugin.RelayReduce(e.device, &rel, strm)
 	end()
 	if err != nil {
 		r.node.Exit()
-		return fmt.Errorf("%s's relay: %w", r.dev.Name, err)
+		return fmt.Errorf("%s's relay: %w", e.plugin.Name, err)
 	}
 	landed := (*uint64)(unsafe.Pointer(&words[0]))
 	rs.proxy.hand(relayJob{landed: landed, goWord: goWord,
@@ -186,7 +186,7 @@ func (r *shmRun) relay(st *sched.Step) error {
 // rank's window). A relay without a fold names the words as its one
 // source, which the device never reads (count 0): the ABI wants one.
 func (r *shmRun) relayArgs(st *sched.Step) (loader.Relay, []byte, error) {
-	rs := &r.c.shm.relay
+	rs := &r.e.shm.relay
 	words, err := r.hostMem(st.Dst)
 	if err != nil {
 		return loader.Relay{}, nil, err
@@ -249,7 +249,7 @@ const (
 // and asks the stream now and then whether it failed; the deadline is the
 // communicator's (FLAGCX_TIMEOUT), and stop (nil: none), asked as often
 // as the wait yields, ends it early with its error.
-func (c *Comm) awaitWord(word *uint64, v uint64, strm loader.Stream, what string, stop func() error) error {
+func (e *Executor) awaitWord(word *uint64, v uint64, strm loader.Stream, what string, stop func() error) error {
 	start := time.Now()
 	next := relayQuery
 	for i := 0; ; i++ {
@@ -273,16 +273,16 @@ func (c *Comm) awaitWord(word *uint64, v uint64, strm loader.Stream, what string
 			continue
 		}
 		next = waited + relayQuery
-		done, err := c.dev.StreamQuery(strm)
+		done, err := e.plugin.StreamQuery(strm)
 		switch {
 		case err != nil && !errors.Is(err, sdk.ErrNotSupported):
-			return fmt.Errorf("%s's relay: %w", c.dev.Name, err)
+			return fmt.Errorf("%s's relay: %w", e.plugin.Name, err)
 		case done && atomic.LoadUint64(word) != v:
-			return fmt.Errorf("%w: %s's relay left its stream without a word to %s", sdk.ErrInternalError, c.dev.Name, what)
+			return fmt.Errorf("%w: %s's relay left its stream without a word to %s", sdk.ErrInternalError, e.plugin.Name, what)
 		}
-		if t := c.world.Config().Timeout; t > 0 && waited > t {
+		if t := e.world.Config().Timeout; t > 0 && waited > t {
 			return fmt.Errorf("rank %d: waited %v for the device to %s (is earlier work on the stream still running? %s sets the limit): %w",
-				c.rank, t, what, hostnet.EnvTimeout, hostnet.ErrTimeout)
+				e.rank, t, what, hostnet.EnvTimeout, hostnet.ErrTimeout)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package core
+package executor
 
 import (
 	"errors"
@@ -49,31 +49,31 @@ type shmPlane struct {
 	peerSend, peerRecv [][]byte
 }
 
-// scratchProbe is the device scratch setupShm allocates to ask the plugin
+// scratchProbe is the device scratch SetupShm allocates to ask the plugin
 // whether it reduces (a reduceLocal of no elements); calls grow it.
 const scratchProbe = 4096
 
-// setupShm makes the zero-copy plane when every rank is on this host and
+// SetupShm makes the zero-copy plane when every rank is on this host and
 // shares its windows: a device rank registers every window with its
 // runtime. It returns whether this rank can take part (every rank must,
-// or nobody does: start agrees).
-func (c *Comm) setupShm() bool {
-	node := c.world.Mesh().Node
-	if c.layout.IsHomogeneous() || c.opts.HostPath || node == nil || node.Size() != c.n {
+// or nobody does: core's start agrees, and releases the plane otherwise).
+func (e *Executor) SetupShm() bool {
+	node := e.world.Mesh().Node
+	if e.layout.IsHomogeneous() || e.hostPath || node == nil || node.Size() != e.n {
 		return false
 	}
-	sp := &shmPlane{node: node, workers: reduce.Workers(node.Cores()), reducesOnDevice: c.wantDeviceReduce}
-	c.shm = sp
-	p := c.be.Plugin
+	sp := &shmPlane{node: node, workers: reduce.Workers(node.Cores()), reducesOnDevice: e.wantDeviceReduce}
+	e.shm = sp
+	p := e.plugin
 	if p == nil {
 		return true
 	}
-	sp.reducesOnDevice = c.wantDeviceReduce && c.probeDeviceReduce()
+	sp.reducesOnDevice = e.wantDeviceReduce && e.probeDeviceReduce()
 	// A relay folds on the device too: FLAGCX_DEVICE_REDUCE=0 turns both off.
-	if sp.relay.on = sp.reducesOnDevice && c.probeRelay(); sp.relay.on {
-		sp.relay.proxy = c.startRelayProxy(node)
-		c.relays.Store(sp.relay.proxy)
-		node.SetGate(c.relayGate)
+	if sp.relay.on = sp.reducesOnDevice && e.probeRelay(); sp.relay.on {
+		sp.relay.proxy = e.startRelayProxy(node)
+		e.relays.Store(sp.relay.proxy)
+		node.SetGate(e.relayGate)
 	}
 	if !p.CanRegisterHost() {
 		return false // ABI v1: the staged schedules run
@@ -82,62 +82,62 @@ func (c *Comm) setupShm() bool {
 		w := node.Window(i)
 		addr := uintptr(unsafe.Pointer(unsafe.SliceData(w)))
 		if err := p.HostRegister(addr, len(w)); err != nil {
-			if c.debug.init {
-				c.logf("INIT", "cannot register rank %d's shared window with %s (%v): the staged schedules run", i, p.Name, err)
+			if e.logf != nil {
+				e.logf("cannot register rank %d's shared window with %s (%v): the staged schedules run", i, p.Name, err)
 			}
 			return false
 		}
 		sp.registered = append(sp.registered, addr)
 	}
 	var err error
-	sp.start, err = p.EventCreate(c.be.Device)
+	sp.start, err = p.EventCreate(e.device)
 	return err == nil
 }
 
 // probeDeviceReduce reports whether the plugin reduces on this rank's
 // device: a reduceLocal of no elements on a first scratch allocation
 // (the shared windows' scratch where they are set up).
-func (c *Comm) probeDeviceReduce() bool {
-	p, sp := c.be.Plugin, c.shm
+func (e *Executor) probeDeviceReduce() bool {
+	p, sp := e.plugin, e.shm
 	if !p.CanReduceLocal() {
 		return false
 	}
-	buf, err := p.DeviceMalloc(c.be.Device, scratchProbe)
+	buf, err := p.DeviceMalloc(e.device, scratchProbe)
 	if err == nil {
 		if sp != nil {
 			sp.scratch, sp.scratchBytes = buf, scratchProbe
 		} else {
 			defer func() { _ = p.DeviceFree(buf) }()
 		}
-		err = p.ReduceLocal(c.be.Device, buf, []uintptr{buf}, 0, sdk.Float32, sdk.Sum, 1, 0)
+		err = p.ReduceLocal(e.device, buf, []uintptr{buf}, 0, sdk.Float32, sdk.Sum, 1, 0)
 	}
-	if err != nil && c.debug.init {
-		c.logf("INIT", "%s does not reduce on device %d (%v): clusters reduce on the host", p.Name, c.be.Device, err)
+	if err != nil && e.logf != nil {
+		e.logf("%s does not reduce on device %d (%v): clusters reduce on the host", p.Name, e.device, err)
 	}
 	return err == nil
 }
 
-// reducesOnDevice reports whether this rank can take part in device
+// ReducesOnDevice reports whether this rank can take part in device
 // folds: FLAGCX_DEVICE_REDUCE is on, and a device rank's plugin reduces
-// there (probed once, by setupShm where it set up the windows). A
+// there (probed once, by SetupShm where it set up the windows). A
 // communicator without schedules across clusters has none (and does not
 // probe: a plugin may compile its kernels on the first fold).
-func (c *Comm) reducesOnDevice() bool {
+func (e *Executor) ReducesOnDevice() bool {
 	switch {
-	case !c.wantDeviceReduce || c.layout.IsHomogeneous() || c.opts.HostPath:
+	case !e.wantDeviceReduce || e.layout.IsHomogeneous() || e.hostPath:
 		return false
-	case c.be.Plugin == nil:
+	case e.plugin == nil:
 		return true
-	case c.shm != nil:
-		return c.shm.reducesOnDevice
+	case e.shm != nil:
+		return e.shm.reducesOnDevice
 	}
-	return c.probeDeviceReduce()
+	return e.probeDeviceReduce()
 }
 
 // ensureScratch makes the device scratch at least n bytes. Every copy
 // into it of an earlier call is done: a call ends synchronised.
-func (c *Comm) ensureScratch(n int) error {
-	sp, p := c.shm, c.be.Plugin
+func (e *Executor) ensureScratch(n int) error {
+	sp, p := e.shm, e.plugin
 	if n <= sp.scratchBytes {
 		return nil
 	}
@@ -147,9 +147,9 @@ func (c *Comm) ensureScratch(n int) error {
 		}
 		sp.scratch, sp.scratchBytes = 0, 0
 	}
-	buf, err := p.DeviceMalloc(c.be.Device, n)
+	buf, err := p.DeviceMalloc(e.device, n)
 	if err != nil {
-		return fmt.Errorf("device scratch of %d bytes for the other clusters' data on %s device %d: %w", n, p.Name, c.be.Device, err)
+		return fmt.Errorf("device scratch of %d bytes for the other clusters' data on %s device %d: %w", n, p.Name, e.device, err)
 	}
 	sp.scratch, sp.scratchBytes = buf, n
 	return nil
@@ -165,24 +165,28 @@ func (sp *shmPlane) windowMin() int {
 }
 
 // events makes sure there are n events of each kind.
-func (c *Comm) shmEvents(n int) error {
-	sp, p := c.shm, c.be.Plugin
+func (e *Executor) shmEvents(n int) error {
+	sp, p := e.shm, e.plugin
 	for _, evs := range []*[]loader.Event{&sp.reduced, &sp.input, &sp.outpt} {
 		for len(*evs) < n {
-			e, err := p.EventCreate(c.be.Device)
+			ev, err := p.EventCreate(e.device)
 			if err != nil {
-				return fmt.Errorf("creating an event on %s device %d: %w", p.Name, c.be.Device, err)
+				return fmt.Errorf("creating an event on %s device %d: %w", p.Name, e.device, err)
 			}
-			*evs = append(*evs, e)
+			*evs = append(*evs, ev)
 		}
 	}
 	return nil
 }
 
-// releaseShm unregisters the windows and destroys the events.
-func (c *Comm) releaseShm() error {
-	sp, p := c.shm, c.be.Plugin
-	c.shm = nil
+// ReleaseShm unregisters the windows and destroys the events (core's
+// start where the ranks do not all take part, and stop).
+func (e *Executor) ReleaseShm() error {
+	if e == nil {
+		return nil
+	}
+	sp, p := e.shm, e.plugin
+	e.shm = nil
 	if sp == nil || p == nil {
 		return nil
 	}
@@ -191,7 +195,7 @@ func (c *Comm) releaseShm() error {
 	// unmapped here (the host communicators failed), there is no word to
 	// read, and the registration below keeps the pages until it is undone.
 	if sp.relay.pending && sp.node.EnterUngated() == nil {
-		errs = append(errs, c.drainRelays(&sp.relay))
+		errs = append(errs, e.drainRelays(&sp.relay))
 		sp.node.Exit()
 	}
 	if sp.relay.proxy != nil {
@@ -201,9 +205,9 @@ func (c *Comm) releaseShm() error {
 	for _, addr := range sp.registered {
 		errs = append(errs, p.HostUnregister(addr))
 	}
-	for _, e := range append(append(append([]loader.Event{sp.start}, sp.reduced...), sp.input...), sp.outpt...) {
-		if e != 0 {
-			errs = append(errs, p.EventDestroy(e))
+	for _, ev := range append(append(append([]loader.Event{sp.start}, sp.reduced...), sp.input...), sp.outpt...) {
+		if ev != 0 {
+			errs = append(errs, p.EventDestroy(ev))
 		}
 	}
 	if sp.scratch != 0 {

@@ -1,4 +1,4 @@
-package core
+package executor
 
 import (
 	"fmt"
@@ -12,18 +12,18 @@ import (
 )
 
 // step runs step i.
-func (c *Comm) step(p *sched.Plan, i int, b *callBufs, s loader.Stream) error {
+func (e *Executor) step(p *sched.Plan, i int, b *Bufs, s loader.Stream) error {
 	if stepRan != nil {
-		stepRan(p, c.calls, i)
+		stepRan(p, e.owner.Calls(), i)
 	}
 	st := &p.Steps[i]
 	defer region(st.Kind.String())()
-	strm := c.laneStream(st.Lane, s)
+	strm := e.laneStream(st.Lane, s)
 	switch st.Kind {
 	case sched.KindCopy:
-		return c.copies(st, b, strm)
+		return e.copies(st, b, strm)
 	case sched.KindScale, sched.KindReduce:
-		dst, err := c.resolve(b, st.Dst)
+		dst, err := e.resolve(b, st.Dst)
 		if err != nil {
 			return err
 		}
@@ -31,36 +31,36 @@ func (c *Comm) step(p *sched.Plan, i int, b *callBufs, s loader.Stream) error {
 			return fmt.Errorf("%w: host reduction on device memory", sdk.ErrInternalError)
 		}
 		if st.Kind == sched.KindScale {
-			reduce.ScaleParallel(dst.host, st.DType, st.N, c.workers)
+			reduce.ScaleParallel(dst.host, st.DType, st.N, e.workers)
 			return nil
 		}
-		src, err := c.resolve(b, st.Src)
+		src, err := e.resolve(b, st.Src)
 		if err != nil {
 			return err
 		}
 		if src.dev || len(src.host) != len(dst.host) {
 			return fmt.Errorf("%w: host reduction of %s into %s", sdk.ErrInternalError, st.Src, st.Dst)
 		}
-		reduce.ReduceParallel(dst.host, src.host, st.DType, st.Op, c.workers)
+		reduce.ReduceParallel(dst.host, src.host, st.DType, st.Op, e.workers)
 		return nil
 	case sched.KindIntra:
-		if c.be.OnDevice() {
-			return c.vendorStep(st, b, s)
+		if e.plugin != nil {
+			return e.vendorStep(st, b, s)
 		}
-		cl := c.layout.ClusterOf(c.rank)
-		return c.hostStep(c.intra, fmt.Sprintf("cluster %d's host communicator (its ranks 0.. are ranks %s)", cl.Index, sched.FormatRanks(cl.Ranks)), st, b)
+		cl := e.layout.ClusterOf(e.rank)
+		return e.hostStep(e.intra, fmt.Sprintf("cluster %d's host communicator (its ranks 0.. are ranks %s)", cl.Index, sched.FormatRanks(cl.Ranks)), st, b)
 	case sched.KindInter:
-		if c.inter == nil {
-			return fmt.Errorf("%w: inter-cluster step on rank %d, which leads no cluster", sdk.ErrInternalError, c.rank)
+		if e.inter == nil {
+			return fmt.Errorf("%w: inter-cluster step on rank %d, which leads no cluster", sdk.ErrInternalError, e.rank)
 		}
-		return c.hostStep(c.inter, c.interWhat(), st, b)
+		return e.hostStep(e.inter, e.interWhat(), st, b)
 	case sched.KindWorld:
-		return c.hostStep(c.world, "", st, b)
+		return e.hostStep(e.world, "", st, b)
 	case sched.KindDevFold:
-		if c.dev == nil {
-			return fmt.Errorf("%w: device fold on host rank %d", sdk.ErrInternalError, c.rank)
+		if e.dev == nil {
+			return fmt.Errorf("%w: device fold on host rank %d", sdk.ErrInternalError, e.rank)
 		}
-		return c.devFold(st, func(r sched.Ref) (mem, error) { return c.resolve(b, r) }, strm)
+		return e.devFold(st, func(r sched.Ref) (mem, error) { return e.resolve(b, r) }, strm)
 	}
 	return fmt.Errorf("%w: step kind %v", sdk.ErrInternalError, st.Kind)
 }
@@ -68,14 +68,14 @@ func (c *Comm) step(p *sched.Plan, i int, b *callBufs, s loader.Stream) error {
 // copies enqueues a copy step's device copies on strm (the chain waits
 // for them); host-to-host pairs are copied at once, after the work
 // already on strm (a device rank's lanes order everything on its stream).
-func (c *Comm) copies(st *sched.Step, b *callBufs, strm loader.Stream) error {
+func (e *Executor) copies(st *sched.Step, b *Bufs, strm loader.Stream) error {
 	synced := false
 	for _, cp := range st.Copies {
-		src, err := c.resolve(b, cp.Src)
+		src, err := e.resolve(b, cp.Src)
 		if err != nil {
 			return err
 		}
-		dst, err := c.resolve(b, cp.Dst)
+		dst, err := e.resolve(b, cp.Dst)
 		if err != nil {
 			return err
 		}
@@ -83,7 +83,7 @@ func (c *Comm) copies(st *sched.Step, b *callBufs, strm loader.Stream) error {
 		if n == 0 || src.same(dst) {
 			continue
 		}
-		pl := c.dev
+		pl := e.dev
 		switch {
 		case src.dev && dst.dev:
 			err = pl.Memcpy(dst.ptr, src.ptr, n, loader.DeviceToDevice, strm)
@@ -110,30 +110,30 @@ func (c *Comm) copies(st *sched.Step, b *callBufs, strm loader.Stream) error {
 
 // vendorStep enqueues an intra-cluster step on the vendor library, on the
 // caller's stream (the chain waits for it).
-func (c *Comm) vendorStep(st *sched.Step, b *callBufs, s loader.Stream) error {
-	if c.ccl == nil {
-		return fmt.Errorf("%w: vendor step on rank %d without a vendor communicator", sdk.ErrInternalError, c.rank)
+func (e *Executor) vendorStep(st *sched.Step, b *Bufs, s loader.Stream) error {
+	if e.vendor == nil {
+		return fmt.Errorf("%w: vendor step on rank %d without a vendor communicator", sdk.ErrInternalError, e.rank)
 	}
-	cc := c.vendorCalls()
-	src, err := c.resolve(b, st.Src)
+	cc := e.vendor
+	src, err := e.resolve(b, st.Src)
 	if err != nil {
 		return err
 	}
-	dst, err := c.resolve(b, st.Dst)
+	dst, err := e.resolve(b, st.Dst)
 	if err != nil {
 		return err
 	}
-	pl := c.dev
+	pl := e.dev
 	switch st.Coll {
 	case sdk.SendRecv:
 		// A step's transfers, each to its own peer and buffer, in one
 		// group of the library (groups are the plugin's, not the
 		// communicator's).
-		if err = pl.GroupStart(); err != nil {
+		if err = e.plugin.GroupStart(); err != nil {
 			break
 		}
 		for _, x := range st.Xfers {
-			m, rerr := c.resolve(b, x.Ref)
+			m, rerr := e.resolve(b, x.Ref)
 			if rerr != nil {
 				err = rerr
 				break
@@ -157,17 +157,17 @@ func (c *Comm) vendorStep(st *sched.Step, b *callBufs, s loader.Stream) error {
 		err = sdk.Dispatch(cc, st.Args(), src.ptr, dst.ptr, s)
 	}
 	if err != nil {
-		return fmt.Errorf("%s's %s in cluster %d: %w", pl.Name, st.Coll.Title(), c.layout.ClusterOf(c.rank).Index, err)
+		return fmt.Errorf("%s's %s in cluster %d: %w", e.plugin.Name, st.Coll.Title(), e.layout.ClusterOf(e.rank).Index, err)
 	}
 	return nil
 }
 
 // hostXfers runs a SendRecv step's transfers, each to its own peer and
 // buffer, as bytes, in one group of cm.
-func (c *Comm) hostXfers(cm *hostcomm.Comm, st *sched.Step, b *callBufs) error {
+func (e *Executor) hostXfers(cm *hostcomm.Comm, st *sched.Step, b *Bufs) error {
 	ops := make([]host.P2P, len(st.Xfers))
 	for i, x := range st.Xfers {
-		m, err := c.resolve(b, x.Ref)
+		m, err := e.resolve(b, x.Ref)
 		if err == nil && m.dev {
 			err = fmt.Errorf("%w: host transfer of device memory %s", sdk.ErrInternalError, x.Ref)
 		}
@@ -180,12 +180,12 @@ func (c *Comm) hostXfers(cm *hostcomm.Comm, st *sched.Step, b *callBufs) error {
 }
 
 // hostStep runs a step's collective on a host communicator.
-func (c *Comm) hostStep(cm *hostcomm.Comm, what string, st *sched.Step, b *callBufs) error {
-	src, err := c.resolve(b, st.Src)
+func (e *Executor) hostStep(cm *hostcomm.Comm, what string, st *sched.Step, b *Bufs) error {
+	src, err := e.resolve(b, st.Src)
 	if err != nil {
 		return err
 	}
-	dst, err := c.resolve(b, st.Dst)
+	dst, err := e.resolve(b, st.Dst)
 	if err != nil {
 		return err
 	}
@@ -193,26 +193,26 @@ func (c *Comm) hostStep(cm *hostcomm.Comm, what string, st *sched.Step, b *callB
 		return fmt.Errorf("%w: host step %s on device memory", sdk.ErrInternalError, st.Coll.Title())
 	}
 	if st.Coll == sdk.SendRecv {
-		err = c.hostXfers(cm, st, b)
+		err = e.hostXfers(cm, st, b)
 	} else {
 		args := st.Args()
 		err = cm.Run(&args, src.host, dst.host)
 	}
-	if err != nil && what != "" && !c.layout.IsHomogeneous() {
+	if err != nil && what != "" && !e.layout.IsHomogeneous() {
 		return fmt.Errorf("in %s: %w", what, err)
 	}
 	return err
 }
 
 // interWhat names the cluster leaders' communicator in errors.
-func (c *Comm) interWhat() string {
-	return "the cluster leaders' communicator (its rank c is cluster c's leader: ranks " + c.leaders() + ")"
+func (e *Executor) interWhat() string {
+	return "the cluster leaders' communicator (its rank c is cluster c's leader: ranks " + e.leaders() + ")"
 }
 
 // leaders lists the cluster leaders in inter-rank order.
-func (c *Comm) leaders() string {
-	ls := make([]int, len(c.layout.Clusters))
-	for i, cl := range c.layout.Clusters {
+func (e *Executor) leaders() string {
+	ls := make([]int, len(e.layout.Clusters))
+	for i, cl := range e.layout.Clusters {
 		ls[i] = cl.Leader
 	}
 	return sched.FormatRanks(ls)

@@ -1,4 +1,4 @@
-package core
+package executor
 
 import (
 	"fmt"
@@ -21,8 +21,8 @@ import (
 
 // stagedSteps reports whether steps i, i+1 and i+2 of p are that triple on
 // one staging range, and the leaders' engine would cut it into pieces.
-func (c *Comm) stagedSteps(p *sched.Plan, i int, ch *chain) bool {
-	if ch.ev == nil || c.inter == nil || i+2 >= len(p.Steps) {
+func (e *Executor) stagedSteps(p *sched.Plan, i int, ch *chain) bool {
+	if ch.ev == nil || e.inter == nil || i+2 >= len(p.Steps) {
 		return false
 	}
 	in, net, out := &p.Steps[i], &p.Steps[i+1], &p.Steps[i+2]
@@ -34,7 +34,7 @@ func (c *Comm) stagedSteps(p *sched.Plan, i int, ch *chain) bool {
 	if stage.Buf != sched.BufStage || net.Src != stage || net.Dst != stage || out.Copies[0].Src != stage {
 		return false
 	}
-	return stage.Len >= stagedMin && c.inter.Engine().Stripes(stage.Len) > 1
+	return stage.Len >= stagedMin && e.inter.Engine().Stripes(stage.Len) > 1
 }
 
 // stagedMin is the smallest AllReduce run in pieces. Below it the pieces'
@@ -45,18 +45,18 @@ func (c *Comm) stagedSteps(p *sched.Plan, i int, ch *chain) bool {
 const stagedMin = 512 << 10
 
 // runStaged runs steps i..i+2 (stagedSteps) in pieces.
-func (c *Comm) runStaged(p *sched.Plan, i int, b *callBufs, s loader.Stream, ch *chain) error {
+func (e *Executor) runStaged(p *sched.Plan, i int, b *Bufs, s loader.Stream, ch *chain) error {
 	in, net, out := &p.Steps[i], &p.Steps[i+1], &p.Steps[i+2]
-	c.stagedInPieces++
-	src, err := c.resolve(b, in.Copies[0].Src)
+	e.stagedInPieces++
+	src, err := e.resolve(b, in.Copies[0].Src)
 	if err != nil {
 		return err
 	}
-	dst, err := c.resolve(b, out.Copies[0].Dst)
+	dst, err := e.resolve(b, out.Copies[0].Dst)
 	if err != nil {
 		return err
 	}
-	stage, err := c.resolve(b, net.Dst)
+	stage, err := e.resolve(b, net.Dst)
 	if err != nil {
 		return err
 	}
@@ -65,14 +65,14 @@ func (c *Comm) runStaged(p *sched.Plan, i int, b *callBufs, s loader.Stream, ch 
 	}
 	if stepRan != nil {
 		for k := i; k <= i+2; k++ {
-			stepRan(p, c.calls, k) // all three run, in pieces, from here on
+			stepRan(p, e.owner.Calls(), k) // all three run, in pieces, from here on
 		}
 	}
 	if err := ch.await(i); err != nil {
 		return err
 	}
 	endCopyIn := region("staged: copy in")
-	pieces, err := c.copyInPieces(src.ptr, stage.host, net.Count, net.DType)
+	pieces, err := e.copyInPieces(src.ptr, stage.host, net.Count, net.DType)
 	endCopyIn()
 	if err != nil {
 		return err
@@ -84,7 +84,7 @@ func (c *Comm) runStaged(p *sched.Plan, i int, b *callBufs, s loader.Stream, ch 
 	for j := range st.ready {
 		st.ready[j] = make(chan struct{})
 	}
-	cm := c.inter
+	cm := e.inter
 	cm.Begin(sdk.AllReduce, net.Count, net.DType, net.Op, 0)
 	errc := make(chan error, 1)
 	go func() {
@@ -92,7 +92,7 @@ func (c *Comm) runStaged(p *sched.Plan, i int, b *callBufs, s loader.Stream, ch 
 		errc <- cm.Engine().AllReduceStaged(stage.host, net.Count, net.DType, net.Op, st)
 	}()
 	endAwait := region("staged: await copy in")
-	st.fail = c.awaitPieces(pieces)
+	st.fail = e.awaitPieces(pieces)
 	endAwait()
 	for _, r := range st.ready {
 		close(r)
@@ -101,17 +101,17 @@ func (c *Comm) runStaged(p *sched.Plan, i int, b *callBufs, s loader.Stream, ch 
 	for running := true; running; {
 		select {
 		case d := <-st.done:
-			copyErr = c.copyBack(copyErr, dst.ptr, stage.host, d)
+			copyErr = e.copyBack(copyErr, dst.ptr, stage.host, d)
 		case netErr = <-errc:
 			running = false
 		}
 	}
 	for len(st.done) > 0 {
-		copyErr = c.copyBack(copyErr, dst.ptr, stage.host, <-st.done)
+		copyErr = e.copyBack(copyErr, dst.ptr, stage.host, <-st.done)
 	}
 	if netErr = cm.OpError("AllReduce", netErr); netErr != nil {
-		if !c.layout.IsHomogeneous() {
-			netErr = fmt.Errorf("in %s: %w", c.interWhat(), netErr)
+		if !e.layout.IsHomogeneous() {
+			netErr = fmt.Errorf("in %s: %w", e.interWhat(), netErr)
 		}
 		return netErr
 	}
@@ -142,15 +142,15 @@ const copyInParts = 2
 // to stage in copyInParts pieces cut at element boundaries, each followed
 // by its event; a stripe of the engine waits for every piece under it
 // (stager.Ready).
-func (c *Comm) copyInPieces(src uintptr, stage []byte, count int, dt sdk.DataType) ([]piece, error) {
-	pl, size := c.dev, dt.Size()
+func (e *Executor) copyInPieces(src uintptr, stage []byte, count int, dt sdk.DataType) ([]piece, error) {
+	pl, size := e.dev, dt.Size()
 	k := min(copyInParts, count)
-	for len(c.pieceEvents) < k {
-		e, err := pl.EventCreate(c.be.Device)
+	for len(e.pieceEvents) < k {
+		ev, err := e.plugin.EventCreate(e.device)
 		if err != nil {
-			return nil, fmt.Errorf("creating an event on %s device %d: %w", pl.Name, c.be.Device, err)
+			return nil, fmt.Errorf("creating an event on %s device %d: %w", e.plugin.Name, e.device, err)
 		}
-		c.pieceEvents = append(c.pieceEvents, e)
+		e.pieceEvents = append(e.pieceEvents, ev)
 	}
 	pieces := make([]piece, k)
 	for j := range pieces {
@@ -158,11 +158,11 @@ func (c *Comm) copyInPieces(src uintptr, stage []byte, count int, dt sdk.DataTyp
 		if j < count%k {
 			n++
 		}
-		pc := piece{lo: first * size, hi: (first + n) * size, ev: c.pieceEvents[j]}
-		if err := pl.Memcpy(hostAddr(stage[pc.lo:pc.hi]), src+uintptr(pc.lo), pc.hi-pc.lo, loader.DeviceToHost, c.d2h); err != nil {
+		pc := piece{lo: first * size, hi: (first + n) * size, ev: e.pieceEvents[j]}
+		if err := pl.Memcpy(hostAddr(stage[pc.lo:pc.hi]), src+uintptr(pc.lo), pc.hi-pc.lo, loader.DeviceToHost, e.d2h); err != nil {
 			return nil, fmt.Errorf("copying piece %d of the staged AllReduce to the host: %w", j, err)
 		}
-		if err := pl.EventRecord(pc.ev, c.d2h); err != nil {
+		if err := pl.EventRecord(pc.ev, e.d2h); err != nil {
 			return nil, err
 		}
 		pieces[j] = pc
@@ -173,9 +173,9 @@ func (c *Comm) copyInPieces(src uintptr, stage []byte, count int, dt sdk.DataTyp
 // awaitPieces waits for each piece's copy in order (the caller's thread
 // has the device bound; the engine's goroutines need not) and returns the
 // first failure.
-func (c *Comm) awaitPieces(pieces []piece) error {
+func (e *Executor) awaitPieces(pieces []piece) error {
 	for j := range pieces {
-		if err := c.dev.EventSynchronize(pieces[j].ev); err != nil {
+		if err := e.dev.EventSynchronize(pieces[j].ev); err != nil {
 			return fmt.Errorf("waiting for piece %d of the staged AllReduce's copy to the host: %w", j, err)
 		}
 	}
@@ -184,12 +184,12 @@ func (c *Comm) awaitPieces(pieces []piece) error {
 
 // copyBack enqueues the copy of stage[d[0]:d[1]] back to the device at
 // dst on the h2d stream, unless an earlier one failed (prev).
-func (c *Comm) copyBack(prev error, dst uintptr, stage []byte, d [2]int) error {
+func (e *Executor) copyBack(prev error, dst uintptr, stage []byte, d [2]int) error {
 	if prev != nil {
 		return prev
 	}
 	defer region("staged: copy back")()
-	if err := c.dev.Memcpy(dst+uintptr(d[0]), hostAddr(stage[d[0]:d[1]]), d[1]-d[0], loader.HostToDevice, c.h2d); err != nil {
+	if err := e.dev.Memcpy(dst+uintptr(d[0]), hostAddr(stage[d[0]:d[1]]), d[1]-d[0], loader.HostToDevice, e.h2d); err != nil {
 		return fmt.Errorf("copying bytes %d..%d of the staged AllReduce back to the device: %w", d[0], d[1], err)
 	}
 	return nil

@@ -1,4 +1,4 @@
-package core
+package executor
 
 import (
 	"fmt"
@@ -16,7 +16,7 @@ import (
 // wrote. The caller's earlier work orders the copy streams through one
 // event; the streams are synchronised once, at the end.
 type chain struct {
-	c  *Comm
+	e  *Executor
 	p  *sched.Plan
 	s  loader.Stream
 	ev []loader.Event // per step; 0 where the step enqueues no device work
@@ -27,9 +27,9 @@ func onDevice(st *sched.Step) bool {
 	return st.Kind == sched.KindCopy || st.Kind == sched.KindIntra || st.Kind == sched.KindDevFold
 }
 
-func (c *Comm) newChain(p *sched.Plan, s loader.Stream) (*chain, error) {
-	ch := &chain{c: c, p: p, s: s}
-	pl := c.dev
+func (e *Executor) newChain(p *sched.Plan, s loader.Stream) (*chain, error) {
+	ch := &chain{e: e, p: p, s: s}
+	pl := e.dev
 	if pl == nil || p.Async {
 		return ch, nil // host memory, or enqueued on the caller's stream alone
 	}
@@ -40,26 +40,26 @@ func (c *Comm) newChain(p *sched.Plan, s loader.Stream) (*chain, error) {
 			n++
 		}
 	}
-	for len(c.events) < n+1 {
-		e, err := pl.EventCreate(c.be.Device)
+	for len(e.events) < n+1 {
+		ev, err := e.plugin.EventCreate(e.device)
 		if err != nil {
-			return nil, fmt.Errorf("creating an event on %s device %d: %w", pl.Name, c.be.Device, err)
+			return nil, fmt.Errorf("creating an event on %s device %d: %w", e.plugin.Name, e.device, err)
 		}
-		c.events = append(c.events, e)
+		e.events = append(e.events, ev)
 	}
 	next := 1
 	for i := range p.Steps {
 		if onDevice(&p.Steps[i]) {
-			ch.ev[i] = c.events[next]
+			ch.ev[i] = e.events[next]
 			next++
 		}
 	}
 	// The copy streams read the input after the work before the call.
-	start := c.events[0]
+	start := e.events[0]
 	if err := pl.EventRecord(start, s); err != nil {
 		return nil, err
 	}
-	for _, strm := range []loader.Stream{c.d2h, c.h2d} {
+	for _, strm := range []loader.Stream{e.d2h, e.h2d} {
 		if err := pl.StreamWaitEvent(strm, start); err != nil {
 			return nil, err
 		}
@@ -72,17 +72,17 @@ func (ch *chain) await(i int) error {
 	if ch.ev == nil {
 		return nil
 	}
-	st, pl := &ch.p.Steps[i], ch.c.dev
+	st, pl := &ch.p.Steps[i], ch.e.dev
 	for _, d := range st.Deps {
-		e := ch.ev[d]
-		if e == 0 {
+		ev := ch.ev[d]
+		if ev == 0 {
 			continue
 		}
 		var err error
 		if onDevice(st) {
-			err = pl.StreamWaitEvent(ch.c.laneStream(st.Lane, ch.s), e)
+			err = pl.StreamWaitEvent(ch.e.laneStream(st.Lane, ch.s), ev)
 		} else {
-			err = pl.EventSynchronize(e)
+			err = pl.EventSynchronize(ev)
 		}
 		if err != nil {
 			return err
@@ -96,7 +96,7 @@ func (ch *chain) record(i int) error {
 	if ch.ev == nil || ch.ev[i] == 0 {
 		return nil
 	}
-	return ch.c.dev.EventRecord(ch.ev[i], ch.c.laneStream(ch.p.Steps[i].Lane, ch.s))
+	return ch.e.dev.EventRecord(ch.ev[i], ch.e.laneStream(ch.p.Steps[i].Lane, ch.s))
 }
 
 // finish waits for the device work of the call: its result is in place.
@@ -109,7 +109,7 @@ func (ch *chain) finish() error {
 		if l == sched.LaneNet {
 			continue
 		}
-		if err := ch.c.dev.StreamSynchronize(ch.c.laneStream(l, ch.s)); err != nil {
+		if err := ch.e.dev.StreamSynchronize(ch.e.laneStream(l, ch.s)); err != nil {
 			return err
 		}
 	}

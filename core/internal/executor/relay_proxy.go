@@ -1,4 +1,4 @@
-package core
+package executor
 
 import (
 	"fmt"
@@ -45,7 +45,7 @@ type relayJob struct {
 }
 
 type relayProxy struct {
-	c    *Comm
+	e    *Executor
 	node *hostnet.ShmNode
 	// spin is how long the proxy polls for its next job before it sleeps:
 	// relaySpin where the host has a core for it beside the caller's,
@@ -64,9 +64,9 @@ type relayProxy struct {
 	failed atomic.Pointer[error]
 }
 
-// startRelayProxy starts c's proxy on its windows.
-func (c *Comm) startRelayProxy(node *hostnet.ShmNode) *relayProxy {
-	p := &relayProxy{c: c, node: node, wake: make(chan struct{}, 1), quit: make(chan struct{}), exited: make(chan struct{})}
+// startRelayProxy starts e's proxy on its windows.
+func (e *Executor) startRelayProxy(node *hostnet.ShmNode) *relayProxy {
+	p := &relayProxy{e: e, node: node, wake: make(chan struct{}, 1), quit: make(chan struct{}), exited: make(chan struct{})}
 	if node.Cores() >= 2 {
 		p.spin = relaySpin
 	}
@@ -159,7 +159,7 @@ func (p *relayProxy) await(next uint64) bool {
 // every rank's seen, else the abort. Either way the device reads host
 // memory no more than it did, and the hold on the windows ends after.
 func (p *relayProxy) finish(j *relayJob) {
-	c := p.c
+	e := p.e
 	defer p.node.Exit()
 	answer := j.value | loader.RelayAbort
 	defer func() { atomic.StoreUint64(j.goWord, answer) }()
@@ -167,12 +167,12 @@ func (p *relayProxy) finish(j *relayJob) {
 		return
 	}
 	end := region("relay.landed")
-	err := c.awaitWord(j.landed, j.value, j.stream, "put its input in the shared window", p.closing)
+	err := e.awaitWord(j.landed, j.value, j.stream, "put its input in the shared window", p.closing)
 	end()
 	if err == nil {
 		end = region("relay.step")
 		if err = p.node.Sync(j.sig); err != nil {
-			err = fmt.Errorf("in the host's shared windows: %w", c.world.StepErrorIn(j.call, err, -1))
+			err = fmt.Errorf("in the host's shared windows: %w", e.world.StepErrorIn(j.call, err, -1))
 		}
 		end()
 	}
@@ -191,7 +191,7 @@ func (p *relayProxy) finish(j *relayJob) {
 // job then answers abort, which the relay reads if it ever runs.
 func (p *relayProxy) closing() error {
 	if p.node.Closing() {
-		return fmt.Errorf("rank %d: the shared windows closed (the communicator was destroyed or aborted) while a relay waited for the device: %w", p.c.rank, hostnet.ErrClosed)
+		return fmt.Errorf("rank %d: the shared windows closed (the communicator was destroyed or aborted) while a relay waited for the device: %w", p.e.rank, hostnet.ErrClosed)
 	}
 	return nil
 }

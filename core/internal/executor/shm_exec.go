@@ -1,4 +1,4 @@
-package core
+package executor
 
 import (
 	"fmt"
@@ -21,13 +21,13 @@ import (
 
 // shmRun is one PathShm call on this rank.
 type shmRun struct {
-	c    *Comm
+	e    *Executor
 	p    *sched.Plan
 	g    *sched.ShmPlan
-	b    *callBufs
+	b    *Bufs
 	s    loader.Stream
 	node *hostnet.ShmNode
-	dev  *watchedPlugin // nil on a host rank
+	dev  Device // nil on a host rank
 	// workers is how many goroutines this rank's host copies and folds use.
 	workers int
 	// base is where a one-shot call's half of every window starts: the
@@ -42,16 +42,22 @@ const maxSlots = 16
 
 // stepRan, when set (tests), is told of every step an executor runs, as
 // it starts it: the plans that print are the plans that run.
-// call numbers the communicator's calls (Comm.calls), so that a plan that
-// runs again (Comm.plans) is told apart by run.
+// call numbers the communicator's calls (Owner.Calls), so that a plan that
+// runs again (core's cache of plans) is told apart by run.
 var stepRan func(p *sched.Plan, call uint64, i int)
 
-func (c *Comm) runShm(p *sched.Plan, b *callBufs, s loader.Stream) error {
-	r := &shmRun{c: c, p: p, g: p.Shm, b: b, s: s, node: c.shm.node, dev: c.dev, workers: c.shm.workers}
-	if red := r.g.Reducers; len(red) > 0 && len(red) < c.n && r.dev == nil {
+// SetStepRan tells f of every step an executor runs (nil: nobody): core's
+// tests see through it that the plans that print are the plans that run.
+func SetStepRan(f func(p *sched.Plan, call uint64, i int)) { stepRan = f }
+
+// RunShm runs a PathShm plan on the shared-memory plane; a failure is the
+// caller's to record (Owner.Failure), after the windows are let go.
+func (e *Executor) RunShm(p *sched.Plan, b *Bufs, s loader.Stream) error {
+	r := &shmRun{e: e, p: p, g: p.Shm, b: b, s: s, node: e.shm.node, dev: e.dev, workers: e.shm.workers}
+	if red := r.g.Reducers; len(red) > 0 && len(red) < e.n && r.dev == nil {
 		// Only the host ranks reduce (sched.ShmReducers): they share the
 		// cores the device ranks leave (one each, to drive their copies).
-		r.workers = reduce.Workers((runtime.NumCPU() - (c.n - len(red))) / len(red))
+		r.workers = reduce.Workers((runtime.NumCPU() - (e.n - len(red))) / len(red))
 	}
 	// A relay keeps the windows' rule itself (relay.go); anything
 	// else drains the relays first (the node's gate).
@@ -60,16 +66,16 @@ func (c *Comm) runShm(p *sched.Plan, b *callBufs, s loader.Stream) error {
 		enter = r.node.EnterUngated
 	}
 	if err := enter(); err != nil {
-		return c.world.StepError(err, -1)
+		return e.world.StepError(err, -1)
 	}
 	// The windows are held until every step ran, across the device waits
 	// among them (Intra, Await on the net lane, Drain, and the streams'
 	// synchronize after a failure): the device's copies read and write
 	// the windows, which must stay mapped until it is done with them.
-	// The hold cannot block an abort: abortAll shuts the host side and
-	// aborts the vendor's before it waits for this Exit.
+	// The hold cannot block an abort: core's abortAll shuts the host side
+	// and aborts the vendor's before it waits for this Exit.
 	defer r.node.Exit()
-	defer c.bindDevice()()
+	defer e.bindDevice()()
 	var err error
 	if p.Registered != nil {
 		var ok bool
@@ -82,7 +88,7 @@ func (c *Comm) runShm(p *sched.Plan, b *callBufs, s loader.Stream) error {
 	}
 	for i := 0; i < len(r.p.Steps) && err == nil; i++ {
 		if stepRan != nil {
-			stepRan(r.p, c.calls, i)
+			stepRan(r.p, e.owner.Calls(), i)
 		}
 		err = r.step(&r.p.Steps[i])
 	}
@@ -91,10 +97,11 @@ func (c *Comm) runShm(p *sched.Plan, b *callBufs, s loader.Stream) error {
 		// streams are synchronized before Exit. A stream may wait in a
 		// vendor collective on a peer that is gone, which only the
 		// vendor's abort ends: the communicator fails with this call
-		// anyway (failure, after Exit), and its first half comes now.
-		c.failStart(p, err)
-		_ = r.dev.StreamSynchronize(c.d2h)
-		_ = r.dev.StreamSynchronize(c.h2d)
+		// anyway (Owner.Failure, after Exit), and its first half comes
+		// now (Owner.FailStart).
+		e.owner.FailStart(p, err)
+		_ = r.dev.StreamSynchronize(e.d2h)
+		_ = r.dev.StreamSynchronize(e.h2d)
 		_ = r.dev.StreamSynchronize(s)
 	}
 	return err
@@ -104,10 +111,10 @@ func (c *Comm) runShm(p *sched.Plan, b *callBufs, s loader.Stream) error {
 // engine's rule leaves free at this step), and makes a device rank's
 // events and scratch for a pipelined one.
 func (r *shmRun) prepare() error {
-	c, g := r.c, r.g
+	e, g := r.e, r.g
 	if g.OneShot {
-		half := (c.shm.windowMin() / 2) &^ 63 // as the host engine cuts them
-		r.after = c.oneShotStep()
+		half := (e.shm.windowMin() / 2) &^ 63 // as the host engine cuts them
+		r.after = e.oneShotStep()
 		r.base = int((r.after+1)&1) * half
 		return nil
 	}
@@ -117,10 +124,10 @@ func (r *shmRun) prepare() error {
 	if g.Slots > maxSlots {
 		return fmt.Errorf("%w: %d shared-memory slots, more than %d", sdk.ErrInternalError, g.Slots, maxSlots)
 	}
-	if err := c.shmEvents(g.Slots); err != nil {
+	if err := e.shmEvents(g.Slots); err != nil {
 		return err
 	}
-	return c.ensureScratch(r.p.ScratchBytes())
+	return e.ensureScratch(r.p.ScratchBytes())
 }
 
 // step runs one step, a region of the execution trace (region).
@@ -133,7 +140,7 @@ func (r *shmRun) step(st *sched.Step) error {
 		return r.sync(r.sig(st.Label))
 	case sched.KindPost:
 		if err := r.node.Post(r.sig(st.Label)); err != nil {
-			return r.c.world.StepError(err, -1)
+			return r.e.world.StepError(err, -1)
 		}
 		return nil
 	case sched.KindFold:
@@ -142,17 +149,17 @@ func (r *shmRun) step(st *sched.Step) error {
 		return r.foldPosted(st)
 	}
 	if r.dev == nil {
-		return fmt.Errorf("%w: device step %s on host rank %d", sdk.ErrInternalError, st, r.c.rank)
+		return fmt.Errorf("%w: device step %s on host rank %d", sdk.ErrInternalError, st, r.e.rank)
 	}
 	switch st.Kind {
 	case sched.KindIntra:
-		return r.c.vendorStep(st, r.b, r.s)
+		return r.e.vendorStep(st, r.b, r.s)
 	case sched.KindMark:
 		ev, err := r.event(st.Lane, st.Chunk)
 		if err != nil {
 			return err
 		}
-		return r.dev.EventRecord(ev, r.c.laneStream(st.Lane, r.s))
+		return r.dev.EventRecord(ev, r.e.laneStream(st.Lane, r.s))
 	case sched.KindAwait:
 		ev, err := r.event(st.From, st.Chunk)
 		if err != nil {
@@ -161,9 +168,9 @@ func (r *shmRun) step(st *sched.Step) error {
 		if st.Lane == sched.LaneNet {
 			return r.dev.EventSynchronize(ev)
 		}
-		return r.dev.StreamWaitEvent(r.c.laneStream(st.Lane, r.s), ev)
+		return r.dev.StreamWaitEvent(r.e.laneStream(st.Lane, r.s), ev)
 	case sched.KindDrain:
-		return r.dev.StreamSynchronize(r.c.laneStream(st.Lane, r.s))
+		return r.dev.StreamSynchronize(r.e.laneStream(st.Lane, r.s))
 	case sched.KindDevFold:
 		return r.devFold(st)
 	case sched.KindRelay:
@@ -176,7 +183,7 @@ func (r *shmRun) step(st *sched.Step) error {
 // k < 0), a chunk's intra reduction, its input in the window, its output
 // on the device; one event per slot.
 func (r *shmRun) event(lane sched.Lane, k int) (loader.Event, error) {
-	sp := r.c.shm
+	sp := r.e.shm
 	var evs []loader.Event
 	switch lane {
 	case sched.LaneIntra:
@@ -210,7 +217,7 @@ func (r *shmRun) mem(ref sched.Ref) (mem, error) {
 		h := w[off : off+ref.Len : off+ref.Len]
 		return mem{ptr: hostAddr(h), host: h}, nil
 	case sched.BufScratch:
-		sp := r.c.shm
+		sp := r.e.shm
 		if r.dev == nil || ref.Off+ref.Len > sp.scratchBytes {
 			return mem{}, fmt.Errorf("%w: plan refers to %s beyond the device scratch's %d bytes", sdk.ErrInternalError, ref, sp.scratchBytes)
 		}
@@ -218,7 +225,7 @@ func (r *shmRun) mem(ref sched.Ref) (mem, error) {
 	case sched.BufPeerSend, sched.BufPeerRecv:
 		return r.peerMem(ref)
 	}
-	return r.c.resolve(r.b, ref)
+	return r.e.resolve(r.b, ref)
 }
 
 // hostMem is a ref's memory, which must be the host's.
@@ -233,7 +240,7 @@ func (r *shmRun) hostMem(ref sched.Ref) ([]byte, error) {
 // copies: a device rank enqueues them on the lane's stream, a host rank
 // makes them all as one split of its cores.
 func (r *shmRun) copies(st *sched.Step) error {
-	host := &r.c.shm.copies
+	host := &r.e.shm.copies
 	host.Reset()
 	for _, cp := range st.Copies {
 		src, err := r.mem(cp.Src)
@@ -261,7 +268,7 @@ func (r *shmRun) copies(st *sched.Step) error {
 		case !src.dev:
 			return fmt.Errorf("%w: host copy %s -> %s on a device rank", sdk.ErrInternalError, cp.Src, cp.Dst)
 		}
-		if err := r.dev.Memcpy(dst.ptr, src.ptr, n, kind, r.c.laneStream(st.Lane, r.s)); err != nil {
+		if err := r.dev.Memcpy(dst.ptr, src.ptr, n, kind, r.e.laneStream(st.Lane, r.s)); err != nil {
 			return fmt.Errorf("copying %s to %s: %w", cp.Src, cp.Dst, err)
 		}
 	}
@@ -308,7 +315,7 @@ func (r *shmRun) foldPosted(st *sched.Step) error {
 	opR := reduceOpOf(st.Op)
 	for i, s := range f.Srcs {
 		if err := r.node.Wait(s.Idx); err != nil {
-			return fmt.Errorf("in the host's shared windows: %w", r.c.world.StepError(err, r.node.Ranks()[s.Idx]))
+			return fmt.Errorf("in the host's shared windows: %w", r.e.world.StepError(err, r.node.Ranks()[s.Idx]))
 		}
 		src, err := r.hostMem(s)
 		if err != nil {
@@ -329,14 +336,14 @@ func (r *shmRun) foldPosted(st *sched.Step) error {
 // devFold runs each fold on this rank's device (reduceLocal), on the
 // lane's stream.
 func (r *shmRun) devFold(st *sched.Step) error {
-	return r.c.devFold(st, r.mem, r.c.laneStream(st.Lane, r.s))
+	return r.e.devFold(st, r.mem, r.e.laneStream(st.Lane, r.s))
 }
 
 // devFold runs each fold of st on this rank's device (reduceLocal) on
 // strm, its memory found by at: the shared windows' executor's and the
 // staged plans' (a leader's fold of what the other leaders sent).
-func (c *Comm) devFold(st *sched.Step, at func(sched.Ref) (mem, error), strm loader.Stream) error {
-	var srcs [sched.MaxDeviceReduceClusters]uintptr
+func (e *Executor) devFold(st *sched.Step, at func(sched.Ref) (mem, error), strm loader.Stream) error {
+	srcs := &e.foldSrcs[st.Lane]
 	for _, f := range st.Folds {
 		dst, err := at(f.Dst)
 		if err != nil {
@@ -359,8 +366,8 @@ func (c *Comm) devFold(st *sched.Step, at func(sched.Ref) (mem, error), strm loa
 			return fmt.Errorf("%w: device fold into host memory %s", sdk.ErrInternalError, f.Dst)
 		}
 		count := f.Dst.Len / st.DType.Size()
-		if err := c.dev.ReduceLocal(c.be.Device, dst.ptr, srcs[:len(f.Srcs)], count, st.DType, st.Op, st.N, strm); err != nil {
-			return fmt.Errorf("%s's device reduction: %w", c.dev.Name, err)
+		if err := e.dev.ReduceLocal(e.device, dst.ptr, srcs[:len(f.Srcs)], count, st.DType, st.Op, st.N, strm); err != nil {
+			return fmt.Errorf("%s's device reduction: %w", e.plugin.Name, err)
 		}
 	}
 	return nil
@@ -377,7 +384,7 @@ func (r *shmRun) sig(label int) uint64 {
 
 func (r *shmRun) sync(sig uint64) error {
 	if err := r.node.Sync(sig); err != nil {
-		return fmt.Errorf("in the host's shared windows: %w", r.c.world.StepError(err, -1))
+		return fmt.Errorf("in the host's shared windows: %w", r.e.world.StepError(err, -1))
 	}
 	return nil
 }
