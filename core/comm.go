@@ -94,11 +94,11 @@ type Comm struct {
 	pathLogged bool
 
 	task task // the call in the funnel (enqueue)
-	// The runner and plan that ran the last call, for its record, and the
-	// records of FLAGCX_INSPECT (inspect.go; nil: off).
-	ranBy   *runner
-	ranPlan *sched.Plan
-	insp    *inspection
+	// The runner that ran the last call, for its record, and the records
+	// and metrics of FLAGCX_INSPECT and FLAGCX_METRICS (inspect.go; nil:
+	// off).
+	ranBy *runner
+	insp  *inspection
 	// plans are the plans of the calls made so far (planOf, planKey);
 	// calls counts the calls that ran.
 	plans map[planKey]*sched.Plan

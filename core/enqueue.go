@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/flagcx/flagcx-go/core/internal/inspect"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
 )
@@ -85,14 +86,10 @@ var runners = [...]runner{
 // Inside a group a task is checked and queued instead (queue), and
 // GroupEnd runs the queue.
 func (c *Comm) enqueue() error {
+	var rec *inspect.Call
 	if c.insp != nil && c.group == 0 {
-		return c.enqueueInspected() // FLAGCX_INSPECT (inspect.go)
+		rec = c.startRecord() // FLAGCX_INSPECT, FLAGCX_METRICS (inspect.go)
 	}
-	return c.dispatch()
-}
-
-// dispatch queues or runs c.task and settles its error (revoke.go).
-func (c *Comm) dispatch() error {
 	t := &c.task
 	var err error
 	switch {
@@ -102,6 +99,9 @@ func (c *Comm) dispatch() error {
 		err = c.runP2P(t)
 	default:
 		err = c.runTask(t)
+	}
+	if rec != nil {
+		c.finishRecord(rec, err)
 	}
 	t.send, t.recv, t.user, t.plan = Buffer{}, Buffer{}, nil, nil // keep no caller memory
 	return c.settle(t.name, err)
@@ -140,10 +140,8 @@ func (c *Comm) runTask(t *task) error {
 		return err
 	}
 	c.calls++
-	c.ranBy = r
-	err = r.run(c, t)
-	c.ranPlan = t.plan // the records' path (inspect.go), once a runner planned it
-	return err
+	c.ranBy = r // the records' runner (inspect.go)
+	return r.run(c, t)
 }
 
 // runP2P runs one Send or Recv outside a group: checked as itself, it

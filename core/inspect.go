@@ -29,6 +29,7 @@ type inspection struct {
 	base   time.Time
 	baseNS int64
 	seq    uint64
+	cur    inspect.Call // the record of the call running now
 }
 
 // startInspect opens this rank's records when FLAGCX_INSPECT names a
@@ -80,11 +81,13 @@ func (c *Comm) nodes() int {
 // now is the wall clock in ns, from one monotonic read.
 func (in *inspection) now() int64 { return in.baseNS + int64(time.Since(in.base)) }
 
-// enqueueInspected is enqueue with t's record: what it is before it runs
-// (a Send's task becomes its batch), and when and how it ran after.
-func (c *Comm) enqueueInspected() error {
+// startRecord starts the record of the call in c.task: what it is
+// before it runs (a Send's task becomes its batch). The record is the
+// communicator's own, reused: a call allocates nothing for it.
+func (c *Comm) startRecord() *inspect.Call {
 	t := &c.task
-	rec := inspect.Call{Coll: t.name, Count: t.args.Count, Root: -1, Peer: -1}
+	rec := &c.insp.cur
+	*rec = inspect.Call{Coll: t.name, Count: t.args.Count, Root: -1, Peer: -1}
 	switch t.kind {
 	case kindP2P:
 		rec.DType, rec.Peer = t.args.DType.String(), t.peer
@@ -101,15 +104,14 @@ func (c *Comm) enqueueInspected() error {
 			rec.Root = a.Root
 		}
 	}
-	c.ranBy, c.ranPlan = nil, nil
+	c.ranBy = nil
 	rec.Start = c.insp.now()
-	err := c.dispatch()
-	c.recordCall(&rec, err)
-	return err
+	return rec
 }
 
-// recordCall finishes rec with the runner and plan that ran it.
-func (c *Comm) recordCall(rec *inspect.Call, err error) {
+// finishRecord finishes rec with the runner and plan that ran the call
+// (c.task, before enqueue lets go of it) and hands it on.
+func (c *Comm) finishRecord(rec *inspect.Call, err error) {
 	in := c.insp
 	rec.End = in.now()
 	in.seq++
@@ -117,8 +119,8 @@ func (c *Comm) recordCall(rec *inspect.Call, err error) {
 	if c.ranBy != nil {
 		rec.Runner, rec.Enqueued = c.ranBy.name, c.ranBy.enqueues
 	}
-	if c.ranPlan != nil {
-		rec.Path = c.ranPlan.Path.String()
+	if p := c.task.plan; p != nil {
+		rec.Path = p.Path.String()
 	}
 	if in.w != nil {
 		in.w.Record(rec)
@@ -148,10 +150,10 @@ func (c *Comm) groupInspected() error {
 			rec.Bytes += int64(x.Bytes)
 		}
 	}
-	c.ranBy, c.ranPlan = nil, nil
+	c.ranBy = nil
 	rec.Start = c.insp.now()
 	err := c.settle("GroupEnd", c.groupEnd())
-	c.recordCall(&rec, err)
+	c.finishRecord(&rec, err)
 	return err
 }
 
