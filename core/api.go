@@ -30,9 +30,9 @@ package core
 
 import (
 	"fmt"
-	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
 
 	"github.com/flagcx/flagcx-go/core/internal/host/reduce"
+	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/sdk"
 )

@@ -3,12 +3,12 @@ package core
 import (
 	"errors"
 	"fmt"
-	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
 	"sync"
 	"sync/atomic"
 
 	"github.com/flagcx/flagcx-go/core/internal/executor"
 	"github.com/flagcx/flagcx-go/core/internal/host"
+	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
 	"github.com/flagcx/flagcx-go/core/internal/watchdog"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"

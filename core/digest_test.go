@@ -3,16 +3,15 @@ package core
 import (
 	"errors"
 	"fmt"
-	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
-	"github.com/flagcx/flagcx-go/internal/sched"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
+	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
+	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/internal/testkit"
 	"github.com/flagcx/flagcx-go/sdk"
+	"github.com/stretchr/testify/require"
 )
 
 // digestCall is one rank's arguments of a collective.

@@ -1,13 +1,12 @@
 package core
 
 import (
-	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
+	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/sdk"
+	"github.com/stretchr/testify/require"
 )
 
 // TestFirstFailureOverTheControlPlane: a rank whose failure notice could

@@ -4,9 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
 	"os"
 
+	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
 	"github.com/flagcx/flagcx-go/core/internal/watchdog"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"

@@ -3,17 +3,16 @@ package core_test
 import (
 	"errors"
 	"fmt"
-	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"math"
 	"os"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/flagcx/flagcx-go/conformance/heterotest"
 	"github.com/flagcx/flagcx-go/core"
+	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/sdk"
+	"github.com/stretchr/testify/require"
 )
 
 // osTransports are the host transports the one-sided tests run over: the

@@ -2,19 +2,18 @@ package core_test
 
 import (
 	"encoding/binary"
-	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/flagcx/flagcx-go/conformance/heterotest"
 	"github.com/flagcx/flagcx-go/conformance/reference"
 	"github.com/flagcx/flagcx-go/core"
+	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
+	"github.com/stretchr/testify/require"
 )
 
 // TestShmRelay: an emulated device rank beside host ranks relays its small

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
 	"slices"
 	"sort"
 	"strings"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/flagcx/flagcx-go/core/internal/ctl"
+	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/sdk"
 )

@@ -2,11 +2,11 @@ package core
 
 import (
 	"fmt"
-	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"slices"
 	"time"
 
 	"github.com/flagcx/flagcx-go/core/internal/ctl"
+	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/sdk"
 )
 

@@ -3,9 +3,9 @@ package core
 import (
 	"encoding/hex"
 	"fmt"
-	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
 	"strings"
 
+	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
 	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/sdk"
 )

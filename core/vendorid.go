@@ -2,8 +2,8 @@ package core
 
 import (
 	"errors"
-	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
 
+	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )

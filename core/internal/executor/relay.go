@@ -3,13 +3,13 @@ package executor
 import (
 	"errors"
 	"fmt"
-	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
-	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"runtime"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
+	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
+	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"

@@ -2,13 +2,13 @@ package executor
 
 import (
 	"fmt"
-	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
-	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
+	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )
 

@@ -3,10 +3,10 @@ package executor
 import (
 	"errors"
 	"fmt"
-	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"unsafe"
 
 	"github.com/flagcx/flagcx-go/core/internal/host/reduce"
+	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"
 )

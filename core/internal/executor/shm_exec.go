@@ -2,12 +2,12 @@ package executor
 
 import (
 	"fmt"
-	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
-	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"runtime"
 
 	"github.com/flagcx/flagcx-go/core/internal/host"
 	"github.com/flagcx/flagcx-go/core/internal/host/reduce"
+	"github.com/flagcx/flagcx-go/core/internal/hostcomm"
+	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/internal/sched"
 	"github.com/flagcx/flagcx-go/sdk"
 	"github.com/flagcx/flagcx-go/sdk/loader"

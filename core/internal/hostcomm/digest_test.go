@@ -2,13 +2,12 @@ package hostcomm
 
 import (
 	"fmt"
-	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
+	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/sdk"
+	"github.com/stretchr/testify/require"
 )
 
 // TestDigestDescribes: the digest keeps the collective, type and op

@@ -3,10 +3,10 @@ package hostcomm
 import (
 	"errors"
 	"fmt"
-	"github.com/flagcx/flagcx-go/sdk"
 	"os"
 
 	"github.com/flagcx/flagcx-go/internal/hostnet"
+	"github.com/flagcx/flagcx-go/sdk"
 )
 
 // FirstFailure is what a peer reported as the job's first failure (a

@@ -3,16 +3,15 @@ package hostcomm
 import (
 	"errors"
 	"fmt"
-	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"os"
 	"os/exec"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
+	"github.com/flagcx/flagcx-go/internal/hostnet"
 	"github.com/flagcx/flagcx-go/sdk"
+	"github.com/stretchr/testify/require"
 )
 
 // TestNoteStalled: a failed operation's error names, in the caller's
