@@ -65,13 +65,14 @@ type runner struct {
 	enqueues bool
 }
 
-// runners in the order they are asked. The host network comes first: its
-// tasks run there on every placement. The host engine is next: it is the
-// latency baseline of host-only jobs (docs/architecture.md, decision 14),
-// and its check is the engine's own.
+// runners in the order they are asked. The host engine comes first: it
+// is the latency baseline of host-only jobs (docs/architecture.md,
+// decision 14), and its check is the engine's own, so a host call skips
+// check.go. The host network takes HostAllGather's tasks on every
+// placement, checked by check.go (checkHostNet) like every later runner's.
 var runners = [...]runner{
-	{name: "host network", checks: true, takes: (*Comm).takesHostNet, run: (*Comm).runHostNet},
 	{name: "host engine", checks: true, takes: (*Comm).takesHost, run: (*Comm).runHost, fuse: (*Comm).fuseHost, runMany: (*Comm).runFused},
+	{name: "host network", takes: (*Comm).takesHostNet, run: (*Comm).runHostNet},
 	{name: "vendor direct", takes: (*Comm).takesDirect, run: (*Comm).runDirect, fuse: (*Comm).fuseDirect, runMany: (*Comm).runVendorGroup, enqueues: true},
 	{name: "shared-memory plane", takes: (*Comm).takesShm, run: (*Comm).runShmTask},
 	{name: "plan executor", takes: (*Comm).takesPlan, run: (*Comm).runPlan},

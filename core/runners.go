@@ -16,12 +16,9 @@ import (
 // takesHostNet: HostAllGather's tasks, on every placement.
 func (c *Comm) takesHostNet(t *task) (bool, error) { return t.kind == kindHostNet, nil }
 
-// runHostNet runs t on the host communicator of every rank: checked
-// there (checkHostNet; the host engine checks the rest).
+// runHostNet runs t, checked (checkHostNet), on the host communicator of
+// every rank.
 func (c *Comm) runHostNet(t *task) error {
-	if err := c.checkHostNet(t); err != nil {
-		return err
-	}
 	call := sdk.Call{Coll: sdk.AllGather, Count: t.send.n, DType: sdk.Uint8}
 	if t.send.n == 0 {
 		call = sdk.Call{Coll: sdk.Barrier}
